@@ -1,0 +1,128 @@
+//! Fixed window: count requests per window and deny once the count would pass the limit.
+//!
+//! The cheapest algorithm (one counter per key) and the easiest to explain, with one known flaw:
+//! a client can spend a whole limit at the very end of one window and another whole limit at the
+//! start of the next, so up to twice the limit passes within one window length around a boundary.
+//! Sliding windows exist to close that gap.
+//!
+//! Denied requests are not counted, so a client hammering a closed window does not push its own
+//! reopening further away.
+
+use std::time::Duration;
+
+use super::Outcome;
+use crate::{Anchor, PolicyError, bounds};
+
+/// Parameters: `limit` requests per `window`, windows anchored per [`Anchor`].
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::Anchor;
+/// use tollgate::algorithm::fixed_window::FixedWindow;
+///
+/// let params = FixedWindow::new(100, Duration::from_secs(60), Anchor::FirstHit)?;
+/// assert_eq!(params.window_us(), 60_000_000);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FixedWindow {
+    limit: u64,
+    window_us: u64,
+    anchor: Anchor,
+}
+
+/// A key's window: when it started and how much it has admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct State {
+    /// Start of the window the count belongs to, µs since the Unix epoch.
+    pub window_start_us: u64,
+    /// Cost admitted in that window.
+    pub count: u64,
+}
+
+impl FixedWindow {
+    /// `limit` is 1 to 10^9; `window` is 1 ms to 1000 days.
+    pub fn new(limit: u64, window: Duration, anchor: Anchor) -> Result<Self, PolicyError> {
+        Ok(FixedWindow {
+            limit: bounds::count("limit", limit, bounds::MAX_LIMIT)?,
+            window_us: bounds::period_us("window", window)?,
+            anchor,
+        })
+    }
+
+    /// Requests admitted per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Window length in microseconds.
+    pub fn window_us(&self) -> u64 {
+        self.window_us
+    }
+
+    /// Where windows start.
+    pub fn anchor(&self) -> Anchor {
+        self.anchor
+    }
+
+    /// Decides a request of `cost` at `now_us`; when `commit` is true and it is admitted, the
+    /// count is updated in `state` (`None` means the key has no state yet).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Anchor;
+    /// use tollgate::algorithm::fixed_window::FixedWindow;
+    ///
+    /// let params = FixedWindow::new(2, Duration::from_secs(1), Anchor::Epoch)?;
+    /// let mut state = None;
+    /// assert!(params.step(&mut state, 10_000_000, 2, true).allowed);
+    /// let denied = params.step(&mut state, 10_400_000, 1, true);
+    /// assert_eq!(denied.retry_after_us, Some(600_000)); // the next window starts at 11 s
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
+        let w = self.window_us;
+        let current = self.current_window(state.as_ref(), now_us);
+        let window_end = current.window_start_us + w;
+        let allowed = current.count.saturating_add(cost) <= self.limit;
+        let count = if allowed {
+            current.count + cost
+        } else {
+            current.count
+        };
+        if allowed && commit {
+            *state = Some(State {
+                window_start_us: current.window_start_us,
+                count,
+            });
+        }
+        Outcome {
+            allowed,
+            remaining: self.limit.saturating_sub(count),
+            reset_after_us: if count > 0 {
+                window_end.saturating_sub(now_us)
+            } else {
+                0
+            },
+            retry_after_us: (!allowed).then(|| window_end.saturating_sub(now_us)),
+        }
+    }
+
+    /// The window `now_us` falls in, with the count carried over when it is the stored one.
+    fn current_window(&self, state: Option<&State>, now_us: u64) -> State {
+        let w = self.window_us;
+        let stored = state.filter(|s| s.count > 0);
+        match (self.anchor, stored) {
+            // Still inside the stored window (or the clock stepped back into it or before it).
+            (_, Some(s)) if now_us < s.window_start_us + w => *s,
+            (Anchor::Epoch, _) => State {
+                window_start_us: now_us - now_us % w,
+                count: 0,
+            },
+            (Anchor::FirstHit, _) => State {
+                window_start_us: now_us,
+                count: 0,
+            },
+        }
+    }
+}

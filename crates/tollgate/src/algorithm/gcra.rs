@@ -1,0 +1,106 @@
+//! GCRA, the generic cell rate algorithm: one timestamp per key.
+//!
+//! **Rate and burst in plain words.** `rate` is the long-run pace: `Rate::per_second(10)` means
+//! one request every 100 ms on average. `burst` is how many requests may arrive *at once* after a
+//! quiet period, before that pace applies. Both are needed because real clients are bursty: a
+//! page load fires five calls together, then nothing for a while.
+//!
+//! Worked example with `rate = 10 per second` and `burst = 5`:
+//!
+//! - At t = 0 a client fires 8 requests together: the first 5 pass, the last 3 are denied with
+//!   `retry_after` = 100 ms (one interval frees one slot).
+//! - From then on it gets one request per 100 ms: t = 100 ms passes, t = 150 ms is denied
+//!   (retry in 50 ms), t = 200 ms passes.
+//! - After 500 ms of silence it has its full burst of 5 back.
+//!
+//! So `burst = 1` means strictly one request per interval, and the most a client can get in any
+//! span `T` is `burst + T × rate`. (Some libraries call `burst − 1` the burst; here `burst` is
+//! exactly the number of back-to-back requests allowed, the same as a token bucket's capacity.)
+//!
+//! **How it works.** The state is the *theoretical arrival time* (TAT): when the key's budget
+//! would be completely refilled. Each admitted request pushes the TAT `cost × interval` further
+//! into the future. A request is admitted if, after pushing, the TAT is no more than
+//! `burst × interval` ahead of now.
+
+use super::Outcome;
+use crate::{PolicyError, Rate, bounds};
+
+/// Parameters: `rate` on average, up to `burst` requests at once.
+///
+/// ```
+/// use tollgate::Rate;
+/// use tollgate::algorithm::gcra::Gcra;
+///
+/// let params = Gcra::new(Rate::per_second(10)?, 5)?;
+/// assert_eq!(params.tolerance_us(), 500_000);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Gcra {
+    rate: Rate,
+    burst: u64,
+}
+
+/// The theoretical arrival time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct State {
+    /// When the key's whole burst is available again, µs since the Unix epoch.
+    pub tat_us: u64,
+}
+
+impl Gcra {
+    /// `burst` is 1 to 10^9, and `burst` requests at `rate` may span at most 1000 days.
+    pub fn new(rate: Rate, burst: u64) -> Result<Self, PolicyError> {
+        let burst = bounds::count("burst", burst, bounds::MAX_LIMIT)?;
+        rate.check_horizon("burst", burst)?;
+        Ok(Gcra { rate, burst })
+    }
+
+    /// Long-run rate.
+    pub fn rate(&self) -> Rate {
+        self.rate
+    }
+
+    /// Requests admitted at once.
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// How far ahead of now the TAT may run: `burst × interval`, in µs.
+    pub fn tolerance_us(&self) -> u64 {
+        self.burst * self.rate.interval_us()
+    }
+
+    /// Decides a request of `cost` at `now_us`; with `commit`, an admitted one moves the TAT.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::gcra::Gcra;
+    ///
+    /// let params = Gcra::new(Rate::per_second(10)?, 5)?;
+    /// let mut state = None;
+    /// for _ in 0..5 {
+    ///     assert!(params.step(&mut state, 0, 1, true).allowed);
+    /// }
+    /// assert_eq!(params.step(&mut state, 0, 1, true).retry_after_us, Some(100_000));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
+        let interval = self.rate.interval_us();
+        let tolerance = self.tolerance_us();
+        let tat = state.map_or(now_us, |s| s.tat_us.max(now_us));
+        let pushed = tat.saturating_add(cost.saturating_mul(interval));
+        let allowed = pushed - now_us <= tolerance;
+        let tat = if allowed { pushed } else { tat };
+        if allowed && commit {
+            *state = Some(State { tat_us: tat });
+        }
+        let ahead = tat - now_us;
+        Outcome {
+            allowed,
+            remaining: tolerance.saturating_sub(ahead) / interval,
+            reset_after_us: ahead,
+            retry_after_us: (!allowed).then(|| pushed - now_us - tolerance),
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! Leaky bucket as a meter: each request pours `cost` units into a bucket of `capacity`, the
+//! bucket drains one unit per interval, and a request that would overflow it is denied.
+//!
+//! This is the mirror image of the token bucket (the level is the tokens already spent) and
+//! admits the same traffic: bursts up to `capacity`, then the leak rate. Use whichever picture
+//! your team reasons in. It is not a queue: nothing is delayed, requests pass or are denied now.
+
+use super::Outcome;
+use crate::{PolicyError, Rate, bounds};
+
+/// Parameters: a bucket of `capacity` units draining at `leak`.
+///
+/// ```
+/// use tollgate::Rate;
+/// use tollgate::algorithm::leaky_bucket::LeakyBucket;
+///
+/// let params = LeakyBucket::new(5, Rate::per_second(1)?)?;
+/// assert_eq!(params.leak().interval_us(), 1_000_000);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeakyBucket {
+    capacity: u64,
+    leak: Rate,
+}
+
+/// The bucket's level and the drain clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct State {
+    /// Whole units in the bucket.
+    pub level: u64,
+    /// When the next unit started draining, µs since the Unix epoch.
+    pub leaked_at_us: u64,
+}
+
+impl LeakyBucket {
+    /// `capacity` is 1 to 10^9, and draining a full bucket may take at most 1000 days.
+    pub fn new(capacity: u64, leak: Rate) -> Result<Self, PolicyError> {
+        let capacity = bounds::count("capacity", capacity, bounds::MAX_LIMIT)?;
+        leak.check_horizon("capacity", capacity)?;
+        Ok(LeakyBucket { capacity, leak })
+    }
+
+    /// Bucket size.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Drain rate.
+    pub fn leak(&self) -> Rate {
+        self.leak
+    }
+
+    /// Decides a request of `cost` at `now_us`; with `commit`, an admitted one fills the bucket.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::leaky_bucket::LeakyBucket;
+    ///
+    /// let params = LeakyBucket::new(3, Rate::per_second(2)?)?;
+    /// let mut state = None;
+    /// assert!(params.step(&mut state, 0, 3, true).allowed);
+    /// let denied = params.step(&mut state, 100_000, 2, true);
+    /// assert_eq!(denied.retry_after_us, Some(900_000)); // two units drain by 1 s
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
+        let interval = self.leak.interval_us();
+        let s = self.drained(state.as_ref(), now_us);
+        let allowed = s.level.saturating_add(cost) <= self.capacity;
+        let level = if allowed { s.level + cost } else { s.level };
+        if allowed && commit {
+            *state = Some(State { level, ..s });
+        }
+        // Time until `n` more units have drained.
+        let drain = |n: u64| {
+            s.leaked_at_us
+                .saturating_add(n.saturating_mul(interval))
+                .saturating_sub(now_us)
+        };
+        Outcome {
+            allowed,
+            remaining: self.capacity.saturating_sub(level),
+            reset_after_us: drain(level),
+            retry_after_us: (!allowed).then(|| drain(s.level.saturating_add(cost) - self.capacity)),
+        }
+    }
+
+    /// The bucket as of `now_us`. An empty bucket does not drain, so its clock restarts.
+    fn drained(&self, state: Option<&State>, now_us: u64) -> State {
+        let empty = State {
+            level: 0,
+            leaked_at_us: now_us,
+        };
+        let Some(s) = state else { return empty };
+        let interval = self.leak.interval_us();
+        let leaked = now_us.saturating_sub(s.leaked_at_us) / interval;
+        if leaked >= s.level {
+            return empty;
+        }
+        State {
+            level: s.level - leaked,
+            leaked_at_us: s.leaked_at_us + leaked * interval,
+        }
+    }
+}

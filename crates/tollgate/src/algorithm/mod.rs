@@ -1,0 +1,151 @@
+//! The algorithms, each a pure step function, and [`decide`], which adds the penalty.
+//!
+//! A step takes a key's state, the time in microseconds since the Unix epoch, and a cost, and
+//! returns an [`Outcome`]; with `commit` it also writes the new state, without it (a peek) it
+//! writes nothing. Steps do no I/O and read no clock, so the memory store runs them under a lock,
+//! the Redis store runs a line-for-line Lua port of them, and one set of test vectors checks that
+//! both agree.
+//!
+//! Steps expect a cost of 1 to the policy's limit; stores check that before calling. Given
+//! anything else they still return without panicking.
+
+pub mod fixed_window;
+pub mod gcra;
+pub mod leaky_bucket;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod token_bucket;
+
+use crate::{Algorithm, Policy};
+
+/// What one step decided, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Whether the request passes.
+    pub allowed: bool,
+    /// How many more requests of cost 1 would pass right now, after this one.
+    pub remaining: u64,
+    /// Time until the key is back to its full budget if nothing else arrives.
+    pub reset_after_us: u64,
+    /// For a denied request, the time until a request of the same cost would pass.
+    pub retry_after_us: Option<u64>,
+}
+
+/// A key's algorithm state. `Empty` is a key with no state, and so is a state of another
+/// algorithm (left behind when a policy changes algorithm under the same name).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum AlgorithmState {
+    /// No state yet.
+    #[default]
+    Empty,
+    /// See [`fixed_window`].
+    FixedWindow(fixed_window::State),
+    /// See [`sliding_log`]. Boxed so the other states stay small.
+    SlidingLog(Box<sliding_log::Log>),
+    /// See [`sliding_window`].
+    SlidingWindow(sliding_window::State),
+    /// See [`token_bucket`].
+    TokenBucket(token_bucket::State),
+    /// See [`leaky_bucket`].
+    LeakyBucket(leaky_bucket::State),
+    /// See [`gcra`].
+    Gcra(gcra::State),
+}
+
+/// Everything stored for one (policy, key): the algorithm's state and the penalty.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KeyState {
+    /// The algorithm's state.
+    pub algorithm: AlgorithmState,
+    /// Denied until this time (µs since the Unix epoch) because of `block_for`; 0 when never
+    /// blocked.
+    pub blocked_until_us: u64,
+}
+
+/// Decides a request of `cost` at `now_us` for `policy`, penalty included: a blocked key is
+/// denied until the block ends, and a denial by the algorithm starts a block when the policy has
+/// `block_for`. With `commit` the state is updated; without it nothing changes (a peek gives the
+/// answer a check would give).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::algorithm::{KeyState, decide};
+/// use tollgate::{Algorithm, Policy};
+///
+/// let policy = Policy::new("login", Algorithm::sliding_log(1, Duration::from_secs(1))?)?
+///     .with_block_for(Duration::from_secs(60))?;
+/// let mut state = KeyState::default();
+/// assert!(decide(&policy, &mut state, 0, 1, true).allowed);
+/// let denied = decide(&policy, &mut state, 1, 1, true);
+/// assert_eq!(denied.retry_after_us, Some(60_000_000));
+/// // Two seconds later the window is free, but the block holds.
+/// assert!(!decide(&policy, &mut state, 2_000_000, 1, true).allowed);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, commit: bool) -> Outcome {
+    if state.blocked_until_us > now_us {
+        let blocked_for = state.blocked_until_us - now_us;
+        let outcome = step(policy.algorithm(), &mut state.algorithm, now_us, cost, false);
+        return Outcome {
+            allowed: false,
+            remaining: 0,
+            reset_after_us: outcome.reset_after_us.max(blocked_for),
+            retry_after_us: Some(outcome.retry_after_us.unwrap_or(0).max(blocked_for)),
+        };
+    }
+    let mut outcome = step(policy.algorithm(), &mut state.algorithm, now_us, cost, commit);
+    if let (false, Some(block_for)) = (outcome.allowed, policy.block_for_us()) {
+        if commit {
+            state.blocked_until_us = now_us + block_for;
+        }
+        outcome.reset_after_us = outcome.reset_after_us.max(block_for);
+        outcome.retry_after_us = outcome.retry_after_us.map(|r| r.max(block_for));
+    }
+    outcome
+}
+
+/// Runs the policy's algorithm on `slot`, treating a state of another algorithm as empty.
+fn step(algorithm: &Algorithm, slot: &mut AlgorithmState, now_us: u64, cost: u64, commit: bool) -> Outcome {
+    macro_rules! copy_state {
+        ($params:expr, $variant:ident) => {{
+            let mut state = match slot {
+                AlgorithmState::$variant(s) => Some(*s),
+                _ => None,
+            };
+            let outcome = $params.step(&mut state, now_us, cost, commit);
+            if let (true, Some(s)) = (commit, state) {
+                *slot = AlgorithmState::$variant(s);
+            }
+            outcome
+        }};
+    }
+    match algorithm {
+        Algorithm::FixedWindow(p) => copy_state!(p, FixedWindow),
+        Algorithm::SlidingWindow(p) => copy_state!(p, SlidingWindow),
+        Algorithm::TokenBucket(p) => copy_state!(p, TokenBucket),
+        Algorithm::LeakyBucket(p) => copy_state!(p, LeakyBucket),
+        Algorithm::Gcra(p) => copy_state!(p, Gcra),
+        Algorithm::SlidingLog(p) => match slot {
+            AlgorithmState::SlidingLog(log) => p.step(log, now_us, cost, commit),
+            _ if commit => {
+                let mut log = Box::default();
+                let outcome = p.step(&mut log, now_us, cost, true);
+                *slot = AlgorithmState::SlidingLog(log);
+                outcome
+            }
+            _ => p.step(&mut sliding_log::Log::default(), now_us, cost, false),
+        },
+    }
+}
+
+/// Until when (µs) this key is "hot": blocked, or out of budget so that a request of cost 1 would
+/// be denied. A store must not forget a hot key to make room for others, or flooding it with new
+/// keys would hand the limited client a fresh budget.
+pub fn hot_until_us(policy: &Policy, state: &mut KeyState, now_us: u64) -> u64 {
+    if state.blocked_until_us > now_us {
+        return state.blocked_until_us;
+    }
+    let outcome = step(policy.algorithm(), &mut state.algorithm, now_us, 1, false);
+    now_us + outcome.retry_after_us.unwrap_or(0)
+}

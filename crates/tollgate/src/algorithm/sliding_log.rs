@@ -1,0 +1,152 @@
+//! Sliding log: remember when each admitted request happened, and admit a new one only if the
+//! requests of the last `window` leave room for it.
+//!
+//! The only exact algorithm here: in *every* interval of length `window`, at most `limit` are
+//! admitted, wherever the interval starts. The price is memory, one entry per admitted request
+//! (requests in the same microsecond share an entry), which is why the limit is capped at
+//! [`MAX_LOG_LIMIT`](crate::bounds::MAX_LOG_LIMIT). Denied requests are not recorded.
+//!
+//! An entry stamped `t` counts at every time `now` with `now - t < window` and expires at
+//! `t + window`.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::Outcome;
+use crate::{PolicyError, bounds};
+
+/// Parameters: at most `limit` requests in any `window`.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::algorithm::sliding_log::SlidingLog;
+///
+/// let params = SlidingLog::new(20, Duration::from_secs(60))?;
+/// assert_eq!(params.limit(), 20);
+/// assert!(SlidingLog::new(1_000_000, Duration::from_secs(60)).is_err());
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SlidingLog {
+    limit: u64,
+    window_us: u64,
+}
+
+/// Admitted requests, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Log {
+    /// `(timestamp µs, cost)` pairs in non-decreasing timestamp order.
+    entries: VecDeque<(u64, u64)>,
+    /// Sum of the costs in `entries`, so a check does not add up the whole log.
+    total: u64,
+}
+
+impl Log {
+    /// The `(timestamp µs, cost)` entries, oldest first.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::algorithm::sliding_log::Log::default().entries().count(), 0);
+    /// ```
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = (u64, u64)> + '_ {
+        self.entries.iter().copied()
+    }
+}
+
+impl SlidingLog {
+    /// `limit` is 1 to 100 000; `window` is 1 ms to 1000 days.
+    pub fn new(limit: u64, window: Duration) -> Result<Self, PolicyError> {
+        Ok(SlidingLog {
+            limit: bounds::count("limit", limit, bounds::MAX_LOG_LIMIT)?,
+            window_us: bounds::period_us("window", window)?,
+        })
+    }
+
+    /// Requests admitted per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Window length in microseconds.
+    pub fn window_us(&self) -> u64 {
+        self.window_us
+    }
+
+    /// Decides a request of `cost` at `now_us`. With `commit`, expired entries are dropped and
+    /// an admitted request is appended; without it `log` is left untouched.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::algorithm::sliding_log::{Log, SlidingLog};
+    ///
+    /// let params = SlidingLog::new(2, Duration::from_secs(10))?;
+    /// let mut log = Log::default();
+    /// params.step(&mut log, 1_000_000, 1, true);
+    /// params.step(&mut log, 4_000_000, 1, true);
+    /// let denied = params.step(&mut log, 5_000_000, 1, true);
+    /// assert_eq!(denied.retry_after_us, Some(6_000_000)); // the entry from 1 s expires at 11 s
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn step(&self, log: &mut Log, now_us: u64, cost: u64, commit: bool) -> Outcome {
+        let mut live_from = 0;
+        let mut expired_cost = 0;
+        for &(t, n) in &log.entries {
+            if !self.expired(t, now_us) {
+                break;
+            }
+            live_from += 1;
+            expired_cost += n;
+        }
+        let live = log.entries.range(live_from..);
+        let used = log.total - expired_cost;
+        let allowed = used.saturating_add(cost) <= self.limit;
+        let retry_after_us = (!allowed).then(|| {
+            // Entries must expire, oldest first, until `cost` fits.
+            let mut to_free = used.saturating_add(cost) - self.limit;
+            let mut frees_at = now_us;
+            for &(t, n) in live.clone() {
+                frees_at = t + self.window_us;
+                to_free = to_free.saturating_sub(n);
+                if to_free == 0 {
+                    break;
+                }
+            }
+            frees_at.saturating_sub(now_us)
+        });
+        let newest = if allowed {
+            Some(log.entries.back().map_or(now_us, |&(t, _)| t.max(now_us)))
+        } else {
+            log.entries.back().map(|&(t, _)| t)
+        };
+        let used = if allowed { used + cost } else { used };
+        if commit {
+            log.entries.drain(..live_from);
+            log.total -= expired_cost;
+            if allowed {
+                self.append(log, now_us, cost);
+            }
+        }
+        Outcome {
+            allowed,
+            remaining: self.limit.saturating_sub(used),
+            reset_after_us: match newest {
+                Some(t) if used > 0 => (t + self.window_us).saturating_sub(now_us),
+                _ => 0,
+            },
+            retry_after_us,
+        }
+    }
+
+    fn expired(&self, t: u64, now_us: u64) -> bool {
+        t + self.window_us <= now_us
+    }
+
+    /// Appends, merging with the newest entry when it has the same timestamp. A clock that
+    /// stepped back is stamped at the newest entry's time: later, so it expires no earlier.
+    fn append(&self, log: &mut Log, now_us: u64, cost: u64) {
+        log.total += cost;
+        match log.entries.back_mut() {
+            Some((t, n)) if *t >= now_us => *n += cost,
+            _ => log.entries.push_back((now_us, cost)),
+        }
+    }
+}

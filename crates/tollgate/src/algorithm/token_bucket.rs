@@ -1,0 +1,112 @@
+//! Token bucket: a bucket of `capacity` tokens, refilled one token per interval; a request takes
+//! `cost` tokens and is denied when there are not enough.
+//!
+//! A key starts with a full bucket, so a client can burst up to `capacity` at once and then
+//! continues at the refill rate. The state is a whole token count plus the time the next token
+//! started accruing; partial tokens are that time's distance from now, so nothing is rounded.
+
+use super::Outcome;
+use crate::{PolicyError, Rate, bounds};
+
+/// Parameters: `capacity` tokens, refilled at `refill`.
+///
+/// ```
+/// use tollgate::Rate;
+/// use tollgate::algorithm::token_bucket::TokenBucket;
+///
+/// // Bursts of up to 10, then 10 per second.
+/// let params = TokenBucket::new(10, Rate::per_second(10)?)?;
+/// assert_eq!(params.capacity(), 10);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TokenBucket {
+    capacity: u64,
+    refill: Rate,
+}
+
+/// Tokens in the bucket and the refill clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct State {
+    /// Whole tokens available.
+    pub tokens: u64,
+    /// When the next token started accruing, µs since the Unix epoch.
+    pub refilled_at_us: u64,
+}
+
+impl TokenBucket {
+    /// `capacity` is 1 to 10^9, and refilling an empty bucket may take at most 1000 days.
+    pub fn new(capacity: u64, refill: Rate) -> Result<Self, PolicyError> {
+        let capacity = bounds::count("capacity", capacity, bounds::MAX_LIMIT)?;
+        refill.check_horizon("capacity", capacity)?;
+        Ok(TokenBucket { capacity, refill })
+    }
+
+    /// Bucket size: the largest burst.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Refill rate.
+    pub fn refill(&self) -> Rate {
+        self.refill
+    }
+
+    /// Decides a request of `cost` at `now_us`; with `commit`, an admitted one takes its tokens.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::token_bucket::TokenBucket;
+    ///
+    /// let params = TokenBucket::new(2, Rate::per_second(1)?)?;
+    /// let mut state = None;
+    /// assert!(params.step(&mut state, 0, 2, true).allowed);
+    /// let denied = params.step(&mut state, 300_000, 1, true);
+    /// assert_eq!(denied.retry_after_us, Some(700_000)); // one token is back at 1 s
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
+        let interval = self.refill.interval_us();
+        let s = self.refilled(state.as_ref(), now_us);
+        let allowed = s.tokens >= cost;
+        let tokens = if allowed { s.tokens - cost } else { s.tokens };
+        if allowed && commit {
+            *state = Some(State { tokens, ..s });
+        }
+        // Time until `n` more tokens have accrued.
+        let accrue = |n: u64| {
+            s.refilled_at_us
+                .saturating_add(n.saturating_mul(interval))
+                .saturating_sub(now_us)
+        };
+        Outcome {
+            allowed,
+            remaining: tokens,
+            reset_after_us: if tokens < self.capacity {
+                accrue(self.capacity - tokens)
+            } else {
+                0
+            },
+            retry_after_us: (!allowed).then(|| accrue(cost - s.tokens)),
+        }
+    }
+
+    /// The bucket as of `now_us`. A missing key has a full bucket. A full bucket does not
+    /// accrue, so its refill clock restarts at `now_us`.
+    fn refilled(&self, state: Option<&State>, now_us: u64) -> State {
+        let full = State {
+            tokens: self.capacity,
+            refilled_at_us: now_us,
+        };
+        let Some(s) = state else { return full };
+        let interval = self.refill.interval_us();
+        let accrued = now_us.saturating_sub(s.refilled_at_us) / interval;
+        if s.tokens + accrued >= self.capacity {
+            return full;
+        }
+        State {
+            tokens: s.tokens + accrued,
+            refilled_at_us: s.refilled_at_us + accrued * interval,
+        }
+    }
+}

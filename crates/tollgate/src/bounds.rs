@@ -1,0 +1,60 @@
+//! The ranges every parameter must fall in, and the checks that enforce them.
+//!
+//! All arithmetic in the algorithms is on integer microseconds and must also run inside a Redis
+//! Lua script, where numbers are doubles that stay exact only up to 2^53. These bounds keep every
+//! timestamp and every product an algorithm forms far below that, so a policy that constructs is a
+//! policy that cannot overflow.
+
+use std::time::Duration;
+
+use crate::PolicyError;
+
+/// The shortest window, period or penalty: 1 ms.
+pub const MIN_PERIOD: Duration = Duration::from_millis(1);
+
+/// The longest window, period or penalty: 1000 days.
+pub const MAX_PERIOD: Duration = Duration::from_secs(1000 * 24 * 3600);
+
+/// The largest limit, capacity, burst or rate count.
+pub const MAX_LIMIT: u64 = 1_000_000_000;
+
+/// The largest sliding log limit. The log keeps one entry per admitted request (requests in the
+/// same microsecond share one), so its memory grows with the limit; use the sliding window
+/// counter for larger limits.
+pub const MAX_LOG_LIMIT: u64 = 100_000;
+
+/// The longest key, in bytes.
+pub const MAX_KEY_LEN: usize = 8 * 1024;
+
+/// The longest policy name, in bytes.
+pub const MAX_NAME_LEN: usize = 255;
+
+/// Checks that `value` is within `MIN_PERIOD..=MAX_PERIOD` and returns it in whole microseconds
+/// (sub-microsecond parts are dropped).
+pub(crate) fn period_us(field: &'static str, value: Duration) -> Result<u64, PolicyError> {
+    if value < MIN_PERIOD || value > MAX_PERIOD {
+        return Err(PolicyError::DurationOutOfRange {
+            field,
+            value,
+            min: MIN_PERIOD,
+            max: MAX_PERIOD,
+        });
+    }
+    Ok(as_us(value))
+}
+
+/// Checks that a count is within `1..=max`.
+pub(crate) fn count(field: &'static str, value: u64, max: u64) -> Result<u64, PolicyError> {
+    if value == 0 {
+        return Err(PolicyError::Zero { field });
+    }
+    if value > max {
+        return Err(PolicyError::TooLarge { field, value, max });
+    }
+    Ok(value)
+}
+
+/// A duration in whole microseconds, saturating (only used on validated durations).
+pub(crate) fn as_us(value: Duration) -> u64 {
+    u64::try_from(value.as_micros()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,82 @@
+//! What a check answers.
+
+use std::time::Duration;
+
+use crate::algorithm::Outcome;
+
+/// The answer to a check or peek. Being denied is a normal answer, not an error.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Algorithm, ManualClock, MemoryStore, Policy};
+///
+/// let store = MemoryStore::builder().clock(ManualClock::new(0)).build();
+/// let policy = Policy::new("api", Algorithm::sliding_log(1, Duration::from_secs(10))?)?;
+/// let first = store.check(&policy, "client-1", 1)?;
+/// assert!(first.allowed);
+/// assert_eq!(first.remaining, 0);
+/// let second = store.check(&policy, "client-1", 1)?;
+/// assert!(!second.allowed);
+/// assert_eq!(second.retry_after, Some(Duration::from_secs(10)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether the request may pass.
+    pub allowed: bool,
+    /// The policy's limit, capacity or burst.
+    pub limit: u64,
+    /// How many more requests of cost 1 would pass right now, after this one.
+    pub remaining: u64,
+    /// Time until the key has its full budget back, if nothing else arrives.
+    pub reset_after: Duration,
+    /// When denied: time until a retry of the same cost would pass (never earlier, never later).
+    /// `None` when allowed.
+    pub retry_after: Option<Duration>,
+}
+
+impl Decision {
+    /// Builds a decision from a step's outcome and the policy's limit.
+    ///
+    /// ```
+    /// use tollgate::Decision;
+    /// use tollgate::algorithm::Outcome;
+    ///
+    /// let outcome = Outcome { allowed: true, remaining: 4, reset_after_us: 1_500, retry_after_us: None };
+    /// let decision = Decision::from_outcome(outcome, 5);
+    /// assert_eq!(decision.reset_after, std::time::Duration::from_micros(1_500));
+    /// ```
+    pub fn from_outcome(outcome: Outcome, limit: u64) -> Self {
+        Decision {
+            allowed: outcome.allowed,
+            limit,
+            remaining: outcome.remaining,
+            reset_after: Duration::from_micros(outcome.reset_after_us),
+            retry_after: outcome.retry_after_us.map(Duration::from_micros),
+        }
+    }
+}
+
+/// The answer to [`check_limit`](crate::Store::check_limit) on an attempts counter.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ManualClock, MemoryStore};
+///
+/// let store = MemoryStore::builder().clock(ManualClock::new(0)).build();
+/// store.increment_attempts("login:alice", Duration::from_secs(3600))?;
+/// let status = store.check_limit("login:alice", 5)?;
+/// assert!(status.allowed);
+/// assert_eq!(status.remaining, 4);
+/// assert_eq!(status.ttl, Some(Duration::from_secs(3600)));
+/// # Ok::<(), tollgate::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptsStatus {
+    /// True while the count is below the maximum.
+    pub allowed: bool,
+    /// Attempts left before the maximum is reached.
+    pub remaining: u64,
+    /// Time until the counter expires; `None` when there is no counter.
+    pub ttl: Option<Duration>,
+}

@@ -1,0 +1,169 @@
+//! Errors, split by when they can happen.
+//!
+//! A [`PolicyError`] is raised while a policy is being built, so a bad limit is caught at start-up
+//! rather than on the first request. An [`Error`] is raised by a store operation: either the input
+//! was unusable (zero cost, empty key, ...) or the store itself failed. Being rate limited is never
+//! an error; it is an `Ok` [`Decision`](crate::Decision) with `allowed == false`.
+
+use std::time::Duration;
+
+/// A policy parameter that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// A count (limit, capacity, burst, rate) is zero.
+    #[error("{field} must be at least 1")]
+    Zero {
+        /// The parameter, e.g. `limit`.
+        field: &'static str,
+    },
+    /// A count is larger than this algorithm supports.
+    #[error("{field} is {value}, above the maximum of {max}")]
+    TooLarge {
+        /// The parameter, e.g. `limit`.
+        field: &'static str,
+        /// The value given.
+        value: u64,
+        /// The largest accepted value.
+        max: u64,
+    },
+    /// A window, period or penalty is shorter than 1 ms or longer than the supported maximum.
+    #[error("{field} is {value:?}, outside the supported range {min:?} to {max:?}")]
+    DurationOutOfRange {
+        /// The parameter, e.g. `window`.
+        field: &'static str,
+        /// The value given.
+        value: Duration,
+        /// The shortest accepted duration.
+        min: Duration,
+        /// The longest accepted duration.
+        max: Duration,
+    },
+    /// A rate asks for more than one request per microsecond, finer than the clock can measure.
+    #[error("rate of {count} per {per:?} is finer than one request per microsecond")]
+    RateTooFine {
+        /// Requests per period.
+        count: u64,
+        /// The period.
+        per: Duration,
+    },
+    /// Refilling (or draining) the whole bucket would take longer than the supported maximum.
+    #[error("{field} of {size} at this rate takes {needed:?} to refill, above the maximum of {max:?}")]
+    HorizonTooLong {
+        /// The parameter, e.g. `capacity`.
+        field: &'static str,
+        /// The size given.
+        size: u64,
+        /// How long a full refill would take.
+        needed: Duration,
+        /// The longest accepted refill time.
+        max: Duration,
+    },
+    /// The policy name is empty or too long.
+    #[error("policy name must be 1 to {max} bytes, got {len}")]
+    BadName {
+        /// Length of the name given, in bytes.
+        len: usize,
+        /// The longest accepted name, in bytes.
+        max: usize,
+    },
+}
+
+/// What a store operation failed on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The cost is zero; a check must ask for at least one unit.
+    #[error("cost must be at least 1")]
+    ZeroCost,
+    /// The cost is more than the policy can ever admit at once, so it would be denied forever.
+    #[error("cost {cost} is above {max}, the most policy `{policy}` can ever admit at once")]
+    CostTooLarge {
+        /// The cost asked for.
+        cost: u64,
+        /// The policy's limit, capacity or burst.
+        max: u64,
+        /// The policy's name.
+        policy: String,
+    },
+    /// The key is empty.
+    #[error("key must not be empty")]
+    EmptyKey,
+    /// The key is longer than the store accepts.
+    #[error("key is {len} bytes, above the maximum of {max}")]
+    KeyTooLong {
+        /// Length of the key given, in bytes.
+        len: usize,
+        /// The longest accepted key, in bytes.
+        max: usize,
+    },
+    /// `check_limit` was asked with `max_attempts == 0`, which can never allow anything.
+    #[error("max_attempts must be at least 1")]
+    ZeroMaxAttempts,
+    /// An attempts TTL is outside the supported range.
+    #[error("ttl is {value:?}, outside the supported range {min:?} to {max:?}")]
+    TtlOutOfRange {
+        /// The TTL given.
+        value: Duration,
+        /// The shortest accepted TTL.
+        min: Duration,
+        /// The longest accepted TTL.
+        max: Duration,
+    },
+    /// The memory store is at its key bound and every key in the way is currently limited or
+    /// blocked. Forgetting one of them would hand its owner a fresh budget, so the new key is
+    /// refused instead; the caller's failure policy decides what to do.
+    #[error("memory store is full: {max_keys} keys, none of them evictable right now")]
+    StoreFull {
+        /// The configured key bound.
+        max_keys: usize,
+    },
+    /// A backing store (such as Redis) failed.
+    #[error("store {kind} error: {message}")]
+    Store {
+        /// The class of failure, for failure policies and metrics.
+        kind: StoreErrorKind,
+        /// What happened, from the store.
+        message: String,
+    },
+}
+
+/// The class of a backing store failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The store did not answer in time.
+    Timeout,
+    /// The store could not be reached.
+    Connection,
+    /// A server-side script failed.
+    Script,
+    /// A cluster could not route the call.
+    Cluster,
+    /// A stored value is not one this crate wrote.
+    Corrupt,
+}
+
+impl std::fmt::Display for StoreErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StoreErrorKind::Timeout => "timeout",
+            StoreErrorKind::Connection => "connection",
+            StoreErrorKind::Script => "script",
+            StoreErrorKind::Cluster => "cluster",
+            StoreErrorKind::Corrupt => "corrupt value",
+        })
+    }
+}
+
+impl Error {
+    /// True when the caller's input was unusable, as opposed to the store failing.
+    ///
+    /// ```
+    /// let err = tollgate::Error::ZeroCost;
+    /// assert!(err.is_bad_input());
+    /// ```
+    pub fn is_bad_input(&self) -> bool {
+        !matches!(self, Error::StoreFull { .. } | Error::Store { .. })
+    }
+}

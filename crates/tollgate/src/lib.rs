@@ -1,0 +1,53 @@
+//! tollgate decides, per key, whether a request may pass: atomically, fast, and with memory that
+//! stays bounded when bots flood it with new keys.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{Algorithm, MemoryStore, Policy};
+//!
+//! let store = MemoryStore::new();
+//! // At most 20 requests per minute per client, exactly, and a 60 s lock-out after that.
+//! let movies = Policy::new("movies", Algorithm::sliding_log(20, Duration::from_secs(60))?)?
+//!     .with_block_for(Duration::from_secs(60))?;
+//!
+//! for _ in 0..20 {
+//!     assert!(store.check(&movies, "198.51.100.4", 1)?.allowed);
+//! }
+//! let denied = store.check(&movies, "198.51.100.4", 1)?;
+//! assert!(!denied.allowed);
+//! assert_eq!(denied.retry_after.map(|d| d.as_secs()), Some(60));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Layout
+//!
+//! - [`policy`]: a [`Policy`] is a name, an [`Algorithm`] with validated parameters and an
+//!   optional `block_for` penalty.
+//! - [`algorithm`]: one module per algorithm, each a pure step function on integer
+//!   microseconds, and [`algorithm::decide`], which adds penalties.
+//! - [`attempts`]: the attempts counter for brute-force protection.
+//! - [`decision`]: [`Decision`] and [`AttemptsStatus`], the answers.
+//! - [`store`]: the [`Store`] trait every backend implements, and the input checks they share.
+//! - [`memory`]: [`MemoryStore`], the embedded, bounded, sharded default.
+//! - [`clock`]: [`Clock`], with [`SystemClock`] and [`ManualClock`] for tests.
+//! - [`bounds`]: the accepted range of every parameter.
+//! - [`error`]: [`PolicyError`] at construction, [`Error`] from store operations.
+//!
+//! This crate does no I/O and needs no async runtime.
+
+pub mod algorithm;
+pub mod attempts;
+pub mod bounds;
+pub mod clock;
+pub mod decision;
+pub mod error;
+pub mod memory;
+pub mod policy;
+pub mod store;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use decision::{AttemptsStatus, Decision};
+pub use error::{Error, PolicyError, StoreErrorKind};
+pub use memory::{MemoryStore, MemoryStoreBuilder};
+pub use policy::{Algorithm, Anchor, Policy, Rate};
+pub use store::Store;

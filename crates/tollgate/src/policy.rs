@@ -1,0 +1,408 @@
+//! Policies: a name, an algorithm with its parameters, and an optional penalty.
+//!
+//! Everything is validated when constructed, so a policy that exists can be used: no check will
+//! ever fail because of the policy itself. The name namespaces the stored state, so two policies
+//! applied to the same key (say `"login"` and `"api"` on one user id) never share a counter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::PolicyError;
+use crate::algorithm::{
+    fixed_window::FixedWindow, gcra::Gcra, leaky_bucket::LeakyBucket, sliding_log::SlidingLog,
+    sliding_window::SlidingWindow, token_bucket::TokenBucket,
+};
+use crate::bounds::{self, MAX_NAME_LEN};
+
+/// A rate: `count` requests per `per`, e.g. 10 per second.
+///
+/// Internally a rate is the interval between two requests, in whole microseconds, rounded up
+/// when it does not divide evenly (7 per minute becomes one per 8 571 429 µs). Rounding up keeps
+/// the limiter on the strict side: it never admits more than the rate says.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::Rate;
+///
+/// let rate = Rate::new(10, Duration::from_secs(1))?;
+/// assert_eq!(rate.interval(), Duration::from_millis(100));
+/// assert_eq!(Rate::per_minute(30)?.interval(), Duration::from_secs(2));
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Rate {
+    count: u64,
+    per_us: u64,
+    interval_us: u64,
+}
+
+impl Rate {
+    /// `count` requests per `per`. `count` is 1 to [`MAX_LIMIT`](crate::bounds::MAX_LIMIT), `per`
+    /// is 1 ms to 1000 days, and the rate may not exceed one request per microsecond.
+    pub fn new(count: u64, per: Duration) -> Result<Self, PolicyError> {
+        let count = bounds::count("rate", count, bounds::MAX_LIMIT)?;
+        let per_us = bounds::period_us("rate period", per)?;
+        if count > per_us {
+            return Err(PolicyError::RateTooFine { count, per });
+        }
+        Ok(Rate {
+            count,
+            per_us,
+            interval_us: per_us.div_ceil(count),
+        })
+    }
+
+    /// `count` requests per second.
+    ///
+    /// ```
+    /// assert!(tollgate::Rate::per_second(0).is_err());
+    /// ```
+    pub fn per_second(count: u64) -> Result<Self, PolicyError> {
+        Self::new(count, Duration::from_secs(1))
+    }
+
+    /// `count` requests per minute.
+    ///
+    /// ```
+    /// let rate = tollgate::Rate::per_minute(60)?;
+    /// assert_eq!(rate.interval(), std::time::Duration::from_secs(1));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn per_minute(count: u64) -> Result<Self, PolicyError> {
+        Self::new(count, Duration::from_secs(60))
+    }
+
+    /// `count` requests per hour.
+    ///
+    /// ```
+    /// let rate = tollgate::Rate::per_hour(3600)?;
+    /// assert_eq!(rate.interval(), std::time::Duration::from_secs(1));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn per_hour(count: u64) -> Result<Self, PolicyError> {
+        Self::new(count, Duration::from_secs(3600))
+    }
+
+    /// Requests per period, as given.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::Rate::per_second(5)?.count(), 5);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The period, as given (to the microsecond).
+    ///
+    /// ```
+    /// assert_eq!(tollgate::Rate::per_second(5)?.period(), std::time::Duration::from_secs(1));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn period(&self) -> Duration {
+        Duration::from_micros(self.per_us)
+    }
+
+    /// The time between two requests at this rate, rounded up to a whole microsecond.
+    ///
+    /// ```
+    /// let rate = tollgate::Rate::per_second(3)?;
+    /// assert_eq!(rate.interval_us(), 333_334);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn interval(&self) -> Duration {
+        Duration::from_micros(self.interval_us)
+    }
+
+    /// [`interval`](Self::interval) in microseconds.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::Rate::per_second(10)?.interval_us(), 100_000);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn interval_us(&self) -> u64 {
+        self.interval_us
+    }
+
+    /// Checks that `size` requests at this rate take at most 1000 days, so that the bucket
+    /// arithmetic stays exact.
+    pub(crate) fn check_horizon(&self, field: &'static str, size: u64) -> Result<(), PolicyError> {
+        let max_us = bounds::as_us(bounds::MAX_PERIOD);
+        match size.checked_mul(self.interval_us) {
+            Some(needed) if needed <= max_us => Ok(()),
+            needed => Err(PolicyError::HorizonTooLong {
+                field,
+                size,
+                needed: Duration::from_micros(needed.unwrap_or(u64::MAX)),
+                max: bounds::MAX_PERIOD,
+            }),
+        }
+    }
+}
+
+/// Where fixed windows start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Anchor {
+    /// Windows are aligned to multiples of the window length since the Unix epoch, the same for
+    /// every key (a 1-minute window runs from :00 to :59 of each minute).
+    #[default]
+    Epoch,
+    /// A key's window starts at its first request and a new one at the first request after it
+    /// ends: the classic `INCR` + `EXPIRE` counter.
+    FirstHit,
+}
+
+/// An algorithm with its validated parameters.
+///
+/// Build one with the constructors ([`Algorithm::gcra`], ...) or from the parameter type of its
+/// module ([`Gcra::new`], ...).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// Count per window; see [`FixedWindow`].
+    FixedWindow(FixedWindow),
+    /// Exact log of admitted requests; see [`SlidingLog`].
+    SlidingLog(SlidingLog),
+    /// Two-counter estimate; see [`SlidingWindow`].
+    SlidingWindow(SlidingWindow),
+    /// Tokens refilled at a rate; see [`TokenBucket`].
+    TokenBucket(TokenBucket),
+    /// A meter drained at a rate; see [`LeakyBucket`].
+    LeakyBucket(LeakyBucket),
+    /// Generic cell rate algorithm; see [`Gcra`].
+    Gcra(Gcra),
+}
+
+impl Algorithm {
+    /// A fixed window of `limit` requests per `window`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Anchor};
+    ///
+    /// let algorithm = Algorithm::fixed_window(100, Duration::from_secs(60), Anchor::Epoch)?;
+    /// assert_eq!(algorithm.limit(), 100);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn fixed_window(limit: u64, window: Duration, anchor: Anchor) -> Result<Self, PolicyError> {
+        FixedWindow::new(limit, window, anchor).map(Algorithm::FixedWindow)
+    }
+
+    /// An exact sliding log of `limit` requests per `window`.
+    ///
+    /// ```
+    /// let algorithm = tollgate::Algorithm::sliding_log(20, std::time::Duration::from_secs(60))?;
+    /// assert_eq!(algorithm.limit(), 20);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn sliding_log(limit: u64, window: Duration) -> Result<Self, PolicyError> {
+        SlidingLog::new(limit, window).map(Algorithm::SlidingLog)
+    }
+
+    /// An approximate sliding window of `limit` requests per `window`.
+    ///
+    /// ```
+    /// let algorithm = tollgate::Algorithm::sliding_window(1000, std::time::Duration::from_secs(3600))?;
+    /// assert_eq!(algorithm.limit(), 1000);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn sliding_window(limit: u64, window: Duration) -> Result<Self, PolicyError> {
+        SlidingWindow::new(limit, window).map(Algorithm::SlidingWindow)
+    }
+
+    /// A token bucket holding `capacity` tokens, refilled at `refill`.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Rate};
+    ///
+    /// let algorithm = Algorithm::token_bucket(10, Rate::per_second(10)?)?;
+    /// assert_eq!(algorithm.limit(), 10);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn token_bucket(capacity: u64, refill: Rate) -> Result<Self, PolicyError> {
+        TokenBucket::new(capacity, refill).map(Algorithm::TokenBucket)
+    }
+
+    /// A leaky bucket (meter) holding `capacity`, drained at `leak`.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Rate};
+    ///
+    /// let algorithm = Algorithm::leaky_bucket(5, Rate::per_second(1)?)?;
+    /// assert_eq!(algorithm.limit(), 5);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn leaky_bucket(capacity: u64, leak: Rate) -> Result<Self, PolicyError> {
+        LeakyBucket::new(capacity, leak).map(Algorithm::LeakyBucket)
+    }
+
+    /// GCRA admitting `rate` on average with bursts of up to `burst` requests.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Rate};
+    ///
+    /// let algorithm = Algorithm::gcra(Rate::per_second(10)?, 5)?;
+    /// assert_eq!(algorithm.limit(), 5);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn gcra(rate: Rate, burst: u64) -> Result<Self, PolicyError> {
+        Gcra::new(rate, burst).map(Algorithm::Gcra)
+    }
+
+    /// The most this algorithm admits at once: the limit, capacity or burst. It is also the
+    /// largest cost a single check may ask for.
+    ///
+    /// ```
+    /// let algorithm = tollgate::Algorithm::gcra(tollgate::Rate::per_second(10)?, 3)?;
+    /// assert_eq!(algorithm.limit(), 3);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn limit(&self) -> u64 {
+        match self {
+            Algorithm::FixedWindow(p) => p.limit(),
+            Algorithm::SlidingLog(p) => p.limit(),
+            Algorithm::SlidingWindow(p) => p.limit(),
+            Algorithm::TokenBucket(p) => p.capacity(),
+            Algorithm::LeakyBucket(p) => p.capacity(),
+            Algorithm::Gcra(p) => p.burst(),
+        }
+    }
+
+    /// A short lower-case name: `fixed_window`, `sliding_log`, `sliding_window`,
+    /// `token_bucket`, `leaky_bucket` or `gcra`.
+    ///
+    /// ```
+    /// let algorithm = tollgate::Algorithm::sliding_log(5, std::time::Duration::from_secs(1))?;
+    /// assert_eq!(algorithm.name(), "sliding_log");
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow(_) => "fixed_window",
+            Algorithm::SlidingLog(_) => "sliding_log",
+            Algorithm::SlidingWindow(_) => "sliding_window",
+            Algorithm::TokenBucket(_) => "token_bucket",
+            Algorithm::LeakyBucket(_) => "leaky_bucket",
+            Algorithm::Gcra(_) => "gcra",
+        }
+    }
+}
+
+/// A named rule: which algorithm with which parameters, and an optional penalty.
+///
+/// Cloning is cheap (the name is shared).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Algorithm, Policy};
+///
+/// // 20 requests per minute per client, and a client that goes over is shut out for 60 s.
+/// let policy = Policy::new("movies", Algorithm::sliding_log(20, Duration::from_secs(60))?)?
+///     .with_block_for(Duration::from_secs(60))?;
+/// assert_eq!(policy.name(), "movies");
+/// assert_eq!(policy.block_for(), Some(Duration::from_secs(60)));
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Policy {
+    name: Arc<str>,
+    algorithm: Algorithm,
+    block_for_us: Option<u64>,
+}
+
+impl Policy {
+    /// A policy named `name` (1 to 255 bytes, any characters) using `algorithm`.
+    ///
+    /// ```
+    /// let algorithm = tollgate::Algorithm::sliding_log(5, std::time::Duration::from_secs(1))?;
+    /// assert!(tollgate::Policy::new("", algorithm).is_err());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn new(name: impl Into<Arc<str>>, algorithm: Algorithm) -> Result<Self, PolicyError> {
+        let name = name.into();
+        if name.is_empty() || name.len() > MAX_NAME_LEN {
+            return Err(PolicyError::BadName {
+                len: name.len(),
+                max: MAX_NAME_LEN,
+            });
+        }
+        Ok(Policy {
+            name,
+            algorithm,
+            block_for_us: None,
+        })
+    }
+
+    /// Adds a penalty: once a check of a key is denied, every check of that key is denied until
+    /// `block_for` has passed since that denial. Checks denied by the block itself do not extend
+    /// it. `block_for` is 1 ms to 1000 days.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Policy};
+    ///
+    /// let policy = Policy::new("x", Algorithm::sliding_log(1, Duration::from_secs(1))?)?;
+    /// assert!(policy.with_block_for(Duration::ZERO).is_err());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn with_block_for(mut self, block_for: Duration) -> Result<Self, PolicyError> {
+        self.block_for_us = Some(bounds::period_us("block_for", block_for)?);
+        Ok(self)
+    }
+
+    /// The name, which namespaces this policy's state in a store.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?;
+    /// assert_eq!(policy.name(), "api");
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The algorithm and its parameters.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?;
+    /// assert_eq!(policy.algorithm().name(), "gcra");
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn algorithm(&self) -> &Algorithm {
+        &self.algorithm
+    }
+
+    /// The penalty, if any.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?;
+    /// assert_eq!(policy.block_for(), None);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn block_for(&self) -> Option<Duration> {
+        self.block_for_us.map(Duration::from_micros)
+    }
+
+    /// The penalty in microseconds, if any.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?
+    ///     .with_block_for(std::time::Duration::from_secs(2))?;
+    /// assert_eq!(policy.block_for_us(), Some(2_000_000));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn block_for_us(&self) -> Option<u64> {
+        self.block_for_us
+    }
+
+    /// The most one check may cost: the algorithm's limit, capacity or burst.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 4)?)?;
+    /// assert_eq!(policy.max_cost(), 4);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn max_cost(&self) -> u64 {
+        self.algorithm.limit()
+    }
+}
