@@ -99,6 +99,7 @@ pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, com
         if commit {
             state.blocked_until_us = now_us + block_for;
         }
+        outcome.remaining = 0;
         outcome.reset_after_us = outcome.reset_after_us.max(block_for);
         outcome.retry_after_us = outcome.retry_after_us.map(|r| r.max(block_for));
     }
