@@ -51,3 +51,8 @@ pub use error::{Error, PolicyError, StoreErrorKind};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use policy::{Algorithm, Anchor, Policy, Rate};
 pub use store::Store;
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
