@@ -10,23 +10,47 @@ use std::time::Duration;
 use crate::PolicyError;
 
 /// The shortest window, period or penalty: 1 ms.
+///
+/// ```
+/// assert_eq!(tollgate::bounds::MIN_PERIOD.as_micros(), 1_000);
+/// ```
 pub const MIN_PERIOD: Duration = Duration::from_millis(1);
 
 /// The longest window, period or penalty: 1000 days.
+///
+/// ```
+/// assert_eq!(tollgate::bounds::MAX_PERIOD.as_secs(), 86_400_000);
+/// ```
 pub const MAX_PERIOD: Duration = Duration::from_secs(1000 * 24 * 3600);
 
 /// The largest limit, capacity, burst or rate count.
+///
+/// ```
+/// assert!(tollgate::Algorithm::sliding_window(tollgate::bounds::MAX_LIMIT, std::time::Duration::from_secs(60)).is_ok());
+/// ```
 pub const MAX_LIMIT: u64 = 1_000_000_000;
 
 /// The largest sliding log limit. The log keeps one entry per admitted request (requests in the
 /// same microsecond share one), so its memory grows with the limit; use the sliding window
 /// counter for larger limits.
+///
+/// ```
+/// assert!(tollgate::Algorithm::sliding_log(tollgate::bounds::MAX_LOG_LIMIT + 1, std::time::Duration::from_secs(60)).is_err());
+/// ```
 pub const MAX_LOG_LIMIT: u64 = 100_000;
 
 /// The longest key, in bytes.
+///
+/// ```
+/// assert!(tollgate::store::validate_key(&[b'k'; tollgate::bounds::MAX_KEY_LEN]).is_ok());
+/// ```
 pub const MAX_KEY_LEN: usize = 8 * 1024;
 
 /// The longest policy name, in bytes.
+///
+/// ```
+/// assert_eq!(tollgate::bounds::MAX_NAME_LEN, 255);
+/// ```
 pub const MAX_NAME_LEN: usize = 255;
 
 /// Checks that `value` is within `MIN_PERIOD..=MAX_PERIOD` and returns it in whole microseconds

@@ -44,6 +44,13 @@ pub struct SystemClock {
 
 impl SystemClock {
     /// Reads the wall clock once and counts from there.
+    ///
+    /// ```
+    /// use tollgate::{Clock, SystemClock};
+    ///
+    /// let clock = SystemClock::new();
+    /// assert!(clock.now_us() > 0);
+    /// ```
     pub fn new() -> Self {
         let counter = quanta::Clock::new();
         let started = counter.now();
@@ -91,6 +98,12 @@ pub struct ManualClock {
 
 impl ManualClock {
     /// A clock reading `now_us`.
+    ///
+    /// ```
+    /// use tollgate::{Clock, ManualClock};
+    ///
+    /// assert_eq!(ManualClock::new(7).now_us(), 7);
+    /// ```
     pub fn new(now_us: u64) -> Self {
         ManualClock {
             now_us: Arc::new(AtomicU64::new(now_us)),
@@ -98,11 +111,28 @@ impl ManualClock {
     }
 
     /// Sets the time.
+    ///
+    /// ```
+    /// use tollgate::{Clock, ManualClock};
+    ///
+    /// let clock = ManualClock::new(7);
+    /// clock.set_us(3);
+    /// assert_eq!(clock.now_us(), 3);
+    /// ```
     pub fn set_us(&self, now_us: u64) {
         self.now_us.store(now_us, Ordering::SeqCst);
     }
 
     /// Moves the time forward.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Clock, ManualClock};
+    ///
+    /// let clock = ManualClock::new(0);
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(clock.now_us(), 1_000_000);
+    /// ```
     pub fn advance(&self, by: Duration) {
         self.now_us.fetch_add(bounds::as_us(by), Ordering::SeqCst);
     }

@@ -42,6 +42,14 @@ pub struct State {
 
 impl FixedWindow {
     /// `limit` is 1 to 10^9; `window` is 1 ms to 1000 days.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Anchor;
+    /// use tollgate::algorithm::fixed_window::FixedWindow;
+    ///
+    /// assert!(FixedWindow::new(0, Duration::from_secs(60), Anchor::Epoch).is_err());
+    /// ```
     pub fn new(limit: u64, window: Duration, anchor: Anchor) -> Result<Self, PolicyError> {
         Ok(FixedWindow {
             limit: bounds::count("limit", limit, bounds::MAX_LIMIT)?,
@@ -51,16 +59,46 @@ impl FixedWindow {
     }
 
     /// Requests admitted per window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Anchor;
+    /// use tollgate::algorithm::fixed_window::FixedWindow;
+    ///
+    /// let params = FixedWindow::new(100, Duration::from_secs(60), Anchor::Epoch)?;
+    /// assert_eq!(params.limit(), 100);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
     pub fn limit(&self) -> u64 {
         self.limit
     }
 
     /// Window length in microseconds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Anchor;
+    /// use tollgate::algorithm::fixed_window::FixedWindow;
+    ///
+    /// let params = FixedWindow::new(100, Duration::from_secs(60), Anchor::Epoch)?;
+    /// assert_eq!(params.window_us(), 60_000_000);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
     pub fn window_us(&self) -> u64 {
         self.window_us
     }
 
     /// Where windows start.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Anchor;
+    /// use tollgate::algorithm::fixed_window::FixedWindow;
+    ///
+    /// let params = FixedWindow::new(100, Duration::from_secs(60), Anchor::Epoch)?;
+    /// assert_eq!(params.anchor(), Anchor::Epoch);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
     pub fn anchor(&self) -> Anchor {
         self.anchor
     }

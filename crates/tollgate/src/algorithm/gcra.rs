@@ -50,6 +50,14 @@ pub struct State {
 
 impl Gcra {
     /// `burst` is 1 to 10^9, and `burst` requests at `rate` may span at most 1000 days.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::gcra::Gcra;
+    ///
+    /// assert!(Gcra::new(Rate::per_second(10)?, 0).is_err());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
     pub fn new(rate: Rate, burst: u64) -> Result<Self, PolicyError> {
         let burst = bounds::count("burst", burst, bounds::MAX_LIMIT)?;
         rate.check_horizon("burst", burst)?;
@@ -57,11 +65,29 @@ impl Gcra {
     }
 
     /// Long-run rate.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::gcra::Gcra;
+    ///
+    /// let params = Gcra::new(Rate::per_second(10)?, 5)?;
+    /// assert_eq!(params.rate().interval_us(), 100_000);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
     pub fn rate(&self) -> Rate {
         self.rate
     }
 
     /// Requests admitted at once.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::gcra::Gcra;
+    ///
+    /// let params = Gcra::new(Rate::per_second(10)?, 5)?;
+    /// assert_eq!(params.burst(), 5);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
     pub fn burst(&self) -> u64 {
         self.burst
     }

@@ -35,6 +35,14 @@ pub struct State {
 
 impl LeakyBucket {
     /// `capacity` is 1 to 10^9, and draining a full bucket may take at most 1000 days.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::leaky_bucket::LeakyBucket;
+    ///
+    /// assert!(LeakyBucket::new(0, Rate::per_second(1)?).is_err());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
     pub fn new(capacity: u64, leak: Rate) -> Result<Self, PolicyError> {
         let capacity = bounds::count("capacity", capacity, bounds::MAX_LIMIT)?;
         leak.check_horizon("capacity", capacity)?;
@@ -42,11 +50,29 @@ impl LeakyBucket {
     }
 
     /// Bucket size.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::leaky_bucket::LeakyBucket;
+    ///
+    /// let params = LeakyBucket::new(10, Rate::per_second(5)?)?;
+    /// assert_eq!(params.capacity(), 10);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
 
     /// Drain rate.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::leaky_bucket::LeakyBucket;
+    ///
+    /// let params = LeakyBucket::new(10, Rate::per_second(5)?)?;
+    /// assert_eq!(params.leak().interval_us(), 200_000);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
     pub fn leak(&self) -> Rate {
         self.leak
     }

@@ -143,6 +143,18 @@ fn step(algorithm: &Algorithm, slot: &mut AlgorithmState, now_us: u64, cost: u64
 /// Until when (µs) this key is "hot": blocked, or out of budget so that a request of cost 1 would
 /// be denied. A store must not forget a hot key to make room for others, or flooding it with new
 /// keys would hand the limited client a fresh budget.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::algorithm::{KeyState, decide, hot_until_us};
+/// use tollgate::{Algorithm, Policy};
+///
+/// let policy = Policy::new("p", Algorithm::sliding_log(1, Duration::from_secs(10))?)?;
+/// let mut state = KeyState::default();
+/// decide(&policy, &mut state, 0, 1, true);
+/// assert_eq!(hot_until_us(&policy, &mut state, 4_000_000), 10_000_000);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
 pub fn hot_until_us(policy: &Policy, state: &mut KeyState, now_us: u64) -> u64 {
     if state.blocked_until_us > now_us {
         return state.blocked_until_us;

@@ -54,6 +54,13 @@ impl Log {
 
 impl SlidingLog {
     /// `limit` is 1 to 100 000; `window` is 1 ms to 1000 days.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::algorithm::sliding_log::SlidingLog;
+    ///
+    /// assert!(SlidingLog::new(20, Duration::ZERO).is_err());
+    /// ```
     pub fn new(limit: u64, window: Duration) -> Result<Self, PolicyError> {
         Ok(SlidingLog {
             limit: bounds::count("limit", limit, bounds::MAX_LOG_LIMIT)?,
@@ -62,11 +69,29 @@ impl SlidingLog {
     }
 
     /// Requests admitted per window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::algorithm::sliding_log::SlidingLog;
+    ///
+    /// let params = SlidingLog::new(20, Duration::from_secs(60))?;
+    /// assert_eq!(params.limit(), 20);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
     pub fn limit(&self) -> u64 {
         self.limit
     }
 
     /// Window length in microseconds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::algorithm::sliding_log::SlidingLog;
+    ///
+    /// let params = SlidingLog::new(20, Duration::from_secs(60))?;
+    /// assert_eq!(params.window_us(), 60_000_000);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
     pub fn window_us(&self) -> u64 {
         self.window_us
     }

@@ -47,6 +47,13 @@ pub struct State {
 
 impl SlidingWindow {
     /// `limit` is 1 to 10^9; `window` is 1 ms to 1000 days.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::algorithm::sliding_window::SlidingWindow;
+    ///
+    /// assert!(SlidingWindow::new(2_000_000_000, Duration::from_secs(1)).is_err());
+    /// ```
     pub fn new(limit: u64, window: Duration) -> Result<Self, PolicyError> {
         Ok(SlidingWindow {
             limit: bounds::count("limit", limit, bounds::MAX_LIMIT)?,
@@ -55,11 +62,29 @@ impl SlidingWindow {
     }
 
     /// Requests admitted per window.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::algorithm::sliding_window::SlidingWindow;
+    ///
+    /// let params = SlidingWindow::new(50, Duration::from_secs(1))?;
+    /// assert_eq!(params.limit(), 50);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
     pub fn limit(&self) -> u64 {
         self.limit
     }
 
     /// Window length in microseconds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::algorithm::sliding_window::SlidingWindow;
+    ///
+    /// let params = SlidingWindow::new(50, Duration::from_secs(1))?;
+    /// assert_eq!(params.window_us(), 1_000_000);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
     pub fn window_us(&self) -> u64 {
         self.window_us
     }

@@ -36,6 +36,15 @@ pub struct State {
 
 impl TokenBucket {
     /// `capacity` is 1 to 10^9, and refilling an empty bucket may take at most 1000 days.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::token_bucket::TokenBucket;
+    ///
+    /// // A billion tokens at one per second would take 31 years to refill.
+    /// assert!(TokenBucket::new(1_000_000_000, Rate::per_second(1)?).is_err());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
     pub fn new(capacity: u64, refill: Rate) -> Result<Self, PolicyError> {
         let capacity = bounds::count("capacity", capacity, bounds::MAX_LIMIT)?;
         refill.check_horizon("capacity", capacity)?;
@@ -43,11 +52,29 @@ impl TokenBucket {
     }
 
     /// Bucket size: the largest burst.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::token_bucket::TokenBucket;
+    ///
+    /// let params = TokenBucket::new(10, Rate::per_second(5)?)?;
+    /// assert_eq!(params.capacity(), 10);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
 
     /// Refill rate.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::token_bucket::TokenBucket;
+    ///
+    /// let params = TokenBucket::new(10, Rate::per_second(5)?)?;
+    /// assert_eq!(params.refill().count(), 5);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
     pub fn refill(&self) -> Rate {
         self.refill
     }

@@ -23,6 +23,10 @@ use crate::store::{self, Store};
 use crate::{AttemptsStatus, Clock, Decision, Error, Policy, SystemClock};
 
 /// The default bound on stored keys.
+///
+/// ```
+/// assert_eq!(tollgate::memory::DEFAULT_MAX_KEYS, 1_048_576);
+/// ```
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
 
 const MAX_SHARDS: usize = 64;
@@ -71,11 +75,21 @@ pub struct MemoryStoreBuilder<C: Clock = SystemClock> {
 
 impl MemoryStore {
     /// A store with the default bound and the system clock.
+    ///
+    /// ```
+    /// let store = tollgate::MemoryStore::new();
+    /// assert_eq!(store.max_keys(), tollgate::memory::DEFAULT_MAX_KEYS);
+    /// ```
     pub fn new() -> Self {
         Self::builder().build()
     }
 
     /// Starts configuring a store.
+    ///
+    /// ```
+    /// let store = tollgate::MemoryStore::builder().max_keys(500).build();
+    /// assert_eq!(store.max_keys(), 500);
+    /// ```
     pub fn builder() -> MemoryStoreBuilder {
         MemoryStoreBuilder {
             max_keys: DEFAULT_MAX_KEYS,
@@ -92,6 +106,10 @@ impl Default for MemoryStore {
 
 impl<C: Clock> MemoryStoreBuilder<C> {
     /// The most keys (policy keys and attempts counters together) the store holds. At least 1.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::MemoryStore::builder().max_keys(0).build().max_keys(), 1);
+    /// ```
     /// The bound is split across shards, so a shard can fill a little before the whole store
     /// does; the total never exceeds `max_keys`.
     pub fn max_keys(mut self, max_keys: usize) -> Self {
@@ -100,6 +118,14 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     }
 
     /// The clock, e.g. a [`ManualClock`](crate::ManualClock) in tests.
+    ///
+    /// ```
+    /// use tollgate::{Clock, ManualClock, MemoryStore};
+    ///
+    /// let clock = ManualClock::new(42);
+    /// let _store = MemoryStore::builder().clock(clock.clone()).build();
+    /// assert_eq!(clock.now_us(), 42);
+    /// ```
     pub fn clock<C2: Clock>(self, clock: C2) -> MemoryStoreBuilder<C2> {
         MemoryStoreBuilder {
             max_keys: self.max_keys,
@@ -108,6 +134,11 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     }
 
     /// Builds the store.
+    ///
+    /// ```
+    /// let store = tollgate::MemoryStore::builder().build();
+    /// assert!(store.is_empty());
+    /// ```
     pub fn build(self) -> MemoryStore<C> {
         // At least 64 keys per shard, so that the split wastes little of the bound.
         let shard_count = (self.max_keys / 64).clamp(1, MAX_SHARDS);
@@ -129,6 +160,10 @@ impl<C: Clock> MemoryStoreBuilder<C> {
 
 impl<C: Clock> MemoryStore<C> {
     /// The bound on stored keys.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::MemoryStore::builder().max_keys(1_000).build().max_keys(), 1_000);
+    /// ```
     pub fn max_keys(&self) -> usize {
         self.max_keys
     }
