@@ -39,6 +39,14 @@ pub const MAX_LIMIT: u64 = 1_000_000_000;
 /// ```
 pub const MAX_LOG_LIMIT: u64 = 100_000;
 
+/// The largest `limit × window` (window in ms) of a sliding window counter: 2^51. Its
+/// arithmetic multiplies the two, and must stay exact in a Lua double (2^53) with room for sums.
+///
+/// ```
+/// assert_eq!(tollgate::bounds::MAX_WINDOW_UNITS, 1 << 51);
+/// ```
+pub const MAX_WINDOW_UNITS: u64 = 1 << 51;
+
 /// The longest key, in bytes.
 ///
 /// ```

@@ -33,6 +33,9 @@ pub struct Decision {
     /// When denied: time until a retry of the same cost would pass (never earlier, never later).
     /// `None` when allowed.
     pub retry_after: Option<Duration>,
+    /// True when the store could not decide and the policy's
+    /// [`FailureMode`](crate::FailureMode) did instead.
+    pub degraded: bool,
 }
 
 impl Decision {
@@ -53,6 +56,7 @@ impl Decision {
             remaining: outcome.remaining,
             reset_after: Duration::from_micros(outcome.reset_after_us),
             retry_after: outcome.retry_after_us.map(Duration::from_micros),
+            degraded: false,
         }
     }
 }

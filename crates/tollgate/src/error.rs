@@ -39,6 +39,14 @@ pub enum PolicyError {
         /// The longest accepted duration.
         max: Duration,
     },
+    /// A duration that must be a whole number of milliseconds is not.
+    #[error("{field} is {value:?}, which is not a whole number of milliseconds")]
+    NotWholeMilliseconds {
+        /// The parameter, e.g. `window`.
+        field: &'static str,
+        /// The value given.
+        value: Duration,
+    },
     /// A rate asks for more than one request per microsecond, finer than the clock can measure.
     #[error("rate of {count} per {per:?} is finer than one request per microsecond")]
     RateTooFine {

@@ -49,7 +49,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{AttemptsStatus, Decision};
 pub use error::{Error, PolicyError, StoreErrorKind};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
-pub use policy::{Algorithm, Anchor, Policy, Rate};
+pub use policy::{Algorithm, Anchor, FailureMode, Policy, Rate};
 pub use store::Store;
 
 /// The README's examples, compiled and run as doc tests.

@@ -4,6 +4,7 @@
 //! ever fail because of the policy itself. The name namespaces the stored state, so two policies
 //! applied to the same key (say `"login"` and `"api"` on one user id) never share a counter.
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -122,6 +123,12 @@ impl Rate {
     /// ```
     pub fn interval_us(&self) -> u64 {
         self.interval_us
+    }
+
+    /// This rate divided by `n`: the same count over `n` times the period.
+    fn slowed(&self, n: u64) -> Result<Rate, PolicyError> {
+        let per = Duration::from_micros(self.per_us.saturating_mul(n));
+        Rate::new(self.count, per)
     }
 
     /// Checks that `size` requests at this rate take at most 1000 days, so that the bucket
@@ -268,6 +275,37 @@ impl Algorithm {
         }
     }
 
+    /// The same algorithm with its limit (and rate) divided by `n`, never below 1. Falls back to
+    /// the original when the smaller parameters would not validate.
+    fn divided(&self, n: u64) -> Algorithm {
+        let share = |x: u64| (x / n).max(1);
+        let divided = match self {
+            Algorithm::FixedWindow(p) => {
+                FixedWindow::new(share(p.limit()), p.window(), p.anchor()).map(Self::FixedWindow)
+            }
+            Algorithm::SlidingLog(p) => SlidingLog::new(share(p.limit()), p.window()).map(Self::SlidingLog),
+            Algorithm::SlidingWindow(p) => {
+                SlidingWindow::new(share(p.limit()), p.window()).map(Self::SlidingWindow)
+            }
+            Algorithm::TokenBucket(p) => p
+                .refill()
+                .slowed(n)
+                .and_then(|rate| TokenBucket::new(share(p.capacity()), rate))
+                .map(Self::TokenBucket),
+            Algorithm::LeakyBucket(p) => p
+                .leak()
+                .slowed(n)
+                .and_then(|rate| LeakyBucket::new(share(p.capacity()), rate))
+                .map(Self::LeakyBucket),
+            Algorithm::Gcra(p) => p
+                .rate()
+                .slowed(n)
+                .and_then(|rate| Gcra::new(rate, share(p.burst())))
+                .map(Self::Gcra),
+        };
+        divided.unwrap_or_else(|_| self.clone())
+    }
+
     /// A short lower-case name: `fixed_window`, `sliding_log`, `sliding_window`,
     /// `token_bucket`, `leaky_bucket` or `gcra`.
     ///
@@ -308,6 +346,52 @@ pub struct Policy {
     name: Arc<str>,
     algorithm: Algorithm,
     block_for_us: Option<u64>,
+    on_store_failure: FailureMode,
+}
+
+/// What a networked store does for this policy when it cannot decide (the store is down, slow or
+/// refusing). Decisions taken this way are marked [`degraded`](crate::Decision::degraded).
+/// The memory store cannot be unreachable and ignores it.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use tollgate::FailureMode;
+///
+/// let mode = FailureMode::Local { instances: NonZeroU32::new(4).unwrap() };
+/// assert_eq!(mode.to_string(), "local (limit / 4)");
+/// assert_eq!(FailureMode::default(), FailureMode::Local { instances: NonZeroU32::MIN });
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureMode {
+    /// Admit every request: availability first (public catalogues, search).
+    FailOpen,
+    /// Deny every request: protection first (logins, payments).
+    FailClosed,
+    /// Keep limiting with an in-memory limiter on this instance, with the limit divided by
+    /// `instances` (the number of instances sharing the store), so a fleet stays near the global
+    /// limit while the store is away. The default, with `instances = 1`.
+    Local {
+        /// How many instances share the store.
+        instances: NonZeroU32,
+    },
+}
+
+impl Default for FailureMode {
+    fn default() -> Self {
+        FailureMode::Local {
+            instances: NonZeroU32::MIN,
+        }
+    }
+}
+
+impl std::fmt::Display for FailureMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FailureMode::FailOpen => f.write_str("fail_open"),
+            FailureMode::FailClosed => f.write_str("fail_closed"),
+            FailureMode::Local { instances } => write!(f, "local (limit / {instances})"),
+        }
+    }
 }
 
 impl Policy {
@@ -330,6 +414,7 @@ impl Policy {
             name,
             algorithm,
             block_for_us: None,
+            on_store_failure: FailureMode::default(),
         })
     }
 
@@ -348,6 +433,55 @@ impl Policy {
     pub fn with_block_for(mut self, block_for: Duration) -> Result<Self, PolicyError> {
         self.block_for_us = Some(bounds::period_us("block_for", block_for)?);
         Ok(self)
+    }
+
+    /// Sets what a networked store does when it cannot decide; see [`FailureMode`].
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, FailureMode, Policy, Rate};
+    ///
+    /// let login = Policy::new("login", Algorithm::gcra(Rate::per_minute(5)?, 5)?)?
+    ///     .with_failure_mode(FailureMode::FailClosed);
+    /// assert_eq!(login.failure_mode(), FailureMode::FailClosed);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn with_failure_mode(mut self, mode: FailureMode) -> Self {
+        self.on_store_failure = mode;
+        self
+    }
+
+    /// What a networked store does when it cannot decide.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?;
+    /// assert_eq!(policy.failure_mode(), tollgate::FailureMode::default());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn failure_mode(&self) -> FailureMode {
+        self.on_store_failure
+    }
+
+    /// This policy's share for one of `instances` instances: every limit, capacity, burst and
+    /// rate divided by `instances` (never below 1), same name and penalty. Used by the `Local`
+    /// failure mode.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Policy, Rate};
+    ///
+    /// let policy = Policy::new("api", Algorithm::sliding_log(100, Duration::from_secs(60))?)?;
+    /// assert_eq!(policy.local_share(NonZeroU32::new(4).unwrap()).max_cost(), 25);
+    /// let gcra = Policy::new("g", Algorithm::gcra(Rate::per_second(10)?, 5)?)?;
+    /// let share = gcra.local_share(NonZeroU32::new(10).unwrap());
+    /// assert_eq!(share.max_cost(), 1);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn local_share(&self, instances: NonZeroU32) -> Policy {
+        Policy {
+            algorithm: self.algorithm.divided(u64::from(instances.get())),
+            ..self.clone()
+        }
     }
 
     /// The name, which namespaces this policy's state in a store.

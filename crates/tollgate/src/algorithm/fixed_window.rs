@@ -73,6 +73,18 @@ impl FixedWindow {
         self.limit
     }
 
+    /// Window length.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let params = tollgate::algorithm::fixed_window::FixedWindow::new(5, Duration::from_secs(60), tollgate::Anchor::Epoch)?;
+    /// assert_eq!(params.window(), Duration::from_secs(60));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn window(&self) -> Duration {
+        Duration::from_micros(self.window_us)
+    }
+
     /// Window length in microseconds.
     ///
     /// ```

@@ -82,6 +82,18 @@ impl SlidingLog {
         self.limit
     }
 
+    /// Window length.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let params = tollgate::algorithm::sliding_log::SlidingLog::new(5, Duration::from_secs(60))?;
+    /// assert_eq!(params.window(), Duration::from_secs(60));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn window(&self) -> Duration {
+        Duration::from_micros(self.window_us)
+    }
+
     /// Window length in microseconds.
     ///
     /// ```

@@ -10,8 +10,12 @@
 //! as if the previous window's requests had been spread evenly over it. It costs two counters
 //! per key whatever the limit (the sliding log costs one entry per request) and it smooths the
 //! fixed window's boundary burst, at the price of being an estimate: with bursty traffic it can
-//! admit somewhat more or fewer than an exact log would. All arithmetic is exact integer
-//! arithmetic on `used × window` (in request·µs), so a decision never depends on rounding.
+//! admit somewhat more or fewer than an exact log would.
+//!
+//! The fraction moves in whole milliseconds, and all arithmetic is exact integer arithmetic on
+//! `used × window` in request·ms, so a decision never depends on rounding. That needs
+//! `limit × window` (in ms) to stay below 2^51 so the Lua port, whose numbers are doubles, is exact
+//! too: 26 million per day or 600 million per hour, for example. Larger quotas fit a fixed window.
 
 use std::time::Duration;
 
@@ -46,19 +50,36 @@ pub struct State {
 }
 
 impl SlidingWindow {
-    /// `limit` is 1 to 10^9; `window` is 1 ms to 1000 days.
+    /// `limit` is 1 to 10^9; `window` is a whole number of milliseconds from 1 ms to 1000 days;
+    /// and `limit × window in ms` is below 2^51.
     ///
     /// ```
     /// use std::time::Duration;
     /// use tollgate::algorithm::sliding_window::SlidingWindow;
     ///
     /// assert!(SlidingWindow::new(2_000_000_000, Duration::from_secs(1)).is_err());
+    /// assert!(SlidingWindow::new(10, Duration::from_micros(1_500)).is_err());
+    /// assert!(SlidingWindow::new(26_000_000, Duration::from_secs(86_400)).is_ok());
+    /// assert!(SlidingWindow::new(27_000_000, Duration::from_secs(86_400)).is_err());
     /// ```
     pub fn new(limit: u64, window: Duration) -> Result<Self, PolicyError> {
-        Ok(SlidingWindow {
-            limit: bounds::count("limit", limit, bounds::MAX_LIMIT)?,
-            window_us: bounds::period_us("window", window)?,
-        })
+        let limit = bounds::count("limit", limit, bounds::MAX_LIMIT)?;
+        let window_us = bounds::period_us("window", window)?;
+        if window_us % 1000 != 0 {
+            return Err(PolicyError::NotWholeMilliseconds {
+                field: "window",
+                value: window,
+            });
+        }
+        let max_limit = bounds::MAX_WINDOW_UNITS / (window_us / 1000);
+        if limit > max_limit {
+            return Err(PolicyError::TooLarge {
+                field: "limit",
+                value: limit,
+                max: max_limit,
+            });
+        }
+        Ok(SlidingWindow { limit, window_us })
     }
 
     /// Requests admitted per window.
@@ -73,6 +94,18 @@ impl SlidingWindow {
     /// ```
     pub fn limit(&self) -> u64 {
         self.limit
+    }
+
+    /// Window length.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let params = tollgate::algorithm::sliding_window::SlidingWindow::new(5, Duration::from_secs(60))?;
+    /// assert_eq!(params.window(), Duration::from_secs(60));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn window(&self) -> Duration {
+        Duration::from_micros(self.window_us)
     }
 
     /// Window length in microseconds.
@@ -103,32 +136,36 @@ impl SlidingWindow {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
-        let w = self.window_us;
+        let w = self.window_ms();
         let s = self.current_windows(state.as_ref(), now_us);
-        let elapsed = now_us.saturating_sub(s.window_start_us);
-        let capacity = self.scaled(self.limit, w);
-        let used = self.scaled(s.previous, w - elapsed) + self.scaled(s.current, w);
-        let allowed = used + self.scaled(cost, w) <= capacity;
+        // Whole milliseconds into the current window: the previous window weighs (w - e) / w.
+        let e = now_us.saturating_sub(s.window_start_us) / 1000;
+        let capacity = self.limit * w;
+        let used = s
+            .previous
+            .saturating_mul(w - e)
+            .saturating_add(s.current.saturating_mul(w));
+        let allowed = used.saturating_add(cost.saturating_mul(w)) <= capacity;
         let (current, used) = if allowed {
-            (s.current + cost, used + self.scaled(cost, w))
+            (s.current + cost, used + cost * w)
         } else {
             (s.current, used)
         };
         if allowed && commit {
             *state = Some(State { current, ..s });
         }
-        let to_window_end = w - elapsed;
+        let window_end_us = s.window_start_us + self.window_us;
         Outcome {
             allowed,
-            remaining: (capacity.saturating_sub(used) / u128::from(w)) as u64,
+            remaining: capacity.saturating_sub(used) / w,
             reset_after_us: if current > 0 {
-                to_window_end + w
+                window_end_us + self.window_us - now_us
             } else if s.previous > 0 {
-                to_window_end
+                window_end_us - now_us
             } else {
                 0
             },
-            retry_after_us: (!allowed).then(|| self.retry_after_us(&s, elapsed, cost)),
+            retry_after_us: (!allowed).then(|| self.retry_at_us(&s, cost) - now_us),
         }
     }
 
@@ -152,32 +189,27 @@ impl SlidingWindow {
         }
     }
 
-    /// The earliest time a denied request of `cost` fits. The estimate only falls as time
-    /// passes, so this solves `previous × (w − e) ≤ room × w` for the smallest whole `e`.
-    fn retry_after_us(&self, s: &State, elapsed: u64, cost: u64) -> u64 {
-        let w = self.window_us;
-        if s.current.saturating_add(cost) <= self.limit {
+    /// The earliest time (µs) a denied request of `cost` fits. The estimate only falls as time
+    /// passes, so this solves `weight × (w − e) ≤ room × w` for the smallest whole `e` in ms.
+    fn retry_at_us(&self, s: &State, cost: u64) -> u64 {
+        let w = self.window_ms();
+        let (window_start_us, room, weight) = if s.current.saturating_add(cost) <= self.limit {
             // Fits in this window once enough of the previous one has slid out. `previous` is
             // non-zero, or the request would have been admitted.
-            let room = self.limit - s.current - cost;
-            let e = w - self.fit(room, s.previous);
-            e - elapsed
+            (s.window_start_us, self.limit - s.current - cost, s.previous)
         } else {
-            // Fits in the next window, where today's count becomes the weighted previous one.
-            let room = self.limit.saturating_sub(cost);
-            let e = w - self.fit(room, s.current);
-            (w - elapsed) + e
-        }
+            // Fits in the next window, where this window's count is the weighted previous one.
+            (
+                s.window_start_us + self.window_us,
+                self.limit.saturating_sub(cost),
+                s.current,
+            )
+        };
+        let longest_overlap = (room * w / weight.max(1)).min(w);
+        window_start_us + (w - longest_overlap) * 1000
     }
 
-    /// The longest span `x` (in µs, at most one window) with `weight × x ≤ room × w`.
-    fn fit(&self, room: u64, weight: u64) -> u64 {
-        let w = self.window_us;
-        let span = self.scaled(room, w) / u128::from(weight.max(1));
-        span.min(u128::from(w)) as u64
-    }
-
-    fn scaled(&self, count: u64, span_us: u64) -> u128 {
-        u128::from(count) * u128::from(span_us)
+    fn window_ms(&self) -> u64 {
+        self.window_us / 1000
     }
 }
