@@ -1,0 +1,88 @@
+-- Sliding log: a sorted set of admitted requests (score = time in µs, member = "time:cost",
+-- one member per distinct time); a request passes if the last window leaves room for it.
+-- Denials are not recorded. Port of algorithm/sliding_log.rs.
+-- ARGV[6] limit, ARGV[7] window_us
+-- Fields: n = total cost of the members in the set
+-- KEYS[2] the sorted set
+
+local limit, window = tonumber(ARGV[6]), tonumber(ARGV[7])
+local LOG = KEYS[2]
+check_type(LOG, 'zset')
+
+-- The cost stored in a member "time:cost".
+local function member_cost(member)
+  local cost = int(string.match(member, ':(%d+)$'), 'sliding log member ' .. member)
+  if not cost then
+    corrupt('sliding log member ' .. member)
+  end
+  return cost
+end
+
+local function step(now, cost, commit)
+  local stored = load({'n'})
+  -- Without our total, whatever the set holds (left by another algorithm's era) means nothing.
+  local fresh = not stored.n
+  if fresh and commit then
+    redis.call('DEL', LOG)
+  end
+  local total = stored.n or 0
+
+  local expired_cost = 0
+  if not fresh then
+    for _, member in ipairs(redis.call('ZRANGEBYSCORE', LOG, '-inf', num(now - window))) do
+      expired_cost = expired_cost + member_cost(member)
+    end
+  end
+  local used = total - expired_cost
+  local allowed = used + cost <= limit
+
+  local retry_after = 0
+  if not allowed then
+    -- Entries must expire, oldest first, until cost fits.
+    local to_free = used + cost - limit
+    local live = redis.call('ZRANGEBYSCORE', LOG, '(' .. num(now - window), '+inf', 'WITHSCORES')
+    local frees_at = now
+    for i = 1, #live, 2 do
+      frees_at = tonumber(live[i + 1]) + window
+      to_free = to_free - member_cost(live[i])
+      if to_free <= 0 then
+        break
+      end
+    end
+    retry_after = math.max(frees_at - now, 0)
+  end
+
+  local newest_member, newest = nil, nil
+  if not fresh then
+    local last = redis.call('ZRANGE', LOG, -1, -1, 'WITHSCORES')
+    if #last == 2 then
+      newest_member, newest = last[1], tonumber(last[2])
+    end
+  end
+  if allowed then
+    used = used + cost
+  end
+  if commit then
+    redis.call('ZREMRANGEBYSCORE', LOG, '-inf', num(now - window))
+    total = total - expired_cost
+    if allowed then
+      total = total + cost
+      if newest and newest >= now then
+        -- Same microsecond (or a clock that stepped back): merge into the newest entry.
+        redis.call('ZREM', LOG, newest_member)
+        redis.call('ZADD', LOG, num(newest), num(newest) .. ':' .. num(member_cost(newest_member) + cost))
+      else
+        redis.call('ZADD', LOG, num(now), num(now) .. ':' .. num(cost))
+        newest = now
+      end
+    end
+    save({n = total})
+  elseif allowed then
+    newest = math.max(newest or now, now)
+  end
+  local reset_after = 0
+  if used > 0 and newest then
+    reset_after = math.max(newest + window - now, 0)
+  end
+  return allowed, math.max(limit - used, 0), reset_after, retry_after
+end

@@ -1,0 +1,126 @@
+//! One multiplexed connection per node, standalone or cluster, behind one type.
+//!
+//! Both kinds pipeline automatically: every task sends on the same connection and answers are
+//! matched in order, so thousands of concurrent checks need no pool. The standalone kind
+//! reconnects by itself after Redis restarts (the call in flight fails and the failure mode
+//! covers it); the cluster kind follows MOVED and ASK and refreshes its slot map.
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+/// Where the store connects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// One Redis server, e.g. `redis://127.0.0.1:6379/`.
+    Standalone(String),
+    /// A Redis Cluster, given by one or more of its nodes.
+    Cluster(Vec<String>),
+}
+
+impl Target {
+    /// Parses `redis://host:port[/db]` (standalone) or `redis+cluster://host1:port,host2:port`
+    /// (cluster).
+    ///
+    /// ```
+    /// use tollgate_redis::Target;
+    ///
+    /// assert_eq!(Target::parse("redis://127.0.0.1:6379")?, Target::Standalone("redis://127.0.0.1:6379".into()));
+    /// assert_eq!(
+    ///     Target::parse("redis+cluster://10.0.0.1:7000,10.0.0.2:7000")?,
+    ///     Target::Cluster(vec!["redis://10.0.0.1:7000".into(), "redis://10.0.0.2:7000".into()]),
+    /// );
+    /// assert!(Target::parse("http://x").is_err());
+    /// # Ok::<(), tollgate_redis::ConnectError>(())
+    /// ```
+    pub fn parse(url: &str) -> Result<Self, crate::ConnectError> {
+        if let Some(nodes) = url.strip_prefix("redis+cluster://") {
+            let nodes: Vec<String> = nodes
+                .split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(|n| format!("redis://{n}"))
+                .collect();
+            if nodes.is_empty() {
+                return Err(crate::ConnectError::BadUrl {
+                    url: url.into(),
+                    why: "no cluster nodes given".into(),
+                });
+            }
+            return Ok(Target::Cluster(nodes));
+        }
+        if url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://") {
+            return Ok(Target::Standalone(url.into()));
+        }
+        Err(crate::ConnectError::BadUrl {
+            url: url.into(),
+            why: "expected redis://host:port or redis+cluster://host:port,host:port".into(),
+        })
+    }
+}
+
+/// A cheap-to-clone handle on the shared connection.
+#[derive(Clone)]
+pub(crate) enum Connection {
+    Standalone(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Connection {
+    /// Connects, with `timeout` for connecting and for each response at the driver level (the
+    /// store adds its own deadline around each whole call).
+    pub(crate) async fn open(target: &Target, timeout: Duration) -> redis::RedisResult<Self> {
+        match target {
+            Target::Standalone(url) => {
+                let client = redis::Client::open(url.as_str())?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(Some(timeout))
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_millis(200));
+                Ok(Connection::Standalone(
+                    ConnectionManager::new_with_config(client, config).await?,
+                ))
+            }
+            Target::Cluster(nodes) => {
+                let client = ClusterClient::builder(nodes.clone())
+                    .connection_timeout(timeout)
+                    .response_timeout(timeout)
+                    .retries(3)
+                    .build()?;
+                Ok(Connection::Cluster(client.get_async_connection().await?))
+            }
+        }
+    }
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Standalone(c) => c.req_packed_command(cmd),
+            Connection::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Standalone(c) => c.get_db(),
+            Connection::Cluster(c) => c.get_db(),
+        }
+    }
+}

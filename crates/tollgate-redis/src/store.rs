@@ -1,0 +1,496 @@
+//! `RedisStore`: the core's `Store` on Redis or Redis Cluster.
+//!
+//! Every operation is one script call (see `scripts`), wrapped in three layers:
+//!
+//! 1. the deny cache answers keys Redis already denied, without a round trip;
+//! 2. the circuit breaker refuses calls at once while Redis is known to be down;
+//! 3. a deadline bounds each call; a failure is then handled by the policy's failure mode
+//!    (admit, deny, or decide locally on a share of the limit) and the decision is marked
+//!    degraded.
+//!
+//! Input is validated with the core's checks before any of this, so bad input never reaches
+//! Redis.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::Script;
+use tollgate::algorithm::Outcome;
+use tollgate::attempts::Attempts;
+use tollgate::store::{self as core_store, Store};
+use tollgate::{AttemptsStatus, Clock, Decision, Error, FailureMode, MemoryStore, Policy, SystemClock};
+
+use crate::breaker::{Admission, Breaker};
+use crate::connection::{Connection, Target};
+use crate::deny_cache::{Denial, DenyCache};
+use crate::error::{self, ConnectError};
+use crate::keys::KeyNames;
+use crate::scripts::{self, Scripts};
+
+/// Configures and connects a [`RedisStore`].
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tollgate_redis::{RedisStore, Target};
+///
+/// # async fn connect() -> Result<(), tollgate_redis::ConnectError> {
+/// let store = RedisStore::builder(Target::parse("redis://127.0.0.1:6379")?)
+///     .prefix("myapp:rl:")
+///     .timeout(Duration::from_millis(30))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+pub struct RedisStoreBuilder {
+    target: Target,
+    prefix: String,
+    timeout: Duration,
+    probe_interval: Duration,
+    deny_cache: bool,
+    fallback_max_keys: usize,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl RedisStoreBuilder {
+    /// Prefix of every key (default `tollgate:`). Must not contain braces.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Deadline of each call, NOSCRIPT reload included (default 50 ms).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// How long to stop calling a Redis that failed before probing it again (default 500 ms).
+    pub fn probe_interval(mut self, interval: Duration) -> Self {
+        self.probe_interval = interval;
+        self
+    }
+
+    /// Whether to cache denials locally until their retry time (default on).
+    pub fn deny_cache(mut self, enabled: bool) -> Self {
+        self.deny_cache = enabled;
+        self
+    }
+
+    /// Key bound of the in-memory limiter used by the `Local` failure mode.
+    pub fn fallback_max_keys(mut self, max_keys: usize) -> Self {
+        self.fallback_max_keys = max_keys;
+        self
+    }
+
+    /// Passes this clock's time to the scripts instead of Redis `TIME`: for deterministic tests.
+    /// Production stores leave this unset, so every instance agrees on Redis's clock.
+    pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Connects and loads every script.
+    pub async fn connect(self) -> Result<RedisStore, ConnectError> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(ConnectError::BadPrefix(self.prefix));
+        }
+        let connection = Connection::open(&self.target, self.timeout.max(Duration::from_millis(1))).await?;
+        let scripts = Scripts::new();
+        let mut conn = connection.clone();
+        for script in scripts.all() {
+            script.load_async(&mut conn).await?;
+        }
+        let local_clock: Arc<dyn Clock> = match &self.clock {
+            Some(clock) => clock.clone(),
+            None => Arc::new(SystemClock::new()),
+        };
+        let fallback = MemoryStore::builder()
+            .max_keys(self.fallback_max_keys)
+            .clock(local_clock.clone())
+            .build();
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                connection,
+                keys: KeyNames::new(&self.prefix),
+                scripts,
+                timeout: self.timeout,
+                breaker: Breaker::new(self.probe_interval),
+                deny_cache: self.deny_cache.then(|| DenyCache::new(100_000)),
+                fallback,
+                script_clock: self.clock,
+                local_clock,
+                stats: Counters::default(),
+            }),
+        })
+    }
+}
+
+/// Rate limit state in Redis or Redis Cluster, shared by every instance of a fleet. Cloning is
+/// cheap and shares the connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connection: Connection,
+    keys: KeyNames,
+    scripts: Scripts,
+    timeout: Duration,
+    breaker: Breaker,
+    deny_cache: Option<DenyCache>,
+    fallback: MemoryStore<Arc<dyn Clock>>,
+    /// Time passed to scripts; `None` means Redis `TIME`.
+    script_clock: Option<Arc<dyn Clock>>,
+    /// Time for the deny cache and the local fallback.
+    local_clock: Arc<dyn Clock>,
+    stats: Counters,
+}
+
+/// Running totals since the store was built, for metrics and tests.
+///
+/// ```
+/// let stats = tollgate_redis::StoreStats::default();
+/// assert_eq!(stats.redis_calls, 0);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Script calls sent to Redis.
+    pub redis_calls: u64,
+    /// Calls that failed because Redis was unavailable (timeout, connection, cluster).
+    pub redis_unavailable: u64,
+    /// Calls refused at once by the open circuit breaker.
+    pub breaker_refusals: u64,
+    /// Checks answered by the local deny cache.
+    pub deny_cache_hits: u64,
+    /// Decisions taken by a failure mode instead of Redis.
+    pub degraded_decisions: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    redis_calls: AtomicU64,
+    redis_unavailable: AtomicU64,
+    breaker_refusals: AtomicU64,
+    deny_cache_hits: AtomicU64,
+    degraded_decisions: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl RedisStore {
+    /// Starts configuring a store for `target`.
+    pub fn builder(target: Target) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            target,
+            prefix: "tollgate:".into(),
+            timeout: Duration::from_millis(50),
+            probe_interval: Duration::from_millis(500),
+            deny_cache: true,
+            fallback_max_keys: tollgate::memory::DEFAULT_MAX_KEYS,
+            clock: None,
+        }
+    }
+
+    /// Connects to `url` (`redis://...` or `redis+cluster://...`) with the defaults.
+    pub async fn connect(url: &str) -> Result<Self, ConnectError> {
+        Self::builder(Target::parse(url)?).connect().await
+    }
+
+    /// Running totals: calls, failures, breaker refusals, deny cache hits, degraded decisions.
+    pub fn stats(&self) -> StoreStats {
+        let c = &self.inner.stats;
+        StoreStats {
+            redis_calls: c.redis_calls.load(Ordering::Relaxed),
+            redis_unavailable: c.redis_unavailable.load(Ordering::Relaxed),
+            breaker_refusals: c.breaker_refusals.load(Ordering::Relaxed),
+            deny_cache_hits: c.deny_cache_hits.load(Ordering::Relaxed),
+            degraded_decisions: c.degraded_decisions.load(Ordering::Relaxed),
+        }
+    }
+
+    /// True while the circuit breaker is open (Redis recently unavailable).
+    pub fn is_degraded(&self) -> bool {
+        self.inner.breaker.is_open()
+    }
+
+    /// Whether Redis answers a PING within the timeout, bypassing the breaker (for readiness
+    /// probes).
+    pub async fn ping(&self) -> Result<(), Error> {
+        let mut conn = self.inner.connection.clone();
+        let ping = redis::cmd("PING");
+        match tokio::time::timeout(self.inner.timeout, ping.query_async::<String>(&mut conn)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(error::store_error(&e)),
+            Err(_) => Err(error::timeout(self.inner.timeout)),
+        }
+    }
+
+    async fn decide(&self, policy: &Policy, key: &[u8], cost: u64, commit: bool) -> Result<Decision, Error> {
+        core_store::validate_check(policy, key, cost)?;
+        let inner = &self.inner;
+        let state = inner.keys.state(policy.name(), key);
+        let local_now = inner.local_clock.now_us();
+        if let Some(denial) = inner
+            .deny_cache
+            .as_ref()
+            .and_then(|c| c.get(&state, cost, local_now))
+        {
+            bump(&inner.stats.deny_cache_hits);
+            return Ok(cached_denial(policy, denial, local_now));
+        }
+        let algorithm = policy.algorithm();
+        let mut keys = vec![state.clone()];
+        if matches!(algorithm, tollgate::Algorithm::SlidingLog(_)) {
+            keys.push(KeyNames::log(&state));
+        }
+        let mut args = vec![
+            self.script_now(),
+            cost.to_string(),
+            if commit { "1" } else { "0" }.to_string(),
+            policy.block_for_us().unwrap_or(0).to_string(),
+            algorithm.name().to_string(),
+        ];
+        args.extend(scripts::params(algorithm));
+        let script = inner.scripts.decision(algorithm);
+        match self.call::<Vec<u64>>(script, &keys, &args).await {
+            Ok(reply) => {
+                let outcome = outcome(&reply)?;
+                let decision = Decision::from_outcome(outcome, policy.max_cost());
+                if let (Some(cache), Some(retry_us)) = (&inner.deny_cache, outcome.retry_after_us) {
+                    let denial = Denial {
+                        min_cost: cost,
+                        retry_at_us: local_now + retry_us,
+                        reset_at_us: local_now + outcome.reset_after_us,
+                    };
+                    cache.insert(&state, denial, local_now);
+                }
+                Ok(decision)
+            }
+            Err(err) if error::is_unavailable(&err) => self.degraded(policy, key, cost, commit),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Decides without Redis, as the policy's failure mode says.
+    fn degraded(&self, policy: &Policy, key: &[u8], cost: u64, commit: bool) -> Result<Decision, Error> {
+        bump(&self.inner.stats.degraded_decisions);
+        let limit = policy.max_cost();
+        let until_probe = self.inner.breaker.next_probe_in().max(Duration::from_millis(1));
+        let decision = match policy.failure_mode() {
+            FailureMode::FailOpen => Decision {
+                allowed: true,
+                limit,
+                remaining: limit - cost,
+                reset_after: Duration::ZERO,
+                retry_after: None,
+                degraded: true,
+            },
+            FailureMode::FailClosed => denied(limit, until_probe),
+            FailureMode::Local { instances } => {
+                let share = policy.local_share(instances);
+                if cost > share.max_cost() {
+                    denied(limit, until_probe)
+                } else if commit {
+                    self.inner.fallback.check(&share, key, cost)?
+                } else {
+                    self.inner.fallback.peek(&share, key, cost)?
+                }
+            }
+        };
+        Ok(Decision {
+            degraded: true,
+            ..decision
+        })
+    }
+
+    /// Runs a script through the breaker and the deadline.
+    async fn call<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[Vec<u8>],
+        args: &[String],
+    ) -> Result<T, Error> {
+        let inner = &self.inner;
+        if let Admission::Refuse(next_probe_in) = inner.breaker.admit() {
+            bump(&inner.stats.breaker_refusals);
+            return Err(error::breaker_open(next_probe_in));
+        }
+        bump(&inner.stats.redis_calls);
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(key.as_slice());
+        }
+        for arg in args {
+            invocation.arg(arg.as_str());
+        }
+        let mut conn = inner.connection.clone();
+        let result = match tokio::time::timeout(inner.timeout, invocation.invoke_async::<T>(&mut conn)).await
+        {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(error::store_error(&e)),
+            Err(_) => Err(error::timeout(inner.timeout)),
+        };
+        match &result {
+            Err(e) if error::is_unavailable(e) => {
+                bump(&inner.stats.redis_unavailable);
+                inner.breaker.failed();
+            }
+            _ => inner.breaker.succeeded(),
+        }
+        result
+    }
+
+    fn script_now(&self) -> String {
+        match &self.inner.script_clock {
+            Some(clock) => clock.now_us().to_string(),
+            None => String::new(),
+        }
+    }
+
+    async fn attempts(&self, key: &[u8], op: &str, ttl_us: u64) -> Result<Option<Attempts>, Error> {
+        core_store::validate_key(key)?;
+        let name = self.inner.keys.attempts(key);
+        let args = [self.script_now(), op.to_string(), ttl_us.to_string()];
+        let reply: Vec<u64> = self.call(&self.inner.scripts.attempts, &[name], &args).await?;
+        match reply[..] {
+            [0, _] => Ok(None),
+            [count, expires_at_us] => Ok(Some(Attempts { count, expires_at_us })),
+            _ => Err(bad_reply(&reply)),
+        }
+    }
+
+    /// "Now" for interpreting an attempts counter's expiry: the scripts' clock.
+    async fn attempts_now(&self) -> Result<u64, Error> {
+        if let Some(clock) = &self.inner.script_clock {
+            return Ok(clock.now_us());
+        }
+        let mut conn = self.inner.connection.clone();
+        let time = redis::cmd("TIME");
+        match tokio::time::timeout(self.inner.timeout, time.query_async::<(u64, u64)>(&mut conn)).await {
+            Ok(Ok((secs, micros))) => Ok(secs * 1_000_000 + micros),
+            Ok(Err(e)) => Err(error::store_error(&e)),
+            Err(_) => Err(error::timeout(self.inner.timeout)),
+        }
+    }
+}
+
+fn outcome(reply: &[u64]) -> Result<Outcome, Error> {
+    match *reply {
+        [allowed, remaining, reset_after_us, retry_after_us] => Ok(Outcome {
+            allowed: allowed == 1,
+            remaining,
+            reset_after_us,
+            retry_after_us: (allowed != 1).then_some(retry_after_us),
+        }),
+        _ => Err(bad_reply(reply)),
+    }
+}
+
+fn bad_reply(reply: &[u64]) -> Error {
+    Error::Store {
+        kind: tollgate::StoreErrorKind::Script,
+        message: format!("unexpected script reply {reply:?}"),
+    }
+}
+
+fn denied(limit: u64, retry_after: Duration) -> Decision {
+    Decision {
+        allowed: false,
+        limit,
+        remaining: 0,
+        reset_after: retry_after,
+        retry_after: Some(retry_after),
+        degraded: false,
+    }
+}
+
+fn cached_denial(policy: &Policy, denial: Denial, now_us: u64) -> Decision {
+    Decision {
+        allowed: false,
+        limit: policy.max_cost(),
+        remaining: 0,
+        reset_after: Duration::from_micros(denial.reset_at_us.saturating_sub(now_us)),
+        retry_after: Some(Duration::from_micros(denial.retry_at_us - now_us)),
+        degraded: false,
+    }
+}
+
+impl Store for RedisStore {
+    async fn check(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
+        self.decide(policy, key, cost, true).await
+    }
+
+    async fn peek(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
+        self.decide(policy, key, cost, false).await
+    }
+
+    async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {
+        core_store::validate_key(key)?;
+        let state = self.inner.keys.state(policy.name(), key);
+        if let Some(cache) = &self.inner.deny_cache {
+            cache.remove(&state);
+        }
+        let log = KeyNames::log(&state);
+        let mut conn = self.inner.connection.clone();
+        let del = redis::cmd("DEL").arg(&state).arg(&log).to_owned();
+        match tokio::time::timeout(self.inner.timeout, del.query_async::<u64>(&mut conn)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(error::store_error(&e)),
+            Err(_) => Err(error::timeout(self.inner.timeout)),
+        }
+    }
+
+    async fn increment_attempts(&self, key: &[u8], ttl: Duration) -> Result<u64, Error> {
+        let ttl_us = validate_ttl(ttl)?;
+        let counter = self.attempts(key, "incr", ttl_us).await?;
+        Ok(counter.map_or(0, |c| c.count))
+    }
+
+    async fn get_attempts(&self, key: &[u8]) -> Result<u64, Error> {
+        Ok(self.attempts(key, "get", 0).await?.map_or(0, |c| c.count))
+    }
+
+    async fn get_ttl(&self, key: &[u8]) -> Result<Option<Duration>, Error> {
+        let Some(counter) = self.attempts(key, "get", 0).await? else {
+            return Ok(None);
+        };
+        let now_us = self.attempts_now().await?;
+        Ok(Some(Duration::from_micros(
+            counter.expires_at_us.saturating_sub(now_us),
+        )))
+    }
+
+    async fn reset_attempts(&self, key: &[u8]) -> Result<(), Error> {
+        core_store::validate_key(key)?;
+        let name = self.inner.keys.attempts(key);
+        let mut conn = self.inner.connection.clone();
+        let del = redis::cmd("DEL").arg(&name).to_owned();
+        match tokio::time::timeout(self.inner.timeout, del.query_async::<u64>(&mut conn)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(error::store_error(&e)),
+            Err(_) => Err(error::timeout(self.inner.timeout)),
+        }
+    }
+
+    async fn check_limit(&self, key: &[u8], max_attempts: u64) -> Result<AttemptsStatus, Error> {
+        core_store::validate_max_attempts(max_attempts)?;
+        let counter = self.attempts(key, "get", 0).await?;
+        let now_us = match counter {
+            Some(_) => self.attempts_now().await?,
+            None => 0,
+        };
+        Ok(Attempts::status(counter.as_ref(), now_us, max_attempts))
+    }
+}
+
+fn validate_ttl(ttl: Duration) -> Result<u64, Error> {
+    let (min, max) = (tollgate::bounds::MIN_PERIOD, tollgate::bounds::MAX_PERIOD);
+    if ttl < min || ttl > max {
+        return Err(Error::TtlOutOfRange { value: ttl, min, max });
+    }
+    Ok(ttl.as_micros() as u64)
+}

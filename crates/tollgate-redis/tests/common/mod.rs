@@ -1,0 +1,71 @@
+//! Shared by the Redis integration tests: store builders and random policies.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::time::Duration;
+
+use tollgate::{Algorithm, Anchor, ManualClock, Policy, Rate};
+use tollgate_redis::{RedisStore, Target};
+
+/// A store on `target` whose scripts use `clock`, with the deny cache off so every decision is
+/// Redis's own.
+pub async fn exact_store(target: Target, clock: &ManualClock) -> RedisStore {
+    RedisStore::builder(target)
+        .clock(clock.clone())
+        .deny_cache(false)
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .expect("connect to redis")
+}
+
+/// A small deterministic generator, so a failing case can be replayed from its seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+
+    pub fn between(&mut self, low: u64, high: u64) -> u64 {
+        low + self.below(high - low + 1)
+    }
+}
+
+/// A random policy of every algorithm in turn (`i % 6`), sometimes with a penalty.
+pub fn random_policy(i: u64, rng: &mut Rng) -> Policy {
+    let limit = rng.between(1, 8);
+    let window = Duration::from_millis(rng.between(1, 50));
+    let rate = Rate::new(rng.between(1, 5), Duration::from_millis(rng.between(1, 60))).expect("rate");
+    let algorithm = match i % 6 {
+        0 => {
+            let anchor = if rng.below(2) == 0 {
+                Anchor::Epoch
+            } else {
+                Anchor::FirstHit
+            };
+            Algorithm::fixed_window(limit, window, anchor)
+        }
+        1 => Algorithm::sliding_log(limit, window),
+        2 => Algorithm::sliding_window(limit, window),
+        3 => Algorithm::token_bucket(limit, rate),
+        4 => Algorithm::leaky_bucket(limit, rate),
+        _ => Algorithm::gcra(rate, limit),
+    }
+    .expect("algorithm");
+    let policy = Policy::new(format!("random-{i}"), algorithm).expect("policy");
+    if rng.below(3) == 0 {
+        policy
+            .with_block_for(Duration::from_millis(rng.between(1, 80)))
+            .expect("block_for")
+    } else {
+        policy
+    }
+}

@@ -1,0 +1,179 @@
+//! Faults: NOSCRIPT, a killed Redis, a stalled Redis, a resharded cluster. No error reaches the
+//! caller that the failure mode should have handled, no call hangs, and the store recovers by
+//! itself.
+
+mod common;
+
+use std::num::NonZeroU32;
+use std::time::{Duration, Instant};
+
+use tollgate::{Algorithm, FailureMode, Policy, Rate, Store};
+use tollgate_redis::{RedisStore, Target};
+use tollgate_testkit::{RedisCluster, RedisServer};
+
+fn policy(name: &str, mode: FailureMode) -> Policy {
+    Policy::new(name, Algorithm::gcra(Rate::per_second(1).unwrap(), 10).unwrap())
+        .unwrap()
+        .with_failure_mode(mode)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_during_a_run_is_invisible() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let p = policy("flush", FailureMode::FailClosed);
+    for round in 0..20 {
+        server.script_flush();
+        for i in 0..20 {
+            let decision = store
+                .check(&p, format!("k{round}-{i}").as_bytes(), 1)
+                .await
+                .unwrap();
+            assert!(
+                decision.allowed && !decision.degraded,
+                "round {round}: {decision:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_on_every_cluster_node_is_invisible() {
+    let cluster = RedisCluster::start();
+    let nodes: Vec<String> = cluster.ports().iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let store = RedisStore::connect(&format!("redis+cluster://{}", nodes.join(",")))
+        .await
+        .unwrap();
+    let p = policy("flush", FailureMode::FailClosed);
+    for round in 0..10 {
+        cluster.script_flush_all();
+        for i in 0..30 {
+            let decision = store
+                .check(&p, format!("k{round}-{i}").as_bytes(), 1)
+                .await
+                .unwrap();
+            assert!(
+                decision.allowed && !decision.degraded,
+                "round {round}: {decision:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_redis_follows_each_failure_mode_and_recovery_is_automatic() {
+    let mut server = RedisServer::start();
+    let store = RedisStore::builder(Target::Standalone(server.url()))
+        .timeout(Duration::from_millis(100))
+        .probe_interval(Duration::from_millis(200))
+        .connect()
+        .await
+        .unwrap();
+    let open = policy("open", FailureMode::FailOpen);
+    let closed = policy("closed", FailureMode::FailClosed);
+    let local = policy(
+        "local",
+        FailureMode::Local {
+            instances: NonZeroU32::new(5).unwrap(),
+        },
+    );
+    assert!(!store.check(&open, b"k", 1).await.unwrap().degraded);
+
+    server.kill();
+    let started = Instant::now();
+    let before = store.stats();
+    let d = store.check(&open, b"k", 1).await.unwrap();
+    assert!(d.allowed && d.degraded, "fail open admits: {d:?}");
+    let d = store.check(&closed, b"k", 1).await.unwrap();
+    assert!(
+        !d.allowed && d.degraded && d.retry_after.is_some(),
+        "fail closed denies: {d:?}"
+    );
+    // Local: the burst of 10 divided by 5 instances.
+    let local_admitted = {
+        let mut n = 0;
+        for _ in 0..10 {
+            let d = store.check(&local, b"k", 1).await.unwrap();
+            assert!(d.degraded);
+            n += u64::from(d.allowed);
+        }
+        n
+    };
+    assert_eq!(local_admitted, 2);
+    // The breaker lets one call per probe interval reach the dead Redis; the rest are answered
+    // at once.
+    let calls = store.stats().redis_calls - before.redis_calls;
+    let intervals = started.elapsed().as_millis() as u64 / 200;
+    assert!(
+        calls <= 1 + intervals,
+        "{calls} calls to a dead redis in {intervals} probe intervals"
+    );
+    assert!(store.stats().breaker_refusals > before.breaker_refusals);
+    assert!(store.is_degraded());
+
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let d = store.check(&open, b"after", 1).await.unwrap();
+        if !d.degraded {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the store never recovered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!store.is_degraded());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_redis_takes_the_timeout_path_without_hanging() {
+    let server = RedisServer::start();
+    let store = RedisStore::builder(Target::Standalone(server.url()))
+        .timeout(Duration::from_millis(100))
+        .probe_interval(Duration::from_secs(60))
+        .connect()
+        .await
+        .unwrap();
+    let p = policy("stall", FailureMode::FailClosed);
+    assert!(!store.check(&p, b"k", 1).await.unwrap().degraded);
+    server.pause(Duration::from_secs(2));
+    let before = store.stats();
+    for _ in 0..50 {
+        let d = store.check(&p, b"k", 1).await.unwrap();
+        assert!(d.degraded && !d.allowed);
+    }
+    // One call waited for the timeout; the breaker answered the other 49 without Redis.
+    let after = store.stats();
+    assert_eq!(after.redis_calls - before.redis_calls, 1);
+    assert_eq!(after.redis_unavailable - before.redis_unavailable, 1);
+    assert_eq!(after.breaker_refusals - before.breaker_refusals, 49);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_reshard_during_a_run_is_invisible() {
+    let cluster = RedisCluster::start();
+    let store = RedisStore::builder(Target::Cluster(cluster.urls()))
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let p = policy("reshard", FailureMode::FailClosed);
+    let keys: Vec<String> = (0..200).map(|i| format!("user-{i}")).collect();
+    // Run traffic before, during and after moving 1000 slots.
+    let cluster = std::sync::Arc::new(cluster);
+    let mover = cluster.clone();
+    let reshard = tokio::task::spawn_blocking(move || {
+        mover.reshard(1000);
+    });
+    let mut rounds = 0;
+    while !reshard.is_finished() || rounds < 3 {
+        for key in &keys {
+            let d = store
+                .check(&p, key.as_bytes(), 1)
+                .await
+                .unwrap_or_else(|e| panic!("round {rounds}: {e}"));
+            assert!(!d.degraded, "round {rounds}: {d:?}");
+        }
+        rounds += 1;
+    }
+    reshard.await.unwrap();
+}

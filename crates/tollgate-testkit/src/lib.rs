@@ -1,0 +1,33 @@
+//! Test support for tollgate: real Redis servers and a real Redis Cluster, run as child processes
+//! of the test, so the Redis store is tested against the real thing. There are no mocks here.
+//!
+//! ```
+//! use tollgate_testkit::RedisServer;
+//!
+//! let mut redis = RedisServer::start();
+//! redis.cli(&["SET", "k", "v"]);
+//! redis.kill(); // as a crash would
+//! redis.restart(); // same port, empty (persistence is off)
+//! assert_eq!(redis.cli(&["EXISTS", "k"]), "0");
+//! ```
+//!
+//! # Layout
+//!
+//! - [`redis_server`]: [`RedisServer`], one `redis-server` on a free loopback port in a temporary
+//!   directory, with fault helpers (kill, restart, pause, script flush).
+//! - [`redis_cluster`]: [`RedisCluster`], three such servers joined into a cluster with
+//!   `redis-cli --cluster create`, with helpers to reshard and to flush scripts on every node.
+//! - `resp` (private): just enough of the Redis protocol to poll readiness and send commands
+//!   without a client crate or an async runtime.
+//!
+//! The tests need `redis-server` and `redis-cli` on `PATH` (Debian: `apt-get install -y
+//! redis-server`, which `./scripts/test.sh` runs when they are missing). Without them the
+//! spawners panic with that advice: tests fail loudly, they never skip.
+
+pub mod redis_cluster;
+pub mod redis_server;
+mod resp;
+pub mod vectors;
+
+pub use redis_cluster::RedisCluster;
+pub use redis_server::RedisServer;

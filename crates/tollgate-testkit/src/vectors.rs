@@ -1,0 +1,294 @@
+//! Conformance vectors: (time, key, cost) -> expected decision, shared by every store.
+//!
+//! The same vectors run against the memory store, standalone Redis and Redis Cluster, on a
+//! manual clock (the Redis store passes that clock's time to its scripts), and every store must
+//! give exactly the expected decisions. [`run`] drives one store through every vector and returns
+//! each step's full decision, so tests can also require the stores to agree on every field,
+//! `reset_after` included.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tollgate::{Algorithm, Anchor, Decision, Error, Policy, Rate};
+
+/// A multiple of every window used here, so epoch-aligned windows start at offset 0.
+pub const T0_US: u64 = 28_333_333 * 60_000_000;
+
+/// What a step does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `check(policy, key, cost)`.
+    Check,
+    /// `peek(policy, key, cost)`.
+    Peek,
+    /// `reset(policy, key)`; expects nothing.
+    Reset,
+}
+
+/// One step: at `T0_US + at_ms`, do `op` on `key` with `cost`; expect `(allowed, remaining,
+/// retry_after in ms)`.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// Milliseconds after `T0_US`.
+    pub at_ms: u64,
+    /// The key.
+    pub key: &'static [u8],
+    /// The operation.
+    pub op: Op,
+    /// The cost.
+    pub cost: u64,
+    /// Expected `(allowed, remaining, retry_after_ms)`; ignored for `Reset`.
+    pub expect: (bool, u64, Option<u64>),
+}
+
+/// A policy and its steps.
+#[derive(Debug, Clone)]
+pub struct Vector {
+    /// What the vector shows.
+    pub name: &'static str,
+    /// The policy.
+    pub policy: Policy,
+    /// The steps, in time order.
+    pub steps: Vec<Step>,
+}
+
+const fn ok(at_ms: u64, cost: u64, remaining: u64) -> Step {
+    Step {
+        at_ms,
+        key: b"k",
+        op: Op::Check,
+        cost,
+        expect: (true, remaining, None),
+    }
+}
+
+const fn no(at_ms: u64, cost: u64, remaining: u64, retry_ms: u64) -> Step {
+    Step {
+        at_ms,
+        key: b"k",
+        op: Op::Check,
+        cost,
+        expect: (false, remaining, Some(retry_ms)),
+    }
+}
+
+const fn peek(step: Step) -> Step {
+    Step { op: Op::Peek, ..step }
+}
+
+const fn on(key: &'static [u8], step: Step) -> Step {
+    Step { key, ..step }
+}
+
+const fn reset(at_ms: u64) -> Step {
+    Step {
+        at_ms,
+        key: b"k",
+        op: Op::Reset,
+        cost: 1,
+        expect: (true, 0, None),
+    }
+}
+
+fn policy(name: &str, algorithm: Result<Algorithm, tollgate::PolicyError>) -> Policy {
+    Policy::new(name, algorithm.expect("vector algorithm")).expect("vector policy")
+}
+
+fn blocking(policy: Policy, block_for: Duration) -> Policy {
+    policy.with_block_for(block_for).expect("vector penalty")
+}
+
+/// Every vector.
+pub fn all() -> Vec<Vector> {
+    let s = Duration::from_secs;
+    vec![
+        Vector {
+            name: "fixed window, epoch: resets at the aligned edge; peek changes nothing",
+            policy: policy("fw-epoch", Algorithm::fixed_window(3, s(10), Anchor::Epoch)),
+            steps: vec![
+                ok(0, 1, 2),
+                peek(ok(1, 2, 0)),
+                ok(5_000, 2, 0),
+                peek(no(5_001, 1, 0, 4_999)),
+                no(5_001, 1, 0, 4_999),
+                no(9_999, 1, 0, 1),
+                ok(10_000, 3, 0),
+                ok(20_000, 1, 2),
+            ],
+        },
+        Vector {
+            name: "fixed window, first hit: the window starts at the first request",
+            policy: policy("fw-first", Algorithm::fixed_window(2, s(10), Anchor::FirstHit)),
+            steps: vec![
+                ok(3_000, 1, 1),
+                ok(12_999, 1, 0),
+                no(12_999, 1, 0, 1),
+                ok(13_000, 1, 1),
+                no(13_000, 2, 1, 10_000),
+            ],
+        },
+        Vector {
+            name: "sliding log: each request frees one window after it",
+            policy: policy("log", Algorithm::sliding_log(3, s(10))),
+            steps: vec![
+                ok(0, 1, 2),
+                ok(4_000, 1, 1),
+                ok(8_000, 1, 0),
+                no(9_999, 1, 0, 1),
+                ok(10_000, 1, 0),
+                no(10_001, 2, 0, 7_999),
+                peek(ok(14_000, 1, 0)),
+                ok(14_000, 1, 0),
+                ok(14_000 + 10_000, 2, 1),
+            ],
+        },
+        Vector {
+            name: "sliding log: same-microsecond requests share an entry",
+            policy: policy("log-same", Algorithm::sliding_log(4, s(1))),
+            steps: vec![
+                ok(0, 1, 3),
+                ok(0, 2, 1),
+                ok(0, 1, 0),
+                no(0, 1, 0, 1_000),
+                ok(1_000, 4, 0),
+            ],
+        },
+        Vector {
+            name: "sliding window: the previous window is weighted by its overlap",
+            policy: policy("sw", Algorithm::sliding_window(10, s(10))),
+            steps: vec![
+                ok(0, 10, 0),
+                no(9_000, 1, 0, 2_000),
+                ok(11_000, 1, 0),
+                no(11_000, 1, 0, 1_000),
+                ok(15_000, 4, 0),
+                ok(20_000, 5, 0),
+                no(20_000, 1, 0, 2_000),
+                ok(40_000, 10, 0),
+            ],
+        },
+        Vector {
+            name: "token bucket: starts full, one token per interval",
+            policy: policy(
+                "tb",
+                Rate::per_second(2).and_then(|r| Algorithm::token_bucket(3, r)),
+            ),
+            steps: vec![
+                ok(0, 3, 0),
+                no(0, 1, 0, 500),
+                no(499, 1, 0, 1),
+                ok(500, 1, 0),
+                no(600, 2, 0, 900),
+                ok(1_500, 2, 0),
+                ok(10_000, 3, 0),
+            ],
+        },
+        Vector {
+            name: "leaky bucket: fills and drains",
+            policy: policy(
+                "lb",
+                Rate::per_second(1).and_then(|r| Algorithm::leaky_bucket(3, r)),
+            ),
+            steps: vec![
+                ok(0, 2, 1),
+                ok(100, 1, 0),
+                no(200, 1, 0, 800),
+                ok(1_000, 1, 0),
+                no(1_500, 3, 0, 2_500),
+                ok(4_000, 3, 0),
+            ],
+        },
+        Vector {
+            name: "gcra: rate 10/s, burst 5, the documented example",
+            policy: policy("gcra", Rate::per_second(10).and_then(|r| Algorithm::gcra(r, 5))),
+            steps: vec![
+                ok(0, 1, 4),
+                ok(0, 1, 3),
+                ok(0, 1, 2),
+                ok(0, 1, 1),
+                ok(0, 1, 0),
+                no(0, 1, 0, 100),
+                ok(100, 1, 0),
+                no(150, 1, 0, 50),
+                ok(200, 1, 0),
+                ok(700, 5, 0),
+            ],
+        },
+        Vector {
+            name: "block_for: a denial blocks every check until it ends; reset lifts it",
+            policy: blocking(
+                policy("blocked", Algorithm::fixed_window(2, s(1), Anchor::Epoch)),
+                s(30),
+            ),
+            steps: vec![
+                ok(0, 2, 0),
+                no(500, 1, 0, 30_000),
+                no(5_000, 1, 0, 25_500),
+                on(b"other", ok(5_000, 1, 1)),
+                no(30_499, 1, 0, 1),
+                ok(30_500, 1, 1),
+                ok(31_000, 2, 0),
+                no(31_001, 1, 0, 30_000),
+                reset(31_002),
+                ok(31_003, 2, 0),
+            ],
+        },
+        Vector {
+            name: "keys with any bytes are separate",
+            policy: policy("bytes", Algorithm::sliding_log(1, s(60))),
+            steps: vec![
+                on(b"a:b", ok(0, 1, 0)),
+                on(b"a", ok(0, 1, 0)),
+                on(b"{a}", ok(0, 1, 0)),
+                on(b"}a{", ok(0, 1, 0)),
+                on(b"a b\n\xff", ok(0, 1, 0)),
+                on(b"a:b", no(1, 1, 0, 59_999)),
+                on(b"}a{", no(1, 1, 0, 59_999)),
+            ],
+        },
+    ]
+}
+
+/// The stores under test, seen through one interface (the Redis store's methods are async).
+pub trait Subject {
+    /// Runs one step and returns the decision (`None` for a reset).
+    fn step(&self, policy: &Policy, step: &Step) -> impl Future<Output = Result<Option<Decision>, Error>>;
+}
+
+impl<S: tollgate::Store> Subject for S {
+    async fn step(&self, policy: &Policy, step: &Step) -> Result<Option<Decision>, Error> {
+        match step.op {
+            Op::Check => self.check(policy, step.key, step.cost).await.map(Some),
+            Op::Peek => self.peek(policy, step.key, step.cost).await.map(Some),
+            Op::Reset => self.reset(policy, step.key).await.map(|()| None),
+        }
+    }
+}
+
+/// Runs every vector on `store`, setting `clock` before each step. Panics naming the vector and
+/// step on the first decision that differs from the expectation; returns every decision, in
+/// order, so stores can be compared field by field.
+pub async fn run(store: &impl Subject, clock: &tollgate::ManualClock) -> Vec<Option<Decision>> {
+    let mut decisions = vec![];
+    for vector in all() {
+        for (i, step) in vector.steps.iter().enumerate() {
+            clock.set_us(T0_US + step.at_ms * 1000);
+            let decision = store
+                .step(&vector.policy, step)
+                .await
+                .unwrap_or_else(|e| panic!("{}: step {i} failed: {e}", vector.name));
+            if let Some(d) = decision {
+                let got = (
+                    d.allowed,
+                    d.remaining,
+                    d.retry_after.map(|r| r.as_micros() as u64),
+                );
+                let (allowed, remaining, retry_ms) = step.expect;
+                let want = (allowed, remaining, retry_ms.map(|ms| ms * 1000));
+                assert_eq!(got, want, "{}: step {i} at {} ms", vector.name, step.at_ms);
+            }
+            decisions.push(decision);
+        }
+    }
+    decisions
+}
