@@ -49,7 +49,10 @@ fn bot(policy: Policy) -> Result<(), Error> {
     let (at, retry) = first_denial.map_or(("-".into(), "-".into()), |(at, retry)| {
         (format!("{at} s"), format!("{:.1} s", retry.as_secs_f64()))
     });
-    println!("| {} | {admitted} | {denied} | {at} | {retry} |", policy.algorithm().name());
+    println!(
+        "| {} | {admitted} | {denied} | {at} | {retry} |",
+        policy.algorithm().name()
+    );
     Ok(())
 }
 
@@ -71,6 +74,9 @@ fn brute_force() -> Result<(), Error> {
         clock.advance(Duration::from_secs(10));
     }
     store.reset_attempts(account)?;
-    println!("after a successful login (or an admin reset) the counter is gone: {}", store.get_attempts(account)?);
+    println!(
+        "after a successful login (or an admin reset) the counter is gone: {}",
+        store.get_attempts(account)?
+    );
     Ok(())
 }

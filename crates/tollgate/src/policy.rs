@@ -164,7 +164,6 @@ pub enum Anchor {
 /// Build one with the constructors ([`Algorithm::gcra`], ...) or from the parameter type of its
 /// module ([`Gcra::new`], ...).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum Algorithm {
     /// Count per window; see [`FixedWindow`].
     FixedWindow(FixedWindow),
