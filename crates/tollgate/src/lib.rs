@@ -51,8 +51,3 @@ pub use error::{Error, PolicyError, StoreErrorKind};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use policy::{Algorithm, Anchor, FailureMode, Policy, Rate};
 pub use store::Store;
-
-/// The README's examples, compiled and run as doc tests.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;
