@@ -38,7 +38,7 @@ pub trait Clock: Send + Sync {
 #[derive(Debug, Clone)]
 pub struct SystemClock {
     counter: quanta::Clock,
-    started: quanta::Instant,
+    started_raw: u64,
     started_us: u64,
 }
 
@@ -53,13 +53,13 @@ impl SystemClock {
     /// ```
     pub fn new() -> Self {
         let counter = quanta::Clock::new();
-        let started = counter.now();
+        let started_raw = counter.raw();
         let since_epoch = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
         SystemClock {
             counter,
-            started,
+            started_raw,
             started_us: bounds::as_us(since_epoch),
         }
     }
@@ -72,9 +72,10 @@ impl Default for SystemClock {
 }
 
 impl Clock for SystemClock {
+    #[inline]
     fn now_us(&self) -> u64 {
-        let elapsed = self.counter.now().saturating_duration_since(self.started);
-        self.started_us + bounds::as_us(elapsed)
+        let elapsed_ns = self.counter.delta_as_nanos(self.started_raw, self.counter.raw());
+        self.started_us + elapsed_ns / 1_000
     }
 }
 

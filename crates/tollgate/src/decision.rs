@@ -49,6 +49,7 @@ impl Decision {
     /// let decision = Decision::from_outcome(outcome, 5);
     /// assert_eq!(decision.reset_after, std::time::Duration::from_micros(1_500));
     /// ```
+    #[inline]
     pub fn from_outcome(outcome: Outcome, limit: u64) -> Self {
         Decision {
             allowed: outcome.allowed,

@@ -4,8 +4,9 @@
 //! ever fail because of the policy itself. The name namespaces the stored state, so two policies
 //! applied to the same key (say `"login"` and `"api"` on one user id) never share a counter.
 
+use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::PolicyError;
@@ -121,6 +122,7 @@ impl Rate {
     /// assert_eq!(tollgate::Rate::per_second(10)?.interval_us(), 100_000);
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
+    #[inline]
     pub fn interval_us(&self) -> u64 {
         self.interval_us
     }
@@ -263,6 +265,7 @@ impl Algorithm {
     /// assert_eq!(algorithm.limit(), 3);
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
+    #[inline]
     pub fn limit(&self) -> u64 {
         match self {
             Algorithm::FixedWindow(p) => p.limit(),
@@ -343,6 +346,8 @@ impl Algorithm {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Policy {
     name: Arc<str>,
+    /// The interned name: equal names, equal ids, in this process.
+    namespace: u32,
     algorithm: Algorithm,
     block_for_us: Option<u64>,
     on_store_failure: FailureMode,
@@ -410,6 +415,7 @@ impl Policy {
             });
         }
         Ok(Policy {
+            namespace: namespace_of(&name),
             name,
             algorithm,
             block_for_us: None,
@@ -494,6 +500,13 @@ impl Policy {
         &self.name
     }
 
+    /// The interned name, which the memory store compares instead of the name itself. Never 0:
+    /// that namespace belongs to attempts counters.
+    #[inline]
+    pub(crate) fn namespace(&self) -> u32 {
+        self.namespace
+    }
+
     /// The algorithm and its parameters.
     ///
     /// ```
@@ -501,6 +514,7 @@ impl Policy {
     /// assert_eq!(policy.algorithm().name(), "gcra");
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
+    #[inline]
     pub fn algorithm(&self) -> &Algorithm {
         &self.algorithm
     }
@@ -524,6 +538,7 @@ impl Policy {
     /// assert_eq!(policy.block_for_us(), Some(2_000_000));
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
+    #[inline]
     pub fn block_for_us(&self) -> Option<u64> {
         self.block_for_us
     }
@@ -535,7 +550,21 @@ impl Policy {
     /// assert_eq!(policy.max_cost(), 4);
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
+    #[inline]
     pub fn max_cost(&self) -> u64 {
         self.algorithm.limit()
     }
+}
+
+/// Interns a policy name: the same name always gets the same number in this process, so policies
+/// rebuilt from a reloaded config keep their state, and the memory store finds a key by a number
+/// instead of comparing names. Names are few and long-lived; the table only grows with new names.
+fn namespace_of(name: &Arc<str>) -> u32 {
+    static NAMESPACES: OnceLock<Mutex<HashMap<Arc<str>, u32>>> = OnceLock::new();
+    let mut namespaces = NAMESPACES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let next = u32::try_from(namespaces.len() + 1).unwrap_or(u32::MAX);
+    *namespaces.entry(name.clone()).or_insert(next)
 }

@@ -89,6 +89,7 @@ pub trait Store: Send + Sync {
 /// assert!(validate_key(b"user:{42} \n\xff").is_ok());
 /// assert!(validate_key(b"").is_err());
 /// ```
+#[inline]
 pub fn validate_key(key: &[u8]) -> Result<(), Error> {
     if key.is_empty() {
         return Err(Error::EmptyKey);
@@ -114,6 +115,7 @@ pub fn validate_key(key: &[u8]) -> Result<(), Error> {
 /// assert!(matches!(validate_check(&policy, b"k", 0), Err(Error::ZeroCost)));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[inline]
 pub fn validate_check(policy: &Policy, key: &[u8], cost: u64) -> Result<(), Error> {
     validate_key(key)?;
     if cost == 0 {

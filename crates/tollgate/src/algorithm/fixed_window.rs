@@ -130,6 +130,7 @@ impl FixedWindow {
     /// assert_eq!(denied.retry_after_us, Some(600_000)); // the next window starts at 11 s
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
+    #[inline]
     pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
         let w = self.window_us;
         let current = self.current_window(state.as_ref(), now_us);
@@ -159,6 +160,7 @@ impl FixedWindow {
     }
 
     /// The window `now_us` falls in, with the count carried over when it is the stored one.
+    #[inline]
     fn current_window(&self, state: Option<&State>, now_us: u64) -> State {
         let w = self.window_us;
         let stored = state.filter(|s| s.count > 0);

@@ -93,6 +93,7 @@ impl Gcra {
     }
 
     /// How far ahead of now the TAT may run: `burst × interval`, in µs.
+    #[inline]
     pub fn tolerance_us(&self) -> u64 {
         self.burst * self.rate.interval_us()
     }
@@ -111,6 +112,7 @@ impl Gcra {
     /// assert_eq!(params.step(&mut state, 0, 1, true).retry_after_us, Some(100_000));
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
+    #[inline]
     pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
         let interval = self.rate.interval_us();
         let tolerance = self.tolerance_us();

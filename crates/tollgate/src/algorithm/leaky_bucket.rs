@@ -90,6 +90,7 @@ impl LeakyBucket {
     /// assert_eq!(denied.retry_after_us, Some(900_000)); // two units drain by 1 s
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
+    #[inline]
     pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
         let interval = self.leak.interval_us();
         let s = self.drained(state.as_ref(), now_us);
@@ -113,6 +114,7 @@ impl LeakyBucket {
     }
 
     /// The bucket as of `now_us`. An empty bucket does not drain, so its clock restarts.
+    #[inline]
     fn drained(&self, state: Option<&State>, now_us: u64) -> State {
         let empty = State {
             level: 0,

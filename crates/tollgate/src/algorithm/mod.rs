@@ -83,6 +83,7 @@ pub struct KeyState {
 /// assert!(!decide(&policy, &mut state, 2_000_000, 1, true).allowed);
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
+#[inline]
 pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, commit: bool) -> Outcome {
     if state.blocked_until_us > now_us {
         let blocked_for = state.blocked_until_us - now_us;
@@ -107,6 +108,7 @@ pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, com
 }
 
 /// Runs the policy's algorithm on `slot`, treating a state of another algorithm as empty.
+#[inline]
 fn step(algorithm: &Algorithm, slot: &mut AlgorithmState, now_us: u64, cost: u64, commit: bool) -> Outcome {
     macro_rules! copy_state {
         ($params:expr, $variant:ident) => {{
@@ -155,6 +157,7 @@ fn step(algorithm: &Algorithm, slot: &mut AlgorithmState, now_us: u64, cost: u64
 /// assert_eq!(hot_until_us(&policy, &mut state, 4_000_000), 10_000_000);
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
+#[inline]
 pub fn hot_until_us(policy: &Policy, state: &mut KeyState, now_us: u64) -> u64 {
     if state.blocked_until_us > now_us {
         return state.blocked_until_us;

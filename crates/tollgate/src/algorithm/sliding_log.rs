@@ -123,6 +123,7 @@ impl SlidingLog {
     /// assert_eq!(denied.retry_after_us, Some(6_000_000)); // the entry from 1 s expires at 11 s
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
+    #[inline]
     pub fn step(&self, log: &mut Log, now_us: u64, cost: u64, commit: bool) -> Outcome {
         let mut live_from = 0;
         let mut expired_cost = 0;

@@ -43,10 +43,23 @@ pub struct SlidingWindow {
 pub struct State {
     /// Start of the current window, µs since the Unix epoch (a multiple of the window).
     pub window_start_us: u64,
-    /// Cost admitted in the window before it.
-    pub previous: u64,
+    /// Cost admitted in the window before it (at most the limit, so 32 bits suffice).
+    pub previous: u32,
     /// Cost admitted in the current window.
-    pub current: u64,
+    pub current: u32,
+}
+
+/// The counters widened for arithmetic.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    window_start_us: u64,
+    previous: u64,
+    current: u64,
+}
+
+/// Counts never exceed the limit (at most 10^9); saturate rather than wrap if a caller breaks that.
+fn narrow(count: u64) -> u32 {
+    u32::try_from(count).unwrap_or(u32::MAX)
 }
 
 impl SlidingWindow {
@@ -135,6 +148,7 @@ impl SlidingWindow {
     /// assert_eq!(params.step(&mut state, 15_000_000, 1, false).remaining, 4);
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
+    #[inline]
     pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
         let w = self.window_ms();
         let s = self.current_windows(state.as_ref(), now_us);
@@ -152,7 +166,11 @@ impl SlidingWindow {
             (s.current, used)
         };
         if allowed && commit {
-            *state = Some(State { current, ..s });
+            *state = Some(State {
+                window_start_us: s.window_start_us,
+                previous: narrow(s.previous),
+                current: narrow(current),
+            });
         }
         let window_end_us = s.window_start_us + self.window_us;
         Outcome {
@@ -170,18 +188,22 @@ impl SlidingWindow {
     }
 
     /// The counters as of `now_us`: rolled forward one window, or cleared after two.
-    fn current_windows(&self, state: Option<&State>, now_us: u64) -> State {
+    fn current_windows(&self, state: Option<&State>, now_us: u64) -> Counts {
         let w = self.window_us;
         let start = now_us - now_us % w;
         match state {
             // The clock stepped back before the stored window: keep counting in it.
-            Some(s) if s.window_start_us >= start => *s,
-            Some(s) if s.window_start_us + w == start => State {
+            Some(s) if s.window_start_us >= start => Counts {
+                window_start_us: s.window_start_us,
+                previous: u64::from(s.previous),
+                current: u64::from(s.current),
+            },
+            Some(s) if s.window_start_us + w == start => Counts {
                 window_start_us: start,
-                previous: s.current,
+                previous: u64::from(s.current),
                 current: 0,
             },
-            _ => State {
+            _ => Counts {
                 window_start_us: start,
                 previous: 0,
                 current: 0,
@@ -191,7 +213,7 @@ impl SlidingWindow {
 
     /// The earliest time (µs) a denied request of `cost` fits. The estimate only falls as time
     /// passes, so this solves `weight × (w − e) ≤ room × w` for the smallest whole `e` in ms.
-    fn retry_at_us(&self, s: &State, cost: u64) -> u64 {
+    fn retry_at_us(&self, s: &Counts, cost: u64) -> u64 {
         let w = self.window_ms();
         let (window_start_us, room, weight) = if s.current.saturating_add(cost) <= self.limit {
             // Fits in this window once enough of the previous one has slid out. `previous` is

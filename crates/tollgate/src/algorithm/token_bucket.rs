@@ -92,6 +92,7 @@ impl TokenBucket {
     /// assert_eq!(denied.retry_after_us, Some(700_000)); // one token is back at 1 s
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
+    #[inline]
     pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
         let interval = self.refill.interval_us();
         let s = self.refilled(state.as_ref(), now_us);
@@ -120,6 +121,7 @@ impl TokenBucket {
 
     /// The bucket as of `now_us`. A missing key has a full bucket. A full bucket does not
     /// accrue, so its refill clock restarts at `now_us`.
+    #[inline]
     fn refilled(&self, state: Option<&State>, now_us: u64) -> State {
         let full = State {
             tokens: self.capacity,

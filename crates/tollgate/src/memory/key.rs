@@ -1,56 +1,80 @@
 //! How a (namespace, key) pair is stored and found without allocating on lookup.
 //!
-//! The stored form is one boxed byte string, `[namespace length][namespace][key]`. The length
-//! prefix makes the encoding unambiguous: `("ab", "c")` and `("a", "bc")` are different byte
-//! strings, so two different pairs can never share a slot, whatever bytes the key holds. Attempts
-//! counters use the empty namespace, which no policy can have.
+//! A policy's namespace is its interned name (a `u32`, never 0); attempts counters use namespace
+//! 0. A slot stores the namespace and the key bytes, so two different pairs can never share a
+//! slot, whatever bytes the key holds. Keys up to 22 bytes (IPv4 addresses, user ids, most API
+//! keys) are stored inside the slot itself: no second allocation, and no second cache miss when
+//! comparing.
 
 use std::hash::{BuildHasher, Hasher};
+
+/// Keys this long or shorter live inside the slot.
+const INLINE: usize = 22;
+
+/// The namespace of attempts counters.
+pub(crate) const ATTEMPTS: u32 = 0;
+
+/// Key bytes, inline when short.
+#[derive(Debug, Clone)]
+pub(crate) enum KeyBytes {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Box<[u8]>),
+}
+
+impl KeyBytes {
+    #[inline]
+    pub(crate) fn new(key: &[u8]) -> Self {
+        if key.len() <= INLINE {
+            let mut bytes = [0; INLINE];
+            bytes[..key.len()].copy_from_slice(key);
+            KeyBytes::Inline {
+                len: key.len() as u8,
+                bytes,
+            }
+        } else {
+            KeyBytes::Heap(key.into())
+        }
+    }
+
+    #[inline]
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            KeyBytes::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            KeyBytes::Heap(bytes) => bytes,
+        }
+    }
+}
 
 /// A namespace and key as given by the caller.
 #[derive(Clone, Copy)]
 pub(crate) struct Lookup<'a> {
-    namespace: &'a [u8],
-    key: &'a [u8],
+    pub(crate) namespace: u32,
+    pub(crate) key: &'a [u8],
 }
 
-impl<'a> Lookup<'a> {
-    /// `namespace` is at most 255 bytes (policy names are validated to fit).
-    pub(crate) fn new(namespace: &'a str, key: &'a [u8]) -> Self {
-        debug_assert!(namespace.len() <= usize::from(u8::MAX));
-        Lookup {
-            namespace: namespace.as_bytes(),
-            key,
-        }
-    }
-
-    /// The hash of the encoded pair under `hasher` (SipHash with random keys: attackers choose
-    /// keys, so a fixed fast hash would let them aim for one bucket).
+impl Lookup<'_> {
+    /// The pair's hash under `hasher`: keyed SipHash, because attackers choose keys and a fixed
+    /// fast hash would let them aim every key at one bucket.
+    #[inline]
     pub(crate) fn hash(&self, hasher: &impl BuildHasher) -> u64 {
-        let mut state = hasher.build_hasher();
-        state.write_u8(self.namespace.len() as u8);
-        state.write(self.namespace);
-        state.write(self.key);
-        state.finish()
+        hash(hasher, self.namespace, self.key)
     }
 
-    /// True when `stored` is this pair's encoding.
-    pub(crate) fn matches(&self, stored: &[u8]) -> bool {
-        let n = self.namespace.len();
-        stored.len() == 1 + n + self.key.len()
-            && usize::from(stored[0]) == n
-            && &stored[1..1 + n] == self.namespace
-            && &stored[1 + n..] == self.key
+    /// True when a slot holding `namespace` and `key` belongs to this pair.
+    #[inline]
+    pub(crate) fn matches(&self, namespace: u32, key: &KeyBytes) -> bool {
+        namespace == self.namespace && key.as_slice() == self.key
     }
+}
 
-    /// The stored encoding.
-    pub(crate) fn encode(&self) -> Box<[u8]> {
-        let mut bytes = Vec::with_capacity(1 + self.namespace.len() + self.key.len());
-        bytes.push(self.namespace.len() as u8);
-        bytes.extend_from_slice(self.namespace);
-        bytes.extend_from_slice(self.key);
-        bytes.into_boxed_slice()
-    }
+/// The hash of a (namespace, key) pair: keyed SipHash of the key alone (one pass, the cost that
+/// dominates), then the namespace mixed in with a multiply. Mixing a known constant into a keyed
+/// hash keeps it unpredictable, and equality still compares namespace and key exactly.
+#[inline]
+pub(crate) fn hash(hasher: &impl BuildHasher, namespace: u32, key: &[u8]) -> u64 {
+    let mut state = hasher.build_hasher();
+    state.write(key);
+    state.finish() ^ u64::from(namespace).wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 #[cfg(test)]
@@ -58,19 +82,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn different_splits_never_match() {
-        let a = Lookup::new("ab", b"c");
-        let b = Lookup::new("a", b"bc");
-        assert!(a.matches(&a.encode()));
-        assert!(!b.matches(&a.encode()));
-        assert!(!a.matches(&b.encode()));
+    fn short_keys_are_inline_and_long_ones_on_the_heap() {
+        assert!(matches!(KeyBytes::new(b"198.51.100.7"), KeyBytes::Inline { .. }));
+        assert!(matches!(KeyBytes::new(&[7; 23]), KeyBytes::Heap(_)));
+        for key in [&b""[..], b"a", &[0xff; 22], &[1; 23], &[2; 4096]] {
+            assert_eq!(KeyBytes::new(key).as_slice(), key);
+        }
     }
 
     #[test]
-    fn attempts_namespace_never_matches_a_policy() {
-        let attempts = Lookup::new("", b"\x01xk");
-        let policy = Lookup::new("x", b"k");
-        assert!(!attempts.matches(&policy.encode()));
-        assert!(!policy.matches(&attempts.encode()));
+    fn a_pair_matches_only_itself() {
+        let stored = KeyBytes::new(b"k");
+        assert!(
+            Lookup {
+                namespace: 3,
+                key: b"k"
+            }
+            .matches(3, &stored)
+        );
+        assert!(
+            !Lookup {
+                namespace: 4,
+                key: b"k"
+            }
+            .matches(3, &stored)
+        );
+        assert!(
+            !Lookup {
+                namespace: 3,
+                key: b"k\0"
+            }
+            .matches(3, &stored)
+        );
+        assert!(
+            !Lookup {
+                namespace: 3,
+                key: b""
+            }
+            .matches(3, &stored)
+        );
     }
 }

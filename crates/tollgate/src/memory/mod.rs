@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use self::key::Lookup;
+use self::key::{ATTEMPTS, Lookup};
 use self::shard::{Shard, Slot, Value};
 use crate::algorithm::{self, KeyState};
 use crate::attempts::{self, Attempts};
@@ -30,9 +30,6 @@ use crate::{AttemptsStatus, Clock, Decision, Error, Policy, SystemClock};
 pub const DEFAULT_MAX_KEYS: usize = 1 << 20;
 
 const MAX_SHARDS: usize = 64;
-
-/// Attempts counters live under the empty namespace, which no policy name can be.
-const ATTEMPTS: &str = "";
 
 /// A shard padded to its own cache lines, so two cores locking neighbouring shards do not fight
 /// over one line.
@@ -146,7 +143,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         let shards = (0..shard_count)
             .map(|i| {
                 let bound = self.max_keys / shard_count + usize::from(i < self.max_keys % shard_count);
-                Padded(Mutex::new(Shard::new(bound, hasher.hash_one(i))))
+                Padded(Mutex::new(Shard::new(bound, hasher.clone(), hasher.hash_one(i))))
             })
             .collect();
         MemoryStore {
@@ -258,7 +255,10 @@ impl<C: Clock> MemoryStore<C> {
     pub fn reset(&self, policy: &Policy, key: impl AsRef<[u8]>) -> Result<(), Error> {
         let key = key.as_ref();
         store::validate_key(key)?;
-        self.remove(Lookup::new(policy.name(), key));
+        self.remove(Lookup {
+            namespace: policy.namespace(),
+            key,
+        });
         Ok(())
     }
 
@@ -276,26 +276,27 @@ impl<C: Clock> MemoryStore<C> {
         let key = key.as_ref();
         store::validate_key(key)?;
         let ttl_us = attempts::ttl_us(ttl)?;
-        let lookup = Lookup::new(ATTEMPTS, key);
+        let lookup = Lookup {
+            namespace: ATTEMPTS,
+            key,
+        };
         let hash = lookup.hash(&self.hasher);
         let mut shard = self.shard(hash).lock();
         let now_us = self.clock.now_us();
-        let counter = match shard.get_mut(hash, lookup, now_us) {
-            Some(Slot {
-                value: Value::Attempts(counter),
-                ..
-            }) => {
-                *counter = Attempts::increment(Some(counter), now_us, ttl_us);
-                return Ok(counter.count);
-            }
-            _ => Attempts::increment(None, now_us, ttl_us),
-        };
-        let slot = Slot {
-            value: Value::Attempts(counter),
-            expires_at_us: counter.expires_at_us,
-            hot_until_us: 0,
-        };
-        shard.put(hash, lookup, slot, now_us).map_err(|_| self.full())?;
+        if let Some(slot) = shard.find_mut(hash, lookup) {
+            let live = match &slot.value {
+                Value::Attempts(counter) if !slot.expired(now_us) => Some(*counter),
+                _ => None,
+            };
+            let counter = Attempts::increment(live.as_ref(), now_us, ttl_us);
+            slot.value = Value::Attempts(counter);
+            slot.set_expires_at_us(counter.expires_at_us);
+            shard.note_expiry(counter.expires_at_us);
+            return Ok(counter.count);
+        }
+        let counter = Attempts::increment(None, now_us, ttl_us);
+        let slot = Slot::new(lookup, Value::Attempts(counter), counter.expires_at_us, 0);
+        shard.insert(hash, slot, now_us).map_err(|_| self.full())?;
         Ok(counter.count)
     }
 
@@ -343,7 +344,10 @@ impl<C: Clock> MemoryStore<C> {
     pub fn reset_attempts(&self, key: impl AsRef<[u8]>) -> Result<(), Error> {
         let key = key.as_ref();
         store::validate_key(key)?;
-        self.remove(Lookup::new(ATTEMPTS, key));
+        self.remove(Lookup {
+            namespace: ATTEMPTS,
+            key,
+        });
         Ok(())
     }
 
@@ -364,55 +368,83 @@ impl<C: Clock> MemoryStore<C> {
         store::validate_max_attempts(max_attempts)?;
         let key = key.as_ref();
         store::validate_key(key)?;
-        let lookup = Lookup::new(ATTEMPTS, key);
-        let hash = lookup.hash(&self.hasher);
-        let mut shard = self.shard(hash).lock();
         let now_us = self.clock.now_us();
-        let counter = attempts_in(shard.get_mut(hash, lookup, now_us));
+        let counter = self.attempts(key)?;
         Ok(Attempts::status(counter.as_ref(), now_us, max_attempts))
     }
 
     fn decide(&self, policy: &Policy, key: &[u8], cost: u64, commit: bool) -> Result<Decision, Error> {
         store::validate_check(policy, key, cost)?;
-        let lookup = Lookup::new(policy.name(), key);
+        let lookup = Lookup {
+            namespace: policy.namespace(),
+            key,
+        };
         let hash = lookup.hash(&self.hasher);
         let mut shard = self.shard(hash).lock();
         // Read the clock under the lock, so one key's checks see time in order.
         let now_us = self.clock.now_us();
         let limit = policy.max_cost();
-        if let Some(Slot {
-            value: Value::Limit(state),
-            expires_at_us,
-            hot_until_us: hot,
-        }) = shard.get_mut(hash, lookup, now_us)
-        {
+        if let Some(slot) = shard.find_mut(hash, lookup) {
+            let expired = slot.expired(now_us);
+            if expired && !commit {
+                let outcome = algorithm::decide(policy, &mut KeyState::default(), now_us, cost, false);
+                return Ok(Decision::from_outcome(outcome, limit));
+            }
+            if expired || !matches!(slot.value, Value::Limit(_)) {
+                // Reuse the slot in place: no second lookup, no new allocation.
+                slot.value = Value::Limit(KeyState::default());
+                slot.set_hot_until_us(0);
+            }
+            let hot_until_us = slot.hot_until_us();
+            let Value::Limit(state) = &mut slot.value else {
+                unreachable!("set to a limit just above")
+            };
             let outcome = algorithm::decide(policy, state, now_us, cost, commit);
-            if commit {
-                *expires_at_us = now_us + outcome.reset_after_us;
-                *hot = hot_until_us(policy, state, now_us, &outcome);
+            if !commit {
+                return Ok(Decision::from_outcome(outcome, limit));
+            }
+            let next_hot_us = next_hot_until_us(policy, state, now_us, &outcome, hot_until_us);
+            slot.set_hot_until_us(next_hot_us);
+            let expires_at_us = now_us + outcome.reset_after_us;
+            slot.set_expires_at_us(expires_at_us);
+            let cooled = hot_until_us > now_us && next_hot_us <= now_us;
+            shard.note_expiry(expires_at_us);
+            if cooled {
+                shard.note_cooled();
             }
             return Ok(Decision::from_outcome(outcome, limit));
         }
         let mut state = KeyState::default();
         let outcome = algorithm::decide(policy, &mut state, now_us, cost, commit);
         if commit && outcome.reset_after_us > 0 {
-            let slot = Slot {
-                hot_until_us: hot_until_us(policy, &mut state, now_us, &outcome),
-                expires_at_us: now_us + outcome.reset_after_us,
-                value: Value::Limit(state),
-            };
-            shard.put(hash, lookup, slot, now_us).map_err(|_| self.full())?;
+            let hot_until_us = next_hot_until_us(policy, &mut state, now_us, &outcome, 0);
+            let slot = Slot::new(
+                lookup,
+                Value::Limit(state),
+                now_us + outcome.reset_after_us,
+                hot_until_us,
+            );
+            shard.insert(hash, slot, now_us).map_err(|_| self.full())?;
         }
         Ok(Decision::from_outcome(outcome, limit))
     }
 
     fn attempts(&self, key: &[u8]) -> Result<Option<Attempts>, Error> {
         store::validate_key(key)?;
-        let lookup = Lookup::new(ATTEMPTS, key);
+        let lookup = Lookup {
+            namespace: ATTEMPTS,
+            key,
+        };
         let hash = lookup.hash(&self.hasher);
         let mut shard = self.shard(hash).lock();
         let now_us = self.clock.now_us();
-        Ok(attempts_in(shard.get_mut(hash, lookup, now_us)))
+        Ok(match shard.find_mut(hash, lookup) {
+            Some(Slot {
+                value: Value::Attempts(counter),
+                ..
+            }) => Attempts::live(Some(counter), now_us),
+            _ => None,
+        })
     }
 
     fn remove(&self, lookup: Lookup<'_>) {
@@ -433,21 +465,24 @@ impl<C: Clock> MemoryStore<C> {
     }
 }
 
-fn attempts_in(slot: Option<&mut Slot>) -> Option<Attempts> {
-    match slot {
-        Some(Slot {
-            value: Value::Attempts(counter),
-            ..
-        }) => Some(*counter),
-        _ => None,
+/// Until when a slot is hot (see [`algorithm::hot_until_us`]), computed only when it can have
+/// changed: a blocked key is hot until its block ends, a key with budget left is not hot, and a
+/// denial without a new block changed nothing, so a slot already hot stays hot until the same time.
+fn next_hot_until_us(
+    policy: &Policy,
+    state: &mut KeyState,
+    now_us: u64,
+    outcome: &algorithm::Outcome,
+    hot_until_us: u64,
+) -> u64 {
+    if state.blocked_until_us > now_us {
+        return state.blocked_until_us;
     }
-}
-
-/// The slot is hot while a check of cost 1 would be denied (blocked or out of budget). Only
-/// computed when the decision shows no budget left, which is the only time it can be hot.
-fn hot_until_us(policy: &Policy, state: &mut KeyState, now_us: u64, outcome: &algorithm::Outcome) -> u64 {
     if outcome.remaining > 0 {
         return 0;
+    }
+    if !outcome.allowed && hot_until_us > now_us {
+        return hot_until_us;
     }
     algorithm::hot_until_us(policy, state, now_us)
 }

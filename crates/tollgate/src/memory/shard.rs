@@ -1,12 +1,13 @@
-//! One shard of the memory store: a bounded map from encoded keys to state, and its eviction.
+//! One shard of the memory store: a bounded hash table of slots, and its eviction.
 //!
-//! Each shard is an insertion-ordered hash map (so a random slot can be picked in O(1)) behind its
-//! own mutex. When a shard is at its bound and a new key arrives, it makes room in this order:
+//! Slots live inline in the table (no index indirection, short keys inline too), so finding a
+//! key costs one probe of the control bytes and one read of the slot. When the shard is at its
+//! bound and a new key arrives, it makes room in this order:
 //!
 //! 1. drop every expired slot (at most once per "earliest expiry", so a flood cannot make every
 //!    insert scan the shard);
-//! 2. sample a few slots and evict the one that expires soonest among those that are not *hot*
-//!    (blocked, or out of budget: see [`hot_until_us`](crate::algorithm::hot_until_us));
+//! 2. sample a few random buckets and evict the slot that expires soonest among those that are
+//!    not *hot* (blocked, or out of budget: see [`hot_until_us`](crate::algorithm::hot_until_us));
 //! 3. failing that, scan the shard for any slot that is not hot;
 //! 4. failing that, refuse the new key: every slot is protecting a limit, and forgetting one
 //!    would give an attacker a fresh budget.
@@ -14,15 +15,15 @@
 //! Expired slots are also swept after every `bound / 2` inserts, so memory is reclaimed without
 //! the user doing anything.
 
-use indexmap::IndexMap;
-use indexmap::map::RawEntryApiV1;
-use indexmap::map::raw_entry_v1::RawEntryMut;
+use std::collections::hash_map::RandomState;
 
-use super::key::Lookup;
+use hashbrown::HashTable;
+
+use super::key::{self, KeyBytes, Lookup};
 use crate::algorithm::KeyState;
 use crate::attempts::Attempts;
 
-/// Slots sampled per eviction.
+/// Occupied slots sampled per eviction.
 const EVICTION_SAMPLES: usize = 8;
 
 /// What a slot holds.
@@ -32,42 +33,69 @@ pub(crate) enum Value {
     Attempts(Attempts),
 }
 
-/// A stored value with the times eviction needs.
+/// A stored key and value with the times eviction needs.
 #[derive(Debug, Clone)]
 pub(crate) struct Slot {
+    pub(crate) key: KeyBytes,
+    pub(crate) namespace: u32,
     pub(crate) value: Value,
-    /// After this time (µs) the value means nothing and the slot may be dropped.
-    pub(crate) expires_at_us: u64,
-    /// Until this time (µs) the slot must not be evicted; 0 for none.
-    pub(crate) hot_until_us: u64,
+    /// From this second on (since the Unix epoch, rounded up), the value means nothing and the
+    /// slot may be dropped. Whole seconds keep the slot small; a state past its reset time is
+    /// equivalent to no state, so keeping it up to a second longer changes no decision.
+    expires_at_s: u32,
+    /// Until this second (rounded up) the slot must not be evicted; 0 for never hot.
+    hot_until_s: u32,
+}
+
+/// A time in µs as whole seconds, rounded up (saturating in 2106).
+#[inline]
+fn seconds_up(us: u64) -> u32 {
+    u32::try_from(us.div_ceil(1_000_000)).unwrap_or(u32::MAX)
+}
+
+#[inline]
+fn micros(seconds: u32) -> u64 {
+    u64::from(seconds) * 1_000_000
 }
 
 impl Slot {
-    fn expired(&self, now_us: u64) -> bool {
-        self.expires_at_us <= now_us
+    pub(crate) fn new(lookup: Lookup<'_>, value: Value, expires_at_us: u64, hot_until_us: u64) -> Self {
+        Slot {
+            key: KeyBytes::new(lookup.key),
+            namespace: lookup.namespace,
+            value,
+            expires_at_s: seconds_up(expires_at_us),
+            hot_until_s: seconds_up(hot_until_us),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn expired(&self, now_us: u64) -> bool {
+        self.expires_at_us() <= now_us
+    }
+
+    #[inline]
+    pub(crate) fn expires_at_us(&self) -> u64 {
+        micros(self.expires_at_s)
+    }
+
+    #[inline]
+    pub(crate) fn set_expires_at_us(&mut self, us: u64) {
+        self.expires_at_s = seconds_up(us);
+    }
+
+    #[inline]
+    pub(crate) fn hot_until_us(&self) -> u64 {
+        micros(self.hot_until_s)
+    }
+
+    #[inline]
+    pub(crate) fn set_hot_until_us(&mut self, us: u64) {
+        self.hot_until_s = seconds_up(us);
     }
 
     fn hot(&self, now_us: u64) -> bool {
-        self.hot_until_us > now_us
-    }
-}
-
-/// Hashes are computed once per call by the store, so the map is told them directly.
-type Map = IndexMap<Box<[u8]>, Slot, std::hash::BuildHasherDefault<NoHasher>>;
-
-/// Never used to hash (every access goes through the raw entry API with a precomputed hash); it
-/// only satisfies the map's type.
-#[derive(Default)]
-pub(crate) struct NoHasher(u64);
-
-impl std::hash::Hasher for NoHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(b);
-        }
+        self.hot_until_us() > now_us
     }
 }
 
@@ -76,7 +104,8 @@ impl std::hash::Hasher for NoHasher {
 pub(crate) struct Full;
 
 pub(crate) struct Shard {
-    map: Map,
+    table: HashTable<Slot>,
+    hasher: RandomState,
     bound: usize,
     /// No slot expires before this time, so sweeping earlier finds nothing.
     next_expiry_us: u64,
@@ -87,9 +116,10 @@ pub(crate) struct Shard {
 }
 
 impl Shard {
-    pub(crate) fn new(bound: usize, seed: u64) -> Self {
+    pub(crate) fn new(bound: usize, hasher: RandomState, seed: u64) -> Self {
         Shard {
-            map: Map::default(),
+            table: HashTable::new(),
+            hasher,
             bound,
             next_expiry_us: 0,
             all_hot_until_us: 0,
@@ -99,44 +129,35 @@ impl Shard {
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.map.len()
+        self.table.len()
     }
 
-    /// The live slot for `lookup`, if any. An expired slot reads as absent.
-    pub(crate) fn get_mut(&mut self, hash: u64, lookup: Lookup<'_>, now_us: u64) -> Option<&mut Slot> {
-        let index = self
-            .map
-            .raw_entry_v1()
-            .index_from_hash(hash, |stored| lookup.matches(stored))?;
-        let slot = &mut self.map[index];
-        (!slot.expired(now_us)).then_some(slot)
+    /// The slot of `lookup`, expired or not.
+    #[inline]
+    pub(crate) fn find_mut(&mut self, hash: u64, lookup: Lookup<'_>) -> Option<&mut Slot> {
+        self.table
+            .find_mut(hash, |slot| lookup.matches(slot.namespace, &slot.key))
     }
 
-    /// Stores `slot` for `lookup`, replacing any existing slot, making room if needed.
-    pub(crate) fn put(&mut self, hash: u64, lookup: Lookup<'_>, slot: Slot, now_us: u64) -> Result<(), Full> {
-        self.next_expiry_us = self.next_expiry_us.min(slot.expires_at_us);
-        if !slot.hot(now_us) {
-            self.all_hot_until_us = 0;
-        }
-        if let RawEntryMut::Occupied(mut entry) = self
-            .map
-            .raw_entry_mut_v1()
-            .from_hash(hash, |stored| lookup.matches(stored))
-        {
-            *entry.get_mut() = slot;
-            return Ok(());
-        }
+    /// Records that a slot now expires at `expires_at_us` (sweeps must not skip it).
+    #[inline]
+    pub(crate) fn note_expiry(&mut self, expires_at_us: u64) {
+        self.next_expiry_us = self.next_expiry_us.min(expires_at_us);
+    }
+
+    /// Records that a slot stopped being hot, so the shard may have a victim again.
+    #[inline]
+    pub(crate) fn note_cooled(&mut self) {
+        self.all_hot_until_us = 0;
+    }
+
+    /// Stores a slot for a key that has none, making room if needed.
+    pub(crate) fn insert(&mut self, hash: u64, slot: Slot, now_us: u64) -> Result<(), Full> {
         self.make_room(now_us)?;
-        match self
-            .map
-            .raw_entry_mut_v1()
-            .from_hash(hash, |stored| lookup.matches(stored))
-        {
-            RawEntryMut::Vacant(entry) => {
-                entry.insert_hashed_nocheck(hash, lookup.encode(), slot);
-            }
-            RawEntryMut::Occupied(mut entry) => *entry.get_mut() = slot,
-        }
+        self.note_expiry(slot.expires_at_us());
+        let hasher = &self.hasher;
+        self.table
+            .insert_unique(hash, slot, |s| key::hash(hasher, s.namespace, s.key.as_slice()));
         self.inserts_since_sweep += 1;
         if self.inserts_since_sweep >= (self.bound / 2).max(1) {
             self.sweep(now_us);
@@ -144,78 +165,93 @@ impl Shard {
         Ok(())
     }
 
-    /// Removes the slot for `lookup`.
+    /// Removes the slot of `lookup`, if any.
     pub(crate) fn remove(&mut self, hash: u64, lookup: Lookup<'_>) {
-        if let RawEntryMut::Occupied(entry) = self
-            .map
-            .raw_entry_mut_v1()
-            .from_hash(hash, |stored| lookup.matches(stored))
+        if let Ok(entry) = self
+            .table
+            .find_entry(hash, |slot| lookup.matches(slot.namespace, &slot.key))
         {
-            entry.swap_remove();
+            entry.remove();
         }
     }
 
-    /// Drops every expired slot, and gives back memory after a flood has passed.
+    /// Drops every expired slot, and gives memory back after a flood has passed.
     pub(crate) fn sweep(&mut self, now_us: u64) {
         self.inserts_since_sweep = 0;
         if now_us < self.next_expiry_us {
             return;
         }
         let mut next_expiry = u64::MAX;
-        self.map.retain(|_, slot| {
+        self.table.retain(|slot| {
             let keep = !slot.expired(now_us);
             if keep {
-                next_expiry = next_expiry.min(slot.expires_at_us);
+                next_expiry = next_expiry.min(slot.expires_at_us());
             }
             keep
         });
         self.next_expiry_us = next_expiry;
-        if self.map.capacity() > 64 && self.map.capacity() > 4 * self.map.len() {
-            self.map.shrink_to(2 * self.map.len());
+        if self.table.capacity() > 64 && self.table.capacity() > 4 * self.table.len() {
+            let hasher = &self.hasher;
+            self.table.shrink_to(2 * self.table.len(), |s| {
+                key::hash(hasher, s.namespace, s.key.as_slice())
+            });
         }
     }
 
     fn make_room(&mut self, now_us: u64) -> Result<(), Full> {
-        if self.map.len() < self.bound {
+        if self.table.len() < self.bound {
             return Ok(());
         }
         self.sweep(now_us);
-        if self.map.len() < self.bound {
+        if self.table.len() < self.bound {
             return Ok(());
         }
         if now_us < self.all_hot_until_us {
             return Err(Full);
         }
-        let victim = self.sample_victim(now_us).or_else(|| self.scan_victim(now_us));
-        match victim {
-            Some(index) => {
-                self.map.swap_remove_index(index);
+        match self.sample_victim(now_us).or_else(|| self.scan_victim(now_us)) {
+            Some(bucket) => {
+                if let Ok(entry) = self.table.get_bucket_entry(bucket) {
+                    entry.remove();
+                }
                 Ok(())
             }
             None => {
-                self.all_hot_until_us = self.map.values().map(|s| s.hot_until_us).min().unwrap_or(0);
+                self.all_hot_until_us = self.table.iter().map(|s| s.hot_until_us()).min().unwrap_or(0);
                 Err(Full)
             }
         }
     }
 
-    /// Among a few random slots, the one that is not hot and expires soonest.
+    /// Among a few random occupied buckets, the one that is not hot and expires soonest.
     fn sample_victim(&mut self, now_us: u64) -> Option<usize> {
-        let len = self.map.len();
-        let mut best: Option<(usize, u64)> = None;
-        for _ in 0..EVICTION_SAMPLES.min(len) {
-            let index = (self.next_random() % len as u64) as usize;
-            let slot = &self.map[index];
-            if !slot.hot(now_us) && best.is_none_or(|(_, e)| slot.expires_at_us < e) {
-                best = Some((index, slot.expires_at_us));
+        let buckets = self.table.num_buckets() as u64;
+        let mut best: Option<(usize, u32)> = None;
+        let mut sampled = 0;
+        // The table is at least a little under half full, so this finds enough occupied buckets.
+        for _ in 0..EVICTION_SAMPLES * 4 {
+            let bucket = (self.next_random() % buckets) as usize;
+            let Some(slot) = self.table.get_bucket(bucket) else {
+                continue;
+            };
+            if !slot.hot(now_us) && best.is_none_or(|(_, e)| slot.expires_at_s < e) {
+                best = Some((bucket, slot.expires_at_s));
+            }
+            sampled += 1;
+            if sampled == EVICTION_SAMPLES {
+                break;
             }
         }
-        best.map(|(index, _)| index)
+        best.map(|(bucket, _)| bucket)
     }
 
-    /// The first slot that is not hot, when sampling found none.
+    /// The first bucket holding a slot that is not hot, when sampling found none.
     fn scan_victim(&self, now_us: u64) -> Option<usize> {
-        self.map.values().position(|slot| !slot.hot(now_us))
+        (0..self.table.num_buckets()).find(|&bucket| {
+            self.table
+                .get_bucket(bucket)
+                .is_some_and(|slot| !slot.hot(now_us))
+        })
     }
 
     /// xorshift64: cheap, and only used to spread eviction samples.
@@ -224,5 +260,32 @@ impl Shard {
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
         self.rng
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_fits_in_72_bytes() {
+        assert!(
+            std::mem::size_of::<Slot>() <= 72,
+            "{}",
+            std::mem::size_of::<Slot>()
+        );
+    }
+
+    #[test]
+    fn times_round_up_to_whole_seconds() {
+        let lookup = Lookup {
+            namespace: 1,
+            key: b"k",
+        };
+        let slot = Slot::new(lookup, Value::Limit(KeyState::default()), 1_000_001, 0);
+        assert_eq!(slot.expires_at_us(), 2_000_000);
+        assert!(!slot.expired(1_999_999));
+        assert!(slot.expired(2_000_000));
+        assert!(!slot.hot(0));
     }
 }
