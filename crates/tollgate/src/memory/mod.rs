@@ -137,8 +137,9 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     /// assert!(store.is_empty());
     /// ```
     pub fn build(self) -> MemoryStore<C> {
-        // At least 64 keys per shard, so that the split wastes little of the bound.
-        let shard_count = (self.max_keys / 64).clamp(1, MAX_SHARDS);
+        // At least 64 keys per shard, so that the split wastes little of the bound; a power of
+        // two, so picking a shard is a mask rather than a division.
+        let shard_count = prev_power_of_two((self.max_keys / 64).clamp(1, MAX_SHARDS));
         let hasher = RandomState::new();
         let shards = (0..shard_count)
             .map(|i| {
@@ -255,10 +256,7 @@ impl<C: Clock> MemoryStore<C> {
     pub fn reset(&self, policy: &Policy, key: impl AsRef<[u8]>) -> Result<(), Error> {
         let key = key.as_ref();
         store::validate_key(key)?;
-        self.remove(Lookup {
-            namespace: policy.namespace(),
-            key,
-        });
+        self.remove(Lookup::new(policy.namespace(), key));
         Ok(())
     }
 
@@ -276,10 +274,7 @@ impl<C: Clock> MemoryStore<C> {
         let key = key.as_ref();
         store::validate_key(key)?;
         let ttl_us = attempts::ttl_us(ttl)?;
-        let lookup = Lookup {
-            namespace: ATTEMPTS,
-            key,
-        };
+        let lookup = Lookup::new(ATTEMPTS, key);
         let hash = lookup.hash(&self.hasher);
         let mut shard = self.shard(hash).lock();
         let now_us = self.clock.now_us();
@@ -344,10 +339,7 @@ impl<C: Clock> MemoryStore<C> {
     pub fn reset_attempts(&self, key: impl AsRef<[u8]>) -> Result<(), Error> {
         let key = key.as_ref();
         store::validate_key(key)?;
-        self.remove(Lookup {
-            namespace: ATTEMPTS,
-            key,
-        });
+        self.remove(Lookup::new(ATTEMPTS, key));
         Ok(())
     }
 
@@ -375,10 +367,7 @@ impl<C: Clock> MemoryStore<C> {
 
     fn decide(&self, policy: &Policy, key: &[u8], cost: u64, commit: bool) -> Result<Decision, Error> {
         store::validate_check(policy, key, cost)?;
-        let lookup = Lookup {
-            namespace: policy.namespace(),
-            key,
-        };
+        let lookup = Lookup::new(policy.namespace(), key);
         let hash = lookup.hash(&self.hasher);
         let mut shard = self.shard(hash).lock();
         // Read the clock under the lock, so one key's checks see time in order.
@@ -431,10 +420,7 @@ impl<C: Clock> MemoryStore<C> {
 
     fn attempts(&self, key: &[u8]) -> Result<Option<Attempts>, Error> {
         store::validate_key(key)?;
-        let lookup = Lookup {
-            namespace: ATTEMPTS,
-            key,
-        };
+        let lookup = Lookup::new(ATTEMPTS, key);
         let hash = lookup.hash(&self.hasher);
         let mut shard = self.shard(hash).lock();
         let now_us = self.clock.now_us();
@@ -455,7 +441,7 @@ impl<C: Clock> MemoryStore<C> {
     /// Picks a shard from hash bits the map inside does not use (it takes the low bits for the
     /// bucket and the top 7 for its tag), so keys of one shard still spread over its buckets.
     fn shard(&self, hash: u64) -> &Mutex<Shard> {
-        &self.shards[(hash >> 50) as usize % self.shards.len()].0
+        &self.shards[(hash >> 50) as usize & (self.shards.len() - 1)].0
     }
 
     fn full(&self) -> Error {
@@ -465,9 +451,14 @@ impl<C: Clock> MemoryStore<C> {
     }
 }
 
+fn prev_power_of_two(n: usize) -> usize {
+    1 << n.ilog2()
+}
+
 /// Until when a slot is hot (see [`algorithm::hot_until_us`]), computed only when it can have
 /// changed: a blocked key is hot until its block ends, a key with budget left is not hot, and a
 /// denial without a new block changed nothing, so a slot already hot stays hot until the same time.
+#[inline]
 fn next_hot_until_us(
     policy: &Policy,
     state: &mut KeyState,
