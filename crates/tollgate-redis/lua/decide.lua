@@ -1,17 +1,17 @@
 -- tollgate decision epilogue: the penalty around the algorithm's step, then the TTL.
--- step(now, cost, commit) is defined by the algorithm's file and returns
--- allowed (boolean), remaining, reset_after_us, retry_after_us.
+-- The algorithm's file defines FIELDS (its hash fields) and step(stored, now, cost, commit),
+-- which returns allowed (boolean), remaining, reset_after_us, retry_after_us.
 
-local blocked_until = int(redis.call('HGET', STATE, 'b'), 'b') or 0
+local stored, blocked_until = load(FIELDS)
 local allowed, remaining, reset_after, retry_after
 if blocked_until > NOW then
   local blocked_for = blocked_until - NOW
-  local _, _, reset, retry = step(NOW, COST, false)
+  local _, _, reset, retry = step(stored, NOW, COST, false)
   allowed, remaining = false, 0
   reset_after = math.max(reset, blocked_for)
   retry_after = math.max(retry, blocked_for)
 else
-  allowed, remaining, reset_after, retry_after = step(NOW, COST, COMMIT)
+  allowed, remaining, reset_after, retry_after = step(stored, NOW, COST, COMMIT)
   if not allowed and BLOCK_FOR > 0 then
     if COMMIT then
       redis.call('HSET', STATE, 'b', num(NOW + BLOCK_FOR))

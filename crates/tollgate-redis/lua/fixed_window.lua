@@ -5,8 +5,9 @@
 
 local limit, window, first_hit = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == 'first_hit'
 
-local function step(now, cost, commit)
-  local stored = load({'s', 'c'})
+local FIELDS = {'s', 'c'}
+
+local function step(stored, now, cost, commit)
   local start, count = stored.s, stored.c
   -- Still inside the stored window (or the clock stepped back into it or before it)?
   if not (count and count > 0 and now < start + window) then

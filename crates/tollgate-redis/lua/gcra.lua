@@ -7,8 +7,9 @@
 local interval, burst = tonumber(ARGV[6]), tonumber(ARGV[7])
 local tolerance = burst * interval
 
-local function step(now, cost, commit)
-  local stored = load({'t'})
+local FIELDS = {'t'}
+
+local function step(stored, now, cost, commit)
   local tat = math.max(stored.t or now, now)
   local pushed = tat + cost * interval
   local allowed = pushed - now <= tolerance

@@ -5,8 +5,9 @@
 
 local capacity, interval = tonumber(ARGV[6]), tonumber(ARGV[7])
 
-local function step(now, cost, commit)
-  local stored = load({'l', 'd'})
+local FIELDS = {'l', 'd'}
+
+local function step(stored, now, cost, commit)
   local level, leaked_at = 0, now
   if stored.l and stored.d then
     local leaked = idiv(math.max(now - stored.d, 0), interval)

@@ -28,13 +28,6 @@ local function corrupt(what)
   error('TOLLGATE_CORRUPT ' .. what)
 end
 
-local function check_type(key, wanted)
-  local t = redis.call('TYPE', key)['ok']
-  if t ~= 'none' and t ~= wanted then
-    corrupt(key .. ' holds a ' .. t .. ', expected a ' .. wanted)
-  end
-end
-
 -- A stored non-negative integer, or nil when absent.
 local function int(value, name)
   if not value then
@@ -47,8 +40,9 @@ local function int(value, name)
   return n
 end
 
+-- A key holding another type makes Redis answer WRONGTYPE, which the store reports as a
+-- corrupt value.
 local STATE = KEYS[1]
-check_type(STATE, 'hash')
 
 local NOW
 if ARGV[1] ~= '' then
@@ -62,16 +56,17 @@ local COMMIT = ARGV[3] == '1'
 local BLOCK_FOR = tonumber(ARGV[4])
 local ALGORITHM = ARGV[5]
 
--- Reads the algorithm's fields; a state written by another algorithm reads as empty.
+-- Reads the penalty and the algorithm's fields in one call; a state written by another
+-- algorithm reads as empty (its penalty still holds).
 local function load(fields)
-  local raw = redis.call('HMGET', STATE, 'a', unpack(fields))
+  local raw = redis.call('HMGET', STATE, 'a', 'b', unpack(fields))
   local state = {}
   if raw[1] == ALGORITHM then
     for i, name in ipairs(fields) do
-      state[name] = int(raw[i + 1], name)
+      state[name] = int(raw[i + 2], name)
     end
   end
-  return state
+  return state, int(raw[2], 'b') or 0
 end
 
 -- Writes the algorithm's fields (a table of name -> integer).

@@ -7,7 +7,6 @@
 
 local limit, window = tonumber(ARGV[6]), tonumber(ARGV[7])
 local LOG = KEYS[2]
-check_type(LOG, 'zset')
 
 -- The cost stored in a member "time:cost".
 local function member_cost(member)
@@ -18,11 +17,13 @@ local function member_cost(member)
   return cost
 end
 
-local function step(now, cost, commit)
-  local stored = load({'n'})
+local FIELDS = {'n'}
+
+local function step(stored, now, cost, commit)
   -- Without our total, whatever the set holds (left by another algorithm's era) means nothing.
+  -- (ZCARD also makes Redis answer WRONGTYPE if someone else wrote another type there.)
   local fresh = not stored.n
-  if fresh and commit then
+  if fresh and redis.call('ZCARD', LOG) > 0 and commit then
     redis.call('DEL', LOG)
   end
   local total = stored.n or 0

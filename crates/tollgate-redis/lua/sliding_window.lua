@@ -6,8 +6,9 @@
 local limit, window_us = tonumber(ARGV[6]), tonumber(ARGV[7])
 local w = idiv(window_us, 1000)
 
-local function step(now, cost, commit)
-  local stored = load({'s', 'p', 'c'})
+local FIELDS = {'s', 'p', 'c'}
+
+local function step(stored, now, cost, commit)
   local start = idiv(now, window_us) * window_us
   local s, previous, current = start, 0, 0
   if stored.s and stored.s >= start then

@@ -5,8 +5,9 @@
 
 local capacity, interval = tonumber(ARGV[6]), tonumber(ARGV[7])
 
-local function step(now, cost, commit)
-  local stored = load({'t', 'r'})
+local FIELDS = {'t', 'r'}
+
+local function step(stored, now, cost, commit)
   local tokens, refilled_at = capacity, now
   if stored.t and stored.r then
     local accrued = idiv(math.max(now - stored.r, 0), interval)

@@ -25,11 +25,14 @@ pub enum ConnectError {
 /// The marker our scripts put in front of a corrupt-value error.
 const CORRUPT: &str = "TOLLGATE_CORRUPT";
 
+/// Redis's answer when one of our keys holds another type (someone else wrote it).
+const WRONGTYPE: &str = "WRONGTYPE";
+
 /// Classifies a Redis failure. `Timeout` and `Connection` mean Redis is unavailable (they feed the
 /// circuit breaker and the failure mode); `Corrupt` means one key holds a value we did not write.
 pub(crate) fn classify(err: &redis::RedisError) -> StoreErrorKind {
     let text = err.to_string();
-    if text.contains(CORRUPT) || err.code() == Some("WRONGTYPE") {
+    if text.contains(CORRUPT) || text.contains(WRONGTYPE) {
         StoreErrorKind::Corrupt
     } else if err.is_timeout() {
         StoreErrorKind::Timeout
@@ -48,7 +51,7 @@ pub(crate) fn store_error(err: &redis::RedisError) -> Error {
         // Keep only what the script said, not Lua's location prefix.
         (StoreErrorKind::Corrupt, text) => match text.find(CORRUPT) {
             Some(at) => text[at + CORRUPT.len()..].trim().to_string(),
-            None => text,
+            None => format!("a key holds a value of another type: {text}"),
         },
         (_, text) => text,
     };

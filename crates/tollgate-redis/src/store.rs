@@ -212,6 +212,38 @@ impl RedisStore {
         }
     }
 
+    /// The SHA1 of the decision script `algorithm` runs (what `EVALSHA` is called with), for
+    /// operators looking at `SCRIPT EXISTS` or `SLOWLOG`, and for benchmarking the bare script.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Rate};
+    ///
+    /// let sha = tollgate_redis::RedisStore::script_sha(&Algorithm::gcra(Rate::per_second(1)?, 1)?);
+    /// assert_eq!(sha.len(), 40);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn script_sha(algorithm: &tollgate::Algorithm) -> String {
+        Scripts::new().decision(algorithm).get_hash().to_string()
+    }
+
+    /// The `EVALSHA` keys and arguments of a check of `key` under `policy`, exactly as the store
+    /// sends them with Redis time (for benchmarking the bare script with `redis-benchmark`).
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Policy, Rate};
+    ///
+    /// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 5)?)?;
+    /// let (keys, args) = tollgate_redis::RedisStore::script_call("tollgate:", &policy, b"k", 1);
+    /// assert_eq!(keys, vec![b"tollgate:{api:k}".to_vec()]);
+    /// assert_eq!(args, ["", "1", "1", "0", "gcra", "100000", "5"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn script_call(prefix: &str, policy: &Policy, key: &[u8], cost: u64) -> (Vec<Vec<u8>>, Vec<String>) {
+        let state = KeyNames::new(prefix).state(policy.name(), key);
+        let keys = call_keys(policy, state);
+        (keys, call_args(String::new(), policy, cost, true))
+    }
+
     /// True while the circuit breaker is open (Redis recently unavailable).
     pub fn is_degraded(&self) -> bool {
         self.inner.breaker.is_open()
@@ -242,20 +274,9 @@ impl RedisStore {
             bump(&inner.stats.deny_cache_hits);
             return Ok(cached_denial(policy, denial, local_now));
         }
-        let algorithm = policy.algorithm();
-        let mut keys = vec![state.clone()];
-        if matches!(algorithm, tollgate::Algorithm::SlidingLog(_)) {
-            keys.push(KeyNames::log(&state));
-        }
-        let mut args = vec![
-            self.script_now(),
-            cost.to_string(),
-            if commit { "1" } else { "0" }.to_string(),
-            policy.block_for_us().unwrap_or(0).to_string(),
-            algorithm.name().to_string(),
-        ];
-        args.extend(scripts::params(algorithm));
-        let script = inner.scripts.decision(algorithm);
+        let keys = call_keys(policy, state.clone());
+        let args = call_args(self.script_now(), policy, cost, commit);
+        let script = inner.scripts.decision(policy.algorithm());
         match self.call::<Vec<u64>>(script, &keys, &args).await {
             Ok(reply) => {
                 let outcome = outcome(&reply)?;
@@ -376,6 +397,30 @@ impl RedisStore {
             Err(_) => Err(error::timeout(self.inner.timeout)),
         }
     }
+}
+
+/// KEYS of a decision script: the state hash, and the sliding log's set next to it.
+fn call_keys(policy: &Policy, state: Vec<u8>) -> Vec<Vec<u8>> {
+    if matches!(policy.algorithm(), tollgate::Algorithm::SlidingLog(_)) {
+        let log = KeyNames::log(&state);
+        vec![state, log]
+    } else {
+        vec![state]
+    }
+}
+
+/// ARGV of a decision script, as documented in `lua/prelude.lua`.
+fn call_args(now: String, policy: &Policy, cost: u64, commit: bool) -> Vec<String> {
+    let algorithm = policy.algorithm();
+    let mut args = vec![
+        now,
+        cost.to_string(),
+        if commit { "1" } else { "0" }.to_string(),
+        policy.block_for_us().unwrap_or(0).to_string(),
+        algorithm.name().to_string(),
+    ];
+    args.extend(scripts::params(algorithm));
+    args
 }
 
 fn outcome(reply: &[u64]) -> Result<Outcome, Error> {

@@ -1,0 +1,240 @@
+//! Decisions per second and latency of `RedisStore::check`, next to `redis-benchmark` running
+//! EVALSHA of the very same script in the same run: the ceiling of what any client could get.
+//!
+//! Everything runs on loopback against a `redis-server` this bench starts itself (and stops):
+//!
+//! 1. **Ceiling.** `redis-benchmark -c 64 -P 16` (64 connections, 16 commands in flight on
+//!    each: the most Redis can do with this script) and `-c 64 -P 1` (one command per round trip,
+//!    what a naive client does), calling the gcra script with the arguments our store sends, on
+//!    100 000 random keys.
+//! 2. **tollgate.** For each algorithm, `concurrency` tokio tasks share one `RedisStore` (one
+//!    multiplexed connection) and each performs a fixed number of checks on 1 hot key or on
+//!    100 000 keys; decisions per second is checks / wall time, latency is per `check` call. The
+//!    deny cache is off, so every decision is a Redis round trip.
+//! 3. **Deny cache.** One key flooded by 64 tasks, cache off versus on.
+//! 4. **Memory.** `MEMORY USAGE` of the keys one (policy, key) leaves in Redis, per algorithm.
+//!
+//! Every loop is bounded by a count. Run with `cargo bench -p tollgate-redis --bench throughput`
+//! (needs `redis-server` and `redis-benchmark`; `./scripts/test.sh` installs them).
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use tollgate::{Algorithm, Anchor, Policy, Rate, Store};
+use tollgate_redis::{RedisStore, Target};
+use tollgate_testkit::RedisServer;
+
+const KEYS: u64 = 100_000;
+const CONCURRENCY: [u64; 3] = [1, 16, 64];
+
+/// Bursts of 50, then 1000 per second: on 100 000 keys nearly every check is allowed.
+fn policies() -> Vec<Policy> {
+    every_algorithm(Rate::per_second(1000).expect("rate"), Duration::from_millis(50))
+}
+
+fn every_algorithm(rate: Rate, window: Duration) -> Vec<Policy> {
+    [
+        Algorithm::fixed_window(50, window, Anchor::Epoch),
+        Algorithm::sliding_log(50, window),
+        Algorithm::sliding_window(50, window),
+        Algorithm::token_bucket(50, rate),
+        Algorithm::leaky_bucket(50, rate),
+        Algorithm::gcra(rate, 50),
+    ]
+    .into_iter()
+    .map(|a| {
+        let a = a.expect("algorithm");
+        Policy::new(a.name(), a).expect("policy")
+    })
+    .collect()
+}
+
+struct Run {
+    per_second: f64,
+    p50_us: f64,
+    p99_us: f64,
+}
+
+async fn run(store: &RedisStore, policy: &Policy, concurrency: u64, keys: u64) -> Run {
+    // Enough checks per task for a stable number, bounded in total.
+    let per_task = (60_000 / concurrency).clamp(1_000, 20_000);
+    let started = Instant::now();
+    let mut tasks = vec![];
+    for task in 0..concurrency {
+        let (store, policy) = (store.clone(), policy.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Histogram::<u64>::new(3).expect("histogram");
+            let mut at = task * 7_919 % keys;
+            for _ in 0..per_task {
+                let key = format!("user-{at}");
+                let begun = Instant::now();
+                store.check(&policy, key.as_bytes(), 1).await.expect("check");
+                latencies
+                    .record(begun.elapsed().as_nanos() as u64)
+                    .expect("record");
+                at = (at + 61_813) % keys;
+            }
+            latencies
+        }));
+    }
+    let mut all = Histogram::<u64>::new(3).expect("histogram");
+    for task in tasks {
+        all.add(task.await.expect("task")).expect("merge");
+    }
+    let elapsed = started.elapsed();
+    Run {
+        per_second: (concurrency * per_task) as f64 / elapsed.as_secs_f64(),
+        p50_us: all.value_at_quantile(0.5) as f64 / 1000.0,
+        p99_us: all.value_at_quantile(0.99) as f64 / 1000.0,
+    }
+}
+
+/// `redis-benchmark` calling the gcra script on 100 000 random keys; requests per second.
+fn ceiling(server: &RedisServer, pipeline: u32) -> f64 {
+    let gcra = policies().pop().expect("gcra");
+    let (keys, args) = RedisStore::script_call("tollgate:", &gcra, b"user-__rand_int__", 1);
+    let sha = RedisStore::script_sha(gcra.algorithm());
+    let port = server.port().to_string();
+    let pipeline = pipeline.to_string();
+    let mut command = Command::new("redis-benchmark");
+    command.args([
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-c",
+        "64",
+        "-P",
+        &pipeline,
+        "-n",
+        "400000",
+    ]);
+    command.args(["-r", &KEYS.to_string(), "--csv", "EVALSHA", &sha, "1"]);
+    command.arg(String::from_utf8(keys[0].clone()).expect("utf-8 key"));
+    command.args(&args);
+    let output = command
+        .output()
+        .expect("redis-benchmark runs (apt-get install -y redis-server)");
+    let text = String::from_utf8_lossy(&output.stdout);
+    // --csv: a header line, then "EVALSHA ...","<rps>",...
+    let line = text.lines().last().unwrap_or_default();
+    let rps = line
+        .split("\",\"")
+        .nth(1)
+        .and_then(|v| v.trim_matches('"').parse().ok());
+    rps.unwrap_or_else(|| {
+        panic!(
+            "cannot read redis-benchmark output: {text} {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn main() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let exact = RedisStore::builder(Target::Standalone(server.url()))
+            .deny_cache(false)
+            .timeout(Duration::from_secs(5))
+            .connect()
+            .await
+            .expect("connect");
+        // The script must exist before redis-benchmark calls it by SHA.
+        let gcra = policies().pop().expect("gcra");
+        exact.check(&gcra, b"warm", 1).await.expect("warm");
+
+        let pipelined = ceiling(&server, 16);
+        let naive = ceiling(&server, 1);
+        println!("## Ceiling: redis-benchmark, EVALSHA of the gcra script, 100 000 keys\n");
+        println!("| redis-benchmark | requests/s |\n|---|---|");
+        println!("| `-c 64 -P 16` | {pipelined:.0} |\n| `-c 64 -P 1` | {naive:.0} |\n");
+
+        println!("## tollgate RedisStore::check (deny cache off)\n");
+        println!("| algorithm | keys | tasks | decisions/s | p50 µs | p99 µs |");
+        println!("|---|---|---|---|---|---|");
+        let mut gcra_64_many = 0.0;
+        for policy in policies() {
+            for (label, keys) in [("1", 1), ("100 000", KEYS)] {
+                for concurrency in CONCURRENCY {
+                    let r = run(&exact, &policy, concurrency, keys).await;
+                    if policy.algorithm().name() == "gcra" && keys == KEYS && concurrency == 64 {
+                        gcra_64_many = r.per_second;
+                    }
+                    println!(
+                        "| {} | {label} | {concurrency} | {:.0} | {:.0} | {:.0} |",
+                        policy.algorithm().name(),
+                        r.per_second,
+                        r.p50_us,
+                        r.p99_us
+                    );
+                }
+            }
+        }
+        println!("\n## Ratios (gcra, 64 tasks, 100 000 keys)\n");
+        println!("| against | ratio | target |\n|---|---|---|");
+        println!(
+            "| `redis-benchmark -c 64 -P 16` | **{:.2}** | ≥ 0.7 |",
+            gcra_64_many / pipelined
+        );
+        println!(
+            "| `redis-benchmark -c 64 -P 1` | **{:.2}** | ≥ 1.5 |",
+            gcra_64_many / naive
+        );
+
+        let flood = Policy::new(
+            "flood",
+            Algorithm::sliding_log(10, Duration::from_secs(3600)).expect("sliding log"),
+        )
+        .expect("policy");
+        let cached = RedisStore::builder(Target::Standalone(server.url()))
+            .prefix("cached:")
+            .connect()
+            .await
+            .expect("connect");
+        let off = run(&exact, &flood, 64, 1).await;
+        let on = run(&cached, &flood, 64, 1).await;
+        println!("\n## One-key flood, 64 tasks\n");
+        println!("| deny cache | decisions/s | p50 µs | p99 µs |\n|---|---|---|---|");
+        println!(
+            "| off | {:.0} | {:.0} | {:.0} |",
+            off.per_second, off.p50_us, off.p99_us
+        );
+        println!(
+            "| on | {:.0} | {:.1} | {:.1} |",
+            on.per_second, on.p50_us, on.p99_us
+        );
+        println!(
+            "\nratio on / off: **{:.1}** (target ≥ 10)",
+            on.per_second / off.per_second
+        );
+
+        println!("\n## Redis memory per (policy, key)\n");
+        println!("| algorithm | keys in Redis | MEMORY USAGE bytes |\n|---|---|---|");
+        let store = Arc::new(exact);
+        // Long-lived state, so the keys are still there when measured.
+        for policy in every_algorithm(Rate::per_minute(50).expect("rate"), Duration::from_secs(60)) {
+            let key = format!("memory-{}", policy.name());
+            for _ in 0..10 {
+                store.check(&policy, key.as_bytes(), 1).await.expect("check");
+            }
+            let (names, _) = RedisStore::script_call("tollgate:", &policy, key.as_bytes(), 1);
+            let mut bytes = 0;
+            for name in &names {
+                let name = String::from_utf8(name.clone()).expect("utf-8 key");
+                bytes += server
+                    .cli(&["MEMORY", "USAGE", &name])
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or(0);
+            }
+            println!("| {} | {} | {bytes} |", policy.algorithm().name(), names.len());
+        }
+    });
+}
