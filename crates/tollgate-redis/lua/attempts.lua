@@ -3,7 +3,8 @@
 -- ARGV[1]  now in µs, or "" to use Redis TIME
 -- ARGV[2]  "incr" to count a failure, "get" to read
 -- ARGV[3]  incr only: the TTL in µs of a new counter (later increments do not extend it)
--- Returns  {count, expires_at_us} of the live counter, {0, 0} when there is none
+-- Returns  {count, expires_at_us, now_us}: count 0 when there is no live counter, and the time
+--          the script used, so the caller computes the TTL on the same clock
 
 local function num(n)
   return string.format('%.0f', n)
@@ -45,9 +46,9 @@ if ARGV[2] == 'incr' then
     redis.call('HSET', key, 'c', '1', 'e', num(expires_at))
     redis.call('PEXPIRE', key, math.floor((ttl + 999) / 1000))
   end
-  return {count, expires_at}
+  return {count, expires_at, now}
 end
 if live then
-  return {count, expires_at}
+  return {count, expires_at, now}
 end
-return {0, 0}
+return {0, 0, now}

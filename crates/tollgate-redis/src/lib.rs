@@ -11,7 +11,7 @@
 //! # Layout
 //!
 //! - `store`: [`RedisStore`] and its builder: the layers around each call.
-//! - `scripts` and `lua/`: the scripts, one per algorithm plus the attempts counter.
+//! - `scripts` and `lua/`: the scripts, one per algorithm, plus the attempts counter and reset.
 //! - `keys`: key names, hash tags and escaping.
 //! - `connection`: [`Target`] and the shared multiplexed connection.
 //! - `breaker`: the circuit breaker.

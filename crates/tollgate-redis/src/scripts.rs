@@ -29,6 +29,7 @@ pub(crate) struct Scripts {
     leaky_bucket: Script,
     gcra: Script,
     pub(crate) attempts: Script,
+    pub(crate) reset: Script,
 }
 
 impl Scripts {
@@ -41,6 +42,7 @@ impl Scripts {
             leaky_bucket: decision_script!("leaky_bucket.lua"),
             gcra: decision_script!("gcra.lua"),
             attempts: Script::new(include_str!("../lua/attempts.lua")),
+            reset: Script::new(include_str!("../lua/reset.lua")),
         }
     }
 
@@ -57,7 +59,7 @@ impl Scripts {
     }
 
     /// Every script's source, for `SCRIPT LOAD` ahead of traffic and for the ceiling benchmark.
-    pub(crate) fn all(&self) -> [&Script; 7] {
+    pub(crate) fn all(&self) -> [&Script; 8] {
         [
             &self.fixed_window,
             &self.sliding_log,
@@ -66,6 +68,7 @@ impl Scripts {
             &self.leaky_bucket,
             &self.gcra,
             &self.attempts,
+            &self.reset,
         ]
     }
 }

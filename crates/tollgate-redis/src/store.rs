@@ -372,30 +372,24 @@ impl RedisStore {
         }
     }
 
-    async fn attempts(&self, key: &[u8], op: &str, ttl_us: u64) -> Result<Option<Attempts>, Error> {
+    /// Runs the attempts script: the live counter (if any) and the time the script used.
+    async fn attempts(&self, key: &[u8], op: &str, ttl_us: u64) -> Result<(Option<Attempts>, u64), Error> {
         core_store::validate_key(key)?;
         let name = self.inner.keys.attempts(key);
         let args = [self.script_now(), op.to_string(), ttl_us.to_string()];
         let reply: Vec<u64> = self.call(&self.inner.scripts.attempts, &[name], &args).await?;
         match reply[..] {
-            [0, _] => Ok(None),
-            [count, expires_at_us] => Ok(Some(Attempts { count, expires_at_us })),
+            [0, _, now_us] => Ok((None, now_us)),
+            [count, expires_at_us, now_us] => Ok((Some(Attempts { count, expires_at_us }), now_us)),
             _ => Err(bad_reply(&reply)),
         }
     }
 
-    /// "Now" for interpreting an attempts counter's expiry: the scripts' clock.
-    async fn attempts_now(&self) -> Result<u64, Error> {
-        if let Some(clock) = &self.inner.script_clock {
-            return Ok(clock.now_us());
-        }
-        let mut conn = self.inner.connection.clone();
-        let time = redis::cmd("TIME");
-        match tokio::time::timeout(self.inner.timeout, time.query_async::<(u64, u64)>(&mut conn)).await {
-            Ok(Ok((secs, micros))) => Ok(secs * 1_000_000 + micros),
-            Ok(Err(e)) => Err(error::store_error(&e)),
-            Err(_) => Err(error::timeout(self.inner.timeout)),
-        }
+    /// Deletes keys with the reset script.
+    async fn delete(&self, keys: &[Vec<u8>]) -> Result<(), Error> {
+        self.call::<u64>(&self.inner.scripts.reset, keys, &[])
+            .await
+            .map(|_| ())
     }
 }
 
@@ -480,54 +474,32 @@ impl Store for RedisStore {
             cache.remove(&state);
         }
         let log = KeyNames::log(&state);
-        let mut conn = self.inner.connection.clone();
-        let del = redis::cmd("DEL").arg(&state).arg(&log).to_owned();
-        match tokio::time::timeout(self.inner.timeout, del.query_async::<u64>(&mut conn)).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(error::store_error(&e)),
-            Err(_) => Err(error::timeout(self.inner.timeout)),
-        }
+        self.delete(&[state, log]).await
     }
 
     async fn increment_attempts(&self, key: &[u8], ttl: Duration) -> Result<u64, Error> {
         let ttl_us = validate_ttl(ttl)?;
-        let counter = self.attempts(key, "incr", ttl_us).await?;
+        let (counter, _) = self.attempts(key, "incr", ttl_us).await?;
         Ok(counter.map_or(0, |c| c.count))
     }
 
     async fn get_attempts(&self, key: &[u8]) -> Result<u64, Error> {
-        Ok(self.attempts(key, "get", 0).await?.map_or(0, |c| c.count))
+        Ok(self.attempts(key, "get", 0).await?.0.map_or(0, |c| c.count))
     }
 
     async fn get_ttl(&self, key: &[u8]) -> Result<Option<Duration>, Error> {
-        let Some(counter) = self.attempts(key, "get", 0).await? else {
-            return Ok(None);
-        };
-        let now_us = self.attempts_now().await?;
-        Ok(Some(Duration::from_micros(
-            counter.expires_at_us.saturating_sub(now_us),
-        )))
+        let (counter, now_us) = self.attempts(key, "get", 0).await?;
+        Ok(counter.map(|c| Duration::from_micros(c.expires_at_us.saturating_sub(now_us))))
     }
 
     async fn reset_attempts(&self, key: &[u8]) -> Result<(), Error> {
         core_store::validate_key(key)?;
-        let name = self.inner.keys.attempts(key);
-        let mut conn = self.inner.connection.clone();
-        let del = redis::cmd("DEL").arg(&name).to_owned();
-        match tokio::time::timeout(self.inner.timeout, del.query_async::<u64>(&mut conn)).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(error::store_error(&e)),
-            Err(_) => Err(error::timeout(self.inner.timeout)),
-        }
+        self.delete(&[self.inner.keys.attempts(key)]).await
     }
 
     async fn check_limit(&self, key: &[u8], max_attempts: u64) -> Result<AttemptsStatus, Error> {
         core_store::validate_max_attempts(max_attempts)?;
-        let counter = self.attempts(key, "get", 0).await?;
-        let now_us = match counter {
-            Some(_) => self.attempts_now().await?,
-            None => 0,
-        };
+        let (counter, now_us) = self.attempts(key, "get", 0).await?;
         Ok(Attempts::status(counter.as_ref(), now_us, max_attempts))
     }
 }
