@@ -3,9 +3,14 @@
 //! Both kinds pipeline automatically: every task sends on the same connection and answers are
 //! matched in order, so thousands of concurrent checks need no pool. The standalone kind
 //! reconnects by itself after Redis restarts (the call in flight fails and the failure mode
-//! covers it); the cluster kind follows MOVED and ASK and refreshes its slot map.
+//! covers it); the cluster kind follows MOVED and ASK and refreshes its slot map. Either can be
+//! made lazily, so a service can start while Redis is away and decide by its failure modes
+//! until Redis is back.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::OnceCell;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
@@ -66,13 +71,31 @@ impl Target {
 #[derive(Clone)]
 pub(crate) enum Connection {
     Standalone(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Arc<LazyCluster>),
+}
+
+/// A cluster connection made on first use, so a store can start while the cluster is away.
+pub(crate) struct LazyCluster {
+    client: ClusterClient,
+    connection: OnceCell<ClusterConnection>,
+}
+
+impl LazyCluster {
+    async fn get(&self) -> redis::RedisResult<ClusterConnection> {
+        let connection = self
+            .connection
+            .get_or_try_init(|| self.client.get_async_connection())
+            .await?;
+        Ok(connection.clone())
+    }
 }
 
 impl Connection {
-    /// Connects, with `timeout` for connecting and for each response at the driver level (the
-    /// store adds its own deadline around each whole call).
-    pub(crate) async fn open(target: &Target, timeout: Duration) -> redis::RedisResult<Self> {
+    /// Prepares the connection, with `timeout` for connecting and for each response at the
+    /// driver level (the store adds its own deadline around each whole call). With `lazy`,
+    /// nothing touches the network until the first call; otherwise an unreachable Redis is an
+    /// error now.
+    pub(crate) async fn open(target: &Target, timeout: Duration, lazy: bool) -> redis::RedisResult<Self> {
         match target {
             Target::Standalone(url) => {
                 let client = redis::Client::open(url.as_str())?;
@@ -81,9 +104,12 @@ impl Connection {
                     .set_response_timeout(Some(timeout))
                     .set_number_of_retries(1)
                     .set_max_delay(Duration::from_millis(200));
-                Ok(Connection::Standalone(
-                    ConnectionManager::new_with_config(client, config).await?,
-                ))
+                let manager = if lazy {
+                    ConnectionManager::new_lazy_with_config(client, config)?
+                } else {
+                    ConnectionManager::new_with_config(client, config).await?
+                };
+                Ok(Connection::Standalone(manager))
             }
             Target::Cluster(nodes) => {
                 let client = ClusterClient::builder(nodes.clone())
@@ -91,7 +117,14 @@ impl Connection {
                     .response_timeout(timeout)
                     .retries(3)
                     .build()?;
-                Ok(Connection::Cluster(client.get_async_connection().await?))
+                let cluster = Arc::new(LazyCluster {
+                    client,
+                    connection: OnceCell::new(),
+                });
+                if !lazy {
+                    cluster.get().await?;
+                }
+                Ok(Connection::Cluster(cluster))
             }
         }
     }
@@ -101,7 +134,7 @@ impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Connection::Standalone(c) => c.req_packed_command(cmd),
-            Connection::Cluster(c) => c.req_packed_command(cmd),
+            Connection::Cluster(c) => Box::pin(async move { c.get().await?.req_packed_command(cmd).await }),
         }
     }
 
@@ -113,14 +146,16 @@ impl ConnectionLike for Connection {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Connection::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
-            Connection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(c) => {
+                Box::pin(async move { c.get().await?.req_packed_commands(pipeline, offset, count).await })
+            }
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Connection::Standalone(c) => c.get_db(),
-            Connection::Cluster(c) => c.get_db(),
+            Connection::Cluster(_) => 0,
         }
     }
 }

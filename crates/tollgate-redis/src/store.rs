@@ -90,16 +90,41 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Connects and loads every script.
+    /// Connects and loads every script: an unreachable Redis is an error now.
     pub async fn connect(self) -> Result<RedisStore, ConnectError> {
+        self.open(false).await
+    }
+
+    /// Builds the store without touching the network: it connects on first use, and until Redis
+    /// answers, every decision follows its policy's failure mode (and says it is degraded). For
+    /// services that must start while Redis is away. Only a bad address or prefix is an error.
+    ///
+    /// ```
+    /// use tollgate_redis::{RedisStore, Target};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tollgate_redis::ConnectError> {
+    /// // Nothing listens on port 1; the store is built anyway.
+    /// let store = RedisStore::builder(Target::parse("redis://127.0.0.1:1")?).connect_lazy().await?;
+    /// assert!(store.ping().await.is_err());
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_lazy(self) -> Result<RedisStore, ConnectError> {
+        self.open(true).await
+    }
+
+    async fn open(self, lazy: bool) -> Result<RedisStore, ConnectError> {
         if self.prefix.contains(['{', '}']) {
             return Err(ConnectError::BadPrefix(self.prefix));
         }
-        let connection = Connection::open(&self.target, self.timeout.max(Duration::from_millis(1))).await?;
+        let connection =
+            Connection::open(&self.target, self.timeout.max(Duration::from_millis(1)), lazy).await?;
         let scripts = Scripts::new();
-        let mut conn = connection.clone();
-        for script in scripts.all() {
-            script.load_async(&mut conn).await?;
+        if !lazy {
+            let mut conn = connection.clone();
+            for script in scripts.all() {
+                script.load_async(&mut conn).await?;
+            }
         }
         let local_clock: Arc<dyn Clock> = match &self.clock {
             Some(clock) => clock.clone(),

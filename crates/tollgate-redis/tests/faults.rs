@@ -177,3 +177,40 @@ async fn a_cluster_reshard_during_a_run_is_invisible() {
     }
     reshard.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_started_while_redis_is_down_follows_its_failure_modes_until_redis_comes() {
+    let mut server = RedisServer::start();
+    server.kill();
+    let target = Target::Standalone(server.url());
+    assert!(
+        RedisStore::builder(target.clone()).connect().await.is_err(),
+        "an eager connect reports the unreachable redis"
+    );
+    let store = RedisStore::builder(target)
+        .timeout(Duration::from_millis(100))
+        .probe_interval(Duration::from_millis(100))
+        .connect_lazy()
+        .await
+        .unwrap();
+    let open = policy("lazy-open", FailureMode::FailOpen);
+    let closed = policy("lazy-closed", FailureMode::FailClosed);
+    let d = store.check(&open, b"k", 1).await.unwrap();
+    assert!(d.allowed && d.degraded, "{d:?}");
+    let d = store.check(&closed, b"k", 1).await.unwrap();
+    assert!(!d.allowed && d.degraded, "{d:?}");
+    assert!(store.ping().await.is_err());
+
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let d = store.check(&closed, b"k", 1).await.unwrap();
+        if !d.degraded {
+            assert!(d.allowed);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the store never connected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    store.ping().await.unwrap();
+}
