@@ -63,6 +63,25 @@ pub struct KeyState {
     pub blocked_until_us: u64,
 }
 
+impl KeyState {
+    /// Back to no state, keeping a sliding log's allocation for reuse.
+    ///
+    /// ```
+    /// use tollgate::algorithm::KeyState;
+    ///
+    /// let mut state = KeyState { blocked_until_us: 5, ..KeyState::default() };
+    /// state.clear();
+    /// assert_eq!(state, KeyState::default());
+    /// ```
+    pub fn clear(&mut self) {
+        self.blocked_until_us = 0;
+        match &mut self.algorithm {
+            AlgorithmState::SlidingLog(log) => log.clear(),
+            other => *other = AlgorithmState::Empty,
+        }
+    }
+}
+
 /// Decides a request of `cost` at `now_us` for `policy`, penalty included: a blocked key is
 /// denied until the block ends, and a denial by the algorithm starts a block when the policy has
 /// `block_for`. With `commit` the state is updated; without it nothing changes (a peek gives the

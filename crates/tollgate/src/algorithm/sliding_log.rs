@@ -50,6 +50,23 @@ impl Log {
     pub fn entries(&self) -> impl ExactSizeIterator<Item = (u64, u64)> + '_ {
         self.entries.iter().copied()
     }
+
+    /// Forgets every entry, keeping the allocation.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::algorithm::sliding_log::{Log, SlidingLog};
+    ///
+    /// let mut log = Log::default();
+    /// SlidingLog::new(5, Duration::from_secs(1))?.step(&mut log, 0, 2, true);
+    /// log.clear();
+    /// assert_eq!(log, Log::default());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.total = 0;
+    }
 }
 
 impl SlidingLog {

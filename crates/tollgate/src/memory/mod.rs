@@ -380,8 +380,11 @@ impl<C: Clock> MemoryStore<C> {
                 return Ok(Decision::from_outcome(outcome, limit));
             }
             if expired || !matches!(slot.value, Value::Limit(_)) {
-                // Reuse the slot in place: no second lookup, no new allocation.
-                slot.value = Value::Limit(KeyState::default());
+                // Reuse the slot in place: no second lookup, and a sliding log keeps its buffer.
+                match &mut slot.value {
+                    Value::Limit(state) => state.clear(),
+                    other => *other = Value::Limit(KeyState::default()),
+                }
                 slot.set_hot_until_us(0);
             }
             let hot_until_us = slot.hot_until_us();
