@@ -1,9 +1,11 @@
 //! The Lua scripts, compiled in with `include_str!` and hashed once.
 //!
-//! A decision script is the shared prelude (time, penalty, state helpers), the algorithm's step
-//! and the shared epilogue, concatenated into one script per algorithm. `redis::Script` sends
-//! EVALSHA and, on NOSCRIPT (restart, `SCRIPT FLUSH`, failover, a node that never saw it), loads
-//! the script on the node that answered and retries, so callers never see NOSCRIPT.
+//! A decision script is the common helpers (integers, time), the shared prelude (arguments,
+//! state loading), the algorithm's step and the shared epilogue (penalty, TTL), concatenated
+//! into one script per algorithm; the attempts script is the common helpers and its own body.
+//! `redis::Script` sends EVALSHA and, on NOSCRIPT (restart, `SCRIPT FLUSH`, failover, a node that
+//! never saw it), loads the script on the node that answered and retries, so callers never see
+//! NOSCRIPT.
 
 use redis::Script;
 use tollgate::Algorithm;
@@ -11,6 +13,8 @@ use tollgate::Algorithm;
 macro_rules! decision_script {
     ($file:literal) => {
         Script::new(concat!(
+            include_str!("../lua/common.lua"),
+            "\n",
             include_str!("../lua/prelude.lua"),
             "\n",
             include_str!(concat!("../lua/", $file)),
@@ -41,7 +45,11 @@ impl Scripts {
             token_bucket: decision_script!("token_bucket.lua"),
             leaky_bucket: decision_script!("leaky_bucket.lua"),
             gcra: decision_script!("gcra.lua"),
-            attempts: Script::new(include_str!("../lua/attempts.lua")),
+            attempts: Script::new(concat!(
+                include_str!("../lua/common.lua"),
+                "\n",
+                include_str!("../lua/attempts.lua")
+            )),
             reset: Script::new(include_str!("../lua/reset.lua")),
         }
     }

@@ -1,0 +1,39 @@
+-- tollgate common helpers: concatenated in front of every script (see src/scripts.rs).
+--
+-- Numbers are Lua doubles: exact for integers below 2^53. The core's bounds keep every value and
+-- product below that, and idiv is exact there (the rounding error of a / b is smaller than the
+-- distance from a / b to the next integer whenever a < 2^53).
+
+local function idiv(a, b)
+  return math.floor(a / b)
+end
+
+-- An integer as Redis should store it: all digits, no exponent.
+local function num(n)
+  return string.format('%.0f', n)
+end
+
+local function corrupt(what)
+  error('TOLLGATE_CORRUPT ' .. what)
+end
+
+-- A stored non-negative integer, or nil when absent.
+local function int(value, name)
+  if not value then
+    return nil
+  end
+  local n = tonumber(value)
+  if not n or n < 0 or n ~= math.floor(n) or n >= 9007199254740992 then
+    corrupt('field ' .. name .. ' holds ' .. tostring(value))
+  end
+  return n
+end
+
+-- Now in µs since the Unix epoch: the caller's (tests pass one) or Redis's own clock.
+local function now_us(given)
+  if given ~= '' then
+    return tonumber(given)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
