@@ -32,6 +32,7 @@
 //! - [`clock`]: [`Clock`], with [`SystemClock`] and [`ManualClock`] for tests.
 //! - [`bounds`]: the accepted range of every parameter.
 //! - [`error`]: [`PolicyError`] at construction, [`Error`] from store operations.
+//! - [`headers`]: the IETF `RateLimit-Policy` / `RateLimit` fields and `Retry-After`, as text.
 //!
 //! This crate does no I/O and needs no async runtime.
 
@@ -41,6 +42,7 @@ pub mod bounds;
 pub mod clock;
 pub mod decision;
 pub mod error;
+pub mod headers;
 pub mod memory;
 pub mod policy;
 pub mod store;
