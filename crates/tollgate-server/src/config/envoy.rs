@@ -1,0 +1,398 @@
+//! The envoyproxy/ratelimit format, read unchanged: a `domain` and a tree of `descriptors`.
+//!
+//! ```yaml
+//! domain: messaging
+//! descriptors:
+//!   - key: message_type
+//!     value: marketing
+//!     descriptors:
+//!       - key: to_number                  # no value: each number has its own counter
+//!         rate_limit: {unit: day, requests_per_unit: 5}
+//!   - key: to_number
+//!     rate_limit: {unit: day, requests_per_unit: 100}
+//! ```
+//!
+//! Fields, with upstream's meaning (its README and `src/config/config_impl.go`):
+//!
+//! - `key` (required, non-empty) and `value` (optional; absent or `""` matches any value, a value
+//!   ending in `*` matches values starting with the text before it). Two descriptors of one level
+//!   with the same key and value are an error.
+//! - `rate_limit`: `unit` (`second`, `minute`, `hour`, `day`, and the `week`, `month` (30 days)
+//!   and `year` (365 days) of upstream's newer versions; any case) and `requests_per_unit`; or
+//!   `unlimited: true` without a unit. `name` names the limit, and `replaces: [{name: ..}]` drops
+//!   the named limits matched by the same request (a non-empty name, not the limit's own).
+//! - `shadow_mode`, `detailed_metric`, and upstream's newer `value_to_metric` and
+//!   `share_threshold` (on a wildcard: all matching values share one counter).
+//! - `descriptors`: the next level.
+//!
+//! A plain rate limit is a fixed window aligned to the unit, like upstream's:
+//! `Algorithm::fixed_window(requests_per_unit, unit, Anchor::Epoch)`.
+//!
+//! # Extensions
+//!
+//! A `rate_limit` may also set, for tollgate only:
+//!
+//! - `algorithm`: any of tollgate's (default `fixed_window`). `requests_per_unit` per `unit` (or
+//!   `window`) is the limit of a window for `fixed_window`, `sliding_log` and `sliding_window`, and
+//!   the rate for `token_bucket` (refill), `leaky_bucket` (leak) and `gcra`;
+//! - `window`: any duration (`"90s"`, `"1h30m"`) instead of `unit`;
+//! - `burst`: the capacity of a `token_bucket` or `leaky_bucket`, the burst of `gcra` (default
+//!   `requests_per_unit`);
+//! - `block_for`: a penalty after a denial;
+//! - `on_store_failure`: `fail_open`, `fail_closed` or `local`, with `instances`.
+//!
+//! They sit in `rate_limit`, next to the fields they modify, rather than on the descriptor.
+//!
+//! # Where tollgate differs
+//!
+//! - `requests_per_unit: 0` (upstream: deny everything) is refused, as the core refuses a zero
+//!   limit, and a missing `requests_per_unit` is an error rather than 0.
+//! - Keys and values are never joined with `_`, so key `a_b` and key `a` with value `b` are
+//!   distinct (upstream calls them duplicates) and a wildcard only matches values of its own key.
+//! - A domain may be defined in one file only (upstream's `MERGE_DOMAIN_CONFIG` is not offered).
+//! - An unquoted number as a `key` or `value` is read as YAML 1.2 reads it and written back in
+//!   canonical form (`value: 1.50` is `1.5`, `0x1F` is `31`); Go's parser keeps the text as
+//!   written. Quote such values.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tollgate::{Algorithm, Anchor, Policy, PolicyError, Rate};
+
+use super::fields::{AlgorithmName, FailureName, Scalar, failure_mode, join, policy_error_field};
+use super::{ConfigError, ConfigErrorKind};
+use crate::limits::{DescriptorLimit, Domain, Level, Node, descriptor_policy_name};
+
+/// A file in the envoyproxy/ratelimit format.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a map with `domain` and `descriptors`")]
+pub(crate) struct EnvoyFile {
+    domain: Option<Scalar>,
+    descriptors: Option<Vec<DescriptorSpec>>,
+}
+
+/// One descriptor, as written.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a descriptor: a map with `key` and optionally `value`, `rate_limit` and `descriptors`"
+)]
+struct DescriptorSpec {
+    key: Option<Scalar>,
+    value: Option<Scalar>,
+    rate_limit: Option<RateLimitSpec>,
+    descriptors: Option<Vec<DescriptorSpec>>,
+    shadow_mode: Option<bool>,
+    detailed_metric: Option<bool>,
+    value_to_metric: Option<bool>,
+    share_threshold: Option<bool>,
+}
+
+/// A descriptor's `rate_limit`, as written: upstream's fields, then tollgate's extensions.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a rate limit: a map with `unit` and `requests_per_unit`, or `unlimited: true`"
+)]
+struct RateLimitSpec {
+    unit: Option<Scalar>,
+    requests_per_unit: Option<u64>,
+    unlimited: Option<bool>,
+    name: Option<Scalar>,
+    replaces: Option<Vec<ReplacesSpec>>,
+    algorithm: Option<AlgorithmName>,
+    window: Option<Scalar>,
+    burst: Option<u64>,
+    block_for: Option<Scalar>,
+    on_store_failure: Option<FailureName>,
+    instances: Option<NonZeroU32>,
+}
+
+/// One entry of `replaces`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a map with the `name` of a rate limit")]
+struct ReplacesSpec {
+    name: Option<Scalar>,
+}
+
+/// Upstream's units, with their length.
+const UNITS: [(&str, u64); 7] = [
+    ("second", 1),
+    ("minute", 60),
+    ("hour", 3_600),
+    ("day", 86_400),
+    ("week", 7 * 86_400),
+    ("month", 30 * 86_400),
+    ("year", 365 * 86_400),
+];
+
+/// Where a config error is: the file, and a way to build errors at paths in it.
+struct At<'a> {
+    file: &'a str,
+}
+
+impl At<'_> {
+    fn err(&self, path: String, kind: ConfigErrorKind) -> ConfigError {
+        ConfigError::new(self.file, Some(path), kind)
+    }
+}
+
+impl EnvoyFile {
+    /// Builds the domain's descriptor tree.
+    pub(crate) fn compile(self, file: &str) -> Result<Domain, ConfigError> {
+        let at = At { file };
+        let domain = self.domain.map(|d| d.text().into_owned()).unwrap_or_default();
+        if domain.is_empty() {
+            return Err(at.err("domain".to_owned(), ConfigErrorKind::Empty));
+        }
+        let root = compile_level(&at, &domain, "", self.descriptors.unwrap_or_default())?;
+        Ok(Domain { name: domain, root })
+    }
+}
+
+/// Builds one level. `parent_name` is upstream's name of the parent (the domain at the top),
+/// `at` the path of the parent (empty at the top).
+fn compile_level(
+    at: &At<'_>,
+    parent_name: &str,
+    parent_path: &str,
+    descriptors: Vec<DescriptorSpec>,
+) -> Result<Level, ConfigError> {
+    let mut level = Level::default();
+    // (key, value) -> path of the first descriptor, for duplicate errors.
+    let mut seen: Vec<(String, Option<String>, String)> = Vec::with_capacity(descriptors.len());
+    for (i, spec) in descriptors.into_iter().enumerate() {
+        let path = join(parent_path, &format!("descriptors[{i}]"));
+        let key = spec
+            .key
+            .as_ref()
+            .map(|k| k.text().into_owned())
+            .unwrap_or_default();
+        if key.is_empty() {
+            return Err(at.err(join(&path, "key"), ConfigErrorKind::Empty));
+        }
+        // Upstream treats `value: ""` as no value.
+        let value = spec
+            .value
+            .as_ref()
+            .map(|v| v.text().into_owned())
+            .filter(|v| !v.is_empty());
+        if let Some((_, _, first)) = seen.iter().find(|(k, v, _)| *k == key && *v == value) {
+            return Err(at.err(
+                path,
+                ConfigErrorKind::Duplicate {
+                    what: "descriptor",
+                    name: match &value {
+                        Some(value) => format!("{key}: {value}"),
+                        None => key,
+                    },
+                    first: format!("at {first}"),
+                },
+            ));
+        }
+        let wildcard = value.as_ref().is_some_and(|v| v.ends_with('*'));
+        let share_threshold = spec.share_threshold.unwrap_or(false);
+        if share_threshold && !wildcard {
+            return Err(at.err(
+                join(&path, "share_threshold"),
+                ConfigErrorKind::FieldNotAllowed {
+                    field: "share_threshold",
+                    why: "applies only to a wildcard value (one ending in `*`)".to_owned(),
+                },
+            ));
+        }
+        let full_name = match &value {
+            Some(value) => format!("{parent_name}.{key}_{value}"),
+            None => format!("{parent_name}.{key}"),
+        };
+        let shadow_mode = spec.shadow_mode.unwrap_or(false);
+        let limit = spec
+            .rate_limit
+            .map(|rate_limit| rate_limit.compile(at, &join(&path, "rate_limit"), &full_name, shadow_mode))
+            .transpose()?;
+        let children = compile_level(at, &full_name, &path, spec.descriptors.unwrap_or_default())?;
+        let node = Node {
+            value: value.clone(),
+            full_name,
+            limit,
+            children,
+            detailed_metric: spec.detailed_metric.unwrap_or(false),
+            value_to_metric: spec.value_to_metric.unwrap_or(false),
+            share_threshold,
+        };
+        // `seen` caught every duplicate above, so this always inserts.
+        let inserted = level.insert(key.clone(), value.clone(), node);
+        debug_assert!(inserted, "duplicate descriptors are reported before insertion");
+        seen.push((key, value, path));
+    }
+    Ok(level)
+}
+
+impl RateLimitSpec {
+    fn compile(
+        mut self,
+        at: &At<'_>,
+        path: &str,
+        full_name: &str,
+        shadow_mode: bool,
+    ) -> Result<DescriptorLimit, ConfigError> {
+        let name = self
+            .name
+            .take()
+            .map(|n| n.text().into_owned())
+            .filter(|n| !n.is_empty());
+        let mut replaces = Vec::new();
+        for (i, entry) in self.replaces.take().unwrap_or_default().into_iter().enumerate() {
+            let entry_path = join(path, &format!("replaces[{i}].name"));
+            let replaced = entry.name.map(|n| n.text().into_owned()).unwrap_or_default();
+            if replaced.is_empty() {
+                return Err(at.err(entry_path, ConfigErrorKind::Empty));
+            }
+            if name.as_deref() == Some(replaced.as_str()) {
+                return Err(at.err(entry_path, ConfigErrorKind::ReplacesItself { name: replaced }));
+            }
+            replaces.push(replaced);
+        }
+        let policy = if self.unlimited.unwrap_or(false) {
+            // Upstream refuses a unit with `unlimited`; the extensions would be as meaningless.
+            // `requests_per_unit` is accepted and ignored, as upstream does.
+            let set = [
+                ("unit", self.unit.is_some()),
+                ("algorithm", self.algorithm.is_some()),
+                ("window", self.window.is_some()),
+                ("burst", self.burst.is_some()),
+                ("block_for", self.block_for.is_some()),
+                ("on_store_failure", self.on_store_failure.is_some()),
+                ("instances", self.instances.is_some()),
+            ];
+            if let Some((field, _)) = set.into_iter().find(|(_, set)| *set) {
+                return Err(at.err(
+                    join(path, field),
+                    ConfigErrorKind::FieldNotAllowed {
+                        field,
+                        why: "must not be set when `unlimited` is true".to_owned(),
+                    },
+                ));
+            }
+            None
+        } else {
+            Some(self.policy(at, path, full_name)?)
+        };
+        Ok(DescriptorLimit {
+            policy,
+            name,
+            replaces,
+            shadow_mode,
+        })
+    }
+
+    /// Builds the policy of a limited (not `unlimited`) rate limit.
+    fn policy(self, at: &At<'_>, path: &str, full_name: &str) -> Result<Policy, ConfigError> {
+        let field_err = |field: &str, kind| at.err(join(path, field), kind);
+        let (period, period_field) = match (&self.unit, &self.window) {
+            (Some(_), Some(_)) => {
+                return Err(field_err(
+                    "window",
+                    ConfigErrorKind::FieldNotAllowed {
+                        field: "window",
+                        why: "cannot be set together with `unit`".to_owned(),
+                    },
+                ));
+            }
+            (Some(unit), None) => (parse_unit(unit).map_err(|kind| field_err("unit", kind))?, "unit"),
+            (None, Some(window)) => (
+                window.duration().map_err(|kind| field_err("window", kind))?,
+                "window",
+            ),
+            (None, None) => {
+                return Err(at.err(
+                    path.to_owned(),
+                    ConfigErrorKind::MissingField {
+                        field: "unit",
+                        why: "needed unless `window` is set or `unlimited` is true".to_owned(),
+                    },
+                ));
+            }
+        };
+        let requests = self.requests_per_unit.ok_or_else(|| {
+            at.err(
+                path.to_owned(),
+                ConfigErrorKind::MissingField {
+                    field: "requests_per_unit",
+                    why: "needed unless `unlimited` is true".to_owned(),
+                },
+            )
+        })?;
+        let algorithm_name = self.algorithm.unwrap_or(AlgorithmName::FixedWindow);
+        let burst_field = if self.burst.is_some() {
+            "burst"
+        } else {
+            "requests_per_unit"
+        };
+        // Place a core error at the field that supplied the parameter it names.
+        let policy_err = |e: PolicyError| {
+            let field = match policy_error_field(&e) {
+                Some("limit" | "rate") => Some("requests_per_unit"),
+                Some("window" | "rate period") => Some(period_field),
+                Some("capacity" | "burst") => Some(burst_field),
+                _ => None,
+            };
+            at.err(
+                field.map_or_else(|| path.to_owned(), |f| join(path, f)),
+                ConfigErrorKind::Policy(e),
+            )
+        };
+        let burst = self.burst.unwrap_or(requests);
+        let rate = || Rate::new(requests, period);
+        let algorithm = match algorithm_name {
+            AlgorithmName::FixedWindow | AlgorithmName::SlidingLog | AlgorithmName::SlidingWindow
+                if self.burst.is_some() =>
+            {
+                return Err(field_err(
+                    "burst",
+                    ConfigErrorKind::FieldNotAllowed {
+                        field: "burst",
+                        why: format!(
+                            "is not used by {}; only token_bucket, leaky_bucket and gcra take a burst",
+                            algorithm_name.as_str()
+                        ),
+                    },
+                ));
+            }
+            AlgorithmName::FixedWindow => Algorithm::fixed_window(requests, period, Anchor::Epoch),
+            AlgorithmName::SlidingLog => Algorithm::sliding_log(requests, period),
+            AlgorithmName::SlidingWindow => Algorithm::sliding_window(requests, period),
+            AlgorithmName::TokenBucket => rate().and_then(|rate| Algorithm::token_bucket(burst, rate)),
+            AlgorithmName::LeakyBucket => rate().and_then(|rate| Algorithm::leaky_bucket(burst, rate)),
+            AlgorithmName::Gcra => rate().and_then(|rate| Algorithm::gcra(rate, burst)),
+        }
+        .map_err(policy_err)?;
+        let mut policy = Policy::new(descriptor_policy_name(full_name), algorithm)
+            .map_err(|e| at.err(path.to_owned(), ConfigErrorKind::Policy(e)))?;
+        if let Some(block_for) = &self.block_for {
+            let block_for = block_for
+                .duration()
+                .map_err(|kind| field_err("block_for", kind))?;
+            policy = policy
+                .with_block_for(block_for)
+                .map_err(|e| field_err("block_for", ConfigErrorKind::Policy(e)))?;
+        }
+        if let Some(mode) = failure_mode(at.file, path, self.on_store_failure, self.instances)? {
+            policy = policy.with_failure_mode(mode);
+        }
+        Ok(policy)
+    }
+}
+
+/// Parses a `unit` as upstream does: the name of a unit in any case.
+fn parse_unit(unit: &Scalar) -> Result<Duration, ConfigErrorKind> {
+    let text = unit.text();
+    UNITS
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(&text))
+        .map(|&(_, seconds)| Duration::from_secs(seconds))
+        .ok_or_else(|| ConfigErrorKind::BadUnit {
+            got: text.into_owned(),
+        })
+}

@@ -1,0 +1,187 @@
+//! The field types both file formats share (algorithm names, failure modes, scalars) and the
+//! helpers that turn them into core values with errors that point at the right field.
+//!
+//! Files are read in two passes: serde checks the shape (unknown fields, wrong types) and keeps
+//! durations and rates as raw [`Scalar`]s; then each format's compiler parses and validates them
+//! knowing the path of every field, so a bad value is reported at its own field rather than at
+//! the map around it.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::{self, Visitor};
+use tollgate::{FailureMode, PolicyError, Rate};
+
+use super::duration::{parse_duration, parse_rate};
+use super::{ConfigError, ConfigErrorKind};
+
+/// A YAML scalar kept as written: text, a number or a boolean.
+///
+/// Durations and rates are kept raw so a number can be told apart from text (`90` gets a hint to
+/// add a unit), and descriptor keys and values accept numbers and booleans as their text, as
+/// envoyproxy/ratelimit (Go, yaml.v2) does for `value: 123`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Scalar {
+    Text(String),
+    Number(String),
+    Bool(bool),
+}
+
+impl Scalar {
+    /// The scalar as text: numbers and booleans as YAML would print them.
+    pub(crate) fn text(&self) -> Cow<'_, str> {
+        match self {
+            Scalar::Text(text) | Scalar::Number(text) => Cow::Borrowed(text),
+            Scalar::Bool(b) => Cow::Borrowed(if *b { "true" } else { "false" }),
+        }
+    }
+
+    pub(crate) fn duration(&self) -> Result<Duration, ConfigErrorKind> {
+        match self {
+            Scalar::Text(text) => parse_duration(text),
+            Scalar::Number(number) => Err(ConfigErrorKind::DurationWithoutUnit { got: number.clone() }),
+            Scalar::Bool(_) => Err(ConfigErrorKind::BadDuration {
+                got: self.text().into_owned(),
+            }),
+        }
+    }
+
+    pub(crate) fn rate(&self) -> Result<Rate, ConfigErrorKind> {
+        match self {
+            Scalar::Text(text) => parse_rate(text),
+            _ => Err(ConfigErrorKind::BadRate {
+                got: self.text().into_owned(),
+            }),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Scalar {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ScalarVisitor;
+
+        impl Visitor<'_> for ScalarVisitor {
+            type Value = Scalar;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
+                Ok(Scalar::Text(v.to_owned()))
+            }
+
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
+                Ok(Scalar::Bool(v))
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
+                Ok(Scalar::Number(v.to_string()))
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
+                Ok(Scalar::Number(v.to_string()))
+            }
+
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
+                Ok(Scalar::Number(v.to_string()))
+            }
+        }
+
+        deserializer.deserialize_any(ScalarVisitor)
+    }
+}
+
+/// The `algorithm` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum AlgorithmName {
+    FixedWindow,
+    SlidingLog,
+    SlidingWindow,
+    TokenBucket,
+    LeakyBucket,
+    Gcra,
+}
+
+impl AlgorithmName {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            AlgorithmName::FixedWindow => "fixed_window",
+            AlgorithmName::SlidingLog => "sliding_log",
+            AlgorithmName::SlidingWindow => "sliding_window",
+            AlgorithmName::TokenBucket => "token_bucket",
+            AlgorithmName::LeakyBucket => "leaky_bucket",
+            AlgorithmName::Gcra => "gcra",
+        }
+    }
+}
+
+/// The `anchor` field of a fixed window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum AnchorName {
+    Epoch,
+    FirstHit,
+}
+
+/// The `on_store_failure` field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum FailureName {
+    FailOpen,
+    FailClosed,
+    Local,
+}
+
+/// Builds the failure mode from `on_store_failure` and `instances`, which is only meaningful with
+/// `local` and defaults to 1 there. `at` is the path of the map holding both fields.
+pub(crate) fn failure_mode(
+    file: &str,
+    at: &str,
+    mode: Option<FailureName>,
+    instances: Option<NonZeroU32>,
+) -> Result<Option<FailureMode>, ConfigError> {
+    match (mode, instances) {
+        (Some(FailureName::Local), instances) => Ok(Some(FailureMode::Local {
+            instances: instances.unwrap_or(NonZeroU32::MIN),
+        })),
+        (_, Some(_)) => Err(ConfigError::new(
+            file,
+            Some(format!("{at}.instances")),
+            ConfigErrorKind::FieldNotAllowed {
+                field: "instances",
+                why: "is only used with `on_store_failure: local`".to_owned(),
+            },
+        )),
+        (Some(FailureName::FailOpen), None) => Ok(Some(FailureMode::FailOpen)),
+        (Some(FailureName::FailClosed), None) => Ok(Some(FailureMode::FailClosed)),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The core's name for the parameter a [`PolicyError`] is about (`limit`, `window`, `capacity`,
+/// `burst`, `rate`, `rate period`, `block_for`), so the error can be placed at the field that
+/// supplied it.
+pub(crate) fn policy_error_field(err: &PolicyError) -> Option<&'static str> {
+    match err {
+        PolicyError::Zero { field }
+        | PolicyError::TooLarge { field, .. }
+        | PolicyError::DurationOutOfRange { field, .. }
+        | PolicyError::NotWholeMilliseconds { field, .. }
+        | PolicyError::HorizonTooLong { field, .. } => Some(field),
+        _ => None,
+    }
+}
+
+/// Joins a path and a field: `join("policies.login", "window")`.
+pub(crate) fn join(at: &str, field: &str) -> String {
+    if at.is_empty() {
+        field.to_owned()
+    } else {
+        format!("{at}.{field}")
+    }
+}

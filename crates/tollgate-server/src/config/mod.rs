@@ -1,0 +1,236 @@
+//! Reading configuration files into [`Limits`]: tollgate's own format and envoyproxy/ratelimit's,
+//! side by side.
+//!
+//! Teams moving from envoyproxy/ratelimit keep their descriptor files as they are, and new limits
+//! can be written as plain named policies; a directory may hold both kinds. Each file is one or
+//! the other, told apart by its top-level keys:
+//!
+//! - `policies:` — tollgate's format, described in [`ours`];
+//! - `domain:` and `descriptors:` — envoyproxy/ratelimit's, described in [`envoy`] with
+//!   tollgate's extensions and the few places where tollgate differs.
+//!
+//! Loading is all or nothing: the first problem stops it with a [`ConfigError`] naming the file,
+//! the path of the field and what is wrong, so a reload can keep the running configuration and
+//! log exactly what to fix.
+//!
+//! # Files and directories
+//!
+//! [`load`] takes a file or a directory. In a directory, every regular file (or symlink to one)
+//! whose name ends in `.yaml` or `.yml` (any case) and does not start with `.` is read, in byte
+//! order of the names; subdirectories are not searched. That skips Kubernetes ConfigMap
+//! bookkeeping (`..data`, `..2024_...`) and editor files, and makes errors repeatable. A
+//! policy name or a domain defined in two files is an error naming both files. An empty
+//! directory gives empty [`Limits`].
+//!
+//! # Values
+//!
+//! Durations and rates follow one grammar in both formats; see [`duration`]. A plain number is not
+//! a duration: `window: 90` is refused with a hint to write `"90s"`, because seconds,
+//! milliseconds and nanoseconds are all common defaults elsewhere.
+
+pub mod duration;
+pub mod envoy;
+mod error;
+mod fields;
+pub mod ours;
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use yaml_serde::Value;
+
+pub use error::{ConfigError, ConfigErrorKind};
+
+use crate::limits::Limits;
+use envoy::EnvoyFile;
+use ours::OursFile;
+
+/// Loads a configuration file, or every `*.yaml` and `*.yml` file of a directory (see the
+/// [module docs](self#files-and-directories)), into one [`Limits`].
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// std::fs::write(
+///     dir.path().join("api.yaml"),
+///     "policies:\n  api:\n    algorithm: gcra\n    rate: 10/s\n    burst: 20\n",
+/// )?;
+/// std::fs::write(
+///     dir.path().join("edge.yml"),
+///     "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n",
+/// )?;
+/// let limits = tollgate_server::config::load(dir.path())?;
+/// assert!(limits.policy("api").is_some());
+/// assert_eq!(limits.domains(), ["edge"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn load(path: &Path) -> Result<Limits, ConfigError> {
+    let shown = path.display().to_string();
+    let io_err = |e| ConfigError::new(shown.clone(), None, ConfigErrorKind::Io(e));
+    let files = if fs::metadata(path).map_err(io_err)?.is_dir() {
+        config_files(path).map_err(io_err)?
+    } else {
+        vec![path.to_owned()]
+    };
+    let mut loader = Loader::default();
+    for file in files {
+        let name = file.file_name().map_or_else(
+            || file.display().to_string(),
+            |name| name.to_string_lossy().into_owned(),
+        );
+        let yaml = fs::read_to_string(&file)
+            .map_err(|e| ConfigError::new(name.clone(), None, ConfigErrorKind::Io(e)))?;
+        loader.add(&name, &yaml)?;
+    }
+    Ok(loader.limits)
+}
+
+/// Parses one file's text; `file_name` is used in errors. [`load`] does the same for every file
+/// it reads.
+///
+/// ```
+/// let limits = tollgate_server::config::parse(
+///     "edge.yaml",
+///     "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n",
+/// )?;
+/// assert_eq!(limits.domains(), ["edge"]);
+///
+/// let err = tollgate_server::config::parse("edge.yaml", "domain: edge\ndescriptors:\n  - value: x\n")
+///     .unwrap_err();
+/// assert_eq!(err.to_string(), "edge.yaml: descriptors[0].key: must not be empty");
+/// # Ok::<(), tollgate_server::config::ConfigError>(())
+/// ```
+pub fn parse(file_name: &str, yaml: &str) -> Result<Limits, ConfigError> {
+    let mut loader = Loader::default();
+    loader.add(file_name, yaml)?;
+    Ok(loader.limits)
+}
+
+/// The config files of a directory, sorted by name.
+fn config_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let is_yaml = Path::new(name)
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
+        // `metadata` follows symlinks, as ConfigMap files are; a dangling link is skipped.
+        if is_yaml && !name.starts_with('.') && fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Collects files into one [`Limits`], remembering which file defined each name.
+#[derive(Default)]
+struct Loader {
+    limits: Limits,
+    policy_files: HashMap<String, String>,
+    domain_files: HashMap<String, String>,
+}
+
+impl Loader {
+    fn add(&mut self, file: &str, yaml: &str) -> Result<(), ConfigError> {
+        match read_file(file, yaml)? {
+            Parsed::Ours(ours) => {
+                for (name, policy) in ours.compile(file)? {
+                    if self.limits.has_policy(&name) {
+                        return Err(ConfigError::new(
+                            file,
+                            Some(format!("policies.{name}")),
+                            ConfigErrorKind::Duplicate {
+                                what: "policy",
+                                first: format!("in {}", self.policy_files[&name]),
+                                name,
+                            },
+                        ));
+                    }
+                    self.policy_files.insert(name.clone(), file.to_owned());
+                    self.limits.insert_policy(name, policy);
+                }
+            }
+            Parsed::Envoy(envoy) => {
+                let domain = envoy.compile(file)?;
+                if self.limits.has_domain(&domain.name) {
+                    return Err(ConfigError::new(
+                        file,
+                        Some("domain".to_owned()),
+                        ConfigErrorKind::Duplicate {
+                            what: "domain",
+                            first: format!("in {}", self.domain_files[&domain.name]),
+                            name: domain.name,
+                        },
+                    ));
+                }
+                self.domain_files.insert(domain.name.clone(), file.to_owned());
+                self.limits.insert_domain(domain);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A file, read and shaped but not yet compiled.
+enum Parsed {
+    Ours(OursFile),
+    Envoy(EnvoyFile),
+}
+
+/// Reads the YAML, tells the format from the top-level keys and checks the shape.
+fn read_file(file: &str, yaml: &str) -> Result<Parsed, ConfigError> {
+    let syntax = |e: yaml_serde::Error| {
+        let location = e.location();
+        ConfigError::new(
+            file,
+            None,
+            ConfigErrorKind::Syntax {
+                message: e.to_string(),
+                line: location.as_ref().map(|l| l.line()),
+                column: location.as_ref().map(|l| l.column()),
+            },
+        )
+    };
+    let mut value: Value = yaml_serde::from_str(yaml).map_err(syntax)?;
+    // `<<: *anchor` merge keys, which Go's yaml.v2 (upstream's parser) also applies.
+    value.apply_merge().map_err(syntax)?;
+    let format_err = |what| ConfigError::new(file, None, ConfigErrorKind::Format(what));
+    let Value::Mapping(top) = &value else {
+        return Err(format_err(if value.is_null() {
+            "the file is empty: expected tollgate `policies` or an envoyproxy/ratelimit `domain`"
+        } else {
+            "expected a map with tollgate `policies` or an envoyproxy/ratelimit `domain`"
+        }));
+    };
+    let ours = top.contains_key("policies");
+    let envoy = top.contains_key("domain") || top.contains_key("descriptors");
+    if ours && envoy {
+        return Err(format_err(
+            "a file holds either tollgate `policies` or an envoyproxy/ratelimit `domain`, not both",
+        ));
+    }
+    if !ours && !envoy {
+        return Err(format_err(
+            "expected a map with tollgate `policies` or an envoyproxy/ratelimit `domain`",
+        ));
+    }
+    let schema = |e: serde_path_to_error::Error<yaml_serde::Error>| {
+        let path = e.path().to_string();
+        let path = (path != ".").then_some(path);
+        ConfigError::new(file, path, ConfigErrorKind::Schema(e.into_inner().to_string()))
+    };
+    if ours {
+        serde_path_to_error::deserialize(value)
+            .map(Parsed::Ours)
+            .map_err(schema)
+    } else {
+        serde_path_to_error::deserialize(value)
+            .map(Parsed::Envoy)
+            .map_err(schema)
+    }
+}

@@ -1,0 +1,222 @@
+//! The tollgate format: a `policies` map from a name to one algorithm and its parameters.
+//!
+//! ```yaml
+//! policies:
+//!   login:                       # checked as POST /v1/check {"policy": "login", "key": ...}
+//!     algorithm: gcra
+//!     rate: 5/1m
+//!     burst: 5
+//!     block_for: 15m
+//!     on_store_failure: fail_closed
+//!   search:
+//!     algorithm: sliding_window
+//!     limit: 1000
+//!     window: 1h
+//!     on_store_failure: local
+//!     instances: 4
+//!     shadow: true
+//! ```
+//!
+//! Each algorithm takes exactly its own fields, and a field another algorithm would use is an
+//! error rather than silently ignored: `window` on a token bucket almost always means the author
+//! meant a different algorithm.
+//!
+//! | algorithm | fields |
+//! |---|---|
+//! | `fixed_window` | `limit`, `window`, `anchor` (`epoch`, the default, or `first_hit`) |
+//! | `sliding_log`, `sliding_window` | `limit`, `window` |
+//! | `token_bucket` | `capacity`, `refill` (a rate) |
+//! | `leaky_bucket` | `capacity`, `leak` (a rate) |
+//! | `gcra` | `rate`, `burst` |
+//!
+//! Every policy may also set `block_for` (a penalty after a denial), `on_store_failure`
+//! (`fail_open`, `fail_closed` or `local`, with `instances` for `local`, default 1) and `shadow`
+//! (check and count, but never deny; default false).
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+
+use serde::Deserialize;
+use tollgate::{Algorithm, Anchor, Policy, PolicyError};
+
+use super::fields::{AlgorithmName, AnchorName, FailureName, Scalar, failure_mode, join, policy_error_field};
+use super::{ConfigError, ConfigErrorKind};
+use crate::limits::{ENVOY_POLICY_PREFIX, NamedPolicy};
+
+/// A file in the tollgate format.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a map with `policies`")]
+pub(crate) struct OursFile {
+    policies: BTreeMap<String, PolicySpec>,
+}
+
+/// One entry of `policies`, as written.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a policy: a map with `algorithm` and its parameters"
+)]
+struct PolicySpec {
+    algorithm: AlgorithmName,
+    limit: Option<u64>,
+    window: Option<Scalar>,
+    anchor: Option<AnchorName>,
+    capacity: Option<u64>,
+    refill: Option<Scalar>,
+    leak: Option<Scalar>,
+    rate: Option<Scalar>,
+    burst: Option<u64>,
+    block_for: Option<Scalar>,
+    on_store_failure: Option<FailureName>,
+    instances: Option<NonZeroU32>,
+    #[serde(default)]
+    shadow: bool,
+}
+
+/// The algorithm-specific fields, in the order the table in the module docs lists them.
+const SPECIFIC_FIELDS: [&str; 8] = [
+    "limit", "window", "anchor", "capacity", "refill", "leak", "rate", "burst",
+];
+
+impl OursFile {
+    /// Builds every policy of the file, in name order.
+    pub(crate) fn compile(self, file: &str) -> Result<Vec<(String, NamedPolicy)>, ConfigError> {
+        self.policies
+            .into_iter()
+            .map(|(name, spec)| {
+                let at = format!("policies.{name}");
+                let policy = spec.compile(file, &at, &name)?;
+                Ok((name, policy))
+            })
+            .collect()
+    }
+}
+
+impl PolicySpec {
+    fn compile(self, file: &str, at: &str, name: &str) -> Result<NamedPolicy, ConfigError> {
+        let err = |field: Option<&str>, kind| {
+            ConfigError::new(
+                file,
+                Some(field.map_or_else(|| at.to_owned(), |f| join(at, f))),
+                kind,
+            )
+        };
+        if name.starts_with(ENVOY_POLICY_PREFIX) {
+            return Err(err(
+                None,
+                ConfigErrorKind::ReservedName {
+                    prefix: ENVOY_POLICY_PREFIX,
+                },
+            ));
+        }
+        let algorithm_name = self.algorithm;
+        let (takes, needed): (&[&str], &str) = match algorithm_name {
+            AlgorithmName::FixedWindow => (&["limit", "window", "anchor"], "`limit` and `window`"),
+            AlgorithmName::SlidingLog | AlgorithmName::SlidingWindow => {
+                (&["limit", "window"], "`limit` and `window`")
+            }
+            AlgorithmName::TokenBucket => (&["capacity", "refill"], "`capacity` and `refill`"),
+            AlgorithmName::LeakyBucket => (&["capacity", "leak"], "`capacity` and `leak`"),
+            AlgorithmName::Gcra => (&["rate", "burst"], "`rate` and `burst`"),
+        };
+        let present = [
+            self.limit.is_some(),
+            self.window.is_some(),
+            self.anchor.is_some(),
+            self.capacity.is_some(),
+            self.refill.is_some(),
+            self.leak.is_some(),
+            self.rate.is_some(),
+            self.burst.is_some(),
+        ];
+        for (field, present) in SPECIFIC_FIELDS.into_iter().zip(present) {
+            if present && !takes.contains(&field) {
+                return Err(err(
+                    Some(field),
+                    ConfigErrorKind::FieldNotAllowed {
+                        field,
+                        why: format!("is not used by {}, which takes {needed}", algorithm_name.as_str()),
+                    },
+                ));
+            }
+        }
+        let missing = |field: &'static str| {
+            err(
+                None,
+                ConfigErrorKind::MissingField {
+                    field,
+                    why: format!("{} takes {needed}", algorithm_name.as_str()),
+                },
+            )
+        };
+        // Parse the raw durations and rates first, each reported at its own field.
+        let duration = |field: &'static str, value: &Option<Scalar>| {
+            value
+                .as_ref()
+                .map(|v| v.duration().map_err(|kind| err(Some(field), kind)))
+                .transpose()
+        };
+        let rate = |field: &'static str, value: &Option<Scalar>| {
+            value
+                .as_ref()
+                .ok_or_else(|| missing(field))?
+                .rate()
+                .map_err(|kind| err(Some(field), kind))
+        };
+        let window = duration("window", &self.window)?;
+        let block_for = duration("block_for", &self.block_for)?;
+
+        // A core error names its parameter; place it at the field that supplied it.
+        let policy_err = |e: PolicyError| {
+            let field = match policy_error_field(&e) {
+                Some("limit") => Some("limit"),
+                Some("window") => Some("window"),
+                Some("capacity") => Some("capacity"),
+                Some("burst") => Some("burst"),
+                _ => None,
+            };
+            err(field, ConfigErrorKind::Policy(e))
+        };
+        let algorithm = match algorithm_name {
+            AlgorithmName::FixedWindow | AlgorithmName::SlidingLog | AlgorithmName::SlidingWindow => {
+                let limit = self.limit.ok_or_else(|| missing("limit"))?;
+                let window = window.ok_or_else(|| missing("window"))?;
+                match algorithm_name {
+                    AlgorithmName::FixedWindow => {
+                        let anchor = match self.anchor {
+                            Some(AnchorName::FirstHit) => Anchor::FirstHit,
+                            Some(AnchorName::Epoch) | None => Anchor::Epoch,
+                        };
+                        Algorithm::fixed_window(limit, window, anchor)
+                    }
+                    AlgorithmName::SlidingLog => Algorithm::sliding_log(limit, window),
+                    _ => Algorithm::sliding_window(limit, window),
+                }
+            }
+            AlgorithmName::TokenBucket => {
+                let capacity = self.capacity.ok_or_else(|| missing("capacity"))?;
+                Algorithm::token_bucket(capacity, rate("refill", &self.refill)?)
+            }
+            AlgorithmName::LeakyBucket => {
+                let capacity = self.capacity.ok_or_else(|| missing("capacity"))?;
+                Algorithm::leaky_bucket(capacity, rate("leak", &self.leak)?)
+            }
+            AlgorithmName::Gcra => {
+                let rate = rate("rate", &self.rate)?;
+                Algorithm::gcra(rate, self.burst.ok_or_else(|| missing("burst"))?)
+            }
+        }
+        .map_err(policy_err)?;
+
+        let mut policy = Policy::new(name, algorithm).map_err(|e| err(None, ConfigErrorKind::Policy(e)))?;
+        if let Some(block_for) = block_for {
+            policy = policy
+                .with_block_for(block_for)
+                .map_err(|e| err(Some("block_for"), ConfigErrorKind::Policy(e)))?;
+        }
+        if let Some(mode) = failure_mode(file, at, self.on_store_failure, self.instances)? {
+            policy = policy.with_failure_mode(mode);
+        }
+        Ok(NamedPolicy::new(policy, self.shadow))
+    }
+}

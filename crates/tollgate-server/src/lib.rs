@@ -1,0 +1,43 @@
+//! The tollgate server: rate limit decisions for many services from one place, configured with
+//! YAML files in tollgate's own format or in envoyproxy/ratelimit's, unchanged.
+//!
+//! This crate holds the server's library; `main.rs` (to come) only parses arguments.
+//!
+//! ```
+//! let limits = tollgate_server::config::parse(
+//!     "limits.yaml",
+//!     r#"
+//! domain: messaging
+//! descriptors:
+//!   - key: message_type
+//!     value: marketing
+//!     descriptors:
+//!       - key: to_number
+//!         rate_limit: {unit: day, requests_per_unit: 5}
+//! "#,
+//! )?;
+//! let resolved = limits
+//!     .resolve(
+//!         "messaging",
+//!         &[
+//!             ("message_type".to_owned(), "marketing".to_owned()),
+//!             ("to_number".to_owned(), "2061111111".to_owned()),
+//!         ],
+//!     )
+//!     .expect("five marketing messages a day per number");
+//! assert_eq!(resolved.policy().unwrap().max_cost(), 5);
+//! # Ok::<(), tollgate_server::config::ConfigError>(())
+//! ```
+//!
+//! # Layout
+//!
+//! - [`config`]: reads configuration files (a file or a directory) into [`Limits`], with errors
+//!   that name the file and the field; [`config::duration`] holds the duration and rate grammar.
+//! - [`limits`]: [`Limits`], the compiled configuration, and the envoyproxy/ratelimit descriptor
+//!   matcher ([`Limits::resolve`]) with its store keys.
+
+pub mod config;
+pub mod limits;
+
+pub use config::{ConfigError, ConfigErrorKind};
+pub use limits::{Limits, NamedPolicy, Resolved};

@@ -1,0 +1,212 @@
+//! One tiny fixture per config error, each asserting the exact message a person fixing the file
+//! would read, file name and field path included.
+
+use std::path::{Path, PathBuf};
+
+use tollgate_server::config::{self, ConfigErrorKind};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config")
+}
+
+fn load_error(relative: &str) -> tollgate_server::ConfigError {
+    match config::load(&fixtures().join(relative)) {
+        Ok(limits) => panic!("{relative} loaded, but should fail: {limits:?}"),
+        Err(err) => err,
+    }
+}
+
+/// One test per fixture `errors/<name>.yaml`, asserting its message; `ALL` lists the names so
+/// a fixture without a test is caught.
+macro_rules! error_fixtures {
+    ($($name:ident => $expected:expr,)*) => {
+        const ALL: &[&str] = &[$(stringify!($name)),*];
+        $(
+            #[test]
+            fn $name() {
+                let file = concat!(stringify!($name), ".yaml");
+                let err = load_error(&format!("errors/{file}"));
+                assert_eq!(err.to_string(), $expected);
+                assert_eq!(err.file(), file);
+            }
+        )*
+    };
+}
+
+error_fixtures! {
+    // tollgate's format: values
+    bad_window => r#"bad_window.yaml: policies.login.window: expected a duration like "1m", got "fortnight""#,
+    window_without_unit => r#"window_without_unit.yaml: policies.login.window: expected a duration like "1m", got 90 (add a unit, such as "90s")"#,
+    zero_window => r#"zero_window.yaml: policies.login.window: a duration must be more than zero, got "0s""#,
+    overflow_window => r#"overflow_window.yaml: policies.login.window: duration "99999999999999999999d" is too long"#,
+    window_too_long => "window_too_long.yaml: policies.yearly.window: window is 86486400s, outside the supported range 1ms to 86400000s",
+    zero_limit => "zero_limit.yaml: policies.api.limit: limit must be at least 1",
+    oversized_limit => "oversized_limit.yaml: policies.api.limit: limit is 100001, above the maximum of 100000",
+    negative_limit => "negative_limit.yaml: policies.api.limit: invalid value: integer `-5`, expected u64",
+    bad_rate => r#"bad_rate.yaml: policies.login.rate: expected a rate like "10/s", got "ten per second""#,
+    zero_rate => "zero_rate.yaml: policies.uploads.refill: rate must be at least 1",
+    capacity_horizon => "capacity_horizon.yaml: policies.uploads.capacity: capacity of 1000000 at this rate takes 86400000000s to refill, above the maximum of 86400000s",
+    block_for_too_long => "block_for_too_long.yaml: policies.login.block_for: block_for is 86486400s, outside the supported range 1ms to 86400000s",
+    bad_anchor => "bad_anchor.yaml: policies.api.anchor: unknown variant `midnight`, expected `epoch` or `first_hit`",
+    bad_failure_mode => "bad_failure_mode.yaml: policies.api.on_store_failure: unknown variant `retry`, expected one of `fail_open`, `fail_closed`, `local`",
+    zero_instances => "zero_instances.yaml: policies.api.instances: invalid value: integer `0`, expected a nonzero u32",
+    shadow_not_bool => r#"shadow_not_bool.yaml: policies.api.shadow: invalid type: string "maybe", expected a boolean"#,
+    // tollgate's format: fields
+    unknown_field => "unknown_field.yaml: policies.login.windw: unknown field `windw`, expected one of `algorithm`, `limit`, `window`, `anchor`, `capacity`, `refill`, `leak`, `rate`, `burst`, `block_for`, `on_store_failure`, `instances`, `shadow`",
+    unknown_algorithm => "unknown_algorithm.yaml: policies.login.algorithm: unknown variant `gcr`, expected one of `fixed_window`, `sliding_log`, `sliding_window`, `token_bucket`, `leaky_bucket`, `gcra`",
+    missing_algorithm => "missing_algorithm.yaml: policies.login: missing field `algorithm`",
+    field_not_used => "field_not_used.yaml: policies.login.window: `window` is not used by gcra, which takes `rate` and `burst`",
+    missing_burst => "missing_burst.yaml: policies.login: missing field `burst`, gcra takes `rate` and `burst`",
+    missing_window => "missing_window.yaml: policies.api: missing field `window`, fixed_window takes `limit` and `window`",
+    instances_without_local => "instances_without_local.yaml: policies.api.instances: `instances` is only used with `on_store_failure: local`",
+    reserved_name => r#"reserved_name.yaml: policies.envoy:edge.remote_address: policy names starting with "envoy:" are reserved for envoyproxy/ratelimit descriptors"#,
+    long_name => format!("long_name.yaml: policies.{}: policy name must be 1 to 255 bytes, got 256", "n".repeat(256)),
+    policies_not_a_map => "policies_not_a_map.yaml: policies: invalid type: sequence, expected a map",
+    // Both formats: the file as a whole
+    syntax_error => "syntax_error.yaml: did not find expected key at line 4 column 4, while parsing a block mapping at line 2 column 3",
+    duplicate_key => r#"duplicate_key.yaml: policies: duplicate entry with key "login" at line 2 column 3"#,
+    empty => "empty.yaml: the file is empty: expected tollgate `policies` or an envoyproxy/ratelimit `domain`",
+    neither_format => "neither_format.yaml: expected a map with tollgate `policies` or an envoyproxy/ratelimit `domain`",
+    not_a_map => "not_a_map.yaml: expected a map with tollgate `policies` or an envoyproxy/ratelimit `domain`",
+    both_formats => "both_formats.yaml: a file holds either tollgate `policies` or an envoyproxy/ratelimit `domain`, not both",
+    // envoyproxy/ratelimit's format: upstream's checks
+    envoy_bad_yaml => "envoy_bad_yaml.yaml: did not find expected node content at line 3 column 1, while parsing a flow node",
+    envoy_empty_domain => "envoy_empty_domain.yaml: domain: must not be empty",
+    envoy_missing_domain => "envoy_missing_domain.yaml: domain: must not be empty",
+    envoy_empty_key => "envoy_empty_key.yaml: descriptors[0].key: must not be empty",
+    envoy_duplicate_descriptor => r#"envoy_duplicate_descriptor.yaml: descriptors[1]: duplicate descriptor "database: users", first defined at descriptors[0]"#,
+    envoy_nested_duplicate => r#"envoy_nested_duplicate.yaml: descriptors[0].descriptors[1]: duplicate descriptor "to_number", first defined at descriptors[0].descriptors[0]"#,
+    envoy_duplicate_wildcard => r#"envoy_duplicate_wildcard.yaml: descriptors[1]: duplicate descriptor "path: /api/*", first defined at descriptors[0]"#,
+    envoy_bad_unit => r#"envoy_bad_unit.yaml: descriptors[1].descriptors[0].rate_limit.unit: unknown unit "fortnite", expected second, minute, hour, day, week, month or year"#,
+    envoy_missing_unit => "envoy_missing_unit.yaml: descriptors[0].rate_limit: missing field `unit`, needed unless `window` is set or `unlimited` is true",
+    envoy_missing_requests => "envoy_missing_requests.yaml: descriptors[0].rate_limit: missing field `requests_per_unit`, needed unless `unlimited` is true",
+    envoy_unlimited_with_unit => "envoy_unlimited_with_unit.yaml: descriptors[0].rate_limit.unit: `unit` must not be set when `unlimited` is true",
+    envoy_replaces_empty => "envoy_replaces_empty.yaml: descriptors[0].rate_limit.replaces[0].name: must not be empty",
+    envoy_replaces_self => r#"envoy_replaces_self.yaml: descriptors[0].rate_limit.replaces[1].name: a rate limit cannot replace itself ("per_user")"#,
+    envoy_unknown_key => "envoy_unknown_key.yaml: descriptors[0].ratelimit: unknown field `ratelimit`, expected one of `key`, `value`, `rate_limit`, `descriptors`, `shadow_mode`, `detailed_metric`, `value_to_metric`, `share_threshold`",
+    envoy_unknown_rate_limit_key => "envoy_unknown_rate_limit_key.yaml: descriptors[0].rate_limit.requestsperunit: unknown field `requestsperunit`, expected one of `unit`, `requests_per_unit`, `unlimited`, `name`, `replaces`, `algorithm`, `window`, `burst`, `block_for`, `on_store_failure`, `instances`",
+    envoy_non_map_list => r#"envoy_non_map_list.yaml: descriptors[0]: invalid type: string "a", expected a descriptor: a map with `key` and optionally `value`, `rate_limit` and `descriptors`"#,
+    envoy_rate_limit_list => "envoy_rate_limit_list.yaml: descriptors[0].rate_limit: invalid type: sequence, expected a rate limit: a map with `unit` and `requests_per_unit`, or `unlimited: true`",
+    envoy_share_threshold_without_wildcard => "envoy_share_threshold_without_wildcard.yaml: descriptors[0].share_threshold: `share_threshold` applies only to a wildcard value (one ending in `*`)",
+    // envoyproxy/ratelimit's format: the core's limits, and tollgate's extensions
+    envoy_zero_requests => "envoy_zero_requests.yaml: descriptors[0].rate_limit.requests_per_unit: limit must be at least 1",
+    envoy_oversized_requests => "envoy_oversized_requests.yaml: descriptors[0].rate_limit.requests_per_unit: limit is 4294967295, above the maximum of 1000000000",
+    envoy_unlimited_with_algorithm => "envoy_unlimited_with_algorithm.yaml: descriptors[0].rate_limit.algorithm: `algorithm` must not be set when `unlimited` is true",
+    envoy_unit_and_window => "envoy_unit_and_window.yaml: descriptors[0].rate_limit.window: `window` cannot be set together with `unit`",
+    envoy_bad_window => r#"envoy_bad_window.yaml: descriptors[0].rate_limit.window: expected a duration like "1m", got "soon""#,
+    envoy_burst_on_fixed_window => "envoy_burst_on_fixed_window.yaml: descriptors[0].rate_limit.burst: `burst` is not used by fixed_window; only token_bucket, leaky_bucket and gcra take a burst",
+    envoy_burst_horizon => "envoy_burst_horizon.yaml: descriptors[0].rate_limit.burst: burst of 1001 at this rate takes 86486400s to refill, above the maximum of 86400000s",
+    envoy_instances_without_local => "envoy_instances_without_local.yaml: descriptors[0].rate_limit.instances: `instances` is only used with `on_store_failure: local`",
+}
+
+#[test]
+fn every_error_fixture_has_a_test() {
+    let mut on_disk: Vec<String> = std::fs::read_dir(fixtures().join("errors"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    on_disk.sort();
+    let mut tested: Vec<String> = ALL.iter().map(|name| format!("{name}.yaml")).collect();
+    tested.sort();
+    assert_eq!(on_disk, tested);
+}
+
+#[test]
+fn syntax_errors_carry_line_and_column() {
+    let err = load_error("errors/syntax_error.yaml");
+    assert!(
+        matches!(
+            err.kind(),
+            ConfigErrorKind::Syntax {
+                line: Some(4),
+                column: Some(4),
+                ..
+            }
+        ),
+        "{:?}",
+        err.kind()
+    );
+    assert_eq!(err.path(), None);
+}
+
+#[test]
+fn core_errors_keep_the_policy_error() {
+    let err = load_error("errors/envoy_zero_requests.yaml");
+    assert_eq!(err.path(), Some("descriptors[0].rate_limit.requests_per_unit"));
+    assert!(matches!(
+        err.kind(),
+        ConfigErrorKind::Policy(tollgate::PolicyError::Zero { field: "limit" })
+    ));
+}
+
+#[test]
+fn a_duplicate_policy_across_files_names_both_files() {
+    let err = load_error("dirs/duplicate_policy");
+    assert_eq!(
+        err.to_string(),
+        r#"b.yaml: policies.login: duplicate policy "login", first defined in a.yaml"#
+    );
+}
+
+#[test]
+fn a_duplicate_domain_across_files_names_both_files() {
+    let err = load_error("dirs/duplicate_domain");
+    assert_eq!(
+        err.to_string(),
+        r#"b.yml: domain: duplicate domain "edge", first defined in a.yaml"#
+    );
+}
+
+#[test]
+fn an_error_in_a_directory_names_the_file_alone() {
+    let err = load_error("dirs/bad_file");
+    assert_eq!(
+        err.to_string(),
+        r#"b.yaml: descriptors[0].rate_limit.unit: unknown unit "fortnight", expected second, minute, hour, day, week, month or year"#
+    );
+}
+
+#[test]
+fn a_missing_path_is_an_io_error_naming_it() {
+    let missing = fixtures().join("does-not-exist");
+    let err = config::load(&missing).unwrap_err();
+    assert!(matches!(err.kind(), ConfigErrorKind::Io(_)));
+    assert_eq!(err.file(), missing.display().to_string());
+    assert!(
+        err.to_string()
+            .starts_with(&format!("{}: cannot read: ", missing.display())),
+        "{err}"
+    );
+}
+
+#[test]
+fn parse_names_the_file_it_is_given() {
+    let err = config::parse(
+        "inline.yaml",
+        "policies:\n  x:\n    algorithm: gcra\n    rate: 1/s\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "inline.yaml: policies.x: missing field `burst`, gcra takes `rate` and `burst`"
+    );
+}
+
+#[test]
+fn yaml_with_many_documents_is_refused() {
+    let err = config::parse("multi.yaml", "policies: {}\n---\npolicies: {}\n").unwrap_err();
+    assert!(matches!(err.kind(), ConfigErrorKind::Syntax { .. }), "{err}");
+}
+
+#[test]
+fn a_number_where_a_rate_belongs_is_refused() {
+    let err = config::parse(
+        "n.yaml",
+        "policies:\n  x:\n    algorithm: gcra\n    rate: 10\n    burst: 1\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        r#"n.yaml: policies.x.rate: expected a rate like "10/s", got "10""#
+    );
+}

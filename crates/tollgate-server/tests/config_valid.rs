@@ -1,0 +1,157 @@
+//! Valid configurations: every option of the tollgate format, and loading directories.
+
+mod common;
+
+use std::fs;
+
+use common::{describe, fixtures};
+use tollgate_server::config;
+
+#[test]
+fn reads_every_algorithm_and_option_of_the_tollgate_format() {
+    let limits = config::load(&fixtures().join("valid/policies.yaml")).unwrap();
+    let described: Vec<(String, String, bool)> = limits
+        .policies()
+        .map(|(name, named)| (name.to_owned(), describe(named.policy()), named.shadow()))
+        .collect();
+    let expected = [
+        (
+            "archive",
+            "fixed_window 1 per 34560000s, Epoch; block_for 500ms; local (limit / 1)",
+            false,
+        ),
+        ("exports", "fixed_window 3 per 5400s, FirstHit; fail_open", false),
+        (
+            "login",
+            "gcra 5 per 60s, burst 5; block_for 900s; fail_closed",
+            false,
+        ),
+        ("movies", "sliding_log 20 per 60s; local (limit / 1)", false),
+        (
+            "reports",
+            "fixed_window 100 per 86400s, Epoch; local (limit / 1)",
+            false,
+        ),
+        ("search", "sliding_window 1000 per 3600s; local (limit / 4)", true),
+        (
+            "uploads",
+            "token_bucket 10, refill 20 per 30s; local (limit / 1)",
+            false,
+        ),
+        (
+            "webhooks",
+            "leaky_bucket 50, leak 100 per 60s; local (limit / 1)",
+            false,
+        ),
+    ];
+    let expected: Vec<(String, String, bool)> = expected
+        .iter()
+        .map(|(name, text, shadow)| ((*name).to_owned(), (*text).to_owned(), *shadow))
+        .collect();
+    assert_eq!(described, expected);
+    assert!(limits.domains().is_empty());
+}
+
+#[test]
+fn policies_keep_their_own_names() {
+    let limits = config::load(&fixtures().join("valid/policies.yaml")).unwrap();
+    let login = limits.policy("login").unwrap();
+    assert_eq!(login.policy().name(), "login");
+    assert!(limits.policy("Login").is_none());
+}
+
+#[test]
+fn loads_every_valid_fixture_as_one_directory() {
+    let limits = config::load(&fixtures().join("valid")).unwrap();
+    assert_eq!(limits.domains(), ["catalog", "edge", "messaging", "users"]);
+    assert_eq!(limits.policies().count(), 8);
+}
+
+#[test]
+fn a_directory_mixes_both_formats_and_skips_what_is_not_config() {
+    // `.hidden.yaml`, `notes.txt` and `nested/broken.yaml` are not valid YAML; reading any of
+    // them would fail the load.
+    let limits = config::load(&fixtures().join("dirs/mixed")).unwrap();
+    let names: Vec<&str> = limits.policies().map(|(name, _)| name).collect();
+    assert_eq!(names, ["login", "search"]);
+    assert_eq!(limits.domains(), ["edge"]);
+}
+
+#[test]
+fn an_empty_directory_gives_empty_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(config::load(dir.path()).unwrap().is_empty());
+}
+
+#[test]
+fn files_are_read_in_name_order_so_errors_are_repeatable() {
+    let dir = tempfile::tempdir().unwrap();
+    let login = "policies:\n  login:\n    algorithm: gcra\n    rate: 5/m\n    burst: 5\n";
+    // Created in reverse order; the duplicate is reported in the later name either way.
+    fs::write(dir.path().join("b.yaml"), login).unwrap();
+    fs::write(dir.path().join("a.yaml"), login).unwrap();
+    let err = config::load(dir.path()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        r#"b.yaml: policies.login: duplicate policy "login", first defined in a.yaml"#
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn follows_symlinked_files_as_configmaps_mount_them() {
+    // A ConfigMap volume: `..data` links to a timestamped directory, and each file name links
+    // into `..data`.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("..2026_01_01_00_00_00.000000000");
+    fs::create_dir(&data).unwrap();
+    fs::write(
+        data.join("limits.yaml"),
+        "policies:\n  api:\n    algorithm: gcra\n    rate: 10/s\n    burst: 10\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&data, dir.path().join("..data")).unwrap();
+    std::os::unix::fs::symlink("..data/limits.yaml", dir.path().join("limits.yaml")).unwrap();
+    // A dangling link (an editor's lock file, say) is skipped.
+    std::os::unix::fs::symlink("nowhere.yaml", dir.path().join("gone.yaml")).unwrap();
+    let limits = config::load(dir.path()).unwrap();
+    assert!(limits.policy("api").is_some());
+}
+
+#[test]
+fn a_single_file_is_named_by_its_file_name() {
+    let err = config::load(&fixtures().join("errors/bad_window.yaml")).unwrap_err();
+    assert_eq!(err.file(), "bad_window.yaml");
+}
+
+#[test]
+fn merge_keys_and_anchors_are_applied_as_upstream_does() {
+    let limits = config::parse(
+        "anchors.yaml",
+        r#"
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: &per_second
+      unit: second
+      requests_per_unit: 10
+  - key: user_agent
+    rate_limit:
+      <<: *per_second
+      requests_per_unit: 3
+"#,
+    )
+    .unwrap();
+    let resolved = limits
+        .resolve("edge", &[("user_agent".into(), "curl".into())])
+        .unwrap();
+    assert_eq!(
+        describe(resolved.policy().unwrap()),
+        "fixed_window 3 per 1s, Epoch; local (limit / 1)"
+    );
+}
+
+#[test]
+fn an_empty_policies_map_is_valid() {
+    assert!(config::parse("none.yaml", "policies: {}\n").unwrap().is_empty());
+}
