@@ -35,9 +35,15 @@
 //!   that name the file and the field; [`config::duration`] holds the duration and rate grammar.
 //! - [`limits`]: [`Limits`], the compiled configuration, and the envoyproxy/ratelimit descriptor
 //!   matcher ([`Limits::resolve`]) with its store keys.
+//! - [`store`]: [`store::AnyStore`], the memory or Redis store chosen at start-up.
+//! - [`state`]: what handlers share: live limits (swapped on reload), store, settings.
+//! - [`metrics`]: Prometheus metric names and the recorder.
 
 pub mod config;
 pub mod limits;
+pub mod metrics;
+pub mod state;
+pub mod store;
 
 pub use config::{ConfigError, ConfigErrorKind};
 pub use limits::{Limits, NamedPolicy, Resolved};

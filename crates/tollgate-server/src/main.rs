@@ -1,0 +1,3 @@
+//! `tollgate`: the server binary (arguments only; the work is in the library).
+
+fn main() {}
