@@ -1,7 +1,7 @@
 //! The tollgate server: rate limit decisions for many services from one place, configured with
 //! YAML files in tollgate's own format or in envoyproxy/ratelimit's, unchanged.
 //!
-//! This crate holds the server's library; `main.rs` (to come) only parses arguments.
+//! This crate holds the server's library; `main.rs` only parses arguments.
 //!
 //! ```
 //! let limits = tollgate_server::config::parse(
@@ -35,13 +35,20 @@
 //!   that name the file and the field; [`config::duration`] holds the duration and rate grammar.
 //! - [`limits`]: [`Limits`], the compiled configuration, and the envoyproxy/ratelimit descriptor
 //!   matcher ([`Limits::resolve`]) with its store keys.
+//! - [`http`]: the HTTP/JSON API ([`http::router`]).
+//! - [`grpc`]: the Envoy rate limit service (`ShouldRateLimit`), answered as envoyproxy/ratelimit
+//!   does ([`grpc::service`], [`grpc::serve`]).
+//! - [`serve`]: running the server: listeners, SIGHUP reload, graceful shutdown.
 //! - [`store`]: [`store::AnyStore`], the memory or Redis store chosen at start-up.
 //! - [`state`]: what handlers share: live limits (swapped on reload), store, settings.
 //! - [`metrics`]: Prometheus metric names and the recorder.
 
 pub mod config;
+pub mod grpc;
+pub mod http;
 pub mod limits;
 pub mod metrics;
+pub mod serve;
 pub mod state;
 pub mod store;
 

@@ -1,3 +1,95 @@
-//! `tollgate`: the server binary (arguments only; the work is in the library).
+//! `tollgate`: the server binary. It only parses arguments; the work is in the library.
 
-fn main() {}
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tollgate_server::serve::{self, Options};
+use tollgate_server::state::Settings;
+
+/// Rate limit decisions over HTTP/JSON, for every service in a fleet.
+#[derive(Parser)]
+#[command(name = "tollgate", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API (with the built-in demo policies when no --config is given).
+    Serve {
+        /// A config file or a directory of them (tollgate policies or envoyproxy/ratelimit).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Store: redis://host:port or redis+cluster://host:port,host:port (default: in memory).
+        #[arg(long, env = "TOLLGATE_STORE")]
+        store: Option<String>,
+        /// HTTP listen address.
+        #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+        http: SocketAddr,
+        /// Token required by admin endpoints (Authorization: Bearer <token>).
+        #[arg(long, env = "TOLLGATE_ADMIN_TOKEN")]
+        admin_token: Option<String>,
+        /// Longest key accepted, in bytes.
+        #[arg(long, default_value_t = 1024)]
+        max_key_len: usize,
+    },
+    /// Validate a config file or directory without serving; exits non-zero on the first error.
+    CheckConfig {
+        /// The file or directory.
+        path: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::CheckConfig { path } => match tollgate_server::config::load(&path) {
+            Ok(limits) => {
+                let policies = limits.policies().count();
+                let domains = limits.domains().len();
+                println!(
+                    "{}: ok ({policies} policies, {domains} envoy domains)",
+                    path.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("{err}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Serve {
+            config,
+            store,
+            http,
+            admin_token,
+            max_key_len,
+        } => {
+            let options = Options {
+                config,
+                store,
+                http,
+                settings: Settings {
+                    admin_token,
+                    max_key_len,
+                },
+            };
+            let runtime = match tokio::runtime::Runtime::new() {
+                Ok(runtime) => runtime,
+                Err(err) => {
+                    eprintln!("tollgate: cannot start the runtime: {err}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match runtime.block_on(serve::serve(options)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("tollgate: {err:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

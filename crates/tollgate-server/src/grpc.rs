@@ -1,0 +1,552 @@
+//! The Envoy rate limit service: `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`,
+//! answered as envoyproxy/ratelimit answers it for the same configuration, so Envoy (or any other
+//! client of that API) can point at tollgate instead.
+//!
+//! The messages are the `envoy-types` crate's, generated from Envoy's own API definitions, so what
+//! goes over the wire is exactly what Envoy sends and expects. [`proto`] re-exports them, with the
+//! generated client.
+//!
+//! # One call
+//!
+//! A request names a `domain` and carries descriptors, each a list of `(key, value)` entries.
+//! Each descriptor is matched on its own with [`Limits::resolve`](crate::Limits::resolve), then
+//! [`apply_replaces`] drops the rate limits that another matched rate limit of the same request
+//! `replaces`. The answer has one status per descriptor, in request order, and an overall code
+//! that is `OVER_LIMIT` when any descriptor is:
+//!
+//! - no rate limit applies (unknown domain, no descriptor matched, or the limit was replaced):
+//!   `OK`, without `current_limit`;
+//! - `unlimited: true`: `OK` with `limit_remaining` 4294967295 (`u32::MAX`), as upstream;
+//! - otherwise the store decides for the cost: `OK` or `OVER_LIMIT`, with `current_limit`,
+//!   `limit_remaining` (0 when over the limit, as upstream) and `duration_until_reset` (the
+//!   decision's `reset_after`, rounded up to whole seconds as upstream reports it);
+//! - a descriptor in `shadow_mode` is decided and counted the same way, but its code is `OK`
+//!   whatever the decision; a would-be denial shows in the `tollgate_decisions_total` metric with
+//!   outcome `shadow_denied`.
+//!
+//! The cost of a descriptor is its own `hits_addend` when set (0 asks without spending, see
+//! below), else the request's `hits_addend`, where 0 means 1. A cost above what the policy can
+//! ever admit (more than a fixed window's limit, a bucket's capacity) is `OVER_LIMIT` for that
+//! descriptor, not an error, and has no `duration_until_reset`: no wait makes it pass.
+//!
+//! # All or nothing
+//!
+//! Upstream counts every descriptor of a request even when another one is over the limit, so a
+//! request that was denied still spends the budget of the descriptors it passed. Tollgate spends
+//! nothing on a denied request: when more than one descriptor has a limit, every limited
+//! descriptor is first *peeked* (decided without recording); if any non-shadow descriptor would be
+//! denied, the answer is `OVER_LIMIT` and nothing is recorded; otherwise each descriptor is
+//! *checked* (decided and recorded) in request order. The descriptors that would have passed
+//! report their budget as it stands, untouched.
+//!
+//! This is not a transaction. Between the peek and the check another request can take the last
+//! unit of a descriptor; that descriptor is then denied by its check while the descriptors checked
+//! before it have already spent their cost for a request that ends up `OVER_LIMIT`. The window is
+//! one store round trip per descriptor wide and only matters when a counter is about to run out;
+//! it is the same outcome upstream has on every denied request. A request with one limited
+//! descriptor goes straight to the check and has no such window.
+//!
+//! # Errors
+//!
+//! - An empty `domain` or an empty descriptor list: status `UNKNOWN` with upstream's message
+//!   (`rate limit domain must not be empty`, `rate limit descriptor list must not be empty`);
+//!   upstream returns a plain error, which its gRPC library sends as `UNKNOWN`.
+//! - A descriptor with a `limit` override, or with `is_negative_hits`: `INVALID_ARGUMENT`.
+//!   Upstream applies an override as a fixed window of its own; tollgate does not (a policy per
+//!   request would grow the core's policy registry without bound), and refusing is safer than
+//!   silently enforcing a different limit than the caller asked for. A refund is not an operation
+//!   the stores offer.
+//! - A key the store refuses (a request value past the core's 8 KiB key limit):
+//!   `INVALID_ARGUMENT`.
+//! - The store failed in a way its failure mode does not cover (a corrupt value: `INTERNAL`; the
+//!   memory store full, or Redis unreachable without a failure mode: `UNAVAILABLE`). Decisions a
+//!   failure mode took come back as normal answers and are counted as degraded.
+//!
+//! # Other differences from upstream
+//!
+//! - `current_limit` for a window or rate that is not one of upstream's units (tollgate's
+//!   `window: 90s`, or a bucket or GCRA `rate`) is given in the longest unit not longer than the
+//!   window (seconds for windows under a second), with `requests_per_unit` scaled to that unit
+//!   and rounded down (at least 1): `100` per `90s` is reported as 66 per minute. Buckets and
+//!   GCRA report their refill, leak or emission rate.
+//! - A descriptor `hits_addend` of 0 asks whether one more request would pass (a peek of cost 1)
+//!   and records nothing; upstream instead reports `OK` until the counter is past the limit.
+//! - Upstream's counters keep counting past the limit; tollgate's denied requests spend nothing,
+//!   so a client that stops when denied gets its budget back as the window moves.
+//! - Upstream's response headers (`x-ratelimit-*` on `response_headers_to_add`), global shadow
+//!   mode and the local over-limit cache are not offered.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit as CurrentLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use tollgate::{Algorithm, Decision, Error, Policy, StoreErrorKind};
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status};
+
+use crate::limits::{Resolved, apply_replaces};
+use crate::metrics;
+use crate::state::SharedState;
+
+/// The generated messages, server and client of the Envoy rate limit service (from
+/// `envoy-types`), for callers and tests.
+///
+/// ```
+/// use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest, rate_limit_descriptor::Entry};
+///
+/// let request = RateLimitRequest {
+///     domain: "edge".into(),
+///     descriptors: vec![RateLimitDescriptor {
+///         entries: vec![Entry { key: "remote_address".into(), value: "192.0.2.7".into() }],
+///         ..Default::default()
+///     }],
+///     hits_addend: 1,
+/// };
+/// assert_eq!(request.descriptors.len(), 1);
+/// ```
+pub mod proto {
+    pub use envoy_types::pb::envoy::extensions::common::ratelimit::v3::{
+        RateLimitDescriptor, rate_limit_descriptor,
+    };
+    pub use envoy_types::pb::envoy::service::ratelimit::v3::*;
+    pub use envoy_types::pb::google::protobuf::{Duration, UInt64Value};
+}
+
+/// Upstream's units, longest first, with their length in seconds and their wire value.
+const UNITS: [(u64, Unit); 7] = [
+    (365 * 86_400, Unit::Year),
+    (30 * 86_400, Unit::Month),
+    (7 * 86_400, Unit::Week),
+    (86_400, Unit::Day),
+    (3_600, Unit::Hour),
+    (60, Unit::Minute),
+    (1, Unit::Second),
+];
+
+/// The `ShouldRateLimit` handler over the server's shared state. Build the tonic service with
+/// [`service`].
+#[derive(Clone)]
+pub struct RlsService {
+    state: SharedState,
+}
+
+impl std::fmt::Debug for RlsService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RlsService")
+            .field("store", &self.state.store.kind())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The Envoy rate limit service over `state`, to add to a tonic server (or use [`serve`]).
+///
+/// ```
+/// use tollgate_server::state::{AppState, Settings};
+/// use tollgate_server::store::AnyStore;
+///
+/// let limits = tollgate_server::config::parse("edge.yaml", "domain: edge\ndescriptors: []\n")?;
+/// let state = AppState::new(limits, AnyStore::memory(), Settings::default());
+/// let router = tonic::transport::Server::builder().add_service(tollgate_server::grpc::service(state));
+/// # drop(router);
+/// # Ok::<(), tollgate_server::ConfigError>(())
+/// ```
+pub fn service(state: SharedState) -> RateLimitServiceServer<RlsService> {
+    RateLimitServiceServer::new(RlsService { state })
+}
+
+/// Serves the Envoy rate limit service on `listener` until `shutdown` completes; then stops
+/// accepting connections and returns once the calls in flight have been answered.
+///
+/// Accepted connections get `TCP_NODELAY`: answers are small and latency-bound.
+///
+/// ```no_run
+/// use tollgate_server::state::{AppState, Settings};
+/// use tollgate_server::store::AnyStore;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let limits = tollgate_server::config::parse("edge.yaml", "domain: edge\ndescriptors: []\n")?;
+/// let state = AppState::new(limits, AnyStore::memory(), Settings::default());
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8081").await?;
+/// tollgate_server::grpc::serve(listener, state, async {
+///     let _ = tokio::signal::ctrl_c().await;
+/// })
+/// .await?;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: SharedState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    tonic::transport::Server::builder()
+        .add_service(service(state))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RlsService {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        should_rate_limit(&self.state, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+}
+
+/// What applies to one request descriptor.
+enum Slot<'a> {
+    /// No rate limit: unknown domain, no match, or replaced.
+    None,
+    /// `unlimited: true`.
+    Unlimited,
+    Limited(Limited<'a>),
+}
+
+struct Limited<'a> {
+    resolved: Resolved<'a>,
+    policy: &'a Policy,
+    /// 0: ask without spending.
+    cost: u64,
+    /// The answer so far: from the peek, then from the check.
+    verdict: Option<Verdict>,
+}
+
+#[derive(Clone, Copy)]
+enum Verdict {
+    Decided(Decision),
+    /// The cost is above what the policy can ever admit.
+    TooLarge,
+}
+
+impl Limited<'_> {
+    fn allowed(&self) -> bool {
+        matches!(self.verdict, Some(Verdict::Decided(d)) if d.allowed)
+    }
+
+    /// Denied and enforced: the whole request is over the limit.
+    fn blocks(&self) -> bool {
+        self.verdict.is_some() && !self.allowed() && !self.resolved.shadow_mode()
+    }
+}
+
+async fn should_rate_limit(
+    state: &SharedState,
+    request: RateLimitRequest,
+) -> Result<RateLimitResponse, Status> {
+    if request.domain.is_empty() {
+        return Err(Status::unknown("rate limit domain must not be empty"));
+    }
+    if request.descriptors.is_empty() {
+        return Err(Status::unknown("rate limit descriptor list must not be empty"));
+    }
+    let request_cost = u64::from(request.hits_addend.max(1));
+    let mut costs = Vec::with_capacity(request.descriptors.len());
+    let mut entries = Vec::with_capacity(request.descriptors.len());
+    for (i, descriptor) in request.descriptors.into_iter().enumerate() {
+        let RateLimitDescriptor {
+            entries: descriptor_entries,
+            limit,
+            hits_addend,
+            is_negative_hits,
+        } = descriptor;
+        if limit.is_some() {
+            return Err(Status::invalid_argument(format!(
+                "descriptors[{i}]: limit overrides are not supported; configure the limit in the rate limit config"
+            )));
+        }
+        if is_negative_hits {
+            return Err(Status::invalid_argument(format!(
+                "descriptors[{i}]: is_negative_hits is not supported"
+            )));
+        }
+        costs.push(hits_addend.map_or(request_cost, |addend| addend.value));
+        entries.push(
+            descriptor_entries
+                .into_iter()
+                .map(|entry| (entry.key, entry.value))
+                .collect::<Vec<_>>(),
+        );
+    }
+
+    let limits = state.limits.load();
+    let mut resolved: Vec<Option<Resolved<'_>>> = entries
+        .iter()
+        .map(|entries| limits.resolve(&request.domain, entries))
+        .collect();
+    // Upstream decides "unlimited" before `replaces`: a replaced unlimited limit still answers
+    // as unlimited.
+    let unlimited: Vec<bool> = resolved
+        .iter()
+        .map(|r| r.as_ref().is_some_and(Resolved::is_unlimited))
+        .collect();
+    apply_replaces(&mut resolved);
+    let mut slots: Vec<Slot<'_>> = resolved
+        .into_iter()
+        .zip(unlimited)
+        .zip(costs)
+        .map(|((resolved, unlimited), cost)| match resolved {
+            _ if unlimited => Slot::Unlimited,
+            None => Slot::None,
+            Some(resolved) => match resolved.policy() {
+                None => Slot::Unlimited,
+                Some(policy) => Slot::Limited(Limited {
+                    resolved,
+                    policy,
+                    cost,
+                    verdict: None,
+                }),
+            },
+        })
+        .collect();
+
+    let limited_count = slots.iter().filter(|s| matches!(s, Slot::Limited(_))).count();
+    if limited_count > 1 {
+        // All or nothing: decide every limited descriptor without recording first.
+        for (i, slot) in slots.iter_mut().enumerate() {
+            if let Slot::Limited(limited) = slot {
+                limited.verdict = Some(probe(state, limited, i).await?);
+            }
+        }
+        if slots.iter().any(|s| matches!(s, Slot::Limited(l) if l.blocks())) {
+            return Ok(respond(&slots, false));
+        }
+    }
+    for (i, slot) in slots.iter_mut().enumerate() {
+        if let Slot::Limited(limited) = slot {
+            if limited.cost == 0 {
+                if limited.verdict.is_none() {
+                    limited.verdict = Some(probe(state, limited, i).await?);
+                }
+            } else {
+                limited.verdict = Some(commit(state, limited, i).await?);
+            }
+        }
+    }
+    Ok(respond(&slots, true))
+}
+
+/// Decides without recording: a peek of the descriptor's cost (1 for a cost of 0).
+async fn probe(state: &SharedState, limited: &Limited<'_>, index: usize) -> Result<Verdict, Status> {
+    let cost = limited.cost.max(1);
+    if cost > limited.policy.max_cost() {
+        return Ok(Verdict::TooLarge);
+    }
+    let key = limited.resolved.key().as_bytes();
+    let started = Instant::now();
+    let result = tollgate::Store::peek(&state.store, limited.policy, key, cost).await;
+    decided(result, started, limited.policy, index)
+}
+
+/// Decides and records the descriptor's cost.
+async fn commit(state: &SharedState, limited: &Limited<'_>, index: usize) -> Result<Verdict, Status> {
+    if limited.cost > limited.policy.max_cost() {
+        return Ok(Verdict::TooLarge);
+    }
+    let key = limited.resolved.key().as_bytes();
+    let started = Instant::now();
+    let result = tollgate::Store::check(&state.store, limited.policy, key, limited.cost).await;
+    decided(result, started, limited.policy, index)
+}
+
+fn decided(
+    result: Result<Decision, Error>,
+    started: Instant,
+    policy: &Policy,
+    index: usize,
+) -> Result<Verdict, Status> {
+    metrics::store_latency(started.elapsed());
+    let decision = result.map_err(|err| store_status(err, index))?;
+    if decision.degraded {
+        metrics::degraded(policy.name());
+    }
+    Ok(Verdict::Decided(decision))
+}
+
+/// The gRPC status for a store error the failure mode did not cover.
+fn store_status(err: Error, index: usize) -> Status {
+    let message = format!("descriptors[{index}]: {err}");
+    match &err {
+        Error::Store { kind, .. } => {
+            metrics::store_error(&kind.to_string());
+            if *kind == StoreErrorKind::Corrupt {
+                Status::internal(message)
+            } else {
+                Status::unavailable(message)
+            }
+        }
+        Error::StoreFull { .. } => Status::unavailable(message),
+        _ if err.is_bad_input() => Status::invalid_argument(message),
+        _ => Status::internal(message),
+    }
+}
+
+/// Builds the answer and records the decisions. `committed` is false when a peek found the
+/// request over the limit and nothing was recorded.
+fn respond(slots: &[Slot<'_>], committed: bool) -> RateLimitResponse {
+    let mut overall = Code::Ok;
+    let statuses = slots
+        .iter()
+        .map(|slot| match slot {
+            Slot::None => DescriptorStatus {
+                code: Code::Ok.into(),
+                ..Default::default()
+            },
+            Slot::Unlimited => DescriptorStatus {
+                code: Code::Ok.into(),
+                limit_remaining: u32::MAX,
+                ..Default::default()
+            },
+            Slot::Limited(limited) => {
+                let status = limited_status(limited, committed);
+                if status.code == i32::from(Code::OverLimit) {
+                    overall = Code::OverLimit;
+                }
+                status
+            }
+        })
+        .collect();
+    RateLimitResponse {
+        overall_code: overall.into(),
+        statuses,
+        ..Default::default()
+    }
+}
+
+fn limited_status(limited: &Limited<'_>, committed: bool) -> DescriptorStatus {
+    let allowed = limited.allowed();
+    let shadow = limited.resolved.shadow_mode();
+    let policy_name = limited.policy.name();
+    // Record what was decided for real: committed checks, and the denials of a request that the
+    // peek stopped. Asking with a cost of 0 records nothing, like a peek on the HTTP API.
+    if limited.cost > 0 && (committed || !allowed) {
+        let outcome = match (allowed, shadow) {
+            (true, _) => "allowed",
+            (false, true) => "shadow_denied",
+            (false, false) => "denied",
+        };
+        metrics::decision(policy_name, outcome);
+    }
+    let code = if allowed || shadow {
+        Code::Ok
+    } else {
+        Code::OverLimit
+    };
+    let (limit_remaining, duration_until_reset) = match limited.verdict {
+        Some(Verdict::Decided(decision)) => {
+            let remaining = if !allowed {
+                0
+            } else if committed || limited.cost == 0 {
+                decision.remaining
+            } else {
+                // Peeked, not spent: the budget as it stands.
+                decision
+                    .remaining
+                    .saturating_add(limited.cost)
+                    .min(decision.limit)
+            };
+            (saturate(remaining), Some(whole_seconds(decision.reset_after)))
+        }
+        Some(Verdict::TooLarge) | None => (0, None),
+    };
+    DescriptorStatus {
+        code: code.into(),
+        current_limit: Some(current_limit(limited.policy, limited.resolved.name())),
+        limit_remaining,
+        duration_until_reset,
+        quota: None,
+    }
+}
+
+fn saturate(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// `duration`, rounded up to whole seconds.
+fn whole_seconds(duration: Duration) -> ProtoDuration {
+    let seconds = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
+    ProtoDuration {
+        seconds: i64::try_from(seconds).unwrap_or(i64::MAX),
+        nanos: 0,
+    }
+}
+
+/// The policy as upstream's `requests_per_unit` per `unit`; see the module docs for windows
+/// that are not a unit.
+fn current_limit(policy: &Policy, name: Option<&str>) -> CurrentLimit {
+    let (count, period) = match policy.algorithm() {
+        Algorithm::FixedWindow(p) => (p.limit(), p.window()),
+        Algorithm::SlidingLog(p) => (p.limit(), p.window()),
+        Algorithm::SlidingWindow(p) => (p.limit(), p.window()),
+        Algorithm::TokenBucket(p) => (p.refill().count(), p.refill().period()),
+        Algorithm::LeakyBucket(p) => (p.leak().count(), p.leak().period()),
+        Algorithm::Gcra(p) => (p.rate().count(), p.rate().period()),
+    };
+    let (requests_per_unit, unit) = in_unit(count, period);
+    CurrentLimit {
+        name: name.unwrap_or_default().to_owned(),
+        requests_per_unit,
+        unit: unit.into(),
+    }
+}
+
+/// `count` per `period` in the longest unit not longer than `period` (seconds when shorter than
+/// a second), rounded down, at least 1.
+fn in_unit(count: u64, period: Duration) -> (u32, Unit) {
+    let period_us = period.as_micros().max(1);
+    let (unit_secs, unit) = UNITS
+        .iter()
+        .copied()
+        .find(|(secs, _)| u128::from(*secs) * 1_000_000 <= period_us)
+        .unwrap_or((1, Unit::Second));
+    let scaled = u128::from(count) * u128::from(unit_secs) * 1_000_000 / period_us;
+    (u32::try_from(scaled.max(1)).unwrap_or(u32::MAX), unit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_units_are_reported_as_they_are() {
+        assert_eq!(in_unit(10, Duration::from_secs(1)), (10, Unit::Second));
+        assert_eq!(in_unit(5, Duration::from_secs(86_400)), (5, Unit::Day));
+        assert_eq!(in_unit(7, Duration::from_secs(7 * 86_400)), (7, Unit::Week));
+        assert_eq!(in_unit(3, Duration::from_secs(365 * 86_400)), (3, Unit::Year));
+    }
+
+    #[test]
+    fn other_windows_are_scaled_down_to_the_longest_shorter_unit() {
+        assert_eq!(in_unit(100, Duration::from_secs(90)), (66, Unit::Minute));
+        assert_eq!(
+            in_unit(1, Duration::from_secs(2 * 3_600)),
+            (1, Unit::Hour),
+            "at least 1"
+        );
+        assert_eq!(in_unit(5, Duration::from_millis(500)), (10, Unit::Second));
+        assert_eq!(
+            in_unit(u64::MAX / 2, Duration::from_millis(1)),
+            (u32::MAX, Unit::Second)
+        );
+    }
+
+    #[test]
+    fn reset_is_rounded_up_to_whole_seconds() {
+        assert_eq!(whole_seconds(Duration::from_millis(1)).seconds, 1);
+        assert_eq!(whole_seconds(Duration::from_secs(2)).seconds, 2);
+        assert_eq!(whole_seconds(Duration::ZERO).seconds, 0);
+    }
+}

@@ -1,0 +1,140 @@
+//! Running the server: load the limits, open the store, bind the listeners, serve until told to
+//! stop, and reload the limits on SIGHUP.
+//!
+//! `main.rs` only turns arguments into [`Options`]. Listeners are bound here and their real
+//! addresses printed (`tollgate: http listening on 127.0.0.1:PORT`), so `--http 127.0.0.1:0`
+//! works and tests can find the port.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use crate::state::{AppState, Settings, SharedState};
+use crate::store::AnyStore;
+use crate::{Limits, config, http, metrics};
+
+/// What `tollgate serve` was asked to do.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// A config file or directory; `None` serves the built-in demo policies.
+    pub config: Option<PathBuf>,
+    /// `redis://...` or `redis+cluster://...`; `None` uses the embedded memory store.
+    pub store: Option<String>,
+    /// Where the HTTP API listens.
+    pub http: SocketAddr,
+    /// Fixed settings.
+    pub settings: Settings,
+}
+
+/// The policies served when no config is given.
+pub const DEMO_CONFIG: &str = include_str!("demo.yaml");
+
+/// Loads the configured limits, or the demo policies.
+///
+/// ```
+/// let limits = tollgate_server::serve::load_limits(None)?;
+/// assert!(limits.policy("demo").is_some());
+/// # Ok::<(), tollgate_server::ConfigError>(())
+/// ```
+pub fn load_limits(config: Option<&std::path::Path>) -> Result<Limits, config::ConfigError> {
+    match config {
+        Some(path) => config::load(path),
+        None => config::parse("built-in demo config", DEMO_CONFIG),
+    }
+}
+
+/// Serves until ctrl-c or SIGTERM; in-flight requests finish first.
+pub async fn serve(options: Options) -> anyhow::Result<()> {
+    let limits = load_limits(options.config.as_deref())?;
+    let store = match &options.store {
+        Some(url) => AnyStore::redis(url)
+            .await
+            .with_context(|| format!("store `{url}`"))?,
+        None => AnyStore::memory(),
+    };
+    metrics::install();
+    let state = AppState::new(limits, store, options.settings.clone());
+    let listener = TcpListener::bind(options.http)
+        .await
+        .with_context(|| format!("cannot listen for http on {}", options.http))?;
+    println!("tollgate: http listening on {}", listener.local_addr()?);
+    println!(
+        "tollgate: {} store, {}",
+        state.store.kind(),
+        options
+            .config
+            .as_ref()
+            .map_or("built-in demo policies".to_string(), |p| format!(
+                "config {}",
+                p.display()
+            ))
+    );
+    if let Some(path) = options.config.clone() {
+        tokio::spawn(reload_on_sighup(Arc::clone(&state), path));
+    }
+    axum::serve(listener, http::router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("http server")?;
+    Ok(())
+}
+
+/// Re-reads the config on every SIGHUP. A broken config is logged and counted, and the old limits
+/// keep serving; counters live in the store, so they survive a reload.
+async fn reload_on_sighup(state: SharedState, path: PathBuf) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            eprintln!("tollgate: cannot listen for SIGHUP; reload disabled");
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            reload(&state, &path);
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (state, path);
+}
+
+/// Loads `path` and swaps it in, or keeps the current limits if it is broken.
+pub fn reload(state: &SharedState, path: &std::path::Path) -> bool {
+    match config::load(path) {
+        Ok(limits) => {
+            state.limits.store(Arc::new(limits));
+            metrics::config_reload(true);
+            println!("tollgate: reloaded {}", path.display());
+            true
+        }
+        Err(err) => {
+            metrics::config_reload(false);
+            eprintln!("tollgate: reload rejected, still serving the previous config: {err}");
+            false
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+    println!("tollgate: shutting down; finishing in-flight requests");
+}
