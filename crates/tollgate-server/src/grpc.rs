@@ -70,7 +70,9 @@
 //!   and rounded down (at least 1): `100` per `90s` is reported as 66 per minute. Buckets and
 //!   GCRA report their refill, leak or emission rate.
 //! - A descriptor `hits_addend` of 0 asks whether one more request would pass (a peek of cost 1)
-//!   and records nothing; upstream instead reports `OK` until the counter is past the limit.
+//!   and records nothing; the answer reports the budget as it stands. Upstream instead reports
+//!   `OK` until its counter is past the limit, so it says `OK` with 0 left where tollgate says
+//!   `OVER_LIMIT`.
 //! - Upstream's counters keep counting past the limit; tollgate's denied requests spend nothing,
 //!   so a client that stops when denied gets its budget back as the window moves.
 //! - Upstream's response headers (`x-ratelimit-*` on `response_headers_to_add`), global shadow
@@ -449,13 +451,13 @@ fn limited_status(limited: &Limited<'_>, committed: bool) -> DescriptorStatus {
         Some(Verdict::Decided(decision)) => {
             let remaining = if !allowed {
                 0
-            } else if committed || limited.cost == 0 {
+            } else if committed && limited.cost > 0 {
                 decision.remaining
             } else {
                 // Peeked, not spent: the budget as it stands.
                 decision
                     .remaining
-                    .saturating_add(limited.cost)
+                    .saturating_add(limited.cost.max(1))
                     .min(decision.limit)
             };
             (saturate(remaining), Some(whole_seconds(decision.reset_after)))

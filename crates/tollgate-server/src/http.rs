@@ -215,10 +215,8 @@ fn add_headers(map: &mut HeaderMap, policy: &Policy, decision: &Decision, denied
     };
     insert("ratelimit-policy", headers::ratelimit_policy(policy));
     insert("ratelimit", headers::ratelimit(policy, decision));
-    if denied {
-        if let Some(seconds) = headers::retry_after_seconds(decision) {
-            insert(header::RETRY_AFTER.as_str(), seconds.to_string());
-        }
+    if let (true, Some(seconds)) = (denied, headers::retry_after_seconds(decision)) {
+        insert(header::RETRY_AFTER.as_str(), seconds.to_string());
     }
 }
 

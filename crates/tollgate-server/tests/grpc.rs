@@ -1,0 +1,503 @@
+//! The Envoy rate limit service over a real socket, driven by the generated tonic client, with
+//! configs in envoyproxy/ratelimit's format (`tests/fixtures/grpc/`).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tollgate_server::grpc::proto::rate_limit_descriptor::{Entry, RateLimitOverride};
+use tollgate_server::grpc::proto::rate_limit_response::rate_limit::Unit;
+use tollgate_server::grpc::proto::rate_limit_response::{Code, DescriptorStatus};
+use tollgate_server::grpc::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value};
+use tollgate_server::state::{AppState, Settings};
+use tollgate_server::store::AnyStore;
+use tonic::transport::Channel;
+
+/// A server on a free port and a client connected to it.
+struct Rls {
+    client: RateLimitServiceClient<Channel>,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+}
+
+impl Rls {
+    async fn start(fixture: &str, store: AnyStore) -> Rls {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/grpc")
+            .join(fixture);
+        let yaml = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let limits = tollgate_server::config::parse(fixture, &yaml).expect("fixture parses");
+        let state = AppState::new(limits, store, Settings::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr: SocketAddr = listener.local_addr().expect("local addr");
+        let (tx, rx) = oneshot::channel::<()>();
+        let server = tokio::spawn(tollgate_server::grpc::serve(listener, state, async {
+            let _ = rx.await;
+        }));
+        let client = RateLimitServiceClient::connect(format!("http://{addr}"))
+            .await
+            .expect("connect");
+        Rls {
+            client,
+            shutdown: Some(tx),
+            server: Some(server),
+        }
+    }
+
+    async fn ask(&mut self, request: RateLimitRequest) -> RateLimitResponse {
+        let response = tokio::time::timeout(Duration::from_secs(10), self.client.should_rate_limit(request))
+            .await
+            .expect("answered within 10 s")
+            .expect("OK status");
+        response.into_inner()
+    }
+
+    async fn ask_err(&mut self, request: RateLimitRequest) -> tonic::Status {
+        tokio::time::timeout(Duration::from_secs(10), self.client.should_rate_limit(request))
+            .await
+            .expect("answered within 10 s")
+            .expect_err("an error status")
+    }
+
+    /// Stops the server and waits for it.
+    async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            tokio::time::timeout(Duration::from_secs(10), server)
+                .await
+                .expect("stops within 10 s")
+                .expect("server task")
+                .expect("serve returns Ok");
+        }
+    }
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(key, value)| Entry {
+                key: (*key).to_owned(),
+                value: (*value).to_owned(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>, hits_addend: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors,
+        hits_addend,
+    }
+}
+
+/// One descriptor of `messaging`, cost 1.
+fn one(entries: &[(&str, &str)]) -> RateLimitRequest {
+    request("messaging", vec![descriptor(entries)], 0)
+}
+
+fn code(value: i32) -> Code {
+    Code::try_from(value).expect("a known code")
+}
+
+fn limit_of(status: &DescriptorStatus) -> (u32, Unit, &str) {
+    let limit = status.current_limit.as_ref().expect("current_limit");
+    (
+        limit.requests_per_unit,
+        Unit::try_from(limit.unit).expect("a known unit"),
+        limit.name.as_str(),
+    )
+}
+
+fn reset_secs(status: &DescriptorStatus) -> i64 {
+    status
+        .duration_until_reset
+        .as_ref()
+        .expect("duration_until_reset")
+        .seconds
+}
+
+const MARKETING: [(&str, &str); 2] = [("message_type", "marketing"), ("to_number", "2061111111")];
+
+#[tokio::test]
+async fn answers_ok_under_the_limit_with_the_budget_left() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    for left in [2, 1, 0] {
+        let response = rls.ask(one(&MARKETING)).await;
+        assert_eq!(code(response.overall_code), Code::Ok);
+        assert_eq!(response.statuses.len(), 1);
+        let status = &response.statuses[0];
+        assert_eq!(code(status.code), Code::Ok);
+        assert_eq!(limit_of(status), (3, Unit::Day, ""));
+        assert_eq!(status.limit_remaining, left);
+        assert!((1..=86_400).contains(&reset_secs(status)), "{status:?}");
+    }
+    rls.stop().await;
+}
+
+#[tokio::test]
+async fn answers_over_limit_with_nothing_left_and_the_time_to_reset() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    for _ in 0..3 {
+        assert_eq!(code(rls.ask(one(&MARKETING)).await.overall_code), Code::Ok);
+    }
+    let response = rls.ask(one(&MARKETING)).await;
+    assert_eq!(code(response.overall_code), Code::OverLimit);
+    let status = &response.statuses[0];
+    assert_eq!(code(status.code), Code::OverLimit);
+    assert_eq!(status.limit_remaining, 0);
+    assert_eq!(limit_of(status), (3, Unit::Day, ""));
+    assert!((1..=86_400).contains(&reset_secs(status)), "{status:?}");
+    // Another number has its own counter.
+    let other = rls
+        .ask(one(&[("message_type", "marketing"), ("to_number", "2062222222")]))
+        .await;
+    assert_eq!(code(other.overall_code), Code::Ok);
+    rls.stop().await;
+}
+
+#[tokio::test]
+async fn matches_nested_descriptors_and_wildcards() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    let nested = rls.ask(one(&MARKETING)).await;
+    assert_eq!(limit_of(&nested.statuses[0]), (3, Unit::Day, ""));
+    let top = rls.ask(one(&[("to_number", "2061111111")])).await;
+    assert_eq!(limit_of(&top.statuses[0]), (50, Unit::Hour, ""));
+    assert_eq!(top.statuses[0].limit_remaining, 49);
+
+    // Every path under /api/ has its own counter of 2 an hour.
+    for _ in 0..2 {
+        let users = rls.ask(one(&[("path", "/api/users")])).await;
+        assert_eq!(code(users.overall_code), Code::Ok);
+        assert_eq!(limit_of(&users.statuses[0]), (2, Unit::Hour, ""));
+    }
+    let users = rls.ask(one(&[("path", "/api/users")])).await;
+    assert_eq!(code(users.overall_code), Code::OverLimit);
+    let orders = rls.ask(one(&[("path", "/api/orders")])).await;
+    assert_eq!(code(orders.overall_code), Code::Ok);
+
+    // No match: OK without a limit, as upstream.
+    for entries in [
+        &[("path", "/web/index.html")][..],
+        &[("message_type", "transactional"), ("to_number", "2061111111")][..],
+        &[("to_number", "2061111111"), ("deeper", "than the tree")][..],
+        &[("unknown_key", "x")][..],
+    ] {
+        let response = rls.ask(one(entries)).await;
+        assert_eq!(code(response.overall_code), Code::Ok, "{entries:?}");
+        assert_eq!(
+            response.statuses[0],
+            DescriptorStatus {
+                code: Code::Ok.into(),
+                ..Default::default()
+            },
+            "{entries:?}"
+        );
+    }
+    rls.stop().await;
+}
+
+#[tokio::test]
+async fn unknown_domain_is_ok_without_a_limit() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    for _ in 0..5 {
+        let response = rls
+            .ask(request("elsewhere", vec![descriptor(&[("tight", "x")])], 0))
+            .await;
+        assert_eq!(code(response.overall_code), Code::Ok);
+        assert_eq!(response.statuses.len(), 1);
+        assert!(response.statuses[0].current_limit.is_none());
+    }
+    rls.stop().await;
+}
+
+#[tokio::test]
+async fn unlimited_is_ok_with_the_most_remaining() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    for _ in 0..5 {
+        let response = rls
+            .ask(request("messaging", vec![descriptor(&[("ldap", "x")])], 1000))
+            .await;
+        assert_eq!(code(response.overall_code), Code::Ok);
+        let status = &response.statuses[0];
+        assert_eq!(status.limit_remaining, u32::MAX);
+        assert!(status.current_limit.is_none());
+    }
+    rls.stop().await;
+}
+
+#[tokio::test]
+async fn hits_addend_is_the_cost() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    let ask = |hits: u32| request("messaging", vec![descriptor(&MARKETING)], hits);
+
+    let response = rls.ask(ask(2)).await;
+    assert_eq!(code(response.overall_code), Code::Ok);
+    assert_eq!(response.statuses[0].limit_remaining, 1);
+
+    // 2 more do not fit; a denied request spends nothing.
+    let response = rls.ask(ask(2)).await;
+    assert_eq!(code(response.overall_code), Code::OverLimit);
+    assert_eq!(response.statuses[0].limit_remaining, 0);
+
+    // More than the limit can ever admit: over the limit, no reset would help.
+    let response = rls.ask(ask(4)).await;
+    assert_eq!(code(response.overall_code), Code::OverLimit);
+    assert_eq!(response.statuses[0].limit_remaining, 0);
+    assert!(response.statuses[0].duration_until_reset.is_none());
+
+    // A descriptor's own hits_addend wins over the request's; 0 asks without spending.
+    let mut peek = descriptor(&MARKETING);
+    peek.hits_addend = Some(UInt64Value { value: 0 });
+    for _ in 0..2 {
+        let response = rls.ask(request("messaging", vec![peek.clone()], 5)).await;
+        assert_eq!(code(response.overall_code), Code::Ok);
+        assert_eq!(response.statuses[0].limit_remaining, 1, "the budget as it stands");
+    }
+    let mut own = descriptor(&MARKETING);
+    own.hits_addend = Some(UInt64Value { value: 1 });
+    let response = rls.ask(request("messaging", vec![own], 5)).await;
+    assert_eq!(code(response.overall_code), Code::Ok);
+    assert_eq!(response.statuses[0].limit_remaining, 0);
+
+    let response = rls.ask(ask(0)).await;
+    assert_eq!(code(response.overall_code), Code::OverLimit, "0 means 1");
+    rls.stop().await;
+}
+
+#[tokio::test]
+async fn shadow_mode_answers_ok_when_over_the_limit() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    let metrics = tollgate_server::metrics::install();
+    let first = rls.ask(one(&[("canary", "x")])).await;
+    assert_eq!(code(first.overall_code), Code::Ok);
+    assert_eq!(first.statuses[0].limit_remaining, 0);
+    for _ in 0..3 {
+        let response = rls.ask(one(&[("canary", "x")])).await;
+        assert_eq!(code(response.overall_code), Code::Ok);
+        let status = &response.statuses[0];
+        assert_eq!(code(status.code), Code::Ok);
+        assert_eq!(
+            status.limit_remaining, 0,
+            "over the limit, reported but not enforced"
+        );
+        assert_eq!(limit_of(status), (1, Unit::Day, ""));
+    }
+    // A shadow descriptor does not block its request, but an enforced one still does.
+    let both = request(
+        "messaging",
+        vec![descriptor(&[("canary", "x")]), descriptor(&[("tight", "y")])],
+        0,
+    );
+    assert_eq!(code(rls.ask(both.clone()).await.overall_code), Code::Ok);
+    let response = rls.ask(both).await;
+    assert_eq!(code(response.overall_code), Code::OverLimit);
+    assert_eq!(code(response.statuses[0].code), Code::Ok);
+    assert_eq!(code(response.statuses[1].code), Code::OverLimit);
+    // The would-be denials are counted.
+    let rendered = metrics.render();
+    assert!(
+        rendered
+            .lines()
+            .any(|line| line.starts_with("tollgate_decisions_total")
+                && line.contains(r#"policy="envoy:messaging.canary""#)
+                && line.contains(r#"outcome="shadow_denied""#)),
+        "{rendered}"
+    );
+    rls.stop().await;
+}
+
+#[tokio::test]
+async fn replaces_drops_the_replaced_limit() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    let vip = || {
+        request(
+            "messaging",
+            vec![descriptor(&[("user", "alice")]), descriptor(&[("vip", "alice")])],
+            0,
+        )
+    };
+    // per_user allows 1 a day; vip replaces it with 3.
+    for left in [2, 1, 0] {
+        let response = rls.ask(vip()).await;
+        assert_eq!(code(response.overall_code), Code::Ok);
+        assert_eq!(
+            response.statuses[0],
+            DescriptorStatus {
+                code: Code::Ok.into(),
+                ..Default::default()
+            },
+            "replaced: no limit"
+        );
+        assert_eq!(limit_of(&response.statuses[1]), (3, Unit::Day, "vip"));
+        assert_eq!(response.statuses[1].limit_remaining, left);
+    }
+    assert_eq!(code(rls.ask(vip()).await.overall_code), Code::OverLimit);
+    // Without vip, per_user applies, and it was never spent.
+    let alone = rls.ask(one(&[("user", "alice")])).await;
+    assert_eq!(code(alone.overall_code), Code::Ok);
+    assert_eq!(limit_of(&alone.statuses[0]), (1, Unit::Day, "per_user"));
+    assert_eq!(alone.statuses[0].limit_remaining, 0);
+    rls.stop().await;
+}
+
+/// A request denied by one descriptor spends nothing of the others.
+async fn all_or_nothing(rls: &mut Rls) {
+    let marketing = descriptor(&MARKETING);
+    let tight = descriptor(&[("tight", "t")]);
+    let both = request("messaging", vec![marketing.clone(), tight], 0);
+
+    let first = rls.ask(both.clone()).await;
+    assert_eq!(code(first.overall_code), Code::Ok);
+    assert_eq!(first.statuses[0].limit_remaining, 2);
+    assert_eq!(first.statuses[1].limit_remaining, 0);
+
+    for _ in 0..3 {
+        let denied = rls.ask(both.clone()).await;
+        assert_eq!(code(denied.overall_code), Code::OverLimit);
+        assert_eq!(code(denied.statuses[0].code), Code::Ok);
+        assert_eq!(denied.statuses[0].limit_remaining, 2, "untouched");
+        assert_eq!(code(denied.statuses[1].code), Code::OverLimit);
+        assert_eq!(denied.statuses[1].limit_remaining, 0);
+    }
+
+    // The denied requests did not spend marketing's budget.
+    let alone = rls.ask(request("messaging", vec![marketing], 0)).await;
+    assert_eq!(code(alone.overall_code), Code::Ok);
+    assert_eq!(alone.statuses[0].limit_remaining, 1);
+}
+
+#[tokio::test]
+async fn a_denied_request_spends_no_budget() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    all_or_nothing(&mut rls).await;
+    rls.stop().await;
+}
+
+#[tokio::test]
+async fn statuses_follow_the_request_order() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    let response = rls
+        .ask(request(
+            "messaging",
+            vec![
+                descriptor(&[("ldap", "x")]),
+                descriptor(&[("nothing", "x")]),
+                descriptor(&MARKETING),
+                descriptor(&[("path", "/api/a")]),
+            ],
+            0,
+        ))
+        .await;
+    assert_eq!(code(response.overall_code), Code::Ok);
+    let remaining: Vec<u32> = response.statuses.iter().map(|s| s.limit_remaining).collect();
+    assert_eq!(remaining, [u32::MAX, 0, 2, 1]);
+    assert!(response.statuses[1].current_limit.is_none());
+    rls.stop().await;
+}
+
+#[tokio::test]
+async fn windows_without_an_upstream_unit_are_reported_in_the_nearest_one() {
+    let mut rls = Rls::start("extensions.yaml", AnyStore::memory()).await;
+    let window = rls
+        .ask(request("extensions", vec![descriptor(&[("window", "x")])], 0))
+        .await;
+    assert_eq!(
+        limit_of(&window.statuses[0]),
+        (66, Unit::Minute, ""),
+        "100 per 90 s"
+    );
+    assert_eq!(window.statuses[0].limit_remaining, 99);
+    let bucket = rls
+        .ask(request("extensions", vec![descriptor(&[("bucket", "x")])], 0))
+        .await;
+    assert_eq!(
+        limit_of(&bucket.statuses[0]),
+        (10, Unit::Second, ""),
+        "the refill rate"
+    );
+    assert_eq!(bucket.statuses[0].limit_remaining, 19, "the burst");
+    rls.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_requests_are_errors_as_upstream() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    let status = rls
+        .ask_err(request("", vec![descriptor(&[("tight", "x")])], 0))
+        .await;
+    assert_eq!(status.code(), tonic::Code::Unknown);
+    assert_eq!(status.message(), "rate limit domain must not be empty");
+
+    let status = rls.ask_err(request("messaging", vec![], 0)).await;
+    assert_eq!(status.code(), tonic::Code::Unknown);
+    assert_eq!(status.message(), "rate limit descriptor list must not be empty");
+
+    let mut overridden = descriptor(&[("tight", "x")]);
+    overridden.limit = Some(RateLimitOverride {
+        requests_per_unit: 10,
+        unit: 1,
+    });
+    let status = rls
+        .ask_err(request(
+            "messaging",
+            vec![descriptor(&[("ldap", "x")]), overridden],
+            0,
+        ))
+        .await;
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().starts_with("descriptors[1]: limit overrides"),
+        "{status:?}"
+    );
+
+    let mut refund = descriptor(&[("tight", "x")]);
+    refund.is_negative_hits = true;
+    let status = rls.ask_err(request("messaging", vec![refund], 0)).await;
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+
+    let huge = "v".repeat(9 * 1024);
+    let status = rls.ask_err(one(&[("to_number", &huge)])).await;
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+
+    // The server is still there.
+    assert_eq!(code(rls.ask(one(&[("tight", "x")])).await.overall_code), Code::Ok);
+    rls.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_lets_the_server_return() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    assert_eq!(code(rls.ask(one(&MARKETING)).await.overall_code), Code::Ok);
+    rls.stop().await;
+}
+
+#[tokio::test]
+async fn decides_in_redis() {
+    let redis = tollgate_testkit::RedisServer::start();
+    let store = AnyStore::redis(&redis.url()).await.expect("redis store");
+    let mut rls = Rls::start("messaging.yaml", store).await;
+
+    for left in [2, 1, 0] {
+        let response = rls
+            .ask(one(&[("message_type", "marketing"), ("to_number", "1")]))
+            .await;
+        assert_eq!(code(response.overall_code), Code::Ok);
+        assert_eq!(response.statuses[0].limit_remaining, left);
+    }
+    let response = rls
+        .ask(one(&[("message_type", "marketing"), ("to_number", "1")]))
+        .await;
+    assert_eq!(code(response.overall_code), Code::OverLimit);
+    assert!((1..=86_400).contains(&reset_secs(&response.statuses[0])));
+
+    all_or_nothing(&mut rls).await;
+    rls.stop().await;
+}

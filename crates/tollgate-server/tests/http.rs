@@ -1,0 +1,372 @@
+//! The real binary over a real socket: the HTTP/JSON API on the memory store and on Redis,
+//! errors, admin auth, attempts, shadow mode, reload and shutdown.
+
+mod binary;
+
+use std::time::Duration;
+
+use binary::{Server, check_config};
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+
+fn client() -> Client {
+    Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client")
+}
+
+async fn check(server: &Server, body: Value) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+    let response = client()
+        .post(server.url("/v1/check"))
+        .json(&body)
+        .send()
+        .await
+        .expect("send");
+    let (status, headers) = (response.status(), response.headers().clone());
+    (status, headers, response.json().await.expect("json body"))
+}
+
+#[tokio::test]
+async fn check_admits_up_to_the_limit_then_answers_429_with_headers() {
+    let server = Server::start(&[]);
+    for remaining in (0..5).rev() {
+        let (status, headers, body) = check(&server, json!({"policy": "demo", "key": "alice"})).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["remaining"], remaining);
+        assert_eq!(headers["ratelimit-policy"], r#""demo";q=5;w=60"#);
+        assert_eq!(
+            headers["ratelimit"],
+            format!(r#""demo";r={remaining};t=60"#).as_str()
+        );
+    }
+    let (status, headers, body) = check(&server, json!({"policy": "demo", "key": "alice"})).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(body["allowed"], false);
+    let retry_ms = body["retry_after_ms"].as_u64().expect("retry_after_ms");
+    assert!(retry_ms > 59_000 && retry_ms <= 60_000, "{retry_ms}");
+    assert_eq!(headers["retry-after"], "60");
+    // Another key has its own budget.
+    let (status, _, _) = check(&server, json!({"policy": "demo", "key": "bob", "cost": 5})).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn bad_requests_get_a_4xx_naming_the_problem() {
+    let server = Server::start(&["--max-key-len", "16"]);
+    let post = |body: String| {
+        client()
+            .post(server.url("/v1/check"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let cases: Vec<(String, StatusCode, &str)> = vec![
+        (
+            "{\"policy\": \"demo\"".into(),
+            StatusCode::BAD_REQUEST,
+            "invalid JSON body",
+        ),
+        (
+            r#"{"policy": "demo"}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "missing field `key`",
+        ),
+        (
+            r#"{"policy": "demo", "key": "k", "extra": 1}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "unknown field `extra`",
+        ),
+        (
+            r#"{"policy": "nope", "key": "k"}"#.into(),
+            StatusCode::NOT_FOUND,
+            "unknown policy `nope`",
+        ),
+        (
+            r#"{"policy": "demo", "key": "k", "cost": 0}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "cost must be at least 1",
+        ),
+        (
+            r#"{"policy": "demo", "key": "k", "cost": 6}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "cost 6 is above 5",
+        ),
+        (
+            r#"{"policy": "demo", "key": "k", "cost": -1}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "invalid JSON body",
+        ),
+        (
+            r#"{"policy": "demo", "key": ""}"#.into(),
+            StatusCode::BAD_REQUEST,
+            "key must not be empty",
+        ),
+        (
+            format!(r#"{{"policy": "demo", "key": "{}"}}"#, "k".repeat(17)),
+            StatusCode::BAD_REQUEST,
+            "key is 17 bytes, above the maximum of 16",
+        ),
+        (
+            format!(r#"{{"policy": "demo", "key": "{}"}}"#, "k".repeat(70_000)),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "larger than 65536 bytes",
+        ),
+    ];
+    for (body, status, message) in cases {
+        let response = post(body.clone()).await.expect("send");
+        assert_eq!(response.status(), status, "{body:.80}");
+        let error: Value = response.json().await.expect("json error");
+        let text = error["error"].as_str().expect("error field");
+        assert!(text.contains(message), "{body:.80}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn peek_changes_nothing_and_reset_needs_the_admin_token() {
+    let server = Server::start(&["--admin-token", "s3cret"]);
+    for _ in 0..5 {
+        check(&server, json!({"policy": "demo", "key": "k"})).await;
+    }
+    let peek = client()
+        .get(server.url("/v1/limits/demo/k"))
+        .send()
+        .await
+        .expect("peek");
+    assert_eq!(peek.status(), StatusCode::OK);
+    let body: Value = peek.json().await.expect("json");
+    assert_eq!(body["allowed"], false);
+    let reset = client()
+        .delete(server.url("/v1/limits/demo/k"))
+        .send()
+        .await
+        .expect("reset");
+    assert_eq!(reset.status(), StatusCode::UNAUTHORIZED);
+    let reset = client()
+        .delete(server.url("/v1/limits/demo/k"))
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .expect("reset");
+    assert_eq!(reset.status(), StatusCode::UNAUTHORIZED);
+    let reset = client()
+        .delete(server.url("/v1/limits/demo/k"))
+        .bearer_auth("s3cret")
+        .send()
+        .await
+        .expect("reset");
+    assert_eq!(reset.status(), StatusCode::NO_CONTENT);
+    let (status, _, body) = check(&server, json!({"policy": "demo", "key": "k"})).await;
+    assert_eq!((status, body["remaining"].clone()), (StatusCode::OK, json!(4)));
+}
+
+#[tokio::test]
+async fn attempts_count_check_and_clear() {
+    let server = Server::start(&[]);
+    let url = server.url("/v1/attempts/login/alice");
+    for expected in 1..=3 {
+        let response = client()
+            .post(&url)
+            .json(&json!({"ttl_seconds": 3600}))
+            .send()
+            .await
+            .expect("post");
+        let body: Value = response.json().await.expect("json");
+        assert_eq!(body["attempts"], expected);
+    }
+    let body: Value = client()
+        .get(&url)
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(body["attempts"], 3);
+    assert_eq!(body["ttl_seconds"], 3600);
+    let body: Value = client()
+        .get(format!("{url}/check?max=3"))
+        .send()
+        .await
+        .expect("check")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        (body["allowed"].clone(), body["remaining"].clone()),
+        (json!(false), json!(0))
+    );
+    // Another purpose is another counter.
+    let other: Value = client()
+        .get(server.url("/v1/attempts/reset-password/alice"))
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        (other["attempts"].clone(), other["ttl_seconds"].clone()),
+        (json!(0), Value::Null)
+    );
+    let missing_max = client().get(format!("{url}/check")).send().await.expect("check");
+    assert_eq!(missing_max.status(), StatusCode::BAD_REQUEST);
+    let cleared = client().delete(&url).send().await.expect("delete");
+    assert_eq!(cleared.status(), StatusCode::NO_CONTENT);
+    let body: Value = client()
+        .get(&url)
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(body["attempts"], 0);
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics() {
+    let server = Server::start(&[]);
+    check(&server, json!({"policy": "demo", "key": "k"})).await;
+    for (path, status) in [("/healthz", StatusCode::OK), ("/readyz", StatusCode::OK)] {
+        assert_eq!(
+            client().get(server.url(path)).send().await.expect(path).status(),
+            status
+        );
+    }
+    let metrics = client()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains(r#"tollgate_decisions_total{policy="demo",outcome="allowed"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tollgate_store_latency_seconds_bucket"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn shadow_mode_counts_but_never_denies_and_reload_keeps_counters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.yaml");
+    let write = |text: &str| std::fs::write(&path, text).expect("write config");
+    write(
+        "policies:\n  watch:\n    algorithm: fixed_window\n    limit: 2\n    window: 1h\n    shadow: true\n",
+    );
+    let mut server = Server::start(&["--config", path.to_str().expect("utf-8 path")]);
+    for _ in 0..4 {
+        let (status, _, body) = check(&server, json!({"policy": "watch", "key": "k"})).await;
+        assert_eq!((status, body["allowed"].clone()), (StatusCode::OK, json!(true)));
+    }
+    let metrics = client()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains(r#"tollgate_decisions_total{policy="watch",outcome="shadow_denied"} 2"#),
+        "{metrics}"
+    );
+
+    // Enforce it: the counter survives the reload, so the next check is denied.
+    write("policies:\n  watch:\n    algorithm: fixed_window\n    limit: 2\n    window: 1h\n");
+    server.signal("HUP");
+    server.wait_for("reloaded");
+    let (status, _, _) = check(&server, json!({"policy": "watch", "key": "k"})).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+
+    // A broken config is rejected and the old one keeps serving.
+    write("policies:\n  watch:\n    algorithm: fixed_window\n    limit: 0\n    window: 1h\n");
+    server.signal("HUP");
+    let line = server.wait_for("reload rejected");
+    assert!(line.contains("tollgate.yaml: policies.watch.limit"), "{line}");
+    let (status, _, _) = check(&server, json!({"policy": "watch", "key": "other"})).await;
+    assert_eq!(status, StatusCode::OK);
+    let metrics = client()
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains(r#"tollgate_config_reloads_total{outcome="failed"} 1"#),
+        "{metrics}"
+    );
+
+    // SIGTERM: a clean exit.
+    server.signal("TERM");
+    assert!(server.wait_exit().success());
+}
+
+#[tokio::test]
+async fn the_redis_store_serves_and_readiness_follows_redis() {
+    let mut redis = tollgate_testkit::RedisServer::start();
+    let server = Server::start(&["--store", &redis.url()]);
+    server_checks_five_then_denies(&server).await;
+    assert_eq!(
+        client()
+            .get(server.url("/readyz"))
+            .send()
+            .await
+            .expect("readyz")
+            .status(),
+        StatusCode::OK
+    );
+    redis.kill();
+    assert_eq!(
+        client()
+            .get(server.url("/readyz"))
+            .send()
+            .await
+            .expect("readyz")
+            .status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    // The demo policies fail over to a local limiter: decisions go on, marked degraded.
+    let (status, _, body) = check(&server, json!({"policy": "demo", "key": "new"})).await;
+    assert_eq!((status, body["degraded"].clone()), (StatusCode::OK, json!(true)));
+}
+
+async fn server_checks_five_then_denies(server: &Server) {
+    for _ in 0..5 {
+        let (status, _, body) = check(server, json!({"policy": "demo", "key": "redis-key"})).await;
+        assert_eq!((status, body["degraded"].clone()), (StatusCode::OK, json!(false)));
+    }
+    let (status, _, _) = check(server, json!({"policy": "demo", "key": "redis-key"})).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[test]
+fn check_config_names_the_file_and_field_and_exits_non_zero() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = dir.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        "policies:\n  p:\n    algorithm: sliding_log\n    limit: 3\n    window: 1m\n",
+    )
+    .expect("write");
+    let (ok, text) = check_config(&good);
+    assert!(ok, "{text}");
+    assert!(text.contains("ok (1 policies, 0 envoy domains)"), "{text}");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "policies:\n  p:\n    algorithm: sliding_log\n    limit: 3\n    window: fortnight\n",
+    )
+    .expect("write");
+    let (ok, text) = check_config(&bad);
+    assert!(!ok);
+    assert!(text.contains("bad.yaml: policies.p.window:"), "{text}");
+}
