@@ -284,7 +284,8 @@ async fn should_rate_limit(
         );
     }
 
-    let limits = state.limits.load();
+    // An owned handle, not a guard: it is held across store round trips.
+    let limits = state.limits.load_full();
     let mut resolved: Vec<Option<Resolved<'_>>> = entries
         .iter()
         .map(|entries| limits.resolve(&request.domain, entries))

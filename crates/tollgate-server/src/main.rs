@@ -18,7 +18,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the HTTP API (with the built-in demo policies when no --config is given).
+    /// Serve the HTTP API and the Envoy rate limit service (demo policies when no --config).
     Serve {
         /// A config file or a directory of them (tollgate policies or envoyproxy/ratelimit).
         #[arg(long)]
@@ -29,7 +29,10 @@ enum Command {
         /// HTTP listen address.
         #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
         http: SocketAddr,
-        /// Token required by admin endpoints (Authorization: Bearer <token>).
+        /// gRPC (Envoy rate limit service) listen address.
+        #[arg(long, env = "TOLLGATE_GRPC_ADDR", default_value = "127.0.0.1:8081")]
+        grpc: SocketAddr,
+        /// Token required by admin endpoints (`Authorization: Bearer <token>`).
         #[arg(long, env = "TOLLGATE_ADMIN_TOKEN")]
         admin_token: Option<String>,
         /// Longest key accepted, in bytes.
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
             config,
             store,
             http,
+            grpc,
             admin_token,
             max_key_len,
         } => {
@@ -71,6 +75,7 @@ fn main() -> ExitCode {
                 config,
                 store,
                 http,
+                grpc,
                 settings: Settings {
                     admin_token,
                     max_key_len,

@@ -1,5 +1,5 @@
-//! Running the server: load the limits, open the store, bind the listeners, serve until told to
-//! stop, and reload the limits on SIGHUP.
+//! Running the server: load the limits, open the store, bind the HTTP and gRPC listeners, serve
+//! until told to stop, and reload the limits on SIGHUP.
 //!
 //! `main.rs` only turns arguments into [`Options`]. Listeners are bound here and their real
 //! addresses printed (`tollgate: http listening on 127.0.0.1:PORT`), so `--http 127.0.0.1:0`
@@ -11,10 +11,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 use crate::state::{AppState, Settings, SharedState};
 use crate::store::AnyStore;
-use crate::{Limits, config, http, metrics};
+use crate::{Limits, config, grpc, http, metrics};
 
 /// What `tollgate serve` was asked to do.
 #[derive(Debug, Clone)]
@@ -25,6 +26,8 @@ pub struct Options {
     pub store: Option<String>,
     /// Where the HTTP API listens.
     pub http: SocketAddr,
+    /// Where the Envoy rate limit service (gRPC) listens.
+    pub grpc: SocketAddr,
     /// Fixed settings.
     pub settings: Settings,
 }
@@ -60,7 +63,11 @@ pub async fn serve(options: Options) -> anyhow::Result<()> {
     let listener = TcpListener::bind(options.http)
         .await
         .with_context(|| format!("cannot listen for http on {}", options.http))?;
+    let grpc_listener = TcpListener::bind(options.grpc)
+        .await
+        .with_context(|| format!("cannot listen for grpc on {}", options.grpc))?;
     println!("tollgate: http listening on {}", listener.local_addr()?);
+    println!("tollgate: grpc listening on {}", grpc_listener.local_addr()?);
     println!(
         "tollgate: {} store, {}",
         state.store.kind(),
@@ -75,10 +82,28 @@ pub async fn serve(options: Options) -> anyhow::Result<()> {
     if let Some(path) = options.config.clone() {
         tokio::spawn(reload_on_sighup(Arc::clone(&state), path));
     }
+    // One signal stops both servers; each lets its in-flight requests finish.
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let when_stopped = |mut stopped: watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let grpc_server = tokio::spawn(grpc::serve(
+        grpc_listener,
+        Arc::clone(&state),
+        when_stopped(stopped.clone()),
+    ));
     axum::serve(listener, http::router(state))
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(when_stopped(stopped))
         .await
         .context("http server")?;
+    grpc_server
+        .await
+        .context("grpc server task")?
+        .context("grpc server")?;
     Ok(())
 }
 

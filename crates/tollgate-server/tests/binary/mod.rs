@@ -14,6 +14,7 @@ use std::time::Duration;
 pub struct Server {
     child: Child,
     pub http: String,
+    pub grpc: String,
     lines: mpsc::Receiver<String>,
 }
 
@@ -21,7 +22,7 @@ impl Server {
     /// `tollgate serve` with `args` added, once it listens.
     pub fn start(args: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(["serve", "--http", "127.0.0.1:0"])
+            .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -51,10 +52,13 @@ impl Server {
         let mut server = Server {
             child,
             http: String::new(),
+            grpc: String::new(),
             lines,
         };
         let line = server.wait_for("http listening on ");
         server.http = format!("http://{}", line.rsplit(' ').next().unwrap_or_default());
+        let line = server.wait_for("grpc listening on ");
+        server.grpc = format!("http://{}", line.rsplit(' ').next().unwrap_or_default());
         server
     }
 
