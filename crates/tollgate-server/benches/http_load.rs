@@ -1,6 +1,7 @@
-//! Requests per second and latency of `POST /v1/check` against the real `tollgate` binary, with a
-//! load generator of our own on loopback: 64 keep-alive connections, each sending its next
-//! request as soon as the previous answer is in, a bounded number of requests each.
+//! Requests per second and latency of `POST /v1/check` and of the Envoy rate limit service's
+//! `ShouldRateLimit` against the real `tollgate` binary, with a load generator of our own on
+//! loopback: 64 connections (HTTP/1.1 keep-alive, or one HTTP/2 channel each for gRPC), each
+//! sending its next request as soon as the previous answer is in, a bounded number each.
 //!
 //! The generator speaks just enough HTTP/1.1 (one request, read the status line, headers and a
 //! `Content-Length` body) to stay out of the way: the server and the generator share the
@@ -16,12 +17,16 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
 use tokio::net::TcpStream;
+use tollgate_server::grpc::proto::rate_limit_descriptor::Entry;
+use tollgate_server::grpc::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest};
 
 const CONNECTIONS: usize = 64;
 const REQUESTS_PER_CONNECTION: usize = 3_000;
 const KEYS: usize = 100_000;
 
-struct Server(Child, String);
+/// The binary, its HTTP address and its gRPC address.
+struct Server(Child, String, String);
 
 impl Server {
     fn start(args: &[&str]) -> Self {
@@ -33,15 +38,17 @@ impl Server {
             .expect("start tollgate");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let addr = loop {
+        let mut address = |prefix: &str| loop {
             let line = lines.next().expect("tollgate printed its address").expect("line");
-            if let Some(addr) = line.strip_prefix("tollgate: http listening on ") {
+            if let Some(addr) = line.strip_prefix(prefix) {
                 break addr.to_string();
             }
         };
+        let http = address("tollgate: http listening on ");
+        let grpc = address("tollgate: grpc listening on ");
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        Server(child, addr)
+        Server(child, http, grpc)
     }
 }
 
@@ -98,10 +105,44 @@ async fn connection(addr: String, first_key: usize) -> Histogram<u64> {
     latencies
 }
 
-async fn load(addr: &str) -> (f64, u64, u64) {
+/// One gRPC channel's share: `ShouldRateLimit` for an envoy descriptor, one call at a time.
+async fn channel(addr: String, first_key: usize) -> Histogram<u64> {
+    let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
+    let mut latencies = Histogram::<u64>::new(3).expect("histogram");
+    for i in 0..REQUESTS_PER_CONNECTION {
+        let key = (first_key + i * 7_919) % KEYS;
+        let request = RateLimitRequest {
+            domain: "bench".to_owned(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "user".to_owned(),
+                    value: format!("user-{key}"),
+                }],
+                ..Default::default()
+            }],
+            hits_addend: 1,
+        };
+        let started = Instant::now();
+        client.should_rate_limit(request).await.expect("call");
+        latencies
+            .record(started.elapsed().as_micros() as u64)
+            .expect("record");
+    }
+    latencies
+}
+
+async fn load(addr: &str, grpc: bool) -> (f64, u64, u64) {
     let started = Instant::now();
     let tasks: Vec<_> = (0..CONNECTIONS)
-        .map(|c| tokio::spawn(connection(addr.to_string(), c * 1_543)))
+        .map(|c| {
+            if grpc {
+                tokio::spawn(channel(addr.to_string(), c * 1_543))
+            } else {
+                tokio::spawn(connection(addr.to_string(), c * 1_543))
+            }
+        })
         .collect();
     let mut all = Histogram::<u64>::new(3).expect("histogram");
     for task in tasks {
@@ -121,18 +162,41 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    println!("| store | connections | requests | requests/s | p50 µs | p99 µs |");
-    println!("|---|---|---|---|---|---|");
-    let memory = Server::start(&[]);
+    // Both APIs decide with 1000 per second, bursts of 50, per user.
+    let config = std::env::temp_dir().join(format!("tollgate-bench-{}.yaml", std::process::id()));
+    std::fs::write(
+        &config,
+        "policies:\n  api:\n    algorithm: gcra\n    rate: 1000/s\n    burst: 50\n",
+    )
+    .expect("write config");
+    let envoy = std::env::temp_dir().join(format!("tollgate-bench-{}-envoy", std::process::id()));
+    std::fs::create_dir_all(&envoy).expect("config dir");
+    std::fs::copy(&config, envoy.join("policies.yaml")).expect("copy");
+    std::fs::write(
+        envoy.join("envoy.yaml"),
+        "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1000}\n",
+    )
+    .expect("write envoy config");
+    let dir = envoy.to_str().expect("utf-8 path");
+    println!("| api | store | connections | requests | requests/s | p50 µs | p99 µs |");
+    println!("|---|---|---|---|---|---|---|");
+    let memory = Server::start(&["--config", dir]);
     let redis = tollgate_testkit::RedisServer::start();
-    let on_redis = Server::start(&["--store", &redis.url()]);
+    let on_redis = Server::start(&["--config", dir, "--store", &redis.url()]);
     for (name, server) in [("memory", &memory), ("redis", &on_redis)] {
-        // Warm up: every key once is not needed; a short run settles the connections.
-        runtime.block_on(load(&server.1));
-        let (per_second, p50, p99) = runtime.block_on(load(&server.1));
-        println!(
-            "| {name} | {CONNECTIONS} | {} | {per_second:.0} | {p50} | {p99} |",
-            CONNECTIONS * REQUESTS_PER_CONNECTION
-        );
+        for (api, grpc, addr) in [
+            ("POST /v1/check", false, &server.1),
+            ("ShouldRateLimit", true, &server.2),
+        ] {
+            // A first run settles connections and fills the keys; the second is reported.
+            runtime.block_on(load(addr, grpc));
+            let (per_second, p50, p99) = runtime.block_on(load(addr, grpc));
+            println!(
+                "| {api} | {name} | {CONNECTIONS} | {} | {per_second:.0} | {p50} | {p99} |",
+                CONNECTIONS * REQUESTS_PER_CONNECTION
+            );
+        }
     }
+    let _ = std::fs::remove_file(&config);
+    let _ = std::fs::remove_dir_all(&envoy);
 }
