@@ -38,7 +38,8 @@
 //! - [`http`]: the HTTP/JSON API ([`http::router`]).
 //! - [`grpc`]: the Envoy rate limit service (`ShouldRateLimit`), answered as envoyproxy/ratelimit
 //!   does ([`grpc::service`], [`grpc::serve`]).
-//! - [`serve`]: running the server: listeners, SIGHUP reload, graceful shutdown.
+//! - [`serve`]: running the server: listeners, graceful shutdown.
+//! - [`reload`]: swapping in a new config on SIGHUP or file change; a broken one is rejected.
 //! - [`store`]: [`store::AnyStore`], the memory or Redis store chosen at start-up.
 //! - [`state`]: what handlers share: live limits (swapped on reload), store, settings.
 //! - [`metrics`]: Prometheus metric names and the recorder.
@@ -48,6 +49,7 @@ pub mod grpc;
 pub mod http;
 pub mod limits;
 pub mod metrics;
+pub mod reload;
 pub mod serve;
 pub mod state;
 pub mod store;

@@ -1,5 +1,5 @@
 //! Running the server: load the limits, open the store, bind the HTTP and gRPC listeners, serve
-//! until told to stop, and reload the limits on SIGHUP.
+//! until told to stop, and reload the limits on SIGHUP and on file change (see [`reload`]).
 //!
 //! `main.rs` only turns arguments into [`Options`]. Listeners are bound here and their real
 //! addresses printed (`tollgate: http listening on 127.0.0.1:PORT`), so `--http 127.0.0.1:0`
@@ -13,9 +13,9 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::state::{AppState, Settings, SharedState};
+use crate::state::{AppState, Settings};
 use crate::store::AnyStore;
-use crate::{Limits, config, grpc, http, metrics};
+use crate::{Limits, config, grpc, http, metrics, reload};
 
 /// What `tollgate serve` was asked to do.
 #[derive(Debug, Clone)]
@@ -66,6 +66,17 @@ pub async fn serve(options: Options) -> anyhow::Result<()> {
     let grpc_listener = TcpListener::bind(options.grpc)
         .await
         .with_context(|| format!("cannot listen for grpc on {}", options.grpc))?;
+    // Watching and the SIGHUP handler start before the addresses are printed: a change or a
+    // signal sent once they are seen is never missed.
+    if let Some(path) = options.config.clone() {
+        #[cfg(unix)]
+        if let Some(hangups) = reload::on_sighup(Arc::clone(&state), path.clone()) {
+            tokio::spawn(hangups);
+        }
+        if let Some(watch) = reload::on_change(Arc::clone(&state), path) {
+            tokio::spawn(watch);
+        }
+    }
     println!("tollgate: http listening on {}", listener.local_addr()?);
     println!("tollgate: grpc listening on {}", grpc_listener.local_addr()?);
     println!(
@@ -79,9 +90,6 @@ pub async fn serve(options: Options) -> anyhow::Result<()> {
                 p.display()
             ))
     );
-    if let Some(path) = options.config.clone() {
-        tokio::spawn(reload_on_sighup(Arc::clone(&state), path));
-    }
     // One signal stops both servers; each lets its in-flight requests finish.
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(async move {
@@ -105,41 +113,6 @@ pub async fn serve(options: Options) -> anyhow::Result<()> {
         .context("grpc server task")?
         .context("grpc server")?;
     Ok(())
-}
-
-/// Re-reads the config on every SIGHUP. A broken config is logged and counted, and the old limits
-/// keep serving; counters live in the store, so they survive a reload.
-async fn reload_on_sighup(state: SharedState, path: PathBuf) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-            eprintln!("tollgate: cannot listen for SIGHUP; reload disabled");
-            return;
-        };
-        while hangups.recv().await.is_some() {
-            reload(&state, &path);
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = (state, path);
-}
-
-/// Loads `path` and swaps it in, or keeps the current limits if it is broken.
-pub fn reload(state: &SharedState, path: &std::path::Path) -> bool {
-    match config::load(path) {
-        Ok(limits) => {
-            state.limits.store(Arc::new(limits));
-            metrics::config_reload(true);
-            println!("tollgate: reloaded {}", path.display());
-            true
-        }
-        Err(err) => {
-            metrics::config_reload(false);
-            eprintln!("tollgate: reload rejected, still serving the previous config: {err}");
-            false
-        }
-    }
 }
 
 async fn shutdown_signal() {

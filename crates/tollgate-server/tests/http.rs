@@ -370,3 +370,34 @@ fn check_config_names_the_file_and_field_and_exits_non_zero() {
     assert!(!ok);
     assert!(text.contains("bad.yaml: policies.p.window:"), "{text}");
 }
+
+#[tokio::test]
+async fn editing_the_config_file_reloads_it_without_a_signal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("limits.yaml");
+    std::fs::write(
+        &path,
+        "policies:\n  first:\n    algorithm: sliding_log\n    limit: 1\n    window: 1m\n",
+    )
+    .expect("write config");
+    let mut server = Server::start(&["--config", path.to_str().expect("utf-8 path")]);
+    let (status, _, _) = check(&server, json!({"policy": "later", "key": "k"})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    std::fs::write(
+        &path,
+        "policies:\n  first:\n    algorithm: sliding_log\n    limit: 1\n    window: 1m\n  later:\n    algorithm: sliding_log\n    limit: 1\n    window: 1m\n",
+    )
+    .expect("rewrite config");
+    server.wait_for("reloaded");
+    let (status, _, _) = check(&server, json!({"policy": "later", "key": "k"})).await;
+    assert_eq!(status, StatusCode::OK);
+    std::fs::write(&path, "policies: [").expect("break config");
+    let line = server.wait_for("reload rejected");
+    assert!(line.contains("limits.yaml"), "{line}");
+    let (status, _, _) = check(&server, json!({"policy": "later", "key": "k"})).await;
+    assert_eq!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the previous config still serves"
+    );
+}
