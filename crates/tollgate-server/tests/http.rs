@@ -16,6 +16,27 @@ fn client() -> Client {
         .expect("client")
 }
 
+/// GET `url` and parse the JSON answer.
+async fn get_json(url: &str) -> Value {
+    client()
+        .get(url)
+        .send()
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json body")
+}
+
+/// DELETE a limit with an optional bearer token; the status.
+async fn reset_status(server: &Server, token: Option<&str>) -> StatusCode {
+    let mut request = client().delete(server.url("/v1/limits/demo/k"));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    request.send().await.expect("reset").status()
+}
+
 async fn check(server: &Server, body: Value) -> (StatusCode, reqwest::header::HeaderMap, Value) {
     let response = client()
         .post(server.url("/v1/check"))
@@ -136,26 +157,15 @@ async fn peek_changes_nothing_and_reset_needs_the_admin_token() {
     assert_eq!(peek.status(), StatusCode::OK);
     let body: Value = peek.json().await.expect("json");
     assert_eq!(body["allowed"], false);
-    let reset = client()
-        .delete(server.url("/v1/limits/demo/k"))
-        .send()
-        .await
-        .expect("reset");
-    assert_eq!(reset.status(), StatusCode::UNAUTHORIZED);
-    let reset = client()
-        .delete(server.url("/v1/limits/demo/k"))
-        .bearer_auth("wrong")
-        .send()
-        .await
-        .expect("reset");
-    assert_eq!(reset.status(), StatusCode::UNAUTHORIZED);
-    let reset = client()
-        .delete(server.url("/v1/limits/demo/k"))
-        .bearer_auth("s3cret")
-        .send()
-        .await
-        .expect("reset");
-    assert_eq!(reset.status(), StatusCode::NO_CONTENT);
+    assert_eq!(reset_status(&server, None).await, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        reset_status(&server, Some("wrong")).await,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        reset_status(&server, Some("s3cret")).await,
+        StatusCode::NO_CONTENT
+    );
     let (status, _, body) = check(&server, json!({"policy": "demo", "key": "k"})).await;
     assert_eq!((status, body["remaining"].clone()), (StatusCode::OK, json!(4)));
 }
@@ -174,37 +184,16 @@ async fn attempts_count_check_and_clear() {
         let body: Value = response.json().await.expect("json");
         assert_eq!(body["attempts"], expected);
     }
-    let body: Value = client()
-        .get(&url)
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
+    let body: Value = get_json(&url).await;
     assert_eq!(body["attempts"], 3);
     assert_eq!(body["ttl_seconds"], 3600);
-    let body: Value = client()
-        .get(format!("{url}/check?max=3"))
-        .send()
-        .await
-        .expect("check")
-        .json()
-        .await
-        .expect("json");
+    let body: Value = get_json(&format!("{url}/check?max=3")).await;
     assert_eq!(
         (body["allowed"].clone(), body["remaining"].clone()),
         (json!(false), json!(0))
     );
     // Another purpose is another counter.
-    let other: Value = client()
-        .get(server.url("/v1/attempts/reset-password/alice"))
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
+    let other: Value = get_json(&server.url("/v1/attempts/reset-password/alice")).await;
     assert_eq!(
         (other["attempts"].clone(), other["ttl_seconds"].clone()),
         (json!(0), Value::Null)
@@ -213,14 +202,7 @@ async fn attempts_count_check_and_clear() {
     assert_eq!(missing_max.status(), StatusCode::BAD_REQUEST);
     let cleared = client().delete(&url).send().await.expect("delete");
     assert_eq!(cleared.status(), StatusCode::NO_CONTENT);
-    let body: Value = client()
-        .get(&url)
-        .send()
-        .await
-        .expect("get")
-        .json()
-        .await
-        .expect("json");
+    let body: Value = get_json(&url).await;
     assert_eq!(body["attempts"], 0);
 }
 
