@@ -17,6 +17,8 @@
 //! - no rate limit applies (unknown domain, no descriptor matched, or the limit was replaced):
 //!   `OK`, without `current_limit`;
 //! - `unlimited: true`: `OK` with `limit_remaining` 4294967295 (`u32::MAX`), as upstream;
+//! - `requests_per_unit: 0`: `OVER_LIMIT`, as upstream, with `requests_per_unit` 0 in
+//!   `current_limit` and the time to the end of the current unit; no store is asked;
 //! - otherwise the store decides for the cost: `OK` or `OVER_LIMIT`, with `current_limit`,
 //!   `limit_remaining` (0 when over the limit, as upstream) and `duration_until_reset` (the
 //!   decision's `reset_after`, rounded up to whole seconds as upstream reports it);
@@ -215,7 +217,24 @@ enum Slot<'a> {
     None,
     /// `unlimited: true`.
     Unlimited,
+    /// `requests_per_unit: 0`, stated per `period`, counted in metrics under `policy_name`.
+    DenyAll {
+        resolved: Resolved<'a>,
+        period: Duration,
+        policy_name: &'a str,
+    },
     Limited(Limited<'a>),
+}
+
+impl Slot<'_> {
+    /// Denied and enforced: the whole request is over the limit.
+    fn blocks(&self) -> bool {
+        match self {
+            Slot::None | Slot::Unlimited => false,
+            Slot::DenyAll { resolved, .. } => !resolved.shadow_mode(),
+            Slot::Limited(limited) => limited.blocks(),
+        }
+    }
 }
 
 struct Limited<'a> {
@@ -304,29 +323,35 @@ async fn should_rate_limit(
         .map(|((resolved, unlimited), cost)| match resolved {
             _ if unlimited => Slot::Unlimited,
             None => Slot::None,
-            Some(resolved) => match resolved.policy() {
-                None => Slot::Unlimited,
-                Some(policy) => Slot::Limited(Limited {
+            Some(resolved) => match (resolved.policy(), resolved.deny_all()) {
+                (Some(policy), _) => Slot::Limited(Limited {
                     resolved,
                     policy,
                     cost,
                     verdict: None,
                 }),
+                (None, Some((period, policy_name))) => Slot::DenyAll {
+                    resolved,
+                    period,
+                    policy_name,
+                },
+                (None, None) => Slot::Unlimited,
             },
         })
         .collect();
 
     let limited_count = slots.iter().filter(|s| matches!(s, Slot::Limited(_))).count();
-    if limited_count > 1 {
+    let denied_outright = slots.iter().any(Slot::blocks);
+    if limited_count > 1 || (limited_count > 0 && denied_outright) {
         // All or nothing: decide every limited descriptor without recording first.
         for (i, slot) in slots.iter_mut().enumerate() {
             if let Slot::Limited(limited) = slot {
                 limited.verdict = Some(probe(state, limited, i).await?);
             }
         }
-        if slots.iter().any(|s| matches!(s, Slot::Limited(l) if l.blocks())) {
-            return Ok(respond(&slots, false));
-        }
+    }
+    if slots.iter().any(Slot::blocks) {
+        return Ok(respond(&slots, false));
     }
     for (i, slot) in slots.iter_mut().enumerate() {
         if let Slot::Limited(limited) = slot {
@@ -413,6 +438,17 @@ fn respond(slots: &[Slot<'_>], committed: bool) -> RateLimitResponse {
                 limit_remaining: u32::MAX,
                 ..Default::default()
             },
+            Slot::DenyAll {
+                resolved,
+                period,
+                policy_name,
+            } => {
+                let status = deny_all_status(resolved, *period, policy_name);
+                if status.code == i32::from(Code::OverLimit) {
+                    overall = Code::OverLimit;
+                }
+                status
+            }
             Slot::Limited(limited) => {
                 let status = limited_status(limited, committed);
                 if status.code == i32::from(Code::OverLimit) {
@@ -470,6 +506,31 @@ fn limited_status(limited: &Limited<'_>, committed: bool) -> DescriptorStatus {
         current_limit: Some(current_limit(limited.policy, limited.resolved.name())),
         limit_remaining,
         duration_until_reset,
+        quota: None,
+    }
+}
+
+/// The answer for `requests_per_unit: 0`, as upstream gives it: over the limit (OK in shadow
+/// mode), nothing left, and the time to the end of the current unit, counted from the epoch.
+fn deny_all_status(resolved: &Resolved<'_>, period: Duration, policy_name: &str) -> DescriptorStatus {
+    let shadow = resolved.shadow_mode();
+    metrics::decision(policy_name, if shadow { "shadow_denied" } else { "denied" });
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let period_ns = period.as_nanos().max(1);
+    let into_period_ns = since_epoch.as_nanos() % period_ns;
+    let until_reset = Duration::from_nanos(u64::try_from(period_ns - into_period_ns).unwrap_or(u64::MAX));
+    let (_, unit) = in_unit(1, period);
+    DescriptorStatus {
+        code: if shadow { Code::Ok } else { Code::OverLimit }.into(),
+        current_limit: Some(CurrentLimit {
+            name: resolved.name().unwrap_or_default().to_owned(),
+            requests_per_unit: 0,
+            unit: unit.into(),
+        }),
+        limit_remaining: 0,
+        duration_until_reset: Some(whole_seconds(until_reset)),
         quota: None,
     }
 }

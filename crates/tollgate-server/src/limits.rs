@@ -56,6 +56,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use tollgate::Policy;
 use tollgate::bounds::MAX_NAME_LEN;
@@ -338,7 +339,10 @@ impl<'a> Resolved<'a> {
     /// # Ok::<(), tollgate_server::config::ConfigError>(())
     /// ```
     pub fn policy(&self) -> Option<&'a Policy> {
-        self.limit.policy.as_ref()
+        match &self.limit.quota {
+            Quota::Limited(policy) => Some(policy),
+            Quota::Unlimited | Quota::DenyAll { .. } => None,
+        }
     }
 
     /// True for `rate_limit: {unlimited: true}`: the request matched a rate limit that admits
@@ -353,7 +357,30 @@ impl<'a> Resolved<'a> {
     /// # Ok::<(), tollgate_server::config::ConfigError>(())
     /// ```
     pub fn is_unlimited(&self) -> bool {
-        self.limit.policy.is_none()
+        matches!(self.limit.quota, Quota::Unlimited)
+    }
+
+    /// For `requests_per_unit: 0`, which denies every request as upstream does: the unit (or
+    /// window) the limit is stated in, and the name its decisions are counted under in metrics.
+    /// Such a limit has no [`policy`](Self::policy) and touches no store.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let limits = tollgate_server::config::parse(
+    ///     "a.yaml",
+    ///     "domain: d\ndescriptors:\n  - key: k\n    value: bad\n    rate_limit: {unit: minute, requests_per_unit: 0}\n",
+    /// )?;
+    /// let resolved = limits.resolve("d", &[("k".into(), "bad".into())]).unwrap();
+    /// assert!(resolved.policy().is_none() && !resolved.is_unlimited());
+    /// assert_eq!(resolved.deny_all(), Some((Duration::from_secs(60), "envoy:d.k_bad")));
+    /// # Ok::<(), tollgate_server::config::ConfigError>(())
+    /// ```
+    pub fn deny_all(&self) -> Option<(Duration, &'a str)> {
+        match &self.limit.quota {
+            Quota::DenyAll { period, policy_name } => Some((*period, policy_name.as_str())),
+            Quota::Unlimited | Quota::Limited(_) => None,
+        }
     }
 
     /// The store key of this request's counter; see the [module docs](crate::limits) for the
@@ -620,11 +647,22 @@ pub(crate) struct Node {
 /// A descriptor's `rate_limit`, compiled.
 #[derive(Debug)]
 pub(crate) struct DescriptorLimit {
-    /// `None` for `unlimited: true`.
-    pub(crate) policy: Option<Policy>,
+    pub(crate) quota: Quota,
     pub(crate) name: Option<String>,
     pub(crate) replaces: Vec<String>,
     pub(crate) shadow_mode: bool,
+}
+
+/// What a descriptor's `rate_limit` admits.
+#[derive(Debug)]
+pub(crate) enum Quota {
+    /// `unlimited: true`: everything, without counting.
+    Unlimited,
+    /// `requests_per_unit: 0`: nothing. `period` is the unit (or window), for
+    /// `duration_until_reset`; `policy_name` names it in metrics.
+    DenyAll { period: Duration, policy_name: String },
+    /// A limit the store decides.
+    Limited(Policy),
 }
 
 /// The policy name for a descriptor: `envoy:` and upstream's name, cut and hashed when longer

@@ -89,7 +89,7 @@ error_fixtures! {
     envoy_rate_limit_list => "envoy_rate_limit_list.yaml: descriptors[0].rate_limit: invalid type: sequence, expected a rate limit: a map with `unit` and `requests_per_unit`, or `unlimited: true`",
     envoy_share_threshold_without_wildcard => "envoy_share_threshold_without_wildcard.yaml: descriptors[0].share_threshold: `share_threshold` applies only to a wildcard value (one ending in `*`)",
     // envoyproxy/ratelimit's format: the core's limits, and tollgate's extensions
-    envoy_zero_requests => "envoy_zero_requests.yaml: descriptors[0].rate_limit.requests_per_unit: limit must be at least 1",
+    envoy_zero_requests_with_algorithm => "envoy_zero_requests_with_algorithm.yaml: descriptors[0].rate_limit.algorithm: `algorithm` must not be set when `requests_per_unit` is 0 (every request is denied)",
     envoy_oversized_requests => "envoy_oversized_requests.yaml: descriptors[0].rate_limit.requests_per_unit: limit is 4294967295, above the maximum of 1000000000",
     envoy_unlimited_with_algorithm => "envoy_unlimited_with_algorithm.yaml: descriptors[0].rate_limit.algorithm: `algorithm` must not be set when `unlimited` is true",
     envoy_unit_and_window => "envoy_unit_and_window.yaml: descriptors[0].rate_limit.window: `window` cannot be set together with `unit`",
@@ -131,11 +131,11 @@ fn syntax_errors_carry_line_and_column() {
 
 #[test]
 fn core_errors_keep_the_policy_error() {
-    let err = load_error("errors/envoy_zero_requests.yaml");
+    let err = load_error("errors/envoy_oversized_requests.yaml");
     assert_eq!(err.path(), Some("descriptors[0].rate_limit.requests_per_unit"));
     assert!(matches!(
         err.kind(),
-        ConfigErrorKind::Policy(tollgate::PolicyError::Zero { field: "limit" })
+        ConfigErrorKind::Policy(tollgate::PolicyError::TooLarge { field: "limit", .. })
     ));
 }
 

@@ -382,6 +382,49 @@ async fn a_denied_request_spends_no_budget() {
 }
 
 #[tokio::test]
+async fn zero_requests_per_unit_denies_everything_and_spends_nothing_else() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    let blocked = descriptor(&[("remote_address", "203.0.113.66")]);
+    for _ in 0..3 {
+        let response = rls.ask(request("messaging", vec![blocked.clone()], 1)).await;
+        assert_eq!(code(response.overall_code), Code::OverLimit);
+        let status = &response.statuses[0];
+        assert_eq!(code(status.code), Code::OverLimit);
+        assert_eq!(limit_of(status), (0, Unit::Minute, "blocked"));
+        assert_eq!(status.limit_remaining, 0);
+        assert!((1..=60).contains(&reset_secs(status)), "{status:?}");
+    }
+    // Other addresses are not blocked: the zero limit is on that value only.
+    let other = rls
+        .ask(request(
+            "messaging",
+            vec![descriptor(&[("remote_address", "203.0.113.67")])],
+            1,
+        ))
+        .await;
+    assert_eq!(code(other.overall_code), Code::Ok);
+
+    // Beside a limited descriptor, the blocked one denies the request and spends nothing.
+    let with_marketing = request("messaging", vec![descriptor(&MARKETING), blocked], 1);
+    for _ in 0..5 {
+        let response = rls.ask(with_marketing.clone()).await;
+        assert_eq!(code(response.overall_code), Code::OverLimit);
+        assert_eq!(code(response.statuses[0].code), Code::Ok);
+        assert_eq!(response.statuses[0].limit_remaining, 3, "untouched");
+    }
+
+    // In shadow mode it answers OK, and does not stop the other descriptors.
+    let scanner = descriptor(&[("scanner", "x")]);
+    let response = rls
+        .ask(request("messaging", vec![scanner, descriptor(&MARKETING)], 1))
+        .await;
+    assert_eq!(code(response.overall_code), Code::Ok);
+    assert_eq!(limit_of(&response.statuses[0]), (0, Unit::Hour, ""));
+    assert_eq!(response.statuses[1].limit_remaining, 2, "spent once");
+    rls.stop().await;
+}
+
+#[tokio::test]
 async fn statuses_follow_the_request_order() {
     let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
     let response = rls

@@ -45,8 +45,9 @@
 //!
 //! # Where tollgate differs
 //!
-//! - `requests_per_unit: 0` (upstream: deny everything) is refused, as the core refuses a zero
-//!   limit, and a missing `requests_per_unit` is an error rather than 0.
+//! - A missing `requests_per_unit` is an error rather than 0. An explicit `requests_per_unit: 0`
+//!   denies every request, as upstream; the extensions are refused on such a limit, since
+//!   nothing is counted.
 //! - Keys and values are never joined with `_`, so key `a_b` and key `a` with value `b` are
 //!   distinct (upstream calls them duplicates) and a wildcard only matches values of its own key.
 //! - A domain may be defined in one file only (upstream's `MERGE_DOMAIN_CONFIG` is not offered).
@@ -62,7 +63,7 @@ use tollgate::{Algorithm, Anchor, Policy, PolicyError, Rate};
 
 use super::fields::{AlgorithmName, FailureName, Scalar, failure_mode, join, policy_error_field};
 use super::{ConfigError, ConfigErrorKind};
-use crate::limits::{DescriptorLimit, Domain, Level, Node, descriptor_policy_name};
+use crate::limits::{DescriptorLimit, Domain, Level, Node, Quota, descriptor_policy_name};
 
 /// A file in the envoyproxy/ratelimit format.
 #[derive(Debug, Deserialize)]
@@ -254,7 +255,7 @@ impl RateLimitSpec {
             }
             replaces.push(replaced);
         }
-        let policy = if self.unlimited.unwrap_or(false) {
+        let quota = if self.unlimited.unwrap_or(false) {
             // Upstream refuses a unit with `unlimited`; the extensions would be as meaningless.
             // `requests_per_unit` is accepted and ignored, as upstream does.
             let set = [
@@ -275,20 +276,21 @@ impl RateLimitSpec {
                     },
                 ));
             }
-            None
+            Quota::Unlimited
         } else {
-            Some(self.policy(at, path, full_name)?)
+            self.quota(at, path, full_name)?
         };
         Ok(DescriptorLimit {
-            policy,
+            quota,
             name,
             replaces,
             shadow_mode,
         })
     }
 
-    /// Builds the policy of a limited (not `unlimited`) rate limit.
-    fn policy(self, at: &At<'_>, path: &str, full_name: &str) -> Result<Policy, ConfigError> {
+    /// Builds the quota of a rate limit that is not `unlimited`: deny-all for a
+    /// `requests_per_unit` of 0, else a policy.
+    fn quota(self, at: &At<'_>, path: &str, full_name: &str) -> Result<Quota, ConfigError> {
         let field_err = |field: &str, kind| at.err(join(path, field), kind);
         let (period, period_field) = match (&self.unit, &self.window) {
             (Some(_), Some(_)) => {
@@ -324,6 +326,31 @@ impl RateLimitSpec {
                 },
             )
         })?;
+        if requests == 0 {
+            // Upstream's way to block a descriptor outright. Nothing is counted, so the
+            // extensions that shape counting have nothing to act on.
+            let set = [
+                ("algorithm", self.algorithm.is_some()),
+                ("burst", self.burst.is_some()),
+                ("block_for", self.block_for.is_some()),
+                ("on_store_failure", self.on_store_failure.is_some()),
+                ("instances", self.instances.is_some()),
+            ];
+            if let Some((field, _)) = set.into_iter().find(|(_, set)| *set) {
+                return Err(field_err(
+                    field,
+                    ConfigErrorKind::FieldNotAllowed {
+                        field,
+                        why: "must not be set when `requests_per_unit` is 0 (every request is denied)"
+                            .to_owned(),
+                    },
+                ));
+            }
+            return Ok(Quota::DenyAll {
+                period,
+                policy_name: descriptor_policy_name(full_name),
+            });
+        }
         let algorithm_name = self.algorithm.unwrap_or(AlgorithmName::FixedWindow);
         let burst_field = if self.burst.is_some() {
             "burst"
@@ -381,7 +408,7 @@ impl RateLimitSpec {
         if let Some(mode) = failure_mode(at.file, path, self.on_store_failure, self.instances)? {
             policy = policy.with_failure_mode(mode);
         }
-        Ok(policy)
+        Ok(Quota::Limited(policy))
     }
 }
 
