@@ -383,3 +383,40 @@ async fn editing_the_config_file_reloads_it_without_a_signal() {
         "the previous config still serves"
     );
 }
+
+/// SIGTERM while a request is half sent: the server waits for the rest, answers it, then exits.
+#[test]
+fn a_request_in_flight_at_shutdown_is_answered_before_exit() {
+    use std::io::{Read, Write};
+
+    let mut server = Server::start(&[]);
+    let address = server.http.trim_start_matches("http://").to_owned();
+    let body = br#"{"policy": "demo", "key": "in-flight", "cost": 1}"#;
+    let (first, rest) = body.split_at(10);
+    let mut stream = std::net::TcpStream::connect(&address).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    write!(
+        stream,
+        "POST /v1/check HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .expect("send head");
+    stream.write_all(first).expect("send part of the body");
+    stream.flush().expect("flush");
+    // Give the server time to read the head, so the request is in progress when the signal lands.
+    std::thread::sleep(Duration::from_millis(300));
+
+    server.signal("TERM");
+    server.wait_for("shutting down");
+    std::thread::sleep(Duration::from_millis(300));
+    stream.write_all(rest).expect("send the rest after the signal");
+
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read the answer");
+    assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+    assert!(response.contains(r#""allowed":true"#), "{response}");
+    assert!(response.contains(r#""remaining":4"#), "{response}");
+    assert!(server.wait_exit().success());
+}
