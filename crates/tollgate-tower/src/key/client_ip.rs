@@ -1,0 +1,396 @@
+//! [`ClientIp`]: which address a request comes from, directly or behind trusted proxies.
+//!
+//! # The peer
+//!
+//! The peer is the address of the TCP connection, read from axum's
+//! [`ConnectInfo<SocketAddr>`](axum::extract::ConnectInfo) extension (serve the app with
+//! `into_make_service_with_connect_info::<SocketAddr>()`), or from a plain [`SocketAddr`]
+//! extension (what a hyper server loop can insert). Without either, there is no address and the
+//! rule's [`MissingKey`](crate::MissingKey) choice applies.
+//!
+//! # Behind proxies
+//!
+//! When the peer is inside one of the trusted proxy blocks, the chosen header
+//! ([`ProxyHeader`]) is read and walked from the right, the end the trusted proxies wrote: each
+//! entry that is a trusted proxy is stepped over, and the first entry that is not is the client.
+//! A peer that is not a trusted proxy is the client, and its headers are ignored entirely, so a
+//! client cannot choose its own key by sending `X-Forwarded-For`.
+//!
+//! The walk stops at an entry that names no usable address (garbage, `unknown`, an obfuscated
+//! `Forwarded` identifier): the client is then the last address reached, which is a trusted
+//! proxy. Requests with a malformed chain so share their proxy's key, which is strict (they share
+//! one budget) rather than spoofable. If every entry is a trusted proxy, the client is the
+//! leftmost one; an empty or absent header leaves the peer as the client.
+//!
+//! # Normalising and grouping
+//!
+//! Addresses are canonical: an IPv4-mapped IPv6 address (`::ffff:192.0.2.1`, as a dual-stack
+//! listener reports IPv4 clients) is the IPv4 address. One IPv6 client usually holds a whole /64,
+//! so [`ClientIp::ipv6_prefix`] can make every address of a prefix share one key.
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::ConnectInfo;
+use axum::http::request::Parts;
+
+use super::cidr::{Cidr, masked};
+use super::forwarded::{self, Hop};
+use crate::Error;
+
+/// Which header a trusted proxy writes the chain to.
+///
+/// Trust only the header your proxies actually set (and overwrite or append to): if they set
+/// `X-Forwarded-For` but pass a client's `Forwarded` through untouched, trusting `Forwarded`
+/// would let the client pick its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ProxyHeader {
+    /// `X-Forwarded-For: client, proxy1, proxy2`, the de facto standard.
+    #[default]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=client, for=proxy1`, reading each element's `for=` parameter.
+    Forwarded,
+}
+
+/// How the client address of a request is found, and how finely it is keyed.
+///
+/// ```
+/// use tollgate_tower::{ClientIp, ProxyHeader};
+///
+/// // Directly exposed: the peer address, with every IPv6 /64 as one client.
+/// let direct = ClientIp::peer().ipv6_prefix(64)?;
+///
+/// // Behind a load balancer on 10.0.0.0/8 that appends to X-Forwarded-For.
+/// let behind = ClientIp::peer()
+///     .trust_proxies(["10.0.0.0/8".parse()?, "fd00::/8".parse()?])
+///     .proxy_header(ProxyHeader::XForwardedFor);
+/// # let _ = (direct, behind);
+/// # Ok::<(), tollgate_tower::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct ClientIp {
+    trusted: Vec<Cidr>,
+    header: ProxyHeader,
+    ipv4_prefix: u8,
+    ipv6_prefix: u8,
+}
+
+impl Default for ClientIp {
+    fn default() -> Self {
+        Self::peer()
+    }
+}
+
+impl ClientIp {
+    /// The peer address of the connection, no proxies trusted, one key per address.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use axum::extract::ConnectInfo;
+    /// use axum::http::Request;
+    /// use tollgate_tower::ClientIp;
+    ///
+    /// let mut request = Request::new(());
+    /// request.extensions_mut().insert(ConnectInfo("[::ffff:192.0.2.9]:4000".parse::<SocketAddr>()?));
+    /// let (parts, ()) = request.into_parts();
+    /// assert_eq!(ClientIp::peer().client(&parts), Some("192.0.2.9".parse()?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peer() -> Self {
+        ClientIp {
+            trusted: Vec::new(),
+            header: ProxyHeader::default(),
+            ipv4_prefix: 32,
+            ipv6_prefix: 128,
+        }
+    }
+
+    /// Adds trusted proxy blocks: a peer inside one of them is a proxy, and the client is read
+    /// from the [`ProxyHeader`].
+    ///
+    /// ```
+    /// let ip = tollgate_tower::ClientIp::peer().trust_proxies(["127.0.0.1".parse()?]);
+    /// assert_eq!(ip.trusted_proxies().len(), 1);
+    /// # Ok::<(), tollgate_tower::Error>(())
+    /// ```
+    pub fn trust_proxies(mut self, blocks: impl IntoIterator<Item = Cidr>) -> Self {
+        self.trusted.extend(blocks);
+        self
+    }
+
+    /// Which header trusted proxies write (default `X-Forwarded-For`).
+    ///
+    /// ```
+    /// use tollgate_tower::{ClientIp, ProxyHeader};
+    ///
+    /// let ip = ClientIp::peer().proxy_header(ProxyHeader::Forwarded);
+    /// assert_eq!(ip.header(), ProxyHeader::Forwarded);
+    /// ```
+    pub fn proxy_header(mut self, header: ProxyHeader) -> Self {
+        self.header = header;
+        self
+    }
+
+    /// Keys IPv6 clients by their first `len` bits (0 to 128; default 128, one key per address).
+    /// With 64, every address of a /64 shares one budget.
+    ///
+    /// ```
+    /// assert!(tollgate_tower::ClientIp::peer().ipv6_prefix(129).is_err());
+    /// ```
+    pub fn ipv6_prefix(mut self, len: u8) -> Result<Self, Error> {
+        if len > 128 {
+            return Err(Error::BadPrefixLen {
+                version: 6,
+                len,
+                max: 128,
+            });
+        }
+        self.ipv6_prefix = len;
+        Ok(self)
+    }
+
+    /// Keys IPv4 clients by their first `len` bits (0 to 32; default 32, one key per address).
+    ///
+    /// ```
+    /// assert!(tollgate_tower::ClientIp::peer().ipv4_prefix(24).is_ok());
+    /// ```
+    pub fn ipv4_prefix(mut self, len: u8) -> Result<Self, Error> {
+        if len > 32 {
+            return Err(Error::BadPrefixLen {
+                version: 4,
+                len,
+                max: 32,
+            });
+        }
+        self.ipv4_prefix = len;
+        Ok(self)
+    }
+
+    /// The trusted proxy blocks.
+    ///
+    /// ```
+    /// assert!(tollgate_tower::ClientIp::peer().trusted_proxies().is_empty());
+    /// ```
+    pub fn trusted_proxies(&self) -> &[Cidr] {
+        &self.trusted
+    }
+
+    /// The header read behind trusted proxies.
+    ///
+    /// ```
+    /// use tollgate_tower::{ClientIp, ProxyHeader};
+    ///
+    /// assert_eq!(ClientIp::peer().header(), ProxyHeader::XForwardedFor);
+    /// ```
+    pub fn header(&self) -> ProxyHeader {
+        self.header
+    }
+
+    /// The canonical peer address: [`ConnectInfo<SocketAddr>`](ConnectInfo) first, then a plain
+    /// [`SocketAddr`] extension. `None` when the request carries neither.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use axum::http::Request;
+    /// use tollgate_tower::ClientIp;
+    ///
+    /// let mut request = Request::new(());
+    /// assert_eq!(ClientIp::peer_addr(&request.clone().into_parts().0), None);
+    /// request.extensions_mut().insert("[2001:db8::1]:443".parse::<SocketAddr>()?);
+    /// assert_eq!(ClientIp::peer_addr(&request.into_parts().0), Some("2001:db8::1".parse()?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peer_addr(parts: &Parts) -> Option<IpAddr> {
+        let socket = match parts.extensions.get::<ConnectInfo<SocketAddr>>() {
+            Some(ConnectInfo(socket)) => socket,
+            None => parts.extensions.get::<SocketAddr>()?,
+        };
+        Some(socket.ip().to_canonical())
+    }
+
+    /// The client's canonical address (before grouping): the peer, or the hop found behind
+    /// trusted proxies as the module docs describe. `None` without a peer address.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use axum::extract::ConnectInfo;
+    /// use axum::http::Request;
+    /// use tollgate_tower::ClientIp;
+    ///
+    /// let ip = ClientIp::peer().trust_proxies(["10.0.0.0/8".parse()?]);
+    /// let request = Request::builder()
+    ///     .header("x-forwarded-for", "198.51.100.1, 203.0.113.5, 10.0.0.2")
+    ///     .extension(ConnectInfo("10.0.0.1:9000".parse::<SocketAddr>()?))
+    ///     .body(())?;
+    /// // 10.0.0.2 is a trusted proxy; 203.0.113.5 is not, so it is the client.
+    /// assert_eq!(ip.client(&request.into_parts().0), Some("203.0.113.5".parse()?));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn client(&self, parts: &Parts) -> Option<IpAddr> {
+        let peer = Self::peer_addr(parts)?;
+        if !self.is_trusted(peer) {
+            return Some(peer);
+        }
+        let hops = match self.header {
+            ProxyHeader::XForwardedFor => forwarded::x_forwarded_for(&parts.headers),
+            ProxyHeader::Forwarded => forwarded::forwarded(&parts.headers),
+        };
+        let mut client = peer;
+        for hop in hops.iter().rev() {
+            match hop {
+                Hop::Addr(ip) => client = ip.to_canonical(),
+                Hop::Unusable => break,
+            }
+            if !self.is_trusted(client) {
+                break;
+            }
+        }
+        Some(client)
+    }
+
+    /// The key text for the client: the address, or its prefix block (`2001:db8:1:2::/64`) when
+    /// grouping applies. `None` without a peer address.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use axum::http::Request;
+    /// use tollgate_tower::ClientIp;
+    ///
+    /// let mut request = Request::new(());
+    /// request.extensions_mut().insert("[2001:db8:1:2:aaaa::1]:443".parse::<SocketAddr>()?);
+    /// let parts = request.into_parts().0;
+    /// assert_eq!(ClientIp::peer().ipv6_prefix(64)?.key(&parts).as_deref(), Some("2001:db8:1:2::/64"));
+    /// assert_eq!(ClientIp::peer().key(&parts).as_deref(), Some("2001:db8:1:2:aaaa::1"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key(&self, parts: &Parts) -> Option<String> {
+        let client = self.client(parts)?;
+        let len = match client {
+            IpAddr::V4(_) => self.ipv4_prefix,
+            IpAddr::V6(_) => self.ipv6_prefix,
+        };
+        let full = if client.is_ipv4() { 32 } else { 128 };
+        Some(if len == full {
+            client.to_string()
+        } else {
+            format!("{}/{len}", masked(client, len))
+        })
+    }
+
+    fn is_trusted(&self, ip: IpAddr) -> bool {
+        self.trusted.iter().any(|block| block.contains(ip))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::Request;
+
+    fn parts(peer: &str, headers: &[(&str, &str)]) -> Parts {
+        let mut builder = Request::builder();
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        let mut request = builder.body(()).expect("test request");
+        let socket: SocketAddr = peer.parse().expect("test peer");
+        request.extensions_mut().insert(ConnectInfo(socket));
+        request.into_parts().0
+    }
+
+    fn behind(blocks: &[&str]) -> ClientIp {
+        ClientIp::peer().trust_proxies(blocks.iter().map(|b| b.parse().expect("test block")))
+    }
+
+    fn client(ip: &ClientIp, parts: &Parts) -> String {
+        ip.client(parts).expect("peer present").to_string()
+    }
+
+    #[test]
+    fn untrusted_peer_headers_are_ignored() {
+        let p = parts(
+            "203.0.113.9:1000",
+            &[("x-forwarded-for", "1.2.3.4"), ("forwarded", "for=1.2.3.4")],
+        );
+        assert_eq!(client(&behind(&["10.0.0.0/8"]), &p), "203.0.113.9");
+        assert_eq!(
+            client(&behind(&["10.0.0.0/8"]).proxy_header(ProxyHeader::Forwarded), &p),
+            "203.0.113.9"
+        );
+    }
+
+    #[test]
+    fn walks_past_trusted_hops_from_the_right() {
+        let p = parts(
+            "10.0.0.1:1000",
+            &[("x-forwarded-for", "6.6.6.6, 198.51.100.4, 10.0.0.7, 10.0.0.8")],
+        );
+        assert_eq!(client(&behind(&["10.0.0.0/8"]), &p), "198.51.100.4");
+    }
+
+    #[test]
+    fn a_malformed_hop_stops_the_walk_at_the_last_address_reached() {
+        let p = parts(
+            "10.0.0.1:1000",
+            &[("x-forwarded-for", "198.51.100.4, garbage, 10.0.0.7")],
+        );
+        assert_eq!(client(&behind(&["10.0.0.0/8"]), &p), "10.0.0.7");
+        let p = parts("10.0.0.1:1000", &[("x-forwarded-for", "198.51.100.4, garbage")]);
+        assert_eq!(client(&behind(&["10.0.0.0/8"]), &p), "10.0.0.1");
+    }
+
+    #[test]
+    fn all_trusted_chain_gives_the_leftmost_and_no_header_gives_the_peer() {
+        let p = parts("10.0.0.1:1000", &[("x-forwarded-for", "10.1.1.1, 10.2.2.2")]);
+        assert_eq!(client(&behind(&["10.0.0.0/8"]), &p), "10.1.1.1");
+        let p = parts("10.0.0.1:1000", &[]);
+        assert_eq!(client(&behind(&["10.0.0.0/8"]), &p), "10.0.0.1");
+    }
+
+    #[test]
+    fn forwarded_header_is_read_when_chosen() {
+        let p = parts(
+            "[::1]:1000",
+            &[
+                (
+                    "forwarded",
+                    r#"for="[2001:db8::5]:80";proto=https, for=127.0.0.1"#,
+                ),
+                ("x-forwarded-for", "9.9.9.9"),
+            ],
+        );
+        let ip = behind(&["::1", "127.0.0.0/8"]).proxy_header(ProxyHeader::Forwarded);
+        assert_eq!(client(&ip, &p), "2001:db8::5");
+        assert_eq!(client(&behind(&["::1"]), &p), "9.9.9.9");
+    }
+
+    #[test]
+    fn mapped_addresses_are_normalised_everywhere() {
+        let p = parts(
+            "[::ffff:10.0.0.1]:1000",
+            &[("x-forwarded-for", "::ffff:198.51.100.4")],
+        );
+        assert_eq!(client(&behind(&["10.0.0.0/8"]), &p), "198.51.100.4");
+    }
+
+    #[test]
+    fn grouping_applies_per_family() {
+        let ip = ClientIp::peer()
+            .ipv6_prefix(48)
+            .and_then(|ip| ip.ipv4_prefix(24))
+            .expect("valid lengths");
+        assert_eq!(
+            ip.key(&parts("[2001:db8:1:2::1]:1", &[])).as_deref(),
+            Some("2001:db8:1::/48")
+        );
+        assert_eq!(
+            ip.key(&parts("192.0.2.200:1", &[])).as_deref(),
+            Some("192.0.2.0/24")
+        );
+        let everyone = ClientIp::peer().ipv6_prefix(0).expect("valid");
+        assert_eq!(
+            everyone.key(&parts("[2001:db8::1]:1", &[])).as_deref(),
+            Some("::/0")
+        );
+    }
+}

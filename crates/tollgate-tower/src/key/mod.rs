@@ -1,0 +1,204 @@
+//! Key extractors: what a rule counts a request against (an address, an API key, a route).
+//!
+//! A [`KeyExtractor`] reads the request head ([`Parts`]) and returns the key's bytes, or `None`
+//! when this request has no key (a header is missing, the peer address is unknown); the rule's
+//! [`MissingKey`](crate::MissingKey) then decides. An empty key counts as no key. Keys are
+//! namespaced by the policy, so two rules with different extractors never share counters.
+//!
+//! - [`KeyExtractor::peer_ip`] and [`KeyExtractor::client_ip`]: the client address, see
+//!   [`ClientIp`] for proxies, normalisation and IPv6 prefix grouping.
+//! - [`KeyExtractor::header`]: a header's value, such as an API key.
+//! - [`KeyExtractor::route_and_ip`]: method, route and client address, for per-endpoint limits.
+//! - [`KeyExtractor::custom`]: any function of the request head.
+
+mod cidr;
+mod client_ip;
+mod forwarded;
+
+use std::fmt;
+use std::sync::Arc;
+
+use axum::extract::MatchedPath;
+use axum::http::HeaderName;
+use axum::http::request::Parts;
+
+pub use cidr::Cidr;
+pub use client_ip::{ClientIp, ProxyHeader};
+
+type KeyFn = dyn Fn(&Parts) -> Option<Vec<u8>> + Send + Sync;
+
+/// Reads a rate limit key from a request head. Cheap to clone.
+///
+/// ```
+/// use axum::http::{HeaderName, Request};
+/// use tollgate_tower::KeyExtractor;
+///
+/// let api_key = KeyExtractor::header(HeaderName::from_static("x-api-key"));
+/// let request = Request::builder().header("x-api-key", "k-123").body(())?;
+/// assert_eq!(api_key.extract(&request.into_parts().0), Some(b"k-123".to_vec()));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct KeyExtractor {
+    kind: Kind,
+}
+
+#[derive(Clone)]
+enum Kind {
+    Ip(ClientIp),
+    Header(HeaderName),
+    RouteAndIp(ClientIp),
+    Custom(Arc<KeyFn>),
+}
+
+impl KeyExtractor {
+    /// The peer address of the connection: [`ClientIp::peer`], one key per address.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use axum::extract::ConnectInfo;
+    /// use axum::http::Request;
+    /// use tollgate_tower::KeyExtractor;
+    ///
+    /// let request = Request::builder()
+    ///     .extension(ConnectInfo("192.0.2.1:5000".parse::<SocketAddr>()?))
+    ///     .body(())?;
+    /// assert_eq!(KeyExtractor::peer_ip().extract(&request.into_parts().0), Some(b"192.0.2.1".to_vec()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn peer_ip() -> Self {
+        Self::client_ip(ClientIp::peer())
+    }
+
+    /// The client address as `ip` finds and groups it (see [`ClientIp::key`]).
+    ///
+    /// ```
+    /// use tollgate_tower::{ClientIp, KeyExtractor};
+    ///
+    /// let per_slash_64 = KeyExtractor::client_ip(ClientIp::peer().ipv6_prefix(64)?);
+    /// # let _ = per_slash_64;
+    /// # Ok::<(), tollgate_tower::Error>(())
+    /// ```
+    pub fn client_ip(ip: ClientIp) -> Self {
+        KeyExtractor { kind: Kind::Ip(ip) }
+    }
+
+    /// The first value of header `name`, as raw bytes. A missing or empty header is no key.
+    ///
+    /// ```
+    /// use axum::http::{HeaderName, Request};
+    /// use tollgate_tower::KeyExtractor;
+    ///
+    /// let tenant = KeyExtractor::header(HeaderName::from_static("x-tenant"));
+    /// let request = Request::builder().header("x-tenant", "").body(())?;
+    /// assert_eq!(tenant.extract(&request.into_parts().0), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn header(name: HeaderName) -> Self {
+        KeyExtractor {
+            kind: Kind::Header(name),
+        }
+    }
+
+    /// Method, route and client address: `GET /users/{id} 192.0.2.1`. The route is axum's
+    /// [`MatchedPath`] when the request has one (layers added with `Router::route_layer`, or
+    /// inside a nested router), so `/users/1` and `/users/2` share a budget; otherwise the
+    /// request path (a layer added with `Router::layer` runs before routing). No key without a
+    /// client address.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use axum::http::Request;
+    /// use tollgate_tower::{ClientIp, KeyExtractor};
+    ///
+    /// let request = Request::post("/login")
+    ///     .extension("192.0.2.1:5000".parse::<SocketAddr>()?)
+    ///     .body(())?;
+    /// let key = KeyExtractor::route_and_ip(ClientIp::peer()).extract(&request.into_parts().0);
+    /// assert_eq!(key, Some(b"POST /login 192.0.2.1".to_vec()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn route_and_ip(ip: ClientIp) -> Self {
+        KeyExtractor {
+            kind: Kind::RouteAndIp(ip),
+        }
+    }
+
+    /// Any function of the request head. Return `None` when the request has no key.
+    ///
+    /// ```
+    /// use axum::http::Request;
+    /// use tollgate_tower::KeyExtractor;
+    ///
+    /// // The first path segment, e.g. a tenant in `/acme/orders`.
+    /// let tenant = KeyExtractor::custom(|parts| {
+    ///     parts.uri.path().split('/').nth(1).map(str::to_owned)
+    /// });
+    /// let request = Request::get("/acme/orders").body(())?;
+    /// assert_eq!(tenant.extract(&request.into_parts().0), Some(b"acme".to_vec()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn custom<F, K>(f: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+        K: Into<Vec<u8>>,
+    {
+        KeyExtractor {
+            kind: Kind::Custom(Arc::new(move |parts: &Parts| f(parts).map(Into::into))),
+        }
+    }
+
+    /// The key of this request, `None` when it has none (an empty key counts as none).
+    ///
+    /// ```
+    /// use axum::http::Request;
+    /// use tollgate_tower::KeyExtractor;
+    ///
+    /// // No connection info: no peer address.
+    /// let request = Request::new(());
+    /// assert_eq!(KeyExtractor::peer_ip().extract(&request.into_parts().0), None);
+    /// ```
+    pub fn extract(&self, parts: &Parts) -> Option<Vec<u8>> {
+        let key = match &self.kind {
+            Kind::Ip(ip) => ip.key(parts).map(String::into_bytes),
+            Kind::Header(name) => parts.headers.get(name).map(|v| v.as_bytes().to_vec()),
+            Kind::RouteAndIp(ip) => ip.key(parts).map(|client| {
+                let route = match parts.extensions.get::<MatchedPath>() {
+                    Some(matched) => matched.as_str(),
+                    None => parts.uri.path(),
+                };
+                format!("{} {route} {client}", parts.method).into_bytes()
+            }),
+            Kind::Custom(f) => f(parts),
+        };
+        key.filter(|k| !k.is_empty())
+    }
+
+    /// What this extractor reads, in words, for problem details and logs.
+    ///
+    /// ```
+    /// use axum::http::HeaderName;
+    /// use tollgate_tower::KeyExtractor;
+    ///
+    /// assert_eq!(KeyExtractor::header(HeaderName::from_static("x-api-key")).describe(), "the `x-api-key` header");
+    /// ```
+    pub fn describe(&self) -> String {
+        match &self.kind {
+            Kind::Ip(_) => "the client address".to_owned(),
+            Kind::Header(name) => format!("the `{name}` header"),
+            Kind::RouteAndIp(_) => "the route and client address".to_owned(),
+            Kind::Custom(_) => "a custom key".to_owned(),
+        }
+    }
+}
+
+impl fmt::Debug for KeyExtractor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            Kind::Ip(ip) => f.debug_tuple("ClientIp").field(ip).finish(),
+            Kind::Header(name) => f.debug_tuple("Header").field(name).finish(),
+            Kind::RouteAndIp(ip) => f.debug_tuple("RouteAndIp").field(ip).finish(),
+            Kind::Custom(_) => f.write_str("Custom(..)"),
+        }
+    }
+}

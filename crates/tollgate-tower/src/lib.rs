@@ -1,0 +1,62 @@
+//! Rate limiting middleware for tower, axum and hyper, over any tollgate store: the embedded
+//! `MemoryStore` for one instance, `RedisStore` for a fleet.
+//!
+//! ```
+//! use std::time::Duration;
+//! use axum::{Router, routing::get};
+//! use tollgate::{Algorithm, MemoryStore, Policy};
+//! use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+//!
+//! // 100 requests per minute per client address.
+//! let per_ip = Policy::new("api", Algorithm::sliding_window(100, Duration::from_secs(60))?)?;
+//! let app: Router = Router::new()
+//!     .route("/", get(|| async { "hello" }))
+//!     .layer(RateLimitLayer::new(MemoryStore::new(), Rule::new(per_ip, KeyExtractor::peer_ip())));
+//! // Serve with `app.into_make_service_with_connect_info::<std::net::SocketAddr>()`.
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Every clone of a layer and of the services it makes shares one limiter, so the limit holds
+//! across axum's per-request clones and across connections (tower's own `RateLimit` keeps its
+//! state per clone, which under axum does not limit at all). A denied request gets `429` with an
+//! RFC 9457 `application/problem+json` body, `Retry-After` and the IETF `RateLimit-Policy` /
+//! `RateLimit` headers; allowed responses carry the two rate limit headers too.
+//!
+//! # Layout
+//!
+//! - [`rate_limit`]: the middleware: [`RateLimitLayer`] (configuration, `Clone`) and its
+//!   builder, the [`RateLimit`] service and its [`ResponseFuture`]; how several rules are
+//!   decided together and what a store error does.
+//! - [`rule`]: [`Rule`], a policy with its key, cost, shadow mode and [`MissingKey`] choice.
+//! - [`key`]: [`KeyExtractor`] (client address, header, route and address, custom function), and
+//!   [`ClientIp`] with [`Cidr`] and [`ProxyHeader`] for clients behind trusted proxies.
+//! - [`problem`]: the 429, 400 and 503 problem responses and the rate limit headers.
+//! - [`stats`]: [`Stats`], counters of what a layer decided.
+//! - [`error`]: [`Error`], for settings refused when a layer is built.
+//! - `store` (private): the store behind a layer, with its type erased.
+//!
+//! # Choices worth knowing
+//!
+//! - A request passes only if every enforced rule allows it. With several rules, nothing is
+//!   spent on a denied request (all are peeked first); see [`rate_limit`].
+//! - A request without a key (no `X-Api-Key`, no peer address) is rejected with 400 unless its
+//!   rule says [`MissingKey::Skip`]; a key above
+//!   [`MAX_KEY_LEN`](tollgate::bounds::MAX_KEY_LEN) bytes is always a 400.
+//! - A store error follows the policy's [`FailureMode`](tollgate::FailureMode): `FailClosed`
+//!   answers 503, `FailOpen` and `Local` let the request through. `RedisStore` turns an outage
+//!   into degraded decisions itself, so with Redis this is the path of rarer errors.
+//! - Shadow rules are checked and counted but never deny and add no headers.
+
+pub mod error;
+pub mod key;
+pub mod problem;
+pub mod rate_limit;
+pub mod rule;
+pub mod stats;
+mod store;
+
+pub use error::Error;
+pub use key::{Cidr, ClientIp, KeyExtractor, ProxyHeader};
+pub use rate_limit::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
+pub use rule::{MissingKey, Rule};
+pub use stats::{Stats, StatsSnapshot};

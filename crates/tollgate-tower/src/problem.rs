@@ -1,0 +1,202 @@
+//! The responses the layer answers with itself, as RFC 9457 problem details
+//! (`Content-Type: application/problem+json`), and the IETF rate limit headers.
+//!
+//! | status | when | `type` slug | extension members |
+//! |---|---|---|---|
+//! | 429 | an enforced rule denies | `rate-limited` | `policy`, `limit`, `remaining`, `reset_after_ms`, `retry_after_ms` |
+//! | 400 | a rule has no key and [`MissingKey::Reject`](crate::MissingKey) | `missing-key` | `policy` |
+//! | 400 | a key is longer than [`MAX_KEY_LEN`](tollgate::bounds::MAX_KEY_LEN) | `key-too-long` | `policy`, `key_len`, `max_key_len` |
+//! | 503 | the store failed and the rule's policy is `FailClosed` | `store-unavailable` | `policy` |
+//!
+//! `type` is `about:blank` (with `title` the status's reason phrase, as RFC 9457 asks) unless
+//! the layer was given a base URI with
+//! [`problem_type_base`](crate::RateLimitLayerBuilder::problem_type_base), in which case it is
+//! the base followed by the slug. The 429 members use the same names as the tollgate server's
+//! JSON decisions; durations are milliseconds rounded up, so waiting that long is never early.
+//!
+//! Headers follow draft-ietf-httpapi-ratelimit-headers through [`tollgate::headers`]:
+//! `RateLimit-Policy` and `RateLimit` are structured-field lists with one entry per enforced
+//! rule, in rule order, comma-separated in one field line each (appended to any lines the inner
+//! service set). A 429 adds `Retry-After` in whole seconds, rounded up.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
+use serde_json::{Map, Value, json};
+use tollgate::{Decision, Policy, headers};
+
+/// The media type of every problem body.
+pub const CONTENT_TYPE_PROBLEM: &str = "application/problem+json";
+
+/// Slug of a 429: an enforced rule denied the request.
+pub const RATE_LIMITED: &str = "rate-limited";
+/// Slug of a 400: a rule found no key and rejects such requests.
+pub const MISSING_KEY: &str = "missing-key";
+/// Slug of a 400: a key is longer than the store accepts.
+pub const KEY_TOO_LONG: &str = "key-too-long";
+/// Slug of a 503: the store failed and the policy fails closed.
+pub const STORE_UNAVAILABLE: &str = "store-unavailable";
+
+/// The `RateLimit-Policy` header's name.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// The `RateLimit` header's name.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+
+/// Builds problem responses with the layer's `type` base.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Problems {
+    pub(crate) type_base: Option<String>,
+}
+
+impl Problems {
+    /// A problem response: `status`, the slug's `type`, `detail` and extension `members`.
+    pub(crate) fn response(
+        &self,
+        status: StatusCode,
+        slug: &str,
+        detail: String,
+        members: Map<String, Value>,
+    ) -> Response<Body> {
+        let kind = match &self.type_base {
+            Some(base) => format!("{base}{slug}"),
+            None => "about:blank".to_owned(),
+        };
+        let mut body = Map::new();
+        body.insert("type".into(), kind.into());
+        body.insert(
+            "title".into(),
+            status.canonical_reason().unwrap_or("Error").into(),
+        );
+        body.insert("status".into(), status.as_u16().into());
+        body.insert("detail".into(), detail.into());
+        body.extend(members);
+        let mut response = Response::new(Body::from(Value::Object(body).to_string()));
+        *response.status_mut() = status;
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE_PROBLEM));
+        response
+    }
+
+    /// The 429 for `decision` of `policy`, the rule that denies longest.
+    pub(crate) fn rate_limited(&self, policy: &Policy, decision: &Decision) -> Response<Body> {
+        let retry_after = decision.retry_after.unwrap_or(decision.reset_after);
+        let detail = format!(
+            "rate limit `{}` exceeded; retry in {} s",
+            policy.name(),
+            headers::seconds_up(retry_after).max(1)
+        );
+        let members = json!({
+            "policy": policy.name(),
+            "limit": decision.limit,
+            "remaining": decision.remaining,
+            "reset_after_ms": millis_up(decision.reset_after),
+            "retry_after_ms": millis_up(retry_after),
+        });
+        let mut response = self.response(
+            StatusCode::TOO_MANY_REQUESTS,
+            RATE_LIMITED,
+            detail,
+            object(members),
+        );
+        if let Some(seconds) = headers::retry_after_seconds(decision) {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+
+    /// The 400 for a request without a key.
+    pub(crate) fn missing_key(&self, policy: &Policy, what: &str) -> Response<Body> {
+        let detail = format!(
+            "rate limit `{}` needs {what}, and this request has none",
+            policy.name()
+        );
+        self.response(
+            StatusCode::BAD_REQUEST,
+            MISSING_KEY,
+            detail,
+            object(json!({ "policy": policy.name() })),
+        )
+    }
+
+    /// The 400 for a key past the store's bound.
+    pub(crate) fn key_too_long(&self, policy: &Policy, what: &str, len: usize) -> Response<Body> {
+        let max = tollgate::bounds::MAX_KEY_LEN;
+        let detail = format!(
+            "rate limit `{}` keys on {what}, which is {len} bytes here, above the maximum of {max}",
+            policy.name()
+        );
+        self.response(
+            StatusCode::BAD_REQUEST,
+            KEY_TOO_LONG,
+            detail,
+            object(json!({ "policy": policy.name(), "key_len": len, "max_key_len": max })),
+        )
+    }
+
+    /// The 503 for a store failure under a fail-closed policy.
+    pub(crate) fn store_unavailable(&self, policy: &Policy) -> Response<Body> {
+        let detail = format!(
+            "the rate limit store failed, and rate limit `{}` denies requests while it cannot decide",
+            policy.name()
+        );
+        self.response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            STORE_UNAVAILABLE,
+            detail,
+            object(json!({ "policy": policy.name() })),
+        )
+    }
+}
+
+/// Appends `RateLimit-Policy` and `RateLimit` for `decided` (one entry each), if any.
+pub(crate) fn append_ratelimit_headers<'a>(
+    map: &mut HeaderMap,
+    decided: impl IntoIterator<Item = (&'a Policy, &'a Decision)>,
+) {
+    let (mut policies, mut limits) = (String::new(), String::new());
+    for (policy, decision) in decided {
+        if !policies.is_empty() {
+            policies.push_str(", ");
+            limits.push_str(", ");
+        }
+        policies.push_str(&headers::ratelimit_policy(policy));
+        limits.push_str(&headers::ratelimit(policy, decision));
+    }
+    if policies.is_empty() {
+        return;
+    }
+    // The core's renderings are printable ASCII, always valid header values.
+    if let (Ok(policies), Ok(limits)) = (HeaderValue::try_from(policies), HeaderValue::try_from(limits)) {
+        map.append(RATELIMIT_POLICY, policies);
+        map.append(RATELIMIT, limits);
+    }
+}
+
+fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+/// Milliseconds, rounded up, so a client waiting that long is never early.
+fn millis_up(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn milliseconds_round_up() {
+        assert_eq!(millis_up(Duration::from_micros(1)), 1);
+        assert_eq!(millis_up(Duration::from_micros(1_001)), 2);
+        assert_eq!(millis_up(Duration::ZERO), 0);
+    }
+}

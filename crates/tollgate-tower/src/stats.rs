@@ -1,0 +1,100 @@
+//! [`Stats`]: running counts of what a layer decided, shared by every clone of it.
+//!
+//! Counters are relaxed atomics: a snapshot taken while requests are in flight is a consistent
+//! count of each counter, not of all of them at one instant.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A handle on a layer's counters. Cheap to clone; every clone sees the same counts.
+///
+/// ```
+/// use tollgate::{Algorithm, MemoryStore, Policy, Rate};
+/// use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+///
+/// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 10)?)?;
+/// let layer = RateLimitLayer::new(MemoryStore::new(), Rule::new(policy, KeyExtractor::peer_ip()));
+/// let stats = layer.stats();
+/// assert_eq!(stats.snapshot().allowed, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    counters: Arc<Counters>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    allowed: AtomicU64,
+    denied: AtomicU64,
+    shadow_denied: AtomicU64,
+    store_errors: AtomicU64,
+    failed_closed: AtomicU64,
+    rejected_keys: AtomicU64,
+    degraded: AtomicU64,
+}
+
+/// The counts at one moment; see each field for what it counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StatsSnapshot {
+    /// Requests passed on to the inner service (including those no rule applied to).
+    pub allowed: u64,
+    /// Requests answered `429 Too Many Requests`.
+    pub denied: u64,
+    /// Checks of shadow-mode rules that would have denied; their requests went through.
+    pub shadow_denied: u64,
+    /// Store calls that returned an error (counted per call, whatever the failure mode did).
+    pub store_errors: u64,
+    /// Requests answered `503 Service Unavailable` because a store error hit a `FailClosed` rule.
+    pub failed_closed: u64,
+    /// Requests answered `400 Bad Request`: no key with [`MissingKey::Reject`](crate::MissingKey),
+    /// or a key longer than the store accepts.
+    pub rejected_keys: u64,
+    /// Decisions the store took by a failure mode instead of its backend (Redis away), whatever
+    /// they said.
+    pub degraded: u64,
+}
+
+impl Stats {
+    /// The counts now.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let c = &self.counters;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        StatsSnapshot {
+            allowed: load(&c.allowed),
+            denied: load(&c.denied),
+            shadow_denied: load(&c.shadow_denied),
+            store_errors: load(&c.store_errors),
+            failed_closed: load(&c.failed_closed),
+            rejected_keys: load(&c.rejected_keys),
+            degraded: load(&c.degraded),
+        }
+    }
+
+    pub(crate) fn bump(&self, counter: Counter) {
+        let c = &self.counters;
+        let target = match counter {
+            Counter::Allowed => &c.allowed,
+            Counter::Denied => &c.denied,
+            Counter::ShadowDenied => &c.shadow_denied,
+            Counter::StoreError => &c.store_errors,
+            Counter::FailedClosed => &c.failed_closed,
+            Counter::RejectedKey => &c.rejected_keys,
+            Counter::Degraded => &c.degraded,
+        };
+        target.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One of the counters, for [`Stats::bump`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Counter {
+    Allowed,
+    Denied,
+    ShadowDenied,
+    StoreError,
+    FailedClosed,
+    RejectedKey,
+    Degraded,
+}
