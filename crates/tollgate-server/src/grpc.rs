@@ -26,6 +26,12 @@
 //!   whatever the decision; a would-be denial shows in the `tollgate_decisions_total` metric with
 //!   outcome `shadow_denied`.
 //!
+//! A descriptor that carries its own `limit` (Envoy sets it from route metadata) is not matched
+//! against the config: as upstream, for any descriptor of a known domain, it is a fixed window of
+//! `requests_per_unit` per `unit` aligned to the unit (0 denies everything), never in shadow
+//! mode, counted per domain and entries. Unlike upstream, its counter is kept apart from the
+//! configured limit of the same descriptor, so an override never eats into a configured budget.
+//!
 //! The cost of a descriptor is its own `hits_addend` when set (0 asks without spending, see
 //! below), else the request's `hits_addend`, where 0 means 1. A cost above what the policy can
 //! ever admit (more than a fixed window's limit, a bucket's capacity) is `OVER_LIMIT` for that
@@ -53,11 +59,11 @@
 //! - An empty `domain` or an empty descriptor list: status `UNKNOWN` with upstream's message
 //!   (`rate limit domain must not be empty`, `rate limit descriptor list must not be empty`);
 //!   upstream returns a plain error, which its gRPC library sends as `UNKNOWN`.
-//! - A descriptor with a `limit` override, or with `is_negative_hits`: `INVALID_ARGUMENT`.
-//!   Upstream applies an override as a fixed window of its own; tollgate does not (a policy per
-//!   request would grow the core's policy registry without bound), and refusing is safer than
-//!   silently enforcing a different limit than the caller asked for. A refund is not an operation
+//! - A descriptor with `is_negative_hits`: `INVALID_ARGUMENT`; a refund is not an operation
 //!   the stores offer.
+//! - A limit override with an unknown unit, or a `requests_per_unit` above the core's maximum:
+//!   `INVALID_ARGUMENT`. More distinct overrides than the server keeps policies for
+//!   (1024): `RESOURCE_EXHAUSTED`.
 //! - A key the store refuses (a request value past the core's 8 KiB key limit):
 //!   `INVALID_ARGUMENT`.
 //! - The store failed in a way its failure mode does not cover (a corrupt value: `INTERNAL`; the
@@ -80,10 +86,12 @@
 //! - Upstream's response headers (`x-ratelimit-*` on `response_headers_to_add`), global shadow
 //!   mode and the local over-limit cache are not offered.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit as CurrentLimit,
@@ -97,7 +105,7 @@ use tollgate::{Algorithm, Decision, Error, Policy, StoreErrorKind};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
-use crate::limits::{Resolved, apply_replaces};
+use crate::limits::{Resolved, apply_replaces, override_key};
 use crate::metrics;
 use crate::state::SharedState;
 
@@ -124,6 +132,11 @@ pub mod proto {
     pub use envoy_types::pb::envoy::service::ratelimit::v3::*;
     pub use envoy_types::pb::google::protobuf::{Duration, UInt64Value};
 }
+
+mod overrides;
+
+pub(crate) use overrides::OverridePolicies;
+use overrides::{Override, OverrideError};
 
 /// Upstream's units, longest first, with their length in seconds and their wire value.
 const UNITS: [(u64, Unit); 7] = [
@@ -219,9 +232,9 @@ enum Slot<'a> {
     Unlimited,
     /// `requests_per_unit: 0`, stated per `period`, counted in metrics under `policy_name`.
     DenyAll {
-        resolved: Resolved<'a>,
+        matched: Matched<'a>,
         period: Duration,
-        policy_name: &'a str,
+        policy_name: Cow<'a, str>,
     },
     Limited(Limited<'a>),
 }
@@ -231,15 +244,35 @@ impl Slot<'_> {
     fn blocks(&self) -> bool {
         match self {
             Slot::None | Slot::Unlimited => false,
-            Slot::DenyAll { resolved, .. } => !resolved.shadow_mode(),
+            Slot::DenyAll { matched, .. } => !matched.shadow,
             Slot::Limited(limited) => limited.blocks(),
         }
     }
 }
 
+/// The rate limit a descriptor matched (or its override): where its counter lives and how its
+/// status is reported.
+struct Matched<'a> {
+    /// The store key.
+    key: String,
+    /// The rate limit's `name`, for `current_limit`.
+    name: Option<&'a str>,
+    shadow: bool,
+}
+
+impl<'a> Matched<'a> {
+    fn from_config(resolved: &Resolved<'a>) -> Self {
+        Matched {
+            key: resolved.key().to_owned(),
+            name: resolved.name(),
+            shadow: resolved.shadow_mode(),
+        }
+    }
+}
+
 struct Limited<'a> {
-    resolved: Resolved<'a>,
-    policy: &'a Policy,
+    matched: Matched<'a>,
+    policy: Cow<'a, Policy>,
     /// 0: ask without spending.
     cost: u64,
     /// The answer so far: from the peek, then from the check.
@@ -260,8 +293,15 @@ impl Limited<'_> {
 
     /// Denied and enforced: the whole request is over the limit.
     fn blocks(&self) -> bool {
-        self.verdict.is_some() && !self.allowed() && !self.resolved.shadow_mode()
+        self.verdict.is_some() && !self.allowed() && !self.matched.shadow
     }
+}
+
+/// One descriptor of the request, read off the wire.
+struct Asked {
+    entries: Vec<(String, String)>,
+    cost: u64,
+    limit_override: Option<RateLimitOverride>,
 }
 
 async fn should_rate_limit(
@@ -275,39 +315,38 @@ async fn should_rate_limit(
         return Err(Status::unknown("rate limit descriptor list must not be empty"));
     }
     let request_cost = u64::from(request.hits_addend.max(1));
-    let mut costs = Vec::with_capacity(request.descriptors.len());
-    let mut entries = Vec::with_capacity(request.descriptors.len());
+    let mut asked = Vec::with_capacity(request.descriptors.len());
     for (i, descriptor) in request.descriptors.into_iter().enumerate() {
         let RateLimitDescriptor {
-            entries: descriptor_entries,
+            entries,
             limit,
             hits_addend,
             is_negative_hits,
         } = descriptor;
-        if limit.is_some() {
-            return Err(Status::invalid_argument(format!(
-                "descriptors[{i}]: limit overrides are not supported; configure the limit in the rate limit config"
-            )));
-        }
         if is_negative_hits {
             return Err(Status::invalid_argument(format!(
                 "descriptors[{i}]: is_negative_hits is not supported"
             )));
         }
-        costs.push(hits_addend.map_or(request_cost, |addend| addend.value));
-        entries.push(
-            descriptor_entries
+        asked.push(Asked {
+            entries: entries
                 .into_iter()
                 .map(|entry| (entry.key, entry.value))
-                .collect::<Vec<_>>(),
-        );
+                .collect(),
+            cost: hits_addend.map_or(request_cost, |addend| addend.value),
+            limit_override: limit,
+        });
     }
 
     // An owned handle, not a guard: it is held across store round trips.
     let limits = state.limits.load_full();
-    let mut resolved: Vec<Option<Resolved<'_>>> = entries
+    // A descriptor with an override takes no part in matching, `unlimited` or `replaces`.
+    let mut resolved: Vec<Option<Resolved<'_>>> = asked
         .iter()
-        .map(|entries| limits.resolve(&request.domain, entries))
+        .map(|asked| match asked.limit_override {
+            Some(_) => None,
+            None => limits.resolve(&request.domain, &asked.entries),
+        })
         .collect();
     // Upstream decides "unlimited" before `replaces`: a replaced unlimited limit still answers
     // as unlimited.
@@ -316,29 +355,33 @@ async fn should_rate_limit(
         .map(|r| r.as_ref().is_some_and(Resolved::is_unlimited))
         .collect();
     apply_replaces(&mut resolved);
-    let mut slots: Vec<Slot<'_>> = resolved
-        .into_iter()
-        .zip(unlimited)
-        .zip(costs)
-        .map(|((resolved, unlimited), cost)| match resolved {
+    let mut slots: Vec<Slot<'_>> = Vec::with_capacity(asked.len());
+    for (i, ((asked, resolved), unlimited)) in asked.into_iter().zip(resolved).zip(unlimited).enumerate() {
+        let slot = match (asked.limit_override, resolved) {
+            (Some(limit), _) if limits.has_domain(&request.domain) => {
+                override_slot(state, &request.domain, asked.entries, asked.cost, &limit)
+                    .map_err(|err| err.status(i))?
+            }
+            (Some(_), _) => Slot::None,
             _ if unlimited => Slot::Unlimited,
-            None => Slot::None,
-            Some(resolved) => match (resolved.policy(), resolved.deny_all()) {
+            (None, None) => Slot::None,
+            (None, Some(resolved)) => match (resolved.policy(), resolved.deny_all()) {
                 (Some(policy), _) => Slot::Limited(Limited {
-                    resolved,
-                    policy,
-                    cost,
+                    matched: Matched::from_config(&resolved),
+                    policy: Cow::Borrowed(policy),
+                    cost: asked.cost,
                     verdict: None,
                 }),
                 (None, Some((period, policy_name))) => Slot::DenyAll {
-                    resolved,
+                    matched: Matched::from_config(&resolved),
                     period,
-                    policy_name,
+                    policy_name: Cow::Borrowed(policy_name),
                 },
                 (None, None) => Slot::Unlimited,
             },
-        })
-        .collect();
+        };
+        slots.push(slot);
+    }
 
     let limited_count = slots.iter().filter(|s| matches!(s, Slot::Limited(_))).count();
     let denied_outright = slots.iter().any(Slot::blocks);
@@ -367,16 +410,44 @@ async fn should_rate_limit(
     Ok(respond(&slots, true))
 }
 
+/// The slot of a descriptor that carries its own limit; see [`overrides`].
+fn override_slot<'a>(
+    state: &SharedState,
+    domain: &str,
+    entries: Vec<(String, String)>,
+    cost: u64,
+    limit: &RateLimitOverride,
+) -> Result<Slot<'a>, OverrideError> {
+    let matched = Matched {
+        key: override_key(domain, &entries),
+        name: None,
+        shadow: false,
+    };
+    Ok(match state.overrides.get(limit.requests_per_unit, limit.unit)? {
+        Override::DenyAll { period, policy_name } => Slot::DenyAll {
+            matched,
+            period,
+            policy_name: Cow::Owned(policy_name),
+        },
+        Override::Limited(policy) => Slot::Limited(Limited {
+            matched,
+            policy: Cow::Owned(policy),
+            cost,
+            verdict: None,
+        }),
+    })
+}
+
 /// Decides without recording: a peek of the descriptor's cost (1 for a cost of 0).
 async fn probe(state: &SharedState, limited: &Limited<'_>, index: usize) -> Result<Verdict, Status> {
     let cost = limited.cost.max(1);
     if cost > limited.policy.max_cost() {
         return Ok(Verdict::TooLarge);
     }
-    let key = limited.resolved.key().as_bytes();
+    let key = limited.matched.key.as_bytes();
     let started = Instant::now();
-    let result = tollgate::Store::peek(&state.store, limited.policy, key, cost).await;
-    decided(result, started, limited.policy, index)
+    let result = tollgate::Store::peek(&state.store, &limited.policy, key, cost).await;
+    decided(result, started, &limited.policy, index)
 }
 
 /// Decides and records the descriptor's cost.
@@ -384,10 +455,10 @@ async fn commit(state: &SharedState, limited: &Limited<'_>, index: usize) -> Res
     if limited.cost > limited.policy.max_cost() {
         return Ok(Verdict::TooLarge);
     }
-    let key = limited.resolved.key().as_bytes();
+    let key = limited.matched.key.as_bytes();
     let started = Instant::now();
-    let result = tollgate::Store::check(&state.store, limited.policy, key, limited.cost).await;
-    decided(result, started, limited.policy, index)
+    let result = tollgate::Store::check(&state.store, &limited.policy, key, limited.cost).await;
+    decided(result, started, &limited.policy, index)
 }
 
 fn decided(
@@ -439,11 +510,11 @@ fn respond(slots: &[Slot<'_>], committed: bool) -> RateLimitResponse {
                 ..Default::default()
             },
             Slot::DenyAll {
-                resolved,
+                matched,
                 period,
                 policy_name,
             } => {
-                let status = deny_all_status(resolved, *period, policy_name);
+                let status = deny_all_status(matched, *period, policy_name);
                 if status.code == i32::from(Code::OverLimit) {
                     overall = Code::OverLimit;
                 }
@@ -467,7 +538,7 @@ fn respond(slots: &[Slot<'_>], committed: bool) -> RateLimitResponse {
 
 fn limited_status(limited: &Limited<'_>, committed: bool) -> DescriptorStatus {
     let allowed = limited.allowed();
-    let shadow = limited.resolved.shadow_mode();
+    let shadow = limited.matched.shadow;
     let policy_name = limited.policy.name();
     // Record what was decided for real: committed checks, and the denials of a request that the
     // peek stopped. Asking with a cost of 0 records nothing, like a peek on the HTTP API.
@@ -503,7 +574,7 @@ fn limited_status(limited: &Limited<'_>, committed: bool) -> DescriptorStatus {
     };
     DescriptorStatus {
         code: code.into(),
-        current_limit: Some(current_limit(limited.policy, limited.resolved.name())),
+        current_limit: Some(current_limit(&limited.policy, limited.matched.name)),
         limit_remaining,
         duration_until_reset,
         quota: None,
@@ -512,8 +583,8 @@ fn limited_status(limited: &Limited<'_>, committed: bool) -> DescriptorStatus {
 
 /// The answer for `requests_per_unit: 0`, as upstream gives it: over the limit (OK in shadow
 /// mode), nothing left, and the time to the end of the current unit, counted from the epoch.
-fn deny_all_status(resolved: &Resolved<'_>, period: Duration, policy_name: &str) -> DescriptorStatus {
-    let shadow = resolved.shadow_mode();
+fn deny_all_status(matched: &Matched<'_>, period: Duration, policy_name: &str) -> DescriptorStatus {
+    let shadow = matched.shadow;
     metrics::decision(policy_name, if shadow { "shadow_denied" } else { "denied" });
     let since_epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -525,7 +596,7 @@ fn deny_all_status(resolved: &Resolved<'_>, period: Duration, policy_name: &str)
     DescriptorStatus {
         code: if shadow { Code::Ok } else { Code::OverLimit }.into(),
         current_limit: Some(CurrentLimit {
-            name: resolved.name().unwrap_or_default().to_owned(),
+            name: matched.name.unwrap_or_default().to_owned(),
             requests_per_unit: 0,
             unit: unit.into(),
         }),

@@ -690,6 +690,19 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
+/// The store key of a descriptor that carries its own limit override: the domain and every
+/// entry's key and value, matched against nothing. The override's policy name keeps these keys
+/// apart from the configured limits' keys.
+pub(crate) fn override_key(domain: &str, entries: &[(String, String)]) -> String {
+    let mut key = String::with_capacity(64);
+    push_part(&mut key, domain);
+    for (entry_key, value) in entries {
+        push_part(&mut key, entry_key);
+        push_part(&mut key, value);
+    }
+    key
+}
+
 /// Appends a netstring: `<len>:<text>,`.
 fn push_part(out: &mut String, text: &str) {
     let _ = write!(out, "{}:{text},", text.len());

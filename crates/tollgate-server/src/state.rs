@@ -34,6 +34,8 @@ pub struct AppState {
     pub store: AnyStore,
     /// Fixed settings.
     pub settings: Settings,
+    /// The policies of the gRPC limit overrides seen so far (bounded).
+    pub(crate) overrides: crate::grpc::OverridePolicies,
 }
 
 /// The handle handlers receive.
@@ -56,6 +58,7 @@ impl AppState {
             limits: ArcSwap::from_pointee(limits),
             store,
             settings,
+            overrides: crate::grpc::OverridePolicies::default(),
         })
     }
 }

@@ -470,6 +470,112 @@ async fn windows_without_an_upstream_unit_are_reported_in_the_nearest_one() {
     rls.stop().await;
 }
 
+fn overridden(entries: &[(&str, &str)], requests_per_unit: u32, unit: Unit) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        limit: Some(RateLimitOverride {
+            requests_per_unit,
+            unit: unit.into(),
+        }),
+        ..descriptor(entries)
+    }
+}
+
+#[tokio::test]
+async fn a_limit_override_replaces_the_configured_limit() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    // `tight` allows 1 a day in the config; the override allows 3 an hour.
+    let ask = || request("messaging", vec![overridden(&[("tight", "o")], 3, Unit::Hour)], 1);
+    for left in [2, 1, 0] {
+        let response = rls.ask(ask()).await;
+        assert_eq!(code(response.overall_code), Code::Ok);
+        assert_eq!(limit_of(&response.statuses[0]), (3, Unit::Hour, ""));
+        assert_eq!(response.statuses[0].limit_remaining, left);
+    }
+    let denied = rls.ask(ask()).await;
+    assert_eq!(code(denied.overall_code), Code::OverLimit);
+    assert!((1..=3_600).contains(&reset_secs(&denied.statuses[0])));
+
+    // Any descriptor of a known domain, matched by the config or not; each value counts apart.
+    let unconfigured = rls
+        .ask(request(
+            "messaging",
+            vec![overridden(&[("nothing", "x")], 1, Unit::Day)],
+            1,
+        ))
+        .await;
+    assert_eq!(code(unconfigured.overall_code), Code::Ok);
+    assert_eq!(limit_of(&unconfigured.statuses[0]), (1, Unit::Day, ""));
+    let again = rls
+        .ask(request(
+            "messaging",
+            vec![overridden(&[("nothing", "x")], 1, Unit::Day)],
+            1,
+        ))
+        .await;
+    assert_eq!(code(again.overall_code), Code::OverLimit);
+    let other_value = rls
+        .ask(request(
+            "messaging",
+            vec![overridden(&[("nothing", "y")], 1, Unit::Day)],
+            1,
+        ))
+        .await;
+    assert_eq!(code(other_value.overall_code), Code::Ok);
+
+    // The configured limit of `tight` was never spent by the overridden requests.
+    let configured = rls.ask(one(&[("tight", "o")])).await;
+    assert_eq!(code(configured.overall_code), Code::Ok);
+    assert_eq!(limit_of(&configured.statuses[0]), (1, Unit::Day, ""));
+
+    // Zero denies everything; an unknown domain has no limits at all, as upstream.
+    let zero = rls
+        .ask(request(
+            "messaging",
+            vec![overridden(&[("tight", "z")], 0, Unit::Second)],
+            1,
+        ))
+        .await;
+    assert_eq!(code(zero.overall_code), Code::OverLimit);
+    assert_eq!(limit_of(&zero.statuses[0]), (0, Unit::Second, ""));
+    let unknown = rls
+        .ask(request(
+            "elsewhere",
+            vec![overridden(&[("tight", "z")], 0, Unit::Second)],
+            1,
+        ))
+        .await;
+    assert_eq!(code(unknown.overall_code), Code::Ok);
+    assert!(unknown.statuses[0].current_limit.is_none());
+    rls.stop().await;
+}
+
+#[tokio::test]
+async fn distinct_limit_overrides_are_capped() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    let mut first_refused = None;
+    for requests in 1..=2_000u32 {
+        let ask = request(
+            "messaging",
+            vec![overridden(&[("k", "v")], requests, Unit::Day)],
+            1,
+        );
+        match rls.client.should_rate_limit(ask).await {
+            Ok(_) => {}
+            Err(status) => {
+                assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+                first_refused = Some(requests);
+                break;
+            }
+        }
+    }
+    assert_eq!(first_refused, Some(1_025), "1024 distinct overrides are accepted");
+    // Known overrides and the configured limits keep working.
+    let known = request("messaging", vec![overridden(&[("k", "w")], 7, Unit::Day)], 1);
+    assert_eq!(code(rls.ask(known).await.overall_code), Code::Ok);
+    assert_eq!(code(rls.ask(one(&[("tight", "x")])).await.overall_code), Code::Ok);
+    rls.stop().await;
+}
+
 #[tokio::test]
 async fn malformed_requests_are_errors_as_upstream() {
     let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
@@ -483,22 +589,22 @@ async fn malformed_requests_are_errors_as_upstream() {
     assert_eq!(status.code(), tonic::Code::Unknown);
     assert_eq!(status.message(), "rate limit descriptor list must not be empty");
 
-    let mut overridden = descriptor(&[("tight", "x")]);
-    overridden.limit = Some(RateLimitOverride {
+    let mut bad_unit = descriptor(&[("tight", "x")]);
+    bad_unit.limit = Some(RateLimitOverride {
         requests_per_unit: 10,
-        unit: 1,
+        unit: Unit::Unknown.into(),
     });
     let status = rls
         .ask_err(request(
             "messaging",
-            vec![descriptor(&[("ldap", "x")]), overridden],
+            vec![descriptor(&[("ldap", "x")]), bad_unit],
             0,
         ))
         .await;
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
-    assert!(
-        status.message().starts_with("descriptors[1]: limit overrides"),
-        "{status:?}"
+    assert_eq!(
+        status.message(),
+        "descriptors[1]: limit override unit must be one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR; got 0"
     );
 
     let mut refund = descriptor(&[("tight", "x")]);
