@@ -44,10 +44,22 @@ enum Command {
         /// The file or directory.
         path: PathBuf,
     },
+    /// Run a scenario (bot, boundary, throughput): Markdown on stdout, optional PNG chart.
+    Bench(tollgate_scenarios::BenchArgs),
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Bench(args) => match tollgate_scenarios::run(&args) {
+            Ok(output) => {
+                print!("{}", output.markdown);
+                ExitCode::SUCCESS
+            }
+            Err(err) => {
+                eprintln!("tollgate bench: {err}");
+                ExitCode::FAILURE
+            }
+        },
         Command::CheckConfig { path } => match tollgate_server::config::load(&path) {
             Ok(limits) => {
                 let policies = limits.policies().count();
