@@ -35,6 +35,7 @@
 //!   that name the file and the field; [`config::duration`] holds the duration and rate grammar.
 //! - [`limits`]: [`Limits`], the compiled configuration, and the envoyproxy/ratelimit descriptor
 //!   matcher ([`Limits::resolve`]) with its store keys.
+//! - [`routes`]: which policies `tollgate proxy` applies to a request path, and its key.
 //! - [`http`]: the HTTP/JSON API ([`http::router`]).
 //! - [`grpc`]: the Envoy rate limit service (`ShouldRateLimit`), answered as envoyproxy/ratelimit
 //!   does ([`grpc::service`], [`grpc::serve`]).
@@ -50,6 +51,7 @@ pub mod http;
 pub mod limits;
 pub mod metrics;
 pub mod reload;
+pub mod routes;
 pub mod serve;
 pub mod state;
 pub mod store;

@@ -59,6 +59,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use tollgate::Policy;
+
+use crate::routes::Route;
 use tollgate::bounds::MAX_NAME_LEN;
 
 /// The prefix of every policy name generated for an envoyproxy/ratelimit descriptor.
@@ -86,6 +88,7 @@ pub(crate) const ENVOY_POLICY_PREFIX: &str = "envoy:";
 pub struct Limits {
     policies: BTreeMap<String, NamedPolicy>,
     domains: HashMap<String, Domain>,
+    routes: Vec<Route>,
 }
 
 impl Limits {
@@ -218,6 +221,24 @@ impl Limits {
             key,
             stats_key,
         })
+    }
+
+    /// The routes of `tollgate proxy`, in the order the files list them; see [`crate::routes`].
+    ///
+    /// ```
+    /// let limits = tollgate_server::config::parse(
+    ///     "proxy.yaml",
+    ///     "policies:\n  api: {algorithm: gcra, rate: 10/s, burst: 20}\nroutes:\n  - {prefix: /, policies: [api]}\n",
+    /// )?;
+    /// assert_eq!(limits.routes()[0].policies(), ["api"]);
+    /// # Ok::<(), tollgate_server::ConfigError>(())
+    /// ```
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    pub(crate) fn insert_route(&mut self, route: Route) {
+        self.routes.push(route);
     }
 
     pub(crate) fn insert_policy(&mut self, name: String, policy: NamedPolicy) {

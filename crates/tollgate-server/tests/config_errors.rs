@@ -34,6 +34,12 @@ macro_rules! error_fixtures {
 }
 
 error_fixtures! {
+    // tollgate's format: routes of `tollgate proxy`
+    route_bad_prefix => r#"route_bad_prefix.yaml: routes[0].prefix: a path prefix starts with `/`, got "movies""#,
+    route_duplicate_prefix => r#"route_duplicate_prefix.yaml: routes[1].prefix: duplicate route prefix "/v4", first defined at routes[0]"#,
+    route_bad_key => r#"route_bad_key.yaml: routes[0].key: expected `client_ip` or `header:NAME` with a valid header name, got "header:X Api Key""#,
+    route_unknown_policy => r#"route_unknown_policy.yaml: routes[0].policies[1]: unknown policy "moviez""#,
+    route_unknown_field => "route_unknown_field.yaml: routes[0].policy: unknown field `policy`, expected one of `prefix`, `policies`, `key`",
     // tollgate's format: values
     bad_window => r#"bad_window.yaml: policies.login.window: expected a duration like "1m", got "fortnight""#,
     window_without_unit => r#"window_without_unit.yaml: policies.login.window: expected a duration like "1m", got 90 (add a unit, such as "90s")"#,

@@ -173,6 +173,15 @@ pub enum ConfigErrorKind {
         /// Why it cannot be here.
         why: String,
     },
+    /// A value that is not one of the accepted forms; the message says which are.
+    #[error("{0}")]
+    Value(String),
+    /// A route names a policy no file of the config defines.
+    #[error("unknown policy \"{name}\"")]
+    UnknownPolicy {
+        /// The name.
+        name: String,
+    },
     /// A name, key or domain that is empty.
     #[error("must not be empty")]
     Empty,

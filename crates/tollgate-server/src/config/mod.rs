@@ -82,7 +82,7 @@ pub fn load(path: &Path) -> Result<Limits, ConfigError> {
             .map_err(|e| ConfigError::new(name.clone(), None, ConfigErrorKind::Io(e)))?;
         loader.add(&name, &yaml)?;
     }
-    Ok(loader.limits)
+    loader.finish()
 }
 
 /// Parses one file's text; `file_name` is used in errors. [`load`] does the same for every file
@@ -103,7 +103,7 @@ pub fn load(path: &Path) -> Result<Limits, ConfigError> {
 pub fn parse(file_name: &str, yaml: &str) -> Result<Limits, ConfigError> {
     let mut loader = Loader::default();
     loader.add(file_name, yaml)?;
-    Ok(loader.limits)
+    loader.finish()
 }
 
 /// The config files of a directory, sorted by name.
@@ -133,13 +133,37 @@ struct Loader {
     limits: Limits,
     policy_files: HashMap<String, String>,
     domain_files: HashMap<String, String>,
+    /// The file and index of each route, for errors in [`Loader::finish`].
+    route_origins: Vec<(String, usize)>,
 }
 
 impl Loader {
     fn add(&mut self, file: &str, yaml: &str) -> Result<(), ConfigError> {
         match read_file(file, yaml)? {
             Parsed::Ours(ours) => {
-                for (name, policy) in ours.compile(file)? {
+                let compiled = ours.compile(file)?;
+                for (i, route) in compiled.routes.into_iter().enumerate() {
+                    if let Some(first) = self
+                        .limits
+                        .routes()
+                        .iter()
+                        .position(|r| r.prefix() == route.prefix())
+                    {
+                        let (first_file, _) = &self.route_origins[first];
+                        return Err(ConfigError::new(
+                            file,
+                            Some(format!("routes[{i}].prefix")),
+                            ConfigErrorKind::Duplicate {
+                                what: "route prefix",
+                                name: route.prefix().to_owned(),
+                                first: format!("in {first_file}"),
+                            },
+                        ));
+                    }
+                    self.route_origins.push((file.to_owned(), i));
+                    self.limits.insert_route(route);
+                }
+                for (name, policy) in compiled.policies {
                     if self.limits.has_policy(&name) {
                         return Err(ConfigError::new(
                             file,
@@ -173,6 +197,24 @@ impl Loader {
             }
         }
         Ok(())
+    }
+}
+
+impl Loader {
+    /// Checks what spans files (every policy a route names exists) and hands over the limits.
+    fn finish(self) -> Result<Limits, ConfigError> {
+        for (route, (file, index)) in self.limits.routes().iter().zip(&self.route_origins) {
+            for (j, name) in route.policies().iter().enumerate() {
+                if !self.limits.has_policy(name) {
+                    return Err(ConfigError::new(
+                        file.as_str(),
+                        Some(format!("routes[{index}].policies[{j}]")),
+                        ConfigErrorKind::UnknownPolicy { name: name.clone() },
+                    ));
+                }
+            }
+        }
+        Ok(self.limits)
     }
 }
 

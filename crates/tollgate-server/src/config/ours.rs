@@ -29,6 +29,8 @@
 //! | `leaky_bucket` | `capacity`, `leak` (a rate) |
 //! | `gcra` | `rate`, `burst` |
 //!
+//! A file may also list `routes` for `tollgate proxy`: see [`crate::routes`].
+//!
 //! Every policy may also set `block_for` (a penalty after a denial), `on_store_failure`
 //! (`fail_open`, `fail_closed` or `local`, with `instances` for `local`, default 1) and `shadow`
 //! (check and count, but never deny; default false).
@@ -42,12 +44,28 @@ use tollgate::{Algorithm, Anchor, Policy, PolicyError};
 use super::fields::{AlgorithmName, AnchorName, FailureName, Scalar, failure_mode, join, policy_error_field};
 use super::{ConfigError, ConfigErrorKind};
 use crate::limits::{ENVOY_POLICY_PREFIX, NamedPolicy};
+use crate::routes::{Route, RouteKey};
 
 /// A file in the tollgate format.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a map with `policies`")]
 pub(crate) struct OursFile {
     policies: BTreeMap<String, PolicySpec>,
+    /// For `tollgate proxy`; see [`crate::routes`].
+    #[serde(default)]
+    routes: Vec<RouteSpec>,
+}
+
+/// One entry of `routes`, as written.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a route: a map with `prefix`, `policies` and optionally `key`"
+)]
+struct RouteSpec {
+    prefix: String,
+    policies: Vec<String>,
+    key: Option<String>,
 }
 
 /// One entry of `policies`, as written.
@@ -78,18 +96,75 @@ const SPECIFIC_FIELDS: [&str; 8] = [
     "limit", "window", "anchor", "capacity", "refill", "leak", "rate", "burst",
 ];
 
+/// A compiled file: its policies in name order, and its routes in file order.
+pub(crate) struct Compiled {
+    pub(crate) policies: Vec<(String, NamedPolicy)>,
+    pub(crate) routes: Vec<Route>,
+}
+
 impl OursFile {
-    /// Builds every policy of the file, in name order.
-    pub(crate) fn compile(self, file: &str) -> Result<Vec<(String, NamedPolicy)>, ConfigError> {
-        self.policies
+    /// Builds every policy and route of the file. Route policy names are checked later, against
+    /// every file of the config.
+    pub(crate) fn compile(self, file: &str) -> Result<Compiled, ConfigError> {
+        let policies = self
+            .policies
             .into_iter()
             .map(|(name, spec)| {
                 let at = format!("policies.{name}");
                 let policy = spec.compile(file, &at, &name)?;
                 Ok((name, policy))
             })
-            .collect()
+            .collect::<Result<_, ConfigError>>()?;
+        let mut routes: Vec<Route> = Vec::with_capacity(self.routes.len());
+        for (i, spec) in self.routes.into_iter().enumerate() {
+            let at = format!("routes[{i}]");
+            let err = |field: &str, kind| ConfigError::new(file, Some(join(&at, field)), kind);
+            if !spec.prefix.starts_with('/') {
+                return Err(err(
+                    "prefix",
+                    ConfigErrorKind::Value(format!("a path prefix starts with `/`, got \"{}\"", spec.prefix)),
+                ));
+            }
+            if let Some(first) = routes.iter().position(|r| r.prefix == spec.prefix) {
+                return Err(err(
+                    "prefix",
+                    ConfigErrorKind::Duplicate {
+                        what: "route prefix",
+                        name: spec.prefix,
+                        first: format!("at routes[{first}]"),
+                    },
+                ));
+            }
+            let key = match spec.key.as_deref() {
+                None | Some("client_ip") => RouteKey::ClientIp,
+                Some(text) => match text.strip_prefix("header:") {
+                    Some(name) if is_header_name(name) => RouteKey::Header(name.to_ascii_lowercase()),
+                    _ => {
+                        return Err(err(
+                            "key",
+                            ConfigErrorKind::Value(format!(
+                                "expected `client_ip` or `header:NAME` with a valid header name, got \"{text}\""
+                            )),
+                        ));
+                    }
+                },
+            };
+            routes.push(Route {
+                prefix: spec.prefix,
+                policies: spec.policies,
+                key,
+            });
+        }
+        Ok(Compiled { policies, routes })
     }
+}
+
+/// An HTTP header name: one or more token characters (RFC 9110).
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 impl PolicySpec {
