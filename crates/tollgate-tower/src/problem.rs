@@ -156,7 +156,7 @@ impl Problems {
 /// Appends `RateLimit-Policy` and `RateLimit` for `decided` (one entry each), if any.
 pub(crate) fn append_ratelimit_headers<'a>(
     map: &mut HeaderMap,
-    decided: impl IntoIterator<Item = (&'a Policy, &'a Decision)>,
+    decided: impl IntoIterator<Item = (&'a Policy, Decision)>,
 ) {
     let (mut policies, mut limits) = (String::new(), String::new());
     for (policy, decision) in decided {
@@ -165,7 +165,7 @@ pub(crate) fn append_ratelimit_headers<'a>(
             limits.push_str(", ");
         }
         policies.push_str(&headers::ratelimit_policy(policy));
-        limits.push_str(&headers::ratelimit(policy, decision));
+        limits.push_str(&headers::ratelimit(policy, &decision));
     }
     if policies.is_empty() {
         return;

@@ -101,10 +101,11 @@ impl KeyExtractor {
     }
 
     /// Method, route and client address: `GET /users/{id} 192.0.2.1`. The route is axum's
-    /// [`MatchedPath`] when the request has one (layers added with `Router::route_layer`, or
-    /// inside a nested router), so `/users/1` and `/users/2` share a budget; otherwise the
-    /// request path (a layer added with `Router::layer` runs before routing). No key without a
-    /// client address.
+    /// [`MatchedPath`] when the request has one, so `/users/1` and `/users/2` share a budget; an
+    /// axum `Router` sets it before calling the layers of the matched route, whether they were
+    /// added with `layer` or `route_layer`. Without it (a request no route matched, reaching the
+    /// fallback; the layer wrapped around a whole `Router` or another service) the route is the
+    /// request path. No key without a client address.
     ///
     /// ```
     /// use std::net::SocketAddr;

@@ -15,7 +15,8 @@
 //! This is not a transaction: between the peek and the check another request can take a rule's
 //! last unit; that check then denies while the rules checked before it have already spent. The
 //! window is one store round trip per rule wide and only matters when a budget is about to run
-//! out. Shadow rules take part in the peeks only to be reported; they never deny, and their
+//! out. On a 429, the rate limit headers of rules that would have allowed report their budget
+//! as it stands, untouched by the denied request. Shadow rules take part in the peeks only to be reported; they never deny, and their
 //! would-be denials are counted from their checks, so only on requests the enforced rules let
 //! through.
 //!
@@ -65,6 +66,8 @@ struct Applied<'a> {
 #[derive(Clone, Copy)]
 enum Answer {
     NotAsked,
+    /// From a peek: an allowed one counts this request as if admitted, which it was not (yet).
+    Peeked(Decision),
     Decided(Decision),
     /// The store failed and the failure mode let the request through.
     Failed,
@@ -73,13 +76,19 @@ enum Answer {
 impl Applied<'_> {
     /// Denied and enforced: the whole request is denied.
     fn blocks(&self) -> bool {
-        !self.rule.shadow && matches!(self.answer, Answer::Decided(d) if !d.allowed)
+        !self.rule.shadow && self.decision().is_some_and(|d| !d.allowed)
     }
 
-    fn decision(&self) -> Option<&Decision> {
-        match &self.answer {
-            Answer::Decided(d) => Some(d),
-            _ => None,
+    /// The budget as it stands: a peek that would allow reports what would be left after this
+    /// request, so its cost is given back (this request spent nothing).
+    fn decision(&self) -> Option<Decision> {
+        match self.answer {
+            Answer::Peeked(d) if d.allowed => Some(Decision {
+                remaining: d.remaining.saturating_add(self.rule.cost).min(d.limit),
+                ..d
+            }),
+            Answer::Peeked(d) | Answer::Decided(d) => Some(d),
+            Answer::NotAsked | Answer::Failed => None,
         }
     }
 }
@@ -191,7 +200,10 @@ impl Limiter {
                 if decision.degraded {
                     self.stats.bump(Counter::Degraded);
                 }
-                Ok(Answer::Decided(decision))
+                Ok(match op {
+                    Op::Peek => Answer::Peeked(decision),
+                    Op::Check => Answer::Decided(decision),
+                })
             }
             Err(err) => self.failed(applied, &err),
         }
@@ -217,7 +229,7 @@ impl Limiter {
         let longest = applied
             .iter()
             .filter(|a| a.blocks())
-            .filter_map(|a| Some((a, *a.decision()?)))
+            .filter_map(|a| Some((a, a.decision()?)))
             .max_by_key(|(_, d)| d.retry_after.unwrap_or(d.reset_after));
         let Some((denier, decision)) = longest else {
             // Unreachable by construction: deny is only called when a rule blocks.
@@ -233,7 +245,7 @@ impl Limiter {
 /// The enforced rules that have a decision, for the headers: shadow rules stay invisible.
 fn enforced_decisions<'a>(
     applied: &'a [Applied<'_>],
-) -> impl Iterator<Item = (&'a tollgate::Policy, &'a Decision)> {
+) -> impl Iterator<Item = (&'a tollgate::Policy, Decision)> {
     applied
         .iter()
         .filter(|a| !a.rule.shadow)

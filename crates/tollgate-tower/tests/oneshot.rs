@@ -1,0 +1,554 @@
+//! The layer driven with `oneshot`, no socket: limits, headers, problem bodies, key extractors,
+//! several rules, shadow mode and store errors.
+
+mod common;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{HeaderName, Request, Response, StatusCode};
+use common::{Answer, policy, request, routes, send};
+use tollgate::{FailureMode, ManualClock, MemoryStore};
+use tollgate_tower::{ClientIp, KeyExtractor, MissingKey, RateLimitLayer, Rule};
+use tower::{Layer, Service, ServiceBuilder, ServiceExt};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn api_key() -> KeyExtractor {
+    KeyExtractor::header(HeaderName::from_static("x-api-key"))
+}
+
+fn count(answers: &[Answer], status: StatusCode) -> usize {
+    answers.iter().filter(|a| a.status == status).count()
+}
+
+#[tokio::test]
+async fn the_limit_holds_across_every_clone_of_layer_and_service() {
+    let layer = RateLimitLayer::new(
+        MemoryStore::new(),
+        Rule::new(policy("api", 7, MINUTE), KeyExtractor::peer_ip()),
+    );
+    let handler =
+        tower::service_fn(|_: Request<Body>| async { Ok::<_, Infallible>(Response::new(Body::from("ok"))) });
+    let service = ServiceBuilder::new().layer(layer.clone()).service(handler);
+    let mut admitted = 0;
+    for i in 0..30 {
+        // Alternate between clones of one service and services made by clones of the layer.
+        let mut svc = if i % 2 == 0 {
+            service.clone()
+        } else {
+            layer.clone().layer(handler)
+        };
+        let response = svc
+            .ready()
+            .await
+            .expect("ready")
+            .call(request("/", "192.0.2.1:1000", &[]))
+            .await
+            .expect("infallible");
+        admitted += usize::from(response.status() == StatusCode::OK);
+    }
+    assert_eq!(admitted, 7);
+    let stats = layer.stats().snapshot();
+    assert_eq!((stats.allowed, stats.denied), (7, 23));
+}
+
+#[tokio::test]
+async fn concurrent_requests_through_an_axum_router_admit_exactly_the_limit() {
+    let app = routes().layer(RateLimitLayer::new(
+        MemoryStore::new(),
+        Rule::new(policy("api", 10, MINUTE), KeyExtractor::peer_ip()),
+    ));
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let app = app.clone();
+            // Different source ports: what separate connections look like.
+            tokio::spawn(
+                async move { send(&app, request("/", &format!("192.0.2.1:{}", 2000 + i), &[])).await },
+            )
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.expect("task"));
+    }
+    assert_eq!(count(&answers, StatusCode::OK), 10);
+    assert_eq!(count(&answers, StatusCode::TOO_MANY_REQUESTS), 40);
+}
+
+#[tokio::test]
+async fn allowed_responses_carry_the_ratelimit_headers() {
+    let app = routes().layer(RateLimitLayer::new(
+        MemoryStore::new(),
+        Rule::new(policy("api", 5, MINUTE), KeyExtractor::peer_ip()),
+    ));
+    for remaining in (0..5).rev() {
+        let answer = send(&app, request("/", "192.0.2.1:1", &[])).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(answer.body, b"ok");
+        assert_eq!(answer.header("ratelimit-policy"), r#""api";q=5;w=60"#);
+        assert_eq!(answer.header("ratelimit"), format!(r#""api";r={remaining};t=60"#));
+        assert_eq!(answer.header("retry-after"), "");
+    }
+    // Another address has its own budget.
+    let other = send(&app, request("/", "192.0.2.2:1", &[])).await;
+    assert_eq!(other.header("ratelimit"), r#""api";r=4;t=60"#);
+}
+
+#[tokio::test]
+async fn a_denial_is_problem_json_with_retry_after_rounded_up_to_whole_seconds() {
+    let clock = ManualClock::new(1_000_000);
+    let store = MemoryStore::builder().clock(clock.clone()).build();
+    let app = routes().layer(RateLimitLayer::new(
+        store,
+        Rule::new(
+            policy("search", 1, Duration::from_millis(1_500)),
+            KeyExtractor::peer_ip(),
+        ),
+    ));
+    assert_eq!(
+        send(&app, request("/", "192.0.2.1:1", &[])).await.status,
+        StatusCode::OK
+    );
+
+    let denied = send(&app, request("/", "192.0.2.1:1", &[])).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.header("content-type"), "application/problem+json");
+    assert_eq!(denied.header("retry-after"), "2");
+    assert_eq!(denied.header("ratelimit-policy"), r#""search";q=1;w=2"#);
+    assert_eq!(denied.header("ratelimit"), r#""search";r=0;t=2"#);
+    let body = denied.json();
+    assert_eq!(body["type"], "about:blank");
+    assert_eq!(body["title"], "Too Many Requests");
+    assert_eq!(body["status"], 429);
+    assert_eq!(body["detail"], "rate limit `search` exceeded; retry in 2 s");
+    assert_eq!(body["policy"], "search");
+    assert_eq!(body["limit"], 1);
+    assert_eq!(body["remaining"], 0);
+    assert_eq!(body["reset_after_ms"], 1_500);
+    assert_eq!(body["retry_after_ms"], 1_500);
+
+    // 1.1 s left: still 2 s; exactly 1 s left: 1 s.
+    clock.advance(Duration::from_millis(400));
+    let denied = send(&app, request("/", "192.0.2.1:1", &[])).await;
+    assert_eq!(
+        (
+            denied.header("retry-after"),
+            denied.json()["retry_after_ms"].as_u64()
+        ),
+        ("2", Some(1_100))
+    );
+    clock.advance(Duration::from_millis(100));
+    let denied = send(&app, request("/", "192.0.2.1:1", &[])).await;
+    assert_eq!(
+        (
+            denied.header("retry-after"),
+            denied.json()["retry_after_ms"].as_u64()
+        ),
+        ("1", Some(1_000))
+    );
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        send(&app, request("/", "192.0.2.1:1", &[])).await.status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_problem_type_base_names_each_problem() {
+    let layer = RateLimitLayer::builder(MemoryStore::new())
+        .rule(Rule::new(policy("api", 1, MINUTE), api_key()))
+        .problem_type_base("https://api.example/problems/")
+        .build()
+        .expect("valid layer");
+    let app = routes().layer(layer);
+    let missing = send(&app, request("/", "192.0.2.1:1", &[])).await;
+    assert_eq!(missing.json()["type"], "https://api.example/problems/missing-key");
+    send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "k")])).await;
+    let denied = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "k")])).await;
+    assert_eq!(denied.json()["type"], "https://api.example/problems/rate-limited");
+}
+
+#[tokio::test]
+async fn a_header_key_limits_each_value_and_a_missing_header_is_rejected_by_default() {
+    let layer = RateLimitLayer::new(
+        MemoryStore::new(),
+        Rule::new(policy("per-key", 2, MINUTE), api_key()),
+    );
+    let stats = layer.stats();
+    let app = routes().layer(layer);
+    for _ in 0..2 {
+        assert_eq!(
+            send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "alpha")]))
+                .await
+                .status,
+            StatusCode::OK
+        );
+    }
+    // The same key from another address is the same budget; another key is not.
+    let same = send(&app, request("/", "198.51.100.1:1", &[("x-api-key", "alpha")])).await;
+    assert_eq!(same.status, StatusCode::TOO_MANY_REQUESTS);
+    let other = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "beta")])).await;
+    assert_eq!(other.status, StatusCode::OK);
+
+    for headers in [&[][..], &[("x-api-key", "")][..]] {
+        let missing = send(&app, request("/", "192.0.2.1:1", headers)).await;
+        assert_eq!(missing.status, StatusCode::BAD_REQUEST);
+        assert_eq!(missing.header("content-type"), "application/problem+json");
+        let body = missing.json();
+        assert_eq!(body["status"], 400);
+        assert_eq!(body["policy"], "per-key");
+        assert_eq!(
+            body["detail"],
+            "rate limit `per-key` needs the `x-api-key` header, and this request has none"
+        );
+    }
+    assert_eq!(stats.snapshot().rejected_keys, 2);
+}
+
+#[tokio::test]
+async fn a_missing_key_can_skip_the_rule() {
+    let rule = Rule::new(policy("per-key", 1, MINUTE), api_key()).on_missing_key(MissingKey::Skip);
+    let app = routes().layer(RateLimitLayer::new(MemoryStore::new(), rule));
+    for _ in 0..5 {
+        let answer = send(&app, request("/", "192.0.2.1:1", &[])).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(answer.header("ratelimit"), "");
+    }
+    assert_eq!(
+        send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "k")]))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "k")]))
+            .await
+            .status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn without_connection_info_the_peer_key_is_missing_and_rejected() {
+    let app = routes().layer(RateLimitLayer::new(
+        MemoryStore::new(),
+        Rule::new(policy("api", 5, MINUTE), KeyExtractor::peer_ip()),
+    ));
+    let answer = send(&app, Request::get("/").body(Body::empty()).expect("request")).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        answer.json()["detail"],
+        "rate limit `api` needs the client address, and this request has none"
+    );
+}
+
+#[tokio::test]
+async fn a_key_longer_than_the_store_accepts_is_a_clear_400() {
+    let layer = RateLimitLayer::new(
+        MemoryStore::new(),
+        Rule::new(policy("per-key", 2, MINUTE), api_key()),
+    );
+    let stats = layer.stats();
+    let app = routes().layer(layer);
+    let max = tollgate::bounds::MAX_KEY_LEN;
+    let at_max = "k".repeat(max);
+    assert_eq!(
+        send(&app, request("/", "192.0.2.1:1", &[("x-api-key", &at_max)]))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let too_long = "k".repeat(max + 1);
+    let answer = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", &too_long)])).await;
+    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    let body = answer.json();
+    assert_eq!(body["key_len"], max + 1);
+    assert_eq!(body["max_key_len"], max);
+    assert_eq!(stats.snapshot().store_errors, 0, "the store never saw the key");
+}
+
+#[tokio::test]
+async fn a_custom_key_function_decides_the_key() {
+    // The tenant is the first path segment; requests to `/` have none and are not limited.
+    let tenant = KeyExtractor::custom(|parts| {
+        let segment = parts.uri.path().split('/').nth(1)?;
+        Some(format!("tenant:{segment}"))
+    });
+    let rule = Rule::new(policy("tenant", 1, MINUTE), tenant).on_missing_key(MissingKey::Skip);
+    let app = routes().layer(RateLimitLayer::new(MemoryStore::new(), rule));
+    assert_eq!(
+        send(&app, request("/users/1", "192.0.2.1:1", &[])).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        send(&app, request("/users/2", "192.0.2.2:1", &[])).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        send(&app, request("/other", "192.0.2.1:1", &[])).await.status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn route_and_ip_keys_group_by_matched_route_inside_a_router() {
+    let rule = || {
+        Rule::new(
+            policy("route", 1, MINUTE),
+            KeyExtractor::route_and_ip(ClientIp::peer()),
+        )
+    };
+    for routed in [
+        routes().route_layer(RateLimitLayer::new(MemoryStore::new(), rule())),
+        routes().layer(RateLimitLayer::new(MemoryStore::new(), rule())),
+    ] {
+        assert_eq!(
+            send(&routed, request("/users/1", "192.0.2.1:1", &[]))
+                .await
+                .status,
+            StatusCode::OK
+        );
+        // Same route template, same address: one budget.
+        assert_eq!(
+            send(&routed, request("/users/2", "192.0.2.1:1", &[]))
+                .await
+                .status,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        // Another route or another address: its own budget.
+        assert_eq!(
+            send(&routed, request("/other", "192.0.2.1:1", &[])).await.status,
+            StatusCode::OK
+        );
+        assert_eq!(
+            send(&routed, request("/users/3", "192.0.2.2:1", &[]))
+                .await
+                .status,
+            StatusCode::OK
+        );
+    }
+
+    // Around a whole router, routing has not happened yet: the raw path is the route.
+    let outside = ServiceBuilder::new()
+        .layer(RateLimitLayer::new(MemoryStore::new(), rule()))
+        .service(routes());
+    for path in ["/users/1", "/users/2"] {
+        let response = outside
+            .clone()
+            .oneshot(request(path, "192.0.2.1:1", &[]))
+            .await
+            .expect("infallible");
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+    }
+    let again = outside
+        .oneshot(request("/users/1", "192.0.2.1:1", &[]))
+        .await
+        .expect("infallible");
+    assert_eq!(again.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
+async fn every_rule_must_allow_and_a_denied_request_spends_no_other_budget() {
+    let layer = RateLimitLayer::builder(MemoryStore::new())
+        .rule(Rule::new(policy("per-ip", 3, MINUTE), KeyExtractor::peer_ip()))
+        .rule(Rule::new(policy("per-key", 10, MINUTE), api_key()))
+        .build()
+        .expect("valid layer");
+    let app = routes().layer(layer);
+    let from = |peer: &'static str| request("/", peer, &[("x-api-key", "k")]);
+    for i in 0..3 {
+        let answer = send(&app, from("192.0.2.1:1")).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(
+            answer.header("ratelimit-policy"),
+            r#""per-ip";q=3;w=60, "per-key";q=10;w=60"#
+        );
+        assert_eq!(
+            answer.header("ratelimit"),
+            format!(r#""per-ip";r={};t=60, "per-key";r={};t=60"#, 2 - i, 9 - i)
+        );
+    }
+    for _ in 0..4 {
+        let denied = send(&app, from("192.0.2.1:1")).await;
+        assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(denied.json()["policy"], "per-ip");
+        // Both rules are reported; per-key still has the 7 the denials did not spend.
+        assert_eq!(
+            denied.header("ratelimit"),
+            r#""per-ip";r=0;t=60, "per-key";r=7;t=60"#
+        );
+    }
+    let other_ip = send(&app, from("192.0.2.2:1")).await;
+    assert_eq!(other_ip.status, StatusCode::OK);
+    assert_eq!(
+        other_ip.header("ratelimit"),
+        r#""per-ip";r=2;t=60, "per-key";r=6;t=60"#
+    );
+}
+
+#[tokio::test]
+async fn a_denial_found_by_peeking_still_starts_the_penalty() {
+    let clock = ManualClock::new(1_000_000);
+    let store = MemoryStore::builder().clock(clock.clone()).build();
+    let blocking = policy("login", 1, Duration::from_secs(1))
+        .with_block_for(MINUTE)
+        .expect("valid penalty");
+    let layer = RateLimitLayer::builder(store)
+        .rule(Rule::new(blocking, KeyExtractor::peer_ip()))
+        .rule(Rule::new(policy("global", 1_000, MINUTE), api_key()))
+        .build()
+        .expect("valid layer");
+    let app = routes().layer(layer);
+    let login = || request("/", "192.0.2.1:1", &[("x-api-key", "k")]);
+    assert_eq!(send(&app, login()).await.status, StatusCode::OK);
+    assert_eq!(send(&app, login()).await.status, StatusCode::TOO_MANY_REQUESTS);
+    // The window is clear after 2 s, but the penalty recorded by the denial holds.
+    clock.advance(Duration::from_secs(2));
+    let blocked = send(&app, login()).await;
+    assert_eq!(blocked.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(blocked.header("retry-after"), "58");
+}
+
+#[tokio::test]
+async fn the_rule_that_denies_longest_speaks_for_the_request() {
+    let layer = RateLimitLayer::builder(MemoryStore::new())
+        .rule(Rule::new(
+            policy("short", 1, Duration::from_secs(10)),
+            KeyExtractor::peer_ip(),
+        ))
+        .rule(Rule::new(policy("long", 1, Duration::from_secs(300)), api_key()))
+        .build()
+        .expect("valid layer");
+    let app = routes().layer(layer);
+    let both = || request("/", "192.0.2.1:1", &[("x-api-key", "k")]);
+    assert_eq!(send(&app, both()).await.status, StatusCode::OK);
+    let denied = send(&app, both()).await;
+    assert_eq!(denied.json()["policy"], "long");
+    assert_eq!(denied.header("retry-after"), "300");
+}
+
+#[tokio::test]
+async fn shadow_rules_count_would_be_denials_but_never_deny_or_show() {
+    let layer = RateLimitLayer::builder(MemoryStore::new())
+        .rule(Rule::new(
+            policy("enforced", 100, MINUTE),
+            KeyExtractor::peer_ip(),
+        ))
+        .rule(Rule::new(policy("trial", 2, MINUTE), KeyExtractor::peer_ip()).shadow(true))
+        .build()
+        .expect("valid layer");
+    let stats = layer.stats();
+    let app = routes().layer(layer);
+    for i in 0..6 {
+        let answer = send(&app, request("/", "192.0.2.1:1", &[])).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(
+            answer.header("ratelimit"),
+            format!(r#""enforced";r={};t=60"#, 99 - i)
+        );
+        assert_eq!(answer.header("ratelimit-policy"), r#""enforced";q=100;w=60"#);
+    }
+    let snapshot = stats.snapshot();
+    assert_eq!(
+        (snapshot.allowed, snapshot.denied, snapshot.shadow_denied),
+        (6, 0, 4)
+    );
+}
+
+#[tokio::test]
+async fn a_lone_shadow_rule_passes_everything_without_headers() {
+    let rule = Rule::new(policy("trial", 1, MINUTE), KeyExtractor::peer_ip()).shadow(true);
+    let layer = RateLimitLayer::new(MemoryStore::new(), rule);
+    let stats = layer.stats();
+    let app = routes().layer(layer);
+    for _ in 0..3 {
+        let answer = send(&app, request("/", "192.0.2.1:1", &[])).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(answer.header("ratelimit"), "");
+    }
+    assert_eq!(stats.snapshot().shadow_denied, 2);
+}
+
+/// A memory store with room for one key: once key `a` is out of budget it cannot be evicted, so
+/// a check of any other key fails with `Error::StoreFull`.
+async fn full_store_app(mode: FailureMode, shadow: bool) -> (axum::Router, tollgate_tower::Stats) {
+    let store = MemoryStore::builder().max_keys(1).build();
+    let rule = Rule::new(policy("tiny", 1, MINUTE).with_failure_mode(mode), api_key()).shadow(shadow);
+    let layer = RateLimitLayer::new(store, rule);
+    let stats = layer.stats();
+    let app = routes().layer(layer);
+    let first = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "a")])).await;
+    assert_eq!(first.status, StatusCode::OK);
+    (app, stats)
+}
+
+#[tokio::test]
+async fn a_store_error_lets_requests_through_under_fail_open_and_local() {
+    for mode in [FailureMode::FailOpen, FailureMode::default()] {
+        let (app, stats) = full_store_app(mode, false).await;
+        let answer = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "b")])).await;
+        assert_eq!(answer.status, StatusCode::OK, "{mode}");
+        assert_eq!(answer.body, b"ok");
+        assert_eq!(answer.header("ratelimit"), "", "no budget to report");
+        let snapshot = stats.snapshot();
+        assert_eq!(
+            (snapshot.store_errors, snapshot.allowed, snapshot.failed_closed),
+            (1, 2, 0),
+            "{mode}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_store_error_under_fail_closed_is_a_503_problem() {
+    let (app, stats) = full_store_app(FailureMode::FailClosed, false).await;
+    let answer = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "b")])).await;
+    assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(answer.header("content-type"), "application/problem+json");
+    let body = answer.json();
+    assert_eq!(body["status"], 503);
+    assert_eq!(body["title"], "Service Unavailable");
+    assert_eq!(body["policy"], "tiny");
+    let snapshot = stats.snapshot();
+    assert_eq!((snapshot.store_errors, snapshot.failed_closed), (1, 1));
+    // The key that fits is still decided normally.
+    let denied = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "a")])).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
+async fn a_shadow_rule_never_denies_even_when_it_fails_closed() {
+    let (app, stats) = full_store_app(FailureMode::FailClosed, true).await;
+    let answer = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "b")])).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(stats.snapshot().store_errors, 1);
+}
+
+#[tokio::test]
+async fn a_plain_socket_addr_extension_is_a_peer_address_too() {
+    let app = routes().layer(RateLimitLayer::new(
+        MemoryStore::new(),
+        Rule::new(policy("api", 1, MINUTE), KeyExtractor::peer_ip()),
+    ));
+    let plain = || {
+        let socket: SocketAddr = "[::ffff:192.0.2.1]:1".parse().expect("address");
+        Request::get("/")
+            .extension(socket)
+            .body(Body::empty())
+            .expect("request")
+    };
+    assert_eq!(send(&app, plain()).await.status, StatusCode::OK);
+    // The mapped address and the IPv4 address are one client.
+    let via_connect_info = Request::get("/")
+        .extension(ConnectInfo("192.0.2.1:2".parse::<SocketAddr>().expect("address")))
+        .body(Body::empty())
+        .expect("request");
+    assert_eq!(
+        send(&app, via_connect_info).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
