@@ -1,0 +1,115 @@
+//! The layer over a real Redis: failure modes when the server is stopped mid-test, and one limit
+//! shared by two separately built app instances.
+
+mod common;
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::StatusCode;
+use common::{fresh_client, policy, request, routes, send, serve};
+use tollgate::FailureMode;
+use tollgate_redis::{RedisStore, Target};
+use tollgate_testkit::RedisServer;
+use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule, Stats};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+async fn connect(redis: &RedisServer) -> RedisStore {
+    RedisStore::builder(Target::parse(&redis.url()).expect("url"))
+        .timeout(Duration::from_millis(500))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+/// `/` limited to 3 per minute per client under `mode`.
+fn app(store: RedisStore, name: &str, mode: FailureMode) -> (Router, Stats) {
+    let rule = Rule::new(
+        policy(name, 3, MINUTE).with_failure_mode(mode),
+        KeyExtractor::peer_ip(),
+    );
+    let layer = RateLimitLayer::new(store, rule);
+    let stats = layer.stats();
+    (routes().layer(layer), stats)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_modes_decide_once_redis_is_stopped() {
+    let mut redis = RedisServer::start();
+    let store = connect(&redis).await;
+    let (open, open_stats) = app(store.clone(), "open", FailureMode::FailOpen);
+    let (closed, closed_stats) = app(store.clone(), "closed", FailureMode::FailClosed);
+    let local = FailureMode::Local {
+        instances: NonZeroU32::MIN,
+    };
+    let (local, local_stats) = app(store, "local", local);
+    let client = || request("/", "192.0.2.1:1", &[]);
+
+    // While Redis answers, every app spends its 3 and is then denied.
+    for app in [&open, &closed, &local] {
+        for _ in 0..3 {
+            assert_eq!(send(app, client()).await.status, StatusCode::OK);
+        }
+        assert_eq!(send(app, client()).await.status, StatusCode::TOO_MANY_REQUESTS);
+    }
+    for stats in [&open_stats, &closed_stats, &local_stats] {
+        assert_eq!(stats.snapshot().degraded, 0);
+    }
+
+    redis.kill();
+
+    // A client that has not been denied yet (a denied one stays denied through the store's deny
+    // cache, which needs no Redis), under each failure mode.
+    let newcomer = || request("/", "192.0.2.2:1", &[]);
+    // Fail open: everything is admitted, past the limit.
+    for _ in 0..5 {
+        assert_eq!(send(&open, newcomer()).await.status, StatusCode::OK);
+    }
+    // Fail closed: denied at once, with a problem body.
+    let denied = send(&closed, newcomer()).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.header("content-type"), "application/problem+json");
+    assert_eq!(denied.json()["policy"], "closed");
+    // Local: an in-memory limit of 3 on this instance.
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(send(&local, newcomer()).await.status);
+    }
+    assert_eq!(
+        statuses.iter().filter(|s| **s == StatusCode::OK).count(),
+        3,
+        "{statuses:?}"
+    );
+
+    // RedisStore decided these itself (degraded), so no store error reached the layer.
+    for stats in [&open_stats, &closed_stats, &local_stats] {
+        let snapshot = stats.snapshot();
+        assert!(snapshot.degraded >= 1, "{snapshot:?}");
+        assert_eq!((snapshot.store_errors, snapshot.failed_closed), (0, 0));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_app_instances_on_one_redis_share_one_limit() {
+    let redis = RedisServer::start();
+    let mut urls = Vec::new();
+    let mut all_stats = Vec::new();
+    for _ in 0..2 {
+        // Each instance connects on its own and builds its own layer and router.
+        let rule = Rule::new(policy("shared", 6, MINUTE), KeyExtractor::peer_ip());
+        let layer = RateLimitLayer::new(connect(&redis).await, rule);
+        all_stats.push(layer.stats());
+        urls.push(format!("http://{}/", serve(routes().layer(layer)).await));
+    }
+    let client = fresh_client();
+    let mut admitted = 0;
+    for i in 0..20 {
+        let status = client.get(&urls[i % 2]).send().await.expect("send").status();
+        admitted += usize::from(status == StatusCode::OK);
+    }
+    assert_eq!(admitted, 6);
+    let allowed: Vec<u64> = all_stats.iter().map(|s| s.snapshot().allowed).collect();
+    assert_eq!(allowed, [3, 3], "alternating requests share the budget evenly");
+}
