@@ -552,3 +552,27 @@ async fn a_plain_socket_addr_extension_is_a_peer_address_too() {
         StatusCode::TOO_MANY_REQUESTS
     );
 }
+
+#[tokio::test]
+async fn with_several_rules_a_failing_one_drops_out_of_the_headers_under_fail_open() {
+    // Room for one key: the per-ip key takes it and, out of budget, cannot be evicted; the
+    // per-key rule's key then finds the store full.
+    let layer = RateLimitLayer::builder(MemoryStore::builder().max_keys(1).build())
+        .rule(Rule::new(policy("per-ip", 1, MINUTE), KeyExtractor::peer_ip()))
+        .rule(Rule::new(
+            policy("per-key", 5, MINUTE).with_failure_mode(FailureMode::FailOpen),
+            api_key(),
+        ))
+        .build()
+        .expect("valid layer");
+    let stats = layer.stats();
+    let app = routes().layer(layer);
+    let answer = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "k")])).await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.header("ratelimit"), r#""per-ip";r=0;t=60"#);
+    assert_eq!(answer.header("ratelimit-policy"), r#""per-ip";q=1;w=60"#);
+    assert!(stats.snapshot().store_errors >= 1);
+    let denied = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "k")])).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.json()["policy"], "per-ip");
+}

@@ -23,8 +23,9 @@
 //! # Store errors
 //!
 //! A store call that returns `Err` follows the rule's policy's [`FailureMode`]: `FailClosed`
-//! answers 503 at once; `FailOpen` and `Local` let the request through as far as this rule goes,
-//! with no headers for it (there is no budget to report). `Local` cannot limit locally here,
+//! answers 503 at once (rules already checked keep what they spent); `FailOpen` and `Local` let
+//! the request through as far as this rule goes, with no headers for it (there is no budget to
+//! report). A shadow rule never denies, whatever its failure mode. `Local` cannot limit locally here,
 //! since the store itself failed; a networked store such as `RedisStore` applies `Local` on its
 //! own and answers with a degraded decision, which the layer uses like any other. Every error is
 //! counted and logged at `warn`.
