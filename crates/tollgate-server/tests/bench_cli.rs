@@ -1,0 +1,100 @@
+//! `tollgate bench`, run as the real binary: the boundary table on stdout, the chart on disk,
+//! and clear errors for bad arguments.
+
+use std::process::{Command, Output};
+
+fn tollgate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(args)
+        .output()
+        .expect("run the tollgate binary")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Width and height from a PNG's signature and IHDR chunk.
+fn png_size(bytes: &[u8]) -> Option<(u32, u32)> {
+    let signature = b"\x89PNG\r\n\x1a\n";
+    if bytes.len() < 24 || &bytes[..8] != signature || &bytes[12..16] != b"IHDR" {
+        return None;
+    }
+    let word = |at: usize| u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    Some((word(16), word(20)))
+}
+
+#[test]
+fn bench_boundary_prints_the_accuracy_table_and_draws_the_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("boundary.png");
+    let out = tollgate(&[
+        "bench",
+        "boundary",
+        "--limit",
+        "50",
+        "--chart",
+        chart.to_str().unwrap(),
+        "--chart-width",
+        "900",
+        "--chart-height",
+        "500",
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    assert!(
+        stdout
+            .contains("| algorithm | admitted at 0:59.9 | admitted at 1:00.0 | max in any 60 s | vs limit |")
+    );
+    assert!(
+        stdout.contains("| fixed window | 50 | 50 | 100 | 2.00× — over by 50 |"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("| sliding log | 50 | 0 | 50 | 1.00× — at the limit |"),
+        "{stdout}"
+    );
+    let rows = stdout
+        .lines()
+        .filter(|line| line.starts_with("| ") && !line.starts_with("| algorithm"))
+        .count();
+    assert_eq!(rows, 6, "{stdout}");
+    let png = std::fs::read(&chart).expect("chart written");
+    assert_eq!(png_size(&png), Some((900, 500)));
+}
+
+#[test]
+fn bench_without_a_chart_prints_only_markdown() {
+    let out = tollgate(&["bench", "bot"]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("## Bot:"), "{stdout}");
+    assert!(stdout.contains("| fixed window |"));
+}
+
+#[test]
+fn bench_rejects_bad_arguments_without_panicking() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["bench", "nope"], "unrecognized subcommand 'nope'"),
+        (
+            &["bench", "boundary", "--limit", "0"],
+            "--limit must be 1 to 100000, got 0",
+        ),
+        (
+            &["bench", "throughput", "--redis", "redis://203.0.113.5:6379"],
+            "is not a loopback address",
+        ),
+        (
+            &["bench", "bot", "--chart", "/nonexistent-dir/for/chart.png"],
+            "chart directory `/nonexistent-dir/for` does not exist",
+        ),
+    ];
+    for (args, expected) in cases {
+        let out = tollgate(args);
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?} printed {}", text(&out.stdout));
+    }
+}
