@@ -40,6 +40,7 @@
 //! - [`grpc`]: the Envoy rate limit service (`ShouldRateLimit`), answered as envoyproxy/ratelimit
 //!   does ([`grpc::service`], [`grpc::serve`]).
 //! - [`serve`]: running the server: listeners, graceful shutdown.
+//! - [`proxy`]: `tollgate proxy`, a rate limiting reverse proxy over the tower middleware.
 //! - [`reload`]: swapping in a new config on SIGHUP or file change; a broken one is rejected.
 //! - [`store`]: [`store::AnyStore`], the memory or Redis store chosen at start-up.
 //! - [`state`]: what handlers share: live limits (swapped on reload), store, settings.
@@ -50,6 +51,7 @@ pub mod grpc;
 pub mod http;
 pub mod limits;
 pub mod metrics;
+pub mod proxy;
 pub mod reload;
 pub mod routes;
 pub mod serve;

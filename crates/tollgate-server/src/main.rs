@@ -39,6 +39,25 @@ enum Command {
         #[arg(long, default_value_t = 1024)]
         max_key_len: usize,
     },
+    /// Forward requests to an upstream, applying the config's route policies first.
+    Proxy {
+        /// Where admitted requests go: http://host:port, optionally with a base path.
+        #[arg(long, env = "TOLLGATE_UPSTREAM")]
+        upstream: String,
+        /// A config file or directory with `policies` and `routes` (default: the demo ones).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Store: redis://host:port or redis+cluster://host:port,host:port (default: in memory).
+        #[arg(long, env = "TOLLGATE_STORE")]
+        store: Option<String>,
+        /// Listen address.
+        #[arg(long, env = "TOLLGATE_PROXY_ADDR", default_value = "127.0.0.1:8090")]
+        listen: SocketAddr,
+        /// A proxy in front of tollgate whose X-Forwarded-For is believed, as a CIDR block
+        /// (10.0.0.0/8, ::1/128); repeat for several.
+        #[arg(long = "trusted-proxy", value_name = "CIDR")]
+        trusted_proxies: Vec<tollgate_tower::Cidr>,
+    },
     /// Validate a config file or directory without serving; exits non-zero on the first error.
     CheckConfig {
         /// The file or directory.
@@ -60,6 +79,19 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Proxy {
+            upstream,
+            config,
+            store,
+            listen,
+            trusted_proxies,
+        } => run(tollgate_server::proxy::run(tollgate_server::proxy::Options {
+            upstream,
+            config,
+            store,
+            listen,
+            trusted_proxies,
+        })),
         Command::CheckConfig { path } => match tollgate_server::config::load(&path) {
             Ok(limits) => {
                 let policies = limits.policies().count();
@@ -93,20 +125,25 @@ fn main() -> ExitCode {
                     max_key_len,
                 },
             };
-            let runtime = match tokio::runtime::Runtime::new() {
-                Ok(runtime) => runtime,
-                Err(err) => {
-                    eprintln!("tollgate: cannot start the runtime: {err}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match runtime.block_on(serve::serve(options)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(err) => {
-                    eprintln!("tollgate: {err:#}");
-                    ExitCode::FAILURE
-                }
-            }
+            run(serve::serve(options))
+        }
+    }
+}
+
+/// Runs `job` on a multi-threaded runtime; an error is printed with its causes.
+fn run(job: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("tollgate: cannot start the runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(job) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("tollgate: {err:#}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -21,13 +21,38 @@ pub struct Server {
 impl Server {
     /// `tollgate serve` with `args` added, once it listens.
     pub fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
             .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start the tollgate binary");
+        let mut server = Self::reading(child);
+        let line = server.wait_for("http listening on ");
+        server.http = format!("http://{}", line.rsplit(' ').next().unwrap_or_default());
+        let line = server.wait_for("grpc listening on ");
+        server.grpc = format!("http://{}", line.rsplit(' ').next().unwrap_or_default());
+        server
+    }
+
+    /// `tollgate proxy` with `args` added, once it listens; its address is in `http`.
+    pub fn start_proxy(args: &[&str]) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(["proxy", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the tollgate binary");
+        let mut server = Self::reading(child);
+        let line = server.wait_for("proxy listening on ");
+        server.http = format!("http://{}", line.rsplit(' ').next().unwrap_or_default());
+        server
+    }
+
+    /// Collects the child's stdout and stderr lines.
+    fn reading(mut child: Child) -> Self {
         let (sender, lines) = mpsc::channel();
         for stream in [
             child
@@ -49,17 +74,12 @@ impl Server {
                 }
             });
         }
-        let mut server = Server {
+        Server {
             child,
             http: String::new(),
             grpc: String::new(),
             lines,
-        };
-        let line = server.wait_for("http listening on ");
-        server.http = format!("http://{}", line.rsplit(' ').next().unwrap_or_default());
-        let line = server.wait_for("grpc listening on ");
-        server.grpc = format!("http://{}", line.rsplit(' ').next().unwrap_or_default());
-        server
+        }
     }
 
     /// The next output line containing `text` (panics after 10 s, showing what was printed).

@@ -1,0 +1,383 @@
+//! `tollgate proxy` as a real child process in front of a real upstream HTTP server: limits by
+//! route, headers and bodies passed through, `X-Forwarded-For` appended and never trusted from an
+//! untrusted peer, 502 when the upstream is away, counted once.
+
+mod binary;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::Request;
+use axum::http::HeaderMap;
+use binary::Server;
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+const CONFIG: &str = r#"
+policies:
+  movies: {algorithm: sliding_log, limit: 3, window: 1h}
+  uploads: {algorithm: fixed_window, limit: 100, window: 1h}
+  keyed: {algorithm: fixed_window, limit: 1, window: 1h}
+routes:
+  - prefix: /v4/movies
+    policies: [movies]
+  - prefix: /upload
+    policies: [uploads]
+  - prefix: /keyed
+    policies: [keyed]
+    key: "header:X-Api-Key"
+"#;
+
+/// An upstream that answers every request with what it received, as JSON (`/upload` echoes the
+/// body's length instead).
+struct Upstream {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Upstream {
+    async fn start() -> Upstream {
+        async fn echo(headers: HeaderMap, request: Request) -> axum::Json<Value> {
+            let method = request.method().to_string();
+            let uri = request.uri().to_string();
+            let body: Bytes = axum::body::to_bytes(request.into_body(), usize::MAX)
+                .await
+                .expect("read the body");
+            let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            axum::Json(json!({
+                "method": method,
+                "uri": uri,
+                "host": header("host"),
+                "x_forwarded_for": header("x-forwarded-for"),
+                "x_custom": header("x-custom"),
+                "connection_named": header("x-hop"),
+                "body_len": body.len(),
+                "body_sum": body.iter().map(|b| u64::from(*b)).sum::<u64>(),
+            }))
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let app = Router::new().fallback(echo);
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .expect("upstream serves");
+        });
+        Upstream {
+            addr,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("upstream stops")
+            .expect("upstream task");
+    }
+}
+
+fn config_file() -> tempfile::NamedTempFile {
+    let file = tempfile::Builder::new()
+        .suffix(".yaml")
+        .tempfile()
+        .expect("temp file");
+    std::fs::write(file.path(), CONFIG).expect("write config");
+    file
+}
+
+fn client() -> Client {
+    Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client")
+}
+
+fn proxy(upstream: &str, config: &tempfile::NamedTempFile, extra: &[&str]) -> Server {
+    let mut args = vec![
+        "--upstream",
+        upstream,
+        "--config",
+        config.path().to_str().expect("utf-8 path"),
+    ];
+    args.extend_from_slice(extra);
+    Server::start_proxy(&args)
+}
+
+#[tokio::test]
+async fn limits_by_route_and_forwards_what_it_admits() {
+    let upstream = Upstream::start().await;
+    let config = config_file();
+    let proxy = proxy(&format!("http://{}", upstream.addr), &config, &[]);
+    let client = client();
+
+    for left in [2, 1, 0] {
+        let response = client
+            .get(proxy.url("/v4/movies?page=2"))
+            .header("x-custom", "kept")
+            .header("connection", "x-hop")
+            .header("x-hop", "dropped")
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()["ratelimit-policy"], r#""movies";q=3;w=3600"#);
+        assert_eq!(
+            response.headers()["ratelimit"].to_str().unwrap(),
+            format!(r#""movies";r={left};t=3600"#)
+        );
+        let seen: Value = response.json().await.expect("json");
+        assert_eq!(seen["method"], "GET");
+        assert_eq!(seen["uri"], "/v4/movies?page=2");
+        assert_eq!(seen["x_custom"], "kept");
+        assert_eq!(seen["connection_named"], Value::Null, "hop-by-hop header dropped");
+        assert_eq!(seen["x_forwarded_for"], "127.0.0.1");
+        assert_eq!(
+            seen["host"],
+            proxy.http.trim_start_matches("http://"),
+            "Host preserved"
+        );
+    }
+    let denied = client
+        .get(proxy.url("/v4/movies/42"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.headers()["content-type"], "application/problem+json");
+    let retry_after: u64 = denied.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((3_500..=3_600).contains(&retry_after), "{retry_after}");
+    let problem: Value = denied.json().await.expect("json");
+    assert_eq!(problem["status"], 429);
+    assert_eq!(problem["policy"], "movies");
+
+    // A sibling path is not under the route, and no route means no limit.
+    for _ in 0..5 {
+        let response = client
+            .get(proxy.url("/v4/moviesearch"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(response.headers().get("ratelimit").is_none());
+    }
+
+    // Header keys: each API key its own budget; no key is a 400 naming it.
+    for key in ["a", "b"] {
+        let ok = client
+            .get(proxy.url("/keyed"))
+            .header("x-api-key", key)
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(ok.status(), StatusCode::OK);
+    }
+    let again = client
+        .get(proxy.url("/keyed"))
+        .header("x-api-key", "a")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(again.status(), StatusCode::TOO_MANY_REQUESTS);
+    let missing = client.get(proxy.url("/keyed")).send().await.expect("request");
+    assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
+    drop(proxy);
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn bodies_pass_through_whole_both_ways() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let upstream = Upstream::start().await;
+    let config = config_file();
+    let proxy = proxy(&format!("http://{}", upstream.addr), &config, &[]);
+    let body: Vec<u8> = (0..8 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let sum: u64 = body.iter().map(|b| u64::from(*b)).sum();
+    let response = client()
+        .post(proxy.url("/upload"))
+        .body(body.clone())
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), StatusCode::OK);
+    let seen: Value = response.json().await.expect("json");
+    assert_eq!(seen["method"], "POST");
+    assert_eq!(seen["body_len"], body.len());
+    assert_eq!(seen["body_sum"], sum);
+
+    // A chunked upload (no Content-Length), as from a pipe, sent a chunk at a time.
+    let address = proxy.http.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.expect("connect");
+    let head = format!(
+        "PUT /upload/chunked HTTP/1.1\r\nHost: {address}\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.expect("head");
+    for chunk in body[..300_000].chunks(100_000) {
+        stream
+            .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+            .await
+            .expect("chunk size");
+        stream.write_all(chunk).await.expect("chunk");
+        stream.write_all(b"\r\n").await.expect("chunk end");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stream.write_all(b"0\r\n\r\n").await.expect("last chunk");
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .expect("answered")
+        .expect("read");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    let partial_sum: u64 = body[..300_000].iter().map(|b| u64::from(*b)).sum();
+    assert!(answer.contains(r#""body_len":300000"#), "{answer}");
+    assert!(
+        answer.contains(&format!(r#""body_sum":{partial_sum}"#)),
+        "{answer}"
+    );
+    assert!(answer.contains(r#""method":"PUT""#), "{answer}");
+    drop(proxy);
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn a_spoofed_forwarded_for_from_an_untrusted_peer_is_ignored() {
+    let upstream = Upstream::start().await;
+    let config = config_file();
+    let proxy = proxy(&format!("http://{}", upstream.addr), &config, &[]);
+    let client = client();
+    // Every request claims another client; all are counted against the real peer.
+    let mut statuses = vec![];
+    for i in 0..4 {
+        let response = client
+            .get(proxy.url("/v4/movies"))
+            .header("x-forwarded-for", format!("203.0.113.{i}"))
+            .send()
+            .await
+            .expect("request");
+        statuses.push(response.status().as_u16());
+        if response.status() == StatusCode::OK {
+            let seen: Value = response.json().await.expect("json");
+            assert_eq!(
+                seen["x_forwarded_for"],
+                format!("203.0.113.{i}, 127.0.0.1"),
+                "appended"
+            );
+        }
+    }
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    drop(proxy);
+
+    // Behind a trusted proxy (loopback here), the forwarded client is the key.
+    let proxy = self::proxy(
+        &format!("http://{}", upstream.addr),
+        &config,
+        &["--trusted-proxy", "127.0.0.0/8"],
+    );
+    for i in 0..4 {
+        let response = client
+            .get(proxy.url("/v4/movies"))
+            .header("x-forwarded-for", format!("203.0.113.{i}"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status(), StatusCode::OK, "client {i} has its own budget");
+    }
+    drop(proxy);
+    upstream.stop().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_upstream_is_a_502_counted_once() {
+    let upstream = Upstream::start().await;
+    let address = format!("http://{}", upstream.addr);
+    upstream.stop().await;
+    let config = config_file();
+    let proxy = proxy(&address, &config, &[]);
+    let client = client();
+    for left in [2, 1, 0] {
+        let response = client.get(proxy.url("/v4/movies")).send().await.expect("request");
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+        assert_eq!(response.headers()["content-type"], "application/problem+json");
+        assert_eq!(
+            response.headers()["ratelimit"].to_str().unwrap(),
+            format!(r#""movies";r={left};t=3600"#),
+            "one request, one unit"
+        );
+        let problem: Value = response.json().await.expect("json");
+        assert_eq!(problem["status"], 502);
+    }
+    let denied = client.get(proxy.url("/v4/movies")).send().await.expect("request");
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    let config = config_file();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "proxy",
+            "--upstream",
+            "ftp://example.com",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .expect("run");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("only http:// upstreams are supported"),
+        "{stderr}"
+    );
+
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "proxy",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--trusted-proxy",
+            "10.0.0.0/33",
+        ])
+        .output()
+        .expect("run");
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--trusted-proxy"));
+
+    std::fs::write(
+        config.path(),
+        "policies: {}\nroutes:\n  - {prefix: /, policies: [nope]}\n",
+    )
+    .expect("write");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "proxy",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+        ])
+        .arg(config.path())
+        .output()
+        .expect("run");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(r#"routes[0].policies[0]: unknown policy "nope""#),
+        "{stderr}"
+    );
+}
