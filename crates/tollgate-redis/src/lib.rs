@@ -29,9 +29,3 @@ mod store;
 pub use connection::Target;
 pub use error::ConnectError;
 pub use store::{RedisStore, RedisStoreBuilder, StoreStats};
-
-/// The README's examples, compiled (and, where they need no server, run) as doc tests. They live
-/// here because this crate sees both the core and the Redis store.
-#[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
-pub struct ReadmeDoctests;

@@ -60,3 +60,10 @@ pub use key::{Cidr, ClientIp, KeyExtractor, ProxyHeader};
 pub use rate_limit::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
 pub use rule::{MissingKey, Rule};
 pub use stats::{Stats, StatsSnapshot};
+
+/// The README's examples, compiled (and, where they need no server, run) as doc tests. They live
+/// here because this crate sees the core, the middleware and (as a dev-dependency) the Redis
+/// store.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
