@@ -57,10 +57,12 @@ pub enum ScenarioError {
         source: tollgate::Error,
     },
     /// Redis could not be reached.
-    #[error("cannot connect to {store}: {source}")]
+    #[error("{store} at {url}: {source}")]
     Connect {
         /// `redis` or `redis cluster`.
         store: &'static str,
+        /// The address given.
+        url: String,
         /// Why.
         #[source]
         source: tollgate_redis::ConnectError,

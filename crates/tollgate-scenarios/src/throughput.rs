@@ -212,6 +212,7 @@ async fn measure(args: &ThroughputArgs) -> Result<ThroughputReport, ScenarioErro
 async fn connect(kind: StoreKind, url: &str) -> Result<Arc<RedisStore>, ScenarioError> {
     let connect_error = |source| ScenarioError::Connect {
         store: kind.label(),
+        url: url.to_string(),
         source,
     };
     let target = Target::parse(url).map_err(connect_error)?;

@@ -117,3 +117,18 @@ fn other_bad_values_are_refused_with_their_name() {
     assert!(tollgate_scenarios::run(&args).is_err());
     assert!(!PathBuf::from("x.png").exists());
 }
+
+#[test]
+fn an_unreachable_redis_is_a_clear_error() {
+    // A loopback port that was free a moment ago: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .unwrap();
+    let url = format!("redis://127.0.0.1:{port}");
+    let text = message(&["throughput", "--redis", &url, "--duration", "10ms"]);
+    assert!(
+        text.starts_with(&format!("redis at {url}: cannot connect to redis")),
+        "{text}"
+    );
+}
