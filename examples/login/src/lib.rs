@@ -25,6 +25,12 @@
 //! let router: axum::Router = app(MemoryStore::new(), Users::demo());
 //! # let _ = router;
 //! ```
+//!
+//! # Layout
+//!
+//! - this file: the router and the login handler, where the counter is checked, bumped and reset.
+//! - [`users`]: [`Users`], the in-memory user table with constant-time password checks.
+//! - [`problem`]: the 400, 401, 415, 429 and 503 problem answers.
 
 pub mod problem;
 pub mod users;

@@ -62,16 +62,18 @@ pub fn bad_request(status: StatusCode, detail: String) -> Response {
 }
 
 /// 503: the attempts store failed. A login limiter fails closed: without the count it cannot
-/// tell a user from a guesser, so it lets no one try.
+/// tell a user from a guesser, so it lets no one try. The error goes to stderr for the operator,
+/// not into the answer.
 ///
 /// ```
 /// let response = tollgate_example_login::problem::store_unavailable(&tollgate::Error::EmptyKey);
 /// assert_eq!(response.status(), 503);
 /// ```
 pub fn store_unavailable(err: &tollgate::Error) -> Response {
+    eprintln!("login: attempts store failed: {err}");
     problem(
         StatusCode::SERVICE_UNAVAILABLE,
-        format!("login is unavailable: the attempts store failed ({err})"),
+        "login is unavailable: the attempts store failed; try again shortly".to_owned(),
         json!({}),
     )
 }
