@@ -27,6 +27,8 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use serde_json::{Map, Value, json};
 use tollgate::{Decision, Policy, headers};
 
+use crate::Rule;
+
 /// The media type of every problem body.
 pub const CONTENT_TYPE_PROBLEM: &str = "application/problem+json";
 
@@ -153,27 +155,39 @@ impl Problems {
     }
 }
 
-/// Appends `RateLimit-Policy` and `RateLimit` for `decided` (one entry each), if any.
-pub(crate) fn append_ratelimit_headers<'a>(
-    map: &mut HeaderMap,
-    decided: impl IntoIterator<Item = (&'a Policy, Decision)>,
-) {
-    let (mut policies, mut limits) = (String::new(), String::new());
-    for (policy, decision) in decided {
-        if !policies.is_empty() {
-            policies.push_str(", ");
-            limits.push_str(", ");
+/// The `RateLimit-Policy` and `RateLimit` field values of one response.
+#[derive(Debug, Clone)]
+pub(crate) struct RateLimitHeaders {
+    policy: HeaderValue,
+    limit: HeaderValue,
+}
+
+impl RateLimitHeaders {
+    /// The two fields for `decided` (one entry each, in order); `None` when there is none.
+    pub(crate) fn new<'a>(decided: impl IntoIterator<Item = (&'a Rule, Decision)>) -> Option<Self> {
+        let (mut policies, mut limits) = (String::new(), String::with_capacity(48));
+        for (rule, decision) in decided {
+            if !limits.is_empty() {
+                policies.push_str(", ");
+                limits.push_str(", ");
+            }
+            policies.push_str(&rule.policy_header);
+            limits.push_str(&headers::ratelimit(&rule.policy, &decision));
         }
-        policies.push_str(&headers::ratelimit_policy(policy));
-        limits.push_str(&headers::ratelimit(policy, &decision));
+        if limits.is_empty() {
+            return None;
+        }
+        // The core's renderings are printable ASCII, always valid header values.
+        Some(RateLimitHeaders {
+            policy: HeaderValue::try_from(policies).ok()?,
+            limit: HeaderValue::try_from(limits).ok()?,
+        })
     }
-    if policies.is_empty() {
-        return;
-    }
-    // The core's renderings are printable ASCII, always valid header values.
-    if let (Ok(policies), Ok(limits)) = (HeaderValue::try_from(policies), HeaderValue::try_from(limits)) {
-        map.append(RATELIMIT_POLICY, policies);
-        map.append(RATELIMIT, limits);
+
+    /// Appends both fields to `map`, after any lines already there.
+    pub(crate) fn append_to(self, map: &mut HeaderMap) {
+        map.append(RATELIMIT_POLICY, self.policy);
+        map.append(RATELIMIT, self.limit);
     }
 }
 

@@ -42,6 +42,8 @@ pub struct Rule {
     pub(crate) cost: u64,
     pub(crate) shadow: bool,
     pub(crate) on_missing_key: MissingKey,
+    /// This rule's `RateLimit-Policy` entry, rendered once: it never changes.
+    pub(crate) policy_header: String,
 }
 
 impl Rule {
@@ -58,6 +60,7 @@ impl Rule {
     /// ```
     pub fn new(policy: Policy, key: KeyExtractor) -> Self {
         Rule {
+            policy_header: tollgate::headers::ratelimit_policy(&policy),
             policy,
             key,
             cost: 1,

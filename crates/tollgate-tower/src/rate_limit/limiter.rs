@@ -31,12 +31,12 @@
 //! counted and logged at `warn`.
 
 use axum::body::Body;
+use axum::http::Response;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, Response};
 use tollgate::bounds::MAX_KEY_LEN;
 use tollgate::{Decision, Error, FailureMode};
 
-use crate::problem::{self, Problems};
+use crate::problem::{Problems, RateLimitHeaders};
 use crate::stats::{Counter, Stats};
 use crate::store::SharedStore;
 use crate::{MissingKey, Rule};
@@ -51,8 +51,8 @@ pub(crate) struct Limiter {
 
 /// What to do with a request.
 pub(crate) enum Verdict {
-    /// Pass it on; add these headers to the response.
-    Pass(HeaderMap),
+    /// Pass it on; add these headers (if any) to the response.
+    Pass(Option<RateLimitHeaders>),
     /// Answer with this response instead.
     Answer(Response<Body>),
 }
@@ -112,7 +112,7 @@ impl Limiter {
         }
     }
 
-    async fn decide_inner(&self, parts: &Parts) -> Result<HeaderMap, Box<Response<Body>>> {
+    async fn decide_inner(&self, parts: &Parts) -> Result<Option<RateLimitHeaders>, Box<Response<Body>>> {
         let mut applied = self.keys(parts)?;
         if applied.len() > 1 {
             for a in &mut applied {
@@ -152,9 +152,7 @@ impl Limiter {
                 return Err(Box::new(self.deny(&applied)));
             }
         }
-        let mut headers = HeaderMap::new();
-        problem::append_ratelimit_headers(&mut headers, enforced_decisions(&applied));
-        Ok(headers)
+        Ok(RateLimitHeaders::new(enforced_decisions(&applied)))
     }
 
     /// The rules that apply, with their keys; or the 400 for a missing or oversized key.
@@ -238,17 +236,17 @@ impl Limiter {
         };
         tracing::debug!(policy = denier.rule.policy.name(), "rate limit denied a request");
         let mut response = self.problems.rate_limited(&denier.rule.policy, &decision);
-        problem::append_ratelimit_headers(response.headers_mut(), enforced_decisions(applied));
+        if let Some(headers) = RateLimitHeaders::new(enforced_decisions(applied)) {
+            headers.append_to(response.headers_mut());
+        }
         response
     }
 }
 
 /// The enforced rules that have a decision, for the headers: shadow rules stay invisible.
-fn enforced_decisions<'a>(
-    applied: &'a [Applied<'_>],
-) -> impl Iterator<Item = (&'a tollgate::Policy, Decision)> {
+fn enforced_decisions<'a>(applied: &'a [Applied<'_>]) -> impl Iterator<Item = (&'a Rule, Decision)> {
     applied
         .iter()
         .filter(|a| !a.rule.shadow)
-        .filter_map(|a| Some((&a.rule.policy, a.decision()?)))
+        .filter_map(|a| Some((a.rule, a.decision()?)))
 }

@@ -111,8 +111,8 @@ where
                 Verdict::Pass(headers) => {
                     let response = inner.call(Request::from_parts(parts, body)).await?;
                     let (mut head, body) = response.into_parts();
-                    for (name, value) in &headers {
-                        head.headers.append(name, value.clone());
+                    if let Some(headers) = headers {
+                        headers.append_to(&mut head.headers);
                     }
                     Ok(Response::from_parts(head, Body::new(body)))
                 }
