@@ -261,11 +261,11 @@ struct Matched<'a> {
 }
 
 impl<'a> Matched<'a> {
-    fn from_config(resolved: &Resolved<'a>) -> Self {
+    fn from_config(resolved: Resolved<'a>) -> Self {
         Matched {
-            key: resolved.key().to_owned(),
             name: resolved.name(),
             shadow: resolved.shadow_mode(),
+            key: resolved.into_key(),
         }
     }
 }
@@ -367,13 +367,13 @@ async fn should_rate_limit(
             (None, None) => Slot::None,
             (None, Some(resolved)) => match (resolved.policy(), resolved.deny_all()) {
                 (Some(policy), _) => Slot::Limited(Limited {
-                    matched: Matched::from_config(&resolved),
+                    matched: Matched::from_config(resolved),
                     policy: Cow::Borrowed(policy),
                     cost: asked.cost,
                     verdict: None,
                 }),
                 (None, Some((period, policy_name))) => Slot::DenyAll {
-                    matched: Matched::from_config(&resolved),
+                    matched: Matched::from_config(resolved),
                     period,
                     policy_name: Cow::Borrowed(policy_name),
                 },

@@ -421,6 +421,11 @@ impl<'a> Resolved<'a> {
         &self.key
     }
 
+    /// The store key, owned: the counter's key without a copy, for a caller done with the rest.
+    pub(crate) fn into_key(self) -> String {
+        self.key
+    }
+
     /// True for `shadow_mode: true`: check and count, but report OK whatever the outcome.
     ///
     /// ```
