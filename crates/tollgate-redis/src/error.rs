@@ -55,21 +55,21 @@ pub(crate) fn store_error(err: &redis::RedisError) -> Error {
         },
         (_, text) => text,
     };
-    Error::Store { kind, message }
+    Error::store(kind, message)
 }
 
 pub(crate) fn timeout(after: std::time::Duration) -> Error {
-    Error::Store {
-        kind: StoreErrorKind::Timeout,
-        message: format!("no answer from redis within {after:?}"),
-    }
+    Error::store(
+        StoreErrorKind::Timeout,
+        format!("no answer from redis within {after:?}"),
+    )
 }
 
 pub(crate) fn breaker_open(next_probe_in: std::time::Duration) -> Error {
-    Error::Store {
-        kind: StoreErrorKind::Connection,
-        message: format!("redis unavailable; next probe in {next_probe_in:?}"),
-    }
+    Error::store(
+        StoreErrorKind::Connection,
+        format!("redis unavailable; next probe in {next_probe_in:?}"),
+    )
 }
 
 /// True for failures that mean Redis itself is unavailable, as opposed to one bad key.

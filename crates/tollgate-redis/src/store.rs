@@ -18,8 +18,10 @@ use std::time::Duration;
 use redis::Script;
 use tollgate::algorithm::Outcome;
 use tollgate::attempts::Attempts;
-use tollgate::store::{self as core_store, Store};
-use tollgate::{AttemptsStatus, Clock, Decision, Error, FailureMode, MemoryStore, Policy, SystemClock};
+use tollgate::store::{self as core_store, AttemptsStore, Store};
+use tollgate::{
+    AttemptsStatus, Clock, Decision, Decisions, Error, FailureMode, MemoryStore, Policy, Rule, SystemClock,
+};
 
 use crate::breaker::{Admission, Breaker};
 use crate::connection::{Connection, Target};
@@ -286,8 +288,14 @@ impl RedisStore {
         }
     }
 
-    async fn decide(&self, policy: &Policy, key: &[u8], cost: u64, commit: bool) -> Result<Decision, Error> {
-        core_store::validate_check(policy, key, cost)?;
+    async fn decide_one(
+        &self,
+        policy: &Policy,
+        key: &[u8],
+        cost: u64,
+        commit: bool,
+    ) -> Result<Decision, Error> {
+        core_store::validate_key(key)?;
         let inner = &self.inner;
         let state = inner.keys.state(policy.name(), key);
         let local_now = inner.local_clock.now_us();
@@ -455,10 +463,10 @@ fn outcome(reply: &[u64]) -> Result<Outcome, Error> {
 }
 
 fn bad_reply(reply: &[u64]) -> Error {
-    Error::Store {
-        kind: tollgate::StoreErrorKind::Script,
-        message: format!("unexpected script reply {reply:?}"),
-    }
+    Error::store(
+        tollgate::StoreErrorKind::Script,
+        format!("unexpected script reply {reply:?}"),
+    )
 }
 
 fn denied(limit: u64, retry_after: Duration) -> Decision {
@@ -484,12 +492,29 @@ fn cached_denial(policy: &Policy, denial: Denial, now_us: u64) -> Decision {
 }
 
 impl Store for RedisStore {
-    async fn check(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
-        self.decide(policy, key, cost, true).await
-    }
-
-    async fn peek(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
-        self.decide(policy, key, cost, false).await
+    async fn decide(&self, rules: &[Rule<'_>], commit: bool) -> Result<Decisions, Error> {
+        // Interim: one script call per rule, peeks first when several.
+        match rules {
+            [] => Ok(Decisions::None),
+            [rule] => Ok(Decisions::One(
+                self.decide_one(rule.policy, rule.key, rule.cost, commit).await?,
+            )),
+            _ => {
+                let mut out = Vec::with_capacity(rules.len());
+                for rule in rules {
+                    out.push(self.decide_one(rule.policy, rule.key, rule.cost, false).await?);
+                }
+                let denied = rules.iter().zip(&out).any(|(r, d)| !r.shadow && !d.allowed);
+                if commit {
+                    for (rule, slot) in rules.iter().zip(out.iter_mut()) {
+                        if !denied || !slot.allowed {
+                            *slot = self.decide_one(rule.policy, rule.key, rule.cost, true).await?;
+                        }
+                    }
+                }
+                Ok(Decisions::Many(out))
+            }
+        }
     }
 
     async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {
@@ -501,7 +526,9 @@ impl Store for RedisStore {
         let log = KeyNames::log(&state);
         self.delete(&[state, log]).await
     }
+}
 
+impl AttemptsStore for RedisStore {
     async fn increment_attempts(&self, key: &[u8], ttl: Duration) -> Result<u64, Error> {
         let ttl_us = validate_ttl(ttl)?;
         let (counter, _) = self.attempts(key, "incr", ttl_us).await?;

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Rng, exact_store, random_policy};
-use tollgate::{ManualClock, MemoryStore, Store};
+use tollgate::{AttemptsStore, ManualClock, MemoryStore, Store};
 use tollgate_redis::Target;
 use tollgate_testkit::vectors::{self, T0_US};
 use tollgate_testkit::{RedisCluster, RedisServer};

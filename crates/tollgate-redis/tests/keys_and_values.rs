@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Anchor, Error, Policy, Rate, Store, StoreErrorKind};
+use tollgate::{Algorithm, Anchor, AttemptsStore, Error, Policy, Rate, Store, StoreErrorKind};
 use tollgate_redis::{ConnectError, RedisStore, Target};
 use tollgate_testkit::RedisServer;
 
@@ -108,8 +108,8 @@ async fn values_we_did_not_write_give_a_typed_error() {
     let corrupt = |result: Result<tollgate::Decision, Error>| match result {
         Err(Error::Store {
             kind: StoreErrorKind::Corrupt,
-            message,
-        }) => message,
+            source,
+        }) => source.to_string(),
         other => panic!("expected a corrupt-value error, got {other:?}"),
     };
 

@@ -283,10 +283,10 @@ where
             }
             Ok(Err(err)) => failure = Some(err),
             Err(join) => {
-                failure = Some(tollgate::Error::Store {
-                    kind: tollgate::StoreErrorKind::Script,
-                    message: format!("client task failed: {join}"),
-                })
+                failure = Some(tollgate::Error::store(
+                    tollgate::StoreErrorKind::Script,
+                    format!("client task failed: {join}"),
+                ))
             }
         }
     }

@@ -28,7 +28,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tollgate::{Decision, Error, Policy, Store, headers};
+use tollgate::{AttemptsStore, Decision, Error, Policy, Store, headers};
 
 use crate::metrics;
 use crate::state::SharedState;

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tollgate::{AttemptsStatus, Decision, Error, MemoryStore, Policy, Store};
+use tollgate::{AttemptsStatus, AttemptsStore, Decision, Decisions, Error, MemoryStore, Policy, Rule, Store};
 use tollgate_redis::{RedisStore, Target};
 
 /// Where decisions are made.
@@ -64,6 +64,14 @@ macro_rules! dispatch {
 }
 
 impl Store for AnyStore {
+    async fn decide(&self, rules: &[Rule<'_>], commit: bool) -> Result<Decisions, Error> {
+        dispatch!(self, decide(rules, commit))
+    }
+
+    async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {
+        dispatch!(self, reset(policy, key))
+    }
+
     async fn check(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
         dispatch!(self, check(policy, key, cost))
     }
@@ -71,28 +79,35 @@ impl Store for AnyStore {
     async fn peek(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
         dispatch!(self, peek(policy, key, cost))
     }
+}
 
-    async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {
-        dispatch!(self, reset(policy, key))
-    }
+macro_rules! dispatch_attempts {
+    ($self:ident, $method:ident ( $($arg:expr),* )) => {
+        match $self {
+            AnyStore::Memory(store) => AttemptsStore::$method(store.as_ref(), $($arg),*).await,
+            AnyStore::Redis(store) => AttemptsStore::$method(store, $($arg),*).await,
+        }
+    };
+}
 
+impl AttemptsStore for AnyStore {
     async fn increment_attempts(&self, key: &[u8], ttl: Duration) -> Result<u64, Error> {
-        dispatch!(self, increment_attempts(key, ttl))
+        dispatch_attempts!(self, increment_attempts(key, ttl))
     }
 
     async fn get_attempts(&self, key: &[u8]) -> Result<u64, Error> {
-        dispatch!(self, get_attempts(key))
+        dispatch_attempts!(self, get_attempts(key))
     }
 
     async fn get_ttl(&self, key: &[u8]) -> Result<Option<Duration>, Error> {
-        dispatch!(self, get_ttl(key))
+        dispatch_attempts!(self, get_ttl(key))
     }
 
     async fn reset_attempts(&self, key: &[u8]) -> Result<(), Error> {
-        dispatch!(self, reset_attempts(key))
+        dispatch_attempts!(self, reset_attempts(key))
     }
 
     async fn check_limit(&self, key: &[u8], max_attempts: u64) -> Result<AttemptsStatus, Error> {
-        dispatch!(self, check_limit(key, max_attempts))
+        dispatch_attempts!(self, check_limit(key, max_attempts))
     }
 }

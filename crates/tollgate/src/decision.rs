@@ -85,3 +85,70 @@ pub struct AttemptsStatus {
     /// Time until the counter expires; `None` when there is no counter.
     pub ttl: Option<Duration>,
 }
+
+impl Default for Decision {
+    /// A denial with nothing left: the placeholder before a store answers.
+    fn default() -> Self {
+        Decision {
+            allowed: false,
+            limit: 0,
+            remaining: 0,
+            reset_after: Duration::ZERO,
+            retry_after: None,
+            degraded: false,
+        }
+    }
+}
+
+/// The decisions of a list of rules, in the rules' order. One decision is held inline, so
+/// deciding a single rule allocates nothing.
+///
+/// ```
+/// use tollgate::{Decision, Decisions};
+///
+/// let one = Decisions::from(vec![Decision::default()]);
+/// assert_eq!(one.as_slice().len(), 1);
+/// assert!(Decisions::default().as_slice().is_empty());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Decisions {
+    /// No rules.
+    #[default]
+    None,
+    /// One rule, inline.
+    One(Decision),
+    /// Several rules.
+    Many(Vec<Decision>),
+}
+
+impl Decisions {
+    /// The decisions, in the rules' order.
+    #[inline]
+    pub fn as_slice(&self) -> &[Decision] {
+        match self {
+            Decisions::None => &[],
+            Decisions::One(d) => std::slice::from_ref(d),
+            Decisions::Many(v) => v,
+        }
+    }
+
+    /// The decisions, mutably.
+    #[inline]
+    pub fn as_mut_slice(&mut self) -> &mut [Decision] {
+        match self {
+            Decisions::None => &mut [],
+            Decisions::One(d) => std::slice::from_mut(d),
+            Decisions::Many(v) => v,
+        }
+    }
+}
+
+impl From<Vec<Decision>> for Decisions {
+    fn from(mut decisions: Vec<Decision>) -> Self {
+        match decisions.len() {
+            0 => Decisions::None,
+            1 => Decisions::One(decisions.remove(0)),
+            _ => Decisions::Many(decisions),
+        }
+    }
+}

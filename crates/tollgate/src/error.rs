@@ -127,12 +127,13 @@ pub enum Error {
         max_keys: usize,
     },
     /// A backing store (such as Redis) failed.
-    #[error("store {kind} error: {message}")]
+    #[error("store {kind} error: {source}")]
     Store {
-        /// The class of failure, for failure policies and metrics.
+        /// The class of failure, for failure modes, logs and metrics.
         kind: StoreErrorKind,
-        /// What happened, from the store.
-        message: String,
+        /// What the store (or its client) reported.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
 }
 
@@ -142,8 +143,12 @@ pub enum Error {
 pub enum StoreErrorKind {
     /// The store did not answer in time.
     Timeout,
-    /// The store could not be reached.
+    /// The store could not be reached, dropped the connection, or is known to be down.
     Connection,
+    /// The store refused to write: out of memory.
+    OutOfMemory,
+    /// The store refused us: wrong password or missing permission.
+    Auth,
     /// A server-side script failed.
     Script,
     /// A cluster could not route the call.
@@ -157,6 +162,8 @@ impl std::fmt::Display for StoreErrorKind {
         f.write_str(match self {
             StoreErrorKind::Timeout => "timeout",
             StoreErrorKind::Connection => "connection",
+            StoreErrorKind::OutOfMemory => "out of memory",
+            StoreErrorKind::Auth => "auth",
             StoreErrorKind::Script => "script",
             StoreErrorKind::Cluster => "cluster",
             StoreErrorKind::Corrupt => "corrupt value",
@@ -165,6 +172,49 @@ impl std::fmt::Display for StoreErrorKind {
 }
 
 impl Error {
+    /// A store failure of class `kind`, keeping `source` for logs.
+    ///
+    /// ```
+    /// use tollgate::{Error, StoreErrorKind};
+    ///
+    /// let err = Error::store(StoreErrorKind::Timeout, "no answer within 50ms");
+    /// assert_eq!(err.to_string(), "store timeout error: no answer within 50ms");
+    /// assert_eq!(err.class(), Some("timeout"));
+    /// ```
+    pub fn store(
+        kind: StoreErrorKind,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Error::Store {
+            kind,
+            source: source.into(),
+        }
+    }
+
+    /// The class of a store failure as a short label (`timeout`, `connection`, `out_of_memory`,
+    /// `auth`, `script`, `cluster`, `corrupt`, `full`), `None` for bad input. A bounded set, for
+    /// metrics.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::Error::StoreFull { max_keys: 1 }.class(), Some("full"));
+    /// assert_eq!(tollgate::Error::ZeroCost.class(), None);
+    /// ```
+    pub fn class(&self) -> Option<&'static str> {
+        match self {
+            Error::StoreFull { .. } => Some("full"),
+            Error::Store { kind, .. } => Some(match kind {
+                StoreErrorKind::Timeout => "timeout",
+                StoreErrorKind::Connection => "connection",
+                StoreErrorKind::OutOfMemory => "out_of_memory",
+                StoreErrorKind::Auth => "auth",
+                StoreErrorKind::Script => "script",
+                StoreErrorKind::Cluster => "cluster",
+                StoreErrorKind::Corrupt => "corrupt",
+            }),
+            _ => None,
+        }
+    }
+
     /// True when the caller's input was unusable, as opposed to the store failing.
     ///
     /// ```

@@ -27,29 +27,39 @@
 //!   microseconds, and [`algorithm::decide`], which adds penalties.
 //! - [`attempts`]: the attempts counter for brute-force protection.
 //! - [`decision`]: [`Decision`] and [`AttemptsStatus`], the answers.
-//! - [`store`]: the [`Store`] trait every backend implements, and the input checks they share.
-//! - [`memory`]: [`MemoryStore`], the embedded, bounded, sharded default.
+//! - [`rule`]: a [`Rule`] is one limit of a request: a policy, a key, a cost, shadow or not.
+//! - [`engine`]: the [`Engine`] decides a request's rules all or nothing on any store, applies
+//!   failure modes once, and labels the [`Outcome`]; every door (HTTP, gRPC, middleware, proxy)
+//!   goes through it.
+//! - [`store`]: the [`Store`] trait every backend implements (one atomic `decide` of a list of
+//!   rules), the [`AttemptsStore`] trait beside it, and the input checks they share.
+//! - [`memory`]: [`MemoryStore`], the embedded, bounded, sharded default; a request's rules are
+//!   decided under the locks of the shards they touch, taken in order.
 //! - [`clock`]: [`Clock`], with [`SystemClock`] and [`ManualClock`] for tests.
 //! - [`bounds`]: the accepted range of every parameter.
 //! - [`error`]: [`PolicyError`] at construction, [`Error`] from store operations.
 //! - [`headers`]: the IETF `RateLimit-Policy` / `RateLimit` fields and `Retry-After`, as text.
 //!
-//! This crate does no I/O and needs no async runtime.
+//! This crate does no I/O, keeps no process-global state and needs no async runtime.
 
 pub mod algorithm;
 pub mod attempts;
 pub mod bounds;
 pub mod clock;
 pub mod decision;
+pub mod engine;
 pub mod error;
 pub mod headers;
 pub mod memory;
 pub mod policy;
+pub mod rule;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{AttemptsStatus, Decision};
+pub use decision::{AttemptsStatus, Decision, Decisions};
+pub use engine::{Engine, EngineBuilder, Outcome, RuleVerdict, Verdict};
 pub use error::{Error, PolicyError, StoreErrorKind};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use policy::{Algorithm, Anchor, FailureMode, Policy, Rate};
-pub use store::Store;
+pub use rule::Rule;
+pub use store::{AttemptsStore, Store};

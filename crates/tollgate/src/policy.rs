@@ -4,9 +4,8 @@
 //! ever fail because of the policy itself. The name namespaces the stored state, so two policies
 //! applied to the same key (say `"login"` and `"api"` on one user id) never share a counter.
 
-use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::PolicyError;
@@ -330,7 +329,9 @@ impl Algorithm {
 
 /// A named rule: which algorithm with which parameters, and an optional penalty.
 ///
-/// Cloning is cheap (the name is shared).
+/// Cloning is cheap (the name is shared). A policy's state is found by its name: two policies
+/// with the same name (say, one rebuilt from a reloaded config) share their counters in a store,
+/// and nothing outlives the last policy and stored key that use a name.
 ///
 /// ```
 /// use std::time::Duration;
@@ -345,9 +346,7 @@ impl Algorithm {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Policy {
-    name: Arc<str>,
-    /// The interned name: equal names, equal ids, in this process.
-    namespace: u32,
+    name: Arc<PolicyName>,
     algorithm: Algorithm,
     block_for_us: Option<u64>,
     on_store_failure: FailureMode,
@@ -406,8 +405,8 @@ impl Policy {
     /// assert!(tollgate::Policy::new("", algorithm).is_err());
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
-    pub fn new(name: impl Into<Arc<str>>, algorithm: Algorithm) -> Result<Self, PolicyError> {
-        let name = name.into();
+    pub fn new(name: impl AsRef<str>, algorithm: Algorithm) -> Result<Self, PolicyError> {
+        let name = name.as_ref();
         if name.is_empty() || name.len() > MAX_NAME_LEN {
             return Err(PolicyError::BadName {
                 len: name.len(),
@@ -415,8 +414,7 @@ impl Policy {
             });
         }
         Ok(Policy {
-            namespace: namespace_of(&name),
-            name,
+            name: Arc::new(PolicyName::new(name)),
             algorithm,
             block_for_us: None,
             on_store_failure: FailureMode::default(),
@@ -497,14 +495,13 @@ impl Policy {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn name(&self) -> &str {
-        &self.name
+        &self.name.text
     }
 
-    /// The interned name, which the memory store compares instead of the name itself. Never 0:
-    /// that namespace belongs to attempts counters.
+    /// The shared name, which the memory store keeps beside each key it stores for this policy.
     #[inline]
-    pub(crate) fn namespace(&self) -> u32 {
-        self.namespace
+    pub(crate) fn shared_name(&self) -> &Arc<PolicyName> {
+        &self.name
     }
 
     /// The algorithm and its parameters.
@@ -556,15 +553,37 @@ impl Policy {
     }
 }
 
-/// Interns a policy name: the same name always gets the same number in this process, so policies
-/// rebuilt from a reloaded config keep their state, and the memory store finds a key by a number
-/// instead of comparing names. Names are few and long-lived; the table only grows with new names.
-fn namespace_of(name: &Arc<str>) -> u32 {
-    static NAMESPACES: OnceLock<Mutex<HashMap<Arc<str>, u32>>> = OnceLock::new();
-    let mut namespaces = NAMESPACES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let next = u32::try_from(namespaces.len() + 1).unwrap_or(u32::MAX);
-    *namespaces.entry(name.clone()).or_insert(next)
+/// A policy's name, shared by the policy's clones and the memory store's slots, with a hash of it
+/// computed once.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct PolicyName {
+    text: Box<str>,
+    /// FNV-1a of `text`: not keyed, since names come from the operator, not from clients; the
+    /// store mixes it into its keyed hash of the client's key.
+    pub(crate) hash: u64,
+}
+
+impl PolicyName {
+    fn new(text: &str) -> Self {
+        let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, b| {
+            (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        PolicyName {
+            text: text.into(),
+            hash,
+        }
+    }
+
+    /// True when `other` names the same policy: the same allocation (the common case, one
+    /// pointer compare) or the same text (a policy rebuilt by a reload).
+    #[inline]
+    pub(crate) fn same(self: &Arc<Self>, other: &Arc<Self>) -> bool {
+        Arc::ptr_eq(self, other) || (self.hash == other.hash && self.text == other.text)
+    }
+}
+
+impl std::fmt::Debug for PolicyName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.text, f)
+    }
 }

@@ -1,48 +1,83 @@
-//! The `Store` seam: the operations every backend (memory, Redis) offers, with the same meaning.
+//! The store seams: [`Store`] decides the rules of a request in one atomic step, and
+//! [`AttemptsStore`] keeps the attempts counters of brute-force protection.
 //!
 //! Each operation is one atomic step in the backend. Methods are `async` so a networked store can
 //! implement them; the memory store's futures are ready at once, and it also offers the same
 //! methods synchronously. Input is validated by the shared functions here before any backend
 //! work, so every store rejects the same input with the same error.
+//!
+//! A store decides; it does not apply failure modes or shadow labels to its own errors. That is
+//! the [`Engine`](crate::Engine)'s job, done once for every store.
 
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{AttemptsStatus, Decision, Error, Policy, bounds};
+use crate::{AttemptsStatus, Decision, Decisions, Error, Policy, Rule, bounds};
 
 /// A place where rate limit state lives.
 ///
 /// Being rate limited is `Ok(Decision { allowed: false, .. })`; `Err` means the input was unusable
-/// or the store failed, and a caller applies its failure policy.
+/// or the store failed.
 ///
 /// ```
 /// use std::pin::pin;
 /// use std::task::{Context, Poll, Waker};
-/// use std::time::Duration;
-/// use tollgate::{Algorithm, MemoryStore, Policy, Store};
+/// use tollgate::{Algorithm, MemoryStore, Policy, Rate, Rule, Store};
 ///
-/// async fn allow_login_attempt<S: Store>(store: &S, user: &str) -> Result<bool, tollgate::Error> {
-///     Ok(store.check_limit(user.as_bytes(), 5).await?.allowed)
+/// async fn both<S: Store>(store: &S, api: &Policy, login: &Policy) -> Result<bool, tollgate::Error> {
+///     let rules = [Rule::new(api, "198.51.100.4", 1), Rule::new(login, "alice", 1)];
+///     let decisions = store.decide(&rules, true).await?;
+///     Ok(decisions.as_slice().iter().all(|d| d.allowed))
 /// }
 ///
 /// let store = MemoryStore::new();
+/// let api = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 10)?)?;
+/// let login = Policy::new("login", Algorithm::gcra(Rate::per_minute(5)?, 5)?)?;
 /// // MemoryStore's futures are ready at once, so one poll is enough here.
 /// let mut cx = Context::from_waker(Waker::noop());
-/// let Poll::Ready(allowed) = pin!(allow_login_attempt(&store, "alice")).poll(&mut cx) else {
+/// let Poll::Ready(allowed) = pin!(both(&store, &api, &login)).poll(&mut cx) else {
 ///     unreachable!()
 /// };
 /// assert!(allowed?);
 /// # use std::future::Future;
-/// # Ok::<(), tollgate::Error>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub trait Store: Send + Sync {
-    /// Decides a request of `cost` for `key` under `policy`, and records it if admitted.
+    /// Decides every rule of one request at once, atomically: no other request sees the rules
+    /// half-applied.
+    ///
+    /// - With `commit`, when no enforced rule denies, every rule is recorded (each spends its
+    ///   cost); when one does, nothing is spent on any rule, and only the `block_for` penalties
+    ///   of the rules that denied start. Without `commit` (a peek) nothing changes.
+    /// - Rules name distinct (policy, key) pairs; the [`Engine`](crate::Engine) merges
+    ///   duplicates before calling. A cost above the policy's limit is decided (it is denied),
+    ///   not refused: a merged cost can exceed it.
+    /// - Keys are validated with [`validate_key`] and costs must be at least 1.
+    ///
+    /// The decisions come back in the rules' order.
+    fn decide(
+        &self,
+        rules: &[Rule<'_>],
+        commit: bool,
+    ) -> impl Future<Output = Result<Decisions, Error>> + Send;
+
+    /// Forgets `key`'s state under `policy`, penalty included.
+    fn reset(&self, policy: &Policy, key: &[u8]) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Decides a request of `cost` for `key` under `policy`, and records it if admitted: the
+    /// one-rule case of [`decide`](Self::decide), with the cost checked against the policy.
     fn check(
         &self,
         policy: &Policy,
         key: &[u8],
         cost: u64,
-    ) -> impl Future<Output = Result<Decision, Error>> + Send;
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        async move {
+            validate_check(policy, key, cost)?;
+            let decisions = self.decide(&[Rule::new(policy, key, cost)], true).await?;
+            Ok(only(decisions))
+        }
+    }
 
     /// The answer `check` would give now, changing nothing.
     fn peek(
@@ -50,11 +85,24 @@ pub trait Store: Send + Sync {
         policy: &Policy,
         key: &[u8],
         cost: u64,
-    ) -> impl Future<Output = Result<Decision, Error>> + Send;
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        async move {
+            validate_check(policy, key, cost)?;
+            let decisions = self.decide(&[Rule::new(policy, key, cost)], false).await?;
+            Ok(only(decisions))
+        }
+    }
+}
 
-    /// Forgets `key`'s state under `policy`, penalty included.
-    fn reset(&self, policy: &Policy, key: &[u8]) -> impl Future<Output = Result<(), Error>> + Send;
+/// The decision of a one-rule call.
+fn only(decisions: Decisions) -> Decision {
+    decisions.as_slice().first().copied().unwrap_or_default()
+}
 
+/// Where attempts counters live: failed logins per account, say. Kept apart from [`Store`]
+/// because a counter is not a rate limit: it only counts, and the caller decides what a count
+/// means.
+pub trait AttemptsStore: Send + Sync {
     /// Counts a failed attempt and returns the new count. A new counter lives for `ttl`; later
     /// increments do not extend it.
     fn increment_attempts(
@@ -78,6 +126,26 @@ pub trait Store: Send + Sync {
         key: &[u8],
         max_attempts: u64,
     ) -> impl Future<Output = Result<AttemptsStatus, Error>> + Send;
+}
+
+/// Rejects a bad key or a zero cost in a rule handed to [`Store::decide`].
+///
+/// ```
+/// use tollgate::store::validate_rule;
+/// use tollgate::{Algorithm, Policy, Rate, Rule};
+///
+/// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 5)?)?;
+/// assert!(validate_rule(&Rule::new(&policy, "k", 6)).is_ok());
+/// assert!(validate_rule(&Rule::new(&policy, "", 1)).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[inline]
+pub fn validate_rule(rule: &Rule<'_>) -> Result<(), Error> {
+    validate_key(rule.key)?;
+    if rule.cost == 0 {
+        return Err(Error::ZeroCost);
+    }
+    Ok(())
 }
 
 /// Rejects an empty key or one longer than [`MAX_KEY_LEN`](bounds::MAX_KEY_LEN). Any bytes are

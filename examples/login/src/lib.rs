@@ -46,7 +46,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
-use tollgate::Store;
+use tollgate::AttemptsStore;
 
 pub use users::Users;
 
@@ -80,7 +80,7 @@ struct AppState<S> {
 /// let router: axum::Router = app(MemoryStore::new(), users);
 /// # let _ = router;
 /// ```
-pub fn app<S: Store + 'static>(store: S, users: Users) -> Router {
+pub fn app<S: AttemptsStore + 'static>(store: S, users: Users) -> Router {
     let state = Arc::new(AppState { store, users });
     Router::new().route("/login", post(login::<S>)).with_state(state)
 }
@@ -95,7 +95,7 @@ pub fn attempts_key(username: &str) -> String {
     format!("login:{}", username.to_lowercase())
 }
 
-async fn login<S: Store>(
+async fn login<S: AttemptsStore>(
     State(state): State<Arc<AppState<S>>>,
     body: Result<Json<Credentials>, JsonRejection>,
 ) -> Response {

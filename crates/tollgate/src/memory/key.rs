@@ -1,18 +1,22 @@
-//! How a (namespace, key) pair is stored and found without allocating on lookup.
+//! How a (policy, key) pair is stored and found without allocating on lookup.
 //!
-//! A policy's namespace is its interned name (a `u32`, never 0); attempts counters use namespace
-//! 0. A slot stores the namespace and the key bytes, so two different pairs can never share a
-//! slot, whatever bytes the key holds. Keys up to 14 bytes (user ids, short tokens, most IPv4
+//! A slot stores its owner (the policy's shared name, or none for an attempts counter) and the
+//! key bytes, so two different pairs can never share a slot, whatever bytes the key holds. There
+//! is no registry of names: a slot keeps its policy's name alive, and a policy rebuilt with the
+//! same name (a reload) finds the same slots. Keys up to 14 bytes (user ids, short tokens, most IPv4
 //! addresses) are stored inside the slot itself: no second allocation, and no second cache miss
 //! when comparing. Longer keys sit behind a thin pointer, so a slot still fits one cache line.
 
 use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+
+use crate::policy::PolicyName;
 
 /// Keys this long or shorter live inside the slot.
 const INLINE: usize = 14;
 
-/// The namespace of attempts counters.
-pub(crate) const ATTEMPTS: u32 = 0;
+/// Who a slot belongs to: a policy, or `None` for an attempts counter. One thin pointer.
+pub(crate) type Owner = Option<Arc<PolicyName>>;
 
 /// Key bytes, inline when short: 16 bytes either way.
 #[derive(Debug, Clone)]
@@ -50,41 +54,68 @@ impl KeyBytes {
     }
 }
 
-/// A namespace and key as given by the caller.
+/// An owner and key as given by the caller.
 #[derive(Clone, Copy)]
 pub(crate) struct Lookup<'a> {
-    pub(crate) namespace: u32,
+    pub(crate) owner: Option<&'a Arc<PolicyName>>,
     pub(crate) key: &'a [u8],
 }
 
 impl<'a> Lookup<'a> {
+    /// The state of `key` under the policy named `owner`.
     #[inline]
-    pub(crate) fn new(namespace: u32, key: &'a [u8]) -> Self {
-        Lookup { namespace, key }
+    pub(crate) fn limit(owner: &'a Arc<PolicyName>, key: &'a [u8]) -> Self {
+        Lookup {
+            owner: Some(owner),
+            key,
+        }
+    }
+
+    /// The attempts counter of `key`.
+    #[inline]
+    pub(crate) fn attempts(key: &'a [u8]) -> Self {
+        Lookup { owner: None, key }
     }
 
     /// The pair's hash under `hasher`: keyed SipHash, because attackers choose keys and a fixed
     /// fast hash would let them aim every key at one bucket.
     #[inline]
     pub(crate) fn hash(&self, hasher: &impl BuildHasher) -> u64 {
-        hash(hasher, self.namespace, self.key)
+        hash(hasher, owner_tag(self.owner), self.key)
     }
 
-    /// True when a slot holding `namespace` and `key` belongs to this pair.
+    /// True when a slot holding `owner` and `key` belongs to this pair.
     #[inline]
-    pub(crate) fn matches(&self, namespace: u32, key: &KeyBytes) -> bool {
-        namespace == self.namespace && key.as_slice() == self.key
+    pub(crate) fn matches(&self, owner: &Owner, key: &KeyBytes) -> bool {
+        let same_owner = match (self.owner, owner) {
+            (Some(a), Some(b)) => a.same(b),
+            (None, None) => true,
+            _ => false,
+        };
+        same_owner && key.as_slice() == self.key
+    }
+
+    /// The owner to store in a new slot.
+    #[inline]
+    pub(crate) fn owner(&self) -> Owner {
+        self.owner.cloned()
     }
 }
 
-/// The hash of a (namespace, key) pair: keyed SipHash of the key alone (one pass, the cost that
-/// dominates), then the namespace mixed in with a multiply. Mixing a known constant into a keyed
-/// hash keeps it unpredictable, and equality still compares namespace and key exactly.
+/// The number an owner contributes to the hash: its name's hash, 0 for attempts counters.
 #[inline]
-pub(crate) fn hash(hasher: &impl BuildHasher, namespace: u32, key: &[u8]) -> u64 {
+pub(crate) fn owner_tag(owner: Option<&Arc<PolicyName>>) -> u64 {
+    owner.map_or(0, |name| name.hash | 1)
+}
+
+/// The hash of an (owner, key) pair: keyed SipHash of the key alone (one pass, the cost that
+/// dominates), then the owner's tag mixed in with a multiply. Mixing a known value into a keyed
+/// hash keeps it unpredictable, and equality still compares owner and key exactly.
+#[inline]
+pub(crate) fn hash(hasher: &impl BuildHasher, owner_tag: u64, key: &[u8]) -> u64 {
     let mut state = hasher.build_hasher();
     state.write(key);
-    state.finish() ^ u64::from(namespace).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    state.finish() ^ owner_tag.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 #[cfg(test)]
@@ -96,23 +127,47 @@ mod tests {
         assert!(matches!(KeyBytes::new(b"198.51.100.7"), KeyBytes::Inline { .. }));
         assert!(matches!(KeyBytes::new(&[7; 15]), KeyBytes::Heap(_)));
         assert_eq!(std::mem::size_of::<KeyBytes>(), 16);
+        assert_eq!(std::mem::size_of::<Owner>(), 8);
         for key in [&b""[..], b"a", &[0xff; 14], &[1; 15], &[2; 4096]] {
             assert_eq!(KeyBytes::new(key).as_slice(), key);
         }
     }
 
+    fn name(text: &str) -> Arc<PolicyName> {
+        let policy = crate::Policy::new(
+            text,
+            crate::Algorithm::sliding_log(1, std::time::Duration::from_secs(1)).unwrap(),
+        )
+        .unwrap();
+        policy.shared_name().clone()
+    }
+
     #[test]
     fn a_pair_matches_only_itself() {
+        let (a, b) = (name("a"), name("b"));
         let stored = KeyBytes::new(b"k");
-        assert!(Lookup::new(3, b"k").matches(3, &stored));
-        assert!(!Lookup::new(4, b"k").matches(3, &stored));
+        let owner = Some(a.clone());
+        assert!(Lookup::limit(&a, b"k").matches(&owner, &stored));
+        assert!(!Lookup::limit(&b, b"k").matches(&owner, &stored));
+        assert!(!Lookup::attempts(b"k").matches(&owner, &stored));
+        assert!(Lookup::attempts(b"k").matches(&None, &stored));
         assert!(
-            !Lookup::new(3, b"k\0").matches(3, &stored),
+            !Lookup::limit(&a, b"k\0").matches(&owner, &stored),
             "padding is not part of the key"
         );
-        assert!(!Lookup::new(3, b"").matches(3, &stored));
+        assert!(!Lookup::limit(&a, b"").matches(&owner, &stored));
         let long = [9; 40];
-        assert!(Lookup::new(3, &long).matches(3, &KeyBytes::new(&long)));
-        assert!(!Lookup::new(3, &long[..39]).matches(3, &KeyBytes::new(&long)));
+        assert!(Lookup::limit(&a, &long).matches(&owner, &KeyBytes::new(&long)));
+        assert!(!Lookup::limit(&a, &long[..39]).matches(&owner, &KeyBytes::new(&long)));
+    }
+
+    #[test]
+    fn a_rebuilt_policy_finds_its_slots() {
+        let (first, rebuilt) = (name("api"), name("api"));
+        assert!(!Arc::ptr_eq(&first, &rebuilt));
+        let lookup = Lookup::limit(&rebuilt, b"k");
+        assert!(lookup.matches(&Some(first.clone()), &KeyBytes::new(b"k")));
+        let hasher = std::collections::hash_map::RandomState::new();
+        assert_eq!(lookup.hash(&hasher), Lookup::limit(&first, b"k").hash(&hasher));
     }
 }

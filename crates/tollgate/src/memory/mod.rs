@@ -2,7 +2,10 @@
 //!
 //! Keys are spread over up to 64 shards by a keyed SipHash; each shard has its own mutex, so
 //! checks of different keys rarely wait on each other, and checks of one key are serialised,
-//! which makes every check exact under any number of threads. The store holds at most
+//! which makes every check exact under any number of threads. The rules of one request are
+//! decided under the locks of all the shards they touch, taken in shard order (so two requests
+//! can never wait on each other in a cycle): no other request sees them half-applied. The store
+//! holds at most
 //! `max_keys` keys (1 048 576 by default); see [`shard`] for what it evicts when full and what it
 //! never evicts.
 
@@ -15,12 +18,14 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use self::key::{ATTEMPTS, Lookup};
-use self::shard::{Shard, Slot, Value};
-use crate::algorithm::{self, KeyState};
+use parking_lot::MutexGuard;
+
+use self::key::Lookup;
+use self::shard::{Full, Shard, Slot, Value};
+use crate::algorithm::{self, KeyState, Outcome};
 use crate::attempts::{self, Attempts};
-use crate::store::{self, Store};
-use crate::{AttemptsStatus, Clock, Decision, Error, Policy, SystemClock};
+use crate::store::{self, AttemptsStore, Store};
+use crate::{AttemptsStatus, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
 
 /// The default bound on stored keys.
 ///
@@ -222,7 +227,9 @@ impl<C: Clock> MemoryStore<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn check(&self, policy: &Policy, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, Error> {
-        self.decide(policy, key.as_ref(), cost, true)
+        let key = key.as_ref();
+        store::validate_check(policy, key, cost)?;
+        self.decide_one(policy, key, cost, true)
     }
 
     /// The answer [`check`](Self::check) would give now, changing nothing.
@@ -237,7 +244,43 @@ impl<C: Clock> MemoryStore<C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn peek(&self, policy: &Policy, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, Error> {
-        self.decide(policy, key.as_ref(), cost, false)
+        let key = key.as_ref();
+        store::validate_check(policy, key, cost)?;
+        self.decide_one(policy, key, cost, false)
+    }
+
+    /// Decides the rules of one request together, as [`Store::decide`] describes: all or
+    /// nothing, under the locks of every shard they touch.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, MemoryStore, Policy, Rule};
+    ///
+    /// let store = MemoryStore::new();
+    /// let per_ip = Policy::new("ip", Algorithm::sliding_log(10, Duration::from_secs(60))?)?;
+    /// let per_user = Policy::new("user", Algorithm::sliding_log(1, Duration::from_secs(60))?)?;
+    /// let rules = [Rule::new(&per_ip, "198.51.100.4", 1), Rule::new(&per_user, "bob", 1)];
+    /// assert!(store.decide(&rules, true)?.as_slice().iter().all(|d| d.allowed));
+    /// // The user's budget is gone, so the second request is denied and the IP spends nothing.
+    /// let second = store.decide(&rules, true)?;
+    /// assert!(!second.as_slice()[1].allowed);
+    /// assert_eq!(store.peek(&per_ip, "198.51.100.4", 1)?.remaining, 8);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn decide(&self, rules: &[Rule<'_>], commit: bool) -> Result<Decisions, Error> {
+        for rule in rules {
+            store::validate_rule(rule)?;
+        }
+        match rules {
+            [] => Ok(Decisions::None),
+            [rule] => Ok(Decisions::One(self.decide_one(
+                rule.policy,
+                rule.key,
+                rule.cost,
+                commit,
+            )?)),
+            _ => self.decide_many(rules, commit).map(Decisions::Many),
+        }
     }
 
     /// Forgets `key`'s state under `policy`, penalty included.
@@ -256,7 +299,7 @@ impl<C: Clock> MemoryStore<C> {
     pub fn reset(&self, policy: &Policy, key: impl AsRef<[u8]>) -> Result<(), Error> {
         let key = key.as_ref();
         store::validate_key(key)?;
-        self.remove(Lookup::new(policy.namespace(), key));
+        self.remove(Lookup::limit(policy.shared_name(), key));
         Ok(())
     }
 
@@ -274,7 +317,7 @@ impl<C: Clock> MemoryStore<C> {
         let key = key.as_ref();
         store::validate_key(key)?;
         let ttl_us = attempts::ttl_us(ttl)?;
-        let lookup = Lookup::new(ATTEMPTS, key);
+        let lookup = Lookup::attempts(key);
         let hash = lookup.hash(&self.hasher);
         let mut shard = self.shard(hash).lock();
         let now_us = self.clock.now_us();
@@ -339,7 +382,7 @@ impl<C: Clock> MemoryStore<C> {
     pub fn reset_attempts(&self, key: impl AsRef<[u8]>) -> Result<(), Error> {
         let key = key.as_ref();
         store::validate_key(key)?;
-        self.remove(Lookup::new(ATTEMPTS, key));
+        self.remove(Lookup::attempts(key));
         Ok(())
     }
 
@@ -365,65 +408,106 @@ impl<C: Clock> MemoryStore<C> {
         Ok(Attempts::status(counter.as_ref(), now_us, max_attempts))
     }
 
-    fn decide(&self, policy: &Policy, key: &[u8], cost: u64, commit: bool) -> Result<Decision, Error> {
-        store::validate_check(policy, key, cost)?;
-        let lookup = Lookup::new(policy.namespace(), key);
+    /// One rule: one shard lock, no allocation.
+    fn decide_one(&self, policy: &Policy, key: &[u8], cost: u64, commit: bool) -> Result<Decision, Error> {
+        let lookup = Lookup::limit(policy.shared_name(), key);
         let hash = lookup.hash(&self.hasher);
         let mut shard = self.shard(hash).lock();
         // Read the clock under the lock, so one key's checks see time in order.
         let now_us = self.clock.now_us();
-        let limit = policy.max_cost();
-        if let Some(slot) = shard.find_mut(hash, lookup) {
-            let expired = slot.expired(now_us);
-            if expired && !commit {
-                let outcome = algorithm::decide(policy, &mut KeyState::default(), now_us, cost, false);
-                return Ok(Decision::from_outcome(outcome, limit));
-            }
-            if expired || !matches!(slot.value, Value::Limit(_)) {
-                // Reuse the slot in place: no second lookup, and a sliding log keeps its buffer.
-                match &mut slot.value {
-                    Value::Limit(state) => state.clear(),
-                    other => *other = Value::Limit(KeyState::default()),
-                }
-                slot.set_hot_until_us(0);
-            }
-            let hot_until_us = slot.hot_until_us();
-            let Value::Limit(state) = &mut slot.value else {
-                unreachable!("set to a limit just above")
-            };
-            let outcome = algorithm::decide(policy, state, now_us, cost, commit);
-            if !commit {
-                return Ok(Decision::from_outcome(outcome, limit));
-            }
-            let next_hot_us = next_hot_until_us(policy, state, now_us, &outcome, hot_until_us);
-            slot.set_hot_until_us(next_hot_us);
-            let expires_at_us = now_us + outcome.reset_after_us;
-            slot.set_expires_at_us(expires_at_us);
-            let cooled = hot_until_us > now_us && next_hot_us <= now_us;
-            shard.note_expiry(expires_at_us);
-            if cooled {
-                shard.note_cooled();
-            }
-            return Ok(Decision::from_outcome(outcome, limit));
-        }
-        let mut state = KeyState::default();
-        let outcome = algorithm::decide(policy, &mut state, now_us, cost, commit);
-        if commit && outcome.reset_after_us > 0 {
-            let hot_until_us = next_hot_until_us(policy, &mut state, now_us, &outcome, 0);
-            let slot = Slot::new(
+        let outcome =
+            decide_in(&mut shard, hash, lookup, policy, cost, commit, now_us).map_err(|_| self.full())?;
+        Ok(Decision::from_outcome(outcome, policy.max_cost()))
+    }
+
+    /// Several rules: every shard they touch is locked, in shard order, then the rules are
+    /// peeked, and committed only as [`Store::decide`] says. New keys get their slots before
+    /// anything is recorded, so a full store refuses the request without half-applying it.
+    fn decide_many(&self, rules: &[Rule<'_>], commit: bool) -> Result<Vec<Decision>, Error> {
+        let lookups: Vec<(Lookup<'_>, u64, usize)> = rules
+            .iter()
+            .map(|rule| {
+                let lookup = Lookup::limit(rule.policy.shared_name(), rule.key);
+                let hash = lookup.hash(&self.hasher);
+                (lookup, hash, self.shard_index(hash))
+            })
+            .collect();
+        let mut order: Vec<usize> = lookups.iter().map(|&(_, _, shard)| shard).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<MutexGuard<'_, Shard>> = order.iter().map(|&i| self.shards[i].0.lock()).collect();
+        let now_us = self.clock.now_us();
+
+        let mut outcomes = Vec::with_capacity(rules.len());
+        for (rule, &(lookup, hash, shard)) in rules.iter().zip(&lookups) {
+            let outcome = decide_in(
+                pick(&mut guards, &order, shard),
+                hash,
                 lookup,
-                Value::Limit(state),
-                now_us + outcome.reset_after_us,
-                hot_until_us,
-            );
-            shard.insert(hash, slot, now_us).map_err(|_| self.full())?;
+                rule.policy,
+                rule.cost,
+                false,
+                now_us,
+            )
+            .map_err(|_| self.full())?;
+            outcomes.push(outcome);
         }
-        Ok(Decision::from_outcome(outcome, limit))
+        let denied = rules
+            .iter()
+            .zip(&outcomes)
+            .any(|(rule, o)| !rule.shadow && !o.allowed);
+        if commit {
+            // Allowed: every rule spends. Denied: only a denial with a penalty records anything.
+            let records: Vec<bool> = rules
+                .iter()
+                .zip(&outcomes)
+                .map(|(rule, o)| !denied || (!o.allowed && rule.policy.block_for_us().is_some()))
+                .collect();
+            let spare = |slot: &Slot| lookups.iter().any(|(l, _, _)| l.matches(&slot.owner, &slot.key));
+            let mut placed: Vec<usize> = Vec::new();
+            for (i, &(lookup, hash, shard)) in lookups.iter().enumerate() {
+                let shard = pick(&mut guards, &order, shard);
+                if !records[i] || shard.find_mut(hash, lookup).is_some() {
+                    continue;
+                }
+                // An expired placeholder: the commit below reuses it in place.
+                let slot = Slot::new(lookup, Value::Limit(KeyState::default()), now_us, 0);
+                match shard.insert_sparing(hash, slot, now_us, spare) {
+                    Ok(()) => placed.push(i),
+                    Err(Full) if denied => {}
+                    Err(Full) => {
+                        for &j in &placed {
+                            let (lookup, hash, shard) = lookups[j];
+                            pick(&mut guards, &order, shard).remove(hash, lookup);
+                        }
+                        return Err(self.full());
+                    }
+                }
+            }
+            for (i, (rule, &(lookup, hash, shard))) in rules.iter().zip(&lookups).enumerate() {
+                if !records[i] {
+                    continue;
+                }
+                let shard = pick(&mut guards, &order, shard);
+                if shard.find_mut(hash, lookup).is_none() {
+                    // A penalty that found no room: the request is denied anyway.
+                    continue;
+                }
+                if let Ok(outcome) = decide_in(shard, hash, lookup, rule.policy, rule.cost, true, now_us) {
+                    outcomes[i] = outcome;
+                }
+            }
+        }
+        Ok(rules
+            .iter()
+            .zip(outcomes)
+            .map(|(rule, outcome)| Decision::from_outcome(outcome, rule.policy.max_cost()))
+            .collect())
     }
 
     fn attempts(&self, key: &[u8]) -> Result<Option<Attempts>, Error> {
         store::validate_key(key)?;
-        let lookup = Lookup::new(ATTEMPTS, key);
+        let lookup = Lookup::attempts(key);
         let hash = lookup.hash(&self.hasher);
         let mut shard = self.shard(hash).lock();
         let now_us = self.clock.now_us();
@@ -444,7 +528,12 @@ impl<C: Clock> MemoryStore<C> {
     /// Picks a shard from hash bits the map inside does not use (it takes the low bits for the
     /// bucket and the top 7 for its tag), so keys of one shard still spread over its buckets.
     fn shard(&self, hash: u64) -> &Mutex<Shard> {
-        &self.shards[(hash >> 50) as usize & (self.shards.len() - 1)].0
+        &self.shards[self.shard_index(hash)].0
+    }
+
+    #[inline]
+    fn shard_index(&self, hash: u64) -> usize {
+        (hash >> 50) as usize & (self.shards.len() - 1)
     }
 
     fn full(&self) -> Error {
@@ -452,6 +541,78 @@ impl<C: Clock> MemoryStore<C> {
             max_keys: self.max_keys,
         }
     }
+}
+
+/// The locked shard `index` among `guards`, which hold the shards of `order`.
+#[inline]
+fn pick<'g>(guards: &'g mut [MutexGuard<'_, Shard>], order: &[usize], index: usize) -> &'g mut Shard {
+    let at = order.binary_search(&index).unwrap_or_default();
+    &mut guards[at]
+}
+
+/// Decides one key in its locked shard: finds or (on a commit that leaves state) inserts its
+/// slot, runs the policy's step, and keeps the slot's expiry and hotness current.
+#[inline]
+fn decide_in(
+    shard: &mut Shard,
+    hash: u64,
+    lookup: Lookup<'_>,
+    policy: &Policy,
+    cost: u64,
+    commit: bool,
+    now_us: u64,
+) -> Result<Outcome, Full> {
+    if let Some(slot) = shard.find_mut(hash, lookup) {
+        let expired = slot.expired(now_us);
+        if expired && !commit {
+            return Ok(algorithm::decide(
+                policy,
+                &mut KeyState::default(),
+                now_us,
+                cost,
+                false,
+            ));
+        }
+        if expired || !matches!(slot.value, Value::Limit(_)) {
+            // Reuse the slot in place: no second lookup, and a sliding log keeps its buffer.
+            match &mut slot.value {
+                Value::Limit(state) => state.clear(),
+                other => *other = Value::Limit(KeyState::default()),
+            }
+            slot.set_hot_until_us(0);
+        }
+        let hot_until_us = slot.hot_until_us();
+        let Value::Limit(state) = &mut slot.value else {
+            unreachable!("set to a limit just above")
+        };
+        let outcome = algorithm::decide(policy, state, now_us, cost, commit);
+        if !commit {
+            return Ok(outcome);
+        }
+        let next_hot_us = next_hot_until_us(policy, state, now_us, &outcome, hot_until_us);
+        slot.set_hot_until_us(next_hot_us);
+        let expires_at_us = now_us + outcome.reset_after_us;
+        slot.set_expires_at_us(expires_at_us);
+        let cooled = hot_until_us > now_us && next_hot_us <= now_us;
+        shard.note_expiry(expires_at_us);
+        if cooled {
+            shard.note_cooled();
+        }
+        return Ok(outcome);
+    }
+    let mut state = KeyState::default();
+    let outcome = algorithm::decide(policy, &mut state, now_us, cost, commit);
+    if commit && outcome.reset_after_us > 0 {
+        let hot_until_us = next_hot_until_us(policy, &mut state, now_us, &outcome, 0);
+        let slot = Slot::new(
+            lookup,
+            Value::Limit(state),
+            now_us + outcome.reset_after_us,
+            hot_until_us,
+        );
+        shard.insert(hash, slot, now_us)?;
+    }
+    Ok(outcome)
 }
 
 fn prev_power_of_two(n: usize) -> usize {
@@ -482,6 +643,14 @@ fn next_hot_until_us(
 }
 
 impl<C: Clock> Store for MemoryStore<C> {
+    async fn decide(&self, rules: &[Rule<'_>], commit: bool) -> Result<Decisions, Error> {
+        MemoryStore::decide(self, rules, commit)
+    }
+
+    async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {
+        MemoryStore::reset(self, policy, key)
+    }
+
     async fn check(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
         MemoryStore::check(self, policy, key, cost)
     }
@@ -489,11 +658,9 @@ impl<C: Clock> Store for MemoryStore<C> {
     async fn peek(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
         MemoryStore::peek(self, policy, key, cost)
     }
+}
 
-    async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {
-        MemoryStore::reset(self, policy, key)
-    }
-
+impl<C: Clock> AttemptsStore for MemoryStore<C> {
     async fn increment_attempts(&self, key: &[u8], ttl: Duration) -> Result<u64, Error> {
         MemoryStore::increment_attempts(self, key, ttl)
     }

@@ -19,7 +19,7 @@ use std::collections::hash_map::RandomState;
 
 use hashbrown::HashTable;
 
-use super::key::{self, KeyBytes, Lookup};
+use super::key::{self, KeyBytes, Lookup, Owner};
 use crate::algorithm::KeyState;
 use crate::attempts::Attempts;
 
@@ -39,7 +39,7 @@ pub(crate) enum Value {
 #[repr(align(64))]
 pub(crate) struct Slot {
     pub(crate) key: KeyBytes,
-    pub(crate) namespace: u32,
+    pub(crate) owner: Owner,
     pub(crate) value: Value,
     /// From this second on (since the Unix epoch, rounded up), the value means nothing and the
     /// slot may be dropped. Whole seconds keep the slot small; a state past its reset time is
@@ -64,7 +64,7 @@ impl Slot {
     pub(crate) fn new(lookup: Lookup<'_>, value: Value, expires_at_us: u64, hot_until_us: u64) -> Self {
         Slot {
             key: KeyBytes::new(lookup.key),
-            namespace: lookup.namespace,
+            owner: lookup.owner(),
             value,
             expires_at_s: seconds_up(expires_at_us),
             hot_until_s: seconds_up(hot_until_us),
@@ -138,7 +138,7 @@ impl Shard {
     #[inline]
     pub(crate) fn find_mut(&mut self, hash: u64, lookup: Lookup<'_>) -> Option<&mut Slot> {
         self.table
-            .find_mut(hash, |slot| lookup.matches(slot.namespace, &slot.key))
+            .find_mut(hash, |slot| lookup.matches(&slot.owner, &slot.key))
     }
 
     /// Records that a slot now expires at `expires_at_us` (sweeps must not skip it).
@@ -155,11 +155,22 @@ impl Shard {
 
     /// Stores a slot for a key that has none, making room if needed.
     pub(crate) fn insert(&mut self, hash: u64, slot: Slot, now_us: u64) -> Result<(), Full> {
-        self.make_room(now_us)?;
+        self.insert_sparing(hash, slot, now_us, |_| false)
+    }
+
+    /// [`insert`](Self::insert), never evicting a slot for which `spare` is true: the other keys
+    /// of a request being decided together must stay put while it inserts.
+    pub(crate) fn insert_sparing(
+        &mut self,
+        hash: u64,
+        slot: Slot,
+        now_us: u64,
+        spare: impl Fn(&Slot) -> bool,
+    ) -> Result<(), Full> {
+        self.make_room(now_us, &spare)?;
         self.note_expiry(slot.expires_at_us());
         let hasher = &self.hasher;
-        self.table
-            .insert_unique(hash, slot, |s| key::hash(hasher, s.namespace, s.key.as_slice()));
+        self.table.insert_unique(hash, slot, |s| slot_hash(hasher, s));
         self.inserts_since_sweep += 1;
         if self.inserts_since_sweep >= (self.bound / 2).max(1) {
             self.sweep(now_us);
@@ -171,7 +182,7 @@ impl Shard {
     pub(crate) fn remove(&mut self, hash: u64, lookup: Lookup<'_>) {
         if let Ok(entry) = self
             .table
-            .find_entry(hash, |slot| lookup.matches(slot.namespace, &slot.key))
+            .find_entry(hash, |slot| lookup.matches(&slot.owner, &slot.key))
         {
             entry.remove();
         }
@@ -194,13 +205,12 @@ impl Shard {
         self.next_expiry_us = next_expiry;
         if self.table.capacity() > 64 && self.table.capacity() > 4 * self.table.len() {
             let hasher = &self.hasher;
-            self.table.shrink_to(2 * self.table.len(), |s| {
-                key::hash(hasher, s.namespace, s.key.as_slice())
-            });
+            self.table
+                .shrink_to(2 * self.table.len(), |s| slot_hash(hasher, s));
         }
     }
 
-    fn make_room(&mut self, now_us: u64) -> Result<(), Full> {
+    fn make_room(&mut self, now_us: u64, spare: &impl Fn(&Slot) -> bool) -> Result<(), Full> {
         if self.table.len() < self.bound {
             return Ok(());
         }
@@ -211,7 +221,10 @@ impl Shard {
         if now_us < self.all_hot_until_us {
             return Err(Full);
         }
-        match self.sample_victim(now_us).or_else(|| self.scan_victim(now_us)) {
+        let victim = self
+            .sample_victim(now_us, spare)
+            .or_else(|| self.scan_victim(now_us, spare));
+        match victim {
             Some(bucket) => {
                 if let Ok(entry) = self.table.get_bucket_entry(bucket) {
                     entry.remove();
@@ -226,7 +239,7 @@ impl Shard {
     }
 
     /// Among a few random occupied buckets, the one that is not hot and expires soonest.
-    fn sample_victim(&mut self, now_us: u64) -> Option<usize> {
+    fn sample_victim(&mut self, now_us: u64, spare: &impl Fn(&Slot) -> bool) -> Option<usize> {
         let buckets = self.table.num_buckets() as u64;
         let mut best: Option<(usize, u32)> = None;
         let mut sampled = 0;
@@ -236,7 +249,7 @@ impl Shard {
             let Some(slot) = self.table.get_bucket(bucket) else {
                 continue;
             };
-            if !slot.hot(now_us) && best.is_none_or(|(_, e)| slot.expires_at_s < e) {
+            if !slot.hot(now_us) && !spare(slot) && best.is_none_or(|(_, e)| slot.expires_at_s < e) {
                 best = Some((bucket, slot.expires_at_s));
             }
             sampled += 1;
@@ -248,11 +261,11 @@ impl Shard {
     }
 
     /// The first bucket holding a slot that is not hot, when sampling found none.
-    fn scan_victim(&self, now_us: u64) -> Option<usize> {
+    fn scan_victim(&self, now_us: u64, spare: &impl Fn(&Slot) -> bool) -> Option<usize> {
         (0..self.table.num_buckets()).find(|&bucket| {
             self.table
                 .get_bucket(bucket)
-                .is_some_and(|slot| !slot.hot(now_us))
+                .is_some_and(|slot| !slot.hot(now_us) && !spare(slot))
         })
     }
 
@@ -263,6 +276,11 @@ impl Shard {
         self.rng ^= self.rng << 17;
         self.rng
     }
+}
+
+/// A stored slot's hash, for the table's rehashing.
+fn slot_hash(hasher: &RandomState, slot: &Slot) -> u64 {
+    key::hash(hasher, key::owner_tag(slot.owner.as_ref()), slot.key.as_slice())
 }
 
 #[cfg(test)]
@@ -276,7 +294,7 @@ mod tests {
 
     #[test]
     fn times_round_up_to_whole_seconds() {
-        let lookup = Lookup::new(1, b"k");
+        let lookup = Lookup::attempts(b"k");
         let slot = Slot::new(lookup, Value::Limit(KeyState::default()), 1_000_001, 0);
         assert_eq!(slot.expires_at_us(), 2_000_000);
         assert!(!slot.expired(1_999_999));

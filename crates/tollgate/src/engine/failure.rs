@@ -1,0 +1,98 @@
+//! Failure modes: what a request gets when the store cannot decide. Applied here, once, for every
+//! store and every class of failure; see the [engine docs](super) for the rules.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::verdict::{Outcome, RuleVerdict};
+use crate::{Clock, Decision, FailureMode, MemoryStore, Policy, Rule};
+
+/// How long a client refused by `FailClosed` is told to wait: the store is expected back within
+/// about this long (a circuit breaker probes it at this pace or faster).
+pub(crate) const FAIL_CLOSED_RETRY: Duration = Duration::from_secs(1);
+
+/// Every rule's verdict when the store failed, as its policy's failure mode says.
+pub(crate) fn decide(
+    fallback: &MemoryStore<Arc<dyn Clock>>,
+    rules: &[Rule<'_>],
+    commit: bool,
+) -> Vec<RuleVerdict> {
+    let closed = rules
+        .iter()
+        .any(|r| !r.shadow && r.policy.failure_mode() == FailureMode::FailClosed);
+    let mut verdicts: Vec<RuleVerdict> = rules
+        .iter()
+        .map(|rule| match rule.policy.failure_mode() {
+            FailureMode::FailClosed if !rule.shadow => RuleVerdict {
+                decision: refused(rule.policy),
+                outcome: Outcome::Error,
+                shadow: false,
+            },
+            _ => RuleVerdict {
+                decision: admitted(rule),
+                outcome: Outcome::Degraded,
+                shadow: rule.shadow,
+            },
+        })
+        .collect();
+
+    let local: Vec<(usize, Policy)> = rules
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rule)| match rule.policy.failure_mode() {
+            FailureMode::Local { instances } => Some((i, rule.policy.local_share(instances))),
+            _ => None,
+        })
+        .collect();
+    if local.is_empty() {
+        return verdicts;
+    }
+    let local_rules: Vec<Rule<'_>> = local
+        .iter()
+        .map(|(i, share)| Rule {
+            policy: share,
+            ..rules[*i]
+        })
+        .collect();
+    // A closed rule refuses the request: the local limiter is only asked, never charged.
+    if let Ok(decisions) = fallback.decide(&local_rules, commit && !closed) {
+        for ((i, _), decision) in local.iter().zip(decisions.as_slice()) {
+            let decision = Decision {
+                degraded: true,
+                ..*decision
+            };
+            verdicts[*i].decision = decision;
+            verdicts[*i].outcome = match (decision.allowed, rules[*i].shadow) {
+                (true, _) => Outcome::Degraded,
+                (false, true) => Outcome::ShadowDenied,
+                (false, false) => Outcome::Denied,
+            };
+        }
+    }
+    verdicts
+}
+
+/// Admitted without the store.
+fn admitted(rule: &Rule<'_>) -> Decision {
+    let limit = rule.policy.max_cost();
+    Decision {
+        allowed: true,
+        limit,
+        remaining: limit.saturating_sub(rule.cost),
+        reset_after: Duration::ZERO,
+        retry_after: None,
+        degraded: true,
+    }
+}
+
+/// Refused without the store.
+fn refused(policy: &Policy) -> Decision {
+    Decision {
+        allowed: false,
+        limit: policy.max_cost(),
+        remaining: 0,
+        reset_after: FAIL_CLOSED_RETRY,
+        retry_after: Some(FAIL_CLOSED_RETRY),
+        degraded: true,
+    }
+}

@@ -1,0 +1,63 @@
+//! [`Rule`]: one limit a request is subject to. A request is a list of rules, decided together
+//! by a store ([`Store::decide`](crate::Store::decide)) or, with failure modes and outcome
+//! labels, by the [`Engine`](crate::Engine).
+
+use crate::Policy;
+
+/// One limit of a request: spend `cost` of `key`'s budget under `policy`.
+///
+/// A shadow rule is decided and recorded like any other, but its denial never denies the
+/// request: it is how a new limit is tried on live traffic before it is enforced.
+///
+/// ```
+/// use tollgate::{Algorithm, Policy, Rate, Rule};
+///
+/// let api = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 10)?)?;
+/// let rule = Rule::new(&api, b"203.0.113.9", 1);
+/// assert!(!rule.shadow);
+/// assert!(rule.as_shadow().shadow);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Rule<'a> {
+    /// The policy whose budget is spent.
+    pub policy: &'a Policy,
+    /// Whose budget: an IP, a user id, a tenant.
+    pub key: &'a [u8],
+    /// How much of it: at least 1, at most the policy's [`max_cost`](Policy::max_cost).
+    pub cost: u64,
+    /// Decide and record, but never deny the request.
+    pub shadow: bool,
+}
+
+impl<'a> Rule<'a> {
+    /// An enforced rule.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("p", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?;
+    /// assert_eq!(tollgate::Rule::new(&policy, "k", 1).key, b"k");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn new(policy: &'a Policy, key: &'a (impl AsRef<[u8]> + ?Sized), cost: u64) -> Self {
+        Rule {
+            policy,
+            key: key.as_ref(),
+            cost,
+            shadow: false,
+        }
+    }
+
+    /// The same rule in shadow mode.
+    #[inline]
+    pub fn as_shadow(mut self) -> Self {
+        self.shadow = true;
+        self
+    }
+
+    /// Whether `other` spends from the same budget (same policy name, same key).
+    #[inline]
+    pub(crate) fn same_budget(&self, other: &Rule<'_>) -> bool {
+        self.key == other.key && self.policy.name() == other.policy.name()
+    }
+}
