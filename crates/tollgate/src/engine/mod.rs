@@ -236,7 +236,11 @@ fn verdict(
             }
         }
     }
-    if let (Some(index), Rules::Many(merged)) = (index, &verdicts) {
+    if let Some(index) = index {
+        let merged = match &verdicts {
+            Rules::One(r) => std::slice::from_ref(r),
+            Rules::Many(v) => v.as_slice(),
+        };
         verdicts = Rules::Many(index.iter().map(|&u| merged[u]).collect());
     }
     Verdict {
