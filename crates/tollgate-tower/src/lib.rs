@@ -50,13 +50,13 @@
 //!   `FailOpen` lets the request through, `Local` limits on the engine's in-memory limiter.
 //! - Shadow rules are checked and counted but never deny and add no headers.
 
+mod engine;
 pub mod error;
 pub mod key;
 pub mod problem;
 pub mod rate_limit;
 pub mod rule;
 pub mod stats;
-mod engine;
 
 pub use error::Error;
 pub use key::{Cidr, ClientIp, KeyExtractor, ProxyHeader};

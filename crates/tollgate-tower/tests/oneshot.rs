@@ -417,7 +417,8 @@ async fn a_denied_request_spends_nothing_on_any_rule() {
         assert_eq!(denied.json()["policy"], "per-key");
     }
     let store = engine.store();
-    let remaining = |policy: &tollgate::Policy, key: &str| store.peek(policy, key, 1).expect("peek").remaining;
+    let remaining =
+        |policy: &tollgate::Policy, key: &str| store.peek(policy, key, 1).expect("peek").remaining;
     // A peek reports what would be left after one more request.
     assert_eq!(remaining(&per_ip, "192.0.2.1"), 8, "one admitted request");
     assert_eq!(remaining(&per_ip, "192.0.2.3"), 9, "denied twice, spent nothing");
@@ -478,7 +479,11 @@ async fn one_policy_and_key_in_two_rules_spend_the_sum_from_one_budget() {
     let api = policy("api", 5, MINUTE);
     let layer = RateLimitLayer::builder_engine(engine.clone())
         .rule(Rule::new(api.clone(), KeyExtractor::peer_ip()))
-        .rule(Rule::new(api.clone(), KeyExtractor::peer_ip()).cost(2).expect("cost"))
+        .rule(
+            Rule::new(api.clone(), KeyExtractor::peer_ip())
+                .cost(2)
+                .expect("cost"),
+        )
         .build()
         .expect("the same policy twice is one budget");
     let app = routes().layer(layer);
@@ -490,7 +495,10 @@ async fn one_policy_and_key_in_two_rules_spend_the_sum_from_one_budget() {
     // 3 more do not fit in the 2 left, and nothing is spent.
     let denied = send(&app, request("/", "192.0.2.1:1", &[])).await;
     assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(engine.store().peek(&api, "192.0.2.1", 2).expect("peek").remaining, 0);
+    assert_eq!(
+        engine.store().peek(&api, "192.0.2.1", 2).expect("peek").remaining,
+        0
+    );
     assert!(engine.store().peek(&api, "192.0.2.1", 2).expect("peek").allowed);
     // Another key of the same policy is its own budget.
     assert_eq!(
@@ -625,7 +633,11 @@ async fn a_full_store_under_local_is_limited_by_the_engines_own_limiter() {
     // The engine's limiter has the policy's whole limit (one instance): 1 per minute.
     let first = send(&app, key("b")).await;
     assert_eq!(first.status, StatusCode::OK);
-    assert_eq!(first.header("ratelimit"), r#""tiny";r=0;t=60"#, "the local budget");
+    assert_eq!(
+        first.header("ratelimit"),
+        r#""tiny";r=0;t=60"#,
+        "the local budget"
+    );
     let second = send(&app, key("b")).await;
     assert_eq!(second.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(second.json()["policy"], "tiny");
@@ -755,7 +767,9 @@ async fn of_two_racing_requests_that_only_one_budget_fits_exactly_one_passes() {
                 let (app, start) = (app.clone(), start.clone());
                 tokio::spawn(async move {
                     start.wait().await;
-                    send(&app, request("/", peer, &[("x-api-key", "shared")])).await.status
+                    send(&app, request("/", peer, &[("x-api-key", "shared")]))
+                        .await
+                        .status
                 })
             })
             .collect();
@@ -770,7 +784,10 @@ async fn of_two_racing_requests_that_only_one_budget_fits_exactly_one_passes() {
             .iter()
             .map(|ip| 5 - engine.store().peek(&per_ip, ip, 1).expect("peek").remaining - 1)
             .collect();
-        let winner = statuses.iter().position(|s| *s == StatusCode::OK).expect("a winner");
+        let winner = statuses
+            .iter()
+            .position(|s| *s == StatusCode::OK)
+            .expect("a winner");
         let mut expected = vec![0, 0];
         expected[winner] = 1;
         assert_eq!(spent, expected, "round {round}");

@@ -37,7 +37,7 @@ impl Limiter {
         if let [rule] = self.rules.as_slice() {
             // The common case, without collecting into vectors.
             return match self.key(rule, parts) {
-                Err(response) => Action::Answer(response),
+                Err(response) => Action::Answer(*response),
                 Ok(None) => self.unlimited(),
                 Ok(Some(key)) => self.check(&[rule], &[rule.bind(&key)]).await,
             };
@@ -45,7 +45,7 @@ impl Limiter {
         let mut keyed = Vec::with_capacity(self.rules.len());
         for rule in &self.rules {
             match self.key(rule, parts) {
-                Err(response) => return Action::Answer(response),
+                Err(response) => return Action::Answer(*response),
                 Ok(None) => {}
                 Ok(Some(key)) => keyed.push((rule, key)),
             }
@@ -66,12 +66,16 @@ impl Limiter {
 
     /// `rule`'s key in `parts`: `None` to skip the rule, or the 400 for a missing or oversized
     /// key.
-    fn key(&self, rule: &Rule, parts: &Parts) -> Result<Option<Vec<u8>>, Response<Body>> {
+    fn key(&self, rule: &Rule, parts: &Parts) -> Result<Option<Vec<u8>>, Box<Response<Body>>> {
         match rule.key.extract(parts) {
             Some(key) if key.len() > MAX_KEY_LEN => {
                 self.stats.bump(Counter::RejectedKey);
                 let what = rule.key.describe();
-                Err(self.problems.key_too_long(&rule.policy, &what, key.len()))
+                Err(Box::new(self.problems.key_too_long(
+                    &rule.policy,
+                    &what,
+                    key.len(),
+                )))
             }
             Some(key) => Ok(Some(key)),
             None => match rule.on_missing_key {
@@ -79,7 +83,7 @@ impl Limiter {
                 MissingKey::Reject => {
                     self.stats.bump(Counter::RejectedKey);
                     let what = rule.key.describe();
-                    Err(self.problems.missing_key(&rule.policy, &what))
+                    Err(Box::new(self.problems.missing_key(&rule.policy, &what)))
                 }
             },
         }
@@ -181,9 +185,9 @@ fn reported<'a>(
             !rule.shadow
                 && r.outcome != Outcome::Error
                 && (!r.decision.degraded || matches!(rule.policy.failure_mode(), FailureMode::Local { .. }))
-                && !bound[..i]
-                    .iter()
-                    .any(|earlier| !earlier.shadow && earlier.key == this.key && earlier.policy.name() == this.policy.name())
+                && !bound[..i].iter().any(|earlier| {
+                    !earlier.shadow && earlier.key == this.key && earlier.policy.name() == this.policy.name()
+                })
         })
         .map(|(_, ((rule, _), r))| (*rule, r.decision))
 }
