@@ -566,6 +566,35 @@ async fn shadow_rules_count_would_be_denials_but_never_deny_or_show() {
 }
 
 #[tokio::test]
+async fn a_shadow_denial_is_counted_on_denied_requests_too_and_never_speaks_for_them() {
+    let layer = RateLimitLayer::builder(MemoryStore::new())
+        .rule(Rule::new(policy("trial", 1, MINUTE), KeyExtractor::peer_ip()).shadow(true))
+        .rule(Rule::new(policy("enforced", 2, MINUTE), KeyExtractor::peer_ip()))
+        .build()
+        .expect("valid layer");
+    let stats = layer.stats();
+    let app = routes().layer(layer);
+    let statuses = [
+        send(&app, request("/", "192.0.2.1:1", &[])).await.status,
+        send(&app, request("/", "192.0.2.1:1", &[])).await.status,
+    ];
+    assert_eq!(
+        statuses,
+        [StatusCode::OK, StatusCode::OK],
+        "the trial never denies"
+    );
+    let denied = send(&app, request("/", "192.0.2.1:1", &[])).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.json()["policy"], "enforced");
+    assert_eq!(denied.header("ratelimit-policy"), r#""enforced";q=2;w=60"#);
+    let snapshot = stats.snapshot();
+    assert_eq!(
+        (snapshot.allowed, snapshot.denied, snapshot.shadow_denied),
+        (2, 1, 2)
+    );
+}
+
+#[tokio::test]
 async fn a_lone_shadow_rule_passes_everything_without_headers() {
     let rule = Rule::new(policy("trial", 1, MINUTE), KeyExtractor::peer_ip()).shadow(true);
     let layer = RateLimitLayer::new(MemoryStore::new(), rule);
