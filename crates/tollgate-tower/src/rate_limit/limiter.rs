@@ -4,6 +4,8 @@
 //!
 //! The order of work is described in the [module above](super).
 
+use std::sync::Arc;
+
 use axum::body::Body;
 use axum::http::Response;
 use axum::http::request::Parts;
@@ -17,7 +19,7 @@ use crate::{MissingKey, Rule};
 
 /// The engine, the rules and the counters of one layer.
 pub(crate) struct Limiter {
-    pub(crate) engine: std::sync::Arc<dyn SharedEngine>,
+    pub(crate) engine: Arc<dyn SharedEngine>,
     pub(crate) rules: Vec<Rule>,
     pub(crate) stats: Stats,
     pub(crate) problems: Problems,
