@@ -33,8 +33,9 @@ pub enum Error {
         /// The policy's name.
         policy: String,
     },
-    /// Two rules use the same policy name, so they would count into the same state.
-    #[error("policy `{0}` is used by more than one rule")]
+    /// Two rules use one policy name for two different policies, so they would count into the
+    /// same state by different settings.
+    #[error("policy name `{0}` names two different policies")]
     DuplicatePolicy(String),
     /// The layer was built without any rule.
     #[error("a rate limit layer needs at least one rule")]

@@ -1,5 +1,7 @@
 //! Rate limiting middleware for tower, axum and hyper, over any tollgate store: the embedded
-//! `MemoryStore` for one instance, `RedisStore` for a fleet.
+//! `MemoryStore` for one instance, `RedisStore` for a fleet. The layer is a door to tollgate's
+//! [`Engine`](tollgate::Engine): it turns a request into rules (policy, key, cost, shadow), has
+//! the engine decide them in one call, and turns the verdict into a response.
 //!
 //! ```
 //! use std::time::Duration;
@@ -26,34 +28,35 @@
 //!
 //! - [`rate_limit`]: the middleware: [`RateLimitLayer`] (configuration, `Clone`) and its
 //!   builder, the [`RateLimit`] service and its [`ResponseFuture`]; how several rules are
-//!   decided together and what a store error does.
+//!   decided together and what a store failure does.
 //! - [`rule`]: [`Rule`], a policy with its key, cost, shadow mode and [`MissingKey`] choice.
 //! - [`key`]: [`KeyExtractor`] (client address, header, route and address, custom function), and
 //!   [`ClientIp`] with [`Cidr`] and [`ProxyHeader`] for clients behind trusted proxies.
 //! - [`problem`]: the 429, 400 and 503 problem responses and the rate limit headers.
 //! - [`stats`]: [`Stats`], counters of what a layer decided.
 //! - [`error`]: [`Error`], for settings refused when a layer is built.
-//! - `store` (private): the store behind a layer, with its type erased.
+//! - `engine` (private): the engine behind a layer, with its store type erased.
 //!
 //! # Choices worth knowing
 //!
-//! - A request passes only if every enforced rule allows it. With several rules, nothing is
-//!   spent on a denied request (all are peeked first); see [`rate_limit`].
+//! - A request passes only if every enforced rule allows it. Its rules are decided all or
+//!   nothing in one atomic step: a denied request spends nothing on any rule, and the
+//!   `block_for` penalty starts on every rule that denied; see [`rate_limit`].
 //! - A request without a key (no `X-Api-Key`, no peer address) is rejected with 400 unless its
 //!   rule says [`MissingKey::Skip`]; a key above
 //!   [`MAX_KEY_LEN`](tollgate::bounds::MAX_KEY_LEN) bytes is always a 400.
-//! - A store error follows the policy's [`FailureMode`](tollgate::FailureMode): `FailClosed`
-//!   answers 503, `FailOpen` and `Local` let the request through. `RedisStore` turns an outage
-//!   into degraded decisions itself, so with Redis this is the path of rarer errors.
+//! - A store failure (Redis away, a full memory store) follows each policy's
+//!   [`FailureMode`](tollgate::FailureMode), applied by the engine: `FailClosed` answers 503,
+//!   `FailOpen` lets the request through, `Local` limits on the engine's in-memory limiter.
 //! - Shadow rules are checked and counted but never deny and add no headers.
 
+mod engine;
 pub mod error;
 pub mod key;
 pub mod problem;
 pub mod rate_limit;
 pub mod rule;
 pub mod stats;
-mod store;
 
 pub use error::Error;
 pub use key::{Cidr, ClientIp, KeyExtractor, ProxyHeader};

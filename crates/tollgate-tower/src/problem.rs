@@ -17,7 +17,8 @@
 //! Headers follow draft-ietf-httpapi-ratelimit-headers through [`tollgate::headers`]:
 //! `RateLimit-Policy` and `RateLimit` are structured-field lists with one entry per enforced
 //! rule, in rule order, comma-separated in one field line each (appended to any lines the inner
-//! service set). A 429 adds `Retry-After` in whole seconds, rounded up.
+//! service set). A 429 adds `Retry-After` in whole seconds, rounded up; so does a 503, with the
+//! wait the engine gives a request refused while the store is failing.
 
 use std::time::Duration;
 
@@ -140,18 +141,25 @@ impl Problems {
         )
     }
 
-    /// The 503 for a store failure under a fail-closed policy.
-    pub(crate) fn store_unavailable(&self, policy: &Policy) -> Response<Body> {
+    /// The 503 for a store failure under a fail-closed policy, with `Retry-After` when
+    /// `decision` (the engine's refusal) says how long to wait.
+    pub(crate) fn store_unavailable(&self, policy: &Policy, decision: Option<&Decision>) -> Response<Body> {
         let detail = format!(
             "the rate limit store failed, and rate limit `{}` denies requests while it cannot decide",
             policy.name()
         );
-        self.response(
+        let mut response = self.response(
             StatusCode::SERVICE_UNAVAILABLE,
             STORE_UNAVAILABLE,
             detail,
             object(json!({ "policy": policy.name() })),
-        )
+        );
+        if let Some(seconds) = decision.and_then(headers::retry_after_seconds) {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 

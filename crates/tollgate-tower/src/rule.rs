@@ -152,4 +152,15 @@ impl Rule {
     pub fn missing_key(&self) -> MissingKey {
         self.on_missing_key
     }
+
+    /// This rule for one request, as the engine takes it.
+    #[inline]
+    pub(crate) fn bind<'a>(&'a self, key: &'a [u8]) -> tollgate::Rule<'a> {
+        tollgate::Rule {
+            policy: &self.policy,
+            key,
+            cost: self.cost,
+            shadow: self.shadow,
+        }
+    }
 }

@@ -38,21 +38,25 @@ struct Counters {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StatsSnapshot {
-    /// Requests passed on to the inner service (including those no rule applied to).
+    /// Requests passed on to the inner service: outcome [`Allowed`](tollgate::Outcome::Allowed),
+    /// [`ShadowDenied`](tollgate::Outcome::ShadowDenied) or
+    /// [`Degraded`](tollgate::Outcome::Degraded), or no rule applied.
     pub allowed: u64,
-    /// Requests answered `429 Too Many Requests`.
+    /// Requests answered `429 Too Many Requests`: outcome [`Denied`](tollgate::Outcome::Denied).
     pub denied: u64,
-    /// Checks of shadow-mode rules that would have denied; their requests went through.
+    /// Shadow-mode rules that would have denied, one per rule and request, whatever the
+    /// request's outcome (they never denied it themselves).
     pub shadow_denied: u64,
-    /// Store calls that returned an error (counted per call, whatever the failure mode did).
+    /// Requests on which the store failed, whatever the failure modes then decided.
     pub store_errors: u64,
-    /// Requests answered `503 Service Unavailable` because a store error hit a `FailClosed` rule.
+    /// Requests answered `503 Service Unavailable`: outcome [`Error`](tollgate::Outcome::Error),
+    /// a store failure met a `FailClosed` rule.
     pub failed_closed: u64,
     /// Requests answered `400 Bad Request`: no key with [`MissingKey::Reject`](crate::MissingKey),
     /// or a key longer than the store accepts.
     pub rejected_keys: u64,
-    /// Decisions the store took by a failure mode instead of its backend (Redis away), whatever
-    /// they said.
+    /// Requests a failure mode decided, in part or whole, instead of the store (Redis away, a
+    /// full memory store), whatever it said.
     pub degraded: u64,
 }
 

@@ -5,13 +5,14 @@ mod common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderName, Request, Response, StatusCode};
 use common::{Answer, policy, request, routes, send};
-use tollgate::{FailureMode, ManualClock, MemoryStore};
+use tollgate::{Engine, FailureMode, ManualClock, MemoryStore};
 use tollgate_tower::{ClientIp, KeyExtractor, MissingKey, RateLimitLayer, Rule};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
@@ -391,26 +392,131 @@ async fn every_rule_must_allow_and_a_denied_request_spends_no_other_budget() {
 }
 
 #[tokio::test]
-async fn a_denial_found_by_peeking_still_starts_the_penalty() {
-    let clock = ManualClock::new(1_000_000);
-    let store = MemoryStore::builder().clock(clock.clone()).build();
-    let blocking = policy("login", 1, Duration::from_secs(1))
-        .with_block_for(MINUTE)
-        .expect("valid penalty");
-    let layer = RateLimitLayer::builder(store)
-        .rule(Rule::new(blocking, KeyExtractor::peer_ip()))
-        .rule(Rule::new(policy("global", 1_000, MINUTE), api_key()))
+async fn a_denied_request_spends_nothing_on_any_rule() {
+    let engine = Arc::new(Engine::new(MemoryStore::new()));
+    let (per_ip, per_key, global) = (
+        policy("per-ip", 10, MINUTE),
+        policy("per-key", 2, MINUTE),
+        policy("global", 100, MINUTE),
+    );
+    let everyone = KeyExtractor::custom(|_| Some("all"));
+    let layer = RateLimitLayer::builder_engine(engine.clone())
+        .rule(Rule::new(per_ip.clone(), KeyExtractor::peer_ip()))
+        .rule(Rule::new(per_key.clone(), api_key()))
+        .rule(Rule::new(global.clone(), everyone))
         .build()
         .expect("valid layer");
     let app = routes().layer(layer);
-    let login = || request("/", "192.0.2.1:1", &[("x-api-key", "k")]);
-    assert_eq!(send(&app, login()).await.status, StatusCode::OK);
-    assert_eq!(send(&app, login()).await.status, StatusCode::TOO_MANY_REQUESTS);
-    // The window is clear after 2 s, but the penalty recorded by the denial holds.
+    let from = |peer: &'static str| request("/", peer, &[("x-api-key", "k")]);
+    assert_eq!(send(&app, from("192.0.2.1:1")).await.status, StatusCode::OK);
+    assert_eq!(send(&app, from("192.0.2.2:1")).await.status, StatusCode::OK);
+    // The key's budget is gone: every later request is denied by it alone.
+    for peer in ["192.0.2.1:1", "192.0.2.3:1", "192.0.2.3:1"] {
+        let denied = send(&app, from(peer)).await;
+        assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(denied.json()["policy"], "per-key");
+    }
+    let store = engine.store();
+    let remaining =
+        |policy: &tollgate::Policy, key: &str| store.peek(policy, key, 1).expect("peek").remaining;
+    // A peek reports what would be left after one more request.
+    assert_eq!(remaining(&per_ip, "192.0.2.1"), 8, "one admitted request");
+    assert_eq!(remaining(&per_ip, "192.0.2.3"), 9, "denied twice, spent nothing");
+    assert_eq!(remaining(&global, "all"), 97, "only the two admitted requests");
+}
+
+#[tokio::test]
+async fn a_penalty_starts_on_every_rule_that_denied() {
+    let clock = ManualClock::new(1_000_000);
+    let store = MemoryStore::builder().clock(clock.clone()).build();
+    let engine = Arc::new(Engine::builder(store).clock(clock.clone()).build());
+    let login = policy("login", 1, Duration::from_secs(1))
+        .with_block_for(MINUTE)
+        .expect("valid penalty");
+    let account = policy("account", 1, Duration::from_secs(1))
+        .with_block_for(Duration::from_secs(120))
+        .expect("valid penalty");
+    let global = policy("global", 1_000, MINUTE);
+    let layer = RateLimitLayer::builder_engine(engine.clone())
+        .rule(Rule::new(login.clone(), KeyExtractor::peer_ip()))
+        .rule(Rule::new(account.clone(), api_key()))
+        .rule(Rule::new(global.clone(), api_key()))
+        .build()
+        .expect("valid layer");
+    let app = routes().layer(layer);
+    let attempt = || request("/", "192.0.2.1:1", &[("x-api-key", "k")]);
+    assert_eq!(send(&app, attempt()).await.status, StatusCode::OK);
+    let denied = send(&app, attempt()).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.json()["policy"], "account", "the longer penalty speaks");
+    assert_eq!(denied.header("retry-after"), "120");
+
+    // The windows are clear after 2 s, but both penalties hold, each on its own key.
     clock.advance(Duration::from_secs(2));
-    let blocked = send(&app, login()).await;
-    assert_eq!(blocked.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(blocked.header("retry-after"), "58");
+    let store = engine.store();
+    let login_now = store.peek(&login, "192.0.2.1", 1).expect("peek");
+    let account_now = store.peek(&account, "k", 1).expect("peek");
+    assert!(!login_now.allowed && !account_now.allowed);
+    assert_eq!(login_now.retry_after, Some(Duration::from_secs(58)));
+    assert_eq!(account_now.retry_after, Some(Duration::from_secs(118)));
+    // The rule that allowed has no penalty and spent nothing on the denial.
+    assert_eq!(store.peek(&global, "k", 1).expect("peek").remaining, 998);
+
+    // Another address is still shut out by the account's penalty alone.
+    let elsewhere = send(&app, request("/", "192.0.2.9:1", &[("x-api-key", "k")])).await;
+    assert_eq!(elsewhere.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(elsewhere.header("retry-after"), "118");
+    clock.advance(Duration::from_secs(59));
+    assert!(
+        store.peek(&login, "192.0.2.1", 1).expect("peek").allowed,
+        "the login penalty is over"
+    );
+}
+
+#[tokio::test]
+async fn one_policy_and_key_in_two_rules_spend_the_sum_from_one_budget() {
+    let engine = Arc::new(Engine::new(MemoryStore::new()));
+    let api = policy("api", 5, MINUTE);
+    let layer = RateLimitLayer::builder_engine(engine.clone())
+        .rule(Rule::new(api.clone(), KeyExtractor::peer_ip()))
+        .rule(
+            Rule::new(api.clone(), KeyExtractor::peer_ip())
+                .cost(2)
+                .expect("cost"),
+        )
+        .build()
+        .expect("the same policy twice is one budget");
+    let app = routes().layer(layer);
+    let first = send(&app, request("/", "192.0.2.1:1", &[])).await;
+    assert_eq!(first.status, StatusCode::OK);
+    // One budget, reported once.
+    assert_eq!(first.header("ratelimit"), r#""api";r=2;t=60"#);
+    assert_eq!(first.header("ratelimit-policy"), r#""api";q=5;w=60"#);
+    // 3 more do not fit in the 2 left, and nothing is spent.
+    let denied = send(&app, request("/", "192.0.2.1:1", &[])).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        engine.store().peek(&api, "192.0.2.1", 2).expect("peek").remaining,
+        0
+    );
+    assert!(engine.store().peek(&api, "192.0.2.1", 2).expect("peek").allowed);
+    // Another key of the same policy is its own budget.
+    assert_eq!(
+        send(&app, request("/", "192.0.2.2:1", &[])).await.status,
+        StatusCode::OK
+    );
+}
+
+#[test]
+fn one_name_for_two_different_policies_is_refused() {
+    let built = RateLimitLayer::builder(MemoryStore::new())
+        .rule(Rule::new(policy("api", 5, MINUTE), KeyExtractor::peer_ip()))
+        .rule(Rule::new(policy("api", 6, MINUTE), api_key()))
+        .build();
+    assert_eq!(
+        built.map(|_| ()).unwrap_err(),
+        tollgate_tower::Error::DuplicatePolicy("api".into())
+    );
 }
 
 #[tokio::test]
@@ -460,6 +566,35 @@ async fn shadow_rules_count_would_be_denials_but_never_deny_or_show() {
 }
 
 #[tokio::test]
+async fn a_shadow_denial_is_counted_on_denied_requests_too_and_never_speaks_for_them() {
+    let layer = RateLimitLayer::builder(MemoryStore::new())
+        .rule(Rule::new(policy("trial", 1, MINUTE), KeyExtractor::peer_ip()).shadow(true))
+        .rule(Rule::new(policy("enforced", 2, MINUTE), KeyExtractor::peer_ip()))
+        .build()
+        .expect("valid layer");
+    let stats = layer.stats();
+    let app = routes().layer(layer);
+    let statuses = [
+        send(&app, request("/", "192.0.2.1:1", &[])).await.status,
+        send(&app, request("/", "192.0.2.1:1", &[])).await.status,
+    ];
+    assert_eq!(
+        statuses,
+        [StatusCode::OK, StatusCode::OK],
+        "the trial never denies"
+    );
+    let denied = send(&app, request("/", "192.0.2.1:1", &[])).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.json()["policy"], "enforced");
+    assert_eq!(denied.header("ratelimit-policy"), r#""enforced";q=2;w=60"#);
+    let snapshot = stats.snapshot();
+    assert_eq!(
+        (snapshot.allowed, snapshot.denied, snapshot.shadow_denied),
+        (2, 1, 2)
+    );
+}
+
+#[tokio::test]
 async fn a_lone_shadow_rule_passes_everything_without_headers() {
     let rule = Rule::new(policy("trial", 1, MINUTE), KeyExtractor::peer_ip()).shadow(true);
     let layer = RateLimitLayer::new(MemoryStore::new(), rule);
@@ -474,7 +609,8 @@ async fn a_lone_shadow_rule_passes_everything_without_headers() {
 }
 
 /// A memory store with room for one key: once key `a` is out of budget it cannot be evicted, so
-/// a check of any other key fails with `Error::StoreFull`.
+/// a check of any other key fails with `Error::StoreFull`, which the engine answers by the
+/// policy's failure mode, as it does for a stopped Redis.
 async fn full_store_app(mode: FailureMode, shadow: bool) -> (axum::Router, tollgate_tower::Stats) {
     let store = MemoryStore::builder().max_keys(1).build();
     let rule = Rule::new(policy("tiny", 1, MINUTE).with_failure_mode(mode), api_key()).shadow(shadow);
@@ -483,32 +619,80 @@ async fn full_store_app(mode: FailureMode, shadow: bool) -> (axum::Router, tollg
     let app = routes().layer(layer);
     let first = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "a")])).await;
     assert_eq!(first.status, StatusCode::OK);
+    // Out of budget now (a shadow rule only counts it), so `a` cannot be evicted.
+    let blocked = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "a")])).await;
+    let expected = if shadow {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    assert_eq!(blocked.status, expected);
     (app, stats)
 }
 
-#[tokio::test]
-async fn a_store_error_lets_requests_through_under_fail_open_and_local() {
-    for mode in [FailureMode::FailOpen, FailureMode::default()] {
-        let (app, stats) = full_store_app(mode, false).await;
-        let answer = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "b")])).await;
-        assert_eq!(answer.status, StatusCode::OK, "{mode}");
-        assert_eq!(answer.body, b"ok");
-        assert_eq!(answer.header("ratelimit"), "", "no budget to report");
-        let snapshot = stats.snapshot();
-        assert_eq!(
-            (snapshot.store_errors, snapshot.allowed, snapshot.failed_closed),
-            (1, 2, 0),
-            "{mode}"
-        );
-    }
+fn key(value: &str) -> Request<Body> {
+    request("/", "192.0.2.1:1", &[("x-api-key", value)])
 }
 
 #[tokio::test]
-async fn a_store_error_under_fail_closed_is_a_503_problem() {
+async fn a_full_store_under_fail_open_passes_degraded_without_headers() {
+    let (app, stats) = full_store_app(FailureMode::FailOpen, false).await;
+    for _ in 0..3 {
+        let answer = send(&app, key("b")).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(answer.body, b"ok");
+        assert_eq!(answer.header("ratelimit"), "", "no budget to report");
+    }
+    let snapshot = stats.snapshot();
+    assert_eq!(
+        (
+            snapshot.allowed,
+            snapshot.denied,
+            snapshot.store_errors,
+            snapshot.degraded,
+            snapshot.failed_closed
+        ),
+        (4, 1, 3, 3, 0)
+    );
+}
+
+#[tokio::test]
+async fn a_full_store_under_local_is_limited_by_the_engines_own_limiter() {
+    let (app, stats) = full_store_app(FailureMode::default(), false).await;
+    // The engine's limiter has the policy's whole limit (one instance): 1 per minute.
+    let first = send(&app, key("b")).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(
+        first.header("ratelimit"),
+        r#""tiny";r=0;t=60"#,
+        "the local budget"
+    );
+    let second = send(&app, key("b")).await;
+    assert_eq!(second.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(second.json()["policy"], "tiny");
+    assert_eq!(second.header("retry-after"), "60");
+    // Another key has its own local budget.
+    assert_eq!(send(&app, key("c")).await.status, StatusCode::OK);
+    let snapshot = stats.snapshot();
+    assert_eq!(
+        (
+            snapshot.allowed,
+            snapshot.denied,
+            snapshot.store_errors,
+            snapshot.degraded
+        ),
+        (3, 2, 3, 3)
+    );
+}
+
+#[tokio::test]
+async fn a_full_store_under_fail_closed_is_a_503_problem() {
     let (app, stats) = full_store_app(FailureMode::FailClosed, false).await;
-    let answer = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "b")])).await;
+    let answer = send(&app, key("b")).await;
     assert_eq!(answer.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(answer.header("content-type"), "application/problem+json");
+    assert_eq!(answer.header("retry-after"), "1");
+    assert_eq!(answer.header("ratelimit"), "");
     let body = answer.json();
     assert_eq!(body["status"], 503);
     assert_eq!(body["title"], "Service Unavailable");
@@ -516,16 +700,28 @@ async fn a_store_error_under_fail_closed_is_a_503_problem() {
     let snapshot = stats.snapshot();
     assert_eq!((snapshot.store_errors, snapshot.failed_closed), (1, 1));
     // The key that fits is still decided normally.
-    let denied = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "a")])).await;
+    let denied = send(&app, key("a")).await;
     assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
 }
 
 #[tokio::test]
 async fn a_shadow_rule_never_denies_even_when_it_fails_closed() {
     let (app, stats) = full_store_app(FailureMode::FailClosed, true).await;
-    let answer = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "b")])).await;
-    assert_eq!(answer.status, StatusCode::OK);
-    assert_eq!(stats.snapshot().store_errors, 1);
+    // `a` was let through above although out of budget; `b` finds the store full.
+    for _ in 0..3 {
+        let answer = send(&app, key("b")).await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(answer.header("ratelimit"), "");
+    }
+    let snapshot = stats.snapshot();
+    assert_eq!(
+        (
+            snapshot.store_errors,
+            snapshot.failed_closed,
+            snapshot.shadow_denied
+        ),
+        (3, 0, 1)
+    );
 }
 
 #[tokio::test]
@@ -554,9 +750,9 @@ async fn a_plain_socket_addr_extension_is_a_peer_address_too() {
 }
 
 #[tokio::test]
-async fn with_several_rules_a_failing_one_drops_out_of_the_headers_under_fail_open() {
-    // Room for one key: the per-ip key takes it and, out of budget, cannot be evicted; the
-    // per-key rule's key then finds the store full.
+async fn when_the_store_fails_every_rule_follows_its_own_failure_mode() {
+    // Room for one key: a request with two new keys cannot place both, so the store refuses the
+    // whole request and every rule is decided by its own failure mode.
     let layer = RateLimitLayer::builder(MemoryStore::builder().max_keys(1).build())
         .rule(Rule::new(policy("per-ip", 1, MINUTE), KeyExtractor::peer_ip()))
         .rule(Rule::new(
@@ -569,10 +765,61 @@ async fn with_several_rules_a_failing_one_drops_out_of_the_headers_under_fail_op
     let app = routes().layer(layer);
     let answer = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "k")])).await;
     assert_eq!(answer.status, StatusCode::OK);
+    // `Local` reports its local budget; `FailOpen` has none to report.
     assert_eq!(answer.header("ratelimit"), r#""per-ip";r=0;t=60"#);
     assert_eq!(answer.header("ratelimit-policy"), r#""per-ip";q=1;w=60"#);
-    assert!(stats.snapshot().store_errors >= 1);
     let denied = send(&app, request("/", "192.0.2.1:1", &[("x-api-key", "k")])).await;
     assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(denied.json()["policy"], "per-ip");
+    let snapshot = stats.snapshot();
+    assert_eq!(
+        (snapshot.store_errors, snapshot.degraded, snapshot.denied),
+        (2, 2, 1)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_racing_requests_that_only_one_budget_fits_exactly_one_passes() {
+    for round in 0..200 {
+        let engine = Arc::new(Engine::new(MemoryStore::new()));
+        let (per_ip, per_key) = (policy("per-ip", 5, MINUTE), policy("per-key", 1, MINUTE));
+        let layer = RateLimitLayer::builder_engine(engine.clone())
+            .rule(Rule::new(per_ip.clone(), KeyExtractor::peer_ip()))
+            .rule(Rule::new(per_key.clone(), api_key()))
+            .build()
+            .expect("valid layer");
+        let app = routes().layer(layer);
+        let start = Arc::new(tokio::sync::Barrier::new(2));
+        let racers: Vec<_> = ["192.0.2.1:1", "192.0.2.2:1"]
+            .into_iter()
+            .map(|peer| {
+                let (app, start) = (app.clone(), start.clone());
+                tokio::spawn(async move {
+                    start.wait().await;
+                    send(&app, request("/", peer, &[("x-api-key", "shared")]))
+                        .await
+                        .status
+                })
+            })
+            .collect();
+        let mut statuses = Vec::new();
+        for racer in racers {
+            statuses.push(racer.await.expect("racer"));
+        }
+        let passed = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+        assert_eq!(passed, 1, "round {round}: {statuses:?}");
+        // The loser spent nothing on its own address.
+        let spent: Vec<u64> = ["192.0.2.1", "192.0.2.2"]
+            .iter()
+            .map(|ip| 5 - engine.store().peek(&per_ip, ip, 1).expect("peek").remaining - 1)
+            .collect();
+        let winner = statuses
+            .iter()
+            .position(|s| *s == StatusCode::OK)
+            .expect("a winner");
+        let mut expected = vec![0, 0];
+        expected[winner] = 1;
+        assert_eq!(spent, expected, "round {round}");
+        assert!(!engine.store().peek(&per_key, "shared", 1).expect("peek").allowed);
+    }
 }

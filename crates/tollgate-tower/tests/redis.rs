@@ -1,5 +1,6 @@
-//! The layer over a real Redis: failure modes when the server is stopped mid-test, and one limit
-//! shared by two separately built app instances.
+//! The layer over a real Redis: failure modes when the server is stopped mid-test (the store
+//! reports the failure, the engine applies each policy's failure mode), and one limit shared by
+//! two separately built app instances.
 
 mod common;
 
@@ -67,28 +68,35 @@ async fn failure_modes_decide_once_redis_is_stopped() {
     for _ in 0..5 {
         assert_eq!(send(&open, newcomer()).await.status, StatusCode::OK);
     }
-    // Fail closed: denied at once, with a problem body.
-    let denied = send(&closed, newcomer()).await;
-    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
-    assert_eq!(denied.header("content-type"), "application/problem+json");
-    assert_eq!(denied.json()["policy"], "closed");
-    // Local: an in-memory limit of 3 on this instance.
+    // Fail closed: refused at once with a 503 problem, told to come back shortly.
+    let refused = send(&closed, newcomer()).await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.header("content-type"), "application/problem+json");
+    assert_eq!(refused.header("retry-after"), "1");
+    assert_eq!(refused.json()["policy"], "closed");
+    // Local: the engine's in-memory limiter, with the whole limit of 3 on this one instance.
     let mut statuses = Vec::new();
     for _ in 0..5 {
         statuses.push(send(&local, newcomer()).await.status);
     }
     assert_eq!(
-        statuses.iter().filter(|s| **s == StatusCode::OK).count(),
-        3,
-        "{statuses:?}"
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
     );
 
-    // RedisStore decided these itself (degraded), so no store error reached the layer.
-    for stats in [&open_stats, &closed_stats, &local_stats] {
-        let snapshot = stats.snapshot();
-        assert!(snapshot.degraded >= 1, "{snapshot:?}");
-        assert_eq!((snapshot.store_errors, snapshot.failed_closed), (0, 0));
-    }
+    // The store's failures reached the engine, which decided by the failure modes.
+    let open = open_stats.snapshot();
+    assert_eq!((open.store_errors, open.degraded, open.failed_closed), (5, 5, 0));
+    let closed = closed_stats.snapshot();
+    assert_eq!((closed.store_errors, closed.failed_closed), (1, 1));
+    let local = local_stats.snapshot();
+    assert_eq!((local.store_errors, local.degraded, local.denied), (5, 5, 1 + 2));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

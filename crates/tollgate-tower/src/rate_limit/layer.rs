@@ -1,20 +1,19 @@
 //! [`RateLimitLayer`], its builder, and the `Layer` impl.
 
-use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
-use tollgate::Store;
+use tollgate::{Engine, Store};
 use tower::Layer;
 
 use super::limiter::Limiter;
 use super::service::RateLimit;
+use crate::engine::{Shared, SharedEngine};
 use crate::problem::Problems;
-use crate::store::SharedStore;
 use crate::{Error, Rule, Stats};
 
 /// Rate limits the requests of the services it wraps, by one or more [`Rule`]s over any
-/// tollgate [`Store`].
+/// tollgate [`Store`], decided by a tollgate [`Engine`].
 ///
 /// Cloning is cheap and every clone, and every [`RateLimit`] service made from any of them,
 /// shares one limiter: the limit holds across axum's per-request clones, connections and
@@ -51,9 +50,32 @@ impl RateLimitLayer {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn new<S: Store + 'static>(store: S, rule: Rule) -> Self {
+        Self::with_engine(Engine::new(store), rule)
+    }
+
+    /// A layer applying one rule, decided by `engine`: one configured for the `Local` failure
+    /// mode's limiter, say, or one the application also uses to reset keys. Takes an `Engine`
+    /// or an `Arc` of one.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tollgate::{Algorithm, Engine, MemoryStore, Policy, Rate};
+    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let engine = Arc::new(Engine::builder(MemoryStore::new()).fallback_max_keys(10_000).build());
+    /// let policy = Policy::new("login", Algorithm::gcra(Rate::per_minute(5)?, 5)?)?;
+    /// let layer = RateLimitLayer::with_engine(engine.clone(), Rule::new(policy.clone(), KeyExtractor::peer_ip()));
+    /// // After a successful login, say:
+    /// engine.reset(&policy, b"192.0.2.1").await?;
+    /// # let _ = layer;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_engine<S: Store + 'static>(engine: impl Into<Arc<Engine<S>>>, rule: Rule) -> Self {
         RateLimitLayer {
             limiter: Arc::new(Limiter {
-                store: Box::new(Arc::new(store)),
+                engine: engine.into(),
                 rules: vec![rule],
                 stats: Stats::default(),
                 problems: Problems::default(),
@@ -81,7 +103,7 @@ impl RateLimitLayer {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn builder<S: Store + 'static>(store: S) -> RateLimitLayerBuilder {
-        Self::builder_shared(Arc::new(store))
+        Self::builder_engine(Engine::new(store))
     }
 
     /// Starts a layer over a store the application also uses elsewhere (say, to reset a key
@@ -102,8 +124,33 @@ impl RateLimitLayer {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn builder_shared<S: Store + 'static>(store: Arc<S>) -> RateLimitLayerBuilder {
+        Self::builder_engine(Engine::new(Shared(store)))
+    }
+
+    /// Starts a layer decided by `engine` (an `Engine` or an `Arc` of one), for several rules:
+    /// several layers can share one engine, and with it one `Local` failure mode limiter.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Engine, MemoryStore, Policy};
+    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+    ///
+    /// let engine = Arc::new(Engine::builder(MemoryStore::new()).fallback_max_keys(10_000).build());
+    /// let search = Policy::new("search", Algorithm::sliding_window(60, Duration::from_secs(60))?)?;
+    /// let export = Policy::new("export", Algorithm::sliding_window(5, Duration::from_secs(3600))?)?;
+    /// let searches = RateLimitLayer::builder_engine(engine.clone())
+    ///     .rule(Rule::new(search, KeyExtractor::peer_ip()))
+    ///     .build()?;
+    /// let exports = RateLimitLayer::builder_engine(engine)
+    ///     .rule(Rule::new(export, KeyExtractor::peer_ip()))
+    ///     .build()?;
+    /// # let _ = (searches, exports);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn builder_engine<S: Store + 'static>(engine: impl Into<Arc<Engine<S>>>) -> RateLimitLayerBuilder {
         RateLimitLayerBuilder {
-            store: Box::new(store),
+            engine: engine.into(),
             rules: Vec::new(),
             problems: Problems::default(),
         }
@@ -148,14 +195,15 @@ impl<S> Layer<S> for RateLimitLayer {
 
 /// Configures a [`RateLimitLayer`]: start with [`RateLimitLayer::builder`].
 pub struct RateLimitLayerBuilder {
-    store: Box<dyn SharedStore>,
+    engine: Arc<dyn SharedEngine>,
     rules: Vec<Rule>,
     problems: Problems,
 }
 
 impl RateLimitLayerBuilder {
-    /// Adds a rule. Rules apply in the order added; a request passes only if every enforced
-    /// rule allows it.
+    /// Adds a rule. A request passes only if every enforced rule allows it; headers list the
+    /// rules in the order added. Two rules with the same policy that find the same key spend from
+    /// one budget, the sum of their costs.
     pub fn rule(mut self, rule: Rule) -> Self {
         self.rules.push(rule);
         self
@@ -168,8 +216,8 @@ impl RateLimitLayerBuilder {
         self
     }
 
-    /// Builds the layer. Fails without rules, or when two rules use the same policy name (they
-    /// would count into the same state).
+    /// Builds the layer. Fails without rules, or when two rules use one policy name for two
+    /// different policies (they would count into the same state by different settings).
     ///
     /// ```
     /// use tollgate::MemoryStore;
@@ -181,15 +229,17 @@ impl RateLimitLayerBuilder {
         if self.rules.is_empty() {
             return Err(Error::NoRules);
         }
-        let mut names = HashSet::new();
-        for rule in &self.rules {
-            if !names.insert(rule.policy.name()) {
+        for (i, rule) in self.rules.iter().enumerate() {
+            let clash = self.rules[..i]
+                .iter()
+                .any(|earlier| earlier.policy.name() == rule.policy.name() && earlier.policy != rule.policy);
+            if clash {
                 return Err(Error::DuplicatePolicy(rule.policy.name().to_owned()));
             }
         }
         Ok(RateLimitLayer {
             limiter: Arc::new(Limiter {
-                store: self.store,
+                engine: self.engine,
                 rules: self.rules,
                 stats: Stats::default(),
                 problems: self.problems,

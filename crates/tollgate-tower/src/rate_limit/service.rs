@@ -10,7 +10,7 @@ use axum::http::{Request, Response};
 use tower::Service;
 
 use super::future::ResponseFuture;
-use super::limiter::{Limiter, Verdict};
+use super::limiter::{Action, Limiter};
 
 /// Wraps a service with a [`RateLimitLayer`](super::RateLimitLayer)'s rules. Made by the layer;
 /// every clone shares the layer's limiter.
@@ -107,8 +107,8 @@ where
         ResponseFuture::new(async move {
             let (parts, body) = request.into_parts();
             match limiter.decide(&parts).await {
-                Verdict::Answer(response) => Ok(response),
-                Verdict::Pass(headers) => {
+                Action::Answer(response) => Ok(response),
+                Action::Pass(headers) => {
                     let response = inner.call(Request::from_parts(parts, body)).await?;
                     let (mut head, body) = response.into_parts();
                     if let Some(headers) = headers {
