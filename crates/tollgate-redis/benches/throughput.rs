@@ -95,7 +95,7 @@ async fn run(store: &RedisStore, policy: &Policy, concurrency: u64, keys: u64) -
 fn ceiling(server: &RedisServer, pipeline: u32) -> f64 {
     let gcra = policies().pop().expect("gcra");
     let (keys, args) = RedisStore::script_call("tollgate:", &gcra, b"user-__rand_int__", 1);
-    let sha = RedisStore::script_sha(gcra.algorithm());
+    let sha = RedisStore::script_sha();
     let port = server.port().to_string();
     let pipeline = pipeline.to_string();
     let mut command = Command::new("redis-benchmark");

@@ -1,13 +1,18 @@
 -- Fixed window: count per window, deny once the count would pass the limit. Denials are not
 -- counted. Port of algorithm/fixed_window.rs.
--- ARGV[6] limit, ARGV[7] window_us, ARGV[8] anchor: "epoch" or "first_hit"
+-- Params: limit, window_us, anchor ("epoch" or "first_hit")
 -- Fields: s = window start (µs), c = count
+-- Mark: the start of the window a spend counted in
 
-local limit, window, first_hit = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == 'first_hit'
+local fixed_window = {fields = {'s', 'c'}}
+ALGORITHMS.fixed_window = fixed_window
 
-local FIELDS = {'s', 'c'}
+function fixed_window.params(rule, limit, window, anchor)
+  rule.limit, rule.window, rule.first_hit = tonumber(limit), tonumber(window), anchor == 'first_hit'
+end
 
-local function step(stored, now, cost, commit)
+function fixed_window.step(rule, stored, now, cost, commit)
+  local limit, window, first_hit = rule.limit, rule.window, rule.first_hit
   local start, count = stored.s, stored.c
   -- Still inside the stored window (or the clock stepped back into it or before it)?
   if not (count and count > 0 and now < start + window) then
@@ -23,7 +28,7 @@ local function step(stored, now, cost, commit)
   if allowed then
     count = count + cost
     if commit then
-      save({s = start, c = count})
+      save(rule, {s = start, c = count})
     end
   end
   local reset_after = 0
@@ -35,4 +40,15 @@ local function step(stored, now, cost, commit)
     retry_after = math.max(window_end - now, 0)
   end
   return allowed, math.max(limit - count, 0), reset_after, retry_after
+end
+
+function fixed_window.mark(rule)
+  return int(redis.call('HGET', rule.state, 's'), 's') or 0
+end
+
+-- Once the window has moved on, the spend went with it: nothing is left to undo.
+function fixed_window.refund(rule, stored, cost, mark)
+  if stored.c and stored.s == mark then
+    save(rule, {s = stored.s, c = math.max(stored.c - cost, 0)})
+  end
 end

@@ -1,13 +1,18 @@
 -- Leaky bucket as a meter: requests pour cost units in, it drains one unit per interval, a
 -- request that would overflow it is denied. Port of algorithm/leaky_bucket.rs.
--- ARGV[6] capacity, ARGV[7] interval_us
+-- Params: capacity, interval_us
 -- Fields: l = whole units, d = when the next unit started draining (µs)
+-- Mark: none (a refund takes the cost back out, down to empty)
 
-local capacity, interval = tonumber(ARGV[6]), tonumber(ARGV[7])
+local leaky_bucket = {fields = {'l', 'd'}}
+ALGORITHMS.leaky_bucket = leaky_bucket
 
-local FIELDS = {'l', 'd'}
+function leaky_bucket.params(rule, capacity, interval)
+  rule.capacity, rule.interval = tonumber(capacity), tonumber(interval)
+end
 
-local function step(stored, now, cost, commit)
+function leaky_bucket.step(rule, stored, now, cost, commit)
+  local capacity, interval = rule.capacity, rule.interval
   local level, leaked_at = 0, now
   if stored.l and stored.d then
     local leaked = idiv(math.max(now - stored.d, 0), interval)
@@ -21,7 +26,7 @@ local function step(stored, now, cost, commit)
   if allowed then
     filled = level + cost
     if commit then
-      save({l = filled, d = leaked_at})
+      save(rule, {l = filled, d = leaked_at})
     end
   end
   local function drain(n)
@@ -32,4 +37,14 @@ local function step(stored, now, cost, commit)
     retry_after = drain(level + cost - capacity)
   end
   return allowed, math.max(capacity - filled, 0), drain(filled), retry_after
+end
+
+function leaky_bucket.mark(_)
+  return 0
+end
+
+function leaky_bucket.refund(rule, stored, cost, _)
+  if stored.l and stored.d then
+    save(rule, {l = math.max(stored.l - cost, 0), d = stored.d})
+  end
 end

@@ -1,12 +1,9 @@
 -- Sliding log: a sorted set of admitted requests (score = time in µs, member = "time:cost",
 -- one member per distinct time); a request passes if the last window leaves room for it.
 -- Denials are not recorded. Port of algorithm/sliding_log.rs.
--- ARGV[6] limit, ARGV[7] window_us
--- Fields: n = total cost of the members in the set
--- KEYS[2] the sorted set
-
-local limit, window = tonumber(ARGV[6]), tonumber(ARGV[7])
-local LOG = KEYS[2]
+-- Params: limit, window_us
+-- Fields: n = total cost of the members in the set; and a second key, the sorted set
+-- Mark: the time (score) of the entry a spend went into
 
 -- The cost stored in a member "time:cost".
 local function member_cost(member)
@@ -17,9 +14,15 @@ local function member_cost(member)
   return cost
 end
 
-local FIELDS = {'n'}
+local sliding_log = {fields = {'n'}, log = true}
+ALGORITHMS.sliding_log = sliding_log
 
-local function step(stored, now, cost, commit)
+function sliding_log.params(rule, limit, window)
+  rule.limit, rule.window = tonumber(limit), tonumber(window)
+end
+
+function sliding_log.step(rule, stored, now, cost, commit)
+  local limit, window, LOG = rule.limit, rule.window, rule.log
   -- Without our total, whatever the set holds (left by another algorithm's era) means nothing.
   -- (ZCARD also makes Redis answer WRONGTYPE if someone else wrote another type there.)
   local fresh = not stored.n
@@ -77,7 +80,7 @@ local function step(stored, now, cost, commit)
         newest = now
       end
     end
-    save({n = total})
+    save(rule, {n = total})
   elseif allowed then
     newest = math.max(newest or now, now)
   end
@@ -86,4 +89,33 @@ local function step(stored, now, cost, commit)
     reset_after = math.max(newest + window - now, 0)
   end
   return allowed, math.max(limit - used, 0), reset_after, retry_after
+end
+
+-- A spend always goes into the newest entry, so right after it that entry's time is the mark.
+function sliding_log.mark(rule)
+  local last = redis.call('ZRANGE', rule.log, -1, -1, 'WITHSCORES')
+  if #last == 2 then
+    return tonumber(last[2])
+  end
+  return 0
+end
+
+-- Takes the cost back out of the entry at the mark (later requests of the same microsecond may
+-- share it); an entry already expired and trimmed has nothing left to undo.
+function sliding_log.refund(rule, stored, cost, mark)
+  if not stored.n then
+    return
+  end
+  local LOG = rule.log
+  local members = redis.call('ZRANGEBYSCORE', LOG, num(mark), num(mark))
+  if #members == 0 then
+    return
+  end
+  local member = members[1]
+  local given = math.min(member_cost(member), cost)
+  redis.call('ZREM', LOG, member)
+  if member_cost(member) > given then
+    redis.call('ZADD', LOG, num(mark), num(mark) .. ':' .. num(member_cost(member) - given))
+  end
+  save(rule, {n = math.max(stored.n - given, 0)})
 end

@@ -1,13 +1,18 @@
 -- Token bucket: capacity tokens, one more per interval; a request takes cost tokens. A missing
 -- key has a full bucket. Port of algorithm/token_bucket.rs.
--- ARGV[6] capacity, ARGV[7] interval_us
+-- Params: capacity, interval_us
 -- Fields: t = whole tokens, r = when the next token started accruing (µs)
+-- Mark: none (a refund puts the cost back, up to a full bucket)
 
-local capacity, interval = tonumber(ARGV[6]), tonumber(ARGV[7])
+local token_bucket = {fields = {'t', 'r'}}
+ALGORITHMS.token_bucket = token_bucket
 
-local FIELDS = {'t', 'r'}
+function token_bucket.params(rule, capacity, interval)
+  rule.capacity, rule.interval = tonumber(capacity), tonumber(interval)
+end
 
-local function step(stored, now, cost, commit)
+function token_bucket.step(rule, stored, now, cost, commit)
+  local capacity, interval = rule.capacity, rule.interval
   local tokens, refilled_at = capacity, now
   if stored.t and stored.r then
     local accrued = idiv(math.max(now - stored.r, 0), interval)
@@ -21,7 +26,7 @@ local function step(stored, now, cost, commit)
   if allowed then
     left = tokens - cost
     if commit then
-      save({t = left, r = refilled_at})
+      save(rule, {t = left, r = refilled_at})
     end
   end
   local function accrue(n)
@@ -36,4 +41,14 @@ local function step(stored, now, cost, commit)
     retry_after = accrue(cost - tokens)
   end
   return allowed, left, reset_after, retry_after
+end
+
+function token_bucket.mark(_)
+  return 0
+end
+
+function token_bucket.refund(rule, stored, cost, _)
+  if stored.t and stored.r then
+    save(rule, {t = math.min(stored.t + cost, rule.capacity), r = stored.r})
+  end
 end
