@@ -167,7 +167,10 @@ mod tests {
             for (policy, key) in pairs {
                 let state = n.state(tag, policy, key);
                 assert!(seen.insert(state.clone()), "{tag:?} {policy:?} {key:?}");
-                assert!(seen.insert(KeyNames::log(&state)), "log of {tag:?} {policy:?} {key:?}");
+                assert!(
+                    seen.insert(KeyNames::log(&state)),
+                    "log of {tag:?} {policy:?} {key:?}"
+                );
             }
         }
         let keys: std::collections::BTreeSet<&[u8]> = pairs.iter().map(|&(_, key)| key).collect();

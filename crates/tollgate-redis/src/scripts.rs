@@ -140,6 +140,10 @@ fn params(algorithm: &Algorithm) -> [String; 3] {
             p.leak().interval_us().to_string(),
             String::new(),
         ],
-        Algorithm::Gcra(p) => [p.rate().interval_us().to_string(), p.burst().to_string(), String::new()],
+        Algorithm::Gcra(p) => [
+            p.rate().interval_us().to_string(),
+            p.burst().to_string(),
+            String::new(),
+        ],
     }
 }

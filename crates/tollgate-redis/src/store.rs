@@ -1,8 +1,10 @@
 //! `RedisStore`: the core's `Store` on Redis or Redis Cluster.
 //!
-//! Every operation is one script call (see `scripts`), wrapped in three layers:
+//! Every operation is one script call (see `scripts`); a request's rules spanning several cluster
+//! slots are one call per slot, reserve-then-refund (see the crate docs). Calls are wrapped in
+//! three layers:
 //!
-//! 1. the deny cache answers keys Redis already denied, without a round trip;
+//! 1. the deny cache answers a single enforced rule Redis already denied, without a round trip;
 //! 2. the circuit breaker refuses calls at once while Redis is known to be down;
 //! 3. a deadline bounds each call; a failure is then handled by the policy's failure mode
 //!    (admit, deny, or decide locally on a share of the limit) and the decision is marked
@@ -278,7 +280,10 @@ impl RedisStore {
         let names = KeyNames::new(prefix);
         let rule = Rule::new(policy, key, cost);
         let keys = call_keys(policy, names.state(policy.hash_tag(), policy.name(), key));
-        (keys, call_args(String::new(), Mode::Commit, [(&rule, 0)].into_iter()))
+        (
+            keys,
+            call_args(String::new(), Mode::Commit, [(&rule, 0)].into_iter()),
+        )
     }
 
     /// True while the circuit breaker is open (Redis recently unavailable).
@@ -348,7 +353,9 @@ impl RedisStore {
         let keys: Vec<Vec<Vec<u8>>> = rules
             .iter()
             .map(|rule| {
-                let state = inner.keys.state(rule.policy.hash_tag(), rule.policy.name(), rule.key);
+                let state = inner
+                    .keys
+                    .state(rule.policy.hash_tag(), rule.policy.name(), rule.key);
                 call_keys(rule.policy, state)
             })
             .collect();
@@ -364,7 +371,12 @@ impl RedisStore {
         }
         if !commit {
             // Peeks change nothing, so each slot can look on its own.
-            let replies = join_all(groups.iter().map(|g| self.decide_group(rules, &keys, g, &now, mode))).await;
+            let replies = join_all(
+                groups
+                    .iter()
+                    .map(|g| self.decide_group(rules, &keys, g, &now, mode)),
+            )
+            .await;
             let mut outcomes = vec![UNDECIDED; rules.len()];
             for (group, reply) in groups.iter().zip(replies) {
                 let (group_outcomes, _) = reply?;
@@ -475,7 +487,10 @@ impl RedisStore {
         now: &str,
     ) -> Result<Vec<Outcome>, Error> {
         bump(&self.inner.stats.refunds);
-        let call_keys: Vec<Vec<u8>> = spends.iter().flat_map(|&(i, _)| keys[i].iter().cloned()).collect();
+        let call_keys: Vec<Vec<u8>> = spends
+            .iter()
+            .flat_map(|&(i, _)| keys[i].iter().cloned())
+            .collect();
         let args = call_args(
             now.to_string(),
             Mode::Refund,

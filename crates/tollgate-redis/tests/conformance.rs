@@ -20,12 +20,20 @@ async fn the_vectors_give_the_same_decisions_on_every_store() {
     let server = RedisServer::start();
     let redis = exact_store(Target::Standalone(server.url()), &clock).await;
     assert_eq!(vectors::run(&redis, &clock).await, expected, "standalone redis");
-    assert_eq!(vectors::run_multi(&redis, &clock).await, expected_multi, "standalone redis, multi-rule");
+    assert_eq!(
+        vectors::run_multi(&redis, &clock).await,
+        expected_multi,
+        "standalone redis, multi-rule"
+    );
 
     let cluster = RedisCluster::start();
     let clustered = exact_store(Target::Cluster(cluster.urls()), &clock).await;
     assert_eq!(vectors::run(&clustered, &clock).await, expected, "redis cluster");
-    assert_eq!(vectors::run_multi(&clustered, &clock).await, expected_multi, "redis cluster, multi-rule");
+    assert_eq!(
+        vectors::run_multi(&clustered, &clock).await,
+        expected_multi,
+        "redis cluster, multi-rule"
+    );
     // The cross-slot requests of the vectors had to give reservations back.
     assert!(clustered.stats().refunds > 0, "{:?}", clustered.stats());
 }
@@ -89,7 +97,11 @@ async fn random_multi_rule_requests_give_the_same_decisions_on_memory_and_redis(
         let policies: Vec<_> = (0..rng.between(2, 4))
             .map(|p| {
                 let policy = random_named_policy(format!("multi-{seed}-{p}"), seed + p, &mut rng);
-                if rng.below(2) == 0 { policy.with_hash_tag(HashTag::Key) } else { policy }
+                if rng.below(2) == 0 {
+                    policy.with_hash_tag(HashTag::Key)
+                } else {
+                    policy
+                }
             })
             .collect();
         let clock = ManualClock::new(T0_US + rng.below(1_000_000));

@@ -46,7 +46,10 @@ fn five_policies() -> Vec<Policy> {
         policy("one-fw", Algorithm::fixed_window(10, HOUR, Anchor::Epoch)),
         policy("one-log", Algorithm::sliding_log(10, HOUR)),
         policy("one-sw", Algorithm::sliding_window(10, HOUR)),
-        policy("one-tb", Algorithm::token_bucket(10, Rate::per_hour(1).expect("rate"))),
+        policy(
+            "one-tb",
+            Algorithm::token_bucket(10, Rate::per_hour(1).expect("rate")),
+        ),
         policy("one-gcra", Algorithm::gcra(Rate::per_hour(1).expect("rate"), 10)),
     ]
 }
@@ -85,7 +88,15 @@ async fn rules_tagged_by_key_are_one_call_on_a_cluster_and_others_one_per_slot()
         .collect();
     let rules: Vec<Rule<'_>> = by_key.iter().map(|p| Rule::new(p, "tenant-9", 1)).collect();
     let calls = store.stats().redis_calls;
-    assert!(store.decide(&rules, true).await.expect("decide").as_slice().iter().all(|d| d.allowed));
+    assert!(
+        store
+            .decide(&rules, true)
+            .await
+            .expect("decide")
+            .as_slice()
+            .iter()
+            .all(|d| d.allowed)
+    );
     assert_eq!(store.stats().redis_calls - calls, 1);
 
     let spread = five_policies();
@@ -95,9 +106,24 @@ async fn rules_tagged_by_key_are_one_call_on_a_cluster_and_others_one_per_slot()
         .collect();
     let rules: Vec<Rule<'_>> = spread.iter().map(|p| Rule::new(p, "tenant-9", 1)).collect();
     let calls = store.stats().redis_calls;
-    assert!(store.decide(&rules, true).await.expect("decide").as_slice().iter().all(|d| d.allowed));
-    assert_eq!(store.stats().redis_calls - calls, slots.len() as u64, "one call per slot");
-    assert!(slots.len() > 1, "the test needs rules on several slots: {slots:?}");
+    assert!(
+        store
+            .decide(&rules, true)
+            .await
+            .expect("decide")
+            .as_slice()
+            .iter()
+            .all(|d| d.allowed)
+    );
+    assert_eq!(
+        store.stats().redis_calls - calls,
+        slots.len() as u64,
+        "one call per slot"
+    );
+    assert!(
+        slots.len() > 1,
+        "the test needs rules on several slots: {slots:?}"
+    );
 }
 
 /// Three budgets of 1 and three kinds of request, each needing two of them: any two requests
@@ -120,7 +146,11 @@ async fn race_where_only_one_fits(store: &RedisStore, cluster: Option<&RedisClus
             .iter()
             .map(|p| cluster.nodes()[0].cli(&["CLUSTER", "KEYSLOT", &names(p, "k")[0]]))
             .collect();
-        assert_eq!(slots.len(), 3, "round {round}: the budgets must sit on different slots");
+        assert_eq!(
+            slots.len(),
+            3,
+            "round {round}: the budgets must sit on different slots"
+        );
     }
     let budgets = Arc::new(budgets);
     let passed = Arc::new(AtomicU64::new(0));
@@ -129,7 +159,10 @@ async fn race_where_only_one_fits(store: &RedisStore, cluster: Option<&RedisClus
         let (store, budgets, passed) = (store.clone(), budgets.clone(), passed.clone());
         tasks.push(tokio::spawn(async move {
             let (first, second) = (task % 3, (task + 1) % 3);
-            let rules = [Rule::new(&budgets[first], "k", 1), Rule::new(&budgets[second], "k", 1)];
+            let rules = [
+                Rule::new(&budgets[first], "k", 1),
+                Rule::new(&budgets[second], "k", 1),
+            ];
             let decisions = store.decide(&rules, true).await.expect("decide");
             let allowed: Vec<bool> = decisions.as_slice().iter().map(|d| d.allowed).collect();
             if allowed.iter().all(|&a| a) {
@@ -141,7 +174,10 @@ async fn race_where_only_one_fits(store: &RedisStore, cluster: Option<&RedisClus
         task.await.expect("task");
     }
     let passed = passed.load(Ordering::Relaxed);
-    assert!(passed <= 1, "round {round}: {passed} requests passed where one fits");
+    assert!(
+        passed <= 1,
+        "round {round}: {passed} requests passed where one fits"
+    );
     // What was spent is exactly what the passing request spent: reservations were given back.
     let mut spent = 0;
     for budget in budgets.iter() {
@@ -205,7 +241,10 @@ async fn a_denied_cross_slot_request_leaves_counters_and_logs_as_they_were() {
     let store = exact_store(Target::Cluster(cluster.urls()), &clock).await;
     let counted = [
         policy("refund-fw", Algorithm::fixed_window(5, HOUR, Anchor::Epoch)),
-        policy("refund-fw-first", Algorithm::fixed_window(5, HOUR, Anchor::FirstHit)),
+        policy(
+            "refund-fw-first",
+            Algorithm::fixed_window(5, HOUR, Anchor::FirstHit),
+        ),
         policy("refund-sw", Algorithm::sliding_window(5, HOUR)),
         policy("refund-log", Algorithm::sliding_log(5, HOUR)),
         policy("refund-log-2", Algorithm::sliding_log(9, HOUR)),
@@ -219,7 +258,13 @@ async fn a_denied_cross_slot_request_leaves_counters_and_logs_as_they_were() {
             assert!(store.check(p, key.as_bytes(), 1).await.expect("check").allowed);
         }
     }
-    assert!(store.check(&denier, key.as_bytes(), 1).await.expect("check").allowed);
+    assert!(
+        store
+            .check(&denier, key.as_bytes(), 1)
+            .await
+            .expect("check")
+            .allowed
+    );
     // The request comes at the time of the newest entry, so its spend would merge into it.
     for at_ms in [10, 20] {
         clock.set_us(T0_US + at_ms * 1000);
@@ -237,8 +282,15 @@ async fn a_denied_cross_slot_request_leaves_counters_and_logs_as_they_were() {
         let decisions = store.decide(&rules, true).await.expect("decide");
         let decisions = decisions.as_slice();
         assert!(!decisions[counted.len()].allowed, "at {at_ms} ms");
-        assert_eq!(&decisions[..counted.len()], &peeks[..], "untouched budgets at {at_ms} ms");
-        assert!(store.stats().refunds > refunds, "at {at_ms} ms: nothing was refunded");
+        assert_eq!(
+            &decisions[..counted.len()],
+            &peeks[..],
+            "untouched budgets at {at_ms} ms"
+        );
+        assert!(
+            store.stats().refunds > refunds,
+            "at {at_ms} ms: nothing was refunded"
+        );
         let after: Vec<_> = counted.iter().map(|p| raw_state(&cluster, p, key)).collect();
         assert_eq!(after, before, "at {at_ms} ms");
     }
@@ -267,7 +319,10 @@ async fn buckets_get_reservations_back_and_never_pass_their_capacity() {
         .collect();
     assert!(!store.decide(&rules, true).await.expect("decide").as_slice()[3].allowed);
     for bucket in buckets.iter() {
-        assert_eq!(store.peek(bucket, b"k", 1).await.expect("peek").remaining, CAPACITY - 1);
+        assert_eq!(
+            store.peek(bucket, b"k", 1).await.expect("peek").remaining,
+            CAPACITY - 1
+        );
     }
     // Denied cross-slot requests race plain checks of each bucket: the checks may be denied
     // while a reservation is held, but what they took and what is left always add up to the
@@ -275,14 +330,15 @@ async fn buckets_get_reservations_back_and_never_pass_their_capacity() {
     let admitted = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
     let mut tasks = vec![];
     for task in 0..40usize {
-        let (store, buckets, denier, admitted) = (store.clone(), buckets.clone(), denier.clone(), admitted.clone());
+        let (store, buckets, denier, admitted) =
+            (store.clone(), buckets.clone(), denier.clone(), admitted.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..5 {
                 if task % 2 == 0 {
                     let rules: Vec<Rule<'_>> = buckets
                         .iter()
                         .map(|p| Rule::new(p, "k", 2))
-                        .chain([Rule::new(&*denier, "k", 1)])
+                        .chain([Rule::new(&denier, "k", 1)])
                         .collect();
                     let decisions = store.decide(&rules, true).await.expect("decide");
                     assert!(!decisions.as_slice()[3].allowed);
@@ -323,7 +379,10 @@ async fn script_flush_is_invisible_to_multi_rule_requests() {
         let key = format!("flush-{round}");
         let mut rules: Vec<Rule<'_>> = policies.iter().map(|p| Rule::new(p, &key, 1)).collect();
         for store in [&redis, &clustered] {
-            let decisions = store.decide(&rules, true).await.expect("decide after SCRIPT FLUSH");
+            let decisions = store
+                .decide(&rules, true)
+                .await
+                .expect("decide after SCRIPT FLUSH");
             assert!(decisions.as_slice().iter().all(|d| d.allowed));
         }
         // And a denied cross-slot request, whose refund script was flushed too.
@@ -331,7 +390,10 @@ async fn script_flush_is_invisible_to_multi_rule_requests() {
         cluster.script_flush_all();
         rules.push(Rule::new(&denier, &key, 2));
         for store in [&redis, &clustered] {
-            let decisions = store.decide(&rules, true).await.expect("denied decide after SCRIPT FLUSH");
+            let decisions = store
+                .decide(&rules, true)
+                .await
+                .expect("denied decide after SCRIPT FLUSH");
             assert!(!decisions.as_slice()[5].allowed);
             assert_eq!(decisions.as_slice()[0].remaining, 8, "untouched budget");
         }

@@ -363,8 +363,16 @@ pub fn multi() -> Vec<MultiVector> {
                 policy("mv-all-log", Algorithm::sliding_log(2, s(10))),
             ],
             steps: vec![
-                request(0, vec![(0, b"m", 1, false), (1, b"m", 1, false), (2, b"m", 1, false)], vec![yes(2), yes(4), yes(1)]),
-                request(0, vec![(0, b"m", 2, false), (1, b"m", 1, false), (2, b"m", 1, false)], vec![yes(0), yes(3), yes(0)]),
+                request(
+                    0,
+                    vec![(0, b"m", 1, false), (1, b"m", 1, false), (2, b"m", 1, false)],
+                    vec![yes(2), yes(4), yes(1)],
+                ),
+                request(
+                    0,
+                    vec![(0, b"m", 2, false), (1, b"m", 1, false), (2, b"m", 1, false)],
+                    vec![yes(0), yes(3), yes(0)],
+                ),
             ],
         },
         MultiVector {
@@ -375,23 +383,47 @@ pub fn multi() -> Vec<MultiVector> {
                 policy("mv-one-tb", Algorithm::token_bucket(2, rate(1))),
             ],
             steps: vec![
-                request(0, vec![(0, b"m", 1, false), (1, b"m", 1, false), (2, b"m", 1, false)], vec![yes(2), yes(0), yes(1)]),
+                request(
+                    0,
+                    vec![(0, b"m", 1, false), (1, b"m", 1, false), (2, b"m", 1, false)],
+                    vec![yes(2), yes(0), yes(1)],
+                ),
                 // The budgets of the rules that would pass are reported untouched, and stay so.
-                request(1_000, vec![(0, b"m", 1, false), (1, b"m", 1, false), (2, b"m", 1, false)], vec![yes(1), denied(9_000), yes(1)]),
-                request(1_000, vec![(0, b"m", 2, false), (2, b"m", 2, false)], vec![yes(0), yes(0)]),
+                request(
+                    1_000,
+                    vec![(0, b"m", 1, false), (1, b"m", 1, false), (2, b"m", 1, false)],
+                    vec![yes(1), denied(9_000), yes(1)],
+                ),
+                request(
+                    1_000,
+                    vec![(0, b"m", 2, false), (2, b"m", 2, false)],
+                    vec![yes(0), yes(0)],
+                ),
             ],
         },
         MultiVector {
             name: "block_for starts on every rule that denied, and only there",
             policies: vec![
-                blocking(policy("mv-pen-fw", Algorithm::fixed_window(1, s(10), Anchor::Epoch)), s(30))
+                blocking(
+                    policy("mv-pen-fw", Algorithm::fixed_window(1, s(10), Anchor::Epoch)),
+                    s(30),
+                )
+                .with_hash_tag(HashTag::Key),
+                blocking(policy("mv-pen-gcra", Algorithm::gcra(rate(1), 1)), s(20))
                     .with_hash_tag(HashTag::Key),
-                blocking(policy("mv-pen-gcra", Algorithm::gcra(rate(1), 1)), s(20)).with_hash_tag(HashTag::Key),
                 policy("mv-pen-sw", Algorithm::sliding_window(5, s(10))).with_hash_tag(HashTag::Key),
             ],
             steps: vec![
-                request(0, vec![(0, b"m", 1, false), (1, b"m", 1, false), (2, b"m", 1, false)], vec![yes(0), yes(0), yes(4)]),
-                request(100, vec![(0, b"m", 1, false), (1, b"m", 1, false), (2, b"m", 1, false)], vec![denied(30_000), denied(20_000), yes(3)]),
+                request(
+                    0,
+                    vec![(0, b"m", 1, false), (1, b"m", 1, false), (2, b"m", 1, false)],
+                    vec![yes(0), yes(0), yes(4)],
+                ),
+                request(
+                    100,
+                    vec![(0, b"m", 1, false), (1, b"m", 1, false), (2, b"m", 1, false)],
+                    vec![denied(30_000), denied(20_000), yes(3)],
+                ),
                 request(5_000, vec![(1, b"m", 1, false)], vec![denied(15_100)]),
                 request(5_000, vec![(0, b"m", 1, false)], vec![denied(25_100)]),
                 request(5_000, vec![(2, b"m", 4, false)], vec![yes(0)]),
@@ -404,8 +436,16 @@ pub fn multi() -> Vec<MultiVector> {
                 policy("mv-shadow-fw", Algorithm::fixed_window(5, s(10), Anchor::Epoch)),
             ],
             steps: vec![
-                request(0, vec![(0, b"m", 1, true), (1, b"m", 1, false)], vec![yes(0), yes(4)]),
-                request(100, vec![(0, b"m", 1, true), (1, b"m", 1, false)], vec![denied(9_900), yes(3)]),
+                request(
+                    0,
+                    vec![(0, b"m", 1, true), (1, b"m", 1, false)],
+                    vec![yes(0), yes(4)],
+                ),
+                request(
+                    100,
+                    vec![(0, b"m", 1, true), (1, b"m", 1, false)],
+                    vec![denied(9_900), yes(3)],
+                ),
                 request(200, vec![(1, b"m", 1, false)], vec![yes(2)]),
             ],
         },
@@ -418,13 +458,56 @@ pub fn multi() -> Vec<MultiVector> {
                 policy("mv-mix-fw", Algorithm::fixed_window(10, s(1), Anchor::FirstHit)),
             ],
             steps: vec![
-                request(0, vec![(0, b"u", 1, false), (1, b"u", 1, false), (2, b"u", 1, false), (3, b"u", 1, false)], vec![yes(1), yes(2), yes(4), yes(9)]),
-                request(0, vec![(0, b"u", 1, false), (1, b"u", 1, false), (2, b"u", 1, false), (3, b"u", 1, false)], vec![yes(0), yes(1), yes(3), yes(8)]),
-                request(0, vec![(0, b"u", 1, false), (1, b"u", 1, false), (2, b"u", 1, false), (3, b"u", 1, false)], vec![denied(1_000), yes(0), yes(2), yes(7)]),
-                request(0, vec![(1, b"u", 1, false), (2, b"u", 1, false), (3, b"u", 1, false)], vec![yes(0), yes(2), yes(7)]),
-                look(500, vec![(1, b"u", 1, false), (3, b"u", 1, false)], vec![denied(500), yes(6)]),
-                look(500, vec![(1, b"u", 1, false), (3, b"u", 1, false)], vec![denied(500), yes(6)]),
-                request(1_000, vec![(0, b"u", 2, false), (3, b"u", 1, false)], vec![yes(0), yes(9)]),
+                request(
+                    0,
+                    vec![
+                        (0, b"u", 1, false),
+                        (1, b"u", 1, false),
+                        (2, b"u", 1, false),
+                        (3, b"u", 1, false),
+                    ],
+                    vec![yes(1), yes(2), yes(4), yes(9)],
+                ),
+                request(
+                    0,
+                    vec![
+                        (0, b"u", 1, false),
+                        (1, b"u", 1, false),
+                        (2, b"u", 1, false),
+                        (3, b"u", 1, false),
+                    ],
+                    vec![yes(0), yes(1), yes(3), yes(8)],
+                ),
+                request(
+                    0,
+                    vec![
+                        (0, b"u", 1, false),
+                        (1, b"u", 1, false),
+                        (2, b"u", 1, false),
+                        (3, b"u", 1, false),
+                    ],
+                    vec![denied(1_000), yes(0), yes(2), yes(7)],
+                ),
+                request(
+                    0,
+                    vec![(1, b"u", 1, false), (2, b"u", 1, false), (3, b"u", 1, false)],
+                    vec![yes(0), yes(2), yes(7)],
+                ),
+                look(
+                    500,
+                    vec![(1, b"u", 1, false), (3, b"u", 1, false)],
+                    vec![denied(500), yes(6)],
+                ),
+                look(
+                    500,
+                    vec![(1, b"u", 1, false), (3, b"u", 1, false)],
+                    vec![denied(500), yes(6)],
+                ),
+                request(
+                    1_000,
+                    vec![(0, b"u", 2, false), (3, b"u", 1, false)],
+                    vec![yes(0), yes(9)],
+                ),
             ],
         },
     ]
@@ -453,7 +536,13 @@ pub async fn run_multi(store: &impl Store, clock: &tollgate::ManualClock) -> Vec
             let decisions = decisions.as_slice().to_vec();
             let got: Vec<_> = decisions
                 .iter()
-                .map(|d| (d.allowed, d.remaining, d.retry_after.map(|r| r.as_micros() as u64)))
+                .map(|d| {
+                    (
+                        d.allowed,
+                        d.remaining,
+                        d.retry_after.map(|r| r.as_micros() as u64),
+                    )
+                })
                 .collect();
             let want: Vec<_> = step
                 .expect
