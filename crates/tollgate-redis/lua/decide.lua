@@ -74,7 +74,7 @@ end
 if MODE == 'reserve' then
   for i, rule in ipairs(rules) do
     if outcomes[i][1] then
-      reply[#reply + 1] = ALGORITHMS[rule.algorithm].mark(rule)
+      reply[#reply + 1] = rule.impl.mark(rule)
     else
       reply[#reply + 1] = 0
     end

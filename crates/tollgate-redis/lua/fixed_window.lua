@@ -4,51 +4,54 @@
 -- Fields: s = window start (µs), c = count
 -- Mark: the start of the window a spend counted in
 
-local fixed_window = {fields = {'s', 'c'}}
-ALGORITHMS.fixed_window = fixed_window
+ALGORITHMS.fixed_window = function()
+  local fixed_window = {fields = {'s', 'c'}}
 
-function fixed_window.params(rule, limit, window, anchor)
-  rule.limit, rule.window, rule.first_hit = tonumber(limit), tonumber(window), anchor == 'first_hit'
-end
+  function fixed_window.params(rule, limit, window, anchor)
+    rule.limit, rule.window, rule.first_hit = tonumber(limit), tonumber(window), anchor == 'first_hit'
+  end
 
-function fixed_window.step(rule, stored, now, cost, commit)
-  local limit, window, first_hit = rule.limit, rule.window, rule.first_hit
-  local start, count = stored.s, stored.c
-  -- Still inside the stored window (or the clock stepped back into it or before it)?
-  if not (count and count > 0 and now < start + window) then
-    if first_hit then
-      start = now
-    else
-      start = idiv(now, window) * window
+  function fixed_window.step(rule, stored, now, cost, commit)
+    local limit, window, first_hit = rule.limit, rule.window, rule.first_hit
+    local start, count = stored.s, stored.c
+    -- Still inside the stored window (or the clock stepped back into it or before it)?
+    if not (count and count > 0 and now < start + window) then
+      if first_hit then
+        start = now
+      else
+        start = idiv(now, window) * window
+      end
+      count = 0
     end
-    count = 0
+    local window_end = start + window
+    local allowed = count + cost <= limit
+    if allowed then
+      count = count + cost
+      if commit then
+        save(rule, {s = start, c = count})
+      end
+    end
+    local reset_after = 0
+    if count > 0 then
+      reset_after = math.max(window_end - now, 0)
+    end
+    local retry_after = 0
+    if not allowed then
+      retry_after = math.max(window_end - now, 0)
+    end
+    return allowed, math.max(limit - count, 0), reset_after, retry_after
   end
-  local window_end = start + window
-  local allowed = count + cost <= limit
-  if allowed then
-    count = count + cost
-    if commit then
-      save(rule, {s = start, c = count})
+
+  function fixed_window.mark(rule)
+    return int(redis.call('HGET', rule.state, 's'), 's') or 0
+  end
+
+  -- Once the window has moved on, the spend went with it: nothing is left to undo.
+  function fixed_window.refund(rule, stored, cost, mark)
+    if stored.c and stored.s == mark then
+      save(rule, {s = stored.s, c = math.max(stored.c - cost, 0)})
     end
   end
-  local reset_after = 0
-  if count > 0 then
-    reset_after = math.max(window_end - now, 0)
-  end
-  local retry_after = 0
-  if not allowed then
-    retry_after = math.max(window_end - now, 0)
-  end
-  return allowed, math.max(limit - count, 0), reset_after, retry_after
-end
 
-function fixed_window.mark(rule)
-  return int(redis.call('HGET', rule.state, 's'), 's') or 0
-end
-
--- Once the window has moved on, the spend went with it: nothing is left to undo.
-function fixed_window.refund(rule, stored, cost, mark)
-  if stored.c and stored.s == mark then
-    save(rule, {s = stored.s, c = math.max(stored.c - cost, 0)})
-  end
+  return fixed_window
 end

@@ -4,47 +4,50 @@
 -- Fields: l = whole units, d = when the next unit started draining (µs)
 -- Mark: none (a refund takes the cost back out, down to empty)
 
-local leaky_bucket = {fields = {'l', 'd'}}
-ALGORITHMS.leaky_bucket = leaky_bucket
+ALGORITHMS.leaky_bucket = function()
+  local leaky_bucket = {fields = {'l', 'd'}}
 
-function leaky_bucket.params(rule, capacity, interval)
-  rule.capacity, rule.interval = tonumber(capacity), tonumber(interval)
-end
+  function leaky_bucket.params(rule, capacity, interval)
+    rule.capacity, rule.interval = tonumber(capacity), tonumber(interval)
+  end
 
-function leaky_bucket.step(rule, stored, now, cost, commit)
-  local capacity, interval = rule.capacity, rule.interval
-  local level, leaked_at = 0, now
-  if stored.l and stored.d then
-    local leaked = idiv(math.max(now - stored.d, 0), interval)
-    if leaked < stored.l then
-      level = stored.l - leaked
-      leaked_at = stored.d + leaked * interval
+  function leaky_bucket.step(rule, stored, now, cost, commit)
+    local capacity, interval = rule.capacity, rule.interval
+    local level, leaked_at = 0, now
+    if stored.l and stored.d then
+      local leaked = idiv(math.max(now - stored.d, 0), interval)
+      if leaked < stored.l then
+        level = stored.l - leaked
+        leaked_at = stored.d + leaked * interval
+      end
+    end
+    local allowed = level + cost <= capacity
+    local filled = level
+    if allowed then
+      filled = level + cost
+      if commit then
+        save(rule, {l = filled, d = leaked_at})
+      end
+    end
+    local function drain(n)
+      return math.max(leaked_at + n * interval - now, 0)
+    end
+    local retry_after = 0
+    if not allowed then
+      retry_after = drain(level + cost - capacity)
+    end
+    return allowed, math.max(capacity - filled, 0), drain(filled), retry_after
+  end
+
+  function leaky_bucket.mark(_)
+    return 0
+  end
+
+  function leaky_bucket.refund(rule, stored, cost, _)
+    if stored.l and stored.d then
+      save(rule, {l = math.max(stored.l - cost, 0), d = stored.d})
     end
   end
-  local allowed = level + cost <= capacity
-  local filled = level
-  if allowed then
-    filled = level + cost
-    if commit then
-      save(rule, {l = filled, d = leaked_at})
-    end
-  end
-  local function drain(n)
-    return math.max(leaked_at + n * interval - now, 0)
-  end
-  local retry_after = 0
-  if not allowed then
-    retry_after = drain(level + cost - capacity)
-  end
-  return allowed, math.max(capacity - filled, 0), drain(filled), retry_after
-end
 
-function leaky_bucket.mark(_)
-  return 0
-end
-
-function leaky_bucket.refund(rule, stored, cost, _)
-  if stored.l and stored.d then
-    save(rule, {l = math.max(stored.l - cost, 0), d = stored.d})
-  end
+  return leaky_bucket
 end

@@ -1,8 +1,10 @@
 -- tollgate rule helpers: shared by the decision and refund scripts (after common.lua, in front
 -- of the algorithm files and the driver; see src/scripts.rs).
 --
--- Each algorithm file registers itself in ALGORITHMS under its name (the core's
--- Algorithm::name) as a table with:
+-- Each algorithm file registers, in ALGORITHMS under its name (the core's Algorithm::name), a
+-- function that builds its table: only the algorithms a call uses are built (a script runs from
+-- the top on every call, and defining every algorithm's functions each time would cost more than
+-- deciding). The table has:
 --   fields  its hash fields
 --   log     true when it also keeps a sorted set (one more key)
 --   params(rule, p1, p2, p3)  reads its parameters from the rule's record into the rule
@@ -21,12 +23,27 @@
 -- store reports as a corrupt value.
 
 local ALGORITHMS = {}
+local BUILT = {}
 local RULE_FIELDS = 8
+
+-- The algorithm named name, built on first use.
+local function algorithm(name)
+  local built = BUILT[name]
+  if not built then
+    local build = ALGORITHMS[name]
+    if not build then
+      error('TOLLGATE_BAD_CALL unknown algorithm ' .. tostring(name))
+    end
+    built = build()
+    BUILT[name] = built
+  end
+  return built
+end
 
 -- Reads the penalty and the algorithm's fields in one call; a state written by another
 -- algorithm reads as empty (its penalty still holds).
 local function load(rule)
-  local fields = ALGORITHMS[rule.algorithm].fields
+  local fields = rule.impl.fields
   local raw = redis.call('HMGET', rule.state, 'a', 'b', unpack(fields))
   local state = {}
   if raw[1] == rule.algorithm then
@@ -56,12 +73,10 @@ local function read_rules()
   local rules, k = {}, 1
   for i = 1, count do
     local at = 3 + (i - 1) * RULE_FIELDS
-    local algorithm = ALGORITHMS[ARGV[at + 1]]
-    if not algorithm then
-      error('TOLLGATE_BAD_CALL unknown algorithm ' .. ARGV[at + 1])
-    end
+    local impl = algorithm(ARGV[at + 1])
     local rule = {
       algorithm = ARGV[at + 1],
+      impl = impl,
       cost = tonumber(ARGV[at + 2]),
       shadow = ARGV[at + 3] == '1',
       block_for = tonumber(ARGV[at + 4]),
@@ -69,11 +84,11 @@ local function read_rules()
       state = KEYS[k],
     }
     k = k + 1
-    if algorithm.log then
+    if impl.log then
       rule.log = KEYS[k]
       k = k + 1
     end
-    algorithm.params(rule, ARGV[at + 6], ARGV[at + 7], ARGV[at + 8])
+    impl.params(rule, ARGV[at + 6], ARGV[at + 7], ARGV[at + 8])
     rules[i] = rule
   end
   if k ~= #KEYS + 1 then
@@ -86,7 +101,7 @@ end
 -- block ends; a denial by the algorithm starts a block when the rule has block_for.
 local function decide(rule, now, commit)
   local stored, blocked_until = load(rule)
-  local step = ALGORITHMS[rule.algorithm].step
+  local step = rule.impl.step
   if blocked_until > now then
     local blocked_for = blocked_until - now
     local _, _, reset, retry = step(rule, stored, now, rule.cost, false)

@@ -17,7 +17,7 @@ local rules = read_rules()
 
 for _, rule in ipairs(rules) do
   local stored = load(rule)
-  ALGORITHMS[rule.algorithm].refund(rule, stored, rule.cost, rule.mark)
+  rule.impl.refund(rule, stored, rule.cost, rule.mark)
 end
 
 local reply = {}
