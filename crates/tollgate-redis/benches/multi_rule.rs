@@ -9,7 +9,9 @@
 //! that order) with budgets no key runs out of, on 10 000 keys, so every request is allowed and
 //! both ways do the same work in Redis. `tasks` tokio tasks (2 worker threads) share one store
 //! (one multiplexed connection, deny cache off). Each (rules, tasks) pair is measured in
-//! alternating rounds, before then after, and the median round of each is reported.
+//! alternating rounds, before then after, and the median round of each is reported, with the
+//! script time Redis itself spent per request (`usec` of `cmdstat_evalsha` in `INFO
+//! commandstats`), which a loaded machine disturbs far less than wall time.
 //!
 //! Every loop is bounded by a count. Run with `cargo bench -p tollgate-redis --bench multi_rule`
 //! (needs `redis-server`).
@@ -73,14 +75,32 @@ async fn after(store: &RedisStore, rules: &[Rule<'_>]) -> bool {
     decisions.as_slice().iter().all(|d| d.allowed)
 }
 
-/// Requests per second, and script calls per request.
+/// The total `usec` Redis spent in EVALSHA since its stats were last reset.
+fn evalsha_usec(server: &RedisServer) -> f64 {
+    server
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))
+        .and_then(|stats| stats.split(',').find_map(|field| field.strip_prefix("usec=")))
+        .and_then(|usec| usec.parse().ok())
+        .unwrap_or(0.0)
+}
+
+struct Run {
+    per_second: f64,
+    calls_per_request: f64,
+    redis_us_per_request: f64,
+}
+
 async fn run(
+    server: &RedisServer,
     store: &RedisStore,
     policies: &Arc<Vec<Policy>>,
     rules: usize,
     tasks: u64,
     way: Way,
-) -> (f64, f64) {
+) -> Run {
+    server.cli(&["CONFIG", "RESETSTAT"]);
     let per_task = if tasks == 1 { 3_000 } else { 30_000 / tasks };
     let calls = store.stats().redis_calls;
     let started = Instant::now();
@@ -106,8 +126,11 @@ async fn run(
         handle.await.expect("task");
     }
     let requests = (tasks * per_task) as f64;
-    let per_second = requests / started.elapsed().as_secs_f64();
-    (per_second, (store.stats().redis_calls - calls) as f64 / requests)
+    Run {
+        per_second: requests / started.elapsed().as_secs_f64(),
+        calls_per_request: (store.stats().redis_calls - calls) as f64 / requests,
+        redis_us_per_request: evalsha_usec(server) / requests,
+    }
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -131,24 +154,27 @@ fn main() {
             .expect("connect");
         let policies = Arc::new(policies());
         println!("## Requests limited by several rules: before (2 × N calls) vs after (one call)\n");
-        println!("| rules | tasks | before requests/s | after requests/s | after / before | calls per request before / after |");
-        println!("|---|---|---|---|---|---|");
+        println!(
+            "| rules | tasks | before requests/s | after requests/s | after / before | calls per request before / after | Redis µs per request before / after |"
+        );
+        println!("|---|---|---|---|---|---|---|");
         for tasks in [1, 64] {
             for rules in [1, 3, 5] {
                 let (mut old, mut new) = (vec![], vec![]);
-                let (mut old_calls, mut new_calls) = (0.0, 0.0);
                 for _ in 0..ROUNDS {
-                    let (rps, calls) = run(&store, &policies, rules, tasks, Way::Before).await;
-                    old.push(rps);
-                    old_calls = calls;
-                    let (rps, calls) = run(&store, &policies, rules, tasks, Way::After).await;
-                    new.push(rps);
-                    new_calls = calls;
+                    old.push(run(&server, &store, &policies, rules, tasks, Way::Before).await);
+                    new.push(run(&server, &store, &policies, rules, tasks, Way::After).await);
                 }
-                let (old, new) = (median(old), median(new));
+                let rps = |runs: &[Run]| median(runs.iter().map(|r| r.per_second).collect());
+                let cpu = |runs: &[Run]| median(runs.iter().map(|r| r.redis_us_per_request).collect());
+                let (old_rps, new_rps) = (rps(&old), rps(&new));
                 println!(
-                    "| {rules} | {tasks} | {old:.0} | {new:.0} | **{:.2}** | {old_calls:.0} / {new_calls:.0} |",
-                    new / old
+                    "| {rules} | {tasks} | {old_rps:.0} | {new_rps:.0} | **{:.2}** | {:.0} / {:.0} | {:.1} / {:.1} |",
+                    new_rps / old_rps,
+                    old[0].calls_per_request,
+                    new[0].calls_per_request,
+                    cpu(&old),
+                    cpu(&new),
                 );
             }
         }
