@@ -347,7 +347,8 @@ impl RedisStore {
 
     /// Several rules (or one shadow rule): one script call on standalone Redis or when every
     /// rule's keys share a cluster slot; otherwise one call per slot, made all or nothing by
-    /// reserve-then-refund (see the crate docs for what that guarantees).
+    /// reserve-then-refund (see the crate docs for what that guarantees). A failed call is
+    /// returned as it is: the [`Engine`](tollgate::Engine) applies each rule's failure mode.
     async fn decide_many(&self, rules: &[Rule<'_>], commit: bool) -> Result<Vec<Outcome>, Error> {
         let inner = &self.inner;
         let keys: Vec<Vec<Vec<u8>>> = rules
