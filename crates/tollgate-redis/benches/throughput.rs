@@ -5,8 +5,8 @@
 //!
 //! 1. **Ceiling.** `redis-benchmark -c 64 -P 16` (64 connections, 16 commands in flight on
 //!    each: the most Redis can do with this script) and `-c 64 -P 1` (one command per round trip,
-//!    what a naive client does), calling the gcra script with the arguments our store sends, on
-//!    100 000 random keys.
+//!    what a naive client does), calling the decision script on one gcra rule with the arguments
+//!    our store sends, on 100 000 random keys.
 //! 2. **tollgate.** For each algorithm, `concurrency` tokio tasks share one `RedisStore` (one
 //!    multiplexed connection) and each performs a fixed number of checks on 1 hot key or on
 //!    100 000 keys; decisions per second is checks / wall time, latency is per `check` call. The
@@ -91,11 +91,11 @@ async fn run(store: &RedisStore, policy: &Policy, concurrency: u64, keys: u64) -
     }
 }
 
-/// `redis-benchmark` calling the gcra script on 100 000 random keys; requests per second.
+/// `redis-benchmark` calling the decision script on one gcra rule on 100 000 random keys; requests per second.
 fn ceiling(server: &RedisServer, pipeline: u32) -> f64 {
     let gcra = policies().pop().expect("gcra");
     let (keys, args) = RedisStore::script_call("tollgate:", &gcra, b"user-__rand_int__", 1);
-    let sha = RedisStore::script_sha(gcra.algorithm());
+    let sha = RedisStore::script_sha();
     let port = server.port().to_string();
     let pipeline = pipeline.to_string();
     let mut command = Command::new("redis-benchmark");
@@ -152,7 +152,9 @@ fn main() {
 
         let pipelined = ceiling(&server, 16);
         let naive = ceiling(&server, 1);
-        println!("## Ceiling: redis-benchmark, EVALSHA of the gcra script, 100 000 keys\n");
+        println!(
+            "## Ceiling: redis-benchmark, EVALSHA of the decision script, one gcra rule, 100 000 keys\n"
+        );
         println!("| redis-benchmark | requests/s |\n|---|---|");
         println!("| `-c 64 -P 16` | {pipelined:.0} |\n| `-c 64 -P 1` | {naive:.0} |\n");
 

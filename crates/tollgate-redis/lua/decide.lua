@@ -1,32 +1,32 @@
--- tollgate decision epilogue: the penalty around the algorithm's step, then the TTL.
--- The algorithm's file defines FIELDS (its hash fields) and step(stored, now, cost, commit),
--- which returns allowed (boolean), remaining, reset_after_us, retry_after_us.
+-- tollgate decision: every rule of one request, decided in one atomic call. The driver around
+-- the algorithms: a port of MemoryStore::decide_many (all or nothing), each rule through
+-- decide() in prelude.lua (the port of algorithm::decide, the penalty).
+--
+-- KEYS     for each rule, in order: its state hash, and for a sliding log its sorted set next
+--          to it (see prelude.lua)
+-- ARGV[1]  now in µs since the Unix epoch, or "" to use Redis TIME
+-- ARGV[2]  the number of rules, N (at least 1)
+-- ARGV[3]  "peek" (change nothing), "commit", or "reserve" (commit, and also report where each
+--          spend went, so that a refund can undo it exactly)
+-- ARGV[4..] N rule records of 8 values (see prelude.lua)
+-- Returns  4 integers per rule, in order: allowed (1 or 0), remaining, reset_after_us,
+--          retry_after_us (0 when allowed); with "reserve", then one mark per rule (where its
+--          spend went, 0 when it spent nothing)
+--
+-- With a commit: if an enforced (non-shadow) rule denies, nothing is spent on any rule and only
+-- the rules that denied start their block_for penalty; otherwise every rule spends. The rules
+-- that would have allowed in a denied request report their untouched budget.
 
-local stored, blocked_until = load(FIELDS)
-local allowed, remaining, reset_after, retry_after
-if blocked_until > NOW then
-  local blocked_for = blocked_until - NOW
-  local _, _, reset, retry = step(stored, NOW, COST, false)
-  allowed, remaining = false, 0
-  reset_after = math.max(reset, blocked_for)
-  retry_after = math.max(retry, blocked_for)
-else
-  allowed, remaining, reset_after, retry_after = step(stored, NOW, COST, COMMIT)
-  if not allowed and BLOCK_FOR > 0 then
-    if COMMIT then
-      redis.call('HSET', STATE, 'b', num(NOW + BLOCK_FOR))
-    end
-    remaining = 0
-    reset_after = math.max(reset_after, BLOCK_FOR)
-    retry_after = math.max(retry_after, BLOCK_FOR)
-  end
-end
+local NOW = now_us(ARGV[1])
+local MODE = ARGV[3]
+local COMMIT = MODE ~= 'peek'
+local rules = read_rules()
 
-if COMMIT then
-  -- The state means nothing once the budget is full again, so it lives exactly that long
-  -- (rounded up to whole ms); an idle key vanishes on its own.
+-- The state means nothing once the budget is full again, so it lives exactly that long (rounded
+-- up to whole ms); an idle key vanishes on its own.
+local function expire(rule, reset_after)
   local ttl_ms = idiv(reset_after + 999, 1000)
-  for _, key in ipairs(KEYS) do
+  for _, key in ipairs({rule.state, rule.log}) do
     if ttl_ms > 0 then
       redis.call('PEXPIRE', key, ttl_ms)
     else
@@ -35,9 +35,49 @@ if COMMIT then
   end
 end
 
-local allowed_flag = 0
-if allowed then
-  allowed_flag = 1
-  retry_after = 0
+local outcomes = {}
+local function commit(i)
+  outcomes[i] = {decide(rules[i], NOW, true)}
+  expire(rules[i], outcomes[i][3])
 end
-return {allowed_flag, remaining, reset_after, retry_after}
+
+if #rules == 1 then
+  -- One rule: a denial changes nothing but the penalty, so there is no need to look first.
+  if COMMIT then
+    commit(1)
+  else
+    outcomes[1] = {decide(rules[1], NOW, false)}
+  end
+else
+  -- Phase 1: look at every rule.
+  local denied = false
+  for i, rule in ipairs(rules) do
+    outcomes[i] = {decide(rule, NOW, false)}
+    if not rule.shadow and not outcomes[i][1] then
+      denied = true
+    end
+  end
+  -- Phase 2: allowed, every rule spends; denied, only the rules that denied start a penalty.
+  if COMMIT then
+    for i, rule in ipairs(rules) do
+      if not denied or (not outcomes[i][1] and rule.block_for > 0) then
+        commit(i)
+      end
+    end
+  end
+end
+
+local reply = {}
+for i = 1, #rules do
+  answer(reply, unpack(outcomes[i]))
+end
+if MODE == 'reserve' then
+  for i, rule in ipairs(rules) do
+    if outcomes[i][1] then
+      reply[#reply + 1] = rule.impl.mark(rule)
+    else
+      reply[#reply + 1] = 0
+    end
+  end
+end
+return reply

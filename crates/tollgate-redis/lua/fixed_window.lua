@@ -1,38 +1,57 @@
 -- Fixed window: count per window, deny once the count would pass the limit. Denials are not
 -- counted. Port of algorithm/fixed_window.rs.
--- ARGV[6] limit, ARGV[7] window_us, ARGV[8] anchor: "epoch" or "first_hit"
+-- Params: limit, window_us, anchor ("epoch" or "first_hit")
 -- Fields: s = window start (µs), c = count
+-- Mark: the start of the window a spend counted in
 
-local limit, window, first_hit = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8] == 'first_hit'
+ALGORITHMS.fixed_window = function()
+  local fixed_window = {fields = {'s', 'c'}}
 
-local FIELDS = {'s', 'c'}
+  function fixed_window.params(rule, limit, window, anchor)
+    rule.limit, rule.window, rule.first_hit = tonumber(limit), tonumber(window), anchor == 'first_hit'
+  end
 
-local function step(stored, now, cost, commit)
-  local start, count = stored.s, stored.c
-  -- Still inside the stored window (or the clock stepped back into it or before it)?
-  if not (count and count > 0 and now < start + window) then
-    if first_hit then
-      start = now
-    else
-      start = idiv(now, window) * window
+  function fixed_window.step(rule, stored, now, cost, commit)
+    local limit, window, first_hit = rule.limit, rule.window, rule.first_hit
+    local start, count = stored.s, stored.c
+    -- Still inside the stored window (or the clock stepped back into it or before it)?
+    if not (count and count > 0 and now < start + window) then
+      if first_hit then
+        start = now
+      else
+        start = idiv(now, window) * window
+      end
+      count = 0
     end
-    count = 0
+    local window_end = start + window
+    local allowed = count + cost <= limit
+    if allowed then
+      count = count + cost
+      if commit then
+        save(rule, {s = start, c = count})
+      end
+    end
+    local reset_after = 0
+    if count > 0 then
+      reset_after = math.max(window_end - now, 0)
+    end
+    local retry_after = 0
+    if not allowed then
+      retry_after = math.max(window_end - now, 0)
+    end
+    return allowed, math.max(limit - count, 0), reset_after, retry_after
   end
-  local window_end = start + window
-  local allowed = count + cost <= limit
-  if allowed then
-    count = count + cost
-    if commit then
-      save({s = start, c = count})
+
+  function fixed_window.mark(rule)
+    return int(redis.call('HGET', rule.state, 's'), 's') or 0
+  end
+
+  -- Once the window has moved on, the spend went with it: nothing is left to undo.
+  function fixed_window.refund(rule, stored, cost, mark)
+    if stored.c and stored.s == mark then
+      save(rule, {s = stored.s, c = math.max(stored.c - cost, 0)})
     end
   end
-  local reset_after = 0
-  if count > 0 then
-    reset_after = math.max(window_end - now, 0)
-  end
-  local retry_after = 0
-  if not allowed then
-    retry_after = math.max(window_end - now, 0)
-  end
-  return allowed, math.max(limit - count, 0), reset_after, retry_after
+
+  return fixed_window
 end

@@ -1,28 +1,46 @@
 -- GCRA: the theoretical arrival time (TAT) is when the key's whole burst is back. A request
 -- pushes it cost x interval ahead and passes if it stays within burst x interval of now.
 -- Port of algorithm/gcra.rs.
--- ARGV[6] interval_us, ARGV[7] burst
+-- Params: interval_us, burst
 -- Fields: t = TAT (µs)
+-- Mark: none (a refund pulls the TAT back by the cost)
 
-local interval, burst = tonumber(ARGV[6]), tonumber(ARGV[7])
-local tolerance = burst * interval
+ALGORITHMS.gcra = function()
+  local gcra = {fields = {'t'}}
 
-local FIELDS = {'t'}
+  function gcra.params(rule, interval, burst)
+    rule.interval, rule.burst = tonumber(interval), tonumber(burst)
+    rule.tolerance = rule.burst * rule.interval
+  end
 
-local function step(stored, now, cost, commit)
-  local tat = math.max(stored.t or now, now)
-  local pushed = tat + cost * interval
-  local allowed = pushed - now <= tolerance
-  if allowed then
-    tat = pushed
-    if commit then
-      save({t = tat})
+  function gcra.step(rule, stored, now, cost, commit)
+    local interval, tolerance = rule.interval, rule.tolerance
+    local tat = math.max(stored.t or now, now)
+    local pushed = tat + cost * interval
+    local allowed = pushed - now <= tolerance
+    if allowed then
+      tat = pushed
+      if commit then
+        save(rule, {t = tat})
+      end
+    end
+    local ahead = tat - now
+    local retry_after = 0
+    if not allowed then
+      retry_after = pushed - now - tolerance
+    end
+    return allowed, idiv(math.max(tolerance - ahead, 0), interval), ahead, retry_after
+  end
+
+  function gcra.mark(_)
+    return 0
+  end
+
+  function gcra.refund(rule, stored, cost, _)
+    if stored.t then
+      save(rule, {t = math.max(stored.t - cost * rule.interval, 0)})
     end
   end
-  local ahead = tat - now
-  local retry_after = 0
-  if not allowed then
-    retry_after = pushed - now - tolerance
-  end
-  return allowed, idiv(math.max(tolerance - ahead, 0), interval), ahead, retry_after
+
+  return gcra
 end

@@ -1,35 +1,53 @@
 -- Leaky bucket as a meter: requests pour cost units in, it drains one unit per interval, a
 -- request that would overflow it is denied. Port of algorithm/leaky_bucket.rs.
--- ARGV[6] capacity, ARGV[7] interval_us
+-- Params: capacity, interval_us
 -- Fields: l = whole units, d = when the next unit started draining (µs)
+-- Mark: none (a refund takes the cost back out, down to empty)
 
-local capacity, interval = tonumber(ARGV[6]), tonumber(ARGV[7])
+ALGORITHMS.leaky_bucket = function()
+  local leaky_bucket = {fields = {'l', 'd'}}
 
-local FIELDS = {'l', 'd'}
+  function leaky_bucket.params(rule, capacity, interval)
+    rule.capacity, rule.interval = tonumber(capacity), tonumber(interval)
+  end
 
-local function step(stored, now, cost, commit)
-  local level, leaked_at = 0, now
-  if stored.l and stored.d then
-    local leaked = idiv(math.max(now - stored.d, 0), interval)
-    if leaked < stored.l then
-      level = stored.l - leaked
-      leaked_at = stored.d + leaked * interval
+  function leaky_bucket.step(rule, stored, now, cost, commit)
+    local capacity, interval = rule.capacity, rule.interval
+    local level, leaked_at = 0, now
+    if stored.l and stored.d then
+      local leaked = idiv(math.max(now - stored.d, 0), interval)
+      if leaked < stored.l then
+        level = stored.l - leaked
+        leaked_at = stored.d + leaked * interval
+      end
+    end
+    local allowed = level + cost <= capacity
+    local filled = level
+    if allowed then
+      filled = level + cost
+      if commit then
+        save(rule, {l = filled, d = leaked_at})
+      end
+    end
+    local function drain(n)
+      return math.max(leaked_at + n * interval - now, 0)
+    end
+    local retry_after = 0
+    if not allowed then
+      retry_after = drain(level + cost - capacity)
+    end
+    return allowed, math.max(capacity - filled, 0), drain(filled), retry_after
+  end
+
+  function leaky_bucket.mark(_)
+    return 0
+  end
+
+  function leaky_bucket.refund(rule, stored, cost, _)
+    if stored.l and stored.d then
+      save(rule, {l = math.max(stored.l - cost, 0), d = stored.d})
     end
   end
-  local allowed = level + cost <= capacity
-  local filled = level
-  if allowed then
-    filled = level + cost
-    if commit then
-      save({l = filled, d = leaked_at})
-    end
-  end
-  local function drain(n)
-    return math.max(leaked_at + n * interval - now, 0)
-  end
-  local retry_after = 0
-  if not allowed then
-    retry_after = drain(level + cost - capacity)
-  end
-  return allowed, math.max(capacity - filled, 0), drain(filled), retry_after
+
+  return leaky_bucket
 end

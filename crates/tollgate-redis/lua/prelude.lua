@@ -1,33 +1,52 @@
--- tollgate decision prelude: shared by every decision script (after common.lua, in front of the
--- algorithm's file and the epilogue in decide.lua). Ports algorithm::decide from the core crate.
+-- tollgate rule helpers: shared by the decision and refund scripts (after common.lua, in front
+-- of the algorithm files and the driver; see src/scripts.rs).
 --
--- KEYS[1]  the (policy, key) state hash: algorithm fields, "a" = algorithm name, "b" = blocked
---          until (µs since the Unix epoch)
--- KEYS[2]  sliding_log only: the sorted set of admitted requests
--- ARGV[1]  now in µs since the Unix epoch, or "" to use Redis TIME
--- ARGV[2]  cost (validated by the caller: 1 to the policy's limit)
--- ARGV[3]  "1" to commit, "0" to peek (changes nothing)
--- ARGV[4]  block_for in µs, "0" for no penalty
--- ARGV[5]  the algorithm name, written to "a"
--- ARGV[6..] the algorithm's parameters, listed in its file
--- Returns  {allowed (1 or 0), remaining, reset_after_us, retry_after_us (0 when allowed)}
+-- Each algorithm file registers, in ALGORITHMS under its name (the core's Algorithm::name), a
+-- function that builds its table: only the algorithms a call uses are built (a script runs from
+-- the top on every call, and defining every algorithm's functions each time would cost more than
+-- deciding). The table has:
+--   fields  its hash fields
+--   log     true when it also keeps a sorted set (one more key)
+--   params(rule, p1, p2, p3)  reads its parameters from the rule's record into the rule
+--   step(rule, stored, now, cost, commit)  the port of its core step function; returns allowed
+--           (boolean), remaining, reset_after_us, retry_after_us
+--   mark(rule)  after a committed spend: where it went (read back from the state), for a refund
+--   refund(rule, stored, cost, mark)  gives back a spend of cost made at mark
+--
+-- A rule is one record of RULE_FIELDS values in ARGV, from ARGV[4] on:
+--   algorithm name, cost, shadow ("1" or "0"), block_for_us ("0" for no penalty), mark (what a
+--   reserve reported; "0" when deciding), then three parameters (listed in the algorithm's
+--   file, "" when unused)
+-- and one key in KEYS, in the same order (two for a sliding log: its state hash, then its set).
+-- A state hash holds the algorithm's fields, "a" = the algorithm name and "b" = blocked until
+-- (µs since the Unix epoch). A key holding another type makes Redis answer WRONGTYPE, which the
+-- store reports as a corrupt value.
 
--- A key holding another type makes Redis answer WRONGTYPE, which the store reports as a
--- corrupt value.
-local STATE = KEYS[1]
+local ALGORITHMS = {}
+local BUILT = {}
+local RULE_FIELDS = 8
 
-local NOW = now_us(ARGV[1])
-local COST = tonumber(ARGV[2])
-local COMMIT = ARGV[3] == '1'
-local BLOCK_FOR = tonumber(ARGV[4])
-local ALGORITHM = ARGV[5]
+-- The algorithm named name, built on first use.
+local function algorithm(name)
+  local built = BUILT[name]
+  if not built then
+    local build = ALGORITHMS[name]
+    if not build then
+      error('TOLLGATE_BAD_CALL unknown algorithm ' .. tostring(name))
+    end
+    built = build()
+    BUILT[name] = built
+  end
+  return built
+end
 
 -- Reads the penalty and the algorithm's fields in one call; a state written by another
 -- algorithm reads as empty (its penalty still holds).
-local function load(fields)
-  local raw = redis.call('HMGET', STATE, 'a', 'b', unpack(fields))
+local function load(rule)
+  local fields = rule.impl.fields
+  local raw = redis.call('HMGET', rule.state, 'a', 'b', unpack(fields))
   local state = {}
-  if raw[1] == ALGORITHM then
+  if raw[1] == rule.algorithm then
     for i, name in ipairs(fields) do
       state[name] = int(raw[i + 2], name)
     end
@@ -36,11 +55,79 @@ local function load(fields)
 end
 
 -- Writes the algorithm's fields (a table of name -> integer).
-local function save(state)
-  local args = {'a', ALGORITHM}
+local function save(rule, state)
+  local args = {'a', rule.algorithm}
   for name, value in pairs(state) do
     args[#args + 1] = name
     args[#args + 1] = num(value)
   end
-  redis.call('HSET', STATE, unpack(args))
+  redis.call('HSET', rule.state, unpack(args))
+end
+
+-- The rules of ARGV and KEYS, checked against each other.
+local function read_rules()
+  local count = tonumber(ARGV[2])
+  if not count or #ARGV ~= 3 + count * RULE_FIELDS then
+    error('TOLLGATE_BAD_CALL expected ' .. tostring(ARGV[2]) .. ' rules of ' .. RULE_FIELDS .. ' arguments')
+  end
+  local rules, k = {}, 1
+  for i = 1, count do
+    local at = 3 + (i - 1) * RULE_FIELDS
+    local impl = algorithm(ARGV[at + 1])
+    local rule = {
+      algorithm = ARGV[at + 1],
+      impl = impl,
+      cost = tonumber(ARGV[at + 2]),
+      shadow = ARGV[at + 3] == '1',
+      block_for = tonumber(ARGV[at + 4]),
+      mark = tonumber(ARGV[at + 5]),
+      state = KEYS[k],
+    }
+    k = k + 1
+    if impl.log then
+      rule.log = KEYS[k]
+      k = k + 1
+    end
+    impl.params(rule, ARGV[at + 6], ARGV[at + 7], ARGV[at + 8])
+    rules[i] = rule
+  end
+  if k ~= #KEYS + 1 then
+    error('TOLLGATE_BAD_CALL ' .. #KEYS .. ' keys for ' .. count .. ' rules')
+  end
+  return rules
+end
+
+-- One rule, penalty included: port of algorithm::decide. A blocked key is denied until the
+-- block ends; a denial by the algorithm starts a block when the rule has block_for.
+local function decide(rule, now, commit)
+  local stored, blocked_until = load(rule)
+  local step = rule.impl.step
+  if blocked_until > now then
+    local blocked_for = blocked_until - now
+    local _, _, reset, retry = step(rule, stored, now, rule.cost, false)
+    return false, 0, math.max(reset, blocked_for), math.max(retry, blocked_for)
+  end
+  local allowed, remaining, reset_after, retry_after = step(rule, stored, now, rule.cost, commit)
+  if not allowed and rule.block_for > 0 then
+    if commit then
+      redis.call('HSET', rule.state, 'b', num(now + rule.block_for))
+    end
+    remaining = 0
+    reset_after = math.max(reset_after, rule.block_for)
+    retry_after = math.max(retry_after, rule.block_for)
+  end
+  return allowed, remaining, reset_after, retry_after
+end
+
+-- Appends one rule's answer to a reply: {allowed (1 or 0), remaining, reset_after_us,
+-- retry_after_us (0 when allowed)}.
+local function answer(reply, allowed, remaining, reset_after, retry_after)
+  if allowed then
+    reply[#reply + 1], retry_after = 1, 0
+  else
+    reply[#reply + 1] = 0
+  end
+  reply[#reply + 1] = remaining
+  reply[#reply + 1] = reset_after
+  reply[#reply + 1] = retry_after
 end

@@ -1,89 +1,124 @@
 -- Sliding log: a sorted set of admitted requests (score = time in µs, member = "time:cost",
 -- one member per distinct time); a request passes if the last window leaves room for it.
 -- Denials are not recorded. Port of algorithm/sliding_log.rs.
--- ARGV[6] limit, ARGV[7] window_us
--- Fields: n = total cost of the members in the set
--- KEYS[2] the sorted set
+-- Params: limit, window_us
+-- Fields: n = total cost of the members in the set; and a second key, the sorted set
+-- Mark: the time (score) of the entry a spend went into
 
-local limit, window = tonumber(ARGV[6]), tonumber(ARGV[7])
-local LOG = KEYS[2]
-
--- The cost stored in a member "time:cost".
-local function member_cost(member)
-  local cost = int(string.match(member, ':(%d+)$'), 'sliding log member ' .. member)
-  if not cost then
-    corrupt('sliding log member ' .. member)
-  end
-  return cost
-end
-
-local FIELDS = {'n'}
-
-local function step(stored, now, cost, commit)
-  -- Without our total, whatever the set holds (left by another algorithm's era) means nothing.
-  -- (ZCARD also makes Redis answer WRONGTYPE if someone else wrote another type there.)
-  local fresh = not stored.n
-  if fresh and redis.call('ZCARD', LOG) > 0 and commit then
-    redis.call('DEL', LOG)
-  end
-  local total = stored.n or 0
-
-  local expired_cost = 0
-  if not fresh then
-    for _, member in ipairs(redis.call('ZRANGEBYSCORE', LOG, '-inf', num(now - window))) do
-      expired_cost = expired_cost + member_cost(member)
+ALGORITHMS.sliding_log = function()
+  -- The cost stored in a member "time:cost".
+  local function member_cost(member)
+    local cost = int(string.match(member, ':(%d+)$'), 'sliding log member ' .. member)
+    if not cost then
+      corrupt('sliding log member ' .. member)
     end
+    return cost
   end
-  local used = total - expired_cost
-  local allowed = used + cost <= limit
 
-  local retry_after = 0
-  if not allowed then
-    -- Entries must expire, oldest first, until cost fits.
-    local to_free = used + cost - limit
-    local live = redis.call('ZRANGEBYSCORE', LOG, '(' .. num(now - window), '+inf', 'WITHSCORES')
-    local frees_at = now
-    for i = 1, #live, 2 do
-      frees_at = tonumber(live[i + 1]) + window
-      to_free = to_free - member_cost(live[i])
-      if to_free <= 0 then
-        break
+  local sliding_log = {fields = {'n'}, log = true}
+
+  function sliding_log.params(rule, limit, window)
+    rule.limit, rule.window = tonumber(limit), tonumber(window)
+  end
+
+  function sliding_log.step(rule, stored, now, cost, commit)
+    local limit, window, LOG = rule.limit, rule.window, rule.log
+    -- Without our total, whatever the set holds (left by another algorithm's era) means nothing.
+    -- (ZCARD also makes Redis answer WRONGTYPE if someone else wrote another type there.)
+    local fresh = not stored.n
+    if fresh and redis.call('ZCARD', LOG) > 0 and commit then
+      redis.call('DEL', LOG)
+    end
+    local total = stored.n or 0
+
+    local expired_cost = 0
+    if not fresh then
+      for _, member in ipairs(redis.call('ZRANGEBYSCORE', LOG, '-inf', num(now - window))) do
+        expired_cost = expired_cost + member_cost(member)
       end
     end
-    retry_after = math.max(frees_at - now, 0)
-  end
+    local used = total - expired_cost
+    local allowed = used + cost <= limit
 
-  local newest_member, newest = nil, nil
-  if not fresh then
-    local last = redis.call('ZRANGE', LOG, -1, -1, 'WITHSCORES')
-    if #last == 2 then
-      newest_member, newest = last[1], tonumber(last[2])
+    local retry_after = 0
+    if not allowed then
+      -- Entries must expire, oldest first, until cost fits.
+      local to_free = used + cost - limit
+      local live = redis.call('ZRANGEBYSCORE', LOG, '(' .. num(now - window), '+inf', 'WITHSCORES')
+      local frees_at = now
+      for i = 1, #live, 2 do
+        frees_at = tonumber(live[i + 1]) + window
+        to_free = to_free - member_cost(live[i])
+        if to_free <= 0 then
+          break
+        end
+      end
+      retry_after = math.max(frees_at - now, 0)
     end
-  end
-  if allowed then
-    used = used + cost
-  end
-  if commit then
-    redis.call('ZREMRANGEBYSCORE', LOG, '-inf', num(now - window))
-    total = total - expired_cost
+
+    local newest_member, newest = nil, nil
+    if not fresh then
+      local last = redis.call('ZRANGE', LOG, -1, -1, 'WITHSCORES')
+      if #last == 2 then
+        newest_member, newest = last[1], tonumber(last[2])
+      end
+    end
     if allowed then
-      total = total + cost
-      if newest and newest >= now then
-        -- Same microsecond (or a clock that stepped back): merge into the newest entry.
-        redis.call('ZREM', LOG, newest_member)
-        redis.call('ZADD', LOG, num(newest), num(newest) .. ':' .. num(member_cost(newest_member) + cost))
-      else
-        redis.call('ZADD', LOG, num(now), num(now) .. ':' .. num(cost))
-        newest = now
-      end
+      used = used + cost
     end
-    save({n = total})
-  elseif allowed then
-    newest = math.max(newest or now, now)
+    if commit then
+      redis.call('ZREMRANGEBYSCORE', LOG, '-inf', num(now - window))
+      total = total - expired_cost
+      if allowed then
+        total = total + cost
+        if newest and newest >= now then
+          -- Same microsecond (or a clock that stepped back): merge into the newest entry.
+          redis.call('ZREM', LOG, newest_member)
+          redis.call('ZADD', LOG, num(newest), num(newest) .. ':' .. num(member_cost(newest_member) + cost))
+        else
+          redis.call('ZADD', LOG, num(now), num(now) .. ':' .. num(cost))
+          newest = now
+        end
+      end
+      save(rule, {n = total})
+    elseif allowed then
+      newest = math.max(newest or now, now)
+    end
+    local reset_after = 0
+    if used > 0 and newest then
+      reset_after = math.max(newest + window - now, 0)
+    end
+    return allowed, math.max(limit - used, 0), reset_after, retry_after
   end
-  local reset_after = 0
-  if used > 0 and newest then
-    reset_after = math.max(newest + window - now, 0)
+
+  -- A spend always goes into the newest entry, so right after it that entry's time is the mark.
+  function sliding_log.mark(rule)
+    local last = redis.call('ZRANGE', rule.log, -1, -1, 'WITHSCORES')
+    if #last == 2 then
+      return tonumber(last[2])
+    end
+    return 0
   end
-  return allowed, math.max(limit - used, 0), reset_after, retry_after
+
+  -- Takes the cost back out of the entry at the mark (later requests of the same microsecond may
+  -- share it); an entry already expired and trimmed has nothing left to undo.
+  function sliding_log.refund(rule, stored, cost, mark)
+    if not stored.n then
+      return
+    end
+    local LOG = rule.log
+    local members = redis.call('ZRANGEBYSCORE', LOG, num(mark), num(mark))
+    if #members == 0 then
+      return
+    end
+    local member = members[1]
+    local given = math.min(member_cost(member), cost)
+    redis.call('ZREM', LOG, member)
+    if member_cost(member) > given then
+      redis.call('ZADD', LOG, num(mark), num(mark) .. ':' .. num(member_cost(member) - given))
+    end
+    save(rule, {n = math.max(stored.n - given, 0)})
+  end
+
+  return sliding_log
 end

@@ -1,39 +1,57 @@
 -- Token bucket: capacity tokens, one more per interval; a request takes cost tokens. A missing
 -- key has a full bucket. Port of algorithm/token_bucket.rs.
--- ARGV[6] capacity, ARGV[7] interval_us
+-- Params: capacity, interval_us
 -- Fields: t = whole tokens, r = when the next token started accruing (µs)
+-- Mark: none (a refund puts the cost back, up to a full bucket)
 
-local capacity, interval = tonumber(ARGV[6]), tonumber(ARGV[7])
+ALGORITHMS.token_bucket = function()
+  local token_bucket = {fields = {'t', 'r'}}
 
-local FIELDS = {'t', 'r'}
+  function token_bucket.params(rule, capacity, interval)
+    rule.capacity, rule.interval = tonumber(capacity), tonumber(interval)
+  end
 
-local function step(stored, now, cost, commit)
-  local tokens, refilled_at = capacity, now
-  if stored.t and stored.r then
-    local accrued = idiv(math.max(now - stored.r, 0), interval)
-    if stored.t + accrued < capacity then
-      tokens = stored.t + accrued
-      refilled_at = stored.r + accrued * interval
+  function token_bucket.step(rule, stored, now, cost, commit)
+    local capacity, interval = rule.capacity, rule.interval
+    local tokens, refilled_at = capacity, now
+    if stored.t and stored.r then
+      local accrued = idiv(math.max(now - stored.r, 0), interval)
+      if stored.t + accrued < capacity then
+        tokens = stored.t + accrued
+        refilled_at = stored.r + accrued * interval
+      end
+    end
+    local allowed = tokens >= cost
+    local left = tokens
+    if allowed then
+      left = tokens - cost
+      if commit then
+        save(rule, {t = left, r = refilled_at})
+      end
+    end
+    local function accrue(n)
+      return math.max(refilled_at + n * interval - now, 0)
+    end
+    local reset_after = 0
+    if left < capacity then
+      reset_after = accrue(capacity - left)
+    end
+    local retry_after = 0
+    if not allowed then
+      retry_after = accrue(cost - tokens)
+    end
+    return allowed, left, reset_after, retry_after
+  end
+
+  function token_bucket.mark(_)
+    return 0
+  end
+
+  function token_bucket.refund(rule, stored, cost, _)
+    if stored.t and stored.r then
+      save(rule, {t = math.min(stored.t + cost, rule.capacity), r = stored.r})
     end
   end
-  local allowed = tokens >= cost
-  local left = tokens
-  if allowed then
-    left = tokens - cost
-    if commit then
-      save({t = left, r = refilled_at})
-    end
-  end
-  local function accrue(n)
-    return math.max(refilled_at + n * interval - now, 0)
-  end
-  local reset_after = 0
-  if left < capacity then
-    reset_after = accrue(capacity - left)
-  end
-  local retry_after = 0
-  if not allowed then
-    retry_after = accrue(cost - tokens)
-  end
-  return allowed, left, reset_after, retry_after
+
+  return token_bucket
 end

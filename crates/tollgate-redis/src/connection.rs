@@ -91,6 +91,11 @@ impl LazyCluster {
 }
 
 impl Connection {
+    /// Whether this is a Redis Cluster, where one script call only reaches the keys of one slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Connection::Cluster(_))
+    }
+
     /// Prepares the connection, with `timeout` for connecting and for each response at the
     /// driver level (the store adds its own deadline around each whole call). With `lazy`,
     /// nothing touches the network until the first call; otherwise an unreachable Redis is an

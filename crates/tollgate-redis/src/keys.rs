@@ -1,14 +1,30 @@
-//! Redis key names: one hash tag per (policy, key), escaped so different pairs never meet.
+//! Redis key names: one hash tag per (policy, key) or per key, escaped so different pairs never
+//! meet, and the cluster slot a name lands on.
 //!
-//! A decision's state lives at `<prefix>{<policy>:<key>}` and, for the sliding log, its sorted
-//! set at `<prefix>{<policy>:<key>}:log`. Everything between the braces is the hash tag, so both
-//! keys of one decision land on the same cluster slot and a script touching them never gets
-//! CROSSSLOT. Inside the braces `\`, `{`, `}` and `:` are escaped (`\\`, `\(`, `\)`, `\;`), so:
+//! Two layouts, chosen per policy with [`HashTag`]:
 //!
-//! - the tag always runs to the closing brace we wrote (a `}` in a user key cannot cut it short);
-//! - the first raw `:` always separates policy from key, so `("a:b", "c")` and `("a", "b:c")`
-//!   are different names;
-//! - attempts counters live at `<prefix>{:<key>}`: an empty policy, which no policy can have.
+//! - `PolicyAndKey` (the default): the state lives at `<prefix>{<policy>:<key>}`, and a sliding
+//!   log's sorted set at `<prefix>{<policy>:<key>}:log`. Pairs spread evenly over a cluster.
+//! - `Key`: the state lives at `<prefix>{<key>}<policy>`, and a sliding log's set at
+//!   `<prefix>{<key>}<policy>:log`. Every policy on one key shares one slot, so a request
+//!   limited by several of them is one script call even on a cluster.
+//!
+//! Everything between the braces is the hash tag, so both keys of one rule land on the same
+//! cluster slot. The policy and the key are escaped wherever they appear (`\` `{` `}` `:` become
+//! `\\` `\(` `\)` `\;`), and the prefix has no braces (the builder checks), so:
+//!
+//! - the hash tag always runs to the closing brace we wrote (a `}` in a user key cannot cut it
+//!   short, nor a `{` in a policy name start another one);
+//! - inside the braces, `PolicyAndKey` names have exactly one raw `:` (between policy and key),
+//!   attempts counters (`<prefix>{:<key>}`, an empty policy, which no policy can have) too, and
+//!   `Key` names none: the layouts can never meet, and `("a:b", "c")` and `("a", "b:c")` stay
+//!   apart;
+//! - after the braces, a state name has no raw `:` and a log name ends with the one raw `:` of
+//!   `:log`, so a log never meets a state of a policy named `...:log`.
+//!
+//! Escaping is injective, so one name decodes to exactly one (layout, policy, key, kind).
+
+use tollgate::HashTag;
 
 /// Builds key names under one prefix.
 #[derive(Debug, Clone)]
@@ -24,15 +40,24 @@ impl KeyNames {
         }
     }
 
-    /// The state hash of `key` under `policy`.
-    pub(crate) fn state(&self, policy: &str, key: &[u8]) -> Vec<u8> {
+    /// The state hash of `key` under the policy named `policy`, in the layout `tag`.
+    pub(crate) fn state(&self, tag: HashTag, policy: &str, key: &[u8]) -> Vec<u8> {
         let mut name = Vec::with_capacity(self.prefix.len() + policy.len() + key.len() + 8);
         name.extend_from_slice(&self.prefix);
         name.push(b'{');
-        escape(&mut name, policy.as_bytes());
-        name.push(b':');
-        escape(&mut name, key);
-        name.push(b'}');
+        match tag {
+            HashTag::PolicyAndKey => {
+                escape(&mut name, policy.as_bytes());
+                name.push(b':');
+                escape(&mut name, key);
+                name.push(b'}');
+            }
+            HashTag::Key => {
+                escape(&mut name, key);
+                name.push(b'}');
+                escape(&mut name, policy.as_bytes());
+            }
+        }
         name
     }
 
@@ -45,7 +70,7 @@ impl KeyNames {
 
     /// The attempts counter of `key`.
     pub(crate) fn attempts(&self, key: &[u8]) -> Vec<u8> {
-        self.state("", key)
+        self.state(HashTag::PolicyAndKey, "", key)
     }
 }
 
@@ -61,6 +86,36 @@ fn escape(out: &mut Vec<u8>, part: &[u8]) {
     }
 }
 
+/// The Redis Cluster slot of a key name, as Redis computes it: CRC16 (XMODEM) of the hash tag
+/// (the bytes between the first `{` and the first `}` after it, when not empty), else of the
+/// whole name, modulo 16384.
+pub(crate) fn slot(name: &[u8]) -> u16 {
+    let tagged = name.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &name[open + 1..];
+        rest.iter()
+            .position(|&b| b == b'}')
+            .filter(|&close| close > 0)
+            .map(|close| &rest[..close])
+    });
+    crc16(tagged.unwrap_or(name)) % 16384
+}
+
+/// CRC16-XMODEM (polynomial 0x1021, initial value 0), bit by bit: names are short.
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,16 +127,28 @@ mod tests {
     #[test]
     fn the_hash_tag_covers_policy_and_key() {
         assert_eq!(
-            names().state("login", b"user:{1}"),
+            names().state(HashTag::PolicyAndKey, "login", b"user:{1}"),
             b"tg:{login:user\\;\\(1\\)}".to_vec()
         );
         assert_eq!(KeyNames::log(b"tg:{a:b}"), b"tg:{a:b}:log".to_vec());
     }
 
     #[test]
-    fn different_pairs_never_share_a_name() {
+    fn the_key_layout_tags_the_key_alone() {
+        assert_eq!(
+            names().state(HashTag::Key, "lo{g:in", b"user:{1}"),
+            b"tg:{user\\;\\(1\\)}lo\\(g\\;in".to_vec()
+        );
+        let a = names().state(HashTag::Key, "api", b"u1");
+        let b = names().state(HashTag::Key, "login", b"u1");
+        assert_eq!(slot(&a), slot(&b));
+        assert_eq!(slot(&KeyNames::log(&a)), slot(&a));
+    }
+
+    #[test]
+    fn different_pairs_never_share_a_name_in_any_layout() {
         let n = names();
-        let pairs: [(&str, &[u8]); 8] = [
+        let pairs: [(&str, &[u8]); 12] = [
             ("a:b", b"c"),
             ("a", b"b:c"),
             ("a", b"b\\;c"),
@@ -89,21 +156,47 @@ mod tests {
             ("{a", b"b}"),
             ("a", b"}"),
             ("a}", b""),
-            ("", b"a:b"),
+            ("a", b"a:b"),
+            ("log", b"a"),
+            ("a:log", b"a"),
+            ("a", b"log"),
+            ("}a", b"{"),
         ];
         let mut seen = std::collections::HashSet::new();
-        for (policy, key) in pairs {
-            assert!(seen.insert(n.state(policy, key)), "{policy:?} {key:?}");
+        for tag in [HashTag::PolicyAndKey, HashTag::Key] {
+            for (policy, key) in pairs {
+                let state = n.state(tag, policy, key);
+                assert!(seen.insert(state.clone()), "{tag:?} {policy:?} {key:?}");
+                assert!(
+                    seen.insert(KeyNames::log(&state)),
+                    "log of {tag:?} {policy:?} {key:?}"
+                );
+            }
         }
-        assert_eq!(n.attempts(b"a:b"), n.state("", b"a:b"));
+        let keys: std::collections::BTreeSet<&[u8]> = pairs.iter().map(|&(_, key)| key).collect();
+        for key in keys {
+            assert!(seen.insert(n.attempts(key)), "attempts {key:?}");
+        }
     }
 
     #[test]
     fn the_first_closing_brace_is_ours() {
-        let name = names().state("p", b"}}{{");
-        let open = name.iter().position(|&b| b == b'{').unwrap();
-        let close = name.iter().position(|&b| b == b'}').unwrap();
-        assert_eq!(close, name.len() - 1);
-        assert!(open < close);
+        for tag in [HashTag::PolicyAndKey, HashTag::Key] {
+            let name = names().state(tag, "p}{", b"}}{{");
+            let open = name.iter().position(|&b| b == b'{').unwrap();
+            let close = name.iter().position(|&b| b == b'}').unwrap();
+            assert_eq!(name.iter().filter(|&&b| b == b'{' || b == b'}').count(), 2);
+            assert!(open < close);
+        }
+    }
+
+    #[test]
+    fn slots_follow_redis() {
+        // The reference values of the Redis Cluster specification and of CLUSTER KEYSLOT.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"{user1000}.followers"));
+        assert_eq!(slot(b"foo{}{bar}"), crc16(b"foo{}{bar}") % 16384);
+        assert_eq!(slot(b"foo{{bar}}zap"), crc16(b"{bar") % 16384);
     }
 }

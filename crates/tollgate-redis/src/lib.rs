@@ -1,18 +1,48 @@
 //! Redis and Redis Cluster store for tollgate: the core's [`Store`](tollgate::Store), shared by
 //! every instance of a fleet.
 //!
-//! Each decision is one atomic Lua script, a line-for-line port of the core's step functions, on
-//! Redis's own clock (`TIME`) so app servers with skewed clocks agree. Keys share one hash tag per
-//! (policy, key), so a cluster never answers CROSSSLOT; NOSCRIPT is reloaded and retried; a
-//! deadline, a circuit breaker and a per-policy [`FailureMode`](tollgate::FailureMode) bound what
-//! a slow or dead Redis costs; and a local deny cache answers keys already denied without a round
-//! trip.
+//! A request's rules are decided by one atomic Lua script call, whatever their algorithms: each
+//! algorithm is a line-for-line port of the core's step function, and the script's driver ports
+//! the core's all-or-nothing (if an enforced rule denies, nothing is spent and only the rules that
+//! denied start their penalty). Scripts run on Redis's own clock (`TIME`) so app servers with
+//! skewed clocks agree. A rule's keys share one hash tag, so a cluster never answers CROSSSLOT;
+//! NOSCRIPT is reloaded and retried; a deadline, a circuit breaker and a per-policy
+//! [`FailureMode`](tollgate::FailureMode) bound what a slow or dead Redis costs; and a local deny
+//! cache answers a single enforced rule already denied without a round trip.
+//!
+//! # Requests whose rules span cluster slots
+//!
+//! On standalone Redis, and on a cluster when every rule's keys hash to one slot, a request is
+//! one script call and exactly as atomic as [`MemoryStore`](tollgate::MemoryStore). Policies
+//! tagged [`HashTag::Key`](tollgate::HashTag::Key) put every policy of one key (a user, a tenant)
+//! on one slot, so a request limited by several of them stays one call on a cluster.
+//!
+//! Otherwise the store makes one call per slot, all at once, each deciding its own rules all or
+//! nothing and keeping what it spent (a *reservation*). If any slot denies, the slots that spent
+//! run a refund script that gives back exactly their spend. What that guarantees:
+//!
+//! - A request passes only if every slot admitted it at once: two requests that only fit one at a
+//!   time never both pass.
+//! - Fixed and sliding windows and sliding logs: a denied request leaves them as they were. The
+//!   refund takes the cost back out of the very window (or log entry, by its time) the reserve
+//!   counted it in; if that window or entry has since expired, the spend expired with it.
+//! - Token and leaky buckets and GCRA: the cost is given back, clamped to a full (or empty)
+//!   budget. The bound: a request deciding between another request's reserve and refund sees the
+//!   reservation, so it may be denied because of a request that was itself denied; no budget is
+//!   ever spent twice or exceeded.
+//! - The denied request reports what a peek says of each rule after the refund, as
+//!   [`Store::decide`](tollgate::Store::decide) asks.
+//! - A slot whose call fails may or may not have spent; it is never retried nor refunded (a
+//!   decision is applied at most once), and the error goes to the caller. A refund that fails
+//!   leaves its reservation spent until the state expires (counted in
+//!   [`StoreStats::refund_failures`]).
 //!
 //! # Layout
 //!
 //! - `store`: [`RedisStore`] and its builder: the layers around each call.
-//! - `scripts` and `lua/`: the scripts, one per algorithm, plus the attempts counter and reset.
-//! - `keys`: key names, hash tags and escaping.
+//! - `scripts` and `lua/`: the decision script (every algorithm, one driver), the refund script,
+//!   the attempts counter and reset.
+//! - `keys`: key names in both hash tag layouts, escaping, and cluster slots.
 //! - `connection`: [`Target`] and the shared multiplexed connection.
 //! - `breaker`: the circuit breaker.
 //! - `deny_cache`: the local deny cache.

@@ -1,37 +1,46 @@
 //! The Lua scripts, compiled in with `include_str!` and hashed once.
 //!
-//! A decision script is the common helpers (integers, time), the shared prelude (arguments,
-//! state loading), the algorithm's step and the shared epilogue (penalty, TTL), concatenated
-//! into one script per algorithm; the attempts script is the common helpers and its own body.
+//! The decision script is the common helpers (integers, time), the rule helpers
+//! (`prelude.lua`: arguments, state, the penalty), every algorithm's step (each file registers
+//! itself by name) and the driver (`decide.lua`: all or nothing over the request's rules), so one
+//! script decides any mix of algorithms in one call. The refund script is the same library with
+//! its own driver. The attempts script is the common helpers and its own body.
+//!
 //! `redis::Script` sends EVALSHA and, on NOSCRIPT (restart, `SCRIPT FLUSH`, failover, a node that
 //! never saw it), loads the script on the node that answered and retries, so callers never see
 //! NOSCRIPT.
 
 use redis::Script;
-use tollgate::Algorithm;
+use tollgate::{Algorithm, Rule};
 
-macro_rules! decision_script {
-    ($file:literal) => {
-        Script::new(concat!(
+macro_rules! library {
+    ($driver:literal) => {
+        concat!(
             include_str!("../lua/common.lua"),
             "\n",
             include_str!("../lua/prelude.lua"),
             "\n",
-            include_str!(concat!("../lua/", $file)),
+            include_str!("../lua/fixed_window.lua"),
             "\n",
-            include_str!("../lua/decide.lua"),
-        ))
+            include_str!("../lua/sliding_log.lua"),
+            "\n",
+            include_str!("../lua/sliding_window.lua"),
+            "\n",
+            include_str!("../lua/token_bucket.lua"),
+            "\n",
+            include_str!("../lua/leaky_bucket.lua"),
+            "\n",
+            include_str!("../lua/gcra.lua"),
+            "\n",
+            include_str!(concat!("../lua/", $driver)),
+        )
     };
 }
 
 /// Every script, hashed once.
 pub(crate) struct Scripts {
-    fixed_window: Script,
-    sliding_log: Script,
-    sliding_window: Script,
-    token_bucket: Script,
-    leaky_bucket: Script,
-    gcra: Script,
+    pub(crate) decide: Script,
+    pub(crate) refund: Script,
     pub(crate) attempts: Script,
     pub(crate) reset: Script,
 }
@@ -39,12 +48,8 @@ pub(crate) struct Scripts {
 impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
-            fixed_window: decision_script!("fixed_window.lua"),
-            sliding_log: decision_script!("sliding_log.lua"),
-            sliding_window: decision_script!("sliding_window.lua"),
-            token_bucket: decision_script!("token_bucket.lua"),
-            leaky_bucket: decision_script!("leaky_bucket.lua"),
-            gcra: decision_script!("gcra.lua"),
+            decide: Script::new(library!("decide.lua")),
+            refund: Script::new(library!("refund.lua")),
             attempts: Script::new(concat!(
                 include_str!("../lua/common.lua"),
                 "\n",
@@ -54,38 +59,68 @@ impl Scripts {
         }
     }
 
-    /// The decision script of `algorithm`.
-    pub(crate) fn decision(&self, algorithm: &Algorithm) -> &Script {
-        match algorithm {
-            Algorithm::FixedWindow(_) => &self.fixed_window,
-            Algorithm::SlidingLog(_) => &self.sliding_log,
-            Algorithm::SlidingWindow(_) => &self.sliding_window,
-            Algorithm::TokenBucket(_) => &self.token_bucket,
-            Algorithm::LeakyBucket(_) => &self.leaky_bucket,
-            Algorithm::Gcra(_) => &self.gcra,
-        }
-    }
-
-    /// Every script's source, for `SCRIPT LOAD` ahead of traffic and for the ceiling benchmark.
-    pub(crate) fn all(&self) -> [&Script; 8] {
-        [
-            &self.fixed_window,
-            &self.sliding_log,
-            &self.sliding_window,
-            &self.token_bucket,
-            &self.leaky_bucket,
-            &self.gcra,
-            &self.attempts,
-            &self.reset,
-        ]
+    /// Every script, for `SCRIPT LOAD` ahead of traffic.
+    pub(crate) fn all(&self) -> [&Script; 4] {
+        [&self.decide, &self.refund, &self.attempts, &self.reset]
     }
 }
 
-/// The algorithm-specific ARGV (from ARGV[6] on), as documented at the top of each script.
-pub(crate) fn params(algorithm: &Algorithm) -> Vec<String> {
+/// What the decision script does with the rules (ARGV[3]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Change nothing.
+    Peek,
+    /// All or nothing.
+    Commit,
+    /// Commit, and report where each spend went.
+    Reserve,
+    /// Give back reserved spends (the refund script).
+    Refund,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::Peek => "peek",
+            Mode::Commit => "commit",
+            Mode::Reserve => "reserve",
+            Mode::Refund => "refund",
+        }
+    }
+}
+
+/// The ARGV of a decision or refund call, as documented in `lua/decide.lua` and
+/// `lua/prelude.lua`: `now` ("" for Redis time), the count, the mode, then one record of
+/// [`RULE_FIELDS`] values per rule, with its mark (0 unless refunding).
+pub(crate) fn call_args<'r>(
+    now: String,
+    mode: Mode,
+    rules: impl ExactSizeIterator<Item = (&'r Rule<'r>, u64)>,
+) -> Vec<String> {
+    let mut args = Vec::with_capacity(3 + rules.len() * RULE_FIELDS);
+    args.push(now);
+    args.push(rules.len().to_string());
+    args.push(mode.as_str().to_string());
+    for (rule, mark) in rules {
+        let algorithm = rule.policy.algorithm();
+        args.push(algorithm.name().to_string());
+        args.push(rule.cost.to_string());
+        args.push(if rule.shadow { "1" } else { "0" }.to_string());
+        args.push(rule.policy.block_for_us().unwrap_or(0).to_string());
+        args.push(mark.to_string());
+        args.extend(params(algorithm));
+    }
+    args
+}
+
+/// Values per rule record.
+pub(crate) const RULE_FIELDS: usize = 8;
+
+/// The algorithm's three parameters, as listed at the top of its file ("" when unused).
+fn params(algorithm: &Algorithm) -> [String; 3] {
     use tollgate::Anchor;
     match algorithm {
-        Algorithm::FixedWindow(p) => vec![
+        Algorithm::FixedWindow(p) => [
             p.limit().to_string(),
             p.window_us().to_string(),
             match p.anchor() {
@@ -93,10 +128,22 @@ pub(crate) fn params(algorithm: &Algorithm) -> Vec<String> {
                 Anchor::FirstHit => "first_hit".into(),
             },
         ],
-        Algorithm::SlidingLog(p) => vec![p.limit().to_string(), p.window_us().to_string()],
-        Algorithm::SlidingWindow(p) => vec![p.limit().to_string(), p.window_us().to_string()],
-        Algorithm::TokenBucket(p) => vec![p.capacity().to_string(), p.refill().interval_us().to_string()],
-        Algorithm::LeakyBucket(p) => vec![p.capacity().to_string(), p.leak().interval_us().to_string()],
-        Algorithm::Gcra(p) => vec![p.rate().interval_us().to_string(), p.burst().to_string()],
+        Algorithm::SlidingLog(p) => [p.limit().to_string(), p.window_us().to_string(), String::new()],
+        Algorithm::SlidingWindow(p) => [p.limit().to_string(), p.window_us().to_string(), String::new()],
+        Algorithm::TokenBucket(p) => [
+            p.capacity().to_string(),
+            p.refill().interval_us().to_string(),
+            String::new(),
+        ],
+        Algorithm::LeakyBucket(p) => [
+            p.capacity().to_string(),
+            p.leak().interval_us().to_string(),
+            String::new(),
+        ],
+        Algorithm::Gcra(p) => [
+            p.rate().interval_us().to_string(),
+            p.burst().to_string(),
+            String::new(),
+        ],
     }
 }

@@ -1,8 +1,10 @@
 //! `RedisStore`: the core's `Store` on Redis or Redis Cluster.
 //!
-//! Every operation is one script call (see `scripts`), wrapped in three layers:
+//! Every operation is one script call (see `scripts`); a request's rules spanning several cluster
+//! slots are one call per slot, reserve-then-refund (see the crate docs). Calls are wrapped in
+//! three layers:
 //!
-//! 1. the deny cache answers keys Redis already denied, without a round trip;
+//! 1. the deny cache answers a single enforced rule Redis already denied, without a round trip;
 //! 2. the circuit breaker refuses calls at once while Redis is known to be down;
 //! 3. a deadline bounds each call; a failure is then handled by the policy's failure mode
 //!    (admit, deny, or decide locally on a share of the limit) and the decision is marked
@@ -11,8 +13,11 @@
 //! Input is validated with the core's checks before any of this, so bad input never reaches
 //! Redis.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use redis::Script;
@@ -27,8 +32,8 @@ use crate::breaker::{Admission, Breaker};
 use crate::connection::{Connection, Target};
 use crate::deny_cache::{Denial, DenyCache};
 use crate::error::{self, ConnectError};
-use crate::keys::KeyNames;
-use crate::scripts::{self, Scripts};
+use crate::keys::{self, KeyNames};
+use crate::scripts::{Mode, Scripts, call_args};
 
 /// Configures and connects a [`RedisStore`].
 ///
@@ -193,6 +198,11 @@ pub struct StoreStats {
     pub deny_cache_hits: u64,
     /// Decisions taken by a failure mode instead of Redis.
     pub degraded_decisions: u64,
+    /// Refund calls: a request whose rules span cluster slots was denied by one slot after
+    /// another had reserved its budget.
+    pub refunds: u64,
+    /// Refund calls that failed: their reservation stays spent until it expires.
+    pub refund_failures: u64,
 }
 
 #[derive(Default)]
@@ -202,6 +212,8 @@ struct Counters {
     breaker_refusals: AtomicU64,
     deny_cache_hits: AtomicU64,
     degraded_decisions: AtomicU64,
+    refunds: AtomicU64,
+    refund_failures: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -236,21 +248,20 @@ impl RedisStore {
             breaker_refusals: c.breaker_refusals.load(Ordering::Relaxed),
             deny_cache_hits: c.deny_cache_hits.load(Ordering::Relaxed),
             degraded_decisions: c.degraded_decisions.load(Ordering::Relaxed),
+            refunds: c.refunds.load(Ordering::Relaxed),
+            refund_failures: c.refund_failures.load(Ordering::Relaxed),
         }
     }
 
-    /// The SHA1 of the decision script `algorithm` runs (what `EVALSHA` is called with), for
-    /// operators looking at `SCRIPT EXISTS` or `SLOWLOG`, and for benchmarking the bare script.
+    /// The SHA1 of the decision script (what `EVALSHA` is called with; one script decides every
+    /// algorithm), for operators looking at `SCRIPT EXISTS` or `SLOWLOG`, and for benchmarking
+    /// the bare script.
     ///
     /// ```
-    /// use tollgate::{Algorithm, Rate};
-    ///
-    /// let sha = tollgate_redis::RedisStore::script_sha(&Algorithm::gcra(Rate::per_second(1)?, 1)?);
-    /// assert_eq!(sha.len(), 40);
-    /// # Ok::<(), tollgate::PolicyError>(())
+    /// assert_eq!(tollgate_redis::RedisStore::script_sha().len(), 40);
     /// ```
-    pub fn script_sha(algorithm: &tollgate::Algorithm) -> String {
-        Scripts::new().decision(algorithm).get_hash().to_string()
+    pub fn script_sha() -> String {
+        Scripts::new().decide.get_hash().to_string()
     }
 
     /// The `EVALSHA` keys and arguments of a check of `key` under `policy`, exactly as the store
@@ -262,13 +273,17 @@ impl RedisStore {
     /// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 5)?)?;
     /// let (keys, args) = tollgate_redis::RedisStore::script_call("tollgate:", &policy, b"k", 1);
     /// assert_eq!(keys, vec![b"tollgate:{api:k}".to_vec()]);
-    /// assert_eq!(args, ["", "1", "1", "0", "gcra", "100000", "5"]);
+    /// assert_eq!(args, ["", "1", "commit", "gcra", "1", "0", "0", "0", "100000", "5", ""]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn script_call(prefix: &str, policy: &Policy, key: &[u8], cost: u64) -> (Vec<Vec<u8>>, Vec<String>) {
-        let state = KeyNames::new(prefix).state(policy.name(), key);
-        let keys = call_keys(policy, state);
-        (keys, call_args(String::new(), policy, cost, true))
+        let names = KeyNames::new(prefix);
+        let rule = Rule::new(policy, key, cost);
+        let keys = call_keys(policy, names.state(policy.hash_tag(), policy.name(), key));
+        (
+            keys,
+            call_args(String::new(), Mode::Commit, [(&rule, 0)].into_iter()),
+        )
     }
 
     /// True while the circuit breaker is open (Redis recently unavailable).
@@ -297,7 +312,7 @@ impl RedisStore {
     ) -> Result<Decision, Error> {
         core_store::validate_key(key)?;
         let inner = &self.inner;
-        let state = inner.keys.state(policy.name(), key);
+        let state = inner.keys.state(policy.hash_tag(), policy.name(), key);
         let local_now = inner.local_clock.now_us();
         if let Some(denial) = inner
             .deny_cache
@@ -308,11 +323,12 @@ impl RedisStore {
             return Ok(cached_denial(policy, denial, local_now));
         }
         let keys = call_keys(policy, state.clone());
-        let args = call_args(self.script_now(), policy, cost, commit);
-        let script = inner.scripts.decision(policy.algorithm());
-        match self.call::<Vec<u64>>(script, &keys, &args).await {
+        let rule = Rule::new(policy, key, cost);
+        let mode = if commit { Mode::Commit } else { Mode::Peek };
+        let args = call_args(self.script_now(), mode, [(&rule, 0)].into_iter());
+        match self.call::<Vec<u64>>(&inner.scripts.decide, &keys, &args).await {
             Ok(reply) => {
-                let outcome = outcome(&reply)?;
+                let outcome = outcomes(&reply, 1)?[0];
                 let decision = Decision::from_outcome(outcome, policy.max_cost());
                 if let (Some(cache), Some(retry_us)) = (&inner.deny_cache, outcome.retry_after_us) {
                     let denial = Denial {
@@ -327,6 +343,162 @@ impl RedisStore {
             Err(err) if error::is_unavailable(&err) => self.degraded(policy, key, cost, commit),
             Err(err) => Err(err),
         }
+    }
+
+    /// Several rules (or one shadow rule): one script call on standalone Redis or when every
+    /// rule's keys share a cluster slot; otherwise one call per slot, made all or nothing by
+    /// reserve-then-refund (see the crate docs for what that guarantees). A failed call is
+    /// returned as it is: the [`Engine`](tollgate::Engine) applies each rule's failure mode.
+    async fn decide_many(&self, rules: &[Rule<'_>], commit: bool) -> Result<Vec<Outcome>, Error> {
+        let inner = &self.inner;
+        let keys: Vec<Vec<Vec<u8>>> = rules
+            .iter()
+            .map(|rule| {
+                let state = inner
+                    .keys
+                    .state(rule.policy.hash_tag(), rule.policy.name(), rule.key);
+                call_keys(rule.policy, state)
+            })
+            .collect();
+        let now = self.script_now();
+        let mode = if commit { Mode::Commit } else { Mode::Peek };
+        let groups = match inner.connection.is_cluster() {
+            true => slot_groups(&keys),
+            false => vec![(0..rules.len()).collect()],
+        };
+        if let [_] = groups[..] {
+            let (outcomes, _) = self.decide_group(rules, &keys, &groups[0], &now, mode).await?;
+            return Ok(outcomes);
+        }
+        if !commit {
+            // Peeks change nothing, so each slot can look on its own.
+            let replies = join_all(
+                groups
+                    .iter()
+                    .map(|g| self.decide_group(rules, &keys, g, &now, mode)),
+            )
+            .await;
+            let mut outcomes = vec![UNDECIDED; rules.len()];
+            for (group, reply) in groups.iter().zip(replies) {
+                let (group_outcomes, _) = reply?;
+                for (&i, outcome) in group.iter().zip(group_outcomes) {
+                    outcomes[i] = outcome;
+                }
+            }
+            return Ok(outcomes);
+        }
+        self.reserve_then_refund(rules, &keys, &groups, &now).await
+    }
+
+    /// Each slot decides its rules all or nothing and keeps what it spent; if any slot denied,
+    /// the slots that spent give it back. A slot whose call failed may have spent: that cannot
+    /// be told apart from one that did not, so it is not refunded (the error goes to the
+    /// caller, whose failure mode decides).
+    async fn reserve_then_refund(
+        &self,
+        rules: &[Rule<'_>],
+        keys: &[Vec<Vec<u8>>],
+        groups: &[Vec<usize>],
+        now: &str,
+    ) -> Result<Vec<Outcome>, Error> {
+        let replies = join_all(
+            groups
+                .iter()
+                .map(|g| self.decide_group(rules, keys, g, now, Mode::Reserve)),
+        )
+        .await;
+        let mut outcomes = vec![UNDECIDED; rules.len()];
+        let mut failure = None;
+        let mut denied = false;
+        // The allowed rules of groups that spent, with their marks.
+        let mut spent: Vec<Vec<(usize, u64)>> = vec![];
+        for (group, reply) in groups.iter().zip(replies) {
+            let (group_outcomes, marks) = match reply {
+                Ok(reply) => reply,
+                Err(err) => {
+                    failure.get_or_insert(err);
+                    continue;
+                }
+            };
+            let group_denied = group
+                .iter()
+                .zip(&group_outcomes)
+                .any(|(&i, o)| !rules[i].shadow && !o.allowed);
+            denied |= group_denied;
+            let mut spends = vec![];
+            for ((&i, outcome), mark) in group.iter().zip(group_outcomes).zip(marks) {
+                if !group_denied && outcome.allowed {
+                    spends.push((i, mark));
+                }
+                outcomes[i] = outcome;
+            }
+            if !spends.is_empty() {
+                spent.push(spends);
+            }
+        }
+        if failure.is_none() && !denied {
+            return Ok(outcomes);
+        }
+        let refunds = join_all(spent.iter().map(|spends| self.refund(rules, keys, spends, now))).await;
+        for (spends, refund) in spent.iter().zip(refunds) {
+            match refund {
+                Ok(after) => {
+                    for (&(i, _), outcome) in spends.iter().zip(after) {
+                        outcomes[i] = outcome;
+                    }
+                }
+                Err(_) => bump(&self.inner.stats.refund_failures),
+            }
+        }
+        match failure {
+            Some(err) => Err(err),
+            None => Ok(outcomes),
+        }
+    }
+
+    /// One call deciding the rules `group` (indices into `rules`), which share a slot: their
+    /// outcomes, and with [`Mode::Reserve`] the mark of each.
+    async fn decide_group(
+        &self,
+        rules: &[Rule<'_>],
+        keys: &[Vec<Vec<u8>>],
+        group: &[usize],
+        now: &str,
+        mode: Mode,
+    ) -> Result<(Vec<Outcome>, Vec<u64>), Error> {
+        let call_keys: Vec<Vec<u8>> = group.iter().flat_map(|&i| keys[i].iter().cloned()).collect();
+        let args = call_args(now.to_string(), mode, group.iter().map(|&i| (&rules[i], 0)));
+        let reply: Vec<u64> = self.call(&self.inner.scripts.decide, &call_keys, &args).await?;
+        let outcomes = outcomes(&reply, group.len())?;
+        let marks = match mode {
+            Mode::Reserve if reply.len() == 5 * group.len() => reply[4 * group.len()..].to_vec(),
+            Mode::Reserve => return Err(bad_reply(&reply)),
+            _ => vec![0; group.len()],
+        };
+        Ok((outcomes, marks))
+    }
+
+    /// Gives back what the rules `spends` (index, mark) of one slot spent; returns what a peek
+    /// says of them afterwards.
+    async fn refund(
+        &self,
+        rules: &[Rule<'_>],
+        keys: &[Vec<Vec<u8>>],
+        spends: &[(usize, u64)],
+        now: &str,
+    ) -> Result<Vec<Outcome>, Error> {
+        bump(&self.inner.stats.refunds);
+        let call_keys: Vec<Vec<u8>> = spends
+            .iter()
+            .flat_map(|&(i, _)| keys[i].iter().cloned())
+            .collect();
+        let args = call_args(
+            now.to_string(),
+            Mode::Refund,
+            spends.iter().map(|&(i, mark)| (&rules[i], mark)),
+        );
+        let reply: Vec<u64> = self.call(&self.inner.scripts.refund, &call_keys, &args).await?;
+        outcomes(&reply, spends.len())
     }
 
     /// Decides without Redis, as the policy's failure mode says.
@@ -436,30 +608,64 @@ fn call_keys(policy: &Policy, state: Vec<u8>) -> Vec<Vec<u8>> {
     }
 }
 
-/// ARGV of a decision script, as documented in `lua/prelude.lua`.
-fn call_args(now: String, policy: &Policy, cost: u64, commit: bool) -> Vec<String> {
-    let algorithm = policy.algorithm();
-    let mut args = vec![
-        now,
-        cost.to_string(),
-        if commit { "1" } else { "0" }.to_string(),
-        policy.block_for_us().unwrap_or(0).to_string(),
-        algorithm.name().to_string(),
-    ];
-    args.extend(scripts::params(algorithm));
-    args
+/// The decisions of `count` rules in a reply (4 integers each, as `lua/decide.lua` says), and
+/// what follows them (the marks of a reserve).
+fn outcomes(reply: &[u64], count: usize) -> Result<Vec<Outcome>, Error> {
+    if reply.len() < 4 * count {
+        return Err(bad_reply(reply));
+    }
+    Ok(reply[..4 * count]
+        .chunks_exact(4)
+        .map(|r| Outcome {
+            allowed: r[0] == 1,
+            remaining: r[1],
+            reset_after_us: r[2],
+            retry_after_us: (r[0] != 1).then_some(r[3]),
+        })
+        .collect())
 }
 
-fn outcome(reply: &[u64]) -> Result<Outcome, Error> {
-    match *reply {
-        [allowed, remaining, reset_after_us, retry_after_us] => Ok(Outcome {
-            allowed: allowed == 1,
-            remaining,
-            reset_after_us,
-            retry_after_us: (allowed != 1).then_some(retry_after_us),
-        }),
-        _ => Err(bad_reply(reply)),
+/// A placeholder for an outcome not yet known; every one is overwritten before it is returned.
+const UNDECIDED: Outcome = Outcome {
+    allowed: false,
+    remaining: 0,
+    reset_after_us: 0,
+    retry_after_us: None,
+};
+
+/// Rule indices grouped by the cluster slot of their keys (a rule's keys share one), in the
+/// order the slots first appear.
+fn slot_groups(keys: &[Vec<Vec<u8>>]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<(u16, Vec<usize>)> = vec![];
+    for (i, names) in keys.iter().enumerate() {
+        let slot = names.first().map_or(0, |name| keys::slot(name));
+        match groups.iter_mut().find(|(s, _)| *s == slot) {
+            Some((_, group)) => group.push(i),
+            None => groups.push((slot, vec![i])),
+        }
     }
+    groups.into_iter().map(|(_, group)| group).collect()
+}
+
+/// Runs futures concurrently on the current task and returns their outputs in order: the calls
+/// to different cluster nodes travel together instead of one after another.
+async fn join_all<F: Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut pending: Vec<Pin<Box<F>>> = futures.map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut waiting = false;
+        for (future, output) in pending.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(value) => *output = Some(value),
+                    Poll::Pending => waiting = true,
+                }
+            }
+        }
+        if waiting { Poll::Pending } else { Poll::Ready(()) }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
 }
 
 fn bad_reply(reply: &[u64]) -> Error {
@@ -493,33 +699,32 @@ fn cached_denial(policy: &Policy, denial: Denial, now_us: u64) -> Decision {
 
 impl Store for RedisStore {
     async fn decide(&self, rules: &[Rule<'_>], commit: bool) -> Result<Decisions, Error> {
-        // Interim: one script call per rule, peeks first when several.
+        for rule in rules {
+            core_store::validate_rule(rule)?;
+        }
         match rules {
             [] => Ok(Decisions::None),
-            [rule] => Ok(Decisions::One(
+            // One enforced rule: the deny cache may answer without a round trip.
+            [rule] if !rule.shadow => Ok(Decisions::One(
                 self.decide_one(rule.policy, rule.key, rule.cost, commit).await?,
             )),
             _ => {
-                let mut out = Vec::with_capacity(rules.len());
-                for rule in rules {
-                    out.push(self.decide_one(rule.policy, rule.key, rule.cost, false).await?);
-                }
-                let denied = rules.iter().zip(&out).any(|(r, d)| !r.shadow && !d.allowed);
-                if commit {
-                    for (rule, slot) in rules.iter().zip(out.iter_mut()) {
-                        if !denied || !slot.allowed {
-                            *slot = self.decide_one(rule.policy, rule.key, rule.cost, true).await?;
-                        }
-                    }
-                }
-                Ok(Decisions::Many(out))
+                let outcomes = self.decide_many(rules, commit).await?;
+                let mut decisions = rules
+                    .iter()
+                    .zip(outcomes)
+                    .map(|(rule, outcome)| Decision::from_outcome(outcome, rule.policy.max_cost()));
+                Ok(match rules.len() {
+                    1 => Decisions::One(decisions.next().unwrap_or_default()),
+                    _ => Decisions::Many(decisions.collect()),
+                })
             }
         }
     }
 
     async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {
         core_store::validate_key(key)?;
-        let state = self.inner.keys.state(policy.name(), key);
+        let state = self.inner.keys.state(policy.hash_tag(), policy.name(), key);
         if let Some(cache) = &self.inner.deny_cache {
             cache.remove(&state);
         }

@@ -22,7 +22,7 @@
 //! # Layout
 //!
 //! - [`policy`]: a [`Policy`] is a name, an [`Algorithm`] with validated parameters and an
-//!   optional `block_for` penalty.
+//!   optional `block_for` penalty, and the [`HashTag`] that places its keys in a cluster.
 //! - [`algorithm`]: one module per algorithm, each a pure step function on integer
 //!   microseconds, and [`algorithm::decide`], which adds penalties.
 //! - [`attempts`]: the attempts counter for brute-force protection.
@@ -60,6 +60,6 @@ pub use decision::{AttemptsStatus, Decision, Decisions};
 pub use engine::{Engine, EngineBuilder, Outcome, RuleVerdict, Verdict};
 pub use error::{Error, PolicyError, StoreErrorKind};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
-pub use policy::{Algorithm, Anchor, FailureMode, Policy, Rate};
+pub use policy::{Algorithm, Anchor, FailureMode, HashTag, Policy, Rate};
 pub use rule::Rule;
 pub use store::{AttemptsStore, Store};

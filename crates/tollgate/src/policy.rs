@@ -350,6 +350,33 @@ pub struct Policy {
     algorithm: Algorithm,
     block_for_us: Option<u64>,
     on_store_failure: FailureMode,
+    hash_tag: HashTag,
+}
+
+/// Which part of a policy's key names the shard a networked store keeps it on (the Redis Cluster
+/// hash tag). The memory store ignores it.
+///
+/// A request's rules can only be decided in one atomic call when their keys live together. With
+/// [`PolicyAndKey`](HashTag::PolicyAndKey) (the default) each (policy, key) pair spreads on its
+/// own, which balances a cluster best; with [`Key`](HashTag::Key) every policy applied to the
+/// same key (a user id, a tenant) lands on the same shard, so a request limited per user by
+/// several policies is one call even on a cluster.
+///
+/// ```
+/// use tollgate::{Algorithm, HashTag, Policy, Rate};
+///
+/// let api = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 10)?)?;
+/// assert_eq!(api.hash_tag(), HashTag::PolicyAndKey);
+/// assert_eq!(api.with_hash_tag(HashTag::Key).hash_tag(), HashTag::Key);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum HashTag {
+    /// The policy name and the key together: pairs spread evenly.
+    #[default]
+    PolicyAndKey,
+    /// The key alone: every policy on one key shares a shard.
+    Key,
 }
 
 /// What a networked store does for this policy when it cannot decide (the store is down, slow or
@@ -418,6 +445,7 @@ impl Policy {
             algorithm,
             block_for_us: None,
             on_store_failure: FailureMode::default(),
+            hash_tag: HashTag::default(),
         })
     }
 
@@ -451,6 +479,31 @@ impl Policy {
     pub fn with_failure_mode(mut self, mode: FailureMode) -> Self {
         self.on_store_failure = mode;
         self
+    }
+
+    /// Chooses what names this policy's shard in a networked store; see [`HashTag`].
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, HashTag, Policy, Rate};
+    ///
+    /// let per_user = Policy::new("user", Algorithm::gcra(Rate::per_second(5)?, 5)?)?.with_hash_tag(HashTag::Key);
+    /// assert_eq!(per_user.hash_tag(), HashTag::Key);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn with_hash_tag(mut self, hash_tag: HashTag) -> Self {
+        self.hash_tag = hash_tag;
+        self
+    }
+
+    /// What names this policy's shard in a networked store.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?;
+    /// assert_eq!(policy.hash_tag(), tollgate::HashTag::PolicyAndKey);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn hash_tag(&self) -> HashTag {
+        self.hash_tag
     }
 
     /// What a networked store does when it cannot decide.

@@ -39,11 +39,22 @@ impl Rng {
     }
 }
 
-/// A random policy of every algorithm in turn (`i % 6`), sometimes with a penalty.
+/// One step of random time: the random tests draw durations in these units. Minutes, so that
+/// the keys' real TTLs in Redis (which follow Redis's clock, not the test's) never run out while
+/// a test runs, however slow the machine.
+pub const UNIT: Duration = Duration::from_secs(60);
+
+/// A random policy of every algorithm in turn (`i % 6`), sometimes with a penalty; durations
+/// are 1 to 80 [`UNIT`]s.
 pub fn random_policy(i: u64, rng: &mut Rng) -> Policy {
+    random_named_policy(format!("random-{i}"), i, rng)
+}
+
+/// [`random_policy`] with its name.
+pub fn random_named_policy(name: String, i: u64, rng: &mut Rng) -> Policy {
     let limit = rng.between(1, 8);
-    let window = Duration::from_millis(rng.between(1, 50));
-    let rate = Rate::new(rng.between(1, 5), Duration::from_millis(rng.between(1, 60))).expect("rate");
+    let window = UNIT * rng.between(1, 50) as u32;
+    let rate = Rate::new(rng.between(1, 5), UNIT * rng.between(1, 60) as u32).expect("rate");
     let algorithm = match i % 6 {
         0 => {
             let anchor = if rng.below(2) == 0 {
@@ -60,10 +71,10 @@ pub fn random_policy(i: u64, rng: &mut Rng) -> Policy {
         _ => Algorithm::gcra(rate, limit),
     }
     .expect("algorithm");
-    let policy = Policy::new(format!("random-{i}"), algorithm).expect("policy");
+    let policy = Policy::new(name, algorithm).expect("policy");
     if rng.below(3) == 0 {
         policy
-            .with_block_for(Duration::from_millis(rng.between(1, 80)))
+            .with_block_for(UNIT * rng.between(1, 80) as u32)
             .expect("block_for")
     } else {
         policy

@@ -1,0 +1,403 @@
+//! Requests of several rules: one script call on standalone Redis (and on a cluster when the
+//! rules share a slot), never two racing requests through where only one fits, and on a cluster
+//! across slots, reserve-then-refund that leaves a denied request's counters and logs exactly as
+//! they were and buckets within their bound.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::exact_store;
+use tollgate::{Algorithm, Anchor, HashTag, ManualClock, Policy, Rate, Rule, Store};
+use tollgate_redis::{RedisStore, Target};
+use tollgate_testkit::vectors::T0_US;
+use tollgate_testkit::{RedisCluster, RedisServer};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn policy(name: &str, algorithm: Result<Algorithm, tollgate::PolicyError>) -> Policy {
+    Policy::new(name, algorithm.expect("algorithm")).expect("policy")
+}
+
+/// The Redis key names of `key` under `policy` (the state hash, and a sliding log's set).
+fn names(policy: &Policy, key: &str) -> Vec<String> {
+    RedisStore::script_call("tollgate:", policy, key.as_bytes(), 1)
+        .0
+        .into_iter()
+        .map(|name| String::from_utf8(name).expect("ascii key names"))
+        .collect()
+}
+
+/// The `calls=` count of `cmdstat_evalsha` in `INFO commandstats`.
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}
+
+fn five_policies() -> Vec<Policy> {
+    vec![
+        policy("one-fw", Algorithm::fixed_window(10, HOUR, Anchor::Epoch)),
+        policy("one-log", Algorithm::sliding_log(10, HOUR)),
+        policy("one-sw", Algorithm::sliding_window(10, HOUR)),
+        policy(
+            "one-tb",
+            Algorithm::token_bucket(10, Rate::per_hour(1).expect("rate")),
+        ),
+        policy("one-gcra", Algorithm::gcra(Rate::per_hour(1).expect("rate"), 10)),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standalone_multi_rule_request_is_one_script_call() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US);
+    let store = exact_store(Target::Standalone(server.url()), &clock).await;
+    let policies = five_policies();
+    let rules: Vec<Rule<'_>> = policies.iter().map(|p| Rule::new(p, "user-1", 4)).collect();
+    for (round, want_allowed) in [(0, true), (1, true), (2, false), (3, false)] {
+        let calls = store.stats().redis_calls;
+        let evalsha = evalsha_calls(&server);
+        let decisions = store.decide(&rules, true).await.expect("decide");
+        assert!(
+            decisions.as_slice().iter().all(|d| d.allowed == want_allowed),
+            "round {round}: {decisions:?}"
+        );
+        assert_eq!(store.stats().redis_calls - calls, 1, "round {round}");
+        assert_eq!(evalsha_calls(&server) - evalsha, 1, "round {round}");
+    }
+    let calls = store.stats().redis_calls;
+    store.decide(&rules, false).await.expect("peek");
+    assert_eq!(store.stats().redis_calls - calls, 1, "a peek of five rules");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_tagged_by_key_are_one_call_on_a_cluster_and_others_one_per_slot() {
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::new(T0_US);
+    let store = exact_store(Target::Cluster(cluster.urls()), &clock).await;
+    let by_key: Vec<Policy> = five_policies()
+        .into_iter()
+        .map(|p| p.with_hash_tag(HashTag::Key))
+        .collect();
+    let rules: Vec<Rule<'_>> = by_key.iter().map(|p| Rule::new(p, "tenant-9", 1)).collect();
+    let calls = store.stats().redis_calls;
+    assert!(
+        store
+            .decide(&rules, true)
+            .await
+            .expect("decide")
+            .as_slice()
+            .iter()
+            .all(|d| d.allowed)
+    );
+    assert_eq!(store.stats().redis_calls - calls, 1);
+
+    let spread = five_policies();
+    let slots: std::collections::BTreeSet<String> = spread
+        .iter()
+        .map(|p| cluster.nodes()[0].cli(&["CLUSTER", "KEYSLOT", &names(p, "tenant-9")[0]]))
+        .collect();
+    let rules: Vec<Rule<'_>> = spread.iter().map(|p| Rule::new(p, "tenant-9", 1)).collect();
+    let calls = store.stats().redis_calls;
+    assert!(
+        store
+            .decide(&rules, true)
+            .await
+            .expect("decide")
+            .as_slice()
+            .iter()
+            .all(|d| d.allowed)
+    );
+    assert_eq!(
+        store.stats().redis_calls - calls,
+        slots.len() as u64,
+        "one call per slot"
+    );
+    assert!(
+        slots.len() > 1,
+        "the test needs rules on several slots: {slots:?}"
+    );
+}
+
+/// Three budgets of 1 and three kinds of request, each needing two of them: any two requests
+/// share a budget, so at most one may pass, however they race.
+async fn race_where_only_one_fits(store: &RedisStore, cluster: Option<&RedisCluster>, round: u64) -> u64 {
+    let budgets: Vec<Policy> = ["race-a", "race-b", "race-c"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let algorithm = match i {
+                0 => Algorithm::sliding_log(1, HOUR),
+                1 => Algorithm::fixed_window(1, HOUR, Anchor::Epoch),
+                _ => Algorithm::sliding_window(1, HOUR),
+            };
+            policy(&format!("{name}-{round}"), algorithm)
+        })
+        .collect();
+    if let Some(cluster) = cluster {
+        let slots: std::collections::BTreeSet<String> = budgets
+            .iter()
+            .map(|p| cluster.nodes()[0].cli(&["CLUSTER", "KEYSLOT", &names(p, "k")[0]]))
+            .collect();
+        assert_eq!(
+            slots.len(),
+            3,
+            "round {round}: the budgets must sit on different slots"
+        );
+    }
+    let budgets = Arc::new(budgets);
+    let passed = Arc::new(AtomicU64::new(0));
+    let mut tasks = vec![];
+    for task in 0..30usize {
+        let (store, budgets, passed) = (store.clone(), budgets.clone(), passed.clone());
+        tasks.push(tokio::spawn(async move {
+            let (first, second) = (task % 3, (task + 1) % 3);
+            let rules = [
+                Rule::new(&budgets[first], "k", 1),
+                Rule::new(&budgets[second], "k", 1),
+            ];
+            let decisions = store.decide(&rules, true).await.expect("decide");
+            let allowed: Vec<bool> = decisions.as_slice().iter().map(|d| d.allowed).collect();
+            if allowed.iter().all(|&a| a) {
+                passed.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let passed = passed.load(Ordering::Relaxed);
+    assert!(
+        passed <= 1,
+        "round {round}: {passed} requests passed where one fits"
+    );
+    // What was spent is exactly what the passing request spent: reservations were given back.
+    let mut spent = 0;
+    for budget in budgets.iter() {
+        if !store.peek(budget, b"k", 1).await.expect("peek").allowed {
+            spent += 1;
+        }
+    }
+    assert_eq!(spent, 2 * passed, "round {round}");
+    passed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_requests_where_only_one_fits_never_both_pass_on_standalone_redis() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US);
+    let store = exact_store(Target::Standalone(server.url()), &clock).await;
+    for round in 0..20 {
+        // One script call per request: the first one decided takes both its budgets.
+        assert_eq!(race_where_only_one_fits(&store, None, round).await, 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_requests_where_only_one_fits_never_both_pass_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::new(T0_US);
+    let store = exact_store(Target::Cluster(cluster.urls()), &clock).await;
+    for round in 0..20 {
+        // Reservations may deny every request of a round; never two.
+        race_where_only_one_fits(&store, Some(&cluster), round).await;
+    }
+}
+
+/// Every field of `key`'s state hash and every entry of its log, read on the cluster.
+fn raw_state(cluster: &RedisCluster, policy: &Policy, key: &str) -> Vec<String> {
+    let node = &cluster.nodes()[0];
+    names(policy, key)
+        .iter()
+        .map(|name| match name.ends_with(":log") {
+            true => node.cli(&["-c", "ZRANGE", name, "0", "-1", "WITHSCORES"]),
+            false => {
+                let mut fields: Vec<String> = node
+                    .cli(&["-c", "HGETALL", name])
+                    .lines()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+                    .chunks(2)
+                    .map(|pair| pair.join("="))
+                    .collect();
+                fields.sort();
+                fields.join(",")
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_cross_slot_request_leaves_counters_and_logs_as_they_were() {
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::new(T0_US);
+    let store = exact_store(Target::Cluster(cluster.urls()), &clock).await;
+    let counted = [
+        policy("refund-fw", Algorithm::fixed_window(5, HOUR, Anchor::Epoch)),
+        policy(
+            "refund-fw-first",
+            Algorithm::fixed_window(5, HOUR, Anchor::FirstHit),
+        ),
+        policy("refund-sw", Algorithm::sliding_window(5, HOUR)),
+        policy("refund-log", Algorithm::sliding_log(5, HOUR)),
+        policy("refund-log-2", Algorithm::sliding_log(9, HOUR)),
+    ];
+    let denier = policy("refund-denier", Algorithm::sliding_log(1, HOUR));
+    let key = "acct-7";
+    // Some history: two entries at different times, one merged entry.
+    for at_ms in [0, 10, 10] {
+        clock.set_us(T0_US + at_ms * 1000);
+        for p in &counted {
+            assert!(store.check(p, key.as_bytes(), 1).await.expect("check").allowed);
+        }
+    }
+    assert!(
+        store
+            .check(&denier, key.as_bytes(), 1)
+            .await
+            .expect("check")
+            .allowed
+    );
+    // The request comes at the time of the newest entry, so its spend would merge into it.
+    for at_ms in [10, 20] {
+        clock.set_us(T0_US + at_ms * 1000);
+        let before: Vec<_> = counted.iter().map(|p| raw_state(&cluster, p, key)).collect();
+        let peeks: Vec<_> = {
+            let mut peeks = vec![];
+            for p in &counted {
+                peeks.push(store.peek(p, key.as_bytes(), 2).await.expect("peek"));
+            }
+            peeks
+        };
+        let refunds = store.stats().refunds;
+        let mut rules: Vec<Rule<'_>> = counted.iter().map(|p| Rule::new(p, key, 2)).collect();
+        rules.push(Rule::new(&denier, key, 1));
+        let decisions = store.decide(&rules, true).await.expect("decide");
+        let decisions = decisions.as_slice();
+        assert!(!decisions[counted.len()].allowed, "at {at_ms} ms");
+        assert_eq!(
+            &decisions[..counted.len()],
+            &peeks[..],
+            "untouched budgets at {at_ms} ms"
+        );
+        assert!(
+            store.stats().refunds > refunds,
+            "at {at_ms} ms: nothing was refunded"
+        );
+        let after: Vec<_> = counted.iter().map(|p| raw_state(&cluster, p, key)).collect();
+        assert_eq!(after, before, "at {at_ms} ms");
+    }
+    assert_eq!(store.stats().refund_failures, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buckets_get_reservations_back_and_never_pass_their_capacity() {
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::new(T0_US);
+    let store = exact_store(Target::Cluster(cluster.urls()), &clock).await;
+    const CAPACITY: u64 = 20;
+    let slow = Rate::per_hour(1).expect("rate");
+    let buckets = Arc::new([
+        policy("bound-tb", Algorithm::token_bucket(CAPACITY, slow)),
+        policy("bound-lb", Algorithm::leaky_bucket(CAPACITY, slow)),
+        policy("bound-gcra", Algorithm::gcra(slow, CAPACITY)),
+    ]);
+    let denier = Arc::new(policy("bound-denier", Algorithm::sliding_log(1, HOUR)));
+    assert!(store.check(&denier, b"k", 1).await.expect("check").allowed);
+    // A quiet denied request gives everything back exactly.
+    let rules: Vec<Rule<'_>> = buckets
+        .iter()
+        .map(|p| Rule::new(p, "k", 3))
+        .chain([Rule::new(&denier, "k", 1)])
+        .collect();
+    assert!(!store.decide(&rules, true).await.expect("decide").as_slice()[3].allowed);
+    for bucket in buckets.iter() {
+        assert_eq!(
+            store.peek(bucket, b"k", 1).await.expect("peek").remaining,
+            CAPACITY - 1
+        );
+    }
+    // Denied cross-slot requests race plain checks of each bucket: the checks may be denied
+    // while a reservation is held, but what they took and what is left always add up to the
+    // capacity, and no more than the capacity is ever taken.
+    let admitted = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let mut tasks = vec![];
+    for task in 0..40usize {
+        let (store, buckets, denier, admitted) =
+            (store.clone(), buckets.clone(), denier.clone(), admitted.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..5 {
+                if task % 2 == 0 {
+                    let rules: Vec<Rule<'_>> = buckets
+                        .iter()
+                        .map(|p| Rule::new(p, "k", 2))
+                        .chain([Rule::new(&denier, "k", 1)])
+                        .collect();
+                    let decisions = store.decide(&rules, true).await.expect("decide");
+                    assert!(!decisions.as_slice()[3].allowed);
+                } else {
+                    let b = task / 2 % 3;
+                    if store.check(&buckets[b], b"k", 1).await.expect("check").allowed {
+                        admitted[b].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    for (b, bucket) in buckets.iter().enumerate() {
+        let taken = admitted[b].load(Ordering::Relaxed);
+        assert!(taken <= CAPACITY, "{}: {taken} admitted", bucket.name());
+        let left = store.peek(bucket, b"k", 1).await.expect("peek");
+        let left = if left.allowed { left.remaining + 1 } else { 0 };
+        assert_eq!(taken + left, CAPACITY, "{}", bucket.name());
+    }
+    assert_eq!(store.stats().refund_failures, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_is_invisible_to_multi_rule_requests() {
+    let server = RedisServer::start();
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::new(T0_US);
+    let redis = exact_store(Target::Standalone(server.url()), &clock).await;
+    let clustered = exact_store(Target::Cluster(cluster.urls()), &clock).await;
+    let policies = five_policies();
+    let denier = policy("flush-denier", Algorithm::sliding_log(1, HOUR));
+    for round in 0..4u64 {
+        server.script_flush();
+        cluster.script_flush_all();
+        let key = format!("flush-{round}");
+        let mut rules: Vec<Rule<'_>> = policies.iter().map(|p| Rule::new(p, &key, 1)).collect();
+        for store in [&redis, &clustered] {
+            let decisions = store
+                .decide(&rules, true)
+                .await
+                .expect("decide after SCRIPT FLUSH");
+            assert!(decisions.as_slice().iter().all(|d| d.allowed));
+        }
+        // And a denied cross-slot request, whose refund script was flushed too.
+        server.script_flush();
+        cluster.script_flush_all();
+        rules.push(Rule::new(&denier, &key, 2));
+        for store in [&redis, &clustered] {
+            let decisions = store
+                .decide(&rules, true)
+                .await
+                .expect("denied decide after SCRIPT FLUSH");
+            assert!(!decisions.as_slice()[5].allowed);
+            assert_eq!(decisions.as_slice()[0].remaining, 8, "untouched budget");
+        }
+    }
+    assert!(clustered.stats().refunds > 0);
+    assert_eq!(clustered.stats().refund_failures, 0);
+}
