@@ -5,15 +5,23 @@
 //! the breaker opens for `probe_interval`: calls fail at once without touching the network. When
 //! the interval is up, exactly one call is let through as a probe; its success closes the
 //! breaker, its failure opens it for another interval.
+//!
+//! The breaker keeps the failure that last opened it, so a refused call can still name the Redis
+//! error behind it (the refusal's `source()`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::RedisError;
 
 pub(crate) struct Breaker {
     started: Instant,
     probe_interval_us: u64,
     /// µs since `started` until which calls are refused; 0 when closed.
     open_until_us: AtomicU64,
+    /// The failure that last opened the breaker. Only touched when a call fails or is refused.
+    cause: Mutex<Option<RedisError>>,
 }
 
 /// Whether a call may go to Redis.
@@ -31,6 +39,7 @@ impl Breaker {
             started: Instant::now(),
             probe_interval_us: probe_interval.as_micros().max(1) as u64,
             open_until_us: AtomicU64::new(0),
+            cause: Mutex::new(None),
         }
     }
 
@@ -63,8 +72,15 @@ impl Breaker {
         }
     }
 
-    pub(crate) fn failed(&self) {
+    /// Opens the breaker for one probe interval after `cause`.
+    pub(crate) fn failed(&self, cause: RedisError) {
+        *self.cause.lock() = Some(cause);
         self.failed_at(self.now_us());
+    }
+
+    /// The failure that last opened the breaker.
+    pub(crate) fn cause(&self) -> Option<RedisError> {
+        self.cause.lock().clone()
     }
 
     fn failed_at(&self, now: u64) {
@@ -74,12 +90,6 @@ impl Breaker {
 
     pub(crate) fn is_open(&self) -> bool {
         self.open_until_us.load(Ordering::Acquire) != 0
-    }
-
-    /// Time until the next probe (zero when closed).
-    pub(crate) fn next_probe_in(&self) -> Duration {
-        let open_until = self.open_until_us.load(Ordering::Acquire);
-        Duration::from_micros(open_until.saturating_sub(self.now_us()))
     }
 
     fn now_us(&self) -> u64 {
