@@ -4,7 +4,8 @@
 //! Closed: every call goes to Redis. After a call fails for lack of Redis (timeout, connection),
 //! the breaker opens for `probe_interval`: calls fail at once without touching the network. When
 //! the interval is up, exactly one call is let through as a probe; its success closes the
-//! breaker, its failure opens it for another interval.
+//! breaker, its failure opens it for another interval. A zero interval turns the breaker off:
+//! every call goes to Redis, for callers that want each failure reported as it happened.
 //!
 //! The breaker keeps the failure that last opened it, so a refused call can still name the Redis
 //! error behind it (the refusal's `source()`).
@@ -37,7 +38,7 @@ impl Breaker {
     pub(crate) fn new(probe_interval: Duration) -> Self {
         Breaker {
             started: Instant::now(),
-            probe_interval_us: probe_interval.as_micros().max(1) as u64,
+            probe_interval_us: u64::try_from(probe_interval.as_micros()).unwrap_or(u64::MAX / 2),
             open_until_us: AtomicU64::new(0),
             cause: Mutex::new(None),
         }
@@ -84,6 +85,9 @@ impl Breaker {
     }
 
     fn failed_at(&self, now: u64) {
+        if self.probe_interval_us == 0 {
+            return;
+        }
         self.open_until_us
             .store(now + self.probe_interval_us, Ordering::Release);
     }
@@ -121,5 +125,13 @@ mod tests {
         breaker.succeeded();
         assert_eq!(breaker.admit_at(60_003), Admission::Call);
         assert!(!breaker.is_open());
+    }
+
+    #[test]
+    fn a_zero_interval_never_opens() {
+        let breaker = Breaker::new(Duration::ZERO);
+        breaker.failed_at(1);
+        assert!(!breaker.is_open());
+        assert_eq!(breaker.admit_at(2), Admission::Call);
     }
 }

@@ -99,11 +99,13 @@ impl Connection {
         match target {
             Target::Standalone(url) => {
                 let client = redis::Client::open(url.as_str())?;
+                // One connection attempt per call: a retry's backoff (100 ms and up) outlasts the
+                // store's deadline anyway, and would report a refused or unauthenticated
+                // connection as a timeout. The circuit breaker paces the attempts instead.
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(Some(timeout))
-                    .set_number_of_retries(1)
-                    .set_max_delay(Duration::from_millis(200));
+                    .set_number_of_retries(0);
                 let manager = if lazy {
                     ConnectionManager::new_lazy_with_config(client, config)?
                 } else {

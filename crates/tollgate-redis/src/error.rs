@@ -3,8 +3,8 @@
 //! The store never decides by itself when Redis fails: it reports a [`tollgate::Error::Store`]
 //! whose class says what went wrong and whose `source()` is the `redis::RedisError` itself, and
 //! the core's `Engine` applies the policy's failure mode. Classes come from the error's kind and
-//! server error code, never from its message text, so a reworded message cannot move an error
-//! to another class.
+//! server error code, not from its message text, so a reworded message cannot move an error to
+//! another class. The one exception is documented at `is_unauthenticated_request`.
 
 use std::time::Duration;
 
@@ -40,7 +40,8 @@ const CORRUPT: &str = "TOLLGATE_CORRUPT";
 /// - `Timeout`: no answer in time (the driver's response timeout or the store's deadline);
 /// - `Connection`: refused, dropped or otherwise broken I/O;
 /// - `OutOfMemory`: `OOM`, Redis at `maxmemory` with a policy that does not evict;
-/// - `Auth`: `NOAUTH`, `WRONGPASS`, `NOPERM`, or the handshake's authentication failure;
+/// - `Auth`: `NOAUTH`, `WRONGPASS`, `NOPERM`, the handshake's authentication failure, or a
+///   request Redis refused to read before authentication;
 /// - `Cluster`: redirections and cluster states the client could not follow;
 /// - `Corrupt`: `WRONGTYPE` or our scripts' own marker: one key holds a value we did not write;
 /// - `Script`: everything else the server or the client rejected.
@@ -68,6 +69,9 @@ pub(crate) fn classify(err: &RedisError) -> StoreErrorKind {
         ) => return StoreErrorKind::Cluster,
         _ => {}
     }
+    if is_unauthenticated_request(err) {
+        return StoreErrorKind::Auth;
+    }
     // Codes the client has no kind for arrive as extension errors with the code kept.
     match err.code() {
         Some("OOM") => StoreErrorKind::OutOfMemory,
@@ -75,6 +79,17 @@ pub(crate) fn classify(err: &RedisError) -> StoreErrorKind {
         Some("WRONGTYPE" | CORRUPT) => StoreErrorKind::Corrupt,
         _ => StoreErrorKind::Script,
     }
+}
+
+/// Redis answers a request of more than 10 arguments from a client that has not authenticated
+/// with `ERR Protocol error: unauthenticated multibulk length` (and closes the connection) rather
+/// than `NOAUTH`. Every decision script call is that long, so this is how a missing password
+/// shows. It is the one class read from the text, since Redis gives it no code of its own.
+fn is_unauthenticated_request(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
+        && err
+            .detail()
+            .is_some_and(|d| d.starts_with("Protocol error: unauthenticated"))
 }
 
 /// The core's store error for a Redis failure, with the Redis error as its source.
@@ -158,6 +173,13 @@ mod tests {
                 StoreErrorKind::Cluster,
             ),
             (server_reply("BUSY", "script running"), StoreErrorKind::Script),
+            (
+                redis::parse_redis_value(b"-ERR Protocol error: unauthenticated multibulk length\r\n")
+                    .expect("a reply")
+                    .extract_error()
+                    .expect_err("an error reply"),
+                StoreErrorKind::Auth,
+            ),
         ];
         for (err, expected) in cases {
             assert_eq!(classify(&err), expected, "{err}");

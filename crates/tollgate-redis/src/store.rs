@@ -70,6 +70,9 @@ impl RedisStoreBuilder {
     }
 
     /// How long to stop calling a Redis that failed before probing it again (default 500 ms).
+    /// Zero turns the circuit breaker off: every call then goes to Redis and reports its own
+    /// failure (a timeout stays a timeout), at the price of one deadline per call while Redis
+    /// hangs.
     pub fn probe_interval(mut self, interval: Duration) -> Self {
         self.probe_interval = interval;
         self
