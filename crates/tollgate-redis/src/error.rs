@@ -126,7 +126,9 @@ impl std::fmt::Display for BreakerOpen {
 
 impl std::error::Error for BreakerOpen {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.cause.as_ref().map(|e| e as &(dyn std::error::Error + 'static))
+        self.cause
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
 
@@ -157,17 +159,35 @@ mod tests {
         let cases = [
             (deadline(Duration::from_millis(5)), StoreErrorKind::Timeout),
             (io(std::io::ErrorKind::TimedOut), StoreErrorKind::Timeout),
-            (io(std::io::ErrorKind::ConnectionRefused), StoreErrorKind::Connection),
+            (
+                io(std::io::ErrorKind::ConnectionRefused),
+                StoreErrorKind::Connection,
+            ),
             (io(std::io::ErrorKind::BrokenPipe), StoreErrorKind::Connection),
-            (server_reply("OOM", "command not allowed"), StoreErrorKind::OutOfMemory),
-            (server_reply("NOAUTH", "authentication required"), StoreErrorKind::Auth),
-            (server_reply("WRONGPASS", "invalid password"), StoreErrorKind::Auth),
+            (
+                server_reply("OOM", "command not allowed"),
+                StoreErrorKind::OutOfMemory,
+            ),
+            (
+                server_reply("NOAUTH", "authentication required"),
+                StoreErrorKind::Auth,
+            ),
+            (
+                server_reply("WRONGPASS", "invalid password"),
+                StoreErrorKind::Auth,
+            ),
             (
                 RedisError::from((ErrorKind::AuthenticationFailed, "password authentication failed")),
                 StoreErrorKind::Auth,
             ),
-            (server_reply("WRONGTYPE", "wrong kind of value"), StoreErrorKind::Corrupt),
-            (server_reply(CORRUPT, "field t holds soon"), StoreErrorKind::Corrupt),
+            (
+                server_reply("WRONGTYPE", "wrong kind of value"),
+                StoreErrorKind::Corrupt,
+            ),
+            (
+                server_reply(CORRUPT, "field t holds soon"),
+                StoreErrorKind::Corrupt,
+            ),
             (
                 RedisError::from((ErrorKind::ClusterConnectionNotFound, "no node")),
                 StoreErrorKind::Cluster,

@@ -22,9 +22,7 @@ use redis::Script;
 use tollgate::algorithm::Outcome;
 use tollgate::attempts::Attempts;
 use tollgate::store::{self as core_store, AttemptsStore, Store};
-use tollgate::{
-    AttemptsStatus, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock,
-};
+use tollgate::{AttemptsStatus, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
 
 use crate::breaker::{Admission, Breaker};
 use crate::connection::{Connection, Target};

@@ -11,7 +11,9 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use tollgate::{Algorithm, Engine, FailureMode, ManualClock, MemoryStore, Outcome, Policy, Rate, Rule, Store, Verdict};
+use tollgate::{
+    Algorithm, Engine, FailureMode, ManualClock, MemoryStore, Outcome, Policy, Rate, Rule, Store, Verdict,
+};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::RedisServer;
 
@@ -30,9 +32,12 @@ impl Policies {
         let policy = |name: &str, mode| {
             // GCRA's first write is HSET, which Redis refuses when out of memory. (A script whose
             // first write is a deletion is let through: Redis does not stop a script halfway.)
-            Policy::new(name, Algorithm::gcra(Rate::new(4, HOUR).expect("rate"), 4).expect("algorithm"))
-                .expect("policy")
-                .with_failure_mode(mode)
+            Policy::new(
+                name,
+                Algorithm::gcra(Rate::new(4, HOUR).expect("rate"), 4).expect("algorithm"),
+            )
+            .expect("policy")
+            .with_failure_mode(mode)
         };
         Policies {
             open: policy("open", FailureMode::FailOpen),
@@ -116,16 +121,29 @@ async fn assert_failure_modes<S: Store>(engine: &Engine<S>, p: &Policies, expect
     }
     assert_eq!(
         outcomes,
-        [Outcome::Degraded, Outcome::Degraded, Outcome::Denied, Outcome::Denied]
+        [
+            Outcome::Degraded,
+            Outcome::Degraded,
+            Outcome::Denied,
+            Outcome::Denied
+        ]
     );
 
     // Shadow rules never deny: not when failing closed, not when the local share is spent.
-    let v = run(engine, &[Rule::new(&p.closed, key("shadow-closed").as_bytes(), 1).as_shadow()]).await;
+    let v = run(
+        engine,
+        &[Rule::new(&p.closed, key("shadow-closed").as_bytes(), 1).as_shadow()],
+    )
+    .await;
     assert_eq!(degraded(&v, expected, "shadow fail closed"), Outcome::Degraded);
     assert!(v.allowed());
     let mut outcomes = Vec::new();
     for _ in 0..3 {
-        let v = run(engine, &[Rule::new(&p.local, key("shadow-local").as_bytes(), 1).as_shadow()]).await;
+        let v = run(
+            engine,
+            &[Rule::new(&p.local, key("shadow-local").as_bytes(), 1).as_shadow()],
+        )
+        .await;
         outcomes.push(degraded(&v, expected, "shadow local"));
         assert!(v.allowed(), "{v:?}");
     }
@@ -135,10 +153,13 @@ async fn assert_failure_modes<S: Store>(engine: &Engine<S>, p: &Policies, expect
     );
 
     // One FailClosed rule makes the whole request an error.
-    let v = run(engine, &[
-        Rule::new(&p.open, key("mixed-open").as_bytes(), 1),
-        Rule::new(&p.closed, key("mixed-closed").as_bytes(), 1),
-    ])
+    let v = run(
+        engine,
+        &[
+            Rule::new(&p.open, key("mixed-open").as_bytes(), 1),
+            Rule::new(&p.closed, key("mixed-closed").as_bytes(), 1),
+        ],
+    )
     .await;
     assert_eq!(degraded(&v, expected, "open + closed"), Outcome::Error);
     assert!(!v.allowed());
@@ -146,10 +167,13 @@ async fn assert_failure_modes<S: Store>(engine: &Engine<S>, p: &Policies, expect
     assert_eq!(rules, [Outcome::Degraded, Outcome::Error]);
 
     // FailOpen beside a Local rule whose share is spent (above): the local denial wins.
-    let v = run(engine, &[
-        Rule::new(&p.open, key("mixed-open").as_bytes(), 1),
-        Rule::new(&p.local, key("local").as_bytes(), 1),
-    ])
+    let v = run(
+        engine,
+        &[
+            Rule::new(&p.open, key("mixed-open").as_bytes(), 1),
+            Rule::new(&p.local, key("local").as_bytes(), 1),
+        ],
+    )
     .await;
     assert_eq!(degraded(&v, expected, "open + spent local"), Outcome::Denied);
     assert!(!v.allowed());
@@ -157,10 +181,13 @@ async fn assert_failure_modes<S: Store>(engine: &Engine<S>, p: &Policies, expect
     assert_eq!(rules, [Outcome::Degraded, Outcome::Denied]);
 
     // And beside a Local rule with budget left, the request passes, degraded.
-    let v = run(engine, &[
-        Rule::new(&p.open, key("mixed-open").as_bytes(), 1),
-        Rule::new(&p.local, key("mixed-local").as_bytes(), 1),
-    ])
+    let v = run(
+        engine,
+        &[
+            Rule::new(&p.open, key("mixed-open").as_bytes(), 1),
+            Rule::new(&p.local, key("mixed-local").as_bytes(), 1),
+        ],
+    )
     .await;
     assert_eq!(degraded(&v, expected, "open + local"), Outcome::Degraded);
     assert!(v.allowed());
@@ -206,7 +233,9 @@ async fn a_frozen_redis_times_out_under_every_failure_mode() {
         .await
         .expect("valid input");
     let source = chain(err.store_error().expect("a store error"))[1];
-    let redis_err = source.downcast_ref::<redis::RedisError>().expect("the redis error");
+    let redis_err = source
+        .downcast_ref::<redis::RedisError>()
+        .expect("the redis error");
     assert!(redis_err.is_timeout(), "{redis_err}");
     redis.thaw();
 }
@@ -246,12 +275,18 @@ async fn a_refused_connection_without_a_breaker_names_the_refusal() {
         redis_source: true,
     };
     assert_failure_modes(&engine, &p, expected, "refused").await;
-    let v = engine.check(&p.open, b"refused-source", 1).await.expect("valid input");
+    let v = engine
+        .check(&p.open, b"refused-source", 1)
+        .await
+        .expect("valid input");
     let err = v.store_error().expect("a store error");
     let redis_err = chain(err)[1]
         .downcast_ref::<redis::RedisError>()
         .expect("the redis error");
-    assert!(redis_err.is_connection_refusal() || redis_err.is_connection_dropped(), "{redis_err}");
+    assert!(
+        redis_err.is_connection_refusal() || redis_err.is_connection_dropped(),
+        "{redis_err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,7 +303,10 @@ async fn a_redis_out_of_memory_is_its_own_class_under_every_failure_mode() {
         redis_source: true,
     };
     assert_failure_modes(&engine, &p, expected, "oom").await;
-    let v = engine.check(&p.open, b"oom-source", 1).await.expect("valid input");
+    let v = engine
+        .check(&p.open, b"oom-source", 1)
+        .await
+        .expect("valid input");
     let redis_err = chain(v.store_error().expect("a store error"))[1]
         .downcast_ref::<redis::RedisError>()
         .expect("the redis error");
@@ -291,7 +329,10 @@ async fn a_store_without_the_password_is_refused_as_an_auth_failure() {
     // Redis refuses to read a script call before authentication and then closes the connection,
     // so the next call finds it gone: an auth failure, then connection failures until the store
     // reconnects and is refused again. Every one of them is answered by the failure mode.
-    let v = engine.check(&p.closed, b"no-password", 1).await.expect("valid input");
+    let v = engine
+        .check(&p.closed, b"no-password", 1)
+        .await
+        .expect("valid input");
     let expected = Expected {
         class: "auth",
         redis_source: true,
@@ -300,13 +341,22 @@ async fn a_store_without_the_password_is_refused_as_an_auth_failure() {
     let redis_err = chain(v.store_error().expect("a store error"))[1]
         .downcast_ref::<redis::RedisError>()
         .expect("the redis error");
-    assert_eq!(redis_err.kind(), redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError));
+    assert_eq!(
+        redis_err.kind(),
+        redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+    );
     for i in 0..5 {
-        let v = engine.check(&p.closed, b"no-password", 1).await.expect("valid input");
+        let v = engine
+            .check(&p.closed, b"no-password", 1)
+            .await
+            .expect("valid input");
         assert_eq!(v.outcome(), Outcome::Error, "call {i}: {v:?}");
         let class = v.store_error().and_then(|e| e.class());
         assert!(matches!(class, Some("auth" | "connection")), "call {i}: {v:?}");
-        let v = engine.check(&p.open, b"no-password", 1).await.expect("valid input");
+        let v = engine
+            .check(&p.open, b"no-password", 1)
+            .await
+            .expect("valid input");
         assert_eq!(v.outcome(), Outcome::Degraded, "call {i}: {v:?}");
     }
 }
@@ -344,9 +394,19 @@ async fn a_full_memory_store_follows_every_failure_mode() {
         .with_block_for(HOUR)
         .expect("block_for");
     let engine = engine(store);
-    assert!(engine.check(&login, b"mallory", 1).await.expect("valid input").allowed());
+    assert!(
+        engine
+            .check(&login, b"mallory", 1)
+            .await
+            .expect("valid input")
+            .allowed()
+    );
     assert_eq!(
-        engine.check(&login, b"mallory", 1).await.expect("valid input").outcome(),
+        engine
+            .check(&login, b"mallory", 1)
+            .await
+            .expect("valid input")
+            .outcome(),
         Outcome::Denied
     );
     let p = Policies::new();

@@ -72,13 +72,19 @@ async fn a_killed_redis_follows_each_failure_mode_and_recovery_is_automatic() {
             instances: NonZeroU32::new(5).unwrap(),
         },
     );
-    assert_eq!(engine.check(&open, b"k", 1).await.unwrap().outcome(), Outcome::Allowed);
+    assert_eq!(
+        engine.check(&open, b"k", 1).await.unwrap().outcome(),
+        Outcome::Allowed
+    );
 
     server.kill();
     let started = Instant::now();
     let before = engine.store().stats();
     let v = engine.check(&open, b"k", 1).await.unwrap();
-    assert!(v.allowed() && v.outcome() == Outcome::Degraded, "fail open admits: {v:?}");
+    assert!(
+        v.allowed() && v.outcome() == Outcome::Degraded,
+        "fail open admits: {v:?}"
+    );
     assert_eq!(v.store_error().and_then(|e| e.class()), Some("connection"));
     let v = engine.check(&closed, b"k", 1).await.unwrap();
     assert!(
@@ -133,7 +139,10 @@ async fn a_stalled_redis_takes_the_timeout_path_without_hanging() {
         .unwrap();
     let engine = Engine::new(store);
     let p = policy("stall", FailureMode::FailClosed);
-    assert_eq!(engine.check(&p, b"k", 1).await.unwrap().outcome(), Outcome::Allowed);
+    assert_eq!(
+        engine.check(&p, b"k", 1).await.unwrap().outcome(),
+        Outcome::Allowed
+    );
     server.pause(Duration::from_secs(2));
     let before = engine.store().stats();
     let mut classes = Vec::new();
@@ -170,7 +179,10 @@ async fn a_call_that_timed_out_is_applied_once_and_never_sent_again() {
     .unwrap()
     .with_failure_mode(FailureMode::FailOpen);
     let v = engine.check(&counter, b"k", 1).await.unwrap();
-    assert_eq!((v.outcome(), v.rules()[0].decision.remaining), (Outcome::Allowed, 9));
+    assert_eq!(
+        (v.outcome(), v.rules()[0].decision.remaining),
+        (Outcome::Allowed, 9)
+    );
 
     server.freeze();
     let v = engine.check(&counter, b"k", 1).await.unwrap();
