@@ -95,6 +95,18 @@ async fn run<S: Store>(engine: &Engine<S>, rules: &[Rule<'_>]) -> Verdict {
     engine.check_all(rules).await.expect("valid input")
 }
 
+/// The key names the matrix uses, after its tag.
+const KEY_NAMES: [&str; 8] = [
+    "open",
+    "closed",
+    "local",
+    "shadow-closed",
+    "shadow-local",
+    "mixed-open",
+    "mixed-closed",
+    "mixed-local",
+];
+
 /// Runs the whole matrix on `engine`, whose store fails with `expected` on every call. `tag`
 /// keeps the keys apart from other runs on the same engine.
 async fn assert_failure_modes<S: Store>(engine: &Engine<S>, p: &Policies, expected: Expected, tag: &str) {
@@ -381,6 +393,47 @@ async fn a_store_with_a_wrong_password_is_an_auth_failure_under_every_failure_mo
         redis_source: true,
     };
     assert_failure_modes(&engine, &p, expected, "wrong-password").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_we_did_not_write_are_corrupt_under_every_failure_mode() {
+    let redis = RedisServer::start();
+    let store = builder(&redis.url()).connect().await.expect("connect");
+    let engine = engine(store);
+    let p = Policies::new();
+    // Let the store write every key the matrix will use, then overwrite each with a string, as
+    // another program sharing the Redis might: whatever the key layout, every call now meets a
+    // value of the wrong type.
+    for policy in [&p.open, &p.closed, &p.local] {
+        for name in KEY_NAMES {
+            let v = engine
+                .check(policy, format!("corrupt-{name}").as_bytes(), 1)
+                .await
+                .expect("valid input");
+            assert_eq!(v.outcome(), Outcome::Allowed, "{v:?}");
+        }
+    }
+    let keys = redis.cli(&["--scan"]);
+    let keys: Vec<&str> = keys.lines().collect();
+    assert!(keys.len() >= KEY_NAMES.len() * 3, "{keys:?}");
+    for key in keys {
+        redis.cli(&["SET", key, "not ours"]);
+    }
+    let expected = Expected {
+        class: "corrupt",
+        redis_source: true,
+    };
+    assert_failure_modes(&engine, &p, expected, "corrupt").await;
+    let v = engine
+        .check(&p.open, b"corrupt-open", 1)
+        .await
+        .expect("valid input");
+    let redis_err = chain(v.store_error().expect("a store error"))[1]
+        .downcast_ref::<redis::RedisError>()
+        .expect("the redis error");
+    assert_eq!(redis_err.code(), Some("WRONGTYPE"), "{redis_err}");
+    // One bad key says nothing about Redis: the breaker stays closed.
+    assert!(!engine.store().is_degraded());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
