@@ -2,7 +2,8 @@
 //!
 //! The Redis store only reports failures; the engine applies each policy's failure mode. Each
 //! test makes one real fault (a frozen server, a killed one, a full one, a password the store
-//! does not have, a full memory store) and runs the same matrix through it: `FailOpen` admits and
+//! does not have, keys holding another program's values, a server busy with another client's
+//! script, a full memory store) and runs the same matrix through it: `FailOpen` admits and
 //! says degraded, `FailClosed` refuses with `Outcome::Error`, `Local` decides on the engine's own
 //! limiter with this instance's share of the limit, shadow rules never deny, one request mixing
 //! modes follows the strictest, and the verdict names the class of failure and keeps the Redis
@@ -434,6 +435,52 @@ async fn values_we_did_not_write_are_corrupt_under_every_failure_mode() {
     assert_eq!(redis_err.code(), Some("WRONGTYPE"), "{redis_err}");
     // One bad key says nothing about Redis: the breaker stays closed.
     assert!(!engine.store().is_degraded());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_busy_with_another_script_is_a_script_failure_under_every_failure_mode() {
+    let redis = RedisServer::start();
+    let store = builder(&redis.url()).connect().await.expect("connect");
+    let engine = engine(store);
+    let p = Policies::new();
+    healthy(&engine, &p).await;
+
+    // Another client runs a script that never ends; past the threshold Redis answers every
+    // other call with BUSY.
+    redis.cli(&["CONFIG", "SET", "busy-reply-threshold", "1"]);
+    let mut endless = std::process::Command::new("redis-cli")
+        .args(["-p", &redis.port().to_string(), "EVAL", "while true do end", "0"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-cli");
+    let mut busy = false;
+    for _ in 0..500 {
+        if redis.cli(&["PING"]).starts_with("BUSY") {
+            busy = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(busy, "the endless script never made redis busy");
+
+    let expected = Expected {
+        class: "script",
+        redis_source: true,
+    };
+    assert_failure_modes(&engine, &p, expected, "busy").await;
+    let v = engine
+        .check(&p.open, b"busy-source", 1)
+        .await
+        .expect("valid input");
+    let redis_err = chain(v.store_error().expect("a store error"))[1]
+        .downcast_ref::<redis::RedisError>()
+        .expect("the redis error");
+    assert_eq!(redis_err.code(), Some("BUSY"), "{redis_err}");
+
+    assert_eq!(redis.cli(&["SCRIPT", "KILL"]), "OK");
+    endless.wait().expect("the endless script's client exits");
+    healthy(&engine, &p).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
