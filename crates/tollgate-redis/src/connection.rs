@@ -114,6 +114,11 @@ impl Connection {
                 Ok(Connection::Standalone(manager))
             }
             Target::Cluster(nodes) => {
+                // Retries follow MOVED, ASK and TRYAGAIN, which a node answers without running
+                // the script. A timed-out attempt is not retried: the whole call has the same
+                // timeout, and a retry is dropped once its caller has given up. The client does
+                // retry after a dropped connection, so a call whose node ran it and then died
+                // before answering can run twice; Redis gives no way to tell the two apart.
                 let client = ClusterClient::builder(nodes.clone())
                     .connection_timeout(timeout)
                     .response_timeout(timeout)
