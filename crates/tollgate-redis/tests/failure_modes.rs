@@ -97,10 +97,11 @@ async fn run<S: Store>(engine: &Engine<S>, rules: &[Rule<'_>]) -> Verdict {
 }
 
 /// The key names the matrix uses, after its tag.
-const KEY_NAMES: [&str; 8] = [
+const KEY_NAMES: [&str; 9] = [
     "open",
     "closed",
     "local",
+    "local-big",
     "shadow-closed",
     "shadow-local",
     "mixed-open",
@@ -141,6 +142,11 @@ async fn assert_failure_modes<S: Store>(engine: &Engine<S>, p: &Policies, expect
             Outcome::Denied
         ]
     );
+
+    // A cost above the local share is denied: the share can never admit it.
+    let v = run(engine, &[Rule::new(&p.local, key("local-big").as_bytes(), 3)]).await;
+    assert_eq!(degraded(&v, expected, "local above its share"), Outcome::Denied);
+    assert!(!v.allowed());
 
     // Shadow rules never deny: not when failing closed, not when the local share is spent.
     let v = run(
