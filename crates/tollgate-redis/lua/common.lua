@@ -14,7 +14,8 @@ local function num(n)
 end
 
 local function corrupt(what)
-  error('TOLLGATE_CORRUPT ' .. what)
+  -- A table error keeps our code first in the reply, where clients read the error code.
+  error({ err = 'TOLLGATE_CORRUPT ' .. what })
 end
 
 -- A stored non-negative integer, or nil when absent.

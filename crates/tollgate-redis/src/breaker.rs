@@ -4,16 +4,25 @@
 //! Closed: every call goes to Redis. After a call fails for lack of Redis (timeout, connection),
 //! the breaker opens for `probe_interval`: calls fail at once without touching the network. When
 //! the interval is up, exactly one call is let through as a probe; its success closes the
-//! breaker, its failure opens it for another interval.
+//! breaker, its failure opens it for another interval. A zero interval turns the breaker off:
+//! every call goes to Redis, for callers that want each failure reported as it happened.
+//!
+//! The breaker keeps the failure that last opened it, so a refused call can still name the Redis
+//! error behind it (the refusal's `source()`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::RedisError;
 
 pub(crate) struct Breaker {
     started: Instant,
     probe_interval_us: u64,
     /// µs since `started` until which calls are refused; 0 when closed.
     open_until_us: AtomicU64,
+    /// The failure that last opened the breaker. Only touched when a call fails or is refused.
+    cause: Mutex<Option<RedisError>>,
 }
 
 /// Whether a call may go to Redis.
@@ -29,8 +38,9 @@ impl Breaker {
     pub(crate) fn new(probe_interval: Duration) -> Self {
         Breaker {
             started: Instant::now(),
-            probe_interval_us: probe_interval.as_micros().max(1) as u64,
+            probe_interval_us: u64::try_from(probe_interval.as_micros()).unwrap_or(u64::MAX / 2),
             open_until_us: AtomicU64::new(0),
+            cause: Mutex::new(None),
         }
     }
 
@@ -63,23 +73,27 @@ impl Breaker {
         }
     }
 
-    pub(crate) fn failed(&self) {
+    /// Opens the breaker for one probe interval after `cause`.
+    pub(crate) fn failed(&self, cause: RedisError) {
+        *self.cause.lock() = Some(cause);
         self.failed_at(self.now_us());
     }
 
+    /// The failure that last opened the breaker.
+    pub(crate) fn cause(&self) -> Option<RedisError> {
+        self.cause.lock().clone()
+    }
+
     fn failed_at(&self, now: u64) {
+        if self.probe_interval_us == 0 {
+            return;
+        }
         self.open_until_us
             .store(now + self.probe_interval_us, Ordering::Release);
     }
 
     pub(crate) fn is_open(&self) -> bool {
         self.open_until_us.load(Ordering::Acquire) != 0
-    }
-
-    /// Time until the next probe (zero when closed).
-    pub(crate) fn next_probe_in(&self) -> Duration {
-        let open_until = self.open_until_us.load(Ordering::Acquire);
-        Duration::from_micros(open_until.saturating_sub(self.now_us()))
     }
 
     fn now_us(&self) -> u64 {
@@ -111,5 +125,13 @@ mod tests {
         breaker.succeeded();
         assert_eq!(breaker.admit_at(60_003), Admission::Call);
         assert!(!breaker.is_open());
+    }
+
+    #[test]
+    fn a_zero_interval_never_opens() {
+        let breaker = Breaker::new(Duration::ZERO);
+        breaker.failed_at(1);
+        assert!(!breaker.is_open());
+        assert_eq!(breaker.admit_at(2), Admission::Call);
     }
 }

@@ -104,11 +104,13 @@ impl Connection {
         match target {
             Target::Standalone(url) => {
                 let client = redis::Client::open(url.as_str())?;
+                // One connection attempt per call: a retry's backoff (100 ms and up) outlasts the
+                // store's deadline anyway, and would report a refused or unauthenticated
+                // connection as a timeout. The circuit breaker paces the attempts instead.
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(Some(timeout))
-                    .set_number_of_retries(1)
-                    .set_max_delay(Duration::from_millis(200));
+                    .set_number_of_retries(0);
                 let manager = if lazy {
                     ConnectionManager::new_lazy_with_config(client, config)?
                 } else {
@@ -117,6 +119,11 @@ impl Connection {
                 Ok(Connection::Standalone(manager))
             }
             Target::Cluster(nodes) => {
+                // Retries follow MOVED, ASK and TRYAGAIN, which a node answers without running
+                // the script. A timed-out attempt is not retried: the whole call has the same
+                // timeout, and a retry is dropped once its caller has given up. The client does
+                // retry after a dropped connection, so a call whose node ran it and then died
+                // before answering can run twice; Redis gives no way to tell the two apart.
                 let client = ClusterClient::builder(nodes.clone())
                     .connection_timeout(timeout)
                     .response_timeout(timeout)

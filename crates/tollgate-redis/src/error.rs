@@ -1,5 +1,14 @@
 //! Errors: connecting, and turning Redis failures into the core's typed store errors.
+//!
+//! The store never decides by itself when Redis fails: it reports a [`tollgate::Error::Store`]
+//! whose class says what went wrong and whose `source()` is the `redis::RedisError` itself, and
+//! the core's `Engine` applies the policy's failure mode. Classes come from the error's kind and
+//! server error code, not from its message text, so a reworded message cannot move an error to
+//! another class. The one exception is documented at `is_unauthenticated_request`.
 
+use std::time::Duration;
+
+use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tollgate::{Error, StoreErrorKind};
 
 /// Setting up a [`RedisStore`](crate::RedisStore) failed.
@@ -22,63 +31,205 @@ pub enum ConnectError {
     Redis(#[from] redis::RedisError),
 }
 
-/// The marker our scripts put in front of a corrupt-value error.
+/// The error code our scripts raise on a value they did not write (`lua/common.lua` raises it as
+/// an error reply, so it arrives as the reply's code).
 const CORRUPT: &str = "TOLLGATE_CORRUPT";
 
-/// Redis's answer when one of our keys holds another type (someone else wrote it).
-const WRONGTYPE: &str = "WRONGTYPE";
-
-/// Classifies a Redis failure. `Timeout` and `Connection` mean Redis is unavailable (they feed the
-/// circuit breaker and the failure mode); `Corrupt` means one key holds a value we did not write.
-pub(crate) fn classify(err: &redis::RedisError) -> StoreErrorKind {
-    let text = err.to_string();
-    if text.contains(CORRUPT) || text.contains(WRONGTYPE) {
-        StoreErrorKind::Corrupt
-    } else if err.is_timeout() {
-        StoreErrorKind::Timeout
-    } else if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
-        StoreErrorKind::Connection
-    } else if err.is_cluster_error() || err.kind() == redis::ErrorKind::ClusterConnectionNotFound {
-        StoreErrorKind::Cluster
-    } else {
-        StoreErrorKind::Script
+/// Classifies a Redis failure by its kind and server error code:
+///
+/// - `Timeout`: no answer in time (the driver's response timeout or the store's deadline);
+/// - `Connection`: refused, dropped or otherwise broken I/O;
+/// - `OutOfMemory`: `OOM`, Redis at `maxmemory` with a policy that does not evict;
+/// - `Auth`: `NOAUTH`, `WRONGPASS`, `NOPERM`, the handshake's authentication failure, or a
+///   request Redis refused to read before authentication;
+/// - `Cluster`: redirections and cluster states the client could not follow;
+/// - `Corrupt`: `WRONGTYPE` or our scripts' own marker: one key holds a value we did not write;
+/// - `Script`: everything else the server or the client rejected.
+///
+/// `Timeout`, `Connection` and `Cluster` mean Redis is unavailable: they feed the circuit breaker.
+pub(crate) fn classify(err: &RedisError) -> StoreErrorKind {
+    if err.is_timeout() {
+        return StoreErrorKind::Timeout;
+    }
+    if err.is_io_error() || err.is_connection_dropped() || err.is_connection_refusal() {
+        return StoreErrorKind::Connection;
+    }
+    match err.kind() {
+        ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::NoPerm) => {
+            return StoreErrorKind::Auth;
+        }
+        ErrorKind::ClusterConnectionNotFound
+        | ErrorKind::Server(
+            ServerErrorKind::Moved
+            | ServerErrorKind::Ask
+            | ServerErrorKind::TryAgain
+            | ServerErrorKind::ClusterDown
+            | ServerErrorKind::CrossSlot
+            | ServerErrorKind::MasterDown,
+        ) => return StoreErrorKind::Cluster,
+        _ => {}
+    }
+    if is_unauthenticated_request(err) {
+        return StoreErrorKind::Auth;
+    }
+    // Codes the client has no kind for arrive as extension errors with the code kept.
+    match err.code() {
+        Some("OOM") => StoreErrorKind::OutOfMemory,
+        Some("NOAUTH" | "WRONGPASS") => StoreErrorKind::Auth,
+        Some("WRONGTYPE" | CORRUPT) => StoreErrorKind::Corrupt,
+        _ => StoreErrorKind::Script,
     }
 }
 
-pub(crate) fn store_error(err: &redis::RedisError) -> Error {
-    let kind = classify(err);
-    let message = match (kind, err.to_string()) {
-        // Keep only what the script said, not Lua's location prefix.
-        (StoreErrorKind::Corrupt, text) => match text.find(CORRUPT) {
-            Some(at) => text[at + CORRUPT.len()..].trim().to_string(),
-            None => format!("a key holds a value of another type: {text}"),
-        },
-        (_, text) => text,
-    };
-    Error::store(kind, message)
+/// Redis answers a request of more than 10 arguments from a client that has not authenticated
+/// with `ERR Protocol error: unauthenticated multibulk length` (and closes the connection) rather
+/// than `NOAUTH`. Every decision script call is that long, so this is how a missing password
+/// shows. It is the one class read from the text, since Redis gives it no code of its own.
+fn is_unauthenticated_request(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
+        && err
+            .detail()
+            .is_some_and(|d| d.starts_with("Protocol error: unauthenticated"))
 }
 
-pub(crate) fn timeout(after: std::time::Duration) -> Error {
-    Error::store(
-        StoreErrorKind::Timeout,
+/// The core's store error for a Redis failure, with the Redis error as its source.
+pub(crate) fn store_error(err: RedisError) -> Error {
+    Error::store(classify(&err), err)
+}
+
+/// The Redis error for a call the store's deadline cut short: an I/O timeout, as the driver
+/// reports its own, so every timeout carries a `RedisError` source of the same shape.
+pub(crate) fn deadline(after: Duration) -> RedisError {
+    RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
         format!("no answer from redis within {after:?}"),
-    )
+    ))
 }
 
-pub(crate) fn breaker_open(next_probe_in: std::time::Duration) -> Error {
-    Error::store(
-        StoreErrorKind::Connection,
-        format!("redis unavailable; next probe in {next_probe_in:?}"),
-    )
+/// A call refused at once by the open circuit breaker. Its source is the failure that opened
+/// the breaker, so a refused call still leads to the Redis error behind it.
+#[derive(Debug)]
+pub(crate) struct BreakerOpen {
+    pub(crate) next_probe_in: Duration,
+    pub(crate) cause: Option<RedisError>,
 }
 
-/// True for failures that mean Redis itself is unavailable, as opposed to one bad key.
-pub(crate) fn is_unavailable(err: &Error) -> bool {
-    matches!(
-        err,
-        Error::Store {
-            kind: StoreErrorKind::Timeout | StoreErrorKind::Connection | StoreErrorKind::Cluster,
-            ..
+impl std::fmt::Display for BreakerOpen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "redis unavailable; next probe in {:?}", self.next_probe_in)?;
+        if let Some(cause) = &self.cause {
+            write!(f, " (last failure: {cause})")?;
         }
+        Ok(())
+    }
+}
+
+impl std::error::Error for BreakerOpen {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+pub(crate) fn breaker_open(refusal: BreakerOpen) -> Error {
+    Error::store(StoreErrorKind::Connection, refusal)
+}
+
+/// True for classes that mean Redis itself is unavailable, as opposed to one bad key or a
+/// rejected write.
+pub(crate) fn is_unavailable(kind: StoreErrorKind) -> bool {
+    matches!(
+        kind,
+        StoreErrorKind::Timeout | StoreErrorKind::Connection | StoreErrorKind::Cluster
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server_reply(code: &str, detail: &str) -> RedisError {
+        redis::make_extension_error(code.to_string(), Some(detail.to_string()))
+    }
+
+    #[test]
+    fn classes_come_from_kinds_and_codes() {
+        let io = |kind| RedisError::from(std::io::Error::from(kind));
+        let cases = [
+            (deadline(Duration::from_millis(5)), StoreErrorKind::Timeout),
+            (io(std::io::ErrorKind::TimedOut), StoreErrorKind::Timeout),
+            (
+                io(std::io::ErrorKind::ConnectionRefused),
+                StoreErrorKind::Connection,
+            ),
+            (io(std::io::ErrorKind::BrokenPipe), StoreErrorKind::Connection),
+            (
+                server_reply("OOM", "command not allowed"),
+                StoreErrorKind::OutOfMemory,
+            ),
+            (
+                server_reply("NOAUTH", "authentication required"),
+                StoreErrorKind::Auth,
+            ),
+            (
+                server_reply("WRONGPASS", "invalid password"),
+                StoreErrorKind::Auth,
+            ),
+            (
+                RedisError::from((ErrorKind::AuthenticationFailed, "password authentication failed")),
+                StoreErrorKind::Auth,
+            ),
+            (
+                server_reply("WRONGTYPE", "wrong kind of value"),
+                StoreErrorKind::Corrupt,
+            ),
+            (
+                server_reply(CORRUPT, "field t holds soon"),
+                StoreErrorKind::Corrupt,
+            ),
+            (
+                RedisError::from((ErrorKind::ClusterConnectionNotFound, "no node")),
+                StoreErrorKind::Cluster,
+            ),
+            (server_reply("BUSY", "script running"), StoreErrorKind::Script),
+            (
+                redis::parse_redis_value(b"-ERR Protocol error: unauthenticated multibulk length\r\n")
+                    .expect("a reply")
+                    .extract_error()
+                    .expect_err("an error reply"),
+                StoreErrorKind::Auth,
+            ),
+        ];
+        for (err, expected) in cases {
+            assert_eq!(classify(&err), expected, "{err}");
+        }
+    }
+
+    #[test]
+    fn the_message_alone_never_picks_a_class() {
+        // An ordinary error reply whose text mentions other classes' codes.
+        let err = server_reply("ERR", "user_script:1: OOM WRONGTYPE NOAUTH TOLLGATE_CORRUPT");
+        assert_eq!(classify(&err), StoreErrorKind::Script);
+    }
+
+    #[test]
+    fn store_errors_keep_the_redis_error_as_source() {
+        let err = store_error(server_reply("OOM", "command not allowed"));
+        assert_eq!(err.class(), Some("out_of_memory"));
+        let source = std::error::Error::source(&err).expect("a source");
+        assert!(source.downcast_ref::<RedisError>().is_some(), "{source:?}");
+
+        let refused = breaker_open(BreakerOpen {
+            next_probe_in: Duration::from_millis(10),
+            cause: Some(deadline(Duration::from_millis(5))),
+        });
+        assert_eq!(refused.class(), Some("connection"));
+        // The refusal, then the Redis error that opened the breaker (then its I/O error).
+        let chain: Vec<&(dyn std::error::Error + 'static)> =
+            std::iter::successors(std::error::Error::source(&refused), |e| e.source()).collect();
+        assert!(chain[0].to_string().starts_with("redis unavailable"), "{chain:?}");
+        let cause = chain[1].downcast_ref::<RedisError>().expect("the redis error");
+        assert!(cause.is_timeout(), "{cause}");
+    }
 }

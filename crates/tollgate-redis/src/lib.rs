@@ -6,9 +6,10 @@
 //! the core's all-or-nothing (if an enforced rule denies, nothing is spent and only the rules that
 //! denied start their penalty). Scripts run on Redis's own clock (`TIME`) so app servers with
 //! skewed clocks agree. A rule's keys share one hash tag, so a cluster never answers CROSSSLOT;
-//! NOSCRIPT is reloaded and retried; a deadline, a circuit breaker and a per-policy
-//! [`FailureMode`](tollgate::FailureMode) bound what a slow or dead Redis costs; and a local deny
-//! cache answers a single enforced rule already denied without a round trip.
+//! NOSCRIPT is reloaded and retried; a deadline and a circuit breaker bound what a slow or dead
+//! Redis costs (every failure is a typed error, and the [`Engine`](tollgate::Engine) answers it
+//! with each policy's [`FailureMode`](tollgate::FailureMode)); and a local deny cache answers a
+//! single enforced rule already denied without a round trip.
 //!
 //! # Requests whose rules span cluster slots
 //!
@@ -46,7 +47,15 @@
 //! - `connection`: [`Target`] and the shared multiplexed connection.
 //! - `breaker`: the circuit breaker.
 //! - `deny_cache`: the local deny cache.
-//! - `error`: [`ConnectError`] and the mapping of Redis failures to typed store errors.
+//! - `error`: [`ConnectError`] and the classes of Redis failures, from error kinds and codes.
+//!
+//! # When Redis fails
+//!
+//! The store does not decide by itself: it returns a typed store error (class timeout,
+//! connection, out of memory, auth, cluster, script or corrupt) whose `source()` is the
+//! `redis::RedisError`, and the core's [`Engine`](tollgate::Engine) answers it with each policy's
+//! failure mode, as it does for every store. A call that missed its deadline is never sent
+//! again: it may have run.
 
 mod breaker;
 mod connection;

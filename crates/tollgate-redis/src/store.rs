@@ -6,9 +6,12 @@
 //!
 //! 1. the deny cache answers a single enforced rule Redis already denied, without a round trip;
 //! 2. the circuit breaker refuses calls at once while Redis is known to be down;
-//! 3. a deadline bounds each call; a failure is then handled by the policy's failure mode
-//!    (admit, deny, or decide locally on a share of the limit) and the decision is marked
-//!    degraded.
+//! 3. a deadline bounds each call, and a call that missed it is never sent again (it may have
+//!    run; a decision is applied at most once).
+//!
+//! A failure is returned as a typed store error with the Redis error as its source; the store
+//! never decides by itself without Redis. The core's `Engine` applies the policy's failure mode
+//! (admit, refuse, or decide locally on a share of the limit), the same way for every store.
 //!
 //! Input is validated with the core's checks before any of this, so bad input never reaches
 //! Redis.
@@ -24,9 +27,7 @@ use redis::Script;
 use tollgate::algorithm::Outcome;
 use tollgate::attempts::Attempts;
 use tollgate::store::{self as core_store, AttemptsStore, Store};
-use tollgate::{
-    AttemptsStatus, Clock, Decision, Decisions, Error, FailureMode, MemoryStore, Policy, Rule, SystemClock,
-};
+use tollgate::{AttemptsStatus, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
 
 use crate::breaker::{Admission, Breaker};
 use crate::connection::{Connection, Target};
@@ -55,7 +56,6 @@ pub struct RedisStoreBuilder {
     timeout: Duration,
     probe_interval: Duration,
     deny_cache: bool,
-    fallback_max_keys: usize,
     clock: Option<Arc<dyn Clock>>,
 }
 
@@ -73,6 +73,9 @@ impl RedisStoreBuilder {
     }
 
     /// How long to stop calling a Redis that failed before probing it again (default 500 ms).
+    /// Zero turns the circuit breaker off: every call then goes to Redis and reports its own
+    /// failure (a timeout stays a timeout), at the price of one deadline per call while Redis
+    /// hangs.
     pub fn probe_interval(mut self, interval: Duration) -> Self {
         self.probe_interval = interval;
         self
@@ -81,12 +84,6 @@ impl RedisStoreBuilder {
     /// Whether to cache denials locally until their retry time (default on).
     pub fn deny_cache(mut self, enabled: bool) -> Self {
         self.deny_cache = enabled;
-        self
-    }
-
-    /// Key bound of the in-memory limiter used by the `Local` failure mode.
-    pub fn fallback_max_keys(mut self, max_keys: usize) -> Self {
-        self.fallback_max_keys = max_keys;
         self
     }
 
@@ -103,8 +100,9 @@ impl RedisStoreBuilder {
     }
 
     /// Builds the store without touching the network: it connects on first use, and until Redis
-    /// answers, every decision follows its policy's failure mode (and says it is degraded). For
-    /// services that must start while Redis is away. Only a bad address or prefix is an error.
+    /// answers, every call is a store error, which an `Engine` answers with each policy's
+    /// failure mode. For services that must start while Redis is away. Only a bad address or
+    /// prefix is an error.
     ///
     /// ```
     /// use tollgate_redis::{RedisStore, Target};
@@ -137,10 +135,6 @@ impl RedisStoreBuilder {
             Some(clock) => clock.clone(),
             None => Arc::new(SystemClock::new()),
         };
-        let fallback = MemoryStore::builder()
-            .max_keys(self.fallback_max_keys)
-            .clock(local_clock.clone())
-            .build();
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 connection,
@@ -149,7 +143,6 @@ impl RedisStoreBuilder {
                 timeout: self.timeout,
                 breaker: Breaker::new(self.probe_interval),
                 deny_cache: self.deny_cache.then(|| DenyCache::new(100_000)),
-                fallback,
                 script_clock: self.clock,
                 local_clock,
                 stats: Counters::default(),
@@ -172,10 +165,9 @@ struct Inner {
     timeout: Duration,
     breaker: Breaker,
     deny_cache: Option<DenyCache>,
-    fallback: MemoryStore<Arc<dyn Clock>>,
     /// Time passed to scripts; `None` means Redis `TIME`.
     script_clock: Option<Arc<dyn Clock>>,
-    /// Time for the deny cache and the local fallback.
+    /// Time for the deny cache.
     local_clock: Arc<dyn Clock>,
     stats: Counters,
 }
@@ -196,8 +188,6 @@ pub struct StoreStats {
     pub breaker_refusals: u64,
     /// Checks answered by the local deny cache.
     pub deny_cache_hits: u64,
-    /// Decisions taken by a failure mode instead of Redis.
-    pub degraded_decisions: u64,
     /// Refund calls: a request whose rules span cluster slots was denied by one slot after
     /// another had reserved its budget.
     pub refunds: u64,
@@ -211,7 +201,6 @@ struct Counters {
     redis_unavailable: AtomicU64,
     breaker_refusals: AtomicU64,
     deny_cache_hits: AtomicU64,
-    degraded_decisions: AtomicU64,
     refunds: AtomicU64,
     refund_failures: AtomicU64,
 }
@@ -229,7 +218,6 @@ impl RedisStore {
             timeout: Duration::from_millis(50),
             probe_interval: Duration::from_millis(500),
             deny_cache: true,
-            fallback_max_keys: tollgate::memory::DEFAULT_MAX_KEYS,
             clock: None,
         }
     }
@@ -239,7 +227,8 @@ impl RedisStore {
         Self::builder(Target::parse(url)?).connect().await
     }
 
-    /// Running totals: calls, failures, breaker refusals, deny cache hits, degraded decisions.
+    /// Running totals: calls, failures, breaker refusals, deny cache hits. Degraded decisions
+    /// are the `Engine`'s to count (`Verdict::degraded`): the store only reports failures.
     pub fn stats(&self) -> StoreStats {
         let c = &self.inner.stats;
         StoreStats {
@@ -247,7 +236,6 @@ impl RedisStore {
             redis_unavailable: c.redis_unavailable.load(Ordering::Relaxed),
             breaker_refusals: c.breaker_refusals.load(Ordering::Relaxed),
             deny_cache_hits: c.deny_cache_hits.load(Ordering::Relaxed),
-            degraded_decisions: c.degraded_decisions.load(Ordering::Relaxed),
             refunds: c.refunds.load(Ordering::Relaxed),
             refund_failures: c.refund_failures.load(Ordering::Relaxed),
         }
@@ -298,8 +286,8 @@ impl RedisStore {
         let ping = redis::cmd("PING");
         match tokio::time::timeout(self.inner.timeout, ping.query_async::<String>(&mut conn)).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(error::store_error(&e)),
-            Err(_) => Err(error::timeout(self.inner.timeout)),
+            Ok(Err(e)) => Err(error::store_error(e)),
+            Err(_) => Err(error::store_error(error::deadline(self.inner.timeout))),
         }
     }
 
@@ -340,7 +328,6 @@ impl RedisStore {
                 }
                 Ok(decision)
             }
-            Err(err) if error::is_unavailable(&err) => self.degraded(policy, key, cost, commit),
             Err(err) => Err(err),
         }
     }
@@ -501,38 +488,6 @@ impl RedisStore {
         outcomes(&reply, spends.len())
     }
 
-    /// Decides without Redis, as the policy's failure mode says.
-    fn degraded(&self, policy: &Policy, key: &[u8], cost: u64, commit: bool) -> Result<Decision, Error> {
-        bump(&self.inner.stats.degraded_decisions);
-        let limit = policy.max_cost();
-        let until_probe = self.inner.breaker.next_probe_in().max(Duration::from_millis(1));
-        let decision = match policy.failure_mode() {
-            FailureMode::FailOpen => Decision {
-                allowed: true,
-                limit,
-                remaining: limit - cost,
-                reset_after: Duration::ZERO,
-                retry_after: None,
-                degraded: true,
-            },
-            FailureMode::FailClosed => denied(limit, until_probe),
-            FailureMode::Local { instances } => {
-                let share = policy.local_share(instances);
-                if cost > share.max_cost() {
-                    denied(limit, until_probe)
-                } else if commit {
-                    self.inner.fallback.check(&share, key, cost)?
-                } else {
-                    self.inner.fallback.peek(&share, key, cost)?
-                }
-            }
-        };
-        Ok(Decision {
-            degraded: true,
-            ..decision
-        })
-    }
-
     /// Runs a script through the breaker and the deadline.
     async fn call<T: redis::FromRedisValue>(
         &self,
@@ -543,7 +498,10 @@ impl RedisStore {
         let inner = &self.inner;
         if let Admission::Refuse(next_probe_in) = inner.breaker.admit() {
             bump(&inner.stats.breaker_refusals);
-            return Err(error::breaker_open(next_probe_in));
+            return Err(error::breaker_open(error::BreakerOpen {
+                next_probe_in,
+                cause: inner.breaker.cause(),
+            }));
         }
         bump(&inner.stats.redis_calls);
         let mut invocation = script.prepare_invoke();
@@ -554,20 +512,23 @@ impl RedisStore {
             invocation.arg(arg.as_str());
         }
         let mut conn = inner.connection.clone();
-        let result = match tokio::time::timeout(inner.timeout, invocation.invoke_async::<T>(&mut conn)).await
-        {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(error::store_error(&e)),
-            Err(_) => Err(error::timeout(inner.timeout)),
-        };
-        match &result {
-            Err(e) if error::is_unavailable(e) => {
-                bump(&inner.stats.redis_unavailable);
-                inner.breaker.failed();
+        // On the deadline the call is dropped, not sent again: it may have run already.
+        let err = match tokio::time::timeout(inner.timeout, invocation.invoke_async::<T>(&mut conn)).await {
+            Ok(Ok(value)) => {
+                inner.breaker.succeeded();
+                return Ok(value);
             }
-            _ => inner.breaker.succeeded(),
+            Ok(Err(e)) => e,
+            Err(_) => error::deadline(inner.timeout),
+        };
+        if error::is_unavailable(error::classify(&err)) {
+            bump(&inner.stats.redis_unavailable);
+            inner.breaker.failed(err.clone());
+        } else {
+            // Redis answered, if with an error: it is there.
+            inner.breaker.succeeded();
         }
-        result
+        Err(error::store_error(err))
     }
 
     fn script_now(&self) -> String {
@@ -669,21 +630,11 @@ async fn join_all<F: Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
 }
 
 fn bad_reply(reply: &[u64]) -> Error {
-    Error::store(
-        tollgate::StoreErrorKind::Script,
-        format!("unexpected script reply {reply:?}"),
-    )
-}
-
-fn denied(limit: u64, retry_after: Duration) -> Decision {
-    Decision {
-        allowed: false,
-        limit,
-        remaining: 0,
-        reset_after: retry_after,
-        retry_after: Some(retry_after),
-        degraded: false,
-    }
+    error::store_error(redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected script reply",
+        format!("{reply:?}"),
+    )))
 }
 
 fn cached_denial(policy: &Policy, denial: Denial, now_us: u64) -> Decision {

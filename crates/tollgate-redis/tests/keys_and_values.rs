@@ -115,7 +115,7 @@ async fn values_we_did_not_write_give_a_typed_error() {
 
     server.cli(&["SET", "tollgate:{g:string}", "hello"]);
     let message = corrupt(store.check(&gcra, b"string", 1).await);
-    assert!(message.contains("another type"), "{message}");
+    assert!(message.contains("WRONGTYPE"), "{message}");
 
     server.cli(&["HSET", "tollgate:{g:text}", "a", "gcra", "t", "soon"]);
     let message = corrupt(store.check(&gcra, b"text", 1).await);

@@ -14,7 +14,8 @@
 //! # Layout
 //!
 //! - [`redis_server`]: [`RedisServer`], one `redis-server` on a free loopback port in a temporary
-//!   directory, with fault helpers (kill, restart, pause, script flush).
+//!   directory, with fault helpers (kill, restart, pause, freeze, password, full memory, script
+//!   flush).
 //! - [`redis_cluster`]: [`RedisCluster`], three such servers joined into a cluster with
 //!   `redis-cli --cluster create`, with helpers to reshard and to flush scripts on every node.
 //! - `resp` (private): just enough of the Redis protocol to poll readiness and send commands

@@ -291,6 +291,98 @@ impl RedisServer {
         self.command(&["CLIENT", "PAUSE", &ms, "ALL"]);
     }
 
+    /// Stops the server process with SIGSTOP (by its PID), as a hung machine would: the kernel
+    /// still accepts connections and buffers what clients send, but nothing is answered until
+    /// [`RedisServer::thaw`]. Unlike [`RedisServer::pause`] this lasts as long as the test wants,
+    /// and what was sent meanwhile runs after the thaw, once. Does nothing when not running.
+    ///
+    /// # Panics
+    ///
+    /// When the `kill` program cannot be run or fails.
+    ///
+    /// ```
+    /// use std::io::{Read, Write};
+    /// use std::time::Duration;
+    ///
+    /// let redis = tollgate_testkit::RedisServer::start();
+    /// redis.freeze();
+    /// let mut client = std::net::TcpStream::connect(redis.addr())?;
+    /// client.set_read_timeout(Some(Duration::from_millis(100)))?;
+    /// client.write_all(b"PING\r\n")?;
+    /// let mut reply = [0; 7];
+    /// assert!(client.read(&mut reply).is_err(), "a frozen server answers nothing");
+    /// redis.thaw();
+    /// client.set_read_timeout(None)?;
+    /// client.read_exact(&mut reply)?;
+    /// assert_eq!(&reply, b"+PONG\r\n");
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Resumes a server stopped by [`RedisServer::freeze`] (SIGCONT). Does nothing when not
+    /// running.
+    ///
+    /// # Panics
+    ///
+    /// When the `kill` program cannot be run or fails.
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Sends `signal` to our own child, by its PID.
+    fn signal(&self, signal: &str) {
+        let Some(pid) = self.pid() else { return };
+        let status = Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .stdin(Stdio::null())
+            .status()
+            .unwrap_or_else(|e| panic!("could not run `kill {signal} {pid}`: {e}"));
+        assert!(status.success(), "`kill {signal} {pid}` failed ({status})");
+    }
+
+    /// Makes the server require `password` from new connections (`CONFIG SET requirepass`);
+    /// connections already open stay authenticated. The testkit's own commands ([`cli`],
+    /// [`pause`], ...) do not authenticate, so they fail from then on; stopping the server on drop
+    /// still works.
+    ///
+    /// [`cli`]: RedisServer::cli
+    /// [`pause`]: RedisServer::pause
+    ///
+    /// # Panics
+    ///
+    /// When the server does not accept the command.
+    ///
+    /// ```
+    /// let redis = tollgate_testkit::RedisServer::start();
+    /// redis.require_password("secret");
+    /// assert!(redis.cli(&["PING"]).starts_with("NOAUTH"));
+    /// assert_eq!(redis.cli(&["--no-auth-warning", "-a", "secret", "PING"]), "PONG");
+    /// ```
+    pub fn require_password(&self, password: &str) {
+        self.command(&["CONFIG", "SET", "requirepass", password]);
+    }
+
+    /// Makes every write fail with `OOM` while reads still work: `maxmemory` of 1 byte with the
+    /// `noeviction` policy, as a full Redis that may not evict answers.
+    ///
+    /// # Panics
+    ///
+    /// When the server does not accept the commands.
+    ///
+    /// ```
+    /// let redis = tollgate_testkit::RedisServer::start();
+    /// redis.cli(&["SET", "k", "v"]);
+    /// redis.fill_memory();
+    /// assert!(redis.cli(&["SET", "k2", "v"]).starts_with("OOM"));
+    /// assert_eq!(redis.cli(&["GET", "k"]), "v");
+    /// ```
+    pub fn fill_memory(&self) {
+        self.command(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+        self.command(&["CONFIG", "SET", "maxmemory", "1"]);
+    }
+
     /// Runs `redis-cli -h 127.0.0.1 -p PORT <args>` and returns its standard output without the
     /// trailing newline. The output is redis-cli's raw form: one line per element of an array.
     ///
