@@ -354,6 +354,13 @@ impl<'r> Group<'r> {
         if verdict.outcome() == Outcome::Error {
             return Err(self.unavailable(&verdict));
         }
+        if verdict.rules().len() != self.rules.len() {
+            return Err(Status::internal(format!(
+                "the engine answered {} rules of {}",
+                verdict.rules().len(),
+                self.rules.len()
+            )));
+        }
         // A committed, allowed verdict has spent; a denied one reports untouched budgets; an
         // allowed peek reports the budget after a spend that did not happen, so it is given back.
         let given_back = !commit && verdict.allowed();

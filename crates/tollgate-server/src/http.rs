@@ -338,6 +338,12 @@ async fn check_list(state: &SharedState, bodies: &[RuleBody]) -> Result<Response
     if verdict.outcome() == Outcome::Error {
         return Ok(unavailable(&rules, &verdict));
     }
+    if verdict.rules().len() != rules.len() {
+        return Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the engine answered {} rules of {}", verdict.rules().len(), rules.len()),
+        ));
+    }
     let denied = !verdict.allowed();
     let results: Vec<Value> = rules
         .iter()
