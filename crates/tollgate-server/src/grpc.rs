@@ -292,8 +292,12 @@ struct Limited<'a> {
 impl Limited<'_> {
     /// The descriptor as an engine rule (a question is asked with a cost of 1).
     fn rule(&self) -> Rule<'_> {
-        let rule = Rule::new(&*self.policy, self.matched.key.as_bytes(), self.cost.max(1));
-        if self.matched.shadow { rule.as_shadow() } else { rule }
+        let rule = Rule::new(&self.policy, self.matched.key.as_bytes(), self.cost.max(1));
+        if self.matched.shadow {
+            rule.as_shadow()
+        } else {
+            rule
+        }
     }
 }
 
@@ -387,9 +391,9 @@ impl<'r> Group<'r> {
             .store_error()
             .map_or_else(|| "the store failed".to_owned(), ToString::to_string);
         match verdict.deciding().and_then(|(i, _)| self.at.get(i)) {
-            Some(slot) => Status::unavailable(format!(
-                "descriptors[{slot}]: {cause}; its limit fails closed"
-            )),
+            Some(slot) => {
+                Status::unavailable(format!("descriptors[{slot}]: {cause}; its limit fails closed"))
+            }
             None => Status::unavailable(cause),
         }
     }
@@ -458,7 +462,9 @@ async fn should_rate_limit(
             _ if unlimited => Slot::Unlimited,
             (None, None) => Slot::None,
             (None, Some(resolved)) => match (resolved.policy(), resolved.deny_all()) {
-                (Some(policy), _) => limited_slot(Matched::from_config(resolved), Cow::Borrowed(policy), asked.cost),
+                (Some(policy), _) => {
+                    limited_slot(Matched::from_config(resolved), Cow::Borrowed(policy), asked.cost)
+                }
                 (None, Some((period, policy_name))) => Slot::DenyAll {
                     matched: Matched::from_config(resolved),
                     period,
@@ -499,7 +505,11 @@ fn limited_slot<'a>(matched: Matched<'a>, policy: Cow<'a, Policy>, cost: u64) ->
     if cost > policy.max_cost() {
         Slot::TooLarge { matched, policy }
     } else {
-        Slot::Limited(Limited { matched, policy, cost })
+        Slot::Limited(Limited {
+            matched,
+            policy,
+            cost,
+        })
     }
 }
 

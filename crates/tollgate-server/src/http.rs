@@ -341,7 +341,11 @@ async fn check_list(state: &SharedState, bodies: &[RuleBody]) -> Result<Response
     if verdict.rules().len() != rules.len() {
         return Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the engine answered {} rules of {}", verdict.rules().len(), rules.len()),
+            format!(
+                "the engine answered {} rules of {}",
+                verdict.rules().len(),
+                rules.len()
+            ),
         ));
     }
     let denied = !verdict.allowed();
@@ -393,7 +397,9 @@ fn list_headers(map: &mut HeaderMap, rules: &[Rule<'_>], verdict: &Verdict) {
             continue;
         }
         let seen = |same: fn(&Rule<'_>, &Rule<'_>) -> bool| {
-            rules[..i].iter().any(|earlier| !earlier.shadow && same(earlier, rule))
+            rules[..i]
+                .iter()
+                .any(|earlier| !earlier.shadow && same(earlier, rule))
         };
         if !seen(|a, b| a.policy.name() == b.policy.name()) {
             policies.push(headers::ratelimit_policy(rule.policy));
@@ -407,7 +413,11 @@ fn list_headers(map: &mut HeaderMap, rules: &[Rule<'_>], verdict: &Verdict) {
         insert(map, "ratelimit", budgets.join(", "));
     }
     if let Some(wait) = verdict.retry_after() {
-        insert(map, header::RETRY_AFTER.as_str(), headers::seconds_up(wait).max(1).to_string());
+        insert(
+            map,
+            header::RETRY_AFTER.as_str(),
+            headers::seconds_up(wait).max(1).to_string(),
+        );
     }
 }
 

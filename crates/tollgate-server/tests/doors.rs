@@ -53,7 +53,12 @@ fn state(store: AnyStore) -> SharedState {
 }
 
 /// One HTTP call: status, headers and the JSON body.
-async fn call(state: &SharedState, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, HeaderMap, Value) {
+async fn call(
+    state: &SharedState,
+    method: &str,
+    uri: &str,
+    body: Option<Value>,
+) -> (StatusCode, HeaderMap, Value) {
     let request = Request::builder()
         .method(method)
         .uri(uri)
@@ -141,7 +146,11 @@ async fn bad_lists_are_problems_naming_the_rule() {
         .map(|i| json!({"policy": "roomy", "key": format!("k{i}")}))
         .collect();
     let cases = [
-        (json!({"rules": []}), StatusCode::BAD_REQUEST, "rules must not be empty"),
+        (
+            json!({"rules": []}),
+            StatusCode::BAD_REQUEST,
+            "rules must not be empty",
+        ),
         (
             json!({ "rules": seventeen }),
             StatusCode::BAD_REQUEST,
@@ -252,7 +261,12 @@ async fn full_store_state() -> SharedState {
 }
 
 /// The gRPC service over `state` on a free port, with a client.
-async fn grpc(state: &SharedState) -> (RateLimitServiceClient<tonic::transport::Channel>, oneshot::Sender<()>) {
+async fn grpc(
+    state: &SharedState,
+) -> (
+    RateLimitServiceClient<tonic::transport::Channel>,
+    oneshot::Sender<()>,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr: SocketAddr = listener.local_addr().expect("local addr");
     let (tx, rx) = oneshot::channel::<()>();
@@ -297,7 +311,10 @@ async fn with_a_full_store_both_doors_follow_the_same_failure_mode() {
     for _ in 0..3 {
         let (status, _, body) = check(&state, json!({"policy": "open", "key": "k"})).await;
         assert_eq!(status, StatusCode::OK, "{body}");
-        assert_eq!((body["degraded"].clone(), body["remaining"].clone()), (json!(true), json!(4)));
+        assert_eq!(
+            (body["degraded"].clone(), body["remaining"].clone()),
+            (json!(true), json!(4))
+        );
         let response = ask(&mut client, "open", "k").await.expect("OK status");
         assert_eq!(Code::try_from(response.overall_code), Ok(Code::Ok));
         assert_eq!(response.statuses[0].limit_remaining, 4);
@@ -310,10 +327,20 @@ async fn with_a_full_store_both_doors_follow_the_same_failure_mode() {
     assert_eq!(headers["retry-after"], "1");
     assert_eq!(problem["policy"], "closed");
     let detail = problem["detail"].as_str().expect("detail");
-    assert!(detail.contains("memory store is full") && detail.contains("fails closed"), "{detail}");
-    let refused = ask(&mut client, "closed", "k").await.expect_err("an error status");
+    assert!(
+        detail.contains("memory store is full") && detail.contains("fails closed"),
+        "{detail}"
+    );
+    let refused = ask(&mut client, "closed", "k")
+        .await
+        .expect_err("an error status");
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
-    assert!(refused.message().starts_with("descriptors[0]: memory store is full"), "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .starts_with("descriptors[0]: memory store is full"),
+        "{refused:?}"
+    );
     // In a list, one closed rule refuses the whole request.
     let (status, _, _) = check(&state, rules(&[("open", "l"), ("closed", "l")])).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);

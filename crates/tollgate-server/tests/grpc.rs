@@ -612,7 +612,10 @@ async fn a_denied_request_starts_the_penalty_of_each_descriptor_that_denied() {
         let alone = rls.ask(request("penalties", vec![question(entries)], 1)).await;
         assert_eq!(code(alone.overall_code), Code::OverLimit, "{entries:?}");
         let reset = reset_secs(&alone.statuses[0]);
-        assert!((3_601..=7_200).contains(&reset), "{entries:?}: reset in {reset} s");
+        assert!(
+            (3_601..=7_200).contains(&reset),
+            "{entries:?}: reset in {reset} s"
+        );
     }
     let alone = rls.ask(request("penalties", vec![question(&roomy)], 1)).await;
     assert_eq!(code(alone.overall_code), Code::Ok);

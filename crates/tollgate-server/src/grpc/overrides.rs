@@ -150,7 +150,11 @@ mod tests {
             };
             assert_eq!(policy.max_cost(), u64::from(requests));
         }
-        let held = overrides.seen.lock().unwrap_or_else(PoisonError::into_inner).len();
+        let held = overrides
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
         assert!(held <= CACHED_OVERRIDES, "the cache holds {held}");
         // Built again after being dropped from the cache, an override is the same policy: the
         // same name, so the same budget in the store.

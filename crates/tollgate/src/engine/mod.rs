@@ -308,6 +308,9 @@ mod tests {
         assert_eq!(denied.outcome(), Outcome::Denied);
         assert_eq!(denied.rules().len(), 2);
         assert!(denied.rules().iter().all(|r| r.outcome == Outcome::Denied));
-        assert!(engine.check(&policy, b"k", 1).await.unwrap().allowed(), "nothing was spent");
+        assert!(
+            engine.check(&policy, b"k", 1).await.unwrap().allowed(),
+            "nothing was spent"
+        );
     }
 }
