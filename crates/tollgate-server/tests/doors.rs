@@ -89,9 +89,19 @@ fn rules(pairs: &[(&str, &str)]) -> Value {
 
 #[tokio::test]
 async fn a_list_where_one_rule_denies_spends_nothing_on_the_others() {
-    let state = state(AnyStore::memory());
+    list_all_or_nothing(&state(AnyStore::memory())).await;
+}
+
+#[tokio::test]
+async fn a_list_is_all_or_nothing_in_redis_too() {
+    let redis = tollgate_testkit::RedisServer::start();
+    let store = AnyStore::redis(&redis.url()).await.expect("redis store");
+    list_all_or_nothing(&state(store)).await;
+}
+
+async fn list_all_or_nothing(state: &SharedState) {
     let list = rules(&[("roomy", "k"), ("tight", "k")]);
-    let (status, headers, body) = check(&state, list.clone()).await;
+    let (status, headers, body) = check(state, list.clone()).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["allowed"], true);
     assert_eq!(body["rules"][0]["remaining"], 9);
@@ -103,7 +113,7 @@ async fn a_list_where_one_rule_denies_spends_nothing_on_the_others() {
     assert!(headers.get("retry-after").is_none());
 
     for _ in 0..3 {
-        let (status, headers, body) = check(&state, list.clone()).await;
+        let (status, headers, body) = check(state, list.clone()).await;
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
         assert_eq!(body["allowed"], false);
         assert_eq!(body["rules"][0]["outcome"], "allowed");
@@ -118,7 +128,7 @@ async fn a_list_where_one_rule_denies_spends_nothing_on_the_others() {
         );
     }
     // The denied lists spent nothing of roomy: one unit of it has gone, not four.
-    let (status, _, body) = check(&state, json!({"policy": "roomy", "key": "k"})).await;
+    let (status, _, body) = check(state, json!({"policy": "roomy", "key": "k"})).await;
     assert_eq!((status, body["remaining"].clone()), (StatusCode::OK, json!(8)));
 }
 
@@ -241,6 +251,48 @@ async fn of_two_racing_lists_where_only_one_fits_exactly_one_passes() {
         let (_, _, peek) = call(&state, "GET", &uri, None).await;
         assert_eq!(peek["remaining"], 9, "round {round}: a peek of 1 leaves 9 of 10");
     }
+}
+
+#[tokio::test]
+async fn with_redis_down_both_doors_follow_the_same_failure_mode() {
+    let mut redis = tollgate_testkit::RedisServer::start();
+    let store = AnyStore::redis(&redis.url()).await.expect("redis store");
+    let state = state(store);
+    let (mut client, stop) = grpc(&state).await;
+    let (status, _, body) = check(&state, json!({"policy": "closed", "key": "k"})).await;
+    assert_eq!((status, body["degraded"].clone()), (StatusCode::OK, json!(false)));
+    redis.kill();
+
+    let (status, _, body) = check(&state, json!({"policy": "open", "key": "k"})).await;
+    assert_eq!(
+        (status, body["degraded"].clone()),
+        (StatusCode::OK, json!(true)),
+        "{body}"
+    );
+    let response = ask(&mut client, "open", "k").await.expect("OK status");
+    assert_eq!(Code::try_from(response.overall_code), Ok(Code::Ok));
+
+    // fail_closed refuses at both doors alike: as unavailable when the store reports its failure
+    // to the engine, as over the limit when the store applies the failure mode itself.
+    let (status, _, body) = check(&state, json!({"policy": "closed", "key": "k"})).await;
+    let answer = ask(&mut client, "closed", "k").await;
+    match (status, &answer) {
+        (StatusCode::SERVICE_UNAVAILABLE, Err(refused)) if refused.code() == tonic::Code::Unavailable => {}
+        (StatusCode::TOO_MANY_REQUESTS, Ok(response))
+            if response.overall_code == i32::from(Code::OverLimit) => {}
+        _ => panic!("the doors disagree: HTTP {status} {body}, gRPC {answer:?}"),
+    }
+
+    let (status, _, body) = check(&state, json!({"policy": "local", "key": "k"})).await;
+    assert_eq!(
+        (status, body["degraded"].clone()),
+        (StatusCode::OK, json!(true)),
+        "{body}"
+    );
+    let response = ask(&mut client, "local", "k").await.expect("OK status");
+    assert_eq!(Code::try_from(response.overall_code), Ok(Code::Ok));
+    assert_eq!(response.statuses[0].limit_remaining, 4);
+    let _ = stop.send(());
 }
 
 /// A store that is full: one key, and it is limited, so it cannot be evicted.
