@@ -37,7 +37,7 @@
 //! # Errors
 //!
 //! Every error is an RFC 9457 problem (`application/problem+json`) with the status, its reason
-//! as `title`, and a `detail` that names the problem (`rules[2]: unknown policy `x``): 400 for
+//! as `title`, and a `detail` that names the problem (``rules[2]: unknown policy `x` ``): 400 for
 //! unusable input, 404 for an unknown policy, 413 for a body over [`MAX_BODY`], 401 for a
 //! missing admin token, and 503 when the store failed and a rule's policy fails closed
 //! (`on_store_failure: fail_closed`), with `Retry-After`. Bodies are parsed here rather than by
