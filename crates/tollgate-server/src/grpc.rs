@@ -22,9 +22,9 @@
 //! - otherwise the store decides for the cost: `OK` or `OVER_LIMIT`, with `current_limit`,
 //!   `limit_remaining` (0 when over the limit, as upstream) and `duration_until_reset` (the
 //!   decision's `reset_after`, rounded up to whole seconds as upstream reports it);
-//! - a descriptor in `shadow_mode` is decided and counted the same way, but its code is `OK`
-//!   whatever the decision; a would-be denial shows in the `tollgate_decisions_total` metric with
-//!   outcome `shadow_denied`.
+//! - a descriptor in `shadow_mode` is decided and counted the same way (as a shadow rule), but
+//!   its code is `OK` whatever the decision; a would-be denial shows in the
+//!   `tollgate_decisions_total` metric with outcome `shadow_denied`.
 //!
 //! A descriptor that carries its own `limit` (Envoy sets it from route metadata) is not matched
 //! against the config: as upstream, for any descriptor of a known domain, it is a fixed window of
@@ -41,18 +41,18 @@
 //!
 //! Upstream counts every descriptor of a request even when another one is over the limit, so a
 //! request that was denied still spends the budget of the descriptors it passed. Tollgate spends
-//! nothing on a denied request: when more than one descriptor has a limit, every limited
-//! descriptor is first *peeked* (decided without recording); if any non-shadow descriptor would be
-//! denied, the answer is `OVER_LIMIT` and nothing is recorded; otherwise each descriptor is
-//! *checked* (decided and recorded) in request order. The descriptors that would have passed
-//! report their budget as it stands, untouched.
+//! nothing on a denied request: the limited descriptors become the rules of one request to the
+//! [`Engine`](tollgate::Engine) (the same descriptor twice spends twice from one budget), and one
+//! [`check_all`](tollgate::Engine::check_all) decides them atomically. If any enforced rule
+//! denies, nothing is spent and only the `block_for` penalties of the descriptors that denied
+//! start; the descriptors that would have passed report their budget as it stands.
 //!
-//! This is not a transaction. Between the peek and the check another request can take the last
-//! unit of a descriptor; that descriptor is then denied by its check while the descriptors checked
-//! before it have already spent their cost for a request that ends up `OVER_LIMIT`. The window is
-//! one store round trip per descriptor wide and only matters when a counter is about to run out;
-//! it is the same outcome upstream has on every denied request. A request with one limited
-//! descriptor goes straight to the check and has no such window.
+//! What the door decides alone, without the store, takes part in the same answer: a
+//! `requests_per_unit: 0` descriptor or a cost that can never be admitted refuses the request,
+//! and then the limited descriptors are only looked at (a peek), so nothing is spent. A
+//! descriptor asked with a cost of 0 is a question about the budget as it stands before the
+//! request spends: it is peeked first, and when it is over the limit the request is refused and
+//! the others are only looked at too.
 //!
 //! # Errors
 //!
@@ -62,13 +62,14 @@
 //! - A descriptor with `is_negative_hits`: `INVALID_ARGUMENT`; a refund is not an operation
 //!   the stores offer.
 //! - A limit override with an unknown unit, or a `requests_per_unit` above the core's maximum:
-//!   `INVALID_ARGUMENT`. More distinct overrides than the server keeps policies for
-//!   (1024): `RESOURCE_EXHAUSTED`.
+//!   `INVALID_ARGUMENT`. Any number of distinct overrides is accepted: a policy is only a name
+//!   and parameters, so each override gets its own without a registry to fill.
 //! - A key the store refuses (a request value past the core's 8 KiB key limit):
 //!   `INVALID_ARGUMENT`.
-//! - The store failed in a way its failure mode does not cover (a corrupt value: `INTERNAL`; the
-//!   memory store full, or Redis unreachable without a failure mode: `UNAVAILABLE`). Decisions a
-//!   failure mode took come back as normal answers and are counted as degraded.
+//! - The store failed and a limited descriptor's failure mode is `fail_closed`: `UNAVAILABLE`,
+//!   naming the descriptor. Other failure modes answer as usual (`fail_open` lets the
+//!   descriptor pass, `local` decides on this server's fallback limiter), counted with outcome
+//!   `degraded` or `denied` in `tollgate_decisions_total`, exactly as the HTTP API does.
 //!
 //! # Other differences from upstream
 //!
@@ -88,6 +89,7 @@
 
 use std::borrow::Cow;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -101,7 +103,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use tollgate::{Algorithm, Decision, Error, Policy, StoreErrorKind};
+use tollgate::{Algorithm, Outcome, Policy, Rule, RuleVerdict, Verdict};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
@@ -135,8 +137,7 @@ pub mod proto {
 
 mod overrides;
 
-pub(crate) use overrides::OverridePolicies;
-use overrides::{Override, OverrideError};
+use overrides::{Override, OverrideError, OverridePolicies};
 
 /// Upstream's units, longest first, with their length in seconds and their wire value.
 const UNITS: [(u64, Unit); 7] = [
@@ -154,6 +155,9 @@ const UNITS: [(u64, Unit); 7] = [
 #[derive(Clone)]
 pub struct RlsService {
     state: SharedState,
+    /// The policies of the limit overrides seen lately, so a repeated override does not build
+    /// its policy again.
+    overrides: Arc<OverridePolicies>,
 }
 
 impl std::fmt::Debug for RlsService {
@@ -177,7 +181,10 @@ impl std::fmt::Debug for RlsService {
 /// # Ok::<(), tollgate_server::ConfigError>(())
 /// ```
 pub fn service(state: SharedState) -> RateLimitServiceServer<RlsService> {
-    RateLimitServiceServer::new(RlsService { state })
+    RateLimitServiceServer::new(RlsService {
+        state,
+        overrides: Arc::new(OverridePolicies::default()),
+    })
 }
 
 /// Serves the Envoy rate limit service on `listener` until `shutdown` completes; then stops
@@ -218,7 +225,7 @@ impl RateLimitService for RlsService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        should_rate_limit(&self.state, request.into_inner())
+        should_rate_limit(&self.state, &self.overrides, request.into_inner())
             .await
             .map(Response::new)
     }
@@ -236,16 +243,21 @@ enum Slot<'a> {
         period: Duration,
         policy_name: Cow<'a, str>,
     },
+    /// A cost above what the policy can ever admit: over the limit, whatever the store holds.
+    TooLarge {
+        matched: Matched<'a>,
+        policy: Cow<'a, Policy>,
+    },
+    /// Decided by the engine.
     Limited(Limited<'a>),
 }
 
 impl Slot<'_> {
-    /// Denied and enforced: the whole request is over the limit.
-    fn blocks(&self) -> bool {
+    /// Over the limit at the door, without the store: the request is refused.
+    fn refuses(&self) -> bool {
         match self {
-            Slot::None | Slot::Unlimited => false,
-            Slot::DenyAll { matched, .. } => !matched.shadow,
-            Slot::Limited(limited) => limited.blocks(),
+            Slot::DenyAll { matched, .. } | Slot::TooLarge { matched, .. } => !matched.shadow,
+            Slot::None | Slot::Unlimited | Slot::Limited(_) => false,
         }
     }
 }
@@ -273,27 +285,19 @@ impl<'a> Matched<'a> {
 struct Limited<'a> {
     matched: Matched<'a>,
     policy: Cow<'a, Policy>,
-    /// 0: ask without spending.
+    /// 0: ask whether one more would pass, without spending.
     cost: u64,
-    /// The answer so far: from the peek, then from the check.
-    verdict: Option<Verdict>,
-}
-
-#[derive(Clone, Copy)]
-enum Verdict {
-    Decided(Decision),
-    /// The cost is above what the policy can ever admit.
-    TooLarge,
 }
 
 impl Limited<'_> {
-    fn allowed(&self) -> bool {
-        matches!(self.verdict, Some(Verdict::Decided(d)) if d.allowed)
-    }
-
-    /// Denied and enforced: the whole request is over the limit.
-    fn blocks(&self) -> bool {
-        self.verdict.is_some() && !self.allowed() && !self.matched.shadow
+    /// The descriptor as an engine rule (a question is asked with a cost of 1).
+    fn rule(&self) -> Rule<'_> {
+        let rule = Rule::new(&self.policy, self.matched.key.as_bytes(), self.cost.max(1));
+        if self.matched.shadow {
+            rule.as_shadow()
+        } else {
+            rule
+        }
     }
 }
 
@@ -304,8 +308,100 @@ struct Asked {
     limit_override: Option<RateLimitOverride>,
 }
 
+/// What the engine said about one limited descriptor.
+#[derive(Clone, Copy)]
+struct Answer {
+    verdict: RuleVerdict,
+    /// What to report as `limit_remaining`: 0 when denied, else the budget after this request
+    /// (spent) or as it stands (not spent).
+    remaining: u64,
+}
+
+/// The engine rules of one group of descriptors and where their answers go.
+#[derive(Default)]
+struct Group<'r> {
+    rules: Vec<Rule<'r>>,
+    /// `rules[i]` is the descriptor `slots[at[i]]`.
+    at: Vec<usize>,
+}
+
+impl<'r> Group<'r> {
+    fn push(&mut self, rule: Rule<'r>, slot: usize) {
+        self.rules.push(rule);
+        self.at.push(slot);
+    }
+
+    /// Decides the group with the engine, recording it when `commit`; fills `answers` and says
+    /// whether the group passed.
+    async fn decide(
+        &self,
+        state: &SharedState,
+        commit: bool,
+        answers: &mut [Option<Answer>],
+    ) -> Result<bool, Status> {
+        if self.rules.is_empty() {
+            return Ok(true);
+        }
+        let started = Instant::now();
+        let result = if commit {
+            state.engine.check_all(&self.rules).await
+        } else {
+            state.engine.peek_all(&self.rules).await
+        };
+        metrics::store_latency(started.elapsed());
+        let verdict = result.map_err(|err| Status::invalid_argument(err.to_string()))?;
+        if commit {
+            metrics::verdict(&self.rules, &verdict);
+        } else if let Some(err) = verdict.store_error() {
+            metrics::store_error(err);
+        }
+        if verdict.outcome() == Outcome::Error {
+            return Err(self.unavailable(&verdict));
+        }
+        if verdict.rules().len() != self.rules.len() {
+            return Err(Status::internal(format!(
+                "the engine answered {} rules of {}",
+                verdict.rules().len(),
+                self.rules.len()
+            )));
+        }
+        // A committed, allowed verdict has spent; a denied one reports untouched budgets; an
+        // allowed peek reports the budget after a spend that did not happen, so it is given back.
+        let given_back = !commit && verdict.allowed();
+        for ((&slot, rule), result) in self.at.iter().zip(&self.rules).zip(verdict.rules()) {
+            let decision = result.decision;
+            let remaining = if !decision.allowed {
+                0
+            } else if given_back {
+                decision.remaining.saturating_add(rule.cost).min(decision.limit)
+            } else {
+                decision.remaining
+            };
+            answers[slot] = Some(Answer {
+                verdict: *result,
+                remaining,
+            });
+        }
+        Ok(verdict.allowed())
+    }
+
+    /// `UNAVAILABLE`, naming the descriptor whose limit fails closed.
+    fn unavailable(&self, verdict: &Verdict) -> Status {
+        let cause = verdict
+            .store_error()
+            .map_or_else(|| "the store failed".to_owned(), ToString::to_string);
+        match verdict.deciding().and_then(|(i, _)| self.at.get(i)) {
+            Some(slot) => {
+                Status::unavailable(format!("descriptors[{slot}]: {cause}; its limit fails closed"))
+            }
+            None => Status::unavailable(cause),
+        }
+    }
+}
+
 async fn should_rate_limit(
     state: &SharedState,
+    overrides: &OverridePolicies,
     request: RateLimitRequest,
 ) -> Result<RateLimitResponse, Status> {
     if request.domain.is_empty() {
@@ -359,19 +455,16 @@ async fn should_rate_limit(
     for (i, ((asked, resolved), unlimited)) in asked.into_iter().zip(resolved).zip(unlimited).enumerate() {
         let slot = match (asked.limit_override, resolved) {
             (Some(limit), _) if limits.has_domain(&request.domain) => {
-                override_slot(state, &request.domain, asked.entries, asked.cost, &limit)
+                override_slot(overrides, &request.domain, asked.entries, asked.cost, &limit)
                     .map_err(|err| err.status(i))?
             }
             (Some(_), _) => Slot::None,
             _ if unlimited => Slot::Unlimited,
             (None, None) => Slot::None,
             (None, Some(resolved)) => match (resolved.policy(), resolved.deny_all()) {
-                (Some(policy), _) => Slot::Limited(Limited {
-                    matched: Matched::from_config(resolved),
-                    policy: Cow::Borrowed(policy),
-                    cost: asked.cost,
-                    verdict: None,
-                }),
+                (Some(policy), _) => {
+                    limited_slot(Matched::from_config(resolved), Cow::Borrowed(policy), asked.cost)
+                }
                 (None, Some((period, policy_name))) => Slot::DenyAll {
                     matched: Matched::from_config(resolved),
                     period,
@@ -380,39 +473,49 @@ async fn should_rate_limit(
                 (None, None) => Slot::Unlimited,
             },
         };
+        if let Slot::Limited(limited) = &slot {
+            tollgate::store::validate_key(limited.matched.key.as_bytes())
+                .map_err(|err| Status::invalid_argument(format!("descriptors[{i}]: {err}")))?;
+        }
         slots.push(slot);
     }
 
-    let limited_count = slots.iter().filter(|s| matches!(s, Slot::Limited(_))).count();
-    let denied_outright = slots.iter().any(Slot::blocks);
-    if limited_count > 1 || (limited_count > 0 && denied_outright) {
-        // All or nothing: decide every limited descriptor without recording first.
-        for (i, slot) in slots.iter_mut().enumerate() {
-            if let Slot::Limited(limited) = slot {
-                limited.verdict = Some(probe(state, limited, i).await?);
-            }
-        }
-    }
-    if slots.iter().any(Slot::blocks) {
-        return Ok(respond(&slots, false));
-    }
-    for (i, slot) in slots.iter_mut().enumerate() {
+    // Descriptors that spend, and questions (a cost of 0) that only look.
+    let mut spend = Group::default();
+    let mut ask = Group::default();
+    for (i, slot) in slots.iter().enumerate() {
         if let Slot::Limited(limited) = slot {
-            if limited.cost == 0 {
-                if limited.verdict.is_none() {
-                    limited.verdict = Some(probe(state, limited, i).await?);
-                }
-            } else {
-                limited.verdict = Some(commit(state, limited, i).await?);
-            }
+            let group = if limited.cost == 0 { &mut ask } else { &mut spend };
+            group.push(limited.rule(), i);
         }
     }
-    Ok(respond(&slots, true))
+    let mut answers: Vec<Option<Answer>> = vec![None; slots.len()];
+    // The questions are answered as things stand before this request spends. A door-level
+    // refusal or a question answered "over the limit" refuses the request: then the spending
+    // descriptors are only looked at, so nothing is spent; otherwise one `check_all` decides them
+    // all or nothing, penalties included.
+    let mut passes = !slots.iter().any(Slot::refuses);
+    passes &= ask.decide(state, false, &mut answers).await?;
+    passes &= spend.decide(state, passes, &mut answers).await?;
+    Ok(respond(&slots, &answers, passes))
+}
+
+/// A limited descriptor, or over the limit outright when its cost can never be admitted.
+fn limited_slot<'a>(matched: Matched<'a>, policy: Cow<'a, Policy>, cost: u64) -> Slot<'a> {
+    if cost > policy.max_cost() {
+        Slot::TooLarge { matched, policy }
+    } else {
+        Slot::Limited(Limited {
+            matched,
+            policy,
+            cost,
+        })
+    }
 }
 
 /// The slot of a descriptor that carries its own limit; see [`overrides`].
 fn override_slot<'a>(
-    state: &SharedState,
+    overrides: &OverridePolicies,
     domain: &str,
     entries: Vec<(String, String)>,
     cost: u64,
@@ -423,83 +526,22 @@ fn override_slot<'a>(
         name: None,
         shadow: false,
     };
-    Ok(match state.overrides.get(limit.requests_per_unit, limit.unit)? {
+    Ok(match overrides.get(limit.requests_per_unit, limit.unit)? {
         Override::DenyAll { period, policy_name } => Slot::DenyAll {
             matched,
             period,
             policy_name: Cow::Owned(policy_name),
         },
-        Override::Limited(policy) => Slot::Limited(Limited {
-            matched,
-            policy: Cow::Owned(policy),
-            cost,
-            verdict: None,
-        }),
+        Override::Limited(policy) => limited_slot(matched, Cow::Owned(policy), cost),
     })
 }
 
-/// Decides without recording: a peek of the descriptor's cost (1 for a cost of 0).
-async fn probe(state: &SharedState, limited: &Limited<'_>, index: usize) -> Result<Verdict, Status> {
-    let cost = limited.cost.max(1);
-    if cost > limited.policy.max_cost() {
-        return Ok(Verdict::TooLarge);
-    }
-    let key = limited.matched.key.as_bytes();
-    let started = Instant::now();
-    let result = tollgate::Store::peek(&state.store, &limited.policy, key, cost).await;
-    decided(result, started, &limited.policy, index)
-}
-
-/// Decides and records the descriptor's cost.
-async fn commit(state: &SharedState, limited: &Limited<'_>, index: usize) -> Result<Verdict, Status> {
-    if limited.cost > limited.policy.max_cost() {
-        return Ok(Verdict::TooLarge);
-    }
-    let key = limited.matched.key.as_bytes();
-    let started = Instant::now();
-    let result = tollgate::Store::check(&state.store, &limited.policy, key, limited.cost).await;
-    decided(result, started, &limited.policy, index)
-}
-
-fn decided(
-    result: Result<Decision, Error>,
-    started: Instant,
-    policy: &Policy,
-    index: usize,
-) -> Result<Verdict, Status> {
-    metrics::store_latency(started.elapsed());
-    let decision = result.map_err(|err| store_status(err, index))?;
-    if decision.degraded {
-        metrics::degraded(policy.name());
-    }
-    Ok(Verdict::Decided(decision))
-}
-
-/// The gRPC status for a store error the failure mode did not cover.
-fn store_status(err: Error, index: usize) -> Status {
-    let message = format!("descriptors[{index}]: {err}");
-    match &err {
-        Error::Store { kind, .. } => {
-            metrics::store_error(&kind.to_string());
-            if *kind == StoreErrorKind::Corrupt {
-                Status::internal(message)
-            } else {
-                Status::unavailable(message)
-            }
-        }
-        Error::StoreFull { .. } => Status::unavailable(message),
-        _ if err.is_bad_input() => Status::invalid_argument(message),
-        _ => Status::internal(message),
-    }
-}
-
-/// Builds the answer and records the decisions. `committed` is false when a peek found the
-/// request over the limit and nothing was recorded.
-fn respond(slots: &[Slot<'_>], committed: bool) -> RateLimitResponse {
-    let mut overall = Code::Ok;
+/// Builds the answer; `passes` is false when the request is over the limit.
+fn respond(slots: &[Slot<'_>], answers: &[Option<Answer>], passes: bool) -> RateLimitResponse {
     let statuses = slots
         .iter()
-        .map(|slot| match slot {
+        .zip(answers)
+        .map(|(slot, answer)| match slot {
             Slot::None => DescriptorStatus {
                 code: Code::Ok.into(),
                 ..Default::default()
@@ -513,64 +555,49 @@ fn respond(slots: &[Slot<'_>], committed: bool) -> RateLimitResponse {
                 matched,
                 period,
                 policy_name,
-            } => {
-                let status = deny_all_status(matched, *period, policy_name);
-                if status.code == i32::from(Code::OverLimit) {
-                    overall = Code::OverLimit;
+            } => deny_all_status(matched, *period, policy_name),
+            Slot::TooLarge { matched, policy } => {
+                metrics::decision(policy.name(), refusal(matched));
+                DescriptorStatus {
+                    code: if matched.shadow { Code::Ok } else { Code::OverLimit }.into(),
+                    current_limit: Some(current_limit(policy, matched.name)),
+                    limit_remaining: 0,
+                    duration_until_reset: None,
+                    quota: None,
                 }
-                status
             }
-            Slot::Limited(limited) => {
-                let status = limited_status(limited, committed);
-                if status.code == i32::from(Code::OverLimit) {
-                    overall = Code::OverLimit;
-                }
-                status
-            }
+            Slot::Limited(limited) => limited_status(limited, answer.as_ref()),
         })
         .collect();
     RateLimitResponse {
-        overall_code: overall.into(),
+        overall_code: if passes { Code::Ok } else { Code::OverLimit }.into(),
         statuses,
         ..Default::default()
     }
 }
 
-fn limited_status(limited: &Limited<'_>, committed: bool) -> DescriptorStatus {
-    let allowed = limited.allowed();
-    let shadow = limited.matched.shadow;
-    let policy_name = limited.policy.name();
-    // Record what was decided for real: committed checks, and the denials of a request that the
-    // peek stopped. Asking with a cost of 0 records nothing, like a peek on the HTTP API.
-    if limited.cost > 0 && (committed || !allowed) {
-        let outcome = match (allowed, shadow) {
-            (true, _) => "allowed",
-            (false, true) => "shadow_denied",
-            (false, false) => "denied",
-        };
-        metrics::decision(policy_name, outcome);
-    }
-    let code = if allowed || shadow {
-        Code::Ok
+/// The outcome a door-level refusal is counted as.
+fn refusal(matched: &Matched<'_>) -> Outcome {
+    if matched.shadow {
+        Outcome::ShadowDenied
     } else {
-        Code::OverLimit
-    };
-    let (limit_remaining, duration_until_reset) = match limited.verdict {
-        Some(Verdict::Decided(decision)) => {
-            let remaining = if !allowed {
-                0
-            } else if committed && limited.cost > 0 {
-                decision.remaining
+        Outcome::Denied
+    }
+}
+
+fn limited_status(limited: &Limited<'_>, answer: Option<&Answer>) -> DescriptorStatus {
+    let (code, limit_remaining, duration_until_reset) = match answer {
+        Some(answer) => (
+            if answer.verdict.outcome == Outcome::Denied {
+                Code::OverLimit
             } else {
-                // Peeked, not spent: the budget as it stands.
-                decision
-                    .remaining
-                    .saturating_add(limited.cost.max(1))
-                    .min(decision.limit)
-            };
-            (saturate(remaining), Some(whole_seconds(decision.reset_after)))
-        }
-        Some(Verdict::TooLarge) | None => (0, None),
+                Code::Ok
+            },
+            saturate(answer.remaining),
+            Some(whole_seconds(answer.verdict.decision.reset_after)),
+        ),
+        // Not reached: every limited descriptor is in a group that was decided.
+        None => (Code::Ok, 0, None),
     };
     DescriptorStatus {
         code: code.into(),
@@ -585,7 +612,7 @@ fn limited_status(limited: &Limited<'_>, committed: bool) -> DescriptorStatus {
 /// mode), nothing left, and the time to the end of the current unit, counted from the epoch.
 fn deny_all_status(matched: &Matched<'_>, period: Duration, policy_name: &str) -> DescriptorStatus {
     let shadow = matched.shadow;
-    metrics::decision(policy_name, if shadow { "shadow_denied" } else { "denied" });
+    metrics::decision(policy_name, refusal(matched));
     let since_epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();

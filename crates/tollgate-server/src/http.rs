@@ -3,6 +3,7 @@
 //! | route | does |
 //! |---|---|
 //! | `POST /v1/check` `{"policy", "key", "cost"?}` | decide and record: 200 allowed, 429 denied |
+//! | `POST /v1/check` `{"rules": [{"policy", "key", "cost"?}, ...]}` | the same for several policies at once, all or nothing |
 //! | `GET /v1/limits/{policy}/{key}?cost=N` | the same answer, recording nothing (peek) |
 //! | `DELETE /v1/limits/{policy}/{key}` | forget the key's state (admin) |
 //! | `POST /v1/attempts/{purpose}/{key}` `{"ttl_seconds"}` | count a failed attempt |
@@ -11,10 +12,36 @@
 //! | `DELETE /v1/attempts/{purpose}/{key}` | clear the counter (after a success) |
 //! | `GET /metrics`, `/healthz`, `/readyz` | Prometheus, liveness, store reachability |
 //!
-//! Decisions carry the IETF `RateLimit-Policy` and `RateLimit` headers, and `Retry-After` (whole
-//! seconds, rounded up) when denied. Every error is a 4xx or 5xx with a JSON body
-//! `{"error": "..."}` that names the problem. Bodies are parsed here rather than by an extractor
-//! so that malformed JSON, a missing field and an oversized body all get that same shape.
+//! Every decision is the [`Engine`](tollgate::Engine)'s: a request becomes a list of rules (a
+//! policy marked `shadow` gives a shadow rule) and one [`check_all`](tollgate::Engine::check_all)
+//! decides it, failure modes included. This module only translates.
+//!
+//! # One rule or several
+//!
+//! `{"policy", "key", "cost"?}` answers with the decision:
+//! `{"allowed", "limit", "remaining", "reset_after_ms", "retry_after_ms", "degraded"}`.
+//!
+//! `{"rules": [...]}` (1 to [`MAX_RULES`] rules) decides every rule together: if any enforced
+//! rule denies, the answer is 429 and no rule spends anything (only the `block_for` penalties of
+//! the rules that denied start); rules that name the same policy and key spend from one budget.
+//! The body is `{"allowed", "degraded", "retry_after_ms", "rules": [...]}` with, for each rule in
+//! request order, `{"policy", "outcome", "allowed", "shadow", "limit", "remaining",
+//! "reset_after_ms", "retry_after_ms", "degraded"}`; `outcome` is `allowed`, `shadow_denied`,
+//! `degraded` or `denied`, and a rule that would have allowed a denied request reports its
+//! budget as it stands.
+//!
+//! Decisions carry the IETF `RateLimit-Policy` and `RateLimit` headers (one entry per enforced
+//! rule of a list), and `Retry-After` (whole seconds, rounded up) when denied, from the rule that
+//! makes the client wait longest.
+//!
+//! # Errors
+//!
+//! Every error is an RFC 9457 problem (`application/problem+json`) with the status, its reason
+//! as `title`, and a `detail` that names the problem (``rules[2]: unknown policy `x` ``): 400 for
+//! unusable input, 404 for an unknown policy, 413 for a body over [`MAX_BODY`], 401 for a
+//! missing admin token, and 503 when the store failed and a rule's policy fails closed
+//! (`on_store_failure: fail_closed`), with `Retry-After`. Bodies are parsed here rather than by
+//! an extractor so that malformed JSON, a missing field and an oversized body all get that shape.
 
 use std::time::{Duration, Instant};
 
@@ -28,13 +55,21 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tollgate::{AttemptsStore, Decision, Error, Policy, Store, headers};
+use tollgate::{AttemptsStore, Error, Outcome, Rule, RuleVerdict, Verdict, headers};
 
+use crate::NamedPolicy;
 use crate::metrics;
 use crate::state::SharedState;
 
 /// The largest request body accepted.
 pub const MAX_BODY: usize = 64 * 1024;
+
+/// The most rules one `POST /v1/check` may carry: enough for every limit a request is subject to,
+/// small enough that one request cannot make the store lock or script over many keys.
+pub const MAX_RULES: usize = 16;
+
+/// The media type of every error body.
+const PROBLEM_JSON: &str = "application/problem+json";
 
 /// The API's routes over `state`. Tests drive it with `oneshot`; the binary serves it.
 pub fn router(state: SharedState) -> Router {
@@ -53,7 +88,7 @@ pub fn router(state: SharedState) -> Router {
         .with_state(state)
 }
 
-/// An error answer: a status and a message for `{"error": ...}`.
+/// An error answer: a status and the problem's `detail`.
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
@@ -71,12 +106,36 @@ impl ApiError {
     fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
+
+    /// The same error, about rule `index` of a list.
+    fn at(mut self, index: usize) -> Self {
+        self.message = format!("rules[{index}]: {}", self.message);
+        self
+    }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({ "error": self.message }))).into_response()
+        problem(self.status, self.message, None)
     }
+}
+
+/// An RFC 9457 problem response, with `policy` as an extension member when one is to blame.
+fn problem(status: StatusCode, detail: String, policy: Option<&str>) -> Response {
+    let mut body = json!({
+        "type": "about:blank",
+        "title": status.canonical_reason().unwrap_or("Error"),
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    if let (Some(policy), Some(members)) = (policy, body.as_object_mut()) {
+        members.insert("policy".into(), policy.into());
+    }
+    let mut response = (status, Json(body)).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    response
 }
 
 /// Unusable input is the caller's fault (400); a failing store is ours (503).
@@ -85,9 +144,7 @@ impl From<Error> for ApiError {
         if err.is_bad_input() {
             ApiError::bad_request(err.to_string())
         } else {
-            if let Error::Store { kind, .. } = &err {
-                metrics::store_error(&kind.to_string());
-            }
+            metrics::store_error(&err);
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, err.to_string())
         }
     }
@@ -107,9 +164,22 @@ fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result
     serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
 
+/// `POST /v1/check`: one rule at the top level, or a list under `rules`. One struct with
+/// optional fields, not an untagged enum, so a mistake is named (`missing field `key``) rather
+/// than "did not match any variant".
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct CheckRequest {
+struct CheckBody {
+    policy: Option<String>,
+    key: Option<String>,
+    cost: Option<u64>,
+    rules: Option<Vec<RuleBody>>,
+}
+
+/// One rule of a list.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleBody {
     policy: String,
     key: String,
     #[serde(default = "one")]
@@ -130,8 +200,26 @@ async fn check(
     State(state): State<SharedState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let request: CheckRequest = json_body(body)?;
-    decide(&state, &request.policy, &request.key, request.cost, true).await
+    let body: CheckBody = json_body(body)?;
+    match body.rules {
+        Some(rules) => {
+            if body.policy.is_some() || body.key.is_some() || body.cost.is_some() {
+                return Err(ApiError::bad_request(
+                    "a check has either `rules` or `policy`, `key` and `cost`, not both",
+                ));
+            }
+            check_list(&state, &rules).await
+        }
+        None => {
+            let policy = body
+                .policy
+                .ok_or_else(|| ApiError::bad_request("missing field `policy` (or `rules`)"))?;
+            let key = body
+                .key
+                .ok_or_else(|| ApiError::bad_request("missing field `key`"))?;
+            decide_one(&state, &policy, &key, body.cost.unwrap_or(1), true).await
+        }
+    }
 }
 
 async fn peek(
@@ -140,7 +228,7 @@ async fn peek(
     query: Result<Query<CostQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    decide(&state, &policy, &key, query.cost, false).await
+    decide_one(&state, &policy, &key, query.cost, false).await
 }
 
 async fn reset(
@@ -149,51 +237,63 @@ async fn reset(
     request_headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     authorize_admin(&state, &request_headers)?;
-    let limits = state.limits.load();
+    let limits = state.limits.load_full();
     let named = limits.policy(&policy).ok_or_else(|| unknown_policy(&policy))?;
     check_key(&state, &key)?;
-    state.store.reset(named.policy(), key.as_bytes()).await?;
+    state.engine.reset(named.policy(), key.as_bytes()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Check or peek: the decision as JSON, with the rate limit headers.
-async fn decide(
+/// The rule of `named` for `key`: a shadow rule when the policy is in shadow mode.
+fn rule<'a>(named: &'a NamedPolicy, key: &'a str, cost: u64) -> Rule<'a> {
+    let rule = Rule::new(named.policy(), key, cost);
+    if named.shadow() { rule.as_shadow() } else { rule }
+}
+
+/// Decides `rules` with the engine (recording them when `commit`) and counts what happened.
+async fn decide(state: &SharedState, rules: &[Rule<'_>], commit: bool) -> Result<Verdict, ApiError> {
+    let started = Instant::now();
+    let result = if commit {
+        state.engine.check_all(rules).await
+    } else {
+        state.engine.peek_all(rules).await
+    };
+    metrics::store_latency(started.elapsed());
+    let verdict = result?;
+    if commit {
+        metrics::verdict(rules, &verdict);
+    } else if let Some(err) = verdict.store_error() {
+        metrics::store_error(err);
+    }
+    Ok(verdict)
+}
+
+/// Check or peek of one rule: the decision as JSON, with the rate limit headers.
+async fn decide_one(
     state: &SharedState,
     policy: &str,
     key: &str,
     cost: u64,
     commit: bool,
 ) -> Result<Response, ApiError> {
-    let limits = state.limits.load();
+    let limits = state.limits.load_full();
     let named = limits.policy(policy).ok_or_else(|| unknown_policy(policy))?;
     check_key(state, key)?;
-    let started = Instant::now();
-    let result = if commit {
-        state.store.check(named.policy(), key.as_bytes(), cost).await
-    } else {
-        state.store.peek(named.policy(), key.as_bytes(), cost).await
-    };
-    metrics::store_latency(started.elapsed());
-    let decision = result?;
-    if decision.degraded {
-        metrics::degraded(policy);
+    let rules = [rule(named, key, cost)];
+    let verdict = decide(state, &rules, commit).await?;
+    if verdict.outcome() == Outcome::Error {
+        return Ok(unavailable(&rules, &verdict));
     }
-    // Shadow mode: count what would have been denied, but let it through.
-    let shadowed = !decision.allowed && named.shadow();
-    let outcome = match (decision.allowed, shadowed) {
-        (true, _) => "allowed",
-        (false, true) => "shadow_denied",
-        (false, false) => "denied",
+    let Some(result) = verdict.rules().first() else {
+        return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no decision"));
     };
-    if commit {
-        metrics::decision(policy, outcome);
-    }
-    let denied = !decision.allowed && !shadowed;
+    let denied = !verdict.allowed();
     let status = if denied && commit {
         StatusCode::TOO_MANY_REQUESTS
     } else {
         StatusCode::OK
     };
+    let decision = &result.decision;
     let body = json!({
         "allowed": !denied,
         "limit": decision.limit,
@@ -203,20 +303,152 @@ async fn decide(
         "degraded": decision.degraded,
     });
     let mut response = (status, Json(body)).into_response();
-    add_headers(response.headers_mut(), named.policy(), &decision, denied);
+    let map = response.headers_mut();
+    insert(map, "ratelimit-policy", headers::ratelimit_policy(named.policy()));
+    insert(map, "ratelimit", headers::ratelimit(named.policy(), decision));
+    if let (true, Some(seconds)) = (denied, headers::retry_after_seconds(decision)) {
+        insert(map, header::RETRY_AFTER.as_str(), seconds.to_string());
+    }
     Ok(response)
 }
 
-fn add_headers(map: &mut HeaderMap, policy: &Policy, decision: &Decision, denied: bool) {
-    let mut insert = |name: &'static str, value: String| {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            map.insert(name, value);
-        }
+/// A list of rules, decided all or nothing by one `check_all`.
+async fn check_list(state: &SharedState, bodies: &[RuleBody]) -> Result<Response, ApiError> {
+    if bodies.is_empty() {
+        return Err(ApiError::bad_request("rules must not be empty"));
+    }
+    if bodies.len() > MAX_RULES {
+        return Err(ApiError::bad_request(format!(
+            "{} rules, above the maximum of {MAX_RULES}",
+            bodies.len()
+        )));
+    }
+    let limits = state.limits.load_full();
+    let mut rules = Vec::with_capacity(bodies.len());
+    for (i, body) in bodies.iter().enumerate() {
+        let named = limits
+            .policy(&body.policy)
+            .ok_or_else(|| unknown_policy(&body.policy).at(i))?;
+        check_key(state, &body.key).map_err(|e| e.at(i))?;
+        tollgate::store::validate_check(named.policy(), body.key.as_bytes(), body.cost)
+            .map_err(|e| ApiError::from(e).at(i))?;
+        rules.push(rule(named, &body.key, body.cost));
+    }
+    let verdict = decide(state, &rules, true).await?;
+    if verdict.outcome() == Outcome::Error {
+        return Ok(unavailable(&rules, &verdict));
+    }
+    if verdict.rules().len() != rules.len() {
+        return Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "the engine answered {} rules of {}",
+                verdict.rules().len(),
+                rules.len()
+            ),
+        ));
+    }
+    let denied = !verdict.allowed();
+    let results: Vec<Value> = rules
+        .iter()
+        .zip(verdict.rules())
+        .map(|(rule, result)| rule_json(rule, result))
+        .collect();
+    let body = json!({
+        "allowed": !denied,
+        "degraded": verdict.degraded(),
+        "retry_after_ms": verdict.retry_after().map(millis_up),
+        "rules": results,
+    });
+    let status = if denied {
+        StatusCode::TOO_MANY_REQUESTS
+    } else {
+        StatusCode::OK
     };
-    insert("ratelimit-policy", headers::ratelimit_policy(policy));
-    insert("ratelimit", headers::ratelimit(policy, decision));
-    if let (true, Some(seconds)) = (denied, headers::retry_after_seconds(decision)) {
-        insert(header::RETRY_AFTER.as_str(), seconds.to_string());
+    let mut response = (status, Json(body)).into_response();
+    list_headers(response.headers_mut(), &rules, &verdict);
+    Ok(response)
+}
+
+/// One rule's part in a list answer.
+fn rule_json(rule: &Rule<'_>, result: &RuleVerdict) -> Value {
+    let decision = &result.decision;
+    let enforced_denial = result.outcome == Outcome::Denied;
+    json!({
+        "policy": rule.policy.name(),
+        "outcome": result.outcome.as_str(),
+        "allowed": result.outcome.allows(),
+        "shadow": result.shadow,
+        "limit": decision.limit,
+        "remaining": decision.remaining,
+        "reset_after_ms": millis_up(decision.reset_after),
+        "retry_after_ms": decision.retry_after.filter(|_| enforced_denial).map(millis_up),
+        "degraded": decision.degraded,
+    })
+}
+
+/// `RateLimit-Policy` and `RateLimit` with one entry per enforced rule in request order (a rule
+/// repeated with the same key is listed once), and `Retry-After` when denied.
+fn list_headers(map: &mut HeaderMap, rules: &[Rule<'_>], verdict: &Verdict) {
+    let mut policies: Vec<String> = Vec::new();
+    let mut budgets: Vec<String> = Vec::new();
+    for (i, (rule, result)) in rules.iter().zip(verdict.rules()).enumerate() {
+        if rule.shadow {
+            continue;
+        }
+        let seen = |same: fn(&Rule<'_>, &Rule<'_>) -> bool| {
+            rules[..i]
+                .iter()
+                .any(|earlier| !earlier.shadow && same(earlier, rule))
+        };
+        if !seen(|a, b| a.policy.name() == b.policy.name()) {
+            policies.push(headers::ratelimit_policy(rule.policy));
+        }
+        if !seen(|a, b| a.policy.name() == b.policy.name() && a.key == b.key) {
+            budgets.push(headers::ratelimit(rule.policy, &result.decision));
+        }
+    }
+    if !policies.is_empty() {
+        insert(map, "ratelimit-policy", policies.join(", "));
+        insert(map, "ratelimit", budgets.join(", "));
+    }
+    if let Some(wait) = verdict.retry_after() {
+        insert(
+            map,
+            header::RETRY_AFTER.as_str(),
+            headers::seconds_up(wait).max(1).to_string(),
+        );
+    }
+}
+
+/// The answer when the store failed and a rule fails closed: 503, with the rule's policy and
+/// when to try again.
+fn unavailable(rules: &[Rule<'_>], verdict: &Verdict) -> Response {
+    let policy = verdict
+        .deciding()
+        .and_then(|(i, _)| rules.get(i))
+        .map(|rule| rule.policy.name());
+    let cause = verdict
+        .store_error()
+        .map_or_else(|| "the store failed".to_owned(), ToString::to_string);
+    let detail = match policy {
+        Some(name) => format!("{cause}; policy `{name}` fails closed"),
+        None => cause,
+    };
+    let mut response = problem(StatusCode::SERVICE_UNAVAILABLE, detail, policy);
+    if let Some(wait) = verdict.retry_after() {
+        insert(
+            response.headers_mut(),
+            header::RETRY_AFTER.as_str(),
+            headers::seconds_up(wait).max(1).to_string(),
+        );
+    }
+    response
+}
+
+fn insert(map: &mut HeaderMap, name: &'static str, value: String) {
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        map.insert(name, value);
     }
 }
 

@@ -2,12 +2,14 @@
 //! doing, and how config reloads went. Names are stable; dashboards depend on them.
 //!
 //! The recorder is installed once per process; handlers call the small functions here so metric
-//! names live in one place.
+//! names live in one place. Outcome labels are [`tollgate::Outcome::as_str`] and store error
+//! kinds [`tollgate::Error::class`], so HTTP and gRPC report the same bounded set of values.
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tollgate::{Error, Outcome, Rule, Verdict};
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -31,10 +33,32 @@ pub fn install() -> &'static PrometheusHandle {
     })
 }
 
-/// A decision: `outcome` is `allowed`, `denied` or `shadow_denied` (would have been denied).
-pub fn decision(policy: &str, outcome: &'static str) {
-    metrics::counter!("tollgate_decisions_total", "policy" => policy.to_owned(), "outcome" => outcome)
+/// One rule's decision, labelled with the engine's [`Outcome`]: `allowed`, `shadow_denied`,
+/// `degraded`, `denied` or `error`, the same names at every door.
+pub fn decision(policy: &str, outcome: Outcome) {
+    metrics::counter!("tollgate_decisions_total", "policy" => policy.to_owned(), "outcome" => outcome.as_str())
         .increment(1);
+}
+
+/// Records what the engine decided for `rules` (a committed check, not a peek): each rule's
+/// outcome under its policy, the rules a failure mode decided, and the store failure if any.
+///
+/// In a refused request, a rule that would have allowed spent nothing and decided nothing, so it
+/// is not counted; denials, would-be (shadow) denials and errors are.
+pub fn verdict(rules: &[Rule<'_>], verdict: &Verdict) {
+    let refused = !verdict.allowed();
+    for (rule, result) in rules.iter().zip(verdict.rules()) {
+        if refused && matches!(result.outcome, Outcome::Allowed | Outcome::Degraded) {
+            continue;
+        }
+        decision(rule.policy.name(), result.outcome);
+        if result.decision.degraded {
+            degraded(rule.policy.name());
+        }
+    }
+    if let Some(err) = verdict.store_error() {
+        store_error(err);
+    }
 }
 
 /// A decision a failure mode took because the store could not.
@@ -47,9 +71,11 @@ pub fn store_latency(elapsed: Duration) {
     metrics::histogram!("tollgate_store_latency_seconds").record(elapsed.as_secs_f64());
 }
 
-/// A store call that failed, by kind (`timeout`, `connection`, ...).
-pub fn store_error(kind: &str) {
-    metrics::counter!("tollgate_store_errors_total", "kind" => kind.to_owned()).increment(1);
+/// A store call that failed, by [`Error::class`] (`timeout`, `connection`, `full`, ...).
+pub fn store_error(err: &Error) {
+    if let Some(class) = err.class() {
+        metrics::counter!("tollgate_store_errors_total", "kind" => class).increment(1);
+    }
 }
 
 /// A config reload, successful or not.

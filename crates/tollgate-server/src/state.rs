@@ -1,9 +1,13 @@
-//! What every request handler shares: the live limits (swapped whole on reload), the store and
-//! the settings.
+//! What every request handler shares: the live limits (swapped whole on reload), the decision
+//! engine over the store, and the settings.
+//!
+//! Every door (HTTP, gRPC) decides through the one [`Engine`]: all-or-nothing, shadow rules,
+//! penalties, failure modes and outcome labels are the engine's, so the doors only translate.
 
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use tollgate::Engine;
 
 use crate::Limits;
 use crate::store::AnyStore;
@@ -30,19 +34,19 @@ impl Default for Settings {
 pub struct AppState {
     /// The current limits; a reload swaps in a new value, in-flight requests keep the old one.
     pub limits: ArcSwap<Limits>,
-    /// Where decisions are made.
+    /// The store decisions are made in (the engine's), for attempts counters and readiness.
     pub store: AnyStore,
+    /// Decides every rate limit request, over `store`.
+    pub engine: Engine<AnyStore>,
     /// Fixed settings.
     pub settings: Settings,
-    /// The policies of the gRPC limit overrides seen so far (bounded).
-    pub(crate) overrides: crate::grpc::OverridePolicies,
 }
 
 /// The handle handlers receive.
 pub type SharedState = Arc<AppState>;
 
 impl AppState {
-    /// State over `limits` and `store`.
+    /// State over `limits` and `store`, with an [`Engine`] over `store`.
     ///
     /// ```
     /// use tollgate_server::state::{AppState, Settings};
@@ -51,14 +55,17 @@ impl AppState {
     /// let limits = tollgate_server::config::parse("demo.yaml", "policies: {}")?;
     /// let state = AppState::new(limits, AnyStore::memory(), Settings::default());
     /// assert!(state.limits.load().is_empty());
+    /// assert_eq!(state.engine.store().kind(), "memory");
     /// # Ok::<(), tollgate_server::ConfigError>(())
     /// ```
     pub fn new(limits: Limits, store: AnyStore, settings: Settings) -> SharedState {
         Arc::new(AppState {
             limits: ArcSwap::from_pointee(limits),
+            // A clone shares the store's state (an `Arc` or a connection handle), so the engine
+            // and the attempts endpoints see one store.
+            engine: Engine::new(store.clone()),
             store,
             settings,
-            overrides: crate::grpc::OverridePolicies::default(),
         })
     }
 }

@@ -550,29 +550,122 @@ async fn a_limit_override_replaces_the_configured_limit() {
 }
 
 #[tokio::test]
-async fn distinct_limit_overrides_are_capped() {
+async fn any_number_of_distinct_limit_overrides_work() {
     let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
-    let mut first_refused = None;
-    for requests in 1..=2_000u32 {
-        let ask = request(
+    let ask = |requests: u32| {
+        request(
             "messaging",
             vec![overridden(&[("k", "v")], requests, Unit::Day)],
             1,
+        )
+    };
+    for requests in 1..=2_000u32 {
+        let response = rls.ask(ask(requests)).await;
+        assert_eq!(code(response.overall_code), Code::Ok, "override {requests}");
+        assert_eq!(limit_of(&response.statuses[0]), (requests, Unit::Day, ""));
+        assert_eq!(
+            response.statuses[0].limit_remaining,
+            requests - 1,
+            "each override counts on its own"
         );
-        match rls.client.should_rate_limit(ask).await {
-            Ok(_) => {}
-            Err(status) => {
-                assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
-                first_refused = Some(requests);
-                break;
-            }
-        }
     }
-    assert_eq!(first_refused, Some(1_025), "1024 distinct overrides are accepted");
-    // Known overrides and the configured limits keep working.
-    let known = request("messaging", vec![overridden(&[("k", "w")], 7, Unit::Day)], 1);
-    assert_eq!(code(rls.ask(known).await.overall_code), Code::Ok);
+    // The first override again, long after it left any cache: its budget is the one it spent.
+    assert_eq!(code(rls.ask(ask(1)).await.overall_code), Code::OverLimit);
+    // The configured limits keep working.
     assert_eq!(code(rls.ask(one(&[("tight", "x")])).await.overall_code), Code::Ok);
+    rls.stop().await;
+}
+
+/// `entries` asked with a descriptor `hits_addend` of 0: the budget as it stands.
+fn question(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        hits_addend: Some(UInt64Value { value: 0 }),
+        ..descriptor(entries)
+    }
+}
+
+#[tokio::test]
+async fn a_denied_request_starts_the_penalty_of_each_descriptor_that_denied() {
+    let mut rls = Rls::start("penalties.yaml", AnyStore::memory()).await;
+    let user = [("user", "alice")];
+    let ip = [("ip", "192.0.2.1")];
+    let roomy = [("roomy", "r")];
+    let all = request(
+        "penalties",
+        vec![descriptor(&user), descriptor(&ip), descriptor(&roomy)],
+        1,
+    );
+    let first = rls.ask(all.clone()).await;
+    assert_eq!(code(first.overall_code), Code::Ok);
+    // Each window is at most an hour long, so a reset beyond an hour is the 2 h penalty.
+    assert!(first.statuses.iter().all(|s| reset_secs(s) <= 3_600), "{first:?}");
+
+    let denied = rls.ask(all).await;
+    assert_eq!(code(denied.overall_code), Code::OverLimit);
+    let codes: Vec<Code> = denied.statuses.iter().map(|s| code(s.code)).collect();
+    assert_eq!(codes, [Code::OverLimit, Code::OverLimit, Code::Ok]);
+    assert_eq!(denied.statuses[2].limit_remaining, 99, "untouched");
+
+    // Asked alone afterwards, both denying descriptors are blocked for the penalty; the one
+    // that allowed has neither spent nor been penalised.
+    for entries in [&user, &ip] {
+        let alone = rls.ask(request("penalties", vec![question(entries)], 1)).await;
+        assert_eq!(code(alone.overall_code), Code::OverLimit, "{entries:?}");
+        let reset = reset_secs(&alone.statuses[0]);
+        assert!(
+            (3_601..=7_200).contains(&reset),
+            "{entries:?}: reset in {reset} s"
+        );
+    }
+    let alone = rls.ask(request("penalties", vec![question(&roomy)], 1)).await;
+    assert_eq!(code(alone.overall_code), Code::Ok);
+    assert_eq!(alone.statuses[0].limit_remaining, 99);
+    assert!(reset_secs(&alone.statuses[0]) <= 3_600);
+    rls.stop().await;
+}
+
+#[tokio::test]
+async fn the_same_descriptor_twice_spends_twice_from_one_budget_or_nothing() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    for _ in 0..2 {
+        assert_eq!(code(rls.ask(one(&MARKETING)).await.overall_code), Code::Ok);
+    }
+    // One unit left; the request asks for two.
+    let twice = request(
+        "messaging",
+        vec![descriptor(&MARKETING), descriptor(&MARKETING)],
+        1,
+    );
+    let denied = rls.ask(twice).await;
+    assert_eq!(code(denied.overall_code), Code::OverLimit);
+    assert_eq!(code(denied.statuses[0].code), Code::OverLimit);
+    assert_eq!(code(denied.statuses[1].code), Code::OverLimit);
+    // Nothing was spent: the last unit is still there.
+    let peek = rls.ask(request("messaging", vec![question(&MARKETING)], 1)).await;
+    assert_eq!(code(peek.overall_code), Code::Ok);
+    assert_eq!(peek.statuses[0].limit_remaining, 1);
+    let last = rls.ask(one(&MARKETING)).await;
+    assert_eq!(code(last.overall_code), Code::Ok);
+    assert_eq!(last.statuses[0].limit_remaining, 0);
+    rls.stop().await;
+}
+
+#[tokio::test]
+async fn a_question_over_the_limit_refuses_the_request_and_spends_nothing() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    assert_eq!(code(rls.ask(one(&[("tight", "q")])).await.overall_code), Code::Ok);
+    let both = request(
+        "messaging",
+        vec![question(&[("tight", "q")]), descriptor(&MARKETING)],
+        1,
+    );
+    for _ in 0..2 {
+        let response = rls.ask(both.clone()).await;
+        assert_eq!(code(response.overall_code), Code::OverLimit);
+        assert_eq!(code(response.statuses[0].code), Code::OverLimit);
+        assert_eq!(code(response.statuses[1].code), Code::Ok);
+        assert_eq!(response.statuses[1].limit_remaining, 3, "untouched");
+    }
     rls.stop().await;
 }
 

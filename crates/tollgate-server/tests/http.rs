@@ -73,7 +73,7 @@ async fn check_admits_up_to_the_limit_then_answers_429_with_headers() {
 }
 
 #[tokio::test]
-async fn bad_requests_get_a_4xx_naming_the_problem() {
+async fn bad_requests_get_a_4xx_problem_naming_it() {
     let server = Server::start(&["--max-key-len", "16"]);
     let post = |body: String| {
         client()
@@ -137,8 +137,15 @@ async fn bad_requests_get_a_4xx_naming_the_problem() {
     for (body, status, message) in cases {
         let response = post(body.clone()).await.expect("send");
         assert_eq!(response.status(), status, "{body:.80}");
-        let error: Value = response.json().await.expect("json error");
-        let text = error["error"].as_str().expect("error field");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json",
+            "{body:.80}"
+        );
+        let problem: Value = response.json().await.expect("json problem");
+        assert_eq!(problem["status"], status.as_u16(), "{body:.80}");
+        assert_eq!(problem["type"], "about:blank", "{body:.80}");
+        let text = problem["detail"].as_str().expect("detail member");
         assert!(text.contains(message), "{body:.80}: {text}");
     }
 }

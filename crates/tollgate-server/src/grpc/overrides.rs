@@ -3,10 +3,12 @@
 //! descriptor of a known domain, as a fixed window of `requests_per_unit` per `unit` aligned to
 //! the unit, never in shadow mode; 0 denies every request.
 //!
-//! Every distinct `(requests_per_unit, unit)` needs its own policy, and the core interns policy
-//! names for the life of the process. So the number of distinct overrides a server accepts is
-//! capped at [`MAX_OVERRIDES`]: a client sending ever-new numbers gets an error, not a server
-//! that grows without bound. Real deployments use a handful, written in Envoy's route config.
+//! Every distinct `(requests_per_unit, unit)` is its own policy. A policy is only a shared name
+//! and its parameters (no registry holds it), so any number of overrides works; the policies of
+//! recent ones are kept in a small cache so a repeated override is not built again. The cache is
+//! bounded ([`CACHED_OVERRIDES`]): a client sending ever-new numbers gets answers as usual, and
+//! the server's memory does not grow with them. Real deployments use a handful, written in
+//! Envoy's route config.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -18,8 +20,8 @@ use tollgate::{Algorithm, Anchor, Policy};
 use super::UNITS;
 use crate::limits::ENVOY_POLICY_PREFIX;
 
-/// How many distinct overrides one server accepts.
-pub(crate) const MAX_OVERRIDES: usize = 1024;
+/// How many distinct overrides the cache keeps; past that, it starts over.
+pub(crate) const CACHED_OVERRIDES: usize = 1024;
 
 /// What an override admits.
 #[derive(Debug, Clone)]
@@ -41,22 +43,16 @@ pub(crate) enum OverrideError {
         unit: &'static str,
         source: tollgate::PolicyError,
     },
-    #[error("more than {MAX_OVERRIDES} distinct limit overrides; put the limits in the rate limit config")]
-    TooMany,
 }
 
 impl OverrideError {
-    /// The status for descriptor `index`: the caller's mistake, or a cap the caller hit.
+    /// The status for descriptor `index`: the caller's mistake.
     pub(crate) fn status(&self, index: usize) -> tonic::Status {
-        let message = format!("descriptors[{index}]: {self}");
-        match self {
-            OverrideError::Unit(_) | OverrideError::Policy { .. } => tonic::Status::invalid_argument(message),
-            OverrideError::TooMany => tonic::Status::resource_exhausted(message),
-        }
+        tonic::Status::invalid_argument(format!("descriptors[{index}]: {self}"))
     }
 }
 
-/// The policies of the overrides seen so far.
+/// The policies of recent overrides.
 #[derive(Debug, Default)]
 pub(crate) struct OverridePolicies {
     seen: Mutex<HashMap<(u32, Unit), Override>>,
@@ -75,9 +71,6 @@ impl OverridePolicies {
         if let Some(found) = seen.get(&(requests, unit)) {
             return Ok(found.clone());
         }
-        if seen.len() >= MAX_OVERRIDES {
-            return Err(OverrideError::TooMany);
-        }
         let period = Duration::from_secs(seconds);
         // No `.` in the name, so it can never equal a configured descriptor's policy name
         // (`envoy:` then `domain.key...`).
@@ -94,6 +87,11 @@ impl OverridePolicies {
                 Algorithm::fixed_window(u64::from(requests), period, Anchor::Epoch).map_err(policy_error)?;
             Override::Limited(Policy::new(policy_name, algorithm).map_err(policy_error)?)
         };
+        if seen.len() >= CACHED_OVERRIDES {
+            // Simpler than LRU and as good here: the few overrides in real use are back in the
+            // cache after one request each.
+            seen.clear();
+        }
         seen.insert((requests, unit), made.clone());
         Ok(made)
     }
@@ -143,18 +141,26 @@ mod tests {
     }
 
     #[test]
-    fn distinct_overrides_are_capped() {
+    fn overrides_past_the_cache_bound_still_work_and_keep_their_policy() {
         let overrides = OverridePolicies::default();
-        for requests in 1..=MAX_OVERRIDES as u32 {
-            assert!(overrides.get(requests, Unit::Day.into()).is_ok());
+        let count = CACHED_OVERRIDES as u32 * 2;
+        for requests in 1..=count {
+            let Ok(Override::Limited(policy)) = overrides.get(requests, Unit::Day.into()) else {
+                panic!("override {requests} is a limited override")
+            };
+            assert_eq!(policy.max_cost(), u64::from(requests));
         }
-        assert!(
-            overrides.get(1, Unit::Day.into()).is_ok(),
-            "a known one still works"
-        );
-        assert!(matches!(
-            overrides.get(MAX_OVERRIDES as u32 + 1, Unit::Day.into()),
-            Err(OverrideError::TooMany)
-        ));
+        let held = overrides
+            .seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
+        assert!(held <= CACHED_OVERRIDES, "the cache holds {held}");
+        // Built again after being dropped from the cache, an override is the same policy: the
+        // same name, so the same budget in the store.
+        let Ok(Override::Limited(again)) = overrides.get(1, Unit::Day.into()) else {
+            panic!("a limited override")
+        };
+        assert_eq!(again.name(), "envoy:override/1/DAY");
     }
 }

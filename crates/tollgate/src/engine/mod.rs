@@ -237,6 +237,7 @@ fn verdict(
         }
     }
     if let Some(index) = index {
+        // Back to the caller's rules, one verdict each, even when they all merged into one.
         let merged = match &verdicts {
             Rules::One(r) => std::slice::from_ref(r),
             Rules::Many(v) => v.as_slice(),
@@ -284,5 +285,32 @@ impl<'a> Merged<'a> {
             }
         }
         Some(Merged { unique, index })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::Algorithm;
+
+    #[tokio::test]
+    async fn a_rule_given_twice_has_a_verdict_for_each_and_spends_both_costs_or_nothing() {
+        let engine = Engine::new(MemoryStore::new());
+        let policy = Policy::new("p", Algorithm::sliding_log(3, Duration::from_secs(60)).unwrap()).unwrap();
+        let twice = [Rule::new(&policy, "k", 1), Rule::new(&policy, "k", 1)];
+        let verdict = engine.check_all(&twice).await.unwrap();
+        assert!(verdict.allowed());
+        assert_eq!(verdict.rules().len(), 2);
+        assert_eq!(verdict.rules()[1].decision.remaining, 1);
+        let denied = engine.check_all(&twice).await.unwrap();
+        assert_eq!(denied.outcome(), Outcome::Denied);
+        assert_eq!(denied.rules().len(), 2);
+        assert!(denied.rules().iter().all(|r| r.outcome == Outcome::Denied));
+        assert!(
+            engine.check(&policy, b"k", 1).await.unwrap().allowed(),
+            "nothing was spent"
+        );
     }
 }
