@@ -81,33 +81,43 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     metrics::install();
-    // One shutdown stops both servers; each lets its in-flight requests finish.
+    // One shutdown stops both servers; each lets its in-flight requests finish. The tasks are
+    // aborted if this future is dropped, so no server outlives a caller that gave up on it.
     let (stop, stopped) = watch::channel(false);
-    let signal = tokio::spawn(async move {
+    let signal = AbortOnDrop(tokio::spawn(async move {
         shutdown.await;
         let _ = stop.send(true);
-    });
+    }));
     let when_stopped = |mut stopped: watch::Receiver<bool>| async move {
-        // An error means the sender is gone, which happens only once `signal` ends: stop then too.
+        // An error means the sender is gone, which happens only once `signal` is: stop then too.
         let _ = stopped.wait_for(|stop| *stop).await;
     };
-    let grpc_server = tokio::spawn(grpc::serve(
+    let mut grpc_server = AbortOnDrop(tokio::spawn(grpc::serve(
         listeners.grpc,
         Arc::clone(&state),
         when_stopped(stopped.clone()),
-    ));
+    )));
     let http_served = axum::serve(listeners.http, http::router(state))
         .with_graceful_shutdown(when_stopped(stopped))
         .await
         .context("http server");
     if http_served.is_err() {
         // The http server failed on its own: do not leave the grpc server running.
-        signal.abort();
+        signal.0.abort();
     }
-    let grpc_served = grpc_server.await.context("grpc server task");
+    let grpc_served = (&mut grpc_server.0).await.context("grpc server task");
     http_served?;
     grpc_served?.context("grpc server")?;
     Ok(())
+}
+
+/// A task that ends when its handle is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Serves until ctrl-c or SIGTERM, as `tollgate serve` does; in-flight requests finish first.

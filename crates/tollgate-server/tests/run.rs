@@ -115,3 +115,36 @@ async fn serves_both_doors_follows_a_limits_swap_and_stops_on_shutdown() {
         "the http listener is closed once run returns"
     );
 }
+
+#[tokio::test]
+async fn dropping_run_stops_both_servers() {
+    let state = AppState::new(
+        tollgate_config::demo().expect("demo"),
+        AnyStore::memory(),
+        Settings::default(),
+    );
+    let any = "127.0.0.1:0".parse().expect("address");
+    let listeners = Listeners::bind(any, any).await.expect("bind");
+    let addrs = [
+        listeners.http.local_addr().expect("http addr"),
+        listeners.grpc.local_addr().expect("grpc addr"),
+    ];
+    let server = tokio::spawn(run(state, listeners, std::future::pending()));
+    for addr in addrs {
+        tokio::net::TcpStream::connect(addr).await.expect("serving");
+    }
+    server.abort();
+    let _ = server.await;
+    // The servers' own tasks end on the runtime's next turns; a bounded wait for both ports.
+    for addr in addrs {
+        let mut refused = false;
+        for _ in 0..200 {
+            if tokio::net::TcpStream::connect(addr).await.is_err() {
+                refused = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(refused, "{addr} still accepts connections after run was dropped");
+    }
+}
