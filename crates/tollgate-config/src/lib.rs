@@ -172,7 +172,7 @@ pub fn demo() -> Result<Limits, ConfigError> {
     parse("built-in demo config", DEMO_CONFIG)
 }
 
-/// Loads the config at `path`, or the [demo](demo) policies when there is none: what
+/// Loads the config at `path`, or the [`demo`] policies when there is none: what
 /// `tollgate serve` and `tollgate proxy` start with.
 ///
 /// ```
