@@ -85,7 +85,7 @@ for port in "${cluster_ports[@]}"; do
 done
 cluster_url="redis+cluster://$(printf '127.0.0.1:%s,' "${cluster_ports[@]}" | sed 's/,$//')"
 
-cargo build --release --locked -p tollgate-server --bin tollgate
+cargo build --release --locked -p tollgate-cli --bin tollgate
 tollgate="${CARGO_TARGET_DIR:-target}/release/tollgate"
 
 mkdir -p docs/scenarios

@@ -9,7 +9,7 @@
 //! # One call
 //!
 //! A request names a `domain` and carries descriptors, each a list of `(key, value)` entries.
-//! Each descriptor is matched on its own with [`Limits::resolve`](crate::Limits::resolve), then
+//! Each descriptor is matched on its own with [`Limits::resolve`](tollgate_config::Limits::resolve), then
 //! [`apply_replaces`] drops the rate limits that another matched rate limit of the same request
 //! `replaces`. The answer has one status per descriptor, in request order, and an overall code
 //! that is `OVER_LIMIT` when any descriptor is:
@@ -107,9 +107,9 @@ use tollgate::{Algorithm, Outcome, Policy, Rule, RuleVerdict, Verdict};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
-use crate::limits::{Resolved, apply_replaces, override_key};
 use crate::metrics;
 use crate::state::SharedState;
+use tollgate_config::{Resolved, apply_replaces, override_key};
 
 /// The generated messages, server and client of the Envoy rate limit service (from
 /// `envoy-types`), for callers and tests.
@@ -174,11 +174,11 @@ impl std::fmt::Debug for RlsService {
 /// use tollgate_server::state::{AppState, Settings};
 /// use tollgate_server::store::AnyStore;
 ///
-/// let limits = tollgate_server::config::parse("edge.yaml", "domain: edge\ndescriptors: []\n")?;
+/// let limits = tollgate_config::parse("edge.yaml", "domain: edge\ndescriptors: []\n")?;
 /// let state = AppState::new(limits, AnyStore::memory(), Settings::default());
 /// let router = tonic::transport::Server::builder().add_service(tollgate_server::grpc::service(state));
 /// # drop(router);
-/// # Ok::<(), tollgate_server::ConfigError>(())
+/// # Ok::<(), tollgate_config::ConfigError>(())
 /// ```
 pub fn service(state: SharedState) -> RateLimitServiceServer<RlsService> {
     RateLimitServiceServer::new(RlsService {
@@ -197,7 +197,7 @@ pub fn service(state: SharedState) -> RateLimitServiceServer<RlsService> {
 /// use tollgate_server::store::AnyStore;
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// let limits = tollgate_server::config::parse("edge.yaml", "domain: edge\ndescriptors: []\n")?;
+/// let limits = tollgate_config::parse("edge.yaml", "domain: edge\ndescriptors: []\n")?;
 /// let state = AppState::new(limits, AnyStore::memory(), Settings::default());
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8081").await?;
 /// tollgate_server::grpc::serve(listener, state, async {

@@ -57,9 +57,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tollgate::{AttemptsStore, Error, Outcome, Rule, RuleVerdict, Verdict, headers};
 
-use crate::NamedPolicy;
 use crate::metrics;
 use crate::state::SharedState;
+use tollgate_config::NamedPolicy;
 
 /// The largest request body accepted.
 pub const MAX_BODY: usize = 64 * 1024;

@@ -1,62 +1,55 @@
-//! The tollgate server: rate limit decisions for many services from one place, configured with
-//! YAML files in tollgate's own format or in envoyproxy/ratelimit's, unchanged.
+//! The tollgate server as a library: rate limit decisions for many services from one place,
+//! over an HTTP/JSON API and Envoy's rate limit service, with the limits reloaded while serving,
+//! and `tollgate proxy`, a rate limiting reverse proxy.
 //!
-//! This crate holds the server's library; `main.rs` only parses arguments.
+//! The limits come from [`tollgate_config`]; the `tollgate` binary (crate `tollgate-cli`) only
+//! parses arguments and calls [`serve::serve`] or [`proxy::run`]. [`run`] serves on listeners the
+//! caller bound and stops when the caller says, so a test binds port 0 and stops the server when
+//! it is done:
 //!
 //! ```
-//! let limits = tollgate_server::config::parse(
-//!     "limits.yaml",
-//!     r#"
-//! domain: messaging
-//! descriptors:
-//!   - key: message_type
-//!     value: marketing
-//!     descriptors:
-//!       - key: to_number
-//!         rate_limit: {unit: day, requests_per_unit: 5}
-//! "#,
-//! )?;
-//! let resolved = limits
-//!     .resolve(
-//!         "messaging",
-//!         &[
-//!             ("message_type".to_owned(), "marketing".to_owned()),
-//!             ("to_number".to_owned(), "2061111111".to_owned()),
-//!         ],
-//!     )
-//!     .expect("five marketing messages a day per number");
-//! assert_eq!(resolved.policy().unwrap().max_cost(), 5);
-//! # Ok::<(), tollgate_server::config::ConfigError>(())
+//! use tollgate_server::state::{AppState, Settings};
+//! use tollgate_server::store::AnyStore;
+//! use tollgate_server::{Listeners, run};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> anyhow::Result<()> {
+//! let state = AppState::new(tollgate_config::demo()?, AnyStore::memory(), Settings::default());
+//! let listeners = Listeners::bind("127.0.0.1:0".parse()?, "127.0.0.1:0".parse()?).await?;
+//! let http = listeners.http.local_addr()?;
+//! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! let server = tokio::spawn(run(state, listeners, async {
+//!     let _ = stopped.await;
+//! }));
+//! // ... send requests to `http` ...
+//! # assert_ne!(http.port(), 0);
+//! let _ = stop.send(());
+//! server.await??;
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! # Layout
 //!
-//! - [`config`]: reads configuration files (a file or a directory) into [`Limits`], with errors
-//!   that name the file and the field; [`config::duration`] holds the duration and rate grammar.
-//! - [`limits`]: [`Limits`], the compiled configuration, and the envoyproxy/ratelimit descriptor
-//!   matcher ([`Limits::resolve`]) with its store keys.
-//! - [`routes`]: which policies `tollgate proxy` applies to a request path, and its key.
+//! - [`serve`]: running the server: [`run`] on given [`Listeners`] until a shutdown future
+//!   completes, and [`serve::serve`], which loads the config, opens the store, binds, reloads and
+//!   stops on ctrl-c or SIGTERM, as `tollgate serve` does.
 //! - [`http`]: the HTTP/JSON API ([`http::router`]).
 //! - [`grpc`]: the Envoy rate limit service (`ShouldRateLimit`), answered as envoyproxy/ratelimit
 //!   does ([`grpc::service`], [`grpc::serve`]).
-//! - [`serve`]: running the server: listeners, graceful shutdown.
 //! - [`proxy`]: `tollgate proxy`, a rate limiting reverse proxy over the tower middleware.
 //! - [`reload`]: swapping in a new config on SIGHUP or file change; a broken one is rejected.
 //! - [`store`]: [`store::AnyStore`], the memory or Redis store chosen at start-up.
 //! - [`state`]: what handlers share: live limits (swapped on reload), store, settings.
 //! - [`metrics`]: Prometheus metric names and the recorder.
 
-pub mod config;
 pub mod grpc;
 pub mod http;
-pub mod limits;
 pub mod metrics;
 pub mod proxy;
 pub mod reload;
-pub mod routes;
 pub mod serve;
 pub mod state;
 pub mod store;
 
-pub use config::{ConfigError, ConfigErrorKind};
-pub use limits::{Limits, NamedPolicy, Resolved};
+pub use serve::{Listeners, run};

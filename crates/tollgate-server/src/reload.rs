@@ -16,8 +16,8 @@ use std::time::Duration;
 use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
+use crate::metrics;
 use crate::state::SharedState;
-use crate::{config, metrics};
 
 /// How long the files must be quiet before a change is reloaded.
 const DEBOUNCE: Duration = Duration::from_millis(250);
@@ -25,7 +25,7 @@ const DEBOUNCE: Duration = Duration::from_millis(250);
 /// Loads `path` and swaps it in, or keeps the current limits if it is broken. Returns whether
 /// the new limits are being served.
 pub fn reload(state: &SharedState, path: &Path) -> bool {
-    match config::load(path) {
+    match tollgate_config::load(path) {
         Ok(limits) => {
             state.limits.store(Arc::new(limits));
             metrics::config_reload(true);

@@ -1,10 +1,15 @@
-//! Running the server: load the limits, open the store, bind the HTTP and gRPC listeners, serve
-//! until told to stop, and reload the limits on SIGHUP and on file change (see [`reload`]).
+//! Running the server: [`run`] serves the HTTP API and the Envoy rate limit service on
+//! listeners the caller bound, until a shutdown future completes; [`serve`] is what `tollgate
+//! serve` does around it: load the limits, open the store, bind, reload the limits on SIGHUP and
+//! on file change (see [`reload`]), and stop on ctrl-c or SIGTERM.
 //!
-//! `main.rs` only turns arguments into [`Options`]. Listeners are bound here and their real
-//! addresses printed (`tollgate: http listening on 127.0.0.1:PORT`), so `--http 127.0.0.1:0`
-//! works and tests can find the port.
+//! Binding is the caller's job so that a test can bind port 0 and read the port before the
+//! server starts, and stopping is a future so that a test can stop the server when it is done
+//! instead of sending the process a signal. [`serve`] prints the addresses it bound
+//! (`tollgate: http listening on 127.0.0.1:PORT`), so `--http 127.0.0.1:0` works for the binary
+//! too.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,9 +18,9 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::state::{AppState, Settings};
+use crate::state::{AppState, Settings, SharedState};
 use crate::store::AnyStore;
-use crate::{Limits, config, grpc, http, metrics, reload};
+use crate::{grpc, http, metrics, reload};
 
 /// What `tollgate serve` was asked to do.
 #[derive(Debug, Clone)]
@@ -32,40 +37,100 @@ pub struct Options {
     pub settings: Settings,
 }
 
-/// The policies served when no config is given.
-pub const DEMO_CONFIG: &str = include_str!("demo.yaml");
+/// The bound sockets [`run`] serves on.
+#[derive(Debug)]
+pub struct Listeners {
+    /// The HTTP/JSON API.
+    pub http: TcpListener,
+    /// The Envoy rate limit service (gRPC).
+    pub grpc: TcpListener,
+}
 
-/// Loads the configured limits, or the demo policies.
-///
-/// ```
-/// let limits = tollgate_server::serve::load_limits(None)?;
-/// assert!(limits.policy("demo").is_some());
-/// # Ok::<(), tollgate_server::ConfigError>(())
-/// ```
-pub fn load_limits(config: Option<&std::path::Path>) -> Result<Limits, config::ConfigError> {
-    match config {
-        Some(path) => config::load(path),
-        None => config::parse("built-in demo config", DEMO_CONFIG),
+impl Listeners {
+    /// Binds both; port 0 picks a free port, which `local_addr` then tells.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// let any = "127.0.0.1:0".parse()?;
+    /// let listeners = tollgate_server::Listeners::bind(any, any).await?;
+    /// assert_ne!(listeners.http.local_addr()?, listeners.grpc.local_addr()?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn bind(http: SocketAddr, grpc: SocketAddr) -> anyhow::Result<Listeners> {
+        let http = TcpListener::bind(http)
+            .await
+            .with_context(|| format!("cannot listen for http on {http}"))?;
+        let grpc = TcpListener::bind(grpc)
+            .await
+            .with_context(|| format!("cannot listen for grpc on {grpc}"))?;
+        Ok(Listeners { http, grpc })
     }
 }
 
-/// Serves until ctrl-c or SIGTERM; in-flight requests finish first.
+/// Serves the HTTP API and the Envoy rate limit service over `state` on `listeners` until
+/// `shutdown` completes; then both stop accepting, let their in-flight requests finish, and
+/// this returns. An error means a server failed, not that a request did.
+///
+/// Swap `state.limits` to change the limits while serving (as [`reload`] does). See the
+/// [crate docs](crate) for an example.
+pub async fn run(
+    state: SharedState,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    metrics::install();
+    // One shutdown stops both servers; each lets its in-flight requests finish. The tasks are
+    // aborted if this future is dropped, so no server outlives a caller that gave up on it.
+    let (stop, stopped) = watch::channel(false);
+    let signal = AbortOnDrop(tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    }));
+    let when_stopped = |mut stopped: watch::Receiver<bool>| async move {
+        // An error means the sender is gone, which happens only once `signal` is: stop then too.
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    let mut grpc_server = AbortOnDrop(tokio::spawn(grpc::serve(
+        listeners.grpc,
+        Arc::clone(&state),
+        when_stopped(stopped.clone()),
+    )));
+    let http_served = axum::serve(listeners.http, http::router(state))
+        .with_graceful_shutdown(when_stopped(stopped))
+        .await
+        .context("http server");
+    if http_served.is_err() {
+        // The http server failed on its own: do not leave the grpc server running.
+        signal.0.abort();
+    }
+    let grpc_served = (&mut grpc_server.0).await.context("grpc server task");
+    http_served?;
+    grpc_served?.context("grpc server")?;
+    Ok(())
+}
+
+/// A task that ends when its handle is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Serves until ctrl-c or SIGTERM, as `tollgate serve` does; in-flight requests finish first.
 pub async fn serve(options: Options) -> anyhow::Result<()> {
-    let limits = load_limits(options.config.as_deref())?;
+    let limits = tollgate_config::load_or_demo(options.config.as_deref())?;
     let store = match &options.store {
         Some(url) => AnyStore::redis(url)
             .await
             .with_context(|| format!("store `{url}`"))?,
         None => AnyStore::memory(),
     };
-    metrics::install();
     let state = AppState::new(limits, store, options.settings.clone());
-    let listener = TcpListener::bind(options.http)
-        .await
-        .with_context(|| format!("cannot listen for http on {}", options.http))?;
-    let grpc_listener = TcpListener::bind(options.grpc)
-        .await
-        .with_context(|| format!("cannot listen for grpc on {}", options.grpc))?;
+    let listeners = Listeners::bind(options.http, options.grpc).await?;
     // Watching and the SIGHUP handler start before the addresses are printed: a change or a
     // signal sent once they are seen is never missed.
     if let Some(path) = options.config.clone() {
@@ -77,8 +142,8 @@ pub async fn serve(options: Options) -> anyhow::Result<()> {
             tokio::spawn(watch);
         }
     }
-    println!("tollgate: http listening on {}", listener.local_addr()?);
-    println!("tollgate: grpc listening on {}", grpc_listener.local_addr()?);
+    println!("tollgate: http listening on {}", listeners.http.local_addr()?);
+    println!("tollgate: grpc listening on {}", listeners.grpc.local_addr()?);
     println!(
         "tollgate: {} store, {}",
         state.store.kind(),
@@ -90,29 +155,7 @@ pub async fn serve(options: Options) -> anyhow::Result<()> {
                 p.display()
             ))
     );
-    // One signal stops both servers; each lets its in-flight requests finish.
-    let (stop, stopped) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        let _ = stop.send(true);
-    });
-    let when_stopped = |mut stopped: watch::Receiver<bool>| async move {
-        let _ = stopped.wait_for(|stop| *stop).await;
-    };
-    let grpc_server = tokio::spawn(grpc::serve(
-        grpc_listener,
-        Arc::clone(&state),
-        when_stopped(stopped.clone()),
-    ));
-    axum::serve(listener, http::router(state))
-        .with_graceful_shutdown(when_stopped(stopped))
-        .await
-        .context("http server")?;
-    grpc_server
-        .await
-        .context("grpc server task")?
-        .context("grpc server")?;
-    Ok(())
+    run(state, listeners, shutdown_signal()).await
 }
 
 pub(crate) async fn shutdown_signal() {

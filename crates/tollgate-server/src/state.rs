@@ -9,8 +9,8 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tollgate::Engine;
 
-use crate::Limits;
 use crate::store::AnyStore;
+use tollgate_config::Limits;
 
 /// Server settings that do not change on reload.
 #[derive(Debug, Clone)]
@@ -52,11 +52,11 @@ impl AppState {
     /// use tollgate_server::state::{AppState, Settings};
     /// use tollgate_server::store::AnyStore;
     ///
-    /// let limits = tollgate_server::config::parse("demo.yaml", "policies: {}")?;
+    /// let limits = tollgate_config::parse("demo.yaml", "policies: {}")?;
     /// let state = AppState::new(limits, AnyStore::memory(), Settings::default());
     /// assert!(state.limits.load().is_empty());
     /// assert_eq!(state.engine.store().kind(), "memory");
-    /// # Ok::<(), tollgate_server::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn new(limits: Limits, store: AnyStore, settings: Settings) -> SharedState {
         Arc::new(AppState {

@@ -48,7 +48,7 @@ fn state(store: AnyStore) -> SharedState {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("policies.yaml"), POLICIES).expect("write policies");
     std::fs::write(dir.path().join("modes.yaml"), DESCRIPTORS).expect("write descriptors");
-    let limits = tollgate_server::config::load(dir.path()).expect("config loads");
+    let limits = tollgate_config::load(dir.path()).expect("config loads");
     AppState::new(limits, store, Settings::default())
 }
 

@@ -29,7 +29,7 @@ impl Rls {
             .join("tests/fixtures/grpc")
             .join(fixture);
         let yaml = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let limits = tollgate_server::config::parse(fixture, &yaml).expect("fixture parses");
+        let limits = tollgate_config::parse(fixture, &yaml).expect("fixture parses");
         let state = AppState::new(limits, store, Settings::default());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr: SocketAddr = listener.local_addr().expect("local addr");

@@ -1,5 +1,6 @@
 //! Test support for tollgate: real Redis servers and a real Redis Cluster, run as child processes
-//! of the test, so the Redis store is tested against the real thing. There are no mocks here.
+//! of the test, so the Redis store is tested against the real thing; our own binaries run the
+//! same way; apps served on real sockets. There are no mocks here.
 //!
 //! ```
 //! use tollgate_testkit::RedisServer;
@@ -13,11 +14,17 @@
 //!
 //! # Layout
 //!
+//! - [`child`]: [`ChildProcess`], the one way tests run a program (the `tollgate` binary, the
+//!   examples): output read line by line, the address a server prints, signals by PID, killed
+//!   and reaped on drop.
+//! - [`app_server`]: [`AppServer`], an axum app served on `127.0.0.1:0` in the test's runtime,
+//!   stopped on drop.
 //! - [`redis_server`]: [`RedisServer`], one `redis-server` on a free loopback port in a temporary
 //!   directory, with fault helpers (kill, restart, pause, freeze, password, full memory, script
 //!   flush).
 //! - [`redis_cluster`]: [`RedisCluster`], three such servers joined into a cluster with
 //!   `redis-cli --cluster create`, with helpers to reshard and to flush scripts on every node.
+//! - [`vectors`]: the step tables every store must agree on (memory, Redis, Redis Cluster).
 //! - `resp` (private): just enough of the Redis protocol to poll readiness and send commands
 //!   without a client crate or an async runtime.
 //!
@@ -25,10 +32,14 @@
 //! redis-server`, which `./scripts/test.sh` runs when they are missing). Without them the
 //! spawners panic with that advice: tests fail loudly, they never skip.
 
+pub mod app_server;
+pub mod child;
 pub mod redis_cluster;
 pub mod redis_server;
 mod resp;
 pub mod vectors;
 
+pub use app_server::AppServer;
+pub use child::ChildProcess;
 pub use redis_cluster::RedisCluster;
 pub use redis_server::RedisServer;

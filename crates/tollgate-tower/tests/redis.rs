@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::http::StatusCode;
-use common::{fresh_client, policy, request, routes, send, serve};
+use common::{fresh_client, policy, request, routes, send};
 use tollgate::FailureMode;
 use tollgate_redis::{RedisStore, Target};
-use tollgate_testkit::RedisServer;
+use tollgate_testkit::{AppServer, RedisServer};
 use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule, Stats};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -102,19 +102,24 @@ async fn failure_modes_decide_once_redis_is_stopped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_app_instances_on_one_redis_share_one_limit() {
     let redis = RedisServer::start();
-    let mut urls = Vec::new();
+    let mut servers = Vec::new();
     let mut all_stats = Vec::new();
     for _ in 0..2 {
         // Each instance connects on its own and builds its own layer and router.
         let rule = Rule::new(policy("shared", 6, MINUTE), KeyExtractor::peer_ip());
         let layer = RateLimitLayer::new(connect(&redis).await, rule);
         all_stats.push(layer.stats());
-        urls.push(format!("http://{}/", serve(routes().layer(layer)).await));
+        servers.push(AppServer::start(routes().layer(layer)).await);
     }
     let client = fresh_client();
     let mut admitted = 0;
     for i in 0..20 {
-        let status = client.get(&urls[i % 2]).send().await.expect("send").status();
+        let status = client
+            .get(servers[i % 2].url("/"))
+            .send()
+            .await
+            .expect("send")
+            .status();
         admitted += usize::from(status == StatusCode::OK);
     }
     assert_eq!(admitted, 6);

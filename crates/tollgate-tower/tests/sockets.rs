@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, Response, StatusCode};
-use common::{fresh_client, policy, routes, serve};
+use common::{fresh_client, policy, routes};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tollgate::MemoryStore;
+use tollgate_testkit::AppServer;
 use tollgate_tower::{ClientIp, KeyExtractor, RateLimitLayer, Rule};
 use tower::ServiceBuilder;
 
@@ -51,7 +52,8 @@ async fn exactly_the_limit_passes_across_many_connections() {
         Rule::new(policy("api", 10, MINUTE), KeyExtractor::peer_ip()),
     );
     let stats = layer.stats();
-    let addr = serve(routes().layer(layer)).await;
+    let server = AppServer::start(routes().layer(layer)).await;
+    let addr = server.addr();
     let statuses = burst(&format!("http://{addr}/"), 40, &[]).await;
     assert_eq!(count(&statuses, StatusCode::OK), 10, "{statuses:?}");
     assert_eq!(count(&statuses, StatusCode::TOO_MANY_REQUESTS), 30);
@@ -65,7 +67,8 @@ async fn a_real_429_carries_problem_json_and_headers() {
         MemoryStore::new(),
         Rule::new(policy("api", 1, MINUTE), KeyExtractor::peer_ip()),
     );
-    let addr = serve(routes().layer(layer)).await;
+    let server = AppServer::start(routes().layer(layer)).await;
+    let addr = server.addr();
     let client = fresh_client();
     let ok = client.get(format!("http://{addr}/")).send().await.expect("send");
     assert_eq!(ok.status(), StatusCode::OK);
@@ -88,7 +91,8 @@ async fn a_real_429_carries_problem_json_and_headers() {
 async fn forwarded_clients_behind_a_trusted_loopback_proxy_each_get_their_own_budget() {
     let trusting = ClientIp::peer().trust_proxies(["127.0.0.0/8".parse().expect("block")]);
     let rule = Rule::new(policy("api", 2, MINUTE), KeyExtractor::client_ip(trusting));
-    let addr = serve(routes().layer(RateLimitLayer::new(MemoryStore::new(), rule))).await;
+    let server = AppServer::start(routes().layer(RateLimitLayer::new(MemoryStore::new(), rule))).await;
+    let addr = server.addr();
     let url = format!("http://{addr}/");
     for client in ["198.51.100.1", "198.51.100.2"] {
         let statuses = burst(&url, 5, &[("x-forwarded-for", client.to_owned())]).await;
@@ -97,7 +101,8 @@ async fn forwarded_clients_behind_a_trusted_loopback_proxy_each_get_their_own_bu
 
     // The same headers sent to a server that trusts no proxy are ignored: one budget for all.
     let rule = Rule::new(policy("api", 2, MINUTE), KeyExtractor::peer_ip());
-    let addr = serve(routes().layer(RateLimitLayer::new(MemoryStore::new(), rule))).await;
+    let server = AppServer::start(routes().layer(RateLimitLayer::new(MemoryStore::new(), rule))).await;
+    let addr = server.addr();
     let url = format!("http://{addr}/");
     let mut admitted = 0;
     for client in ["198.51.100.1", "198.51.100.2", "198.51.100.3"] {

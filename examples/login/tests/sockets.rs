@@ -6,11 +6,11 @@ mod common;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use common::{T0_US, client, login_at, serve};
+use common::{T0_US, client, login_at};
 use tollgate::{ManualClock, MemoryStore};
 use tollgate_example_login::{LOCKOUT, MAX_FAILURES, Users, app};
 use tollgate_redis::{RedisStore, Target};
-use tollgate_testkit::RedisServer;
+use tollgate_testkit::{AppServer, RedisServer};
 
 /// A Redis store on `redis` whose scripts read `clock`, with a deadline that a busy test
 /// machine meets.
@@ -25,7 +25,8 @@ async fn redis_store(redis: &RedisServer, clock: &ManualClock) -> RedisStore {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_locks_an_account_over_tcp() {
-    let base = format!("http://{}", serve(app(MemoryStore::new(), Users::demo())).await);
+    let server = AppServer::start(app(MemoryStore::new(), Users::demo())).await;
+    let base = server.url("");
     let client = client();
     for remaining in (0..MAX_FAILURES).rev() {
         let answer = login_at(&client, &base, "alice", "wrong").await;
@@ -57,14 +58,9 @@ async fn memory_store_locks_an_account_over_tcp() {
 async fn two_instances_on_one_redis_share_the_count_for_the_hour() {
     let redis = RedisServer::start();
     let clock = ManualClock::new(T0_US);
-    let one = format!(
-        "http://{}",
-        serve(app(redis_store(&redis, &clock).await, Users::demo())).await
-    );
-    let two = format!(
-        "http://{}",
-        serve(app(redis_store(&redis, &clock).await, Users::demo())).await
-    );
+    let one_server = AppServer::start(app(redis_store(&redis, &clock).await, Users::demo())).await;
+    let two_server = AppServer::start(app(redis_store(&redis, &clock).await, Users::demo())).await;
+    let (one, two) = (one_server.url(""), two_server.url(""));
     let client = client();
     // Failures alternate between the instances and count as one sequence.
     for (i, remaining) in (0..MAX_FAILURES).rev().enumerate() {
@@ -105,7 +101,8 @@ async fn a_stopped_redis_fails_closed_with_503() {
         .connect()
         .await
         .expect("connect to redis");
-    let base = format!("http://{}", serve(app(store, Users::demo())).await);
+    let server = AppServer::start(app(store, Users::demo())).await;
+    let base = server.url("");
     let client = client();
     assert_eq!(
         login_at(&client, &base, "alice", "wrong").await.status,

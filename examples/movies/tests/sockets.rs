@@ -6,11 +6,11 @@ mod common;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use common::{T0_US, client_from, fetch, serve};
+use common::{T0_US, client_from, fetch};
 use tollgate::{ManualClock, MemoryStore};
 use tollgate_example_movies::{LIMIT, MOVIES, app};
 use tollgate_redis::{RedisStore, Target};
-use tollgate_testkit::RedisServer;
+use tollgate_testkit::{AppServer, RedisServer};
 use tollgate_tower::ClientIp;
 
 /// A Redis store on `redis` whose scripts read `clock`, with a deadline that a busy test
@@ -26,7 +26,8 @@ async fn redis_store(redis: &RedisServer, clock: &ManualClock) -> RedisStore {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_store_limits_each_client_address_over_tcp() {
-    let addr = serve(app(MemoryStore::new(), ClientIp::peer())).await;
+    let server = AppServer::start(app(MemoryStore::new(), ClientIp::peer())).await;
+    let addr = server.addr();
     let url = format!("http://{addr}/v4/movies");
     let first = client_from("127.0.0.1");
     for _ in 0..LIMIT {
@@ -55,7 +56,8 @@ async fn memory_store_limits_each_client_address_over_tcp() {
 async fn redis_store_limits_and_blocks_over_tcp() {
     let redis = RedisServer::start();
     let clock = ManualClock::new(T0_US);
-    let addr = serve(app(redis_store(&redis, &clock).await, ClientIp::peer())).await;
+    let server = AppServer::start(app(redis_store(&redis, &clock).await, ClientIp::peer())).await;
+    let addr = server.addr();
     let url = format!("http://{addr}/v4/movies");
     let client = client_from("127.0.0.1");
     for _ in 0..LIMIT {
@@ -80,8 +82,9 @@ async fn redis_store_limits_and_blocks_over_tcp() {
 async fn two_instances_on_one_redis_share_each_clients_limit() {
     let redis = RedisServer::start();
     let clock = ManualClock::new(T0_US);
-    let one = serve(app(redis_store(&redis, &clock).await, ClientIp::peer())).await;
-    let two = serve(app(redis_store(&redis, &clock).await, ClientIp::peer())).await;
+    let one = AppServer::start(app(redis_store(&redis, &clock).await, ClientIp::peer())).await;
+    let two = AppServer::start(app(redis_store(&redis, &clock).await, ClientIp::peer())).await;
+    let (one, two) = (one.addr(), two.addr());
     let client = client_from("127.0.0.1");
     for i in 0..LIMIT {
         let instance = if i % 2 == 0 { one } else { two };

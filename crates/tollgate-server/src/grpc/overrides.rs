@@ -18,7 +18,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use tollgate::{Algorithm, Anchor, Policy};
 
 use super::UNITS;
-use crate::limits::ENVOY_POLICY_PREFIX;
+use tollgate_config::ENVOY_POLICY_PREFIX;
 
 /// How many distinct overrides the cache keeps; past that, it starts over.
 pub(crate) const CACHED_OVERRIDES: usize = 1024;

@@ -1,7 +1,7 @@
 //! `tollgate proxy`: a rate limiting reverse proxy, so an app in any language is protected
 //! without a code change.
 //!
-//! Each request is matched to a [route](crate::routes) by path prefix; the route's policies are
+//! Each request is matched to a [route](tollgate_config::routes) by path prefix; the route's policies are
 //! applied by the tower middleware (`tollgate-tower`), exactly as a Rust app would apply them,
 //! and only an admitted request is forwarded (see [`forward`]). A denied one gets the same `429`
 //! problem response, `Retry-After` and `RateLimit` headers; admitted responses carry the
@@ -16,7 +16,7 @@
 //! use tollgate_server::store::AnyStore;
 //!
 //! # async fn run() -> anyhow::Result<()> {
-//! let limits = tollgate_server::serve::load_limits(None)?; // the demo policies and routes
+//! let limits = tollgate_config::demo()?; // the demo policies and routes
 //! let app = proxy::app(&limits, AnyStore::memory(), Forward::new("http://127.0.0.1:3000")?, &[])?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8090").await?;
 //! axum::serve(listener, app.into_make_service_with_connect_info::<std::net::SocketAddr>()).await?;
@@ -40,10 +40,10 @@ use tower::{Layer, ServiceExt};
 
 pub use forward::{Forward, UpstreamError};
 
-use crate::Limits;
-use crate::routes::{Route, RouteKey};
-use crate::serve::load_limits;
 use crate::store::AnyStore;
+use tollgate_config::Limits;
+use tollgate_config::load_or_demo;
+use tollgate_config::{Route, RouteKey};
 
 /// What `tollgate proxy` was asked to do.
 #[derive(Debug, Clone)]
@@ -77,7 +77,7 @@ struct Proxy {
 /// policies to `forward`. Serve it with connection info
 /// (`into_make_service_with_connect_info::<SocketAddr>()`), which the client IP key needs.
 ///
-/// [`route_for`]: crate::routes::route_for
+/// [`route_for`]: tollgate_config::route_for
 pub fn app(
     limits: &Limits,
     store: AnyStore,
@@ -135,7 +135,7 @@ async fn handle(State(proxy): State<Proxy>, request: Request) -> Response {
 
 /// Runs the proxy until ctrl-c or SIGTERM; in-flight requests finish first.
 pub async fn run(options: Options) -> anyhow::Result<()> {
-    let limits = load_limits(options.config.as_deref())?;
+    let limits = load_or_demo(options.config.as_deref())?;
     let forward = Forward::new(&options.upstream)?;
     let store = match &options.store {
         Some(url) => AnyStore::redis(url)

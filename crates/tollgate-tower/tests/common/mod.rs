@@ -76,18 +76,6 @@ pub(crate) async fn send(app: &Router, request: Request<Body>) -> Answer {
     }
 }
 
-/// Serves `app` on a free loopback port with connection info; the address.
-pub(crate) async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("local addr");
-    tokio::spawn(async move {
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .await
-            .expect("serve");
-    });
-    addr
-}
-
 /// A client that opens a new connection for every request.
 pub(crate) fn fresh_client() -> reqwest::Client {
     reqwest::Client::builder()

@@ -1,11 +1,9 @@
-//! Shared helpers: requests with a peer address, answers read whole, the app on a socket, and
-//! the example binary as a child process.
+//! Shared helpers: requests with a peer address, answers read whole, and the example binary as a
+//! child process.
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, SocketAddr};
-use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
 use axum::Router;
@@ -13,6 +11,7 @@ use axum::body::{Body, to_bytes};
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, Request, StatusCode};
 use serde_json::Value;
+use tollgate_testkit::ChildProcess;
 use tower::ServiceExt;
 
 /// A start time for manual clocks: 2023-11-14, in µs since the Unix epoch.
@@ -61,18 +60,6 @@ pub(crate) async fn send(app: &Router, request: Request<Body>) -> Answer {
     }
 }
 
-/// Serves `app` on a free loopback port with connection info, as `main.rs` does; the address.
-pub(crate) async fn serve(app: Router) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("local addr");
-    tokio::spawn(async move {
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-            .await
-            .expect("serve");
-    });
-    addr
-}
-
 /// A client whose requests leave from `local` (any 127.x.y.z works on Linux loopback).
 pub(crate) fn client_from(local: &str) -> reqwest::Client {
     reqwest::Client::builder()
@@ -102,55 +89,23 @@ pub(crate) async fn fetch(client: &reqwest::Client, url: &str) -> Answer {
 
 /// The example binary, running; killed and reaped on drop if still running.
 pub(crate) struct Running {
-    child: Child,
+    child: ChildProcess,
     /// Where it listens, as it printed.
     pub(crate) addr: SocketAddr,
-    // Held open so the server never writes to a closed pipe.
-    _stdout: BufReader<ChildStdout>,
 }
 
 impl Running {
     /// Starts the binary with `args` and `envs` (and no inherited `TOLLGATE_STORE`), and waits
     /// for its `listening on ADDR` line.
     pub(crate) fn start(args: &[&str], envs: &[(&str, &str)]) -> Running {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate-example-movies"))
-            .args(args)
-            .env_remove("TOLLGATE_STORE")
-            .envs(envs.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the example binary");
-        let stdout = child.stdout.take().expect("piped stdout");
-        // Read on a thread, so a binary that never prints fails the test instead of hanging it.
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            let mut line = String::new();
-            let read = reader.read_line(&mut line).map(|_| line);
-            let _ = tx.send((read, reader));
-        });
-        let received = rx.recv_timeout(Duration::from_secs(60));
-        let parsed = match &received {
-            Ok((Ok(line), _)) => line
-                .trim_end()
-                .strip_prefix("listening on ")
-                .and_then(|addr| addr.parse::<SocketAddr>().ok()),
-            _ => None,
-        };
-        match (parsed, received) {
-            (Some(addr), Ok((_, reader))) => Running {
-                child,
-                addr,
-                _stdout: reader,
-            },
-            (_, received) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                let line = received.map(|(line, _)| line);
-                panic!("expected `listening on ADDR` from the binary, got {line:?}");
-            }
-        }
+        let mut child = ChildProcess::start(
+            Command::new(env!("CARGO_BIN_EXE_tollgate-example-movies"))
+                .args(args)
+                .env_remove("TOLLGATE_STORE")
+                .envs(envs.iter().copied()),
+        );
+        let addr = child.wait_for_addr("listening on ");
+        Running { child, addr }
     }
 
     /// `http://ADDR`.
@@ -160,21 +115,7 @@ impl Running {
 
     /// Sends SIGTERM to this child (by its PID) and waits for it to exit.
     pub(crate) fn terminate(mut self) -> ExitStatus {
-        let pid = self.child.id().to_string();
-        let sent = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("run kill");
-        assert!(sent.success(), "kill -TERM {pid} failed");
-        self.child.wait().expect("wait for the binary")
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        self.child.signal("TERM");
+        self.child.wait_exit()
     }
 }

@@ -17,7 +17,7 @@ use tollgate::PolicyError;
 /// field (unreadable file, YAML syntax, duplicate domain across files).
 ///
 /// ```
-/// let err = tollgate_server::config::parse(
+/// let err = tollgate_config::parse(
 ///     "tollgate.yaml",
 ///     "policies:\n  login:\n    algorithm: sliding_log\n    limit: 5\n    window: fortnight\n",
 /// )
@@ -49,7 +49,7 @@ impl ConfigError {
     /// The file, by name (a directory's files are named without the directory).
     ///
     /// ```
-    /// let err = tollgate_server::config::parse("a.yaml", "[").unwrap_err();
+    /// let err = tollgate_config::parse("a.yaml", "[").unwrap_err();
     /// assert_eq!(err.file(), "a.yaml");
     /// ```
     pub fn file(&self) -> &str {
@@ -59,7 +59,7 @@ impl ConfigError {
     /// The path to the field, such as `policies.login.window`, if the error is at one field.
     ///
     /// ```
-    /// let err = tollgate_server::config::parse("a.yaml", "domain: api\ndescriptors:\n  - key: ''\n")
+    /// let err = tollgate_config::parse("a.yaml", "domain: api\ndescriptors:\n  - key: ''\n")
     ///     .unwrap_err();
     /// assert_eq!(err.path(), Some("descriptors[0].key"));
     /// ```
@@ -70,9 +70,9 @@ impl ConfigError {
     /// What is wrong.
     ///
     /// ```
-    /// use tollgate_server::config::ConfigErrorKind;
+    /// use tollgate_config::ConfigErrorKind;
     ///
-    /// let err = tollgate_server::config::parse(
+    /// let err = tollgate_config::parse(
     ///     "a.yaml",
     ///     "policies:\n  api:\n    algorithm: fixed_window\n    limit: 0\n    window: 1m\n",
     /// )

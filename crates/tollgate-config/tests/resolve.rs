@@ -8,12 +8,12 @@ use std::sync::OnceLock;
 
 use common::{describe, fixtures};
 use proptest::prelude::*;
-use tollgate_server::limits::apply_replaces;
-use tollgate_server::{Limits, Resolved, config};
+use tollgate_config::apply_replaces;
+use tollgate_config::{Limits, Resolved};
 
 fn limits() -> &'static Limits {
     static LIMITS: OnceLock<Limits> = OnceLock::new();
-    LIMITS.get_or_init(|| config::load(&fixtures().join("valid")).unwrap())
+    LIMITS.get_or_init(|| tollgate_config::load(&fixtures().join("valid")).unwrap())
 }
 
 fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -130,7 +130,7 @@ fn wildcards_match_by_prefix_in_file_order_after_exact_values() {
 
 #[test]
 fn wildcards_are_tried_in_file_order_not_by_length() {
-    let limits = config::parse(
+    let limits = tollgate_config::parse(
         "order.yaml",
         "domain: d\ndescriptors:\n  - key: p\n    value: /a*\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: p\n    value: /a/b*\n    rate_limit: {unit: second, requests_per_unit: 2}\n",
     )
@@ -359,8 +359,8 @@ fn long_descriptor_paths_get_short_stable_policy_names() {
         "domain: {deep}\ndescriptors:\n  - key: {deep}\n    value: {deep}\n    descriptors:\n      - key: {deep}\n        rate_limit: {{unit: second, requests_per_unit: 1}}\n"
     );
     let request = entries(&[(&deep, &deep), (&deep, "v")]);
-    let first = config::parse("deep.yaml", &yaml).unwrap();
-    let again = config::parse("deep.yaml", &yaml).unwrap();
+    let first = tollgate_config::parse("deep.yaml", &yaml).unwrap();
+    let again = tollgate_config::parse("deep.yaml", &yaml).unwrap();
     let name = first
         .resolve(&deep, &request)
         .unwrap()
@@ -377,12 +377,12 @@ fn long_descriptor_paths_get_short_stable_policy_names() {
 
 #[test]
 fn retuning_a_limit_keeps_its_policy_name_and_keys() {
-    let before = config::parse(
+    let before = tollgate_config::parse(
         "a.yaml",
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 10}\n",
     )
     .unwrap();
-    let after = config::parse(
+    let after = tollgate_config::parse(
         "a.yaml",
         "domain: d\ndescriptors:\n  - key: other\n    rate_limit: {unit: day, requests_per_unit: 1}\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 99}\n",
     )
@@ -456,7 +456,7 @@ fn key_tree() -> &'static Limits {
         };
         let inner = level("      ", "");
         let outer = level("", &format!("    descriptors:\n{inner}"));
-        config::parse("keys.yaml", &format!("domain: d\ndescriptors:\n{outer}")).unwrap()
+        tollgate_config::parse("keys.yaml", &format!("domain: d\ndescriptors:\n{outer}")).unwrap()
     })
 }
 

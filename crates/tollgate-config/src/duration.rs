@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tollgate::Rate;
 
-use super::ConfigErrorKind;
+use crate::ConfigErrorKind;
 
 /// The units, largest first, with their length in milliseconds. `ms` must be tried before `m`.
 const UNITS: [(&str, u64); 5] = [
@@ -34,13 +34,13 @@ const UNITS: [(&str, u64); 5] = [
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate_server::config::duration::parse_duration;
+/// use tollgate_config::duration::parse_duration;
 ///
 /// assert_eq!(parse_duration("1h30m")?, Duration::from_secs(5400));
 /// assert_eq!(parse_duration("500ms")?, Duration::from_millis(500));
 /// assert!(parse_duration("fortnight").is_err());
 /// assert!(parse_duration("0s").is_err());
-/// # Ok::<(), tollgate_server::config::ConfigErrorKind>(())
+/// # Ok::<(), tollgate_config::ConfigErrorKind>(())
 /// ```
 pub fn parse_duration(text: &str) -> Result<Duration, ConfigErrorKind> {
     let bad = || ConfigErrorKind::BadDuration { got: text.to_owned() };
@@ -87,14 +87,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, ConfigErrorKind> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate_server::config::duration::parse_rate;
+/// use tollgate_config::duration::parse_rate;
 ///
 /// let rate = parse_rate("20/30s")?;
 /// assert_eq!((rate.count(), rate.period()), (20, Duration::from_secs(30)));
 /// assert_eq!(parse_rate("5/h")?.period(), Duration::from_secs(3600));
 /// assert!(parse_rate("ten per second").is_err());
 /// assert!(parse_rate("0/s").is_err());
-/// # Ok::<(), tollgate_server::config::ConfigErrorKind>(())
+/// # Ok::<(), tollgate_config::ConfigErrorKind>(())
 /// ```
 pub fn parse_rate(text: &str) -> Result<Rate, ConfigErrorKind> {
     let bad = || ConfigErrorKind::BadRate { got: text.to_owned() };

@@ -61,9 +61,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use tollgate::{Algorithm, Anchor, Policy, PolicyError, Rate};
 
-use super::fields::{AlgorithmName, FailureName, Scalar, failure_mode, join, policy_error_field};
-use super::{ConfigError, ConfigErrorKind};
+use crate::fields::{AlgorithmName, FailureName, Scalar, failure_mode, join, policy_error_field};
 use crate::limits::{DescriptorLimit, Domain, Level, Node, Quota, descriptor_policy_name};
+use crate::{ConfigError, ConfigErrorKind};
 
 /// A file in the envoyproxy/ratelimit format.
 #[derive(Debug, Deserialize)]

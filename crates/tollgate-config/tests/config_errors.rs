@@ -3,14 +3,14 @@
 
 use std::path::{Path, PathBuf};
 
-use tollgate_server::config::{self, ConfigErrorKind};
+use tollgate_config::ConfigErrorKind;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config")
 }
 
-fn load_error(relative: &str) -> tollgate_server::ConfigError {
-    match config::load(&fixtures().join(relative)) {
+fn load_error(relative: &str) -> tollgate_config::ConfigError {
+    match tollgate_config::load(&fixtures().join(relative)) {
         Ok(limits) => panic!("{relative} loaded, but should fail: {limits:?}"),
         Err(err) => err,
     }
@@ -175,7 +175,7 @@ fn an_error_in_a_directory_names_the_file_alone() {
 #[test]
 fn a_missing_path_is_an_io_error_naming_it() {
     let missing = fixtures().join("does-not-exist");
-    let err = config::load(&missing).unwrap_err();
+    let err = tollgate_config::load(&missing).unwrap_err();
     assert!(matches!(err.kind(), ConfigErrorKind::Io(_)));
     assert_eq!(err.file(), missing.display().to_string());
     assert!(
@@ -187,7 +187,7 @@ fn a_missing_path_is_an_io_error_naming_it() {
 
 #[test]
 fn parse_names_the_file_it_is_given() {
-    let err = config::parse(
+    let err = tollgate_config::parse(
         "inline.yaml",
         "policies:\n  x:\n    algorithm: gcra\n    rate: 1/s\n",
     )
@@ -200,13 +200,13 @@ fn parse_names_the_file_it_is_given() {
 
 #[test]
 fn yaml_with_many_documents_is_refused() {
-    let err = config::parse("multi.yaml", "policies: {}\n---\npolicies: {}\n").unwrap_err();
+    let err = tollgate_config::parse("multi.yaml", "policies: {}\n---\npolicies: {}\n").unwrap_err();
     assert!(matches!(err.kind(), ConfigErrorKind::Syntax { .. }), "{err}");
 }
 
 #[test]
 fn a_number_where_a_rate_belongs_is_refused() {
-    let err = config::parse(
+    let err = tollgate_config::parse(
         "n.yaml",
         "policies:\n  x:\n    algorithm: gcra\n    rate: 10\n    burst: 1\n",
     )

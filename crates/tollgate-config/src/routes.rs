@@ -58,14 +58,14 @@ impl Route {
     /// Whether `path` is this route's prefix or lies under it (whole segments only).
     ///
     /// ```
-    /// let limits = tollgate_server::config::parse(
+    /// let limits = tollgate_config::parse(
     ///     "proxy.yaml",
     ///     "policies: {}\nroutes:\n  - {prefix: /v4/movies, policies: []}\n",
     /// )?;
     /// let route = &limits.routes()[0];
     /// assert!(route.matches("/v4/movies") && route.matches("/v4/movies/42"));
     /// assert!(!route.matches("/v4/moviesearch") && !route.matches("/v4"));
-    /// # Ok::<(), tollgate_server::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn matches(&self, path: &str) -> bool {
         match path.strip_prefix(self.prefix.as_str()) {
@@ -78,14 +78,14 @@ impl Route {
 /// The route for `path` among `routes`: the longest matching prefix.
 ///
 /// ```
-/// let limits = tollgate_server::config::parse(
+/// let limits = tollgate_config::parse(
 ///     "proxy.yaml",
 ///     "policies: {}\nroutes:\n  - {prefix: /, policies: []}\n  - {prefix: /login, policies: []}\n",
 /// )?;
-/// let pick = |path| tollgate_server::routes::route_for(limits.routes(), path).map(|r| r.prefix());
+/// let pick = |path| tollgate_config::route_for(limits.routes(), path).map(|r| r.prefix());
 /// assert_eq!(pick("/login"), Some("/login"));
 /// assert_eq!(pick("/movies"), Some("/"));
-/// # Ok::<(), tollgate_server::ConfigError>(())
+/// # Ok::<(), tollgate_config::ConfigError>(())
 /// ```
 pub fn route_for<'a>(routes: &'a [Route], path: &str) -> Option<&'a Route> {
     routes

@@ -1,5 +1,53 @@
-//! Reading configuration files into [`Limits`]: tollgate's own format and envoyproxy/ratelimit's,
-//! side by side.
+//! tollgate's configuration: YAML files in tollgate's own format or in envoyproxy/ratelimit's,
+//! side by side, read into [`Limits`], the compiled and immutable set of policies, Envoy
+//! descriptor trees and proxy routes that the server and the proxy decide with.
+//!
+//! This crate is pure: it reads files and nothing else (no runtime, no sockets), so a config can
+//! be checked anywhere (`tollgate check-config`, a CI job, a test) exactly as the server will
+//! load it.
+//!
+//! ```
+//! let limits = tollgate_config::parse(
+//!     "limits.yaml",
+//!     r#"
+//! domain: messaging
+//! descriptors:
+//!   - key: message_type
+//!     value: marketing
+//!     descriptors:
+//!       - key: to_number
+//!         rate_limit: {unit: day, requests_per_unit: 5}
+//! "#,
+//! )?;
+//! let resolved = limits
+//!     .resolve(
+//!         "messaging",
+//!         &[
+//!             ("message_type".to_owned(), "marketing".to_owned()),
+//!             ("to_number".to_owned(), "2061111111".to_owned()),
+//!         ],
+//!     )
+//!     .expect("five marketing messages a day per number");
+//! assert_eq!(resolved.policy().unwrap().max_cost(), 5);
+//! # Ok::<(), tollgate_config::ConfigError>(())
+//! ```
+//!
+//! # Layout
+//!
+//! - this file: [`load`] (a file or a directory) and [`parse`] (one file's text), which tell the
+//!   two formats apart and merge files into one [`Limits`]; [`demo`], the built-in policies.
+//! - [`ours`]: tollgate's format (`policies:` and `routes:`).
+//! - [`envoy`]: envoyproxy/ratelimit's format (`domain:` and `descriptors:`), with tollgate's
+//!   extensions.
+//! - [`duration`]: the duration and rate grammar both formats share.
+//! - `error`: [`ConfigError`], which names the file and the path to the field, and
+//!   [`ConfigErrorKind`].
+//! - `fields` (private): the scalar fields both formats share (algorithm names, failure modes).
+//! - [`limits`]: [`Limits`], the compiled configuration, and the envoyproxy/ratelimit descriptor
+//!   matcher ([`Limits::resolve`]) with its store keys.
+//! - [`routes`]: which policies `tollgate proxy` applies to a request path, and its key.
+//!
+//! # Two formats
 //!
 //! Teams moving from envoyproxy/ratelimit keep their descriptor files as they are, and new limits
 //! can be written as plain named policies; a directory may hold both kinds. Each file is one or
@@ -32,7 +80,9 @@ pub mod duration;
 pub mod envoy;
 mod error;
 mod fields;
+pub mod limits;
 pub mod ours;
+pub mod routes;
 
 use std::collections::HashMap;
 use std::fs;
@@ -41,13 +91,14 @@ use std::path::{Path, PathBuf};
 use yaml_serde::Value;
 
 pub use error::{ConfigError, ConfigErrorKind};
+pub use limits::{ENVOY_POLICY_PREFIX, Limits, NamedPolicy, Resolved, apply_replaces, override_key};
+pub use routes::{Route, RouteKey, route_for};
 
-use crate::limits::Limits;
 use envoy::EnvoyFile;
 use ours::OursFile;
 
 /// Loads a configuration file, or every `*.yaml` and `*.yml` file of a directory (see the
-/// [module docs](self#files-and-directories)), into one [`Limits`].
+/// [crate docs](crate#files-and-directories)), into one [`Limits`].
 ///
 /// ```
 /// let dir = tempfile::tempdir()?;
@@ -59,7 +110,7 @@ use ours::OursFile;
 ///     dir.path().join("edge.yml"),
 ///     "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n",
 /// )?;
-/// let limits = tollgate_server::config::load(dir.path())?;
+/// let limits = tollgate_config::load(dir.path())?;
 /// assert!(limits.policy("api").is_some());
 /// assert_eq!(limits.domains(), ["edge"]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -89,21 +140,51 @@ pub fn load(path: &Path) -> Result<Limits, ConfigError> {
 /// it reads.
 ///
 /// ```
-/// let limits = tollgate_server::config::parse(
+/// let limits = tollgate_config::parse(
 ///     "edge.yaml",
 ///     "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 10}\n",
 /// )?;
 /// assert_eq!(limits.domains(), ["edge"]);
 ///
-/// let err = tollgate_server::config::parse("edge.yaml", "domain: edge\ndescriptors:\n  - value: x\n")
+/// let err = tollgate_config::parse("edge.yaml", "domain: edge\ndescriptors:\n  - value: x\n")
 ///     .unwrap_err();
 /// assert_eq!(err.to_string(), "edge.yaml: descriptors[0].key: must not be empty");
-/// # Ok::<(), tollgate_server::config::ConfigError>(())
+/// # Ok::<(), tollgate_config::ConfigError>(())
 /// ```
 pub fn parse(file_name: &str, yaml: &str) -> Result<Limits, ConfigError> {
     let mut loader = Loader::default();
     loader.add(file_name, yaml)?;
     loader.finish()
+}
+
+/// The policies and routes served when no config is given: enough to try every kind of limit
+/// from curl.
+pub const DEMO_CONFIG: &str = include_str!("demo.yaml");
+
+/// The built-in demo policies ([`DEMO_CONFIG`]).
+///
+/// ```
+/// let limits = tollgate_config::demo()?;
+/// assert!(limits.policy("demo").is_some());
+/// # Ok::<(), tollgate_config::ConfigError>(())
+/// ```
+pub fn demo() -> Result<Limits, ConfigError> {
+    parse("built-in demo config", DEMO_CONFIG)
+}
+
+/// Loads the config at `path`, or the [`demo`] policies when there is none: what
+/// `tollgate serve` and `tollgate proxy` start with.
+///
+/// ```
+/// let limits = tollgate_config::load_or_demo(None)?;
+/// assert!(limits.policy("demo").is_some());
+/// # Ok::<(), tollgate_config::ConfigError>(())
+/// ```
+pub fn load_or_demo(path: Option<&Path>) -> Result<Limits, ConfigError> {
+    match path {
+        Some(path) => load(path),
+        None => demo(),
+    }
 }
 
 /// The config files of a directory, sorted by name.

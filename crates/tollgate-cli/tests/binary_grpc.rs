@@ -27,10 +27,26 @@ fn marketing_to(number: &str) -> RateLimitRequest {
     }
 }
 
+/// envoyproxy/ratelimit's format, as upstream's README writes it: three marketing messages a day
+/// to each number (a day long, so the test never straddles a window boundary in practice).
+const MESSAGING: &str = "\
+domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit: {unit: day, requests_per_unit: 3}
+";
+
 #[tokio::test]
 async fn should_rate_limit_answers_from_an_envoy_config_file() {
-    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/grpc/messaging.yaml");
-    let server = Server::start(&["--config", config]);
+    let config = tempfile::Builder::new()
+        .suffix(".yaml")
+        .tempfile()
+        .expect("temp file");
+    std::fs::write(config.path(), MESSAGING).expect("write the config");
+    let server = Server::start(&["--config", config.path().to_str().expect("utf-8 path")]);
     let mut client = RateLimitServiceClient::connect(server.grpc.clone())
         .await
         .expect("connect to the grpc listener");

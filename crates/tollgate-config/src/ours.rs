@@ -41,10 +41,10 @@ use std::num::NonZeroU32;
 use serde::Deserialize;
 use tollgate::{Algorithm, Anchor, Policy, PolicyError};
 
-use super::fields::{AlgorithmName, AnchorName, FailureName, Scalar, failure_mode, join, policy_error_field};
-use super::{ConfigError, ConfigErrorKind};
+use crate::fields::{AlgorithmName, AnchorName, FailureName, Scalar, failure_mode, join, policy_error_field};
 use crate::limits::{ENVOY_POLICY_PREFIX, NamedPolicy};
 use crate::routes::{Route, RouteKey};
+use crate::{ConfigError, ConfigErrorKind};
 
 /// A file in the tollgate format.
 #[derive(Debug, Deserialize)]

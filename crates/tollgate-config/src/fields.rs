@@ -15,8 +15,8 @@ use serde::Deserialize;
 use serde::de::{self, Visitor};
 use tollgate::{FailureMode, PolicyError, Rate};
 
-use super::duration::{parse_duration, parse_rate};
-use super::{ConfigError, ConfigErrorKind};
+use crate::duration::{parse_duration, parse_rate};
+use crate::{ConfigError, ConfigErrorKind};
 
 /// A YAML scalar kept as written: text, a number or a boolean.
 ///

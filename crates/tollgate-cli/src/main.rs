@@ -1,4 +1,12 @@
-//! `tollgate`: the server binary. It only parses arguments; the work is in the library.
+//! `tollgate`: the binary. It only parses arguments; the work is in the libraries:
+//! `tollgate-server` serves and proxies, `tollgate-config` checks configs and
+//! `tollgate-scenarios` runs the benchmarks.
+//!
+//! # Layout
+//!
+//! - `main.rs` (this file, the only module): the subcommands (`serve`, `proxy`, `check-config`,
+//!   `bench`), each turned into the options of the library call that does the work, and the
+//!   runtime the server calls run on.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -92,7 +100,7 @@ fn main() -> ExitCode {
             listen,
             trusted_proxies,
         })),
-        Command::CheckConfig { path } => match tollgate_server::config::load(&path) {
+        Command::CheckConfig { path } => match tollgate_config::load(&path) {
             Ok(limits) => {
                 let policies = limits.policies().count();
                 let domains = limits.domains().len();

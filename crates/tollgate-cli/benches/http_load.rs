@@ -7,11 +7,10 @@
 //! `Content-Length` body) to stay out of the way: the server and the generator share the
 //! machine's 2 cores, so every cycle the generator saves is a cycle the server can use.
 //!
-//! Run with `cargo bench -p tollgate-server --bench http_load` (the Redis run needs
+//! Run with `cargo bench -p tollgate-cli --bench http_load` (the Redis run needs
 //! `redis-server`).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
@@ -20,42 +19,33 @@ use tokio::net::TcpStream;
 use tollgate_server::grpc::proto::rate_limit_descriptor::Entry;
 use tollgate_server::grpc::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest};
+use tollgate_testkit::ChildProcess;
 
 const CONNECTIONS: usize = 64;
 const REQUESTS_PER_CONNECTION: usize = 3_000;
 const KEYS: usize = 100_000;
 
-/// The binary, its HTTP address and its gRPC address.
-struct Server(Child, String, String);
+/// The binary (killed and reaped on drop), its HTTP address and its gRPC address.
+struct Server {
+    _child: ChildProcess,
+    http: String,
+    grpc: String,
+}
 
 impl Server {
     fn start(args: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
-            .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start tollgate");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let mut address = |prefix: &str| loop {
-            let line = lines.next().expect("tollgate printed its address").expect("line");
-            if let Some(addr) = line.strip_prefix(prefix) {
-                break addr.to_string();
-            }
-        };
-        let http = address("tollgate: http listening on ");
-        let grpc = address("tollgate: grpc listening on ");
-        // Keep draining stdout so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Server(child, http, grpc)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let mut child = ChildProcess::start(
+            Command::new(env!("CARGO_BIN_EXE_tollgate"))
+                .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+                .args(args),
+        );
+        let http = child.wait_for_addr("tollgate: http listening on ").to_string();
+        let grpc = child.wait_for_addr("tollgate: grpc listening on ").to_string();
+        Server {
+            _child: child,
+            http,
+            grpc,
+        }
     }
 }
 
@@ -185,8 +175,8 @@ fn main() {
     let on_redis = Server::start(&["--config", dir, "--store", &redis.url()]);
     for (name, server) in [("memory", &memory), ("redis", &on_redis)] {
         for (api, grpc, addr) in [
-            ("POST /v1/check", false, &server.1),
-            ("ShouldRateLimit", true, &server.2),
+            ("POST /v1/check", false, &server.http),
+            ("ShouldRateLimit", true, &server.grpc),
         ] {
             // A first run settles connections and fills the keys; the second is reported.
             runtime.block_on(load(addr, grpc));

@@ -4,7 +4,6 @@
 
 mod binary;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Router;
@@ -14,7 +13,7 @@ use axum::http::HeaderMap;
 use binary::Server;
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
+use tollgate_testkit::AppServer;
 
 const CONFIG: &str = r#"
 policies:
@@ -33,60 +32,26 @@ routes:
 
 /// An upstream that answers every request with what it received, as JSON (`/upload` echoes the
 /// body's length instead).
-struct Upstream {
-    addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Upstream {
-    async fn start() -> Upstream {
-        async fn echo(headers: HeaderMap, request: Request) -> axum::Json<Value> {
-            let method = request.method().to_string();
-            let uri = request.uri().to_string();
-            let body: Bytes = axum::body::to_bytes(request.into_body(), usize::MAX)
-                .await
-                .expect("read the body");
-            let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-            axum::Json(json!({
-                "method": method,
-                "uri": uri,
-                "host": header("host"),
-                "x_forwarded_for": header("x-forwarded-for"),
-                "x_custom": header("x-custom"),
-                "connection_named": header("x-hop"),
-                "body_len": body.len(),
-                "body_sum": body.iter().map(|b| u64::from(*b)).sum::<u64>(),
-            }))
-        }
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (stop, stopped) = oneshot::channel::<()>();
-        let app = Router::new().fallback(echo);
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await
-                .expect("upstream serves");
-        });
-        Upstream {
-            addr,
-            stop: Some(stop),
-            task,
-        }
-    }
-
-    async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        tokio::time::timeout(Duration::from_secs(10), self.task)
+async fn start_upstream() -> AppServer {
+    async fn echo(headers: HeaderMap, request: Request) -> axum::Json<Value> {
+        let method = request.method().to_string();
+        let uri = request.uri().to_string();
+        let body: Bytes = axum::body::to_bytes(request.into_body(), usize::MAX)
             .await
-            .expect("upstream stops")
-            .expect("upstream task");
+            .expect("read the body");
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        axum::Json(json!({
+            "method": method,
+            "uri": uri,
+            "host": header("host"),
+            "x_forwarded_for": header("x-forwarded-for"),
+            "x_custom": header("x-custom"),
+            "connection_named": header("x-hop"),
+            "body_len": body.len(),
+            "body_sum": body.iter().map(|b| u64::from(*b)).sum::<u64>(),
+        }))
     }
+    AppServer::start(Router::new().fallback(echo)).await
 }
 
 fn config_file() -> tempfile::NamedTempFile {
@@ -118,9 +83,9 @@ fn proxy(upstream: &str, config: &tempfile::NamedTempFile, extra: &[&str]) -> Se
 
 #[tokio::test]
 async fn limits_by_route_and_forwards_what_it_admits() {
-    let upstream = Upstream::start().await;
+    let upstream = start_upstream().await;
     let config = config_file();
-    let proxy = proxy(&format!("http://{}", upstream.addr), &config, &[]);
+    let proxy = proxy(&format!("http://{}", upstream.addr()), &config, &[]);
     let client = client();
 
     for left in [2, 1, 0] {
@@ -201,9 +166,9 @@ async fn limits_by_route_and_forwards_what_it_admits() {
 async fn bodies_pass_through_whole_both_ways() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    let upstream = Upstream::start().await;
+    let upstream = start_upstream().await;
     let config = config_file();
-    let proxy = proxy(&format!("http://{}", upstream.addr), &config, &[]);
+    let proxy = proxy(&format!("http://{}", upstream.addr()), &config, &[]);
     let body: Vec<u8> = (0..8 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
     let sum: u64 = body.iter().map(|b| u64::from(*b)).sum();
     let response = client()
@@ -255,9 +220,9 @@ async fn bodies_pass_through_whole_both_ways() {
 
 #[tokio::test]
 async fn a_spoofed_forwarded_for_from_an_untrusted_peer_is_ignored() {
-    let upstream = Upstream::start().await;
+    let upstream = start_upstream().await;
     let config = config_file();
-    let proxy = proxy(&format!("http://{}", upstream.addr), &config, &[]);
+    let proxy = proxy(&format!("http://{}", upstream.addr()), &config, &[]);
     let client = client();
     // Every request claims another client; all are counted against the real peer.
     let mut statuses = vec![];
@@ -283,7 +248,7 @@ async fn a_spoofed_forwarded_for_from_an_untrusted_peer_is_ignored() {
 
     // Behind a trusted proxy (loopback here), the forwarded client is the key.
     let proxy = self::proxy(
-        &format!("http://{}", upstream.addr),
+        &format!("http://{}", upstream.addr()),
         &config,
         &["--trusted-proxy", "127.0.0.0/8"],
     );
@@ -302,8 +267,8 @@ async fn a_spoofed_forwarded_for_from_an_untrusted_peer_is_ignored() {
 
 #[tokio::test]
 async fn an_unreachable_upstream_is_a_502_counted_once() {
-    let upstream = Upstream::start().await;
-    let address = format!("http://{}", upstream.addr);
+    let upstream = start_upstream().await;
+    let address = format!("http://{}", upstream.addr());
     upstream.stop().await;
     let config = config_file();
     let proxy = proxy(&address, &config, &[]);

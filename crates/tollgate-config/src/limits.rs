@@ -63,13 +63,19 @@ use tollgate::Policy;
 use crate::routes::Route;
 use tollgate::bounds::MAX_NAME_LEN;
 
-/// The prefix of every policy name generated for an envoyproxy/ratelimit descriptor.
-pub(crate) const ENVOY_POLICY_PREFIX: &str = "envoy:";
+/// The prefix of every policy name generated for an envoyproxy/ratelimit descriptor, and reserved
+/// for them: tollgate-format policies may not use it, so their counters never meet a
+/// descriptor's. Policies made at run time for Envoy's limit overrides use it too.
+///
+/// ```
+/// assert_eq!(tollgate_config::ENVOY_POLICY_PREFIX, "envoy:");
+/// ```
+pub const ENVOY_POLICY_PREFIX: &str = "envoy:";
 
 /// A loaded configuration: named policies and envoyproxy/ratelimit domains.
 ///
 /// ```
-/// let limits = tollgate_server::config::parse(
+/// let limits = tollgate_config::parse(
 ///     "limits.yaml",
 ///     r#"
 /// policies:
@@ -82,7 +88,7 @@ pub(crate) const ENVOY_POLICY_PREFIX: &str = "envoy:";
 /// let login = limits.policy("login").expect("defined above");
 /// assert_eq!(login.policy().max_cost(), 5);
 /// assert!(limits.policy("logout").is_none());
-/// # Ok::<(), tollgate_server::config::ConfigError>(())
+/// # Ok::<(), tollgate_config::ConfigError>(())
 /// ```
 #[derive(Debug, Default)]
 pub struct Limits {
@@ -95,12 +101,12 @@ impl Limits {
     /// The named policy `name` of a tollgate-format file.
     ///
     /// ```
-    /// let limits = tollgate_server::config::parse(
+    /// let limits = tollgate_config::parse(
     ///     "a.yaml",
     ///     "policies:\n  api:\n    algorithm: sliding_log\n    limit: 20\n    window: 1m\n",
     /// )?;
     /// assert_eq!(limits.policy("api").map(|p| p.policy().name()), Some("api"));
-    /// # Ok::<(), tollgate_server::config::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn policy(&self, name: &str) -> Option<&NamedPolicy> {
         self.policies.get(name)
@@ -109,13 +115,13 @@ impl Limits {
     /// Every named policy, by name in byte order.
     ///
     /// ```
-    /// let limits = tollgate_server::config::parse(
+    /// let limits = tollgate_config::parse(
     ///     "a.yaml",
     ///     "policies:\n  b:\n    algorithm: gcra\n    rate: 1/s\n    burst: 1\n  a:\n    algorithm: gcra\n    rate: 1/s\n    burst: 1\n",
     /// )?;
     /// let names: Vec<&str> = limits.policies().map(|(name, _)| name).collect();
     /// assert_eq!(names, ["a", "b"]);
-    /// # Ok::<(), tollgate_server::config::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn policies(&self) -> impl Iterator<Item = (&str, &NamedPolicy)> {
         self.policies.iter().map(|(name, policy)| (name.as_str(), policy))
@@ -124,9 +130,9 @@ impl Limits {
     /// Every envoyproxy/ratelimit domain, sorted.
     ///
     /// ```
-    /// let limits = tollgate_server::config::parse("a.yaml", "domain: edge\ndescriptors: []\n")?;
+    /// let limits = tollgate_config::parse("a.yaml", "domain: edge\ndescriptors: []\n")?;
     /// assert_eq!(limits.domains(), ["edge"]);
-    /// # Ok::<(), tollgate_server::config::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn domains(&self) -> Vec<&str> {
         let mut domains: Vec<&str> = self.domains.keys().map(String::as_str).collect();
@@ -137,7 +143,7 @@ impl Limits {
     /// True when there is neither a policy nor a domain.
     ///
     /// ```
-    /// assert!(tollgate_server::Limits::default().is_empty());
+    /// assert!(tollgate_config::Limits::default().is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
         self.policies.is_empty() && self.domains.is_empty()
@@ -148,7 +154,7 @@ impl Limits {
     /// domain is unknown, the descriptor is empty, or no rate limit applies.
     ///
     /// ```
-    /// let limits = tollgate_server::config::parse(
+    /// let limits = tollgate_config::parse(
     ///     "edge.yaml",
     ///     r#"
     /// domain: edge
@@ -168,7 +174,7 @@ impl Limits {
     /// // Each address has its own counter.
     /// assert_ne!(some.key(), limits.resolve("edge", &entry("192.0.2.8")).unwrap().key());
     /// assert!(limits.resolve("other", &entry("192.0.2.7")).is_none());
-    /// # Ok::<(), tollgate_server::config::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn resolve(&self, domain: &str, entries: &[(String, String)]) -> Option<Resolved<'_>> {
         let tree = self.domains.get(domain)?;
@@ -226,12 +232,12 @@ impl Limits {
     /// The routes of `tollgate proxy`, in the order the files list them; see [`crate::routes`].
     ///
     /// ```
-    /// let limits = tollgate_server::config::parse(
+    /// let limits = tollgate_config::parse(
     ///     "proxy.yaml",
     ///     "policies:\n  api: {algorithm: gcra, rate: 10/s, burst: 20}\nroutes:\n  - {prefix: /, policies: [api]}\n",
     /// )?;
     /// assert_eq!(limits.routes()[0].policies(), ["api"]);
-    /// # Ok::<(), tollgate_server::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn routes(&self) -> &[Route] {
         &self.routes
@@ -253,7 +259,14 @@ impl Limits {
         self.policies.contains_key(name)
     }
 
-    pub(crate) fn has_domain(&self, name: &str) -> bool {
+    /// Whether an envoyproxy/ratelimit file defines domain `name`.
+    ///
+    /// ```
+    /// let limits = tollgate_config::parse("a.yaml", "domain: edge\ndescriptors: []\n")?;
+    /// assert!(limits.has_domain("edge") && !limits.has_domain("api"));
+    /// # Ok::<(), tollgate_config::ConfigError>(())
+    /// ```
+    pub fn has_domain(&self, name: &str) -> bool {
         self.domains.contains_key(name)
     }
 }
@@ -261,14 +274,14 @@ impl Limits {
 /// A policy of a tollgate-format file, with its `shadow` flag.
 ///
 /// ```
-/// let limits = tollgate_server::config::parse(
+/// let limits = tollgate_config::parse(
 ///     "a.yaml",
 ///     "policies:\n  search:\n    algorithm: fixed_window\n    limit: 100\n    window: 1m\n    shadow: true\n",
 /// )?;
 /// let search = limits.policy("search").unwrap();
 /// assert!(search.shadow());
 /// assert_eq!(search.policy().algorithm().name(), "fixed_window");
-/// # Ok::<(), tollgate_server::config::ConfigError>(())
+/// # Ok::<(), tollgate_config::ConfigError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NamedPolicy {
@@ -284,12 +297,12 @@ impl NamedPolicy {
     /// The policy to check.
     ///
     /// ```
-    /// let limits = tollgate_server::config::parse(
+    /// let limits = tollgate_config::parse(
     ///     "a.yaml",
     ///     "policies:\n  api:\n    algorithm: token_bucket\n    capacity: 10\n    refill: 10/s\n",
     /// )?;
     /// assert_eq!(limits.policy("api").unwrap().policy().max_cost(), 10);
-    /// # Ok::<(), tollgate_server::config::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn policy(&self) -> &Policy {
         &self.policy
@@ -299,12 +312,12 @@ impl NamedPolicy {
     /// and not enforced.
     ///
     /// ```
-    /// let limits = tollgate_server::config::parse(
+    /// let limits = tollgate_config::parse(
     ///     "a.yaml",
     ///     "policies:\n  api:\n    algorithm: gcra\n    rate: 1/s\n    burst: 1\n",
     /// )?;
     /// assert!(!limits.policy("api").unwrap().shadow());
-    /// # Ok::<(), tollgate_server::config::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn shadow(&self) -> bool {
         self.shadow
@@ -314,7 +327,7 @@ impl NamedPolicy {
 /// The rate limit that applies to one request descriptor, from [`Limits::resolve`].
 ///
 /// ```
-/// let limits = tollgate_server::config::parse(
+/// let limits = tollgate_config::parse(
 ///     "internal.yaml",
 ///     r#"
 /// domain: internal
@@ -334,7 +347,7 @@ impl NamedPolicy {
 /// assert_eq!(azure.name(), Some("azure_default"));
 /// assert_eq!(azure.policy().unwrap().name(), "envoy:internal.azure");
 /// assert_eq!(azure.key(), "8:internal,5:azure,1:?,1:x,");
-/// # Ok::<(), tollgate_server::config::ConfigError>(())
+/// # Ok::<(), tollgate_config::ConfigError>(())
 /// ```
 #[derive(Debug, Clone)]
 pub struct Resolved<'a> {
@@ -349,7 +362,7 @@ impl<'a> Resolved<'a> {
     /// `unlimited`, which is never checked (and never denies).
     ///
     /// ```
-    /// let limits = tollgate_server::config::parse(
+    /// let limits = tollgate_config::parse(
     ///     "a.yaml",
     ///     "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 5}\n",
     /// )?;
@@ -357,7 +370,7 @@ impl<'a> Resolved<'a> {
     /// let policy = resolved.policy().unwrap();
     /// assert_eq!(policy.algorithm().name(), "fixed_window");
     /// assert_eq!(policy.max_cost(), 5);
-    /// # Ok::<(), tollgate_server::config::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn policy(&self) -> Option<&'a Policy> {
         match &self.limit.quota {
@@ -370,12 +383,12 @@ impl<'a> Resolved<'a> {
     /// everything. Upstream answers such descriptors OK without touching its cache.
     ///
     /// ```
-    /// let limits = tollgate_server::config::parse(
+    /// let limits = tollgate_config::parse(
     ///     "a.yaml",
     ///     "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n",
     /// )?;
     /// assert!(limits.resolve("d", &[("k".into(), "v".into())]).unwrap().is_unlimited());
-    /// # Ok::<(), tollgate_server::config::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn is_unlimited(&self) -> bool {
         matches!(self.limit.quota, Quota::Unlimited)
@@ -388,14 +401,14 @@ impl<'a> Resolved<'a> {
     /// ```
     /// use std::time::Duration;
     ///
-    /// let limits = tollgate_server::config::parse(
+    /// let limits = tollgate_config::parse(
     ///     "a.yaml",
     ///     "domain: d\ndescriptors:\n  - key: k\n    value: bad\n    rate_limit: {unit: minute, requests_per_unit: 0}\n",
     /// )?;
     /// let resolved = limits.resolve("d", &[("k".into(), "bad".into())]).unwrap();
     /// assert!(resolved.policy().is_none() && !resolved.is_unlimited());
     /// assert_eq!(resolved.deny_all(), Some((Duration::from_secs(60), "envoy:d.k_bad")));
-    /// # Ok::<(), tollgate_server::config::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn deny_all(&self) -> Option<(Duration, &'a str)> {
         match &self.limit.quota {
@@ -409,32 +422,42 @@ impl<'a> Resolved<'a> {
     /// which case the store refuses the check.
     ///
     /// ```
-    /// let limits = tollgate_server::config::parse(
+    /// let limits = tollgate_config::parse(
     ///     "a.yaml",
     ///     "domain: d\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {unit: day, requests_per_unit: 5}\n",
     /// )?;
     /// let resolved = limits.resolve("d", &[("k".into(), "v".into())]).unwrap();
     /// assert_eq!(resolved.key(), "1:d,1:k,2:=v,");
-    /// # Ok::<(), tollgate_server::config::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn key(&self) -> &str {
         &self.key
     }
 
     /// The store key, owned: the counter's key without a copy, for a caller done with the rest.
-    pub(crate) fn into_key(self) -> String {
+    ///
+    /// ```
+    /// let limits = tollgate_config::parse(
+    ///     "a.yaml",
+    ///     "domain: d\ndescriptors:\n  - key: k\n    value: v\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    /// )?;
+    /// let resolved = limits.resolve("d", &[("k".into(), "v".into())]).unwrap();
+    /// assert_eq!(resolved.into_key(), "1:d,1:k,2:=v,");
+    /// # Ok::<(), tollgate_config::ConfigError>(())
+    /// ```
+    pub fn into_key(self) -> String {
         self.key
     }
 
     /// True for `shadow_mode: true`: check and count, but report OK whatever the outcome.
     ///
     /// ```
-    /// let limits = tollgate_server::config::parse(
+    /// let limits = tollgate_config::parse(
     ///     "a.yaml",
     ///     "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: true\n    rate_limit: {unit: day, requests_per_unit: 5}\n",
     /// )?;
     /// assert!(limits.resolve("d", &[("k".into(), "v".into())]).unwrap().shadow_mode());
-    /// # Ok::<(), tollgate_server::config::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn shadow_mode(&self) -> bool {
         self.limit.shadow_mode
@@ -443,12 +466,12 @@ impl<'a> Resolved<'a> {
     /// The rate limit's `name`, which other rate limits' `replaces` refer to.
     ///
     /// ```
-    /// let limits = tollgate_server::config::parse(
+    /// let limits = tollgate_config::parse(
     ///     "a.yaml",
     ///     "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 5, name: daily}\n",
     /// )?;
     /// assert_eq!(limits.resolve("d", &[("k".into(), "v".into())]).unwrap().name(), Some("daily"));
-    /// # Ok::<(), tollgate_server::config::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn name(&self) -> Option<&'a str> {
         self.limit.name.as_deref()
@@ -457,13 +480,13 @@ impl<'a> Resolved<'a> {
     /// The names this rate limit replaces; see [`apply_replaces`].
     ///
     /// ```
-    /// let limits = tollgate_server::config::parse(
+    /// let limits = tollgate_config::parse(
     ///     "a.yaml",
     ///     "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: day\n      requests_per_unit: 5\n      replaces: [{name: daily}]\n",
     /// )?;
     /// let resolved = limits.resolve("d", &[("k".into(), "v".into())]).unwrap();
     /// assert_eq!(resolved.replaces(), ["daily"]);
-    /// # Ok::<(), tollgate_server::config::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn replaces(&self) -> &'a [String] {
         &self.limit.replaces
@@ -472,12 +495,12 @@ impl<'a> Resolved<'a> {
     /// True when the matched descriptor has `detailed_metric: true`.
     ///
     /// ```
-    /// let limits = tollgate_server::config::parse(
+    /// let limits = tollgate_config::parse(
     ///     "a.yaml",
     ///     "domain: d\ndescriptors:\n  - key: k\n    detailed_metric: true\n    rate_limit: {unit: day, requests_per_unit: 5}\n",
     /// )?;
     /// assert!(limits.resolve("d", &[("k".into(), "v".into())]).unwrap().detailed_metric());
-    /// # Ok::<(), tollgate_server::config::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn detailed_metric(&self) -> bool {
         self.detailed_metric
@@ -492,12 +515,12 @@ impl<'a> Resolved<'a> {
     /// all its values share one counter.
     ///
     /// ```
-    /// let limits = tollgate_server::config::parse(
+    /// let limits = tollgate_config::parse(
     ///     "a.yaml",
     ///     "domain: d\ndescriptors:\n  - key: k\n    detailed_metric: true\n    rate_limit: {unit: day, requests_per_unit: 5}\n",
     /// )?;
     /// assert_eq!(limits.resolve("d", &[("k".into(), "v".into())]).unwrap().stats_key(), "d.k_v");
-    /// # Ok::<(), tollgate_server::config::ConfigError>(())
+    /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn stats_key(&self) -> &str {
         &self.stats_key
@@ -509,9 +532,9 @@ impl<'a> Resolved<'a> {
 /// request (unlimited ones included) is dropped, so it is neither checked nor counted.
 ///
 /// ```
-/// use tollgate_server::limits::apply_replaces;
+/// use tollgate_config::apply_replaces;
 ///
-/// let limits = tollgate_server::config::parse(
+/// let limits = tollgate_config::parse(
 ///     "a.yaml",
 ///     r#"
 /// domain: d
@@ -530,7 +553,7 @@ impl<'a> Resolved<'a> {
 /// apply_replaces(&mut resolved);
 /// assert!(resolved[0].is_none());
 /// assert_eq!(resolved[1].as_ref().and_then(|r| r.policy()).map(|p| p.max_cost()), Some(50));
-/// # Ok::<(), tollgate_server::config::ConfigError>(())
+/// # Ok::<(), tollgate_config::ConfigError>(())
 /// ```
 pub fn apply_replaces(resolved: &mut [Option<Resolved<'_>>]) {
     let replaced: HashSet<&str> = resolved
@@ -719,7 +742,12 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
 /// The store key of a descriptor that carries its own limit override: the domain and every
 /// entry's key and value, matched against nothing. The override's policy name keeps these keys
 /// apart from the configured limits' keys.
-pub(crate) fn override_key(domain: &str, entries: &[(String, String)]) -> String {
+///
+/// ```
+/// let entries = [("k".to_owned(), "v".to_owned())];
+/// assert_eq!(tollgate_config::override_key("d", &entries), "1:d,1:k,1:v,");
+/// ```
+pub fn override_key(domain: &str, entries: &[(String, String)]) -> String {
     let mut key = String::with_capacity(64);
     push_part(&mut key, domain);
     for (entry_key, value) in entries {

@@ -5,11 +5,10 @@ mod common;
 use std::fs;
 
 use common::{describe, fixtures};
-use tollgate_server::config;
 
 #[test]
 fn reads_every_algorithm_and_option_of_the_tollgate_format() {
-    let limits = config::load(&fixtures().join("valid/policies.yaml")).unwrap();
+    let limits = tollgate_config::load(&fixtures().join("valid/policies.yaml")).unwrap();
     let described: Vec<(String, String, bool)> = limits
         .policies()
         .map(|(name, named)| (name.to_owned(), describe(named.policy()), named.shadow()))
@@ -54,7 +53,7 @@ fn reads_every_algorithm_and_option_of_the_tollgate_format() {
 
 #[test]
 fn policies_keep_their_own_names() {
-    let limits = config::load(&fixtures().join("valid/policies.yaml")).unwrap();
+    let limits = tollgate_config::load(&fixtures().join("valid/policies.yaml")).unwrap();
     let login = limits.policy("login").unwrap();
     assert_eq!(login.policy().name(), "login");
     assert!(limits.policy("Login").is_none());
@@ -62,7 +61,7 @@ fn policies_keep_their_own_names() {
 
 #[test]
 fn loads_every_valid_fixture_as_one_directory() {
-    let limits = config::load(&fixtures().join("valid")).unwrap();
+    let limits = tollgate_config::load(&fixtures().join("valid")).unwrap();
     assert_eq!(limits.domains(), ["catalog", "edge", "messaging", "users"]);
     assert_eq!(limits.policies().count(), 8);
 }
@@ -71,7 +70,7 @@ fn loads_every_valid_fixture_as_one_directory() {
 fn a_directory_mixes_both_formats_and_skips_what_is_not_config() {
     // `.hidden.yaml`, `notes.txt` and `nested/broken.yaml` are not valid YAML; reading any of
     // them would fail the load.
-    let limits = config::load(&fixtures().join("dirs/mixed")).unwrap();
+    let limits = tollgate_config::load(&fixtures().join("dirs/mixed")).unwrap();
     let names: Vec<&str> = limits.policies().map(|(name, _)| name).collect();
     assert_eq!(names, ["login", "search"]);
     assert_eq!(limits.domains(), ["edge"]);
@@ -80,7 +79,7 @@ fn a_directory_mixes_both_formats_and_skips_what_is_not_config() {
 #[test]
 fn an_empty_directory_gives_empty_limits() {
     let dir = tempfile::tempdir().unwrap();
-    assert!(config::load(dir.path()).unwrap().is_empty());
+    assert!(tollgate_config::load(dir.path()).unwrap().is_empty());
 }
 
 #[test]
@@ -90,7 +89,7 @@ fn files_are_read_in_name_order_so_errors_are_repeatable() {
     // Created in reverse order; the duplicate is reported in the later name either way.
     fs::write(dir.path().join("b.yaml"), login).unwrap();
     fs::write(dir.path().join("a.yaml"), login).unwrap();
-    let err = config::load(dir.path()).unwrap_err();
+    let err = tollgate_config::load(dir.path()).unwrap_err();
     assert_eq!(
         err.to_string(),
         r#"b.yaml: policies.login: duplicate policy "login", first defined in a.yaml"#
@@ -114,19 +113,19 @@ fn follows_symlinked_files_as_configmaps_mount_them() {
     std::os::unix::fs::symlink("..data/limits.yaml", dir.path().join("limits.yaml")).unwrap();
     // A dangling link (an editor's lock file, say) is skipped.
     std::os::unix::fs::symlink("nowhere.yaml", dir.path().join("gone.yaml")).unwrap();
-    let limits = config::load(dir.path()).unwrap();
+    let limits = tollgate_config::load(dir.path()).unwrap();
     assert!(limits.policy("api").is_some());
 }
 
 #[test]
 fn a_single_file_is_named_by_its_file_name() {
-    let err = config::load(&fixtures().join("errors/bad_window.yaml")).unwrap_err();
+    let err = tollgate_config::load(&fixtures().join("errors/bad_window.yaml")).unwrap_err();
     assert_eq!(err.file(), "bad_window.yaml");
 }
 
 #[test]
 fn merge_keys_and_anchors_are_applied_as_upstream_does() {
-    let limits = config::parse(
+    let limits = tollgate_config::parse(
         "anchors.yaml",
         r#"
 domain: edge
@@ -153,5 +152,9 @@ descriptors:
 
 #[test]
 fn an_empty_policies_map_is_valid() {
-    assert!(config::parse("none.yaml", "policies: {}\n").unwrap().is_empty());
+    assert!(
+        tollgate_config::parse("none.yaml", "policies: {}\n")
+            .unwrap()
+            .is_empty()
+    );
 }
