@@ -62,7 +62,7 @@ enum Command {
         #[arg(long, env = "TOLLGATE_PROXY_ADDR", default_value = "127.0.0.1:8090")]
         listen: SocketAddr,
         /// A proxy in front of tollgate whose X-Forwarded-For is believed, as a CIDR block
-        /// (10.0.0.0/8, ::1/128); repeat for several.
+        /// (198.51.100.0/24, ::1/128); repeat for several.
         #[arg(long = "trusted-proxy", value_name = "CIDR")]
         trusted_proxies: Vec<tollgate_tower::Cidr>,
     },

@@ -162,14 +162,14 @@ impl Limits {
     ///   - key: remote_address          # any address: 10 per second each
     ///     rate_limit: {unit: second, requests_per_unit: 10}
     ///   - key: remote_address          # this one: 100 per second
-    ///     value: 10.0.0.1
+    ///     value: 203.0.113.1
     ///     rate_limit: {unit: second, requests_per_unit: 100}
     /// "#,
     /// )?;
     /// let entry = |value: &str| [("remote_address".to_owned(), value.to_owned())];
     /// let some = limits.resolve("edge", &entry("192.0.2.7")).expect("the default matches");
     /// assert_eq!(some.policy().map(|p| p.max_cost()), Some(10));
-    /// let vip = limits.resolve("edge", &entry("10.0.0.1")).expect("the exact value matches");
+    /// let vip = limits.resolve("edge", &entry("203.0.113.1")).expect("the exact value matches");
     /// assert_eq!(vip.policy().map(|p| p.max_cost()), Some(100));
     /// // Each address has its own counter.
     /// assert_ne!(some.key(), limits.resolve("edge", &entry("192.0.2.8")).unwrap().key());

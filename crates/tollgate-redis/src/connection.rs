@@ -35,8 +35,8 @@ impl Target {
     ///
     /// assert_eq!(Target::parse("redis://127.0.0.1:6379")?, Target::Standalone("redis://127.0.0.1:6379".into()));
     /// assert_eq!(
-    ///     Target::parse("redis+cluster://10.0.0.1:7000,10.0.0.2:7000")?,
-    ///     Target::Cluster(vec!["redis://10.0.0.1:7000".into(), "redis://10.0.0.2:7000".into()]),
+    ///     Target::parse("redis+cluster://192.0.2.10:7000,192.0.2.11:7000")?,
+    ///     Target::Cluster(vec!["redis://192.0.2.10:7000".into(), "redis://192.0.2.11:7000".into()]),
     /// );
     /// assert!(Target::parse("http://x").is_err());
     /// # Ok::<(), tollgate_redis::ConnectError>(())

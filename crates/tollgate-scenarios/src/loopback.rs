@@ -15,7 +15,7 @@ use crate::ScenarioError;
 /// assert!(check_url("redis", "redis://127.0.0.1:6379/", false).is_ok());
 /// assert!(check_url("redis", "redis://[::1]:6379", false).is_ok());
 /// assert!(check_url("redis-cluster", "redis+cluster://localhost:7000,127.0.0.2:7001", true).is_ok());
-/// assert!(check_url("redis", "redis://10.0.0.5:6379", false).is_err());
+/// assert!(check_url("redis", "redis://192.0.2.5:6379", false).is_err());
 /// assert!(check_url("redis", "redis+cluster://127.0.0.1:7000", false).is_err());
 /// ```
 pub fn check_url(arg: &'static str, url: &str, cluster: bool) -> Result<(), ScenarioError> {

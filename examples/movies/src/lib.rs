@@ -92,8 +92,8 @@ pub fn policy() -> Policy {
 /// use tollgate::MemoryStore;
 /// use tollgate_tower::ClientIp;
 ///
-/// // Behind a load balancer on 10.0.0.0/8 that appends the client to X-Forwarded-For.
-/// let behind_proxy = ClientIp::peer().trust_proxies(["10.0.0.0/8".parse()?]);
+/// // Behind a load balancer on 198.51.100.0/24 that appends the client to X-Forwarded-For.
+/// let behind_proxy = ClientIp::peer().trust_proxies(["198.51.100.0/24".parse()?]);
 /// let app: axum::Router = tollgate_example_movies::app(MemoryStore::new(), behind_proxy);
 /// # let _ = app;
 /// # Ok::<(), tollgate_tower::Error>(())

@@ -21,7 +21,7 @@ struct Args {
     /// Where the limits live: `memory` (this process) or `redis://host:port`.
     #[arg(long, env = "TOLLGATE_STORE", default_value = "memory")]
     store: String,
-    /// A proxy block (e.g. `10.0.0.0/8`) whose `X-Forwarded-For` is trusted; repeatable.
+    /// A proxy block (e.g. `198.51.100.0/24`) whose `X-Forwarded-For` is trusted; repeatable.
     #[arg(long = "trusted-proxy", value_name = "CIDR")]
     trusted_proxy: Vec<Cidr>,
 }

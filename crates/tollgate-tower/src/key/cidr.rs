@@ -1,4 +1,4 @@
-//! [`Cidr`]: an address block such as `10.0.0.0/8`, for the trusted proxy list.
+//! [`Cidr`]: an address block such as `198.51.100.0/24`, for the trusted proxy list.
 //!
 //! Addresses are compared in canonical form: an IPv4-mapped IPv6 address (`::ffff:10.1.2.3`) is
 //! the IPv4 address it maps, both when a block is built and when an address is tested, so a
@@ -13,17 +13,17 @@ use crate::Error;
 /// An IPv4 or IPv6 address block: an address and a prefix length.
 ///
 /// Parsed from `addr/len` or a bare address (a block of one). Bits of the address past the prefix
-/// must be zero: `10.0.0.1/8` is refused rather than guessed at, since this is security
+/// must be zero: `198.51.100.1/24` is refused rather than guessed at, since this is security
 /// configuration.
 ///
 /// ```
 /// use tollgate_tower::Cidr;
 ///
-/// let private: Cidr = "10.0.0.0/8".parse()?;
-/// assert!(private.contains("10.20.30.40".parse()?));
-/// assert!(private.contains("::ffff:10.0.0.1".parse()?)); // IPv4-mapped
-/// assert!(!private.contains("11.0.0.1".parse()?));
-/// assert!("10.0.0.1/8".parse::<Cidr>().is_err());
+/// let proxies: Cidr = "198.51.100.0/24".parse()?;
+/// assert!(proxies.contains("198.51.100.40".parse()?));
+/// assert!(proxies.contains("::ffff:198.51.100.1".parse()?)); // IPv4-mapped
+/// assert!(!proxies.contains("203.0.113.1".parse()?));
+/// assert!("198.51.100.1/24".parse::<Cidr>().is_err());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
