@@ -29,6 +29,11 @@
 //! # }
 //! ```
 //!
+//! Every door here is an adapter: it turns its request into a list of [`tollgate::Rule`]s, asks
+//! the core's [`tollgate::Engine`] once (all or nothing, shadow rules, penalties, failure modes
+//! and outcome labels are decided there), and turns the [`tollgate::Verdict`] back into its
+//! protocol. So the HTTP API, the Envoy service and the proxy answer one policy the same way.
+//!
 //! # Layout
 //!
 //! - [`serve`]: running the server: [`run`] on given [`Listeners`] until a shutdown future
@@ -40,7 +45,8 @@
 //! - [`proxy`]: `tollgate proxy`, a rate limiting reverse proxy over the tower middleware.
 //! - [`reload`]: swapping in a new config on SIGHUP or file change; a broken one is rejected.
 //! - [`store`]: [`store::AnyStore`], the memory or Redis store chosen at start-up.
-//! - [`state`]: what handlers share: live limits (swapped on reload), store, settings.
+//! - [`state`]: what handlers share: live limits (swapped on reload), the engine over the store,
+//!   settings.
 //! - [`metrics`]: Prometheus metric names and the recorder.
 
 pub mod grpc;
