@@ -39,7 +39,9 @@
 //! - `burst`: the capacity of a `token_bucket` or `leaky_bucket`, the burst of `gcra` (default
 //!   `requests_per_unit`);
 //! - `block_for`: a penalty after a denial;
-//! - `on_store_failure`: `fail_open`, `fail_closed` or `local`, with `instances`.
+//! - `on_store_failure`: `fail_open`, `fail_closed` or `local`, with `instances`;
+//! - `hash_tag`: `key` places the counter on a Redis Cluster by the request's values alone
+//!   (default `policy_and_key`).
 //!
 //! They sit in `rate_limit`, next to the fields they modify, rather than on the descriptor.
 //!
@@ -61,7 +63,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use tollgate::{Algorithm, Anchor, Policy, PolicyError, Rate};
 
-use crate::fields::{AlgorithmName, FailureName, Scalar, failure_mode, join, policy_error_field};
+use crate::fields::{
+    AlgorithmName, FailureName, HashTagName, Scalar, failure_mode, join, policy_error_field,
+};
 use crate::limits::{DescriptorLimit, Domain, Level, Node, Quota, descriptor_policy_name};
 use crate::{ConfigError, ConfigErrorKind};
 
@@ -108,6 +112,7 @@ struct RateLimitSpec {
     block_for: Option<Scalar>,
     on_store_failure: Option<FailureName>,
     instances: Option<NonZeroU32>,
+    hash_tag: Option<HashTagName>,
 }
 
 /// One entry of `replaces`.
@@ -266,6 +271,7 @@ impl RateLimitSpec {
                 ("block_for", self.block_for.is_some()),
                 ("on_store_failure", self.on_store_failure.is_some()),
                 ("instances", self.instances.is_some()),
+                ("hash_tag", self.hash_tag.is_some()),
             ];
             if let Some((field, _)) = set.into_iter().find(|(_, set)| *set) {
                 return Err(at.err(
@@ -335,6 +341,7 @@ impl RateLimitSpec {
                 ("block_for", self.block_for.is_some()),
                 ("on_store_failure", self.on_store_failure.is_some()),
                 ("instances", self.instances.is_some()),
+                ("hash_tag", self.hash_tag.is_some()),
             ];
             if let Some((field, _)) = set.into_iter().find(|(_, set)| *set) {
                 return Err(field_err(
@@ -407,6 +414,9 @@ impl RateLimitSpec {
         }
         if let Some(mode) = failure_mode(at.file, path, self.on_store_failure, self.instances)? {
             policy = policy.with_failure_mode(mode);
+        }
+        if let Some(tag) = self.hash_tag {
+            policy = policy.with_hash_tag(tag.into());
         }
         Ok(Quota::Limited(policy))
     }

@@ -128,6 +128,23 @@ pub(crate) enum AnchorName {
     FirstHit,
 }
 
+/// The `hash_tag` field: which part of a policy's Redis keys picks the cluster slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum HashTagName {
+    PolicyAndKey,
+    Key,
+}
+
+impl From<HashTagName> for tollgate::HashTag {
+    fn from(name: HashTagName) -> Self {
+        match name {
+            HashTagName::PolicyAndKey => tollgate::HashTag::PolicyAndKey,
+            HashTagName::Key => tollgate::HashTag::Key,
+        }
+    }
+}
+
 /// The `on_store_failure` field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]

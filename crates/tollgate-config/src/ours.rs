@@ -31,7 +31,10 @@
 //!
 //! A file may also list `routes` for `tollgate proxy`: see [`crate::routes`].
 //!
-//! Every policy may also set `block_for` (a penalty after a denial), `on_store_failure`
+//! Every policy may also set `hash_tag: key` (its Redis keys are placed on a cluster by the key
+//! alone, so every policy with `hash_tag: key` on one user or tenant shares a slot and a request
+//! limited by several of them is one script call; the default `policy_and_key` spreads them),
+//! `block_for` (a penalty after a denial), `on_store_failure`
 //! (`fail_open`, `fail_closed` or `local`, with `instances` for `local`, default 1) and `shadow`
 //! (check and count, but never deny; default false).
 
@@ -41,7 +44,9 @@ use std::num::NonZeroU32;
 use serde::Deserialize;
 use tollgate::{Algorithm, Anchor, Policy, PolicyError};
 
-use crate::fields::{AlgorithmName, AnchorName, FailureName, Scalar, failure_mode, join, policy_error_field};
+use crate::fields::{
+    AlgorithmName, AnchorName, FailureName, HashTagName, Scalar, failure_mode, join, policy_error_field,
+};
 use crate::limits::{ENVOY_POLICY_PREFIX, NamedPolicy};
 use crate::routes::{Route, RouteKey};
 use crate::{ConfigError, ConfigErrorKind};
@@ -87,6 +92,7 @@ struct PolicySpec {
     block_for: Option<Scalar>,
     on_store_failure: Option<FailureName>,
     instances: Option<NonZeroU32>,
+    hash_tag: Option<HashTagName>,
     #[serde(default)]
     shadow: bool,
 }
@@ -291,6 +297,9 @@ impl PolicySpec {
         }
         if let Some(mode) = failure_mode(file, at, self.on_store_failure, self.instances)? {
             policy = policy.with_failure_mode(mode);
+        }
+        if let Some(tag) = self.hash_tag {
+            policy = policy.with_hash_tag(tag.into());
         }
         Ok(NamedPolicy::new(policy, self.shadow))
     }

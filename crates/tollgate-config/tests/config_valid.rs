@@ -158,3 +158,23 @@ fn an_empty_policies_map_is_valid() {
             .is_empty()
     );
 }
+
+#[test]
+fn hash_tag_key_places_a_policy_by_its_key_in_both_formats() {
+    let ours = tollgate_config::parse(
+        "tags.yaml",
+        "policies:\n  user: {algorithm: gcra, rate: 1/s, burst: 1, hash_tag: key}\n  spread: {algorithm: gcra, rate: 1/s, burst: 1}\n",
+    )
+    .unwrap();
+    let tag = |name: &str| ours.policy(name).unwrap().policy().hash_tag();
+    assert_eq!(tag("user"), tollgate::HashTag::Key);
+    assert_eq!(tag("spread"), tollgate::HashTag::PolicyAndKey);
+
+    let envoy = tollgate_config::parse(
+        "edge.yaml",
+        "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5, hash_tag: key}\n",
+    )
+    .unwrap();
+    let resolved = envoy.resolve("edge", &[("user".into(), "alice".into())]).unwrap();
+    assert_eq!(resolved.policy().unwrap().hash_tag(), tollgate::HashTag::Key);
+}
