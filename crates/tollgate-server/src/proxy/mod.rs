@@ -85,9 +85,12 @@ pub fn app(
     trusted_proxies: &[Cidr],
 ) -> anyhow::Result<Router> {
     let client_ip = ClientIp::peer().trust_proxies(trusted_proxies.iter().copied());
+    // One engine for every route: one `local` fallback limiter, as the server has, so a policy
+    // named by two routes keeps one budget while the store is away too.
+    let engine = Arc::new(tollgate::Engine::new(store));
     let mut gates = Vec::with_capacity(limits.routes().len());
     for route in limits.routes() {
-        let mut layer = RateLimitLayer::builder(store.clone());
+        let mut layer = RateLimitLayer::builder_engine(engine.clone());
         for name in route.policies() {
             // `config` checked that every named policy exists.
             let named = limits

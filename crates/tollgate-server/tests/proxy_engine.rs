@@ -1,0 +1,65 @@
+//! The proxy decides every route with one engine: a policy named by two routes keeps one budget,
+//! in the store and, while the store fails, in the `local` failure mode's limiter.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{Request, StatusCode};
+use tollgate::{Algorithm, MemoryStore, Policy};
+use tollgate_server::proxy::{self, Forward};
+use tollgate_server::store::AnyStore;
+use tollgate_testkit::AppServer;
+use tower::ServiceExt;
+
+const CONFIG: &str = r#"
+policies:
+  shared: {algorithm: sliding_log, limit: 2, window: 1h, on_store_failure: local}
+routes:
+  - {prefix: /a, policies: [shared], key: "header:x-key"}
+  - {prefix: /b, policies: [shared], key: "header:x-key"}
+"#;
+
+async fn statuses(app: &Router, paths: &[&str]) -> Vec<StatusCode> {
+    let mut out = Vec::new();
+    for path in paths {
+        let mut request = Request::get(*path)
+            .header("x-key", "client")
+            .body(Body::empty())
+            .expect("request");
+        request
+            .extensions_mut()
+            .insert(ConnectInfo(std::net::SocketAddr::from(([127, 0, 0, 1], 40_000))));
+        out.push(app.clone().oneshot(request).await.expect("answer").status());
+    }
+    out
+}
+
+fn full_store() -> AnyStore {
+    let memory = Arc::new(MemoryStore::builder().max_keys(1).build());
+    let filler = Policy::new(
+        "filler",
+        Algorithm::sliding_log(1, Duration::from_secs(3600)).expect("algorithm"),
+    )
+    .expect("policy");
+    assert!(memory.check(&filler, b"x", 1).expect("fits").allowed);
+    AnyStore::Memory(memory)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_routes_with_one_policy_share_its_budget_in_the_store_and_in_the_fallback() {
+    let upstream = AppServer::start(Router::new().fallback(|| async { "upstream" })).await;
+    let limits = tollgate_config::parse("proxy.yaml", CONFIG).expect("config");
+    let ok = StatusCode::OK;
+    let denied = StatusCode::TOO_MANY_REQUESTS;
+    for store in [AnyStore::memory(), full_store()] {
+        let forward = Forward::new(&upstream.url("")).expect("upstream url");
+        let app = proxy::app(&limits, store, forward, &[]).expect("proxy");
+        assert_eq!(
+            statuses(&app, &["/a", "/b", "/a", "/b"]).await,
+            [ok, ok, denied, denied]
+        );
+    }
+}
