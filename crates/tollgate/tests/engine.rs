@@ -350,3 +350,14 @@ fn the_store_decides_again_once_it_is_back() {
         Outcome::Denied
     );
 }
+
+#[test]
+fn an_untouched_whole_budget_in_a_denied_request_has_nothing_to_reset() {
+    let engine = engine();
+    let (fresh, spent) = (log("fresh", 5), log("spent", 1));
+    now(engine.check(&spent, b"k", 1)).unwrap();
+    let verdict = now(engine.check_all(&[Rule::new(&fresh, "k", 1), Rule::new(&spent, "k", 1)])).unwrap();
+    assert!(!verdict.allowed());
+    let fresh = verdict.rules()[0].decision;
+    assert_eq!((fresh.remaining, fresh.reset_after), (5, Duration::ZERO));
+}

@@ -233,6 +233,11 @@ fn verdict(
             if r.decision.allowed {
                 let d = &mut r.decision;
                 d.remaining = d.remaining.saturating_add(rule.cost).min(d.limit);
+                // The reset time was that of the spend that did not happen: an upper bound, and
+                // exactly zero when the budget is whole.
+                if d.remaining == d.limit {
+                    d.reset_after = std::time::Duration::ZERO;
+                }
             }
         }
     }

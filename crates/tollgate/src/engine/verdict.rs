@@ -65,7 +65,8 @@ impl std::fmt::Display for Outcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuleVerdict {
     /// The rule's decision. In a denied request, a rule that would have allowed reports its
-    /// budget as it stands: the request spent nothing.
+    /// budget as it stands: the request spent nothing (its `reset_after` is then an upper bound,
+    /// zero when the budget is whole).
     pub decision: Decision,
     /// How this rule came out.
     pub outcome: Outcome,
