@@ -6,7 +6,8 @@
 //!
 //! - `main.rs` (this file, the only module): the subcommands (`serve`, `proxy`, `check-config`,
 //!   `bench`), each turned into the options of the library call that does the work, and the
-//!   runtime the server calls run on.
+//!   runtime the server calls run on, and the log set-up: `tracing` events (a failing store, a
+//!   rejected reload) go to stderr as text, filtered by `RUST_LOG` (default `warn`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -76,6 +77,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    init_logs();
     match Cli::parse().command {
         Command::Bench(args) => match tollgate_scenarios::run(&args) {
             Ok(output) => {
@@ -154,4 +156,17 @@ fn run(job: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Sends the libraries' `tracing` events to stderr, filtered by `RUST_LOG` (default `warn`, so a
+/// failing store or a rejected config is seen without a flood of per-request lines).
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal, never into a log file or collector.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
 }

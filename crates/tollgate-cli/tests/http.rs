@@ -427,3 +427,19 @@ fn a_request_in_flight_at_shutdown_is_answered_before_exit() {
     assert!(response.contains(r#""remaining":4"#), "{response}");
     assert!(server.wait_exit().success());
 }
+
+/// A store that cannot be reached is answered by the failure mode, and an operator reading the
+/// logs sees why, with the class of failure; `RUST_LOG` cannot be needed for that.
+#[tokio::test]
+async fn a_failing_store_is_logged_at_warn_with_its_class() {
+    // Nothing listens on port 1: every store call is refused.
+    let mut server = Server::start(&["--store", "redis://127.0.0.1:1"]);
+    let (status, _, body) = check(&server, json!({"policy": "demo", "key": "me"})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["degraded"], json!(true), "{body}");
+    let line = server.wait_for("rate limit store failed");
+    assert!(
+        line.contains("WARN") && line.contains("class=\"connection\""),
+        "{line}"
+    );
+}

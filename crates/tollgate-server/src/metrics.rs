@@ -71,10 +71,46 @@ pub fn store_latency(elapsed: Duration) {
     metrics::histogram!("tollgate_store_latency_seconds").record(elapsed.as_secs_f64());
 }
 
-/// A store call that failed, by [`Error::class`] (`timeout`, `connection`, `full`, ...).
+/// A store call that failed, by [`Error::class`] (`timeout`, `connection`, `full`, ...). Also
+/// logged at `warn`, at most once a second, so an operator sees a sick store in the logs without
+/// a line per request.
 pub fn store_error(err: &Error) {
     if let Some(class) = err.class() {
         metrics::counter!("tollgate_store_errors_total", "kind" => class).increment(1);
+        if STORE_ERROR_LOG.due() {
+            tracing::warn!(class, error = %err, "rate limit store failed; failure modes decide");
+        }
+    }
+}
+
+static STORE_ERROR_LOG: Sampler = Sampler::new(Duration::from_secs(1));
+
+/// Lets one event through per `every`: a log line that would otherwise repeat per request.
+struct Sampler {
+    every_ms: u64,
+    next_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Sampler {
+    const fn new(every: Duration) -> Self {
+        Sampler {
+            every_ms: every.as_millis() as u64,
+            next_ms: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// True for the first call of each period.
+    fn due(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let next = self.next_ms.load(Ordering::Relaxed);
+        now_ms >= next
+            && self
+                .next_ms
+                .compare_exchange(next, now_ms + self.every_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 }
 
