@@ -14,7 +14,8 @@
 --          spend went, 0 when it spent nothing)
 --
 -- With a commit: if an enforced (non-shadow) rule denies, nothing is spent on any rule and only
--- the rules that denied start their block_for penalty; otherwise every rule spends. The rules
+-- the rules that denied start their block_for penalty; otherwise every rule spends. A question
+-- takes part in the decision but is never spent and starts no penalty. The rules
 -- that would have allowed in a denied request report their untouched budget.
 
 local NOW = now_us(ARGV[1])
@@ -43,7 +44,7 @@ end
 
 if #rules == 1 then
   -- One rule: a denial changes nothing but the penalty, so there is no need to look first.
-  if COMMIT then
+  if COMMIT and not rules[1].question then
     commit(1)
   else
     outcomes[1] = {decide(rules[1], NOW, false)}
@@ -60,7 +61,7 @@ else
   -- Phase 2: allowed, every rule spends; denied, only the rules that denied start a penalty.
   if COMMIT then
     for i, rule in ipairs(rules) do
-      if not denied or (not outcomes[i][1] and rule.block_for > 0) then
+      if not rule.question and (not denied or (not outcomes[i][1] and rule.block_for > 0)) then
         commit(i)
       end
     end
@@ -73,7 +74,7 @@ for i = 1, #rules do
 end
 if MODE == 'reserve' then
   for i, rule in ipairs(rules) do
-    if outcomes[i][1] then
+    if outcomes[i][1] and not rule.question then
       reply[#reply + 1] = rule.impl.mark(rule)
     else
       reply[#reply + 1] = 0

@@ -14,7 +14,8 @@
 --   refund(rule, stored, cost, mark)  gives back a spend of cost made at mark
 --
 -- A rule is one record of RULE_FIELDS values in ARGV, from ARGV[4] on:
---   algorithm name, cost, shadow ("1" or "0"), block_for_us ("0" for no penalty), mark (what a
+--   algorithm name, cost, role (1 for a shadow rule, plus 2 for a question, which is decided but
+--   never spent: "0" to "3"), block_for_us ("0" for no penalty), mark (what a
 --   reserve reported; "0" when deciding), then three parameters (listed in the algorithm's
 --   file, "" when unused)
 -- and one key in KEYS, in the same order (two for a sliding log: its state hash, then its set).
@@ -78,7 +79,8 @@ local function read_rules()
       algorithm = ARGV[at + 1],
       impl = impl,
       cost = tonumber(ARGV[at + 2]),
-      shadow = ARGV[at + 3] == '1',
+      shadow = ARGV[at + 3] == '1' or ARGV[at + 3] == '3',
+      question = ARGV[at + 3] == '2' or ARGV[at + 3] == '3',
       block_for = tonumber(ARGV[at + 4]),
       mark = tonumber(ARGV[at + 5]),
       state = KEYS[k],

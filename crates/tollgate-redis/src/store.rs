@@ -414,7 +414,7 @@ impl RedisStore {
             denied |= group_denied;
             let mut spends = vec![];
             for ((&i, outcome), mark) in group.iter().zip(group_outcomes).zip(marks) {
-                if !group_denied && outcome.allowed {
+                if !group_denied && outcome.allowed && !rules[i].question {
                     spends.push((i, mark));
                 }
                 outcomes[i] = outcome;
@@ -656,7 +656,7 @@ impl Store for RedisStore {
         match rules {
             [] => Ok(Decisions::None),
             // One enforced rule: the deny cache may answer without a round trip.
-            [rule] if !rule.shadow => Ok(Decisions::One(
+            [rule] if !rule.shadow && !rule.question => Ok(Decisions::One(
                 self.decide_one(rule.policy, rule.key, rule.cost, commit).await?,
             )),
             _ => {

@@ -401,3 +401,35 @@ async fn script_flush_is_invisible_to_multi_rule_requests() {
     assert!(clustered.stats().refunds > 0);
     assert_eq!(clustered.stats().refund_failures, 0);
 }
+
+/// A question (`Rule::question`) is decided in the same call, on the state before the request,
+/// and never spent, exactly as on the memory store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_are_decided_but_never_spent_as_on_memory() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US);
+    let redis = exact_store(Target::Standalone(server.url()), &clock).await;
+    let memory = tollgate::MemoryStore::builder().clock(clock.clone()).build();
+    let asked = policy("asked", Algorithm::sliding_log(2, HOUR));
+    let spent = policy("spent", Algorithm::gcra(Rate::per_hour(10).expect("rate"), 3));
+    let requests: Vec<Vec<Rule<'_>>> = vec![
+        vec![Rule::new(&asked, "k", 1).as_question()],
+        vec![Rule::new(&asked, "k", 1).as_question(), Rule::new(&asked, "k", 1)],
+        vec![Rule::new(&asked, "k", 1).as_question(), Rule::new(&spent, "k", 1)],
+        vec![Rule::new(&asked, "k", 1), Rule::new(&spent, "k", 1)],
+        vec![Rule::new(&asked, "k", 1).as_question(), Rule::new(&spent, "k", 1)],
+        vec![Rule::new(&asked, "k", 2).as_question()],
+    ];
+    for (i, rules) in requests.iter().enumerate() {
+        let on_memory = memory.decide(rules, true).expect("memory");
+        let on_redis = redis.decide(rules, true).await.expect("redis");
+        assert_eq!(on_memory, on_redis, "request {i}");
+    }
+    let left = |store_answer: tollgate::Decision| store_answer.remaining;
+    assert_eq!(left(memory.peek(&asked, "k", 1).expect("peek")), 0);
+    assert_eq!(left(redis.peek(&asked, b"k", 1).await.expect("peek")), 0);
+    assert_eq!(
+        memory.peek(&spent, "k", 1).expect("peek"),
+        redis.peek(&spent, b"k", 1).await.expect("peek")
+    );
+}

@@ -50,9 +50,9 @@
 //! What the door decides alone, without the store, takes part in the same answer: a
 //! `requests_per_unit: 0` descriptor or a cost that can never be admitted refuses the request,
 //! and then the limited descriptors are only looked at (a peek), so nothing is spent. A
-//! descriptor asked with a cost of 0 is a question about the budget as it stands before the
-//! request spends: it is peeked first, and when it is over the limit the request is refused and
-//! the others are only looked at too.
+//! descriptor asked with a cost of 0 is a question ([`Rule::question`](tollgate::Rule)): one
+//! rule of the same `check_all`, answered as the budget stands before the request, never spent;
+//! when it is over the limit the request is refused and nothing is spent.
 //!
 //! # Errors
 //!
@@ -290,14 +290,12 @@ struct Limited<'a> {
 }
 
 impl Limited<'_> {
-    /// The descriptor as an engine rule (a question is asked with a cost of 1).
+    /// The descriptor as an engine rule; a question asks about a cost of 1 and spends nothing.
     fn rule(&self) -> Rule<'_> {
-        let rule = Rule::new(&self.policy, self.matched.key.as_bytes(), self.cost.max(1));
-        if self.matched.shadow {
-            rule.as_shadow()
-        } else {
-            rule
-        }
+        let mut rule = Rule::new(&self.policy, self.matched.key.as_bytes(), self.cost.max(1));
+        rule.shadow = self.matched.shadow;
+        rule.question = self.cost == 0;
+        rule
     }
 }
 
@@ -365,14 +363,15 @@ impl<'r> Group<'r> {
                 self.rules.len()
             )));
         }
-        // A committed, allowed verdict has spent; a denied one reports untouched budgets; an
-        // allowed peek reports the budget after a spend that did not happen, so it is given back.
+        // A committed, allowed verdict has spent; a denied one and a question report untouched
+        // budgets (the engine gives them back); an allowed peek reports the budget after a spend
+        // that did not happen, so it is given back here.
         let given_back = !commit && verdict.allowed();
         for ((&slot, rule), result) in self.at.iter().zip(&self.rules).zip(verdict.rules()) {
             let decision = result.decision;
             let remaining = if !decision.allowed {
                 0
-            } else if given_back {
+            } else if given_back && !rule.question {
                 decision.remaining.saturating_add(rule.cost).min(decision.limit)
             } else {
                 decision.remaining
@@ -480,23 +479,19 @@ async fn should_rate_limit(
         slots.push(slot);
     }
 
-    // Descriptors that spend, and questions (a cost of 0) that only look.
-    let mut spend = Group::default();
-    let mut ask = Group::default();
+    // Every limited descriptor, questions (a cost of 0) included, is one rule of one request to
+    // the engine, which decides them all or nothing, penalties included. A refusal at the door
+    // (a deny-all descriptor, a cost no budget admits) refuses the request without the store:
+    // then the limited descriptors are only looked at, so nothing is spent.
+    let mut limited = Group::default();
     for (i, slot) in slots.iter().enumerate() {
-        if let Slot::Limited(limited) = slot {
-            let group = if limited.cost == 0 { &mut ask } else { &mut spend };
-            group.push(limited.rule(), i);
+        if let Slot::Limited(one) = slot {
+            limited.push(one.rule(), i);
         }
     }
     let mut answers: Vec<Option<Answer>> = vec![None; slots.len()];
-    // The questions are answered as things stand before this request spends. A door-level
-    // refusal or a question answered "over the limit" refuses the request: then the spending
-    // descriptors are only looked at, so nothing is spent; otherwise one `check_all` decides them
-    // all or nothing, penalties included.
-    let mut passes = !slots.iter().any(Slot::refuses);
-    passes &= ask.decide(state, false, &mut answers).await?;
-    passes &= spend.decide(state, passes, &mut answers).await?;
+    let refused = slots.iter().any(Slot::refuses);
+    let passes = limited.decide(state, !refused, &mut answers).await? && !refused;
     Ok(respond(&slots, &answers, passes))
 }
 

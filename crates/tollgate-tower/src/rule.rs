@@ -156,11 +156,7 @@ impl Rule {
     /// This rule for one request, as the engine takes it.
     #[inline]
     pub(crate) fn bind<'a>(&'a self, key: &'a [u8]) -> tollgate::Rule<'a> {
-        tollgate::Rule {
-            policy: &self.policy,
-            key,
-            cost: self.cost,
-            shadow: self.shadow,
-        }
+        let rule = tollgate::Rule::new(&self.policy, key, self.cost);
+        if self.shadow { rule.as_shadow() } else { rule }
     }
 }

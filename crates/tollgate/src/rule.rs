@@ -28,6 +28,10 @@ pub struct Rule<'a> {
     pub cost: u64,
     /// Decide and record, but never deny the request.
     pub shadow: bool,
+    /// Ask without spending: the rule is decided as the budget stands before the request (an
+    /// enforced question that would be denied denies the request), and it never spends nor
+    /// starts a penalty. Envoy's `hits_addend: 0`.
+    pub question: bool,
 }
 
 impl<'a> Rule<'a> {
@@ -45,6 +49,7 @@ impl<'a> Rule<'a> {
             key: key.as_ref(),
             cost,
             shadow: false,
+            question: false,
         }
     }
 
@@ -55,9 +60,27 @@ impl<'a> Rule<'a> {
         self
     }
 
-    /// Whether `other` spends from the same budget (same policy name, same key).
+    /// The same rule as a question: decided, never spent.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("p", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?;
+    /// assert!(tollgate::Rule::new(&policy, "k", 1).as_question().question);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn as_question(mut self) -> Self {
+        self.question = true;
+        self
+    }
+
+    /// Whether `other` spends from the same budget (same policy name, same key), so that the
+    /// two count as one rule with the sum of their costs. Questions spend nothing and are never
+    /// merged: each is answered as the budget stands before the request.
     #[inline]
     pub(crate) fn same_budget(&self, other: &Rule<'_>) -> bool {
-        self.key == other.key && self.policy.name() == other.policy.name()
+        !self.question
+            && !other.question
+            && self.key == other.key
+            && self.policy.name() == other.policy.name()
     }
 }

@@ -49,8 +49,10 @@ pub trait Store: Send + Sync {
     /// - With `commit`, when no enforced rule denies, every rule is recorded (each spends its
     ///   cost); when one does, nothing is spent on any rule, and only the `block_for` penalties
     ///   of the rules that denied start. Without `commit` (a peek) nothing changes.
-    /// - Rules name distinct (policy, key) pairs; the [`Engine`](crate::Engine) merges
-    ///   duplicates before calling. A cost above the policy's limit is decided (it is denied),
+    /// - A question ([`Rule::question`]) is decided like the others, on the state before the
+    ///   request, and takes part in the all-or-nothing, but is never recorded.
+    /// - Rules that spend name distinct (policy, key) pairs; the [`Engine`](crate::Engine) merges
+    ///   duplicates before calling (a question may share its pair with a rule that spends). A cost above the policy's limit is decided (it is denied),
     ///   not refused: a merged cost can exceed it.
     /// - Keys are validated with [`validate_key`] and costs must be at least 1.
     ///

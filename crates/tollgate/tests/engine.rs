@@ -361,3 +361,53 @@ fn an_untouched_whole_budget_in_a_denied_request_has_nothing_to_reset() {
     let fresh = verdict.rules()[0].decision;
     assert_eq!((fresh.remaining, fresh.reset_after), (5, Duration::ZERO));
 }
+
+#[test]
+fn a_question_is_answered_as_the_budget_stands_and_never_spends() {
+    let clock = ManualClock::new(1_000_000_000);
+    let engine = Engine::builder(MemoryStore::builder().clock(clock.clone()).build())
+        .clock(clock.clone())
+        .build();
+    let policy = log("p", 2).with_block_for(Duration::from_secs(600)).unwrap();
+    now(engine.check(&policy, b"k", 1)).unwrap();
+    // One unit left: asked about and spent in the same request, the question sees the unit.
+    let rules = [
+        Rule::new(&policy, "k", 1).as_question(),
+        Rule::new(&policy, "k", 1),
+    ];
+    let verdict = now(engine.check_all(&rules)).unwrap();
+    assert!(verdict.allowed());
+    assert_eq!(verdict.rules()[0].decision.remaining, 1, "as it stood");
+    assert!(
+        !engine.store().peek(&policy, "k", 1).unwrap().allowed,
+        "the spending rule spent"
+    );
+    // Nothing left: the question denies the request, and starts no penalty.
+    let other = log("other", 5);
+    let rules = [
+        Rule::new(&policy, "k", 1).as_question(),
+        Rule::new(&other, "k", 1),
+    ];
+    let verdict = now(engine.check_all(&rules)).unwrap();
+    assert_eq!(verdict.outcome(), Outcome::Denied);
+    assert_eq!(
+        remaining(&engine, &other, "k"),
+        5,
+        "nothing spent on a refused request"
+    );
+    // Once the window has passed the budget is back: the question started no penalty.
+    clock.advance(Duration::from_secs(61));
+    assert!(
+        now(engine.check(&policy, b"k", 1)).unwrap().allowed(),
+        "no penalty from a question"
+    );
+    // Alone, a question never spends.
+    let fresh = log("fresh", 1);
+    for _ in 0..3 {
+        assert!(
+            now(engine.check_all(&[Rule::new(&fresh, "k", 1).as_question()]))
+                .unwrap()
+                .allowed()
+        );
+    }
+}

@@ -227,17 +227,17 @@ fn verdict(
         Rules::Many(v) => v.as_mut_slice(),
     };
     let outcome = slice.iter().map(|r| r.outcome).max().unwrap_or(Outcome::Allowed);
-    if !outcome.allows() {
-        // Nothing was spent: a rule that would have allowed reports its budget as it stands.
-        for (rule, r) in rules.iter().zip(slice.iter_mut()) {
-            if r.decision.allowed {
-                let d = &mut r.decision;
-                d.remaining = d.remaining.saturating_add(rule.cost).min(d.limit);
-                // The reset time was that of the spend that did not happen: an upper bound, and
-                // exactly zero when the budget is whole.
-                if d.remaining == d.limit {
-                    d.reset_after = std::time::Duration::ZERO;
-                }
+    let spent = outcome.allows();
+    // Nothing was spent (a denied request, or a question): a rule that would have allowed
+    // reports its budget as it stands.
+    for (rule, r) in rules.iter().zip(slice.iter_mut()) {
+        if r.decision.allowed && (!spent || rule.question) {
+            let d = &mut r.decision;
+            d.remaining = d.remaining.saturating_add(rule.cost).min(d.limit);
+            // The reset time was that of the spend that did not happen: an upper bound, and
+            // exactly zero when the budget is whole.
+            if d.remaining == d.limit {
+                d.reset_after = std::time::Duration::ZERO;
             }
         }
     }

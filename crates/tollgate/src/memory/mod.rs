@@ -277,7 +277,7 @@ impl<C: Clock> MemoryStore<C> {
                 rule.policy,
                 rule.key,
                 rule.cost,
-                commit,
+                commit && !rule.question,
             )?)),
             _ => self.decide_many(rules, commit).map(Decisions::Many),
         }
@@ -458,10 +458,13 @@ impl<C: Clock> MemoryStore<C> {
             .any(|(rule, o)| !rule.shadow && !o.allowed);
         if commit {
             // Allowed: every rule spends. Denied: only a denial with a penalty records anything.
+            // A question records nothing either way.
             let records: Vec<bool> = rules
                 .iter()
                 .zip(&outcomes)
-                .map(|(rule, o)| !denied || (!o.allowed && rule.policy.block_for_us().is_some()))
+                .map(|(rule, o)| {
+                    !rule.question && (!denied || (!o.allowed && rule.policy.block_for_us().is_some()))
+                })
                 .collect();
             let spare = |slot: &Slot| lookups.iter().any(|(l, _, _)| l.matches(&slot.owner, &slot.key));
             let mut placed: Vec<usize> = Vec::new();
