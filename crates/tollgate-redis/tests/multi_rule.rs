@@ -402,13 +402,10 @@ async fn script_flush_is_invisible_to_multi_rule_requests() {
     assert_eq!(clustered.stats().refund_failures, 0);
 }
 
-/// A question (`Rule::question`) is decided in the same call, on the state before the request,
-/// and never spent, exactly as on the memory store.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn questions_are_decided_but_never_spent_as_on_memory() {
-    let server = RedisServer::start();
-    let clock = ManualClock::new(T0_US);
-    let redis = exact_store(Target::Standalone(server.url()), &clock).await;
+/// Questions (`Rule::question`) are decided in the same request, on the state before it, and
+/// never spent, exactly as on the memory store: on standalone Redis and across cluster slots
+/// (where a slot holding only questions reserves nothing).
+async fn questions_match_memory(redis: &RedisStore, clock: &ManualClock) {
     let memory = tollgate::MemoryStore::builder().clock(clock.clone()).build();
     let asked = policy("asked", Algorithm::sliding_log(2, HOUR));
     let spent = policy("spent", Algorithm::gcra(Rate::per_hour(10).expect("rate"), 3));
@@ -425,11 +422,26 @@ async fn questions_are_decided_but_never_spent_as_on_memory() {
         let on_redis = redis.decide(rules, true).await.expect("redis");
         assert_eq!(on_memory, on_redis, "request {i}");
     }
-    let left = |store_answer: tollgate::Decision| store_answer.remaining;
-    assert_eq!(left(memory.peek(&asked, "k", 1).expect("peek")), 0);
-    assert_eq!(left(redis.peek(&asked, b"k", 1).await.expect("peek")), 0);
+    assert!(!memory.peek(&asked, "k", 1).expect("peek").allowed);
+    assert!(!redis.peek(&asked, b"k", 1).await.expect("peek").allowed);
     assert_eq!(
         memory.peek(&spent, "k", 1).expect("peek"),
         redis.peek(&spent, b"k", 1).await.expect("peek")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_are_decided_but_never_spent_as_on_memory() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US);
+    let redis = exact_store(Target::Standalone(server.url()), &clock).await;
+    questions_match_memory(&redis, &clock).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn questions_across_cluster_slots_are_decided_but_never_spent_as_on_memory() {
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::new(T0_US);
+    let redis = exact_store(Target::Cluster(cluster.urls()), &clock).await;
+    questions_match_memory(&redis, &clock).await;
 }
