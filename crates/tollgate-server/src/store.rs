@@ -54,60 +54,52 @@ impl AnyStore {
     }
 }
 
+/// Calls `$trait::$method` on whichever store this is.
 macro_rules! dispatch {
-    ($self:ident, $method:ident ( $($arg:expr),* )) => {
+    ($trait:ident, $self:ident, $method:ident ( $($arg:expr),* )) => {
         match $self {
-            AnyStore::Memory(store) => Store::$method(store.as_ref(), $($arg),*).await,
-            AnyStore::Redis(store) => Store::$method(store, $($arg),*).await,
+            AnyStore::Memory(store) => $trait::$method(store.as_ref(), $($arg),*).await,
+            AnyStore::Redis(store) => $trait::$method(store, $($arg),*).await,
         }
     };
 }
 
 impl Store for AnyStore {
     async fn decide(&self, rules: &[Rule<'_>], commit: bool) -> Result<Decisions, Error> {
-        dispatch!(self, decide(rules, commit))
+        dispatch!(Store, self, decide(rules, commit))
     }
 
     async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {
-        dispatch!(self, reset(policy, key))
+        dispatch!(Store, self, reset(policy, key))
     }
 
     async fn check(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
-        dispatch!(self, check(policy, key, cost))
+        dispatch!(Store, self, check(policy, key, cost))
     }
 
     async fn peek(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
-        dispatch!(self, peek(policy, key, cost))
+        dispatch!(Store, self, peek(policy, key, cost))
     }
-}
-
-macro_rules! dispatch_attempts {
-    ($self:ident, $method:ident ( $($arg:expr),* )) => {
-        match $self {
-            AnyStore::Memory(store) => AttemptsStore::$method(store.as_ref(), $($arg),*).await,
-            AnyStore::Redis(store) => AttemptsStore::$method(store, $($arg),*).await,
-        }
-    };
 }
 
 impl AttemptsStore for AnyStore {
     async fn increment_attempts(&self, key: &[u8], ttl: Duration) -> Result<u64, Error> {
-        dispatch_attempts!(self, increment_attempts(key, ttl))
+        dispatch!(AttemptsStore, self, increment_attempts(key, ttl))
     }
 
     async fn get_attempts(&self, key: &[u8]) -> Result<u64, Error> {
-        dispatch_attempts!(self, get_attempts(key))
+        dispatch!(AttemptsStore, self, get_attempts(key))
     }
 
     async fn get_ttl(&self, key: &[u8]) -> Result<Option<Duration>, Error> {
-        dispatch_attempts!(self, get_ttl(key))
+        dispatch!(AttemptsStore, self, get_ttl(key))
     }
 
     async fn reset_attempts(&self, key: &[u8]) -> Result<(), Error> {
-        dispatch_attempts!(self, reset_attempts(key))
+        dispatch!(AttemptsStore, self, reset_attempts(key))
     }
 
     async fn check_limit(&self, key: &[u8], max_attempts: u64) -> Result<AttemptsStatus, Error> {
-        dispatch_attempts!(self, check_limit(key, max_attempts))
+        dispatch!(AttemptsStore, self, check_limit(key, max_attempts))
     }
 }

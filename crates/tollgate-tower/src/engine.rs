@@ -5,9 +5,8 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 
-use tollgate::{Decisions, Engine, Error, Policy, Rule, Store, Verdict};
+use tollgate::{Engine, Error, Rule, Store, Verdict};
 
 type VerdictFuture<'a> = Pin<Box<dyn Future<Output = Result<Verdict, Error>> + Send + 'a>>;
 
@@ -19,22 +18,5 @@ pub(crate) trait SharedEngine: Send + Sync {
 impl<S: Store> SharedEngine for Engine<S> {
     fn check_all<'a>(&'a self, rules: &'a [Rule<'a>]) -> VerdictFuture<'a> {
         Box::pin(Engine::check_all(self, rules))
-    }
-}
-
-/// A store the application also holds, as a [`Store`] an [`Engine`] can own.
-pub(crate) struct Shared<S>(pub(crate) Arc<S>);
-
-impl<S: Store> Store for Shared<S> {
-    fn decide(
-        &self,
-        rules: &[Rule<'_>],
-        commit: bool,
-    ) -> impl Future<Output = Result<Decisions, Error>> + Send {
-        self.0.decide(rules, commit)
-    }
-
-    fn reset(&self, policy: &Policy, key: &[u8]) -> impl Future<Output = Result<(), Error>> + Send {
-        self.0.reset(policy, key)
     }
 }

@@ -96,6 +96,40 @@ pub trait Store: Send + Sync {
     }
 }
 
+/// A store shared with the rest of an application (say, to reset a key after a login) is a
+/// store too, so an [`Engine`](crate::Engine) can own an `Arc` of it.
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    fn decide(
+        &self,
+        rules: &[Rule<'_>],
+        commit: bool,
+    ) -> impl Future<Output = Result<Decisions, Error>> + Send {
+        (**self).decide(rules, commit)
+    }
+
+    fn reset(&self, policy: &Policy, key: &[u8]) -> impl Future<Output = Result<(), Error>> + Send {
+        (**self).reset(policy, key)
+    }
+
+    fn check(
+        &self,
+        policy: &Policy,
+        key: &[u8],
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        (**self).check(policy, key, cost)
+    }
+
+    fn peek(
+        &self,
+        policy: &Policy,
+        key: &[u8],
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        (**self).peek(policy, key, cost)
+    }
+}
+
 /// The decision of a one-rule call.
 fn only(decisions: Decisions) -> Decision {
     decisions.as_slice().first().copied().unwrap_or_default()

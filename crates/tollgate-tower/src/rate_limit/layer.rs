@@ -8,7 +8,7 @@ use tower::Layer;
 
 use super::limiter::Limiter;
 use super::service::RateLimit;
-use crate::engine::{Shared, SharedEngine};
+use crate::engine::SharedEngine;
 use crate::problem::Problems;
 use crate::{Error, Rule, Stats};
 
@@ -124,7 +124,7 @@ impl RateLimitLayer {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn builder_shared<S: Store + 'static>(store: Arc<S>) -> RateLimitLayerBuilder {
-        Self::builder_engine(Engine::new(Shared(store)))
+        Self::builder_engine(Engine::new(store))
     }
 
     /// Starts a layer decided by `engine` (an `Engine` or an `Arc` of one), for several rules:
