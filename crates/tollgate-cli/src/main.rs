@@ -21,8 +21,21 @@ use tollgate_server::state::Settings;
 #[derive(Parser)]
 #[command(name = "tollgate", version, about)]
 struct Cli {
+    /// Log format on stderr: `text` for people, `json` (one object per line) for collectors.
+    /// Levels come from `RUST_LOG` (default `warn`; `info` adds startup and reload lines).
+    #[arg(long, global = true, env = "TOLLGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log events are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per event.
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -77,8 +90,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    init_logs();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    init_logs(cli.log_format);
+    match cli.command {
         Command::Bench(args) => match tollgate_scenarios::run(&args) {
             Ok(output) => {
                 print!("{}", output.markdown);
@@ -160,13 +174,17 @@ fn run(job: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
 
 /// Sends the libraries' `tracing` events to stderr, filtered by `RUST_LOG` (default `warn`, so a
 /// failing store or a rejected config is seen without a flood of per-request lines).
-fn init_logs() {
+fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => logs.json().init(),
         // Colours only for a person at a terminal, never into a log file or collector.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
 }

@@ -52,8 +52,21 @@ pub fn verdict(rules: &[Rule<'_>], verdict: &Verdict) {
             continue;
         }
         decision(rule.policy.name(), result.outcome);
+        if result.outcome == Outcome::ShadowDenied && SHADOW_LOG.due() {
+            tracing::info!(
+                policy = rule.policy.name(),
+                "shadow rule would have denied (sampled: at most one line a second)"
+            );
+        }
         if result.decision.degraded {
             degraded(rule.policy.name());
+            if DEGRADED_LOG.due() {
+                tracing::warn!(
+                    policy = rule.policy.name(),
+                    outcome = result.outcome.as_str(),
+                    "failure mode decided without the store (sampled: at most one line a second)"
+                );
+            }
         }
     }
     if let Some(err) = verdict.store_error() {
@@ -84,6 +97,8 @@ pub fn store_error(err: &Error) {
 }
 
 static STORE_ERROR_LOG: Sampler = Sampler::new(Duration::from_secs(1));
+static SHADOW_LOG: Sampler = Sampler::new(Duration::from_secs(1));
+static DEGRADED_LOG: Sampler = Sampler::new(Duration::from_secs(1));
 
 /// Lets one event through per `every`: a log line that would otherwise repeat per request.
 struct Sampler {

@@ -1,0 +1,86 @@
+//! The binary's logs as an operator reads them: `--log-format json` gives one JSON object per
+//! event on stderr, and shadow denials and failure-mode decisions are logged (sampled), so a
+//! dry-run limit and a sick store show up in the logs without a line per request.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tollgate_testkit::ChildProcess;
+
+fn start(config: &str, extra: &[&str]) -> (ChildProcess, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.yaml");
+    std::fs::write(&path, config).expect("write config");
+    let mut child = ChildProcess::start(
+        Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .env("RUST_LOG", "info")
+            .args([
+                "--log-format",
+                "json",
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--grpc",
+                "127.0.0.1:0",
+            ])
+            .arg("--config")
+            .arg(&path)
+            .args(extra),
+    );
+    let http = format!("http://{}", child.wait_for_addr("http listening on "));
+    (child, http, dir)
+}
+
+async fn check(http: &str, policy: &str) -> u16 {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client")
+        .post(format!("{http}/v1/check"))
+        .json(&json!({"policy": policy, "key": "k"}))
+        .send()
+        .await
+        .expect("check")
+        .status()
+        .as_u16()
+}
+
+/// The JSON object on a stderr line containing `text`: one already read, or the next one.
+fn json_line(child: &mut ChildProcess, text: &str) -> Value {
+    let seen = child.seen().iter().find(|line| line.contains(text)).cloned();
+    let line = seen.unwrap_or_else(|| child.wait_for(text));
+    serde_json::from_str(&line).unwrap_or_else(|err| panic!("not a JSON log line ({err}): {line}"))
+}
+
+#[tokio::test]
+async fn a_shadow_denial_is_logged_as_json_naming_the_policy() {
+    let (mut child, http, _dir) = start(
+        "policies:\n  watch:\n    algorithm: fixed_window\n    limit: 1\n    window: 1h\n    shadow: true\n",
+        &[],
+    );
+    assert_eq!(check(&http, "watch").await, 200);
+    assert_eq!(check(&http, "watch").await, 200, "shadow rules never deny");
+    let event = json_line(&mut child, "shadow rule would have denied");
+    assert_eq!(event["level"], "INFO", "{event}");
+    assert_eq!(event["fields"]["policy"], "watch", "{event}");
+}
+
+#[tokio::test]
+async fn a_dead_store_logs_its_class_and_the_failure_mode_decision() {
+    // A port nothing listens on: every call fails with a connection error.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("redis://{}", free.local_addr().expect("addr"));
+    drop(free);
+    let (mut child, http, _dir) = start(
+        "policies:\n  open:\n    algorithm: fixed_window\n    limit: 5\n    window: 1m\n    on_store_failure: fail_open\n",
+        &["--store", &url],
+    );
+    assert_eq!(check(&http, "open").await, 200, "fail_open admits");
+    let failed = json_line(&mut child, "rate limit store failed");
+    assert_eq!(failed["level"], "WARN", "{failed}");
+    assert_eq!(failed["fields"]["class"], "connection", "{failed}");
+    let degraded = json_line(&mut child, "failure mode decided");
+    assert_eq!(degraded["fields"]["policy"], "open", "{degraded}");
+    assert_eq!(degraded["fields"]["outcome"], "degraded", "{degraded}");
+}
