@@ -42,16 +42,18 @@ pub fn response(status: StatusCode, detail: impl Into<String>) -> Response {
     response
 }
 
-/// Middleware: an error answer (4xx or 5xx) that is not already a problem becomes one, with its
-/// plain-text body (if short) as `detail`. Headers such as `Allow` and `Retry-After` are kept.
+/// Middleware: an error answer (4xx or 5xx) with no body type or a plain-text body becomes a
+/// problem, with the text (if short) as `detail`. Headers such as `Allow` and `Retry-After` are kept.
 pub async fn bare_errors(request: Request, next: Next) -> Response {
     let answer = next.run(request).await;
     let status = answer.status();
-    let is_problem = answer
+    // Only bodies that say nothing a client could parse: none, or plain text. A JSON answer
+    // (a 429 decision) is already what the API documents.
+    let bare = answer
         .headers()
         .get(header::CONTENT_TYPE)
-        .is_some_and(|value| value.as_bytes().starts_with(PROBLEM_JSON.as_bytes()));
-    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+        .is_none_or(|value| value.as_bytes().starts_with(b"text/plain"));
+    if !(status.is_client_error() || status.is_server_error()) || !bare {
         return answer;
     }
     let (mut parts, body) = answer.into_parts();
