@@ -4,7 +4,8 @@
 //!
 //! # Layout
 //!
-//! - `main.rs` (this file, the only module): the subcommands (`serve`, `proxy`, `check-config`,
+//! - `listener_args`: the timeout and limit flags every listener has (`serve` and `proxy`).
+//! - `main.rs` (this file): the subcommands (`serve`, `proxy`, `check-config`,
 //!   `bench`), each turned into the options of the library call that does the work, and the
 //!   runtime the server calls run on, and the log set-up: `tracing` events (a failing store, a
 //!   rejected reload) go to stderr as text, filtered by `RUST_LOG` (default `warn`).
@@ -13,7 +14,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod listener_args;
+
 use clap::{Parser, Subcommand};
+use listener_args::{ListenerArgs, UpstreamArgs};
 use tollgate_server::serve::{self, Options};
 use tollgate_server::state::Settings;
 
@@ -60,6 +64,8 @@ enum Command {
         /// Longest key accepted, in bytes.
         #[arg(long, default_value_t = 1024)]
         max_key_len: usize,
+        #[command(flatten)]
+        listener: ListenerArgs,
     },
     /// Forward requests to an upstream, applying the config's route policies first.
     Proxy {
@@ -79,6 +85,13 @@ enum Command {
         /// (198.51.100.0/24, ::1/128); repeat for several.
         #[arg(long = "trusted-proxy", value_name = "CIDR")]
         trusted_proxies: Vec<tollgate_tower::Cidr>,
+        /// Serve /healthz, /readyz and /metrics on this address (default: no admin listener).
+        #[arg(long, env = "TOLLGATE_PROXY_ADMIN_ADDR")]
+        admin: Option<SocketAddr>,
+        #[command(flatten)]
+        listener: ListenerArgs,
+        #[command(flatten)]
+        upstream_deadlines: UpstreamArgs,
     },
     /// Validate a config file or directory without serving; exits non-zero on the first error.
     CheckConfig {
@@ -109,12 +122,18 @@ fn main() -> ExitCode {
             store,
             listen,
             trusted_proxies,
+            admin,
+            listener,
+            upstream_deadlines,
         } => run(tollgate_server::proxy::run(tollgate_server::proxy::Options {
             upstream,
             config,
             store,
             listen,
             trusted_proxies,
+            admin,
+            listeners: listener.options(tollgate_server::listener::ListenerOptions::PROXY_MAX_BODY_BYTES),
+            forward: upstream_deadlines.options(),
         })),
         Command::CheckConfig { path } => match tollgate_config::load(&path) {
             Ok(limits) => {
@@ -138,6 +157,7 @@ fn main() -> ExitCode {
             grpc,
             admin_token,
             max_key_len,
+            listener,
         } => {
             let options = Options {
                 config,
@@ -147,6 +167,7 @@ fn main() -> ExitCode {
                 settings: Settings {
                     admin_token,
                     max_key_len,
+                    listeners: listener.options(tollgate_server::http::MAX_BODY),
                 },
             };
             run(serve::serve(options))

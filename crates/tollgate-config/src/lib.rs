@@ -46,6 +46,8 @@
 //! - [`limits`]: [`Limits`], the compiled configuration, and the envoyproxy/ratelimit descriptor
 //!   matcher ([`Limits::resolve`]) with its store keys.
 //! - [`routes`]: which policies `tollgate proxy` applies to a request path, and its key.
+//! - `read` (private): reading one file with a size cap ([`MAX_FILE_BYTES`]) and a timeout
+//!   ([`READ_TIMEOUT`]); a FIFO or a device is refused before it is opened.
 //!
 //! # Two formats
 //!
@@ -82,6 +84,7 @@ mod error;
 mod fields;
 pub mod limits;
 pub mod ours;
+mod read;
 pub mod routes;
 
 use std::collections::HashMap;
@@ -91,6 +94,7 @@ use std::path::{Path, PathBuf};
 use yaml_serde::Value;
 
 pub use error::{ConfigError, ConfigErrorKind};
+pub use read::{MAX_FILE_BYTES, READ_TIMEOUT};
 pub use limits::{ENVOY_POLICY_PREFIX, Limits, NamedPolicy, Resolved, apply_replaces, override_key};
 pub use routes::{Route, RouteKey, route_for};
 
@@ -98,7 +102,8 @@ use envoy::EnvoyFile;
 use ours::OursFile;
 
 /// Loads a configuration file, or every `*.yaml` and `*.yml` file of a directory (see the
-/// [crate docs](crate#files-and-directories)), into one [`Limits`].
+/// [crate docs](crate#files-and-directories)), into one [`Limits`]. Each file must be a regular
+/// file of at most [`MAX_FILE_BYTES`], read within [`READ_TIMEOUT`].
 ///
 /// ```
 /// let dir = tempfile::tempdir()?;
@@ -129,7 +134,7 @@ pub fn load(path: &Path) -> Result<Limits, ConfigError> {
             || file.display().to_string(),
             |name| name.to_string_lossy().into_owned(),
         );
-        let yaml = fs::read_to_string(&file)
+        let yaml = read::read_config_file(&file)
             .map_err(|e| ConfigError::new(name.clone(), None, ConfigErrorKind::Io(e)))?;
         loader.add(&name, &yaml)?;
     }

@@ -104,9 +104,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use tollgate::{Algorithm, Outcome, Policy, Rule, RuleVerdict, Verdict};
-use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
+use crate::listener::ListenerOptions;
 use crate::metrics;
 use crate::state::SharedState;
 use tollgate_config::{Resolved, apply_replaces, override_key};
@@ -212,11 +212,48 @@ pub async fn serve(
     state: SharedState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    tonic::transport::Server::builder()
+    serve_with(listener, state, ListenerOptions::default(), shutdown).await
+}
+
+/// [`serve`] with the listener's timeouts and limits: the connection limit, the idle timeout,
+/// HTTP/2 keep-alive pings, concurrent streams and header size per connection, and the drain
+/// timeout after `shutdown`, past which open connections are closed.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    state: SharedState,
+    options: ListenerOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let closing = tokio_util::sync::CancellationToken::new();
+    let incoming = crate::listener::grpc_incoming("grpc", listener, &options, closing.clone());
+    let (stopped, on_stop) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stopped.send(());
+    };
+    // After the drain timeout, close whatever tonic is still waiting for.
+    let drain = options.drain_timeout;
+    let watchdog = async move {
+        if on_stop.await.is_ok() {
+            tokio::time::sleep(drain).await;
+            tracing::warn!(listener = "grpc", timeout = ?drain, "drain timeout passed; closing the remaining connections");
+            closing.cancel();
+        }
+        std::future::pending::<()>().await;
+    };
+    let header_list = u32::try_from(options.max_header_bytes).unwrap_or(u32::MAX);
+    let server = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(options.http2_keepalive_interval))
+        .http2_keepalive_timeout(Some(options.http2_keepalive_timeout))
+        .max_concurrent_streams(options.http2_max_concurrent_streams)
+        .http2_max_header_list_size(header_list)
+        .http2_max_pending_accept_reset_streams(Some(64))
         .add_service(service(state))
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
+        .serve_with_incoming_shutdown(incoming, shutdown);
+    tokio::select! {
+        served = server => served,
+        () = watchdog => Ok(()),
+    }
 }
 
 #[tonic::async_trait]

@@ -9,7 +9,7 @@
 //! | `POST /v1/attempts/{purpose}/{key}` `{"ttl_seconds"}` | count a failed attempt |
 //! | `GET /v1/attempts/{purpose}/{key}` | the count and its TTL |
 //! | `GET /v1/attempts/{purpose}/{key}/check?max=N` | whether another attempt is allowed |
-//! | `DELETE /v1/attempts/{purpose}/{key}` | clear the counter (after a success) |
+//! | `DELETE /v1/attempts/{purpose}/{key}` | clear the counter (after a success; admin) |
 //! | `GET /metrics`, `/healthz`, `/readyz` | Prometheus, liveness, store reachability |
 //!
 //! Every decision is the [`Engine`](tollgate::Engine)'s: a request becomes a list of rules (a
@@ -38,8 +38,10 @@
 //!
 //! Every error is an RFC 9457 problem (`application/problem+json`) with the status, its reason
 //! as `title`, and a `detail` that names the problem (``rules[2]: unknown policy `x` ``): 400 for
-//! unusable input, 404 for an unknown policy, 413 for a body over [`MAX_BODY`], 401 for a
-//! missing admin token, and 503 when the store failed and a rule's policy fails closed
+//! unusable input, 404 for an unknown policy or route, 405 for a method a route does not take,
+//! 408 for a body that did not arrive in time, 413 for a body over the limit ([`MAX_BODY`] by
+//! default), 414 and 431 for an oversized target or header section, 401 for a missing admin
+//! token, and 503 when the store failed and a rule's policy fails closed
 //! (`on_store_failure: fail_closed`), with `Retry-After`. Bodies are parsed here rather than by
 //! an extractor so that malformed JSON, a missing field and an oversized body all get that shape.
 
@@ -61,7 +63,8 @@ use crate::metrics;
 use crate::state::SharedState;
 use tollgate_config::NamedPolicy;
 
-/// The largest request body accepted.
+/// The largest request body accepted by default
+/// ([`ListenerOptions::max_body_bytes`](crate::listener::ListenerOptions::max_body_bytes)).
 pub const MAX_BODY: usize = 64 * 1024;
 
 /// The most rules one `POST /v1/check` may carry: enough for every limit a request is subject to,
@@ -84,7 +87,9 @@ pub fn router(state: SharedState) -> Router {
         .route("/metrics", get(render_metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(ready))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
+        .layer(axum::middleware::from_fn(crate::problem::bare_errors))
+        .layer(DefaultBodyLimit::max(state.settings.listeners.max_body_bytes))
         .with_state(state)
 }
 
@@ -153,9 +158,15 @@ impl From<Error> for ApiError {
 /// Parses a JSON body, turning every way it can be wrong into a 4xx naming the problem.
 fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
     let bytes = body.map_err(|rejection| {
+        if let Some(cut) = crate::listener::BodyLimitError::find(&rejection) {
+            if matches!(cut, crate::listener::BodyLimitError::TimedOut(_)) {
+                metrics::connection_timed_out("http", "body");
+            }
+            return ApiError::new(cut.status(), cut.to_string());
+        }
         let status = rejection.status();
         let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
-            format!("request body is larger than {MAX_BODY} bytes")
+            "the request body is too large".to_owned()
         } else {
             rejection.body_text()
         };
@@ -510,7 +521,9 @@ async fn check_attempts(
 async fn clear_attempts(
     State(state): State<SharedState>,
     Path((purpose, key)): Path<(String, String)>,
+    request_headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
+    authorize_admin(&state, &request_headers)?;
     let name = attempts_key(&state, &purpose, &key)?;
     state.store.reset_attempts(&name).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -524,11 +537,11 @@ async fn ready(State(state): State<SharedState>) -> Response {
     if state.store.ready().await {
         (StatusCode::OK, "ready").into_response()
     } else {
-        (
+        problem(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{} store unreachable", state.store.kind()),
+            None,
         )
-            .into_response()
     }
 }
 

@@ -47,11 +47,16 @@
 //! - [`store`]: [`store::AnyStore`], the memory or Redis store chosen at start-up.
 //! - [`state`]: what handlers share: live limits (swapped on reload), the engine over the store,
 //!   settings.
+//! - [`listener`]: serving a socket to hostile clients: timeouts, the connection limit, request
+//!   size limits and the shutdown drain, the same on every listener.
+//! - [`problem`]: RFC 9457 problem answers, the shape of every error.
 //! - [`metrics`]: Prometheus metric names and the recorder.
 
 pub mod grpc;
 pub mod http;
+pub mod listener;
 pub mod metrics;
+pub mod problem;
 pub mod proxy;
 pub mod reload;
 pub mod serve;

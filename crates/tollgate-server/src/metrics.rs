@@ -129,6 +129,69 @@ impl Sampler {
     }
 }
 
+/// A connection accepted on `listener` (`http`, `grpc`, `proxy`, `admin`).
+pub fn connection_opened(listener: &'static str) {
+    metrics::gauge!("tollgate_open_connections", "listener" => listener).increment(1.0);
+}
+
+/// A connection of `listener` closed, whatever closed it.
+pub fn connection_closed(listener: &'static str) {
+    metrics::gauge!("tollgate_open_connections", "listener" => listener).decrement(1.0);
+}
+
+/// A connection refused because `listener` had its maximum open; logged at most once a second.
+pub fn connection_refused(listener: &'static str) {
+    metrics::counter!("tollgate_connections_refused_total", "listener" => listener).increment(1);
+}
+
+/// The log line for refused connections, at most once a second.
+pub fn warn_sampled_refusal(listener: &'static str) {
+    if REFUSAL_LOG.due() {
+        tracing::warn!(listener, "connection limit reached; refusing new connections");
+    }
+}
+
+static REFUSAL_LOG: Sampler = Sampler::new(Duration::from_secs(1));
+
+/// A connection or request cut off by a timeout: `reason` is `idle`, `body` (or `header`, which
+/// the HTTP parser enforces and does not report).
+pub fn connection_timed_out(listener: &'static str, reason: &'static str) {
+    metrics::counter!("tollgate_timeouts_total", "listener" => listener, "reason" => reason).increment(1);
+}
+
+/// A request refused by a listener limit before any handler ran (414, 431, 413, 408).
+pub fn request_refused(listener: &'static str, status: axum::http::StatusCode) {
+    metrics::counter!("tollgate_requests_refused_total", "listener" => listener, "status" => status.as_str().to_owned())
+        .increment(1);
+}
+
+/// An accept that failed for a reason other than the peer going away (out of file descriptors),
+/// logged at most once a second.
+pub fn accept_failed(listener: &'static str, err: &std::io::Error) {
+    metrics::counter!("tollgate_accept_errors_total", "listener" => listener).increment(1);
+    if ACCEPT_LOG.due() {
+        tracing::warn!(listener, error = %err, "accept failed; pausing before the next accept");
+    }
+}
+
+static ACCEPT_LOG: Sampler = Sampler::new(Duration::from_secs(1));
+
+/// A proxied request the upstream did not answer: `kind` is `connect`, `connect_timeout`,
+/// `response_timeout` or `protocol`. Logged at `warn`, at most once a second.
+pub fn upstream_error(kind: &'static str, upstream: &str, err: &dyn std::fmt::Display) {
+    metrics::counter!("tollgate_upstream_errors_total", "kind" => kind).increment(1);
+    if UPSTREAM_LOG.due() {
+        tracing::warn!(kind, upstream, error = %err, "upstream request failed");
+    }
+}
+
+static UPSTREAM_LOG: Sampler = Sampler::new(Duration::from_secs(1));
+
+/// The watcher saw the config's bytes change (each one is followed by a reload).
+pub fn config_change_seen() {
+    metrics::counter!("tollgate_config_changes_seen_total").increment(1);
+}
+
 /// A config reload, successful or not.
 pub fn config_reload(ok: bool) {
     let outcome = if ok { "ok" } else { "failed" };

@@ -3,9 +3,14 @@
 //! The watcher watches the config's *directory* (a file's parent, or the directory itself),
 //! because Kubernetes ConfigMaps update by swapping a `..data` symlink, which reports an event on
 //! the directory and none on the file. Events come in bursts (an editor writes, renames, touches),
-//! so they are debounced, and the files are hashed so a burst that changes nothing reloads
-//! nothing. A broken config is rejected with a log line and a metric, and the previous limits
-//! keep serving; counters live in the store, so they survive every reload.
+//! so they go through a debouncer (`notify-debouncer-full`), and the files are hashed so a burst
+//! that changes nothing reloads nothing. Only events that can change a file count: opening and
+//! reading files (as hashing and loading do) is ignored, so the watcher never wakes itself up.
+//! A broken config is rejected with a log line and a metric, and the previous limits keep
+//! serving; counters live in the store, so they survive every reload.
+//!
+//! SIGHUP is caught in every mode, so it never ends the process: without a config file there is
+//! nothing to reload, which is logged.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -13,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::{RecursiveMode, Watcher};
+use notify::{EventKind, RecursiveMode};
+use notify_debouncer_full::DebounceEventResult;
 use tokio::sync::mpsc;
 
 use crate::metrics;
@@ -22,6 +28,9 @@ use crate::state::SharedState;
 /// How long the files must be quiet before a change is reloaded.
 const DEBOUNCE: Duration = Duration::from_millis(250);
 
+/// The largest config file hashed; larger ones hash by their metadata (loading refuses them).
+const MAX_HASHED: u64 = tollgate_config::MAX_FILE_BYTES;
+
 /// Loads `path` and swaps it in, or keeps the current limits if it is broken. Returns whether
 /// the new limits are being served.
 pub fn reload(state: &SharedState, path: &Path) -> bool {
@@ -29,28 +38,45 @@ pub fn reload(state: &SharedState, path: &Path) -> bool {
         Ok(limits) => {
             state.limits.store(Arc::new(limits));
             metrics::config_reload(true);
-            println!("tollgate: reloaded {}", path.display());
+            tracing::info!(config = %path.display(), "config reloaded");
             true
         }
         Err(err) => {
             metrics::config_reload(false);
-            eprintln!("tollgate: reload rejected, still serving the previous config: {err}");
+            tracing::warn!(
+                config = %path.display(),
+                error = %err,
+                "config reload rejected; still serving the previous config"
+            );
             false
         }
     }
 }
 
-/// Starts listening for SIGHUP and returns the task that reloads on each one. The handler is in
-/// place when this returns (a SIGHUP before it would end the process).
+/// Starts listening for SIGHUP and returns the task that reloads `path` on each one (or logs
+/// that there is nothing to reload when there is no config file). The handler is in place when
+/// this returns (a SIGHUP before it would end the process).
 #[cfg(unix)]
-pub fn on_sighup(state: SharedState, path: PathBuf) -> Option<impl Future<Output = ()> + Send + 'static> {
+pub fn on_sighup(state: SharedState, path: Option<PathBuf>) -> Option<impl Future<Output = ()> + Send + 'static> {
+    on_hangup(move || match &path {
+        Some(path) => {
+            reload(&state, path);
+        }
+        None => tracing::info!("SIGHUP: serving the built-in demo policies; there is no config to reload"),
+    })
+}
+
+/// Starts listening for SIGHUP and returns the task that calls `reload` on each one; `None`,
+/// with a log line, when the signal cannot be caught.
+#[cfg(unix)]
+pub fn on_hangup(mut reload: impl FnMut() + Send + 'static) -> Option<impl Future<Output = ()> + Send + 'static> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hangups = signal(SignalKind::hangup())
-        .map_err(|err| eprintln!("tollgate: cannot listen for SIGHUP ({err}); reload on file change only"))
+        .map_err(|err| tracing::warn!(error = %err, "cannot listen for SIGHUP; reload on file change only"))
         .ok()?;
     Some(async move {
         while hangups.recv().await.is_some() {
-            reload(&state, &path);
+            reload();
         }
     })
 }
@@ -59,49 +85,61 @@ pub fn on_sighup(state: SharedState, path: PathBuf) -> Option<impl Future<Output
 /// long as the server runs. The watch is in place when this returns, so no change made after it
 /// is missed; `None` (with a log line) when the directory cannot be watched.
 pub fn on_change(state: SharedState, path: PathBuf) -> Option<impl Future<Output = ()> + Send + 'static> {
-    let (events, mut changed) = mpsc::unbounded_channel();
+    watch(path.clone(), move || {
+        reload(&state, &path);
+    })
+}
+
+/// Watches the config at `path` and returns the task that calls `changed` each time its bytes
+/// change (debounced, compared by hash); what `tollgate serve` and `tollgate proxy` reload with.
+pub fn watch(path: PathBuf, mut changed: impl FnMut() + Send + 'static) -> Option<impl Future<Output = ()> + Send + 'static> {
+    let (events, mut bursts) = mpsc::unbounded_channel();
     let watched = if path.is_dir() {
         path.clone()
     } else {
         path.parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
     };
-    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok() {
+    let debouncer = notify_debouncer_full::new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
+        let Ok(batch) = result else { return };
+        // Reading a file (hashing it, loading it) is an event too; only a change counts.
+        if batch.iter().any(|event| !matches!(event.kind, EventKind::Access(_))) {
             let _ = events.send(());
         }
     });
-    let mut watcher = watcher
-        .and_then(|mut watcher| {
-            watcher
+    let mut debouncer = debouncer
+        .and_then(|mut debouncer| {
+            debouncer
                 .watch(&watched, RecursiveMode::NonRecursive)
-                .map(|()| watcher)
+                .map(|()| debouncer)
         })
         .map_err(|err| {
-            eprintln!(
-                "tollgate: cannot watch {}: {err}; reload on SIGHUP only",
-                watched.display()
+            tracing::warn!(
+                dir = %watched.display(),
+                error = %err,
+                "cannot watch the config directory; reload on SIGHUP only"
             )
         })
         .ok()?;
     let mut served = fingerprint(&path);
     Some(async move {
-        while changed.recv().await.is_some() {
-            // Wait for the burst to end.
-            while let Ok(Some(())) = tokio::time::timeout(DEBOUNCE, changed.recv()).await {}
+        while bursts.recv().await.is_some() {
             let now = fingerprint(&path);
             if now != served {
                 served = now;
-                reload(&state, &path);
+                metrics::config_change_seen();
+                changed();
             }
         }
         // Keeps the watch alive for as long as events are read.
-        let _ = watcher.unwatch(&watched);
+        let _ = debouncer.unwatch(&watched);
     })
 }
 
-/// A hash of the config's bytes (every file of a directory, by name), to skip reloads that
-/// would change nothing. Unreadable files hash as absent; loading reports them.
+/// A hash of the config's bytes (every regular file of a directory, by name), to skip reloads
+/// that would change nothing. Unreadable files hash as absent and files that are not regular
+/// (a FIFO, a device) or too large are never opened; loading reports them.
 fn fingerprint(path: &Path) -> u64 {
     let mut hasher = DefaultHasher::new();
     if path.is_dir() {
@@ -111,10 +149,19 @@ fn fingerprint(path: &Path) -> u64 {
         files.sort();
         for file in files {
             file.hash(&mut hasher);
-            std::fs::read(&file).ok().hash(&mut hasher);
+            contents(&file).hash(&mut hasher);
         }
     } else {
-        std::fs::read(path).ok().hash(&mut hasher);
+        contents(path).hash(&mut hasher);
     }
     hasher.finish()
+}
+
+/// A file's bytes, if it is a regular file small enough to be a config.
+fn contents(path: &Path) -> Option<Vec<u8>> {
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > MAX_HASHED {
+        return Some(format!("{:?}", (meta.len(), meta.modified().ok())).into_bytes());
+    }
+    std::fs::read(path).ok()
 }

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 
 use crate::state::{AppState, Settings, SharedState};
 use crate::store::AnyStore;
-use crate::{grpc, http, metrics, reload};
+use crate::{grpc, http, listener, metrics, reload};
 
 /// What `tollgate serve` was asked to do.
 #[derive(Debug, Clone)]
@@ -70,8 +70,10 @@ impl Listeners {
 }
 
 /// Serves the HTTP API and the Envoy rate limit service over `state` on `listeners` until
-/// `shutdown` completes; then both stop accepting, let their in-flight requests finish, and
-/// this returns. An error means a server failed, not that a request did.
+/// `shutdown` completes; then both stop accepting, let their open connections finish for up to
+/// the drain timeout, close the rest, and this returns. Both listeners have the timeouts and
+/// limits of `state.settings.listeners` (see [`listener`]). An error means the settings are
+/// unusable or a server failed, not that a request did.
 ///
 /// Swap `state.limits` to change the limits while serving (as [`reload`] does). See the
 /// [crate docs](crate) for an example.
@@ -81,6 +83,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     metrics::install();
+    state.settings.validate()?;
+    let options = state.settings.listeners.clone();
     // One shutdown stops both servers; each lets its in-flight requests finish. The tasks are
     // aborted if this future is dropped, so no server outlives a caller that gave up on it.
     let (stop, stopped) = watch::channel(false);
@@ -92,13 +96,14 @@ pub async fn run(
         // An error means the sender is gone, which happens only once `signal` is: stop then too.
         let _ = stopped.wait_for(|stop| *stop).await;
     };
-    let mut grpc_server = AbortOnDrop(tokio::spawn(grpc::serve(
+    let mut grpc_server = AbortOnDrop(tokio::spawn(grpc::serve_with(
         listeners.grpc,
         Arc::clone(&state),
+        options.clone(),
         when_stopped(stopped.clone()),
     )));
-    let http_served = axum::serve(listeners.http, http::router(state))
-        .with_graceful_shutdown(when_stopped(stopped))
+    let app = listener::with_request_limits(http::router(state), "http", &options);
+    let http_served = listener::serve_http("http", listeners.http, app, &options, when_stopped(stopped))
         .await
         .context("http server");
     if http_served.is_err() {
@@ -122,6 +127,7 @@ impl<T> Drop for AbortOnDrop<T> {
 
 /// Serves until ctrl-c or SIGTERM, as `tollgate serve` does; in-flight requests finish first.
 pub async fn serve(options: Options) -> anyhow::Result<()> {
+    options.settings.validate()?;
     let limits = tollgate_config::load_or_demo(options.config.as_deref())?;
     let store = match &options.store {
         Some(url) => AnyStore::redis(url)
@@ -133,15 +139,17 @@ pub async fn serve(options: Options) -> anyhow::Result<()> {
     let listeners = Listeners::bind(options.http, options.grpc).await?;
     // Watching and the SIGHUP handler start before the addresses are printed: a change or a
     // signal sent once they are seen is never missed.
-    if let Some(path) = options.config.clone() {
-        #[cfg(unix)]
-        if let Some(hangups) = reload::on_sighup(Arc::clone(&state), path.clone()) {
-            tokio::spawn(hangups);
-        }
-        if let Some(watch) = reload::on_change(Arc::clone(&state), path) {
-            tokio::spawn(watch);
-        }
+    // SIGHUP is handled in every mode (its default action would end the process).
+    #[cfg(unix)]
+    if let Some(hangups) = reload::on_sighup(Arc::clone(&state), options.config.clone()) {
+        tokio::spawn(hangups);
     }
+    if let Some(path) = options.config.clone()
+        && let Some(watch) = reload::on_change(Arc::clone(&state), path)
+    {
+        tokio::spawn(watch);
+    }
+    warn_if_admin_open(&options);
     println!("tollgate: http listening on {}", listeners.http.local_addr()?);
     println!("tollgate: grpc listening on {}", listeners.grpc.local_addr()?);
     println!(
@@ -156,6 +164,18 @@ pub async fn serve(options: Options) -> anyhow::Result<()> {
             ))
     );
     run(state, listeners, shutdown_signal()).await
+}
+
+/// A loud warning when the admin endpoints (limits and attempts resets) answer anyone who can
+/// reach a non-loopback address.
+fn warn_if_admin_open(options: &Options) {
+    if options.settings.admin_token.is_none() && !options.http.ip().is_loopback() {
+        tracing::warn!(
+            http = %options.http,
+            "admin endpoints (DELETE /v1/limits/..., DELETE /v1/attempts/...) are reachable without \
+             a token on a non-loopback address; set --admin-token or TOLLGATE_ADMIN_TOKEN"
+        );
+    }
 }
 
 pub(crate) async fn shutdown_signal() {
@@ -178,4 +198,5 @@ pub(crate) async fn shutdown_signal() {
         () = terminate => {}
     }
     println!("tollgate: shutting down; finishing in-flight requests");
+    tracing::info!("shutting down: draining open connections");
 }

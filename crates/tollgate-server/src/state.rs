@@ -9,16 +9,20 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tollgate::Engine;
 
+use crate::listener::ListenerOptions;
 use crate::store::AnyStore;
 use tollgate_config::Limits;
 
 /// Server settings that do not change on reload.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// When set, admin endpoints require `Authorization: Bearer <token>`.
+    /// When set, admin endpoints (limits reset, attempts reset) require
+    /// `Authorization: Bearer <token>`. An empty token is refused by [`Settings::validate`].
     pub admin_token: Option<String>,
     /// The longest key the HTTP API accepts, in bytes (default 1 KiB).
     pub max_key_len: usize,
+    /// Timeouts and limits of the HTTP and gRPC listeners.
+    pub listeners: ListenerOptions,
 }
 
 impl Default for Settings {
@@ -26,7 +30,30 @@ impl Default for Settings {
         Settings {
             admin_token: None,
             max_key_len: 1024,
+            listeners: ListenerOptions::default(),
         }
+    }
+}
+
+impl Settings {
+    /// Checks the settings before serving: an empty admin token (which would silently turn the
+    /// check off) and zero timeouts or limits are errors.
+    ///
+    /// ```
+    /// use tollgate_server::state::Settings;
+    ///
+    /// let empty = Settings { admin_token: Some(String::new()), ..Settings::default() };
+    /// assert_eq!(
+    ///     empty.validate().unwrap_err().to_string(),
+    ///     "the admin token must not be empty (leave it unset to run without one)"
+    /// );
+    /// assert!(Settings::default().validate().is_ok());
+    /// ```
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.admin_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            anyhow::bail!("the admin token must not be empty (leave it unset to run without one)");
+        }
+        self.listeners.validate().map_err(anyhow::Error::msg)
     }
 }
 

@@ -6,19 +6,25 @@
 //! `Upgrade`, `Proxy-Connection`, `Proxy-Authorization`, `Proxy-Authenticate`, `Trailer`) are
 //! dropped. The peer's address is appended to `X-Forwarded-For`.
 //!
-//! When the upstream cannot be reached or breaks off its answer head, the client gets a 502
-//! problem response. The request was checked once, before forwarding, and is never checked
-//! again: a client is not charged twice for one request because the upstream failed.
+//! Every upstream call has deadlines ([`ForwardOptions`]): connecting (default 5 s) and the
+//! answer's head (default 30 s); the answer's body then streams for as long as it flows. When
+//! the upstream cannot be reached or breaks off its answer head, the client gets a 502 problem
+//! response; when a deadline passes, a 504. Both are counted in
+//! `tollgate_upstream_errors_total{kind}` and logged (sampled). A request body the client was too
+//! slow to send, or that grew past the limit, gets 408 or 413. The request was checked once,
+//! before forwarding, and is never checked again: a client is not charged twice for one request
+//! because the upstream failed.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::header::{CONNECTION, CONTENT_TYPE, HOST, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
+use axum::http::header::{CONNECTION, HOST, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
 use axum::http::uri::{PathAndQuery, Uri};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
 use hyper_util::client::legacy::Client;
@@ -46,6 +52,25 @@ const HOP_BY_HOP: [&str; 8] = [
 pub struct Forward {
     client: Client<HttpConnector, Body>,
     upstream: Upstream,
+    response_timeout: Duration,
+}
+
+/// Deadlines of upstream calls.
+#[derive(Debug, Clone, Copy)]
+pub struct ForwardOptions {
+    /// Connecting to the upstream (TCP). Default 5 s.
+    pub connect_timeout: Duration,
+    /// From sending the request until the answer's head arrives. Default 30 s.
+    pub response_timeout: Duration,
+}
+
+impl Default for ForwardOptions {
+    fn default() -> Self {
+        ForwardOptions {
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(30),
+        }
+    }
 }
 
 /// Where requests go: `http://host:port` and a base path the request path is appended to.
@@ -98,6 +123,19 @@ impl Forward {
     /// assert!(Forward::new("not a url").is_err());
     /// ```
     pub fn new(upstream: &str) -> Result<Self, UpstreamError> {
+        Self::with_options(upstream, ForwardOptions::default())
+    }
+
+    /// [`Forward::new`] with other deadlines.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_server::proxy::{Forward, ForwardOptions};
+    ///
+    /// let options = ForwardOptions { response_timeout: Duration::from_secs(5), ..ForwardOptions::default() };
+    /// assert!(Forward::with_options("http://127.0.0.1:3000", options).is_ok());
+    /// ```
+    pub fn with_options(upstream: &str, options: ForwardOptions) -> Result<Self, UpstreamError> {
         let invalid = |reason: String| UpstreamError::Invalid {
             url: upstream.to_owned(),
             reason,
@@ -120,9 +158,13 @@ impl Forward {
         }
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new()).build(connector);
+        connector.set_connect_timeout(Some(options.connect_timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build(connector);
         Ok(Forward {
             client,
+            response_timeout: options.response_timeout,
             upstream: Upstream {
                 scheme: scheme.clone(),
                 authority: authority.clone(),
@@ -131,7 +173,7 @@ impl Forward {
         })
     }
 
-    /// Sends `request` upstream; a failure to get an answer head is a 502.
+    /// Sends `request` upstream; a failure to get an answer head is a 502, a deadline passed a 504.
     pub async fn forward(&self, request: Request<Body>) -> Response<Body> {
         let (mut parts, body) = request.into_parts();
         let path_and_query = parts.uri.path_and_query().map_or("/", PathAndQuery::as_str);
@@ -164,15 +206,39 @@ impl Forward {
         *upstream_request.headers_mut() = parts.headers;
         // The upstream speaks HTTP/1.1 to us whatever the client spoke to tollgate.
         *upstream_request.version_mut() = axum::http::Version::HTTP_11;
-        match self.client.request(upstream_request).await {
-            Ok(response) => {
+        let answer = tokio::time::timeout(self.response_timeout, self.client.request(upstream_request)).await;
+        let upstream = self.upstream.authority.as_str();
+        match answer {
+            Ok(Ok(response)) => {
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
                 Response::from_parts(parts, Body::new(body))
             }
-            Err(err) => {
-                tracing::warn!(error = %err, upstream = %self.upstream.authority, "upstream request failed");
+            Ok(Err(err)) => {
+                if let Some(cut) = crate::listener::BodyLimitError::find(&err) {
+                    if matches!(cut, crate::listener::BodyLimitError::TimedOut(_)) {
+                        crate::metrics::connection_timed_out("proxy", "body");
+                    }
+                    return crate::problem::response(cut.status(), cut.to_string());
+                }
+                if err.is_connect() && timed_out(&err) {
+                    crate::metrics::upstream_error("connect_timeout", upstream, &ErrorChain(&err));
+                    return problem(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        "the upstream server did not accept the connection in time",
+                    );
+                }
+                let kind = if err.is_connect() { "connect" } else { "protocol" };
+                crate::metrics::upstream_error(kind, upstream, &ErrorChain(&err));
                 bad_gateway("the upstream server could not be reached or did not answer")
+            }
+            Err(_) => {
+                let waited = format!("no answer within {:?}", self.response_timeout);
+                crate::metrics::upstream_error("response_timeout", upstream, &waited);
+                problem(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    &format!("the upstream server did not answer within {:?}", self.response_timeout),
+                )
             }
         }
     }
@@ -235,18 +301,45 @@ fn append_forwarded_for(headers: &mut HeaderMap, peer: std::net::IpAddr) {
 
 /// A 502 problem response.
 fn bad_gateway(detail: &str) -> Response<Body> {
-    let body = serde_json::json!({
-        "type": "about:blank",
-        "title": "Bad Gateway",
-        "status": 502,
-        "detail": detail,
-    });
-    let mut response = Response::new(Body::from(body.to_string()));
-    *response.status_mut() = StatusCode::BAD_GATEWAY;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
-    response
+    problem(StatusCode::BAD_GATEWAY, detail)
+}
+
+fn problem(status: StatusCode, detail: &str) -> Response<Body> {
+    crate::problem::response(status, detail)
+}
+
+/// Whether an I/O timeout is among `err`'s causes (the connector's connect deadline).
+fn timed_out(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    for _ in 0..16 {
+        let Some(current) = next else { return false };
+        if current
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+            || current.to_string().contains("timed out")
+            || current.to_string().contains("timeout")
+        {
+            return true;
+        }
+        next = current.source();
+    }
+    false
+}
+
+/// An error with its causes, for a log line.
+struct ErrorChain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut next = self.0.source();
+        for _ in 0..16 {
+            let Some(cause) = next else { break };
+            write!(f, ": {cause}")?;
+            next = cause.source();
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! `tollgate proxy`: a rate limiting reverse proxy, so an app in any language is protected
 //! without a code change.
 //!
-//! Each request is matched to a [route](tollgate_config::routes) by path prefix; the route's policies are
+//! Each request's path is first [normalized](path) (or refused with 400 when it is ambiguous),
+//! and the normal path is both what is matched and what is forwarded. It is then matched to a
+//! [route](tollgate_config::routes) by path prefix, case-sensitively; the route's policies are
 //! applied by the tower middleware (`tollgate-tower`), exactly as a Rust app would apply them,
 //! and only an admitted request is forwarded (see [`forward`]). A denied one gets the same `429`
 //! problem response, `Retry-After` and `RateLimit` headers; admitted responses carry the
@@ -9,7 +11,12 @@
 //!
 //! The client address is the peer's, or, when the peer is one of the `--trusted-proxy` blocks,
 //! the rightmost untrusted address of its `X-Forwarded-For`; a client cannot choose its own key
-//! by sending that header. Routes are read at start-up; restart the proxy to change them.
+//! by sending that header.
+//!
+//! [`run`] also reloads the routes and policies on SIGHUP and when the config's files change
+//! (counters live in the store and survive), serves on a listener with the timeouts and limits
+//! of [`crate::listener`], and, with `--admin ADDR`, serves `/healthz`, `/readyz` and `/metrics`
+//! on a separate admin listener, off by default so the proxy takes no port it was not given.
 //!
 //! ```no_run
 //! use tollgate_server::proxy::{self, Forward};
@@ -25,21 +32,25 @@
 //! ```
 
 pub mod forward;
+pub mod path;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use arc_swap::ArcSwap;
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::HeaderName;
-use axum::response::Response;
+use axum::http::{HeaderName, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use tollgate_tower::{Cidr, ClientIp, KeyExtractor, RateLimit, RateLimitLayer, Rule};
 use tower::{Layer, ServiceExt};
 
-pub use forward::{Forward, UpstreamError};
+pub use forward::{Forward, ForwardOptions, UpstreamError};
 
+use crate::listener::ListenerOptions;
 use crate::store::AnyStore;
 use tollgate_config::Limits;
 use tollgate_config::load_or_demo;
@@ -58,6 +69,38 @@ pub struct Options {
     pub listen: SocketAddr,
     /// Peers whose `X-Forwarded-For` is believed.
     pub trusted_proxies: Vec<Cidr>,
+    /// Where `/healthz`, `/readyz` and `/metrics` are served; `None` (the default) serves none.
+    pub admin: Option<SocketAddr>,
+    /// Timeouts and limits of the proxy's listener (and the admin listener).
+    pub listeners: ListenerOptions,
+    /// Deadlines of upstream calls.
+    pub forward: ForwardOptions,
+}
+
+impl Options {
+    /// Options with the defaults for everything but where to forward and listen.
+    ///
+    /// ```
+    /// let options = tollgate_server::proxy::Options::new("http://127.0.0.1:3000", "127.0.0.1:8090".parse()?);
+    /// assert!(options.admin.is_none());
+    /// assert_eq!(options.listeners.max_body_bytes, 16 * 1024 * 1024);
+    /// # Ok::<(), std::net::AddrParseError>(())
+    /// ```
+    pub fn new(upstream: impl Into<String>, listen: SocketAddr) -> Self {
+        Options {
+            upstream: upstream.into(),
+            config: None,
+            store: None,
+            listen,
+            trusted_proxies: Vec::new(),
+            admin: None,
+            listeners: ListenerOptions {
+                max_body_bytes: ListenerOptions::PROXY_MAX_BODY_BYTES,
+                ..ListenerOptions::default()
+            },
+            forward: ForwardOptions::default(),
+        }
+    }
 }
 
 /// One route's policies in front of the forwarder.
@@ -69,8 +112,48 @@ struct Gate {
 
 #[derive(Clone)]
 struct Proxy {
-    gates: Arc<[Gate]>,
+    /// Swapped whole on reload; a request keeps the gates it started with.
+    gates: Arc<ArcSwap<Vec<Gate>>>,
     forward: Forward,
+}
+
+/// Everything a route's gate is built from, kept to rebuild the gates on reload.
+#[derive(Clone)]
+struct Gates {
+    engine: Arc<tollgate::Engine<AnyStore>>,
+    forward: Forward,
+    client_ip: ClientIp,
+}
+
+impl Gates {
+    fn build(&self, limits: &Limits) -> anyhow::Result<Vec<Gate>> {
+        let mut gates = Vec::with_capacity(limits.routes().len());
+        for route in limits.routes() {
+            let mut layer = RateLimitLayer::builder_engine(self.engine.clone());
+            for name in route.policies() {
+                // `config` checked that every named policy exists.
+                let named = limits
+                    .policy(name)
+                    .with_context(|| format!("route {}: unknown policy {name:?}", route.prefix()))?;
+                let key = match route.key() {
+                    RouteKey::ClientIp => KeyExtractor::client_ip(self.client_ip.clone()),
+                    RouteKey::Header(header) => KeyExtractor::header(
+                        HeaderName::from_bytes(header.as_bytes())
+                            .with_context(|| format!("route {}: header {header:?}", route.prefix()))?,
+                    ),
+                };
+                layer = layer.rule(Rule::new(named.policy().clone(), key).shadow(named.shadow()));
+            }
+            let layer = layer
+                .build()
+                .with_context(|| format!("route {}", route.prefix()))?;
+            gates.push(Gate {
+                route: route.clone(),
+                service: layer.layer(self.forward.clone()),
+            });
+        }
+        Ok(gates)
+    }
 }
 
 /// The proxy as an axum router: every method and path goes through [`route_for`]'s route and its
@@ -84,46 +167,45 @@ pub fn app(
     forward: Forward,
     trusted_proxies: &[Cidr],
 ) -> anyhow::Result<Router> {
+    let (router, _gates, _live) = build_app(limits, store, forward, trusted_proxies)?;
+    Ok(router)
+}
+
+/// The router, what rebuilds its gates, and the live gates a reload swaps.
+fn build_app(
+    limits: &Limits,
+    store: AnyStore,
+    forward: Forward,
+    trusted_proxies: &[Cidr],
+) -> anyhow::Result<(Router, Gates, Arc<ArcSwap<Vec<Gate>>>)> {
     let client_ip = ClientIp::peer().trust_proxies(trusted_proxies.iter().copied());
     // One engine for every route: one `local` fallback limiter, as the server has, so a policy
     // named by two routes keeps one budget while the store is away too.
-    let engine = Arc::new(tollgate::Engine::new(store));
-    let mut gates = Vec::with_capacity(limits.routes().len());
-    for route in limits.routes() {
-        let mut layer = RateLimitLayer::builder_engine(engine.clone());
-        for name in route.policies() {
-            // `config` checked that every named policy exists.
-            let named = limits
-                .policy(name)
-                .with_context(|| format!("route {}: unknown policy {name:?}", route.prefix()))?;
-            let key = match route.key() {
-                RouteKey::ClientIp => KeyExtractor::client_ip(client_ip.clone()),
-                RouteKey::Header(header) => KeyExtractor::header(
-                    HeaderName::from_bytes(header.as_bytes())
-                        .with_context(|| format!("route {}: header {header:?}", route.prefix()))?,
-                ),
-            };
-            layer = layer.rule(Rule::new(named.policy().clone(), key).shadow(named.shadow()));
-        }
-        let layer = layer
-            .build()
-            .with_context(|| format!("route {}", route.prefix()))?;
-        gates.push(Gate {
-            route: route.clone(),
-            service: layer.layer(forward.clone()),
-        });
-    }
+    let gates = Gates {
+        engine: Arc::new(tollgate::Engine::new(store)),
+        forward: forward.clone(),
+        client_ip,
+    };
+    let live = Arc::new(ArcSwap::from_pointee(gates.build(limits)?));
     let proxy = Proxy {
-        gates: gates.into(),
+        gates: Arc::clone(&live),
         forward,
     };
-    Ok(Router::new().fallback(handle).with_state(proxy))
+    let router = Router::new().fallback(handle).with_state(proxy);
+    Ok((router, gates, live))
 }
 
 async fn handle(State(proxy): State<Proxy>, request: Request) -> Response {
+    let request = match normal_path(request) {
+        Ok(request) => request,
+        Err(err) => {
+            crate::metrics::request_refused("proxy", StatusCode::BAD_REQUEST);
+            return crate::problem::response(StatusCode::BAD_REQUEST, err.to_string());
+        }
+    };
+    let gates = proxy.gates.load();
     let path = request.uri().path();
-    let gate = proxy
-        .gates
+    let gate = gates
         .iter()
         .filter(|gate| gate.route.matches(path))
         .max_by_key(|gate| gate.route.prefix().len());
@@ -136,10 +218,55 @@ async fn handle(State(proxy): State<Proxy>, request: Request) -> Response {
     }
 }
 
-/// Runs the proxy until ctrl-c or SIGTERM; in-flight requests finish first.
+/// The request with its path [normalized](path::normalize), the query kept as sent.
+fn normal_path(mut request: Request) -> Result<Request, path::PathError> {
+    let uri = request.uri();
+    let normal = match path::normalize(uri.path())? {
+        std::borrow::Cow::Borrowed(_) => return Ok(request),
+        std::borrow::Cow::Owned(normal) => normal,
+    };
+    let target = match uri.query() {
+        Some(query) => format!("{normal}?{query}"),
+        None => normal,
+    };
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(target.parse().map_err(|_| path::PathError::BadEscape)?);
+    *request.uri_mut() = Uri::from_parts(parts).map_err(|_| path::PathError::BadEscape)?;
+    Ok(request)
+}
+
+/// The admin listener's routes: liveness, store reachability and Prometheus metrics.
+fn admin_router(store: AnyStore) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let store = store.clone();
+                async move {
+                    if store.ready().await {
+                        "ready".into_response()
+                    } else {
+                        crate::problem::response(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!("{} store unreachable", store.kind()),
+                        )
+                    }
+                }
+            }),
+        )
+        .route("/metrics", get(|| async { crate::metrics::install().render() }))
+        .fallback(|| async { crate::problem::response(StatusCode::NOT_FOUND, "no such route") })
+        .layer(axum::middleware::from_fn(crate::problem::bare_errors))
+}
+
+/// Runs the proxy until ctrl-c or SIGTERM: open connections get the drain timeout to finish,
+/// then are closed. Reloads the routes and policies on SIGHUP and on file change.
 pub async fn run(options: Options) -> anyhow::Result<()> {
+    options.listeners.validate().map_err(anyhow::Error::msg)?;
+    crate::metrics::install();
     let limits = load_or_demo(options.config.as_deref())?;
-    let forward = Forward::new(&options.upstream)?;
+    let forward = Forward::with_options(&options.upstream, options.forward)?;
     let store = match &options.store {
         Some(url) => AnyStore::redis(url)
             .await
@@ -147,21 +274,100 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         None => AnyStore::memory(),
     };
     if limits.routes().is_empty() {
-        eprintln!("tollgate: the config has no `routes`; every request is forwarded unchecked");
+        tracing::warn!("the config has no `routes`; every request is forwarded unchecked");
     }
     let store_kind = store.kind();
-    let app = app(&limits, store, forward, &options.trusted_proxies)?;
+    let (app, gates, live) = build_app(&limits, store.clone(), forward, &options.trusted_proxies)?;
+    let app = crate::listener::with_request_limits(app, "proxy", &options.listeners);
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .with_context(|| format!("cannot listen on {}", options.listen))?;
+    let admin = match options.admin {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for admin on {addr}"))?,
+        ),
+        None => None,
+    };
+    let reload = reloader(options.config.clone(), gates, live);
+    #[cfg(unix)]
+    if let Some(hangups) = crate::reload::on_hangup({
+        let reload = Arc::clone(&reload);
+        move || reload()
+    }) {
+        tokio::spawn(hangups);
+    }
+    if let Some(path) = options.config.clone()
+        && let Some(watch) = crate::reload::watch(path, {
+            let reload = Arc::clone(&reload);
+            move || reload()
+        })
+    {
+        tokio::spawn(watch);
+    }
     println!("tollgate: proxy listening on {}", listener.local_addr()?);
+    if let Some(admin) = &admin {
+        println!("tollgate: admin listening on {}", admin.local_addr()?);
+    }
     println!(
         "tollgate: forwarding to {}, {store_kind} store, {} routes",
         options.upstream,
         limits.routes().len()
     );
-    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(crate::serve::shutdown_signal())
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let when_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = stopped.wait_for(|stop| *stop).await;
+    };
+    tokio::spawn(async move {
+        crate::serve::shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let admin_task = admin.map(|admin| {
+        let options = options.listeners.clone();
+        let stopped = when_stopped(stopped.clone());
+        tokio::spawn(async move {
+            crate::listener::serve_http("admin", admin, admin_router(store), &options, stopped).await
+        })
+    });
+    let served = crate::listener::serve_http("proxy", listener, app, &options.listeners, when_stopped(stopped))
         .await
-        .context("proxy server")
+        .context("proxy server");
+    if let Some(task) = admin_task {
+        task.await.context("admin server task")?.context("admin server")?;
+    }
+    served
+}
+
+/// What SIGHUP and a file change call: reload the config, rebuild the gates and swap them in, or
+/// keep the running ones when the new config is broken.
+fn reloader(
+    config: Option<PathBuf>,
+    gates: Gates,
+    live: Arc<ArcSwap<Vec<Gate>>>,
+) -> Arc<dyn Fn() + Send + Sync> {
+    Arc::new(move || {
+        let Some(path) = &config else {
+            tracing::info!("SIGHUP: proxying with the built-in demo routes; there is no config to reload");
+            return;
+        };
+        match tollgate_config::load(path).map_err(anyhow::Error::from).and_then(|limits| {
+            let built = gates.build(&limits)?;
+            Ok((built, limits.routes().len()))
+        }) {
+            Ok((built, routes)) => {
+                live.store(Arc::new(built));
+                crate::metrics::config_reload(true);
+                tracing::info!(config = %path.display(), routes, "proxy config reloaded");
+            }
+            Err(err) => {
+                crate::metrics::config_reload(false);
+                tracing::warn!(
+                    config = %path.display(),
+                    error = format!("{err:#}"),
+                    "proxy config reload rejected; still serving the previous routes"
+                );
+            }
+        }
+    })
 }

@@ -1,0 +1,361 @@
+//! Serving a socket to clients that may be hostile: every listener of `tollgate serve` and
+//! `tollgate proxy` (HTTP API, Envoy gRPC, proxy, proxy admin) goes through here, so each has
+//! the same timeouts, the same connection limit and the same shutdown drain.
+//!
+//! What each setting of [`ListenerOptions`] stops:
+//!
+//! - **header read timeout**: a client that sends its request head a byte at a time (slowloris).
+//!   In HTTP/1 the wait for the next request on a kept-alive connection counts too, so it is also
+//!   the keep-alive idle limit there.
+//! - **body read timeout** and **max body bytes**: a body that trickles in or never ends; the
+//!   client gets 408 or 413 as a problem answer.
+//! - **idle timeout**: a connection with no bytes in either direction, whatever its protocol
+//!   (an HTTP/2 or gRPC client that never sends its preface, a client that stops reading).
+//! - **max connections**: past it a new connection is accepted, answered `503` with a problem
+//!   body and `Connection: close` (HTTP) or closed at once (gRPC), and counted in
+//!   `tollgate_connections_refused_total`; the slots held by slow clients cannot take the file
+//!   descriptors the server needs.
+//! - **max URI bytes** / **max header bytes**: 414 and 431 problem answers.
+//! - **HTTP/2 keep-alive** and **max concurrent streams**: dead peers are found by pings; one
+//!   connection cannot open unbounded streams.
+//! - **drain timeout**: on shutdown the listener stops accepting and every connection is asked
+//!   to finish; whatever is still open when the timeout passes is closed, so SIGTERM always
+//!   completes.
+//!
+//! Connections are counted per listener by a semaphore: a slot is taken at accept and given back
+//! when the connection is dropped, whatever ended it.
+
+mod guarded;
+pub mod limits;
+
+use std::future::Future;
+use std::io;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use futures_util::Stream;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+pub(crate) use guarded::Guarded;
+pub use limits::BodyLimitError;
+use limits::RequestLimits;
+
+/// Timeouts and limits of one listener. The defaults are safe for a server on a private network
+/// behind a load balancer; `docs/operations.md` explains each.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_server::listener::ListenerOptions;
+///
+/// let options = ListenerOptions {
+///     max_connections: 100,
+///     header_read_timeout: Duration::from_secs(2),
+///     ..ListenerOptions::default()
+/// };
+/// assert_eq!(options.max_body_bytes, 64 * 1024);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ListenerOptions {
+    /// How long a client may take to send a request head (HTTP/1; also the keep-alive idle
+    /// limit there). Default 10 s.
+    pub header_read_timeout: Duration,
+    /// How long a client may take to send a request body, from the end of its head. Default 30 s.
+    pub body_read_timeout: Duration,
+    /// A connection with no bytes in either direction for this long is closed. Default 120 s.
+    pub idle_timeout: Duration,
+    /// Open connections per listener; more are refused. Default 10 000.
+    pub max_connections: usize,
+    /// The longest request target (path and query). Default 8 KiB.
+    pub max_uri_bytes: usize,
+    /// The largest header section (names, values and 4 bytes of framing per line). Default
+    /// 16 KiB.
+    pub max_header_bytes: usize,
+    /// The largest request body. Default 64 KiB (the HTTP API's bodies are small JSON); the
+    /// proxy's default is [`ListenerOptions::PROXY_MAX_BODY_BYTES`].
+    pub max_body_bytes: usize,
+    /// HTTP/2 and gRPC: concurrent streams per connection. Default 256.
+    pub http2_max_concurrent_streams: u32,
+    /// HTTP/2 and gRPC: how often an idle connection is pinged. Default 30 s.
+    pub http2_keepalive_interval: Duration,
+    /// HTTP/2 and gRPC: how long a ping may go unanswered before the connection is closed.
+    /// Default 10 s.
+    pub http2_keepalive_timeout: Duration,
+    /// On shutdown, how long open connections get to finish before they are closed. Default 10 s.
+    pub drain_timeout: Duration,
+}
+
+impl ListenerOptions {
+    /// The proxy's default body limit: 16 MiB. Bodies are streamed to the upstream, not held.
+    pub const PROXY_MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+
+    /// Checks that every duration and limit is above zero: a zero timeout or limit would refuse
+    /// everything, which is never what an operator meant.
+    ///
+    /// ```
+    /// use tollgate_server::listener::ListenerOptions;
+    ///
+    /// assert!(ListenerOptions::default().validate().is_ok());
+    /// let zero = ListenerOptions { max_connections: 0, ..ListenerOptions::default() };
+    /// assert_eq!(zero.validate().unwrap_err(), "max connections must be at least 1");
+    /// ```
+    pub fn validate(&self) -> Result<(), String> {
+        let durations = [
+            ("header read timeout", self.header_read_timeout),
+            ("body read timeout", self.body_read_timeout),
+            ("idle timeout", self.idle_timeout),
+            ("http2 keep-alive interval", self.http2_keepalive_interval),
+            ("http2 keep-alive timeout", self.http2_keepalive_timeout),
+        ];
+        for (name, value) in durations {
+            if value.is_zero() {
+                return Err(format!("{name} must be more than zero"));
+            }
+        }
+        let counts = [
+            ("max connections", self.max_connections),
+            ("max uri bytes", self.max_uri_bytes),
+            ("max header bytes", self.max_header_bytes),
+            ("max body bytes", self.max_body_bytes),
+            ("http2 max concurrent streams", self.http2_max_concurrent_streams as usize),
+        ];
+        for (name, value) in counts {
+            if value == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
+        }
+        if self.max_connections > Semaphore::MAX_PERMITS {
+            return Err(format!(
+                "max connections must be at most {}",
+                Semaphore::MAX_PERMITS
+            ));
+        }
+        Ok(())
+    }
+
+    /// The request limits the HTTP middleware applies.
+    pub(crate) fn request_limits(&self, listener: &'static str) -> RequestLimits {
+        RequestLimits {
+            listener,
+            max_uri_bytes: self.max_uri_bytes,
+            max_header_bytes: self.max_header_bytes,
+            max_body_bytes: self.max_body_bytes,
+            body_read_timeout: self.body_read_timeout,
+        }
+    }
+
+    /// The HTTP parser's own hard cap on a request head, above ours so that an oversized request
+    /// normally gets our problem answer; past it the parser answers a bare 431 and closes.
+    fn parser_head_cap(&self) -> usize {
+        (2 * (self.max_uri_bytes + self.max_header_bytes) + 8192).max(16 * 1024)
+    }
+}
+
+impl Default for ListenerOptions {
+    fn default() -> Self {
+        ListenerOptions {
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(120),
+            max_connections: 10_000,
+            max_uri_bytes: 8 * 1024,
+            max_header_bytes: 16 * 1024,
+            max_body_bytes: 64 * 1024,
+            http2_max_concurrent_streams: 256,
+            http2_keepalive_interval: Duration::from_secs(30),
+            http2_keepalive_timeout: Duration::from_secs(10),
+            drain_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Adds the request limits of `options` to `app` (414, 431, 413 and the body deadline), as
+/// [`serve_http`] expects of the routers it serves.
+pub fn with_request_limits(app: Router, listener: &'static str, options: &ListenerOptions) -> Router {
+    app.layer(axum::middleware::from_fn_with_state(
+        options.request_limits(listener),
+        limits::check,
+    ))
+}
+
+/// Serves `app` (HTTP/1.1 and HTTP/2 without TLS) on `listener` with `options`, until `shutdown`
+/// completes; then stops accepting, lets open connections finish for up to the drain timeout
+/// and closes the rest. `name` labels metrics and logs (`http`, `proxy`, `admin`).
+///
+/// Requests carry `ConnectInfo<SocketAddr>` as `axum::serve` with connect info does. Wrap `app`
+/// with [`with_request_limits`] for the request-level limits.
+pub async fn serve_http(
+    name: &'static str,
+    listener: TcpListener,
+    app: Router,
+    options: &ListenerOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    let builder = http_builder(options);
+    let slots = Arc::new(Semaphore::new(options.max_connections));
+    let stopping = CancellationToken::new();
+    let closing = CancellationToken::new();
+    let mut connections = JoinSet::new();
+    let mut shutdown = pin!(shutdown);
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(err) => {
+                        accept_failed(name, &err).await;
+                        continue;
+                    }
+                };
+                let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                    refuse_http(name, &stream);
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let io = TokioIo::new(Guarded::new(stream, slot, name, options.idle_timeout, &closing));
+                let service = hyper::service::service_fn({
+                    let app = app.clone();
+                    move |mut request: hyper::Request<Incoming>| {
+                        request.extensions_mut().insert(ConnectInfo(peer));
+                        app.clone().oneshot(request)
+                    }
+                });
+                let builder = builder.clone();
+                let stopping = stopping.clone();
+                crate::metrics::connection_opened(name);
+                connections.spawn(async move {
+                    let connection = builder.serve_connection(io, service);
+                    let mut connection = pin!(connection);
+                    tokio::select! {
+                        _ = connection.as_mut() => {}
+                        () = stopping.cancelled() => {
+                            connection.as_mut().graceful_shutdown();
+                            let _ = connection.as_mut().await;
+                        }
+                    }
+                    crate::metrics::connection_closed(name);
+                });
+            }
+        }
+    }
+    drop(listener);
+    stopping.cancel();
+    drain(name, &mut connections, options.drain_timeout, &closing).await;
+    Ok(())
+}
+
+/// Waits for `connections` to finish, up to `timeout`; then closes what is left.
+async fn drain(name: &'static str, connections: &mut JoinSet<()>, timeout: Duration, closing: &CancellationToken) {
+    let finished = tokio::time::timeout(timeout, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if finished.is_err() {
+        tracing::warn!(
+            listener = name,
+            connections = connections.len(),
+            ?timeout,
+            "drain timeout passed; closing the remaining connections"
+        );
+        closing.cancel();
+        // Closed sockets end their tasks; aborting covers one stuck elsewhere.
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
+    }
+}
+
+fn http_builder(options: &ListenerOptions) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout)
+        .keep_alive(true)
+        .max_buf_size(options.parser_head_cap())
+        .max_headers(512);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(options.http2_keepalive_interval)
+        .keep_alive_timeout(options.http2_keepalive_timeout)
+        .max_concurrent_streams(options.http2_max_concurrent_streams)
+        .max_header_list_size(u32::try_from(options.parser_head_cap()).unwrap_or(u32::MAX))
+        .max_pending_accept_reset_streams(64)
+        .max_local_error_reset_streams(256);
+    builder
+}
+
+/// The canned answer to a connection past the limit. Written without waiting: a fresh socket's
+/// send buffer has room, and a client that does not read it loses nothing it asked for.
+const REFUSAL: &str = "{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"too many open connections; try again shortly\"}";
+
+fn refuse_http(name: &'static str, stream: &TcpStream) {
+    crate::metrics::connection_refused(name);
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{REFUSAL}",
+        REFUSAL.len()
+    );
+    let _ = stream.try_write(answer.as_bytes());
+    crate::metrics::warn_sampled_refusal(name);
+}
+
+/// An accept that failed. Out of file descriptors (or memory) is waited out briefly instead of
+/// spinning; a connection that died before it was accepted is no error of ours.
+async fn accept_failed(name: &'static str, err: &io::Error) {
+    use io::ErrorKind::{ConnectionAborted, ConnectionReset, Interrupted};
+    if matches!(err.kind(), ConnectionAborted | ConnectionReset | Interrupted) {
+        return;
+    }
+    crate::metrics::accept_failed(name, err);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// The accepted connections of a gRPC listener, for `tonic`'s `serve_with_incoming_shutdown`:
+/// each holds a slot of the connection limit and the idle deadline; past the limit a
+/// connection is closed at once. `closing` closes every connection handed out (the drain
+/// deadline).
+pub(crate) fn grpc_incoming(
+    name: &'static str,
+    listener: TcpListener,
+    options: &ListenerOptions,
+    closing: CancellationToken,
+) -> impl Stream<Item = io::Result<Guarded<TcpStream>>> + Send + 'static {
+    let slots = Arc::new(Semaphore::new(options.max_connections));
+    let idle = options.idle_timeout;
+    futures_util::stream::unfold(listener, move |listener| {
+        let slots = Arc::clone(&slots);
+        let closing = closing.clone();
+        async move {
+            loop {
+                let (stream, _peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(err) => {
+                        accept_failed(name, &err).await;
+                        continue;
+                    }
+                };
+                let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                    crate::metrics::connection_refused(name);
+                    crate::metrics::warn_sampled_refusal(name);
+                    drop(stream);
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let connection = Guarded::new(stream, slot, name, idle, &closing);
+                return Some((Ok::<_, io::Error>(connection), listener));
+            }
+        }
+    })
+}
