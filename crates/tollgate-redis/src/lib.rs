@@ -62,6 +62,7 @@ mod connection;
 mod deny_cache;
 mod error;
 mod keys;
+mod reset_channel;
 mod scripts;
 mod store;
 
