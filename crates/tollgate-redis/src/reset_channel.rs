@@ -25,15 +25,18 @@ pub(crate) fn channel(prefix: &str) -> String {
     format!("{prefix}resets")
 }
 
-/// Listens on `channel` and removes each published name from `cache`, until the cache is gone.
-/// Reconnects after a second when the subscription drops or cannot be made.
-pub(crate) fn spawn_listener(
+/// Listens on `channel` and removes each published name from `cache`, until the store is
+/// dropped. Reconnects after a second when the subscription drops or cannot be made. With
+/// `subscribe_now`, the first subscription is made before this returns (an eagerly connected
+/// store hears every reset from its first call on).
+pub(crate) async fn start_listener(
     target: &Target,
     options: &ConnectOptions,
     channel: String,
     cache: Weak<DenyCache>,
     timeout: Duration,
-) -> Option<tokio::task::JoinHandle<()>> {
+    subscribe_now: bool,
+) -> Option<Listener> {
     let urls = match target {
         Target::Standalone(url) => vec![url.clone()],
         Target::Cluster(nodes) => nodes.clone(),
@@ -52,36 +55,51 @@ pub(crate) fn spawn_listener(
             None => redis::Client::open(url.as_str()).ok(),
         })
         .collect();
-    if clients.is_empty() {
-        return None;
-    }
+    let first_client = clients.first()?.clone();
     let connect_timeout = timeout.max(Duration::from_millis(500));
-    Some(tokio::spawn(async move {
+    let mut first = match subscribe_now {
+        true => subscribe(&first_client, &channel, connect_timeout).await,
+        false => None,
+    };
+    Some(Listener(tokio::spawn(async move {
         for client in clients.iter().cycle() {
-            if cache.strong_count() == 0 {
-                return;
-            }
-            let subscribed = tokio::time::timeout(connect_timeout, async {
-                let mut pubsub = client.get_async_pubsub().await?;
-                pubsub.subscribe(&channel).await?;
-                Ok::<_, redis::RedisError>(pubsub)
-            })
-            .await;
-            if let Ok(Ok(mut pubsub)) = subscribed {
-                // Resets published while we were not listening are lost: forget everything.
-                match cache.upgrade() {
-                    Some(cache) => cache.clear(),
-                    None => return,
+            let pubsub = match first.take() {
+                Some(pubsub) => Some(pubsub),
+                None => {
+                    let pubsub = subscribe(client, &channel, connect_timeout).await;
+                    // Resets published while we were not listening are lost: forget everything.
+                    if pubsub.is_some() {
+                        match cache.upgrade() {
+                            Some(cache) => cache.clear(),
+                            None => return,
+                        }
+                    }
+                    pubsub
                 }
+            };
+            if let Some(mut pubsub) = pubsub {
                 let mut messages = pubsub.on_message();
                 while let Some(message) = messages.next().await {
                     let Some(cache) = cache.upgrade() else { return };
                     cache.remove(message.get_payload_bytes());
                 }
             }
+            if cache.strong_count() == 0 {
+                return;
+            }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
-    }))
+    })))
+}
+
+async fn subscribe(client: &redis::Client, channel: &str, within: Duration) -> Option<redis::aio::PubSub> {
+    let subscribed = tokio::time::timeout(within, async {
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe(channel).await?;
+        Ok::<_, redis::RedisError>(pubsub)
+    })
+    .await;
+    subscribed.ok()?.ok()
 }
 
 /// Stops the listener when the store that started it is dropped.

@@ -165,16 +165,20 @@ impl RedisStoreBuilder {
         };
         let channel = reset_channel::channel(&self.prefix);
         let deny_cache = self.deny_cache.then(|| Arc::new(DenyCache::new(100_000)));
-        let listener = deny_cache.as_ref().and_then(|cache| {
-            reset_channel::spawn_listener(
-                &self.target,
-                &self.options,
-                channel.clone(),
-                Arc::downgrade(cache),
-                self.timeout,
-            )
-            .map(Listener)
-        });
+        let listener = match &deny_cache {
+            Some(cache) => {
+                reset_channel::start_listener(
+                    &self.target,
+                    &self.options,
+                    channel.clone(),
+                    Arc::downgrade(cache),
+                    self.timeout,
+                    !lazy,
+                )
+                .await
+            }
+            None => None,
+        };
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 connection,
