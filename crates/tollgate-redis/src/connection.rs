@@ -71,9 +71,12 @@ impl Target {
     /// # Ok::<(), tollgate_redis::ConnectError>(())
     /// ```
     pub fn parse(url: &str) -> Result<Self, crate::ConnectError> {
-        let cluster = [("redis+cluster://", "redis://"), ("rediss+cluster://", "rediss://")]
-            .into_iter()
-            .find_map(|(prefix, scheme)| url.strip_prefix(prefix).map(|rest| (rest, scheme)));
+        let cluster = [
+            ("redis+cluster://", "redis://"),
+            ("rediss+cluster://", "rediss://"),
+        ]
+        .into_iter()
+        .find_map(|(prefix, scheme)| url.strip_prefix(prefix).map(|rest| (rest, scheme)));
         if let Some((rest, scheme)) = cluster {
             let (userinfo, hosts) = match rest.rsplit_once('@') {
                 Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
@@ -98,7 +101,8 @@ impl Target {
         }
         Err(crate::ConnectError::BadUrl {
             url: redact(url),
-            why: "expected redis://host:port, rediss://host:port or redis+cluster://host:port,host:port".into(),
+            why: "expected redis://host:port, rediss://host:port or redis+cluster://host:port,host:port"
+                .into(),
         })
     }
 
@@ -269,7 +273,9 @@ impl SlotTable {
                 Some(Value::SimpleString(host)) => host.clone(),
                 _ => return None,
             };
-            let Some(Value::Int(port)) = master.get(1) else { return None };
+            let Some(Value::Int(port)) = master.get(1) else {
+                return None;
+            };
             let name: Arc<str> = Arc::from(format!("{host}:{port}"));
             let index = match table.names.iter().position(|n| *n == name) {
                 Some(i) => i,
@@ -416,7 +422,10 @@ impl Connection {
     /// Sends `PING` (standalone) or `PING` to a random node (cluster).
     pub(crate) async fn ping(&self) -> RedisResult<()> {
         let mut conn = self.clone();
-        redis::cmd("PING").query_async::<String>(&mut conn).await.map(|_| ())
+        redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .map(|_| ())
     }
 
     /// Whether the server behind a standalone address is a cluster node (`cluster_enabled:1` in

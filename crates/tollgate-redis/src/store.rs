@@ -32,9 +32,9 @@ use tollgate::{AttemptsStatus, Clock, Decision, Decisions, Error, Policy, Rule, 
 use crate::breaker::{Admission, Breakers};
 use crate::connection::{ConnectOptions, Connection, Target};
 use crate::deny_cache::{Denial, DenyCache};
-use crate::reset_channel::{self, Listener};
 use crate::error::{self, ConnectError};
 use crate::keys::{self, KeyNames};
+use crate::reset_channel::{self, Listener};
 use crate::scripts::{Mode, Scripts, call_args};
 
 /// Configures and connects a [`RedisStore`].
@@ -378,7 +378,11 @@ impl RedisStore {
         let conn = self.inner.connection.clone();
         let checked = tokio::time::timeout(within, async {
             conn.ping().await.map_err(error::store_error)?;
-            if conn.standalone_is_cluster_node().await.map_err(error::store_error)? {
+            if conn
+                .standalone_is_cluster_node()
+                .await
+                .map_err(error::store_error)?
+            {
                 return Err(error::wrong_mode(
                     "the standalone address points at a redis cluster node; use redis+cluster://",
                 ));

@@ -87,8 +87,15 @@ async fn load(engine: Arc<Engine<RedisStore>>, policies: Vec<(Policy, Arc<Tally>
                     break;
                 }
                 for (policy, tally) in &policies {
-                    let key = if policy.max_cost() == TIGHT_LIMIT { HOT_KEY } else { key };
-                    let v = engine.check(policy, key.as_bytes(), 1).await.expect("valid input");
+                    let key = if policy.max_cost() == TIGHT_LIMIT {
+                        HOT_KEY
+                    } else {
+                        key
+                    };
+                    let v = engine
+                        .check(policy, key.as_bytes(), 1)
+                        .await
+                        .expect("valid input");
                     let counter = match (v.outcome(), v.store_error().and_then(|e| e.class())) {
                         (Outcome::Allowed, None) => &tally.admitted,
                         (Outcome::Denied, None) => &tally.denied,

@@ -128,8 +128,16 @@ async fn a_reset_reaches_the_deny_caches_of_cluster_instances() {
     .with_block_for(Duration::from_secs(3600))
     .unwrap();
     let target = Target::Cluster(cluster.urls());
-    let a = RedisStore::builder(target.clone()).timeout(Duration::from_secs(2)).connect().await.unwrap();
-    let b = RedisStore::builder(target).timeout(Duration::from_secs(2)).connect().await.unwrap();
+    let a = RedisStore::builder(target.clone())
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let b = RedisStore::builder(target)
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
     assert_eq!(flood(&b, &policy, 5).await, 1);
     assert!(b.stats().deny_cache_hits > 0);
     a.reset(&policy, b"bot").await.unwrap();
