@@ -52,6 +52,8 @@ enum Command {
         /// Store: redis://host:port or redis+cluster://host:port,host:port (default: in memory).
         #[arg(long, env = "TOLLGATE_STORE")]
         store: Option<String>,
+        #[command(flatten)]
+        store_options: StoreArgs,
         /// HTTP listen address.
         #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
         http: SocketAddr,
@@ -78,6 +80,8 @@ enum Command {
         /// Store: redis://host:port or redis+cluster://host:port,host:port (default: in memory).
         #[arg(long, env = "TOLLGATE_STORE")]
         store: Option<String>,
+        #[command(flatten)]
+        store_options: StoreArgs,
         /// Listen address.
         #[arg(long, env = "TOLLGATE_PROXY_ADDR", default_value = "127.0.0.1:8090")]
         listen: SocketAddr,
@@ -102,6 +106,36 @@ enum Command {
     Bench(tollgate_scenarios::BenchArgs),
 }
 
+/// How to open the store (`serve` and `proxy`).
+#[derive(clap::Args)]
+struct StoreArgs {
+    /// Refuse to start when the store is unreachable or misconfigured (wrong password, wrong
+    /// cluster mode) instead of starting and letting the failure modes decide.
+    #[arg(long, env = "TOLLGATE_REQUIRE_STORE")]
+    require_store: bool,
+    /// Deadline of each store call.
+    #[arg(long, env = "TOLLGATE_STORE_TIMEOUT", default_value = "50ms", value_parser = store_timeout)]
+    store_timeout: std::time::Duration,
+    /// PEM file of certificate authorities to trust for rediss:// (default: the system's).
+    #[arg(long, env = "TOLLGATE_STORE_CA_FILE")]
+    store_ca_file: Option<PathBuf>,
+}
+
+impl From<StoreArgs> for tollgate_server::store::StoreOptions {
+    fn from(args: StoreArgs) -> Self {
+        tollgate_server::store::StoreOptions {
+            require: args.require_store,
+            timeout: args.store_timeout,
+            ca_file: args.store_ca_file,
+        }
+    }
+}
+
+/// A duration as the configs write them (`50ms`, `1s`); zero is refused there.
+fn store_timeout(text: &str) -> Result<std::time::Duration, String> {
+    tollgate_config::duration::parse_duration(text).map_err(|e| e.to_string())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
@@ -120,6 +154,7 @@ fn main() -> ExitCode {
             upstream,
             config,
             store,
+            store_options,
             listen,
             trusted_proxies,
             admin,
@@ -129,6 +164,7 @@ fn main() -> ExitCode {
             upstream,
             config,
             store,
+            store_options: store_options.into(),
             listen,
             trusted_proxies,
             admin,
@@ -153,6 +189,7 @@ fn main() -> ExitCode {
         Command::Serve {
             config,
             store,
+            store_options,
             http,
             grpc,
             admin_token,
@@ -162,6 +199,7 @@ fn main() -> ExitCode {
             let options = Options {
                 config,
                 store,
+                store_options: store_options.into(),
                 http,
                 grpc,
                 settings: Settings {

@@ -1,26 +1,38 @@
-//! A circuit breaker, so a dead Redis costs one timeout per probe interval instead of one per
-//! call.
+//! Circuit breakers, so a dead Redis costs one timeout per probe instead of one per call, while a
+//! short stall costs little more than the stall itself.
 //!
-//! Closed: every call goes to Redis. After a call fails for lack of Redis (timeout, connection),
-//! the breaker opens for `probe_interval`: calls fail at once without touching the network. When
-//! the interval is up, exactly one call is let through as a probe; its success closes the
-//! breaker, its failure opens it for another interval. A zero interval turns the breaker off:
+//! Closed: every call goes to Redis. After a call fails for lack of Redis (timeout, connection,
+//! cluster), the breaker opens for `first_wait`: calls fail at once without touching the network.
+//! When the wait is up, exactly one call is let through as a *probe* (half-open). Its success
+//! closes the breaker; its failure opens it again for twice the last wait, up to `max_wait`. So
+//! the time spent open follows the fault: a 60 ms stall keeps the breaker open for about the
+//! stall, a dead Redis is probed every `max_wait`. A zero `max_wait` turns the breaker off:
 //! every call goes to Redis, for callers that want each failure reported as it happened.
 //!
-//! The breaker keeps the failure that last opened it, so a refused call can still name the Redis
-//! error behind it (the refusal's `source()`).
+//! Failures of calls that were already in flight when the breaker opened do not lengthen the
+//! wait: only a failed probe does, so a hundred calls timing out together count as one failure.
+//! Any success closes the breaker, since Redis answered.
+//!
+//! A breaker keeps the failure that last opened it, so a refused call can still name the Redis
+//! error behind it (the refusal's `source()`). On a cluster the store keeps one breaker per
+//! master ([`Breakers`]), so one sick master does not refuse the calls of the healthy ones.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use redis::RedisError;
 
 pub(crate) struct Breaker {
     started: Instant,
-    probe_interval_us: u64,
+    first_wait_us: u64,
+    max_wait_us: u64,
     /// µs since `started` until which calls are refused; 0 when closed.
     open_until_us: AtomicU64,
+    /// The wait the breaker is open for now (doubles with each failed probe).
+    wait_us: AtomicU64,
     /// The failure that last opened the breaker. Only touched when a call fails or is refused.
     cause: Mutex<Option<RedisError>>,
 }
@@ -28,18 +40,25 @@ pub(crate) struct Breaker {
 /// Whether a call may go to Redis.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Admission {
-    /// Closed, or this call is the probe.
-    Call,
+    /// Closed (`probe: false`), or this call is the probe of an open breaker.
+    Call {
+        /// Whether this call is the probe: its failure lengthens the wait.
+        probe: bool,
+    },
     /// Open: fail now; the next probe is this far away.
     Refuse(Duration),
 }
 
 impl Breaker {
-    pub(crate) fn new(probe_interval: Duration) -> Self {
+    pub(crate) fn new(first_wait: Duration, max_wait: Duration) -> Self {
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 4);
+        let max_wait_us = us(max_wait);
         Breaker {
             started: Instant::now(),
-            probe_interval_us: u64::try_from(probe_interval.as_micros()).unwrap_or(u64::MAX / 2),
+            first_wait_us: us(first_wait).min(max_wait_us).max(1),
+            max_wait_us,
             open_until_us: AtomicU64::new(0),
+            wait_us: AtomicU64::new(0),
             cause: Mutex::new(None),
         }
     }
@@ -51,32 +70,36 @@ impl Breaker {
     fn admit_at(&self, now: u64) -> Admission {
         let open_until = self.open_until_us.load(Ordering::Acquire);
         if open_until == 0 {
-            return Admission::Call;
+            return Admission::Call { probe: false };
         }
         if now < open_until {
             return Admission::Refuse(Duration::from_micros(open_until - now));
         }
-        // The interval is up: the one caller that moves the deadline is the probe.
-        let next = now + self.probe_interval_us;
+        // The wait is up: the one caller that moves the deadline is the probe. Until the probe
+        // answers, the others are refused for as long as the probe's own deadline could last.
+        let wait = self.wait_us.load(Ordering::Acquire).max(self.first_wait_us);
+        let next = now + wait;
         match self
             .open_until_us
             .compare_exchange(open_until, next, Ordering::AcqRel, Ordering::Acquire)
         {
-            Ok(_) => Admission::Call,
-            Err(_) => Admission::Refuse(Duration::from_micros(self.probe_interval_us)),
+            Ok(_) => Admission::Call { probe: true },
+            Err(_) => Admission::Refuse(Duration::from_micros(wait)),
         }
     }
 
     pub(crate) fn succeeded(&self) {
         if self.open_until_us.load(Ordering::Relaxed) != 0 {
             self.open_until_us.store(0, Ordering::Release);
+            self.wait_us.store(0, Ordering::Release);
         }
     }
 
-    /// Opens the breaker for one probe interval after `cause`.
-    pub(crate) fn failed(&self, cause: RedisError) {
+    /// Records a call that failed for lack of Redis: a closed breaker opens for the first wait,
+    /// a failed probe doubles the wait.
+    pub(crate) fn failed(&self, cause: RedisError, probe: bool) {
         *self.cause.lock() = Some(cause);
-        self.failed_at(self.now_us());
+        self.failed_at(self.now_us(), probe);
     }
 
     /// The failure that last opened the breaker.
@@ -84,12 +107,22 @@ impl Breaker {
         self.cause.lock().clone()
     }
 
-    fn failed_at(&self, now: u64) {
-        if self.probe_interval_us == 0 {
+    fn failed_at(&self, now: u64, probe: bool) {
+        if self.max_wait_us == 0 {
             return;
         }
-        self.open_until_us
-            .store(now + self.probe_interval_us, Ordering::Release);
+        let open = self.open_until_us.load(Ordering::Acquire) != 0;
+        let wait = match (open, probe) {
+            // A call sent before the breaker opened: the breaker already knows.
+            (true, false) => return,
+            (true, true) => {
+                let last = self.wait_us.load(Ordering::Acquire).max(self.first_wait_us);
+                last.saturating_mul(2).min(self.max_wait_us)
+            }
+            (false, _) => self.first_wait_us,
+        };
+        self.wait_us.store(wait, Ordering::Release);
+        self.open_until_us.store(now + wait, Ordering::Release);
     }
 
     pub(crate) fn is_open(&self) -> bool {
@@ -101,37 +134,129 @@ impl Breaker {
     }
 }
 
+/// One breaker per Redis node, made on first use. Standalone Redis has one node; a cluster one
+/// per master, named `host:port`.
+pub(crate) struct Breakers {
+    first_wait: Duration,
+    max_wait: Duration,
+    nodes: RwLock<HashMap<String, Arc<Breaker>>>,
+}
+
+impl Breakers {
+    pub(crate) fn new(first_wait: Duration, max_wait: Duration) -> Self {
+        Breakers {
+            first_wait,
+            max_wait,
+            nodes: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The breaker of `node`.
+    pub(crate) fn node(&self, node: &str) -> Arc<Breaker> {
+        if let Some(breaker) = self.nodes.read().get(node) {
+            return breaker.clone();
+        }
+        self.nodes
+            .write()
+            .entry(node.to_string())
+            .or_insert_with(|| Arc::new(Breaker::new(self.first_wait, self.max_wait)))
+            .clone()
+    }
+
+    /// Whether any breaker is open.
+    pub(crate) fn any_open(&self) -> bool {
+        self.nodes.read().values().any(|b| b.is_open())
+    }
+
+    /// Each node's name and whether its breaker is open, sorted by name.
+    pub(crate) fn states(&self) -> Vec<(String, bool)> {
+        let mut states: Vec<(String, bool)> = self
+            .nodes
+            .read()
+            .iter()
+            .map(|(name, b)| (name.clone(), b.is_open()))
+            .collect();
+        states.sort();
+        states
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const MS: u64 = 1_000;
+
     #[test]
-    fn one_probe_per_interval_while_open() {
-        let breaker = Breaker::new(Duration::from_millis(30));
-        assert_eq!(breaker.admit_at(1), Admission::Call);
-        breaker.failed_at(1);
+    fn the_first_probe_comes_soon_and_its_success_closes() {
+        let breaker = Breaker::new(Duration::from_millis(10), Duration::from_millis(500));
+        assert_eq!(breaker.admit_at(1), Admission::Call { probe: false });
+        breaker.failed_at(1, false);
         assert_eq!(
-            breaker.admit_at(20_000),
-            Admission::Refuse(Duration::from_micros(10_001))
+            breaker.admit_at(5 * MS),
+            Admission::Refuse(Duration::from_micros(5 * MS + 1))
         );
-        assert_eq!(breaker.admit_at(30_001), Admission::Call, "the probe");
+        assert_eq!(breaker.admit_at(10 * MS + 1), Admission::Call { probe: true });
         assert!(
-            matches!(breaker.admit_at(30_002), Admission::Refuse(_)),
+            matches!(breaker.admit_at(10 * MS + 2), Admission::Refuse(_)),
             "only one probe"
         );
-        breaker.failed_at(30_002);
-        assert!(matches!(breaker.admit_at(60_001), Admission::Refuse(_)));
-        assert_eq!(breaker.admit_at(60_002), Admission::Call, "the next probe");
         breaker.succeeded();
-        assert_eq!(breaker.admit_at(60_003), Admission::Call);
         assert!(!breaker.is_open());
+        assert_eq!(breaker.admit_at(10 * MS + 3), Admission::Call { probe: false });
     }
 
     #[test]
-    fn a_zero_interval_never_opens() {
-        let breaker = Breaker::new(Duration::ZERO);
-        breaker.failed_at(1);
+    fn failed_probes_double_the_wait_up_to_the_maximum() {
+        let breaker = Breaker::new(Duration::from_millis(10), Duration::from_millis(35));
+        breaker.failed_at(0, false);
+        let mut now = 0;
+        let mut waits = vec![];
+        for _ in 0..4 {
+            // Probe as soon as allowed, and fail.
+            let mut t = now;
+            while breaker.admit_at(t) != (Admission::Call { probe: true }) {
+                t += 100;
+            }
+            waits.push((t - now) / MS);
+            breaker.failed_at(t, true);
+            now = t;
+        }
+        assert_eq!(waits, [10, 20, 35, 35]);
+        // After a success, the next trip starts from the first wait again.
+        breaker.succeeded();
+        breaker.failed_at(now, false);
+        assert_eq!(breaker.admit_at(now + 10 * MS), Admission::Call { probe: true });
+    }
+
+    #[test]
+    fn failures_of_calls_already_in_flight_do_not_lengthen_the_wait() {
+        let breaker = Breaker::new(Duration::from_millis(10), Duration::from_millis(500));
+        breaker.failed_at(0, false);
+        for i in 1..100 {
+            breaker.failed_at(i, false);
+        }
+        assert_eq!(breaker.admit_at(10 * MS), Admission::Call { probe: true });
+    }
+
+    #[test]
+    fn a_zero_maximum_never_opens() {
+        let breaker = Breaker::new(Duration::ZERO, Duration::ZERO);
+        breaker.failed_at(1, false);
         assert!(!breaker.is_open());
-        assert_eq!(breaker.admit_at(2), Admission::Call);
+        assert_eq!(breaker.admit_at(2), Admission::Call { probe: false });
+    }
+
+    #[test]
+    fn one_node_failing_leaves_the_others_closed() {
+        let breakers = Breakers::new(Duration::from_millis(10), Duration::from_millis(500));
+        breakers.node("a:1").failed_at(1, false);
+        assert!(breakers.node("a:1").is_open());
+        assert_eq!(breakers.node("b:2").admit(), Admission::Call { probe: false });
+        assert_eq!(
+            breakers.states(),
+            [("a:1".to_string(), true), ("b:2".to_string(), false)]
+        );
+        assert!(breakers.any_open());
     }
 }

@@ -1,34 +1,56 @@
-//! One multiplexed connection per node, standalone or cluster, behind one type.
+//! One multiplexed connection per node, standalone or cluster, behind one type, and the one way
+//! a script call reaches Redis: at most once.
 //!
 //! Both kinds pipeline automatically: every task sends on the same connection and answers are
 //! matched in order, so thousands of concurrent checks need no pool. The standalone kind
 //! reconnects by itself after Redis restarts (the call in flight fails and the failure mode
-//! covers it); the cluster kind follows MOVED and ASK and refreshes its slot map. Either can be
-//! made lazily, so a service can start while Redis is away and decide by its failure modes
-//! until Redis is back.
+//! covers it). Either can be made lazily, so a service can start while Redis is away and decide
+//! by its failure modes until Redis is back.
+//!
+//! # At most once
+//!
+//! A decision script that may have reached Redis is never sent again: a timeout or an I/O error
+//! after sending cannot tell "ran, answer lost" from "never ran". The cluster client is built
+//! without retries of its own (it would retry a dropped connection and its own response
+//! timeouts), and [`Connection::invoke`] sends a call again only on answers that say the node
+//! did not run it: `NOSCRIPT` (load, then call again; `redis::Script` does this), `MOVED`, `ASK`,
+//! `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, and a node the client has no connection to yet. The
+//! standalone client never sends a command twice (its reconnection only serves later calls).
+//!
+//! # Nodes
+//!
+//! The store keeps a circuit breaker per node, so it needs to know which node a call goes to.
+//! Standalone Redis is one node, named by its address. On a cluster, the connection keeps its own
+//! copy of the slot map (`CLUSTER SLOTS`), fetched in the background on first use, after a
+//! redirection and every few seconds; a call goes to the node the client routes it to, which is
+//! the same node unless the map is changing, and then the redirection refreshes both.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
+use parking_lot::RwLock;
 use tokio::sync::OnceCell;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Script, ServerErrorKind, Value};
 
 /// Where the store connects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    /// One Redis server, e.g. `redis://127.0.0.1:6379/`.
+    /// One Redis server, e.g. `redis://127.0.0.1:6379/`, `rediss://` for TLS.
     Standalone(String),
-    /// A Redis Cluster, given by one or more of its nodes.
+    /// A Redis Cluster, given by one or more of its nodes (each a `redis://` or `rediss://` URL).
     Cluster(Vec<String>),
 }
 
 impl Target {
-    /// Parses `redis://host:port[/db]` (standalone) or `redis+cluster://host1:port,host2:port`
-    /// (cluster).
+    /// Parses `redis://[user:password@]host:port[/db]` or `rediss://...` (TLS) for one server,
+    /// and `redis+cluster://[user:password@]host1:port,host2:port` or `rediss+cluster://...` for
+    /// a cluster (the credentials apply to every node).
     ///
     /// ```
     /// use tollgate_redis::Target;
@@ -38,20 +60,37 @@ impl Target {
     ///     Target::parse("redis+cluster://192.0.2.10:7000,192.0.2.11:7000")?,
     ///     Target::Cluster(vec!["redis://192.0.2.10:7000".into(), "redis://192.0.2.11:7000".into()]),
     /// );
+    /// assert_eq!(
+    ///     Target::parse("rediss+cluster://app:s3cret@192.0.2.10:7000,192.0.2.11:7000")?,
+    ///     Target::Cluster(vec![
+    ///         "rediss://app:s3cret@192.0.2.10:7000".into(),
+    ///         "rediss://app:s3cret@192.0.2.11:7000".into(),
+    ///     ]),
+    /// );
     /// assert!(Target::parse("http://x").is_err());
     /// # Ok::<(), tollgate_redis::ConnectError>(())
     /// ```
     pub fn parse(url: &str) -> Result<Self, crate::ConnectError> {
-        if let Some(nodes) = url.strip_prefix("redis+cluster://") {
-            let nodes: Vec<String> = nodes
+        let cluster = [
+            ("redis+cluster://", "redis://"),
+            ("rediss+cluster://", "rediss://"),
+        ]
+        .into_iter()
+        .find_map(|(prefix, scheme)| url.strip_prefix(prefix).map(|rest| (rest, scheme)));
+        if let Some((rest, scheme)) = cluster {
+            let (userinfo, hosts) = match rest.rsplit_once('@') {
+                Some((userinfo, hosts)) => (format!("{userinfo}@"), hosts),
+                None => (String::new(), rest),
+            };
+            let nodes: Vec<String> = hosts
                 .split(',')
                 .map(str::trim)
                 .filter(|n| !n.is_empty())
-                .map(|n| format!("redis://{n}"))
+                .map(|n| format!("{scheme}{userinfo}{n}"))
                 .collect();
             if nodes.is_empty() {
                 return Err(crate::ConnectError::BadUrl {
-                    url: url.into(),
+                    url: redact(url),
                     why: "no cluster nodes given".into(),
                 });
             }
@@ -61,32 +100,197 @@ impl Target {
             return Ok(Target::Standalone(url.into()));
         }
         Err(crate::ConnectError::BadUrl {
-            url: url.into(),
-            why: "expected redis://host:port or redis+cluster://host:port,host:port".into(),
+            url: redact(url),
+            why: "expected redis://host:port, rediss://host:port or redis+cluster://host:port,host:port"
+                .into(),
         })
     }
+
+    /// The address without its password, for logs and errors.
+    ///
+    /// ```
+    /// use tollgate_redis::Target;
+    ///
+    /// let target = Target::parse("redis://app:s3cret@127.0.0.1:6379")?;
+    /// assert_eq!(target.display(), "redis://app:***@127.0.0.1:6379");
+    /// # Ok::<(), tollgate_redis::ConnectError>(())
+    /// ```
+    pub fn display(&self) -> String {
+        match self {
+            Target::Standalone(url) => redact(url),
+            Target::Cluster(nodes) => nodes.iter().map(|n| redact(n)).collect::<Vec<_>>().join(","),
+        }
+    }
+}
+
+/// `url` with the password (between `user:` and `@`) replaced by `***`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((userinfo, host)) = rest.rsplit_once('@') else {
+        return url.to_string();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => format!("{scheme}://***@{host}"),
+    }
+}
+
+/// How to reach Redis besides the address.
+#[derive(Clone, Default)]
+pub(crate) struct ConnectOptions {
+    /// A PEM bundle of certificate authorities to trust for `rediss://` instead of the system's.
+    pub(crate) ca_pem: Option<Vec<u8>>,
 }
 
 /// A cheap-to-clone handle on the shared connection.
 #[derive(Clone)]
 pub(crate) enum Connection {
-    Standalone(ConnectionManager),
+    Standalone {
+        manager: ConnectionManager,
+        /// `host:port`: the name of the one node.
+        node: Arc<str>,
+    },
     Cluster(Arc<LazyCluster>),
 }
 
-/// A cluster connection made on first use, so a store can start while the cluster is away.
+/// A cluster connection made on first use, so a store can start while the cluster is away, and
+/// our own copy of its slot map, to name the node a call goes to.
 pub(crate) struct LazyCluster {
     client: ClusterClient,
     connection: OnceCell<ClusterConnection>,
+    timeout: Duration,
+    slots: RwLock<Option<SlotTable>>,
+    refreshing: AtomicBool,
 }
 
+/// Which master serves each slot.
+struct SlotTable {
+    fetched: Instant,
+    /// Index into `names` per slot; `u16::MAX` for a slot no node serves.
+    owner: Vec<u16>,
+    names: Vec<Arc<str>>,
+}
+
+/// The name of the node a call goes to while the slot map is unknown.
+pub(crate) const UNKNOWN_NODE: &str = "cluster";
+
+/// How often the slot map is fetched again when nothing redirected.
+const SLOT_MAP_AGE: Duration = Duration::from_secs(5);
+
+/// At most this many redirections (or retries of answers that say the call did not run) per
+/// call; the store's deadline bounds them too.
+const MAX_REDIRECTIONS: u32 = 8;
+
 impl LazyCluster {
-    async fn get(&self) -> redis::RedisResult<ClusterConnection> {
+    async fn get(&self) -> RedisResult<ClusterConnection> {
         let connection = self
             .connection
             .get_or_try_init(|| self.client.get_async_connection())
             .await?;
         Ok(connection.clone())
+    }
+
+    /// The node serving `slot`, as far as our copy of the map knows; starts a refresh when the
+    /// map is missing or old.
+    fn node_of(self: &Arc<Self>, slot: u16) -> Arc<str> {
+        let (node, stale) = match &*self.slots.read() {
+            Some(table) => {
+                let node = table
+                    .owner
+                    .get(usize::from(slot))
+                    .and_then(|&i| table.names.get(usize::from(i)))
+                    .cloned();
+                (node, table.fetched.elapsed() > SLOT_MAP_AGE)
+            }
+            None => (None, true),
+        };
+        if stale {
+            self.refresh();
+        }
+        node.unwrap_or_else(|| Arc::from(UNKNOWN_NODE))
+    }
+
+    /// Fetches the slot map in the background, unless a fetch is under way.
+    fn refresh(self: &Arc<Self>) {
+        if self.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            let fetched = tokio::time::timeout(this.timeout.max(Duration::from_millis(200)), async {
+                let mut conn = this.get().await?;
+                let reply = conn
+                    .route_command(
+                        redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random),
+                    )
+                    .await?;
+                Ok::<_, RedisError>(SlotTable::parse(&reply))
+            })
+            .await;
+            match fetched {
+                Ok(Ok(Some(table))) => *this.slots.write() = Some(table),
+                // Keep the old map; the next call after the age tries again.
+                _ => {
+                    if let Some(table) = this.slots.write().as_mut() {
+                        table.fetched = Instant::now();
+                    }
+                }
+            }
+            this.refreshing.store(false, Ordering::Release);
+        });
+    }
+
+    fn forget_slot_map(&self) {
+        if let Some(table) = self.slots.write().as_mut() {
+            table.fetched = Instant::now() - SLOT_MAP_AGE * 2;
+        }
+    }
+}
+
+impl SlotTable {
+    /// Reads a `CLUSTER SLOTS` reply: `[start, end, [host, port, ...], replicas...]` per range.
+    fn parse(reply: &Value) -> Option<SlotTable> {
+        let Value::Array(ranges) = reply else {
+            return None;
+        };
+        let mut table = SlotTable {
+            fetched: Instant::now(),
+            owner: vec![u16::MAX; usize::from(crate::keys::SLOTS)],
+            names: vec![],
+        };
+        for range in ranges {
+            let Value::Array(fields) = range else { return None };
+            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
+                (fields.first(), fields.get(1), fields.get(2))
+            else {
+                return None;
+            };
+            let host = match master.first() {
+                Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+                Some(Value::SimpleString(host)) => host.clone(),
+                _ => return None,
+            };
+            let Some(Value::Int(port)) = master.get(1) else {
+                return None;
+            };
+            let name: Arc<str> = Arc::from(format!("{host}:{port}"));
+            let index = match table.names.iter().position(|n| *n == name) {
+                Some(i) => i,
+                None => {
+                    table.names.push(name);
+                    table.names.len() - 1
+                }
+            };
+            let index = u16::try_from(index).ok()?;
+            let (start, end) = (usize::try_from(*start).ok()?, usize::try_from(*end).ok()?);
+            for slot in table.owner.get_mut(start..=end)? {
+                *slot = index;
+            }
+        }
+        Some(table)
     }
 }
 
@@ -96,14 +300,35 @@ impl Connection {
         matches!(self, Connection::Cluster(_))
     }
 
-    /// Prepares the connection, with `timeout` for connecting and for each response at the
-    /// driver level (the store adds its own deadline around each whole call). With `lazy`,
-    /// nothing touches the network until the first call; otherwise an unreachable Redis is an
-    /// error now.
-    pub(crate) async fn open(target: &Target, timeout: Duration, lazy: bool) -> redis::RedisResult<Self> {
+    /// Prepares the connection, with `timeout` for connecting. With `lazy`, nothing touches the
+    /// network until the first call; otherwise an unreachable Redis is an error now.
+    ///
+    /// Responses have no driver-level timeout shorter than the store's own deadline: a driver
+    /// timeout would be retried by the cluster client, and the store's deadline drops the call
+    /// instead (a dropped call is never sent again).
+    pub(crate) async fn open(
+        target: &Target,
+        timeout: Duration,
+        lazy: bool,
+        options: &ConnectOptions,
+    ) -> RedisResult<Self> {
+        let tls = options.ca_pem.as_ref().map(|pem| {
+            install_crypto_provider();
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem.clone()),
+            }
+        });
+        if target_uses_tls(target) {
+            install_crypto_provider();
+        }
         match target {
             Target::Standalone(url) => {
-                let client = redis::Client::open(url.as_str())?;
+                let client = match tls {
+                    Some(certs) => redis::Client::build_with_tls(url.as_str(), certs)?,
+                    None => redis::Client::open(url.as_str())?,
+                };
+                let node: Arc<str> = Arc::from(client.get_connection_info().addr().to_string());
                 // One connection attempt per call: a retry's backoff (100 ms and up) outlasts the
                 // store's deadline anyway, and would report a refused or unauthenticated
                 // connection as a timeout. The circuit breaker paces the attempts instead.
@@ -116,36 +341,145 @@ impl Connection {
                 } else {
                     ConnectionManager::new_with_config(client, config).await?
                 };
-                Ok(Connection::Standalone(manager))
+                Ok(Connection::Standalone { manager, node })
             }
             Target::Cluster(nodes) => {
-                // Retries follow MOVED, ASK and TRYAGAIN, which a node answers without running
-                // the script. A timed-out attempt is not retried: the whole call has the same
-                // timeout, and a retry is dropped once its caller has given up. The client does
-                // retry after a dropped connection, so a call whose node ran it and then died
-                // before answering can run twice; Redis gives no way to tell the two apart.
-                let client = ClusterClient::builder(nodes.clone())
+                let mut builder = ClusterClient::builder(nodes.clone())
                     .connection_timeout(timeout)
-                    .response_timeout(timeout)
-                    .retries(3)
-                    .build()?;
+                    // Longer than any store deadline: the store drops the call first, and the
+                    // client never retries (see the module docs).
+                    .response_timeout(timeout.saturating_mul(20).max(Duration::from_secs(5)))
+                    .retries(0);
+                if let Some(certs) = tls {
+                    builder = builder.certs(certs);
+                }
                 let cluster = Arc::new(LazyCluster {
-                    client,
+                    client: builder.build()?,
                     connection: OnceCell::new(),
+                    timeout,
+                    slots: RwLock::new(None),
+                    refreshing: AtomicBool::new(false),
                 });
                 if !lazy {
                     cluster.get().await?;
+                    cluster.refresh();
                 }
                 Ok(Connection::Cluster(cluster))
             }
         }
+    }
+
+    /// The node a call on keys of `slot` goes to (the one node of a standalone Redis).
+    pub(crate) fn node_of(&self, slot: u16) -> Arc<str> {
+        match self {
+            Connection::Standalone { node, .. } => node.clone(),
+            Connection::Cluster(cluster) => cluster.node_of(slot),
+        }
+    }
+
+    /// Runs `script` once: sent again only after an answer that says it did not run (see the
+    /// module docs).
+    pub(crate) async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[Vec<u8>],
+        args: &[String],
+    ) -> RedisResult<T> {
+        let mut invocation = script.prepare_invoke();
+        for key in keys {
+            invocation.key(key.as_slice());
+        }
+        for arg in args {
+            invocation.arg(arg.as_str());
+        }
+        match self {
+            // `invoke_async` sends EVALSHA, and on NOSCRIPT loads the script and sends it again.
+            Connection::Standalone { manager, .. } => invocation.invoke_async(&mut manager.clone()).await,
+            Connection::Cluster(cluster) => {
+                let mut conn = cluster.get().await?;
+                let mut attempt = 0;
+                loop {
+                    match invocation.invoke_async(&mut conn).await {
+                        Err(err) if attempt < MAX_REDIRECTIONS && did_not_run(&err) => {
+                            if matches!(
+                                err.kind(),
+                                ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask)
+                            ) {
+                                cluster.forget_slot_map();
+                            }
+                            // The client refreshes its slot map after MOVED; give it a moment,
+                            // more with each attempt.
+                            tokio::time::sleep(Duration::from_millis(1 << attempt.min(6))).await;
+                            attempt += 1;
+                        }
+                        other => return other,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends `PING` (standalone) or `PING` to a random node (cluster).
+    pub(crate) async fn ping(&self) -> RedisResult<()> {
+        let mut conn = self.clone();
+        redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .map(|_| ())
+    }
+
+    /// Whether the server behind a standalone address is a cluster node (`cluster_enabled:1` in
+    /// `INFO cluster`): each call for a slot it does not serve would be redirected, and the
+    /// standalone client does not follow redirections. `false` for a cluster target.
+    pub(crate) async fn standalone_is_cluster_node(&self) -> RedisResult<bool> {
+        match self {
+            Connection::Standalone { manager, .. } => {
+                let info: String = redis::cmd("INFO")
+                    .arg("cluster")
+                    .query_async(&mut manager.clone())
+                    .await?;
+                Ok(info.lines().any(|line| line.trim() == "cluster_enabled:1"))
+            }
+            Connection::Cluster(_) => Ok(false),
+        }
+    }
+}
+
+/// Whether the answer says the node did not run the call, so sending it again cannot apply a
+/// decision twice. `NOSCRIPT` is handled inside `redis::Script` and never reaches this.
+fn did_not_run(err: &RedisError) -> bool {
+    matches!(
+        err.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+                | ServerErrorKind::TryAgain
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+        ) | ErrorKind::ClusterConnectionNotFound
+    )
+}
+
+fn target_uses_tls(target: &Target) -> bool {
+    match target {
+        Target::Standalone(url) => url.starts_with("rediss://"),
+        Target::Cluster(nodes) => nodes.iter().any(|n| n.starts_with("rediss://")),
+    }
+}
+
+/// redis-rs's TLS asks rustls for the process's crypto provider; install ring's unless the
+/// program chose one already.
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // An error means another thread installed one meanwhile, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Connection::Standalone(c) => c.req_packed_command(cmd),
+            Connection::Standalone { manager, .. } => manager.req_packed_command(cmd),
             Connection::Cluster(c) => Box::pin(async move { c.get().await?.req_packed_command(cmd).await }),
         }
     }
@@ -157,7 +491,7 @@ impl ConnectionLike for Connection {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Connection::Standalone(c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Standalone { manager, .. } => manager.req_packed_commands(pipeline, offset, count),
             Connection::Cluster(c) => {
                 Box::pin(async move { c.get().await?.req_packed_commands(pipeline, offset, count).await })
             }
@@ -166,8 +500,56 @@ impl ConnectionLike for Connection {
 
     fn get_db(&self) -> i64 {
         match self {
-            Connection::Standalone(c) => c.get_db(),
+            Connection::Standalone { manager, .. } => manager.get_db(),
             Connection::Cluster(_) => 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_logs() {
+        assert_eq!(redact("redis://:pw@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redact("rediss://u:pw@h:1"), "rediss://u:***@h:1");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+        let err = Target::parse("http://u:pw@h:1").unwrap_err();
+        assert!(!err.to_string().contains("pw"), "{err}");
+    }
+
+    #[test]
+    fn a_slot_map_names_the_master_of_each_slot() {
+        let range = |start, end, port| {
+            Value::Array(vec![
+                Value::Int(start),
+                Value::Int(end),
+                Value::Array(vec![Value::BulkString(b"127.0.0.1".to_vec()), Value::Int(port)]),
+            ])
+        };
+        let reply = Value::Array(vec![range(0, 99, 7000), range(100, 16383, 7001)]);
+        let table = SlotTable::parse(&reply).expect("a map");
+        assert_eq!(&*table.names[usize::from(table.owner[99])], "127.0.0.1:7000");
+        assert_eq!(&*table.names[usize::from(table.owner[100])], "127.0.0.1:7001");
+        assert!(SlotTable::parse(&Value::Nil).is_none());
+    }
+
+    #[test]
+    fn only_answers_that_say_the_call_did_not_run_are_sent_again() {
+        let reply = |text: &[u8]| {
+            redis::parse_redis_value(text)
+                .expect("a reply")
+                .extract_error()
+                .expect_err("an error reply")
+        };
+        assert!(did_not_run(&reply(b"-MOVED 3999 127.0.0.1:6381\r\n")));
+        assert!(did_not_run(&reply(b"-ASK 3999 127.0.0.1:6381\r\n")));
+        assert!(did_not_run(&reply(b"-TRYAGAIN multiple keys\r\n")));
+        assert!(did_not_run(&reply(b"-CLUSTERDOWN the cluster is down\r\n")));
+        let io = |kind| RedisError::from(std::io::Error::from(kind));
+        assert!(!did_not_run(&io(std::io::ErrorKind::TimedOut)));
+        assert!(!did_not_run(&io(std::io::ErrorKind::ConnectionReset)));
+        assert!(!did_not_run(&reply(b"-OOM no memory\r\n")));
     }
 }

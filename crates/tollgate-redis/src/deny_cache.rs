@@ -4,7 +4,8 @@
 //! This is what makes a one-key bot flood cheap: after the first denial, the bot's requests are
 //! answered from memory. An entry says "requests of cost ≥ c are denied until T", which is exact
 //! for cost c and conservative for larger costs (a larger cost never passes earlier). Smaller
-//! costs go to Redis. `reset` clears this instance's entry; other instances keep theirs until T.
+//! costs go to Redis. A reset clears the entry here at once and, through a Redis pub/sub channel,
+//! on every other instance (see `reset_channel`).
 //!
 //! Bounded: when full, expired entries are dropped, and if none are, the new entry is simply not
 //! cached (the decision itself is unaffected).
@@ -62,6 +63,13 @@ impl DenyCache {
 
     pub(crate) fn remove(&self, name: &[u8]) {
         self.shard(name).lock().remove(name);
+    }
+
+    /// Forgets every entry: after a gap in the reset channel, when a reset may have been missed.
+    pub(crate) fn clear(&self) {
+        for shard in &self.shards {
+            shard.lock().clear();
+        }
     }
 
     fn shard(&self, name: &[u8]) -> &Mutex<HashMap<Vec<u8>, Denial>> {

@@ -72,6 +72,9 @@ pub(crate) fn classify(err: &RedisError) -> StoreErrorKind {
     if is_unauthenticated_request(err) {
         return StoreErrorKind::Auth;
     }
+    if is_cluster_support_disabled(err) {
+        return StoreErrorKind::Cluster;
+    }
     // Codes the client has no kind for arrive as extension errors with the code kept.
     match err.code() {
         Some("OOM") => StoreErrorKind::OutOfMemory,
@@ -90,6 +93,14 @@ fn is_unauthenticated_request(err: &RedisError) -> bool {
         && err
             .detail()
             .is_some_and(|d| d.starts_with("Protocol error: unauthenticated"))
+}
+
+/// A cluster address pointed at a standalone server: the cluster client's `CLUSTER SLOTS` is
+/// answered `ERR This instance has cluster support disabled`, a plain `ERR` whose text is the
+/// only sign of the wrong mode.
+fn is_cluster_support_disabled(err: &RedisError) -> bool {
+    let text = err.to_string();
+    text.contains("cluster support disabled")
 }
 
 /// The core's store error for a Redis failure, with the Redis error as its source.
@@ -134,6 +145,23 @@ impl std::error::Error for BreakerOpen {
 
 pub(crate) fn breaker_open(refusal: BreakerOpen) -> Error {
     Error::store(StoreErrorKind::Connection, refusal)
+}
+
+/// A Redis in the other mode than the address says: a standalone address at a cluster node, or
+/// a cluster address at a standalone server.
+#[derive(Debug)]
+pub(crate) struct WrongMode(pub(crate) &'static str);
+
+impl std::fmt::Display for WrongMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for WrongMode {}
+
+pub(crate) fn wrong_mode(why: &'static str) -> Error {
+    Error::store(StoreErrorKind::Cluster, WrongMode(why))
 }
 
 /// True for classes that mean Redis itself is unavailable, as opposed to one bad key or a

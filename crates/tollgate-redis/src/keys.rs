@@ -86,6 +86,9 @@ fn escape(out: &mut Vec<u8>, part: &[u8]) {
     }
 }
 
+/// How many slots a Redis Cluster has.
+pub(crate) const SLOTS: u16 = 16384;
+
 /// The Redis Cluster slot of a key name, as Redis computes it: CRC16 (XMODEM) of the hash tag
 /// (the bytes between the first `{` and the first `}` after it, when not empty), else of the
 /// whole name, modulo 16384.
@@ -97,7 +100,7 @@ pub(crate) fn slot(name: &[u8]) -> u16 {
             .filter(|&close| close > 0)
             .map(|close| &rest[..close])
     });
-    crc16(tagged.unwrap_or(name)) % 16384
+    crc16(tagged.unwrap_or(name)) % SLOTS
 }
 
 /// CRC16-XMODEM (polynomial 0x1021, initial value 0), bit by bit: names are short.

@@ -44,9 +44,10 @@
 //! - `scripts` and `lua/`: the decision script (every algorithm, one driver), the refund script,
 //!   the attempts counter and reset.
 //! - `keys`: key names in both hash tag layouts, escaping, and cluster slots.
-//! - `connection`: [`Target`] and the shared multiplexed connection.
-//! - `breaker`: the circuit breaker.
+//! - `connection`: [`Target`], the shared multiplexed connection, and at-most-once script calls.
+//! - `breaker`: the circuit breakers, one per node.
 //! - `deny_cache`: the local deny cache.
+//! - `reset_channel`: resets reaching every instance's deny cache.
 //! - `error`: [`ConnectError`] and the classes of Redis failures, from error kinds and codes.
 //!
 //! # When Redis fails
@@ -54,14 +55,50 @@
 //! The store does not decide by itself: it returns a typed store error (class timeout,
 //! connection, out of memory, auth, cluster, script or corrupt) whose `source()` is the
 //! `redis::RedisError`, and the core's [`Engine`](tollgate::Engine) answers it with each policy's
-//! failure mode, as it does for every store. A call that missed its deadline is never sent
-//! again: it may have run.
+//! failure mode, as it does for every store. A circuit breaker per Redis node (one for standalone
+//! Redis, one per cluster master) refuses calls at once while its node is failing, probes it
+//! [soon after](RedisStoreBuilder::first_probe_after) the failure and then less and less often,
+//! and closes on the first success; a refusal is a `connection` error naming the failure behind
+//! it. [`RedisStore::health`] tells whether the store can decide now and, if not, the class of
+//! what is wrong (for readiness probes and start-up reports).
+//!
+//! # At most once
+//!
+//! A decision script that may have reached Redis is never sent again: not after the store's
+//! deadline, not after a dropped connection, not by the cluster client (built without retries
+//! of its own). Only answers that prove the call did not run are followed by another attempt:
+//! `NOSCRIPT` (the script is loaded, then called again), `MOVED`, `ASK`, `TRYAGAIN`,
+//! `CLUSTERDOWN`, `MASTERDOWN`. So, for every key:
+//!
+//! > admitted ≤ what Redis counts ≤ admitted + calls that failed with a timeout or connection
+//! > error
+//!
+//! where *admitted* are the calls whose callers were told "allowed" by Redis. A call that timed
+//! out may still run once Redis reads it (a stalled Redis runs what it buffered), so under
+//! `fail_closed` a refused caller may have spent, and under `fail_open` a degraded admission may
+//! be counted once more; never twice. `tests/at_most_once.rs` checks this bound while Redis
+//! pauses for less and more than the deadline under concurrent load, on standalone Redis and a
+//! cluster.
+//!
+//! # Resets and the deny cache
+//!
+//! A reset publishes the key on a pub/sub channel (`<prefix>resets`) that every store with a deny
+//! cache listens on, so a cached denial disappears on every instance of the fleet, not only the
+//! one that reset it (one pub/sub hop later). A store that lost its subscription empties its
+//! whole deny cache when it subscribes again.
+//!
+//! # TLS and passwords
+//!
+//! `rediss://` and `rediss+cluster://` connect with TLS (rustls, with the system's certificate
+//! authorities or [`RedisStoreBuilder::tls_ca_pem`]); `redis://user:password@host:port` (or
+//! `redis://:password@host:port`) authenticates, on every cluster node too.
 
 mod breaker;
 mod connection;
 mod deny_cache;
 mod error;
 mod keys;
+mod reset_channel;
 mod scripts;
 mod store;
 

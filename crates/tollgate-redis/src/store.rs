@@ -29,11 +29,12 @@ use tollgate::attempts::Attempts;
 use tollgate::store::{self as core_store, AttemptsStore, Store};
 use tollgate::{AttemptsStatus, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
 
-use crate::breaker::{Admission, Breaker};
-use crate::connection::{Connection, Target};
+use crate::breaker::{Admission, Breakers};
+use crate::connection::{ConnectOptions, Connection, Target};
 use crate::deny_cache::{Denial, DenyCache};
 use crate::error::{self, ConnectError};
 use crate::keys::{self, KeyNames};
+use crate::reset_channel::{self, Listener};
 use crate::scripts::{Mode, Scripts, call_args};
 
 /// Configures and connects a [`RedisStore`].
@@ -54,9 +55,11 @@ pub struct RedisStoreBuilder {
     target: Target,
     prefix: String,
     timeout: Duration,
+    first_probe_after: Duration,
     probe_interval: Duration,
     deny_cache: bool,
     clock: Option<Arc<dyn Clock>>,
+    options: ConnectOptions,
 }
 
 impl RedisStoreBuilder {
@@ -72,12 +75,32 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// How long to stop calling a Redis that failed before probing it again (default 500 ms).
-    /// Zero turns the circuit breaker off: every call then goes to Redis and reports its own
-    /// failure (a timeout stays a timeout), at the price of one deadline per call while Redis
-    /// hangs.
+    /// The longest the circuit breaker waits between probes of a Redis node that keeps failing
+    /// (default 500 ms): after a failure it probes after [`first_probe_after`], then twice as
+    /// long after each failed probe, up to this. Zero turns the circuit breaker off: every call
+    /// then goes to Redis and reports its own failure (a timeout stays a timeout), at the price
+    /// of one deadline per call while Redis hangs.
+    ///
+    /// [`first_probe_after`]: RedisStoreBuilder::first_probe_after
     pub fn probe_interval(mut self, interval: Duration) -> Self {
         self.probe_interval = interval;
+        self
+    }
+
+    /// How soon after a node fails the circuit breaker lets one call through to probe it
+    /// (default 10 ms, at most [`probe_interval`]). Short, so that a stall of a few dozen
+    /// milliseconds costs about the stall and not a whole probe interval of refusals.
+    ///
+    /// [`probe_interval`]: RedisStoreBuilder::probe_interval
+    pub fn first_probe_after(mut self, wait: Duration) -> Self {
+        self.first_probe_after = wait;
+        self
+    }
+
+    /// Trusts the certificate authorities in this PEM bundle for `rediss://` connections,
+    /// instead of the system's.
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.options.ca_pem = Some(pem.into());
         self
     }
 
@@ -122,8 +145,13 @@ impl RedisStoreBuilder {
         if self.prefix.contains(['{', '}']) {
             return Err(ConnectError::BadPrefix(self.prefix));
         }
-        let connection =
-            Connection::open(&self.target, self.timeout.max(Duration::from_millis(1)), lazy).await?;
+        let connection = Connection::open(
+            &self.target,
+            self.timeout.max(Duration::from_millis(1)),
+            lazy,
+            &self.options,
+        )
+        .await?;
         let scripts = Scripts::new();
         if !lazy {
             let mut conn = connection.clone();
@@ -135,14 +163,32 @@ impl RedisStoreBuilder {
             Some(clock) => clock.clone(),
             None => Arc::new(SystemClock::new()),
         };
+        let channel = reset_channel::channel(&self.prefix);
+        let deny_cache = self.deny_cache.then(|| Arc::new(DenyCache::new(100_000)));
+        let listener = match &deny_cache {
+            Some(cache) => {
+                reset_channel::start_listener(
+                    &self.target,
+                    &self.options,
+                    channel.clone(),
+                    Arc::downgrade(cache),
+                    self.timeout,
+                    !lazy,
+                )
+                .await
+            }
+            None => None,
+        };
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 connection,
                 keys: KeyNames::new(&self.prefix),
                 scripts,
                 timeout: self.timeout,
-                breaker: Breaker::new(self.probe_interval),
-                deny_cache: self.deny_cache.then(|| DenyCache::new(100_000)),
+                breakers: Breakers::new(self.first_probe_after, self.probe_interval),
+                deny_cache,
+                reset_channel: channel,
+                _listener: listener,
                 script_clock: self.clock,
                 local_clock,
                 stats: Counters::default(),
@@ -163,8 +209,13 @@ struct Inner {
     keys: KeyNames,
     scripts: Scripts,
     timeout: Duration,
-    breaker: Breaker,
-    deny_cache: Option<DenyCache>,
+    /// One circuit breaker per Redis node.
+    breakers: Breakers,
+    deny_cache: Option<Arc<DenyCache>>,
+    /// Where resets are published, for the other instances' deny caches.
+    reset_channel: String,
+    /// Listens for the other instances' resets while the store lives.
+    _listener: Option<Listener>,
     /// Time passed to scripts; `None` means Redis `TIME`.
     script_clock: Option<Arc<dyn Clock>>,
     /// Time for the deny cache.
@@ -193,6 +244,8 @@ pub struct StoreStats {
     pub refunds: u64,
     /// Refund calls that failed: their reservation stays spent until it expires.
     pub refund_failures: u64,
+    /// Resets whose message to the other instances' deny caches could not be sent.
+    pub reset_publish_failures: u64,
 }
 
 #[derive(Default)]
@@ -203,6 +256,7 @@ struct Counters {
     deny_cache_hits: AtomicU64,
     refunds: AtomicU64,
     refund_failures: AtomicU64,
+    reset_publish_failures: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -216,9 +270,11 @@ impl RedisStore {
             target,
             prefix: "tollgate:".into(),
             timeout: Duration::from_millis(50),
+            first_probe_after: Duration::from_millis(10),
             probe_interval: Duration::from_millis(500),
             deny_cache: true,
             clock: None,
+            options: ConnectOptions::default(),
         }
     }
 
@@ -238,6 +294,7 @@ impl RedisStore {
             deny_cache_hits: c.deny_cache_hits.load(Ordering::Relaxed),
             refunds: c.refunds.load(Ordering::Relaxed),
             refund_failures: c.refund_failures.load(Ordering::Relaxed),
+            reset_publish_failures: c.reset_publish_failures.load(Ordering::Relaxed),
         }
     }
 
@@ -274,20 +331,68 @@ impl RedisStore {
         )
     }
 
-    /// True while the circuit breaker is open (Redis recently unavailable).
+    /// True while a circuit breaker is open (a Redis node recently unavailable).
     pub fn is_degraded(&self) -> bool {
-        self.inner.breaker.is_open()
+        self.inner.breakers.any_open()
     }
 
-    /// Whether Redis answers a PING within the timeout, bypassing the breaker (for readiness
-    /// probes).
+    /// Each Redis node called so far (`host:port`; `cluster` for calls made before the cluster's
+    /// slot map was known) and whether its circuit breaker is open, sorted by node: for a gauge.
+    pub fn breaker_states(&self) -> Vec<(String, bool)> {
+        self.inner.breakers.states()
+    }
+
+    /// The deadline of each call.
+    pub fn deadline(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    /// Whether Redis answers a PING within the timeout, bypassing the breaker.
     pub async fn ping(&self) -> Result<(), Error> {
-        let mut conn = self.inner.connection.clone();
-        let ping = redis::cmd("PING");
-        match tokio::time::timeout(self.inner.timeout, ping.query_async::<String>(&mut conn)).await {
-            Ok(Ok(_)) => Ok(()),
+        let conn = self.inner.connection.clone();
+        match tokio::time::timeout(self.inner.timeout, conn.ping()).await {
+            Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(error::store_error(e)),
             Err(_) => Err(error::store_error(error::deadline(self.inner.timeout))),
+        }
+    }
+
+    /// Whether the store can decide now, bypassing the breaker, within `within`: Redis answers
+    /// a PING (which also proves the password), and a standalone address does not point at a
+    /// cluster node (whose redirections the standalone client cannot follow). A cluster address
+    /// pointed at a standalone server fails with class `cluster`, like the second case. For
+    /// readiness probes and start-up reports: the error's class says what is wrong.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_redis::{RedisStore, Target};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), tollgate_redis::ConnectError> {
+    /// let store = RedisStore::builder(Target::parse("redis://127.0.0.1:1")?).connect_lazy().await?;
+    /// let err = store.health(Duration::from_millis(200)).await.unwrap_err();
+    /// assert_eq!(err.class(), Some("connection"));
+    /// # Ok(()) }
+    /// ```
+    pub async fn health(&self, within: Duration) -> Result<(), Error> {
+        let conn = self.inner.connection.clone();
+        let checked = tokio::time::timeout(within, async {
+            conn.ping().await.map_err(error::store_error)?;
+            if conn
+                .standalone_is_cluster_node()
+                .await
+                .map_err(error::store_error)?
+            {
+                return Err(error::wrong_mode(
+                    "the standalone address points at a redis cluster node; use redis+cluster://",
+                ));
+            }
+            Ok(())
+        })
+        .await;
+        match checked {
+            Ok(result) => result,
+            Err(_) => Err(error::store_error(error::deadline(within))),
         }
     }
 
@@ -488,7 +593,8 @@ impl RedisStore {
         outcomes(&reply, spends.len())
     }
 
-    /// Runs a script through the breaker and the deadline.
+    /// Runs a script through its node's breaker and the deadline, at most once (see
+    /// `connection`).
     async fn call<T: redis::FromRedisValue>(
         &self,
         script: &Script,
@@ -496,26 +602,27 @@ impl RedisStore {
         args: &[String],
     ) -> Result<T, Error> {
         let inner = &self.inner;
-        if let Admission::Refuse(next_probe_in) = inner.breaker.admit() {
-            bump(&inner.stats.breaker_refusals);
-            return Err(error::breaker_open(error::BreakerOpen {
-                next_probe_in,
-                cause: inner.breaker.cause(),
-            }));
-        }
+        let slot = match inner.connection.is_cluster() {
+            true => keys.first().map_or(0, |name| keys::slot(name)),
+            false => 0,
+        };
+        let breaker = inner.breakers.node(&inner.connection.node_of(slot));
+        let probe = match breaker.admit() {
+            Admission::Call { probe } => probe,
+            Admission::Refuse(next_probe_in) => {
+                bump(&inner.stats.breaker_refusals);
+                return Err(error::breaker_open(error::BreakerOpen {
+                    next_probe_in,
+                    cause: breaker.cause(),
+                }));
+            }
+        };
         bump(&inner.stats.redis_calls);
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(key.as_slice());
-        }
-        for arg in args {
-            invocation.arg(arg.as_str());
-        }
-        let mut conn = inner.connection.clone();
         // On the deadline the call is dropped, not sent again: it may have run already.
-        let err = match tokio::time::timeout(inner.timeout, invocation.invoke_async::<T>(&mut conn)).await {
+        let call = inner.connection.invoke::<T>(script, keys, args);
+        let err = match tokio::time::timeout(inner.timeout, call).await {
             Ok(Ok(value)) => {
-                inner.breaker.succeeded();
+                breaker.succeeded();
                 return Ok(value);
             }
             Ok(Err(e)) => e,
@@ -523,10 +630,10 @@ impl RedisStore {
         };
         if error::is_unavailable(error::classify(&err)) {
             bump(&inner.stats.redis_unavailable);
-            inner.breaker.failed(err.clone());
+            breaker.failed(err.clone(), probe);
         } else {
             // Redis answered, if with an error: it is there.
-            inner.breaker.succeeded();
+            breaker.succeeded();
         }
         Err(error::store_error(err))
     }
@@ -548,6 +655,21 @@ impl RedisStore {
             [0, _, now_us] => Ok((None, now_us)),
             [count, expires_at_us, now_us] => Ok((Some(Attempts { count, expires_at_us }), now_us)),
             _ => Err(bad_reply(&reply)),
+        }
+    }
+
+    /// Tells every instance's deny cache that `state` was reset (see `reset_channel`). The reset
+    /// itself is done; if the message cannot be sent, the other instances' cached denials of this
+    /// key last until they expire, which is what they did before resets were published.
+    async fn publish_reset(&self, state: &[u8]) {
+        let mut conn = self.inner.connection.clone();
+        let publish = redis::cmd("PUBLISH")
+            .arg(&self.inner.reset_channel)
+            .arg(state)
+            .clone();
+        let sent = tokio::time::timeout(self.inner.timeout, publish.query_async::<u64>(&mut conn)).await;
+        if !matches!(sent, Ok(Ok(_))) {
+            bump(&self.inner.stats.reset_publish_failures);
         }
     }
 
@@ -680,7 +802,9 @@ impl Store for RedisStore {
             cache.remove(&state);
         }
         let log = KeyNames::log(&state);
-        self.delete(&[state, log]).await
+        self.delete(&[state.clone(), log]).await?;
+        self.publish_reset(&state).await;
+        Ok(())
     }
 }
 

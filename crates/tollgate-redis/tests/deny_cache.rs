@@ -70,3 +70,81 @@ async fn a_cached_denial_never_blocks_a_smaller_cost() {
         "2 still fit"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_on_one_instance_clears_every_instance_deny_cache() {
+    let server = RedisServer::start();
+    // A long penalty: without the reset reaching it, instance B would deny for an hour.
+    let policy = Policy::new(
+        "login",
+        Algorithm::fixed_window(2, Duration::from_secs(60), tollgate::Anchor::FirstHit).unwrap(),
+    )
+    .unwrap()
+    .with_block_for(Duration::from_secs(3600))
+    .unwrap();
+    let a = RedisStore::connect(&server.url()).await.unwrap();
+    let b = RedisStore::connect(&server.url()).await.unwrap();
+
+    assert_eq!(flood(&b, &policy, 10).await, 2);
+    let hits = b.stats().deny_cache_hits;
+    assert!(hits > 0, "b answers the flood from its deny cache");
+    assert!(!b.check(&policy, b"bot", 1).await.unwrap().allowed);
+    assert_eq!(b.stats().deny_cache_hits, hits + 1, "still cached");
+
+    a.reset(&policy, b"bot").await.unwrap();
+    assert_eq!(a.stats().reset_publish_failures, 0);
+    // The reset reaches b one pub/sub hop after a's call returns; wait for it, boundedly.
+    let mut checks = 0;
+    loop {
+        checks += 1;
+        let calls_before = b.stats().redis_calls;
+        let d = b.check(&policy, b"bot", 1).await.unwrap();
+        if d.allowed {
+            assert_eq!(b.stats().redis_calls, calls_before + 1, "decided by redis");
+            break;
+        }
+        assert!(checks < 500, "b still denies from its cache: {:?}", b.stats());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Without the channel, b would deny from its cache for the whole penalty: a store that does
+    // not listen (no deny cache) is not affected, and one reset more is harmless.
+    let c = RedisStore::builder(Target::Standalone(server.url()))
+        .deny_cache(false)
+        .connect()
+        .await
+        .unwrap();
+    Store::reset(&c, &policy, b"bot").await.unwrap();
+    assert!(c.check(&policy, b"bot", 1).await.unwrap().allowed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_reaches_the_deny_caches_of_cluster_instances() {
+    let cluster = tollgate_testkit::RedisCluster::start();
+    let policy = Policy::new(
+        "api",
+        Algorithm::fixed_window(1, Duration::from_secs(60), tollgate::Anchor::FirstHit).unwrap(),
+    )
+    .unwrap()
+    .with_block_for(Duration::from_secs(3600))
+    .unwrap();
+    let target = Target::Cluster(cluster.urls());
+    let a = RedisStore::builder(target.clone())
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let b = RedisStore::builder(target)
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(flood(&b, &policy, 5).await, 1);
+    assert!(b.stats().deny_cache_hits > 0);
+    a.reset(&policy, b"bot").await.unwrap();
+    let mut checks = 0;
+    while !b.check(&policy, b"bot", 1).await.unwrap().allowed {
+        checks += 1;
+        assert!(checks < 500, "b still denies from its cache: {:?}", b.stats());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

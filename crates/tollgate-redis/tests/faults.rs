@@ -68,6 +68,7 @@ async fn a_killed_redis_follows_each_failure_mode_and_recovery_is_automatic() {
     let mut server = RedisServer::start();
     let store = RedisStore::builder(Target::Standalone(server.url()))
         .timeout(Duration::from_millis(100))
+        .first_probe_after(Duration::from_millis(200))
         .probe_interval(Duration::from_millis(200))
         .connect()
         .await
@@ -142,6 +143,7 @@ async fn a_stalled_redis_takes_the_timeout_path_without_hanging() {
     let server = RedisServer::start();
     let store = RedisStore::builder(Target::Standalone(server.url()))
         .timeout(Duration::from_millis(100))
+        .first_probe_after(Duration::from_secs(60))
         .probe_interval(Duration::from_secs(60))
         .connect()
         .await

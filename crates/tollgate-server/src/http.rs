@@ -529,20 +529,34 @@ async fn clear_attempts(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn render_metrics() -> String {
+async fn render_metrics(State(state): State<SharedState>) -> String {
+    metrics::store_breakers(&state.store.breakers());
     metrics::install().render()
 }
 
+/// Ready when the store can decide now; otherwise 503 with the class of the store's failure
+/// (`timeout`, `connection`, `auth`, `cluster`, ...), so an operator sees a wrong password or a
+/// wrong cluster mode without reading logs.
 async fn ready(State(state): State<SharedState>) -> Response {
-    if state.store.ready().await {
-        (StatusCode::OK, "ready").into_response()
-    } else {
-        problem(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{} store unreachable", state.store.kind()),
-            None,
-        )
-    }
+    let health = state.store.health().await;
+    metrics::store_breakers(&health.breakers);
+    let breakers: Vec<serde_json::Value> = health
+        .breakers
+        .iter()
+        .map(|(node, open)| json!({"node": node, "open": open}))
+        .collect();
+    let body = json!({
+        "ready": health.ready,
+        "store": state.store.kind(),
+        "class": health.class,
+        "error": health.error,
+        "breakers": breakers,
+    });
+    let status = match health.ready {
+        true => StatusCode::OK,
+        false => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, Json(body)).into_response()
 }
 
 /// Attempts counters of different purposes never meet: the purpose is length-prefixed.

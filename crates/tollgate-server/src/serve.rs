@@ -19,7 +19,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::state::{AppState, Settings, SharedState};
-use crate::store::AnyStore;
+use crate::store::{AnyStore, StoreOptions};
 use crate::{grpc, http, listener, metrics, reload};
 
 /// What `tollgate serve` was asked to do.
@@ -29,6 +29,8 @@ pub struct Options {
     pub config: Option<PathBuf>,
     /// `redis://...` or `redis+cluster://...`; `None` uses the embedded memory store.
     pub store: Option<String>,
+    /// How to open the store: required or not, its deadline, TLS.
+    pub store_options: StoreOptions,
     /// Where the HTTP API listens.
     pub http: SocketAddr,
     /// Where the Envoy rate limit service (gRPC) listens.
@@ -129,12 +131,7 @@ impl<T> Drop for AbortOnDrop<T> {
 pub async fn serve(options: Options) -> anyhow::Result<()> {
     options.settings.validate()?;
     let limits = tollgate_config::load_or_demo(options.config.as_deref())?;
-    let store = match &options.store {
-        Some(url) => AnyStore::redis(url)
-            .await
-            .with_context(|| format!("store `{url}`"))?,
-        None => AnyStore::memory(),
-    };
+    let store = AnyStore::open(options.store.as_deref(), &options.store_options).await?;
     let state = AppState::new(limits, store, options.settings.clone());
     let listeners = Listeners::bind(options.http, options.grpc).await?;
     // Watching and the SIGHUP handler start before the addresses are printed: a change or a

@@ -2,12 +2,58 @@
 //!
 //! The server picks one at start-up (`--store` or the config), so a runtime choice is needed; an
 //! enum keeps every call a direct, inlinable match instead of a boxed future.
+//!
+//! [`AnyStore::open`] is how `serve` and `proxy` get theirs: it checks a Redis store once at
+//! start-up and reports an unreachable or misconfigured one loudly (an `error` event naming the
+//! class: `auth` for a wrong password, `cluster` for a cluster address at a standalone server or
+//! the reverse, `connection`, `timeout`), then starts anyway and lets the failure modes decide,
+//! unless [`StoreOptions::require`] asks it to refuse. [`AnyStore::health`] is what `/readyz`
+//! reports.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
+
 use tollgate::{AttemptsStatus, AttemptsStore, Decision, Decisions, Error, MemoryStore, Policy, Rule, Store};
 use tollgate_redis::{RedisStore, Target};
+
+/// How the server opens its store, besides the address.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Refuse to start when the store cannot decide at start-up (`--require-store`); by default
+    /// the server starts and each policy's failure mode decides until the store recovers.
+    pub require: bool,
+    /// The deadline of each store call (`--store-timeout`, default 50 ms).
+    pub timeout: Duration,
+    /// A PEM file of certificate authorities trusted for `rediss://` instead of the system's
+    /// (`--store-ca-file`).
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            require: false,
+            timeout: Duration::from_millis(50),
+            ca_file: None,
+        }
+    }
+}
+
+/// What `/readyz` says about the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    /// Whether the store can decide now.
+    pub ready: bool,
+    /// The class of the failure when not ready: `timeout`, `connection`, `auth`, `cluster`, ...
+    pub class: Option<&'static str>,
+    /// The failure, when not ready (no password in it).
+    pub error: Option<String>,
+    /// Each Redis node called so far and whether its circuit breaker is open.
+    pub breakers: Vec<(String, bool)>,
+}
 
 /// Where decisions are made.
 #[derive(Clone)]
@@ -37,6 +83,100 @@ impl AnyStore {
         Ok(AnyStore::Redis(store))
     }
 
+    /// The store for `url` (`None`: the embedded memory store), checked once: an unreachable or
+    /// misconfigured Redis is logged at `error` with its class and, with
+    /// [`StoreOptions::require`], is an error. Otherwise the server starts and the failure modes
+    /// decide until Redis answers.
+    ///
+    /// ```
+    /// use tollgate_server::store::{AnyStore, StoreOptions};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// assert_eq!(AnyStore::open(None, &StoreOptions::default()).await?.kind(), "memory");
+    /// // Nothing listens on port 1.
+    /// let required = StoreOptions { require: true, ..StoreOptions::default() };
+    /// let err = AnyStore::open(Some("redis://127.0.0.1:1"), &required).await.unwrap_err();
+    /// assert!(format!("{err:#}").contains("(connection)"), "{err:#}");
+    /// assert!(AnyStore::open(Some("redis://127.0.0.1:1"), &StoreOptions::default()).await.is_ok());
+    /// # Ok(()) }
+    /// ```
+    pub async fn open(url: Option<&str>, options: &StoreOptions) -> anyhow::Result<Self> {
+        let Some(url) = url else {
+            return Ok(AnyStore::memory());
+        };
+        let target = Target::parse(url)?;
+        let shown = target.display();
+        let mut builder = RedisStore::builder(target).timeout(options.timeout);
+        if let Some(path) = &options.ca_file {
+            let pem = std::fs::read(path)
+                .with_context(|| format!("cannot read the store's CA file {}", path.display()))?;
+            builder = builder.tls_ca_pem(pem);
+        }
+        let store = builder
+            .connect_lazy()
+            .await
+            .with_context(|| format!("store `{shown}`"))?;
+        // A first connection (TLS, AUTH) takes longer than a call: give it a second at least.
+        match store.health(options.timeout.max(Duration::from_secs(1))).await {
+            Ok(()) => {
+                tracing::info!(store = %shown, "rate limit store ready");
+            }
+            Err(err) => {
+                let class = err.class().unwrap_or("unknown");
+                let cause = error_chain(&err);
+                if options.require {
+                    tracing::error!(store = %shown, class, error = %cause, "rate limit store unusable at start-up; refusing to start");
+                    anyhow::bail!(
+                        "store `{shown}` is not usable ({class}): {cause}; refusing to start because the store is required"
+                    );
+                }
+                tracing::error!(
+                    store = %shown,
+                    class,
+                    error = %cause,
+                    "rate limit store unusable at start-up; starting anyway, failure modes decide until it answers"
+                );
+                eprintln!(
+                    "tollgate: store `{shown}` is not usable ({class}): {cause}; starting anyway, failure modes decide until it answers"
+                );
+            }
+        }
+        Ok(AnyStore::Redis(store))
+    }
+
+    /// Whether the store can decide now and, if not, the class of what is wrong (for
+    /// `/readyz`): always ready for memory; for Redis a PING through no breaker, which also
+    /// proves the password and the cluster mode.
+    pub async fn health(&self) -> Health {
+        match self {
+            AnyStore::Memory(_) => Health {
+                ready: true,
+                class: None,
+                error: None,
+                breakers: vec![],
+            },
+            AnyStore::Redis(store) => {
+                let within = (store.deadline() * 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
+                let checked = store.health(within).await;
+                Health {
+                    ready: checked.is_ok(),
+                    class: checked.as_ref().err().and_then(Error::class),
+                    error: checked.err().map(|e| error_chain(&e)),
+                    breakers: store.breaker_states(),
+                }
+            }
+        }
+    }
+
+    /// Each Redis node called so far and whether its circuit breaker is open (none for memory).
+    pub fn breakers(&self) -> Vec<(String, bool)> {
+        match self {
+            AnyStore::Memory(_) => vec![],
+            AnyStore::Redis(store) => store.breaker_states(),
+        }
+    }
+
     /// `memory` or `redis`, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -45,13 +185,25 @@ impl AnyStore {
         }
     }
 
-    /// Whether the store can decide now (for `/readyz`): always for memory, a PING for Redis.
+    /// Whether the store can decide now: [`AnyStore::health`]'s verdict.
     pub async fn ready(&self) -> bool {
-        match self {
-            AnyStore::Memory(_) => true,
-            AnyStore::Redis(store) => store.ping().await.is_ok(),
-        }
+        self.health().await.ready
     }
+}
+
+/// An error and its causes, `: `-separated, for one log field or message.
+fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let next = cause.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// Calls `$trait::$method` on whichever store this is.

@@ -65,6 +65,8 @@ pub struct Options {
     pub config: Option<PathBuf>,
     /// `redis://...` or `redis+cluster://...`; `None` uses the embedded memory store.
     pub store: Option<String>,
+    /// How to open the store: required or not, its deadline, TLS.
+    pub store_options: crate::store::StoreOptions,
     /// Where the proxy listens.
     pub listen: SocketAddr,
     /// Peers whose `X-Forwarded-For` is believed.
@@ -267,12 +269,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     crate::metrics::install();
     let limits = load_or_demo(options.config.as_deref())?;
     let forward = Forward::with_options(&options.upstream, options.forward)?;
-    let store = match &options.store {
-        Some(url) => AnyStore::redis(url)
-            .await
-            .with_context(|| format!("store `{url}`"))?,
-        None => AnyStore::memory(),
-    };
+    let store = AnyStore::open(options.store.as_deref(), &options.store_options).await?;
     if limits.routes().is_empty() {
         tracing::warn!("the config has no `routes`; every request is forwarded unchecked");
     }

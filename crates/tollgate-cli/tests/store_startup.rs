@@ -1,0 +1,152 @@
+//! A store that cannot decide is reported loudly: at start-up with its class (wrong password,
+//! a cluster address at a standalone server, the reverse), refused with `--require-store`, and in
+//! `/readyz` with the class in the JSON body. The store's deadline is a flag.
+
+mod binary;
+
+use std::process::Command;
+use std::time::Duration;
+
+use binary::Server;
+use reqwest::StatusCode;
+use serde_json::Value;
+use tollgate_testkit::{ChildProcess, RedisCluster, RedisServer};
+
+/// `tollgate <args>` that must exit on its own: its exit status and the line naming the refusal.
+fn refused(args: &[&str]) -> (bool, String) {
+    let mut child = ChildProcess::start(Command::new(env!("CARGO_BIN_EXE_tollgate")).args(args));
+    let line = child.wait_for("refusing to start because");
+    (child.wait_exit().success(), line)
+}
+
+async fn readyz(server: &Server) -> (StatusCode, Value) {
+    readyz_at(&server.url("/readyz")).await
+}
+
+async fn readyz_at(url: &str) -> (StatusCode, Value) {
+    let response = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+        .get(url)
+        .send()
+        .await
+        .expect("readyz");
+    (response.status(), response.json().await.expect("a json body"))
+}
+
+#[test]
+fn require_store_refuses_to_start_naming_the_class() {
+    let server = RedisServer::start();
+    server.require_password("right");
+    let open = RedisServer::start();
+    let cluster = RedisCluster::start();
+    let cases = [
+        (format!("redis://:wrong@127.0.0.1:{}", server.port()), "(auth)"),
+        (format!("redis+cluster://127.0.0.1:{}", open.port()), "(cluster)"),
+        (format!("redis://127.0.0.1:{}", cluster.ports()[0]), "(cluster)"),
+        ("redis://127.0.0.1:1".to_string(), "(connection)"),
+    ];
+    for (url, class) in &cases {
+        let serve = [
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--store",
+            url,
+            "--require-store",
+        ];
+        let (ok, line) = refused(&serve);
+        assert!(!ok, "serve must exit with a failure for {url}");
+        assert!(line.contains(class), "{url}: {line}");
+        assert!(
+            !line.contains("wrong@"),
+            "the password must not be printed: {line}"
+        );
+        let proxy = [
+            "proxy",
+            "--upstream",
+            "http://127.0.0.1:1",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            url,
+            "--require-store",
+        ];
+        let (ok, line) = refused(&proxy);
+        assert!(!ok && line.contains(class), "proxy, {url}: {line}");
+    }
+}
+
+#[tokio::test]
+async fn a_misconfigured_store_is_reported_at_start_and_in_readyz() {
+    let redis = RedisServer::start();
+    redis.require_password("right");
+    let url = format!("redis://:wrong@127.0.0.1:{}", redis.port());
+    let mut child = ChildProcess::start(Command::new(env!("CARGO_BIN_EXE_tollgate")).args([
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--grpc",
+        "127.0.0.1:0",
+        "--store",
+        &url,
+        "--store-timeout",
+        "200ms",
+    ]));
+    let http = child.wait_for_addr("http listening on ");
+    // stdout and stderr are read apart, so the report may come before or after the address.
+    let line = match child.seen().iter().find(|l| l.contains("is not usable")) {
+        Some(line) => line.clone(),
+        None => child.wait_for("is not usable"),
+    };
+    assert!(line.contains("(auth)") && !line.contains("wrong"), "{line}");
+    let (status, body) = readyz_at(&format!("http://{http}/readyz")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(
+        (body["ready"].clone(), body["class"].clone()),
+        (false.into(), "auth".into()),
+        "{body}"
+    );
+
+    // A standalone address at a cluster node: the class says so.
+    let cluster = RedisCluster::start();
+    let url = format!("redis://127.0.0.1:{}", cluster.ports()[0]);
+    let server = Server::start(&["--store", &url]);
+    let (status, body) = readyz(&server).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["class"], "cluster", "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("redis+cluster://"),
+        "{body}"
+    );
+
+    // A healthy store: ready, and its breaker shows as closed.
+    let server = Server::start(&["--store", &redis_url_with_password(&redis), "--require-store"]);
+    let (status, body) = readyz(&server).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        (body["ready"].clone(), body["class"].clone()),
+        (true.into(), Value::Null)
+    );
+}
+
+fn redis_url_with_password(redis: &RedisServer) -> String {
+    format!("redis://:right@127.0.0.1:{}", redis.port())
+}
+
+#[test]
+fn a_zero_store_timeout_is_refused() {
+    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args(["serve", "--store-timeout", "0s"])
+        .output()
+        .expect("run tollgate");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--store-timeout"), "{stderr}");
+}

@@ -1,0 +1,112 @@
+//! Resets reach every instance's deny cache: a reset publishes the state key's name on a Redis
+//! pub/sub channel (`<prefix>resets`), and every store with a deny cache listens on it and drops
+//! the entry.
+//!
+//! Without this, an instance that cached "denied until T" keeps denying after an operator reset
+//! the key on another instance, until T (a `block_for` penalty can make that hours).
+//!
+//! What it guarantees: once the reset's `PUBLISH` has been answered, each listening instance
+//! drops the entry as soon as the message arrives (one network hop later). While an instance's
+//! subscription is down it cannot hear resets, so when it (re)subscribes it empties its whole
+//! deny cache: a reset missed meanwhile costs at most one Redis call per cached key, never a
+//! denial that should not be. On a cluster, classic pub/sub reaches every node, so the listener
+//! subscribes on one node (the first that answers) and the publisher publishes on any.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+
+use crate::connection::{ConnectOptions, Target};
+use crate::deny_cache::DenyCache;
+
+/// The channel's name for key prefix `prefix`.
+pub(crate) fn channel(prefix: &str) -> String {
+    format!("{prefix}resets")
+}
+
+/// Listens on `channel` and removes each published name from `cache`, until the store is
+/// dropped. Reconnects after a second when the subscription drops or cannot be made. With
+/// `subscribe_now`, the first subscription is made before this returns (an eagerly connected
+/// store hears every reset from its first call on).
+pub(crate) async fn start_listener(
+    target: &Target,
+    options: &ConnectOptions,
+    channel: String,
+    cache: Weak<DenyCache>,
+    timeout: Duration,
+    subscribe_now: bool,
+) -> Option<Listener> {
+    let urls = match target {
+        Target::Standalone(url) => vec![url.clone()],
+        Target::Cluster(nodes) => nodes.clone(),
+    };
+    let clients: Vec<redis::Client> = urls
+        .iter()
+        .filter_map(|url| match &options.ca_pem {
+            Some(pem) => redis::Client::build_with_tls(
+                url.as_str(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                },
+            )
+            .ok(),
+            None => redis::Client::open(url.as_str()).ok(),
+        })
+        .collect();
+    let first_client = clients.first()?.clone();
+    let connect_timeout = timeout.max(Duration::from_millis(500));
+    let mut first = match subscribe_now {
+        true => subscribe(&first_client, &channel, connect_timeout).await,
+        false => None,
+    };
+    Some(Listener(tokio::spawn(async move {
+        for client in clients.iter().cycle() {
+            let pubsub = match first.take() {
+                Some(pubsub) => Some(pubsub),
+                None => {
+                    let pubsub = subscribe(client, &channel, connect_timeout).await;
+                    // Resets published while we were not listening are lost: forget everything.
+                    if pubsub.is_some() {
+                        match cache.upgrade() {
+                            Some(cache) => cache.clear(),
+                            None => return,
+                        }
+                    }
+                    pubsub
+                }
+            };
+            if let Some(mut pubsub) = pubsub {
+                let mut messages = pubsub.on_message();
+                while let Some(message) = messages.next().await {
+                    let Some(cache) = cache.upgrade() else { return };
+                    cache.remove(message.get_payload_bytes());
+                }
+            }
+            if cache.strong_count() == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })))
+}
+
+async fn subscribe(client: &redis::Client, channel: &str, within: Duration) -> Option<redis::aio::PubSub> {
+    let subscribed = tokio::time::timeout(within, async {
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe(channel).await?;
+        Ok::<_, redis::RedisError>(pubsub)
+    })
+    .await;
+    subscribed.ok()?.ok()
+}
+
+/// Stops the listener when the store that started it is dropped.
+pub(crate) struct Listener(pub(crate) tokio::task::JoinHandle<()>);
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
