@@ -133,6 +133,7 @@ fn main() -> ExitCode {
                 settings: Settings {
                     admin_token,
                     max_key_len,
+                    ..Settings::default()
                 },
             };
             run(serve::serve(options))

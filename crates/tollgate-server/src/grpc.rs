@@ -109,7 +109,7 @@ use tonic::{Request, Response, Status};
 
 use crate::metrics;
 use crate::state::SharedState;
-use tollgate_config::{Resolved, apply_replaces, override_key};
+use tollgate_config::{Metadata, Resolved, apply_replaces, override_key};
 
 /// The generated messages, server and client of the Envoy rate limit service (from
 /// `envoy-types`), for callers and tests.
@@ -135,9 +135,16 @@ pub mod proto {
     pub use envoy_types::pb::google::protobuf::{Duration, UInt64Value};
 }
 
+mod answer;
 mod overrides;
+mod settings;
+mod stats;
 
+use answer::Role;
 use overrides::{Override, OverrideError, OverridePolicies};
+pub use settings::{EnvoySettings, ResponseHeaders};
+pub use stats::OVERFLOW_KEY;
+use stats::{Hit, StatsKeys};
 
 /// Upstream's units, longest first, with their length in seconds and their wire value.
 const UNITS: [(u64, Unit); 7] = [
@@ -158,6 +165,8 @@ pub struct RlsService {
     /// The policies of the limit overrides seen lately, so a repeated override does not build
     /// its policy again.
     overrides: Arc<OverridePolicies>,
+    /// The stats keys that have per-stats-key counters of their own.
+    stats: Arc<StatsKeys>,
 }
 
 impl std::fmt::Debug for RlsService {
@@ -181,9 +190,11 @@ impl std::fmt::Debug for RlsService {
 /// # Ok::<(), tollgate_config::ConfigError>(())
 /// ```
 pub fn service(state: SharedState) -> RateLimitServiceServer<RlsService> {
+    let stats = Arc::new(StatsKeys::new(state.settings.envoy.max_stats_keys));
     RateLimitServiceServer::new(RlsService {
         state,
         overrides: Arc::new(OverridePolicies::default()),
+        stats,
     })
 }
 
@@ -225,7 +236,7 @@ impl RateLimitService for RlsService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        should_rate_limit(&self.state, &self.overrides, request.into_inner())
+        should_rate_limit(self, request.into_inner())
             .await
             .map(Response::new)
     }
@@ -233,8 +244,8 @@ impl RateLimitService for RlsService {
 
 /// What applies to one request descriptor.
 enum Slot<'a> {
-    /// No rate limit: unknown domain, no match, or replaced.
-    None,
+    /// No rate limit: unknown domain, no match, or replaced. `quota` under global quota mode.
+    None { quota: bool },
     /// `unlimited: true`.
     Unlimited,
     /// `requests_per_unit: 0`, stated per `period`, counted in metrics under `policy_name`.
@@ -252,13 +263,52 @@ enum Slot<'a> {
     Limited(Limited<'a>),
 }
 
-impl Slot<'_> {
-    /// Over the limit at the door, without the store: the request is refused.
-    fn refuses(&self) -> bool {
+impl<'a> Slot<'a> {
+    /// The rate limit matched, if any is counted.
+    fn matched(&self) -> Option<&Matched<'a>> {
         match self {
-            Slot::DenyAll { matched, .. } | Slot::TooLarge { matched, .. } => !matched.shadow,
-            Slot::None | Slot::Unlimited | Slot::Limited(_) => false,
+            Slot::DenyAll { matched, .. } | Slot::TooLarge { matched, .. } => Some(matched),
+            Slot::Limited(limited) => Some(&limited.matched),
+            Slot::None { .. } | Slot::Unlimited => None,
         }
+    }
+
+    /// Over the limit at the door, without the store.
+    fn over_at_door(&self) -> bool {
+        matches!(self, Slot::DenyAll { .. } | Slot::TooLarge { .. })
+    }
+
+    fn role(&self) -> Role {
+        match self {
+            Slot::None { quota } => Role {
+                unlimited: false,
+                quota: *quota,
+            },
+            Slot::Unlimited => Role {
+                unlimited: true,
+                quota: false,
+            },
+            _ => Role {
+                unlimited: false,
+                quota: self.matched().is_some_and(|m| m.quota),
+            },
+        }
+    }
+}
+
+/// How the request is decided, from the settings.
+#[derive(Debug, Clone, Copy)]
+struct Mode {
+    global_shadow: bool,
+    count_every: bool,
+}
+
+impl Mode {
+    /// Whether a descriptor's denial leaves the rest of the request to be decided (and spent)
+    /// on its own: its own shadow mode, quota mode (the door works out the answer), global
+    /// shadow mode, or upstream's counting.
+    fn apart(&self, matched: &Matched<'_>) -> bool {
+        matched.shadow || matched.quota || self.global_shadow || self.count_every
     }
 }
 
@@ -269,14 +319,26 @@ struct Matched<'a> {
     key: String,
     /// The rate limit's `name`, for `current_limit`.
     name: Option<&'a str>,
+    /// The descriptor's own `shadow_mode`.
     shadow: bool,
+    /// Quota mode: the descriptor's own or the global setting.
+    quota: bool,
+    /// Upstream's stats key, for the per-stats-key counters.
+    stats_key: Cow<'a, str>,
+    metadata: Option<&'a Metadata>,
+    /// What the descriptor spends: its `hits_addend`, or the request's.
+    cost: u64,
 }
 
 impl<'a> Matched<'a> {
-    fn from_config(resolved: Resolved<'a>) -> Self {
+    fn from_config(resolved: Resolved<'a>, global_quota: bool, cost: u64) -> Self {
         Matched {
             name: resolved.name(),
             shadow: resolved.shadow_mode(),
+            quota: global_quota || resolved.quota_mode(),
+            stats_key: Cow::Owned(resolved.stats_key().to_owned()),
+            metadata: resolved.metadata(),
+            cost,
             key: resolved.into_key(),
         }
     }
@@ -285,16 +347,16 @@ impl<'a> Matched<'a> {
 struct Limited<'a> {
     matched: Matched<'a>,
     policy: Cow<'a, Policy>,
-    /// 0: ask whether one more would pass, without spending.
-    cost: u64,
 }
 
 impl Limited<'_> {
-    /// The descriptor as an engine rule; a question asks about a cost of 1 and spends nothing.
-    fn rule(&self) -> Rule<'_> {
-        let mut rule = Rule::new(&self.policy, self.matched.key.as_bytes(), self.cost.max(1));
-        rule.shadow = self.matched.shadow;
-        rule.question = self.cost == 0;
+    /// The descriptor as an engine rule; a question (cost 0) asks about a cost of 1 and spends
+    /// nothing.
+    fn rule(&self, mode: Mode) -> Rule<'_> {
+        let cost = self.matched.cost;
+        let mut rule = Rule::new(&self.policy, self.matched.key.as_bytes(), cost.max(1));
+        rule.shadow = mode.apart(&self.matched);
+        rule.question = cost == 0;
         rule
     }
 }
@@ -313,6 +375,8 @@ struct Answer {
     /// What to report as `limit_remaining`: 0 when denied, else the budget after this request
     /// (spent) or as it stands (not spent).
     remaining: u64,
+    /// The count before this request, for the per-stats-key counters.
+    before: u64,
 }
 
 /// The engine rules of one group of descriptors and where their answers go.
@@ -329,16 +393,17 @@ impl<'r> Group<'r> {
         self.at.push(slot);
     }
 
-    /// Decides the group with the engine, recording it when `commit`; fills `answers` and says
-    /// whether the group passed.
+    /// Decides the group with the engine, recording it when `commit`; fills `answers`.
     async fn decide(
         &self,
         state: &SharedState,
         commit: bool,
+        slots: &[Slot<'_>],
+        mode: Mode,
         answers: &mut [Option<Answer>],
-    ) -> Result<bool, Status> {
+    ) -> Result<(), Status> {
         if self.rules.is_empty() {
-            return Ok(true);
+            return Ok(());
         }
         let started = Instant::now();
         let result = if commit {
@@ -349,7 +414,7 @@ impl<'r> Group<'r> {
         metrics::store_latency(started.elapsed());
         let verdict = result.map_err(|err| Status::invalid_argument(err.to_string()))?;
         if commit {
-            metrics::verdict(&self.rules, &verdict);
+            self.count_decisions(&verdict, slots, mode);
         } else if let Some(err) = verdict.store_error() {
             metrics::store_error(err);
         }
@@ -366,22 +431,60 @@ impl<'r> Group<'r> {
         // A committed, allowed verdict has spent; a denied one and a question report untouched
         // budgets (the engine gives them back); an allowed peek reports the budget after a spend
         // that did not happen, so it is given back here.
+        let spent = commit && verdict.allowed();
         let given_back = !commit && verdict.allowed();
         for ((&slot, rule), result) in self.at.iter().zip(&self.rules).zip(verdict.rules()) {
             let decision = result.decision;
-            let remaining = if !decision.allowed {
-                0
-            } else if given_back && !rule.question {
+            let standing = if decision.allowed && given_back && !rule.question {
                 decision.remaining.saturating_add(rule.cost).min(decision.limit)
             } else {
                 decision.remaining
             };
+            let (remaining, before) = if !decision.allowed {
+                (0, decision.limit.saturating_sub(standing))
+            } else if spent && !rule.question {
+                (
+                    standing,
+                    decision
+                        .limit
+                        .saturating_sub(standing)
+                        .saturating_sub(rule.cost),
+                )
+            } else {
+                (standing, decision.limit.saturating_sub(standing))
+            };
             answers[slot] = Some(Answer {
                 verdict: *result,
                 remaining,
+                before,
             });
         }
-        Ok(verdict.allowed())
+        Ok(())
+    }
+
+    /// `tollgate_decisions_total` for a committed verdict. A descriptor decided apart for quota
+    /// mode or upstream's counting is counted `denied` when over, not `shadow_denied`; in a
+    /// refused request, rules that would have allowed spent nothing and are not counted.
+    fn count_decisions(&self, verdict: &Verdict, slots: &[Slot<'_>], mode: Mode) {
+        let refused = !verdict.allowed();
+        for ((rule, result), &slot) in self.rules.iter().zip(verdict.rules()).zip(&self.at) {
+            let outcome = match result.outcome {
+                Outcome::Allowed | Outcome::Degraded if refused => continue,
+                Outcome::ShadowDenied
+                    if !mode.global_shadow && slots[slot].matched().is_some_and(|m| !m.shadow) =>
+                {
+                    Outcome::Denied
+                }
+                outcome => outcome,
+            };
+            metrics::decision(rule.policy.name(), outcome);
+            if result.decision.degraded {
+                metrics::degraded(rule.policy.name());
+            }
+        }
+        if let Some(err) = verdict.store_error() {
+            metrics::store_error(err);
+        }
     }
 
     /// `UNAVAILABLE`, naming the descriptor whose limit fails closed.
@@ -398,17 +501,23 @@ impl<'r> Group<'r> {
     }
 }
 
-async fn should_rate_limit(
-    state: &SharedState,
-    overrides: &OverridePolicies,
-    request: RateLimitRequest,
-) -> Result<RateLimitResponse, Status> {
+async fn should_rate_limit(service: &RlsService, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
+    let state = &service.state;
+    let settings = &state.settings.envoy;
+    let mode = Mode {
+        global_shadow: settings.global_shadow_mode,
+        count_every: settings.count_every_descriptor,
+    };
     if request.domain.is_empty() {
         return Err(Status::unknown("rate limit domain must not be empty"));
     }
     if request.descriptors.is_empty() {
         return Err(Status::unknown("rate limit descriptor list must not be empty"));
     }
+    // Kept for the dynamic metadata, which describes the request as it came.
+    let wire = settings
+        .response_dynamic_metadata
+        .then(|| request.descriptors.clone());
     let request_cost = u64::from(request.hits_addend.max(1));
     let mut asked = Vec::with_capacity(request.descriptors.len());
     for (i, descriptor) in request.descriptors.into_iter().enumerate() {
@@ -450,22 +559,30 @@ async fn should_rate_limit(
         .map(|r| r.as_ref().is_some_and(Resolved::is_unlimited))
         .collect();
     apply_replaces(&mut resolved);
+    let global_quota = settings.global_quota_mode;
     let mut slots: Vec<Slot<'_>> = Vec::with_capacity(asked.len());
     for (i, ((asked, resolved), unlimited)) in asked.into_iter().zip(resolved).zip(unlimited).enumerate() {
+        let cost = asked.cost;
         let slot = match (asked.limit_override, resolved) {
-            (Some(limit), _) if limits.has_domain(&request.domain) => {
-                override_slot(overrides, &request.domain, asked.entries, asked.cost, &limit)
-                    .map_err(|err| err.status(i))?
-            }
-            (Some(_), _) => Slot::None,
+            (Some(limit), _) if limits.has_domain(&request.domain) => override_slot(
+                &service.overrides,
+                &request.domain,
+                asked.entries,
+                cost,
+                global_quota,
+                &limit,
+            )
+            .map_err(|err| err.status(i))?,
+            (Some(_), _) => Slot::None { quota: global_quota },
             _ if unlimited => Slot::Unlimited,
-            (None, None) => Slot::None,
+            (None, None) => Slot::None { quota: global_quota },
             (None, Some(resolved)) => match (resolved.policy(), resolved.deny_all()) {
-                (Some(policy), _) => {
-                    limited_slot(Matched::from_config(resolved), Cow::Borrowed(policy), asked.cost)
-                }
+                (Some(policy), _) => limited_slot(
+                    Matched::from_config(resolved, global_quota, cost),
+                    Cow::Borrowed(policy),
+                ),
                 (None, Some((period, policy_name))) => Slot::DenyAll {
-                    matched: Matched::from_config(resolved),
+                    matched: Matched::from_config(resolved, global_quota, cost),
                     period,
                     policy_name: Cow::Borrowed(policy_name),
                 },
@@ -480,31 +597,49 @@ async fn should_rate_limit(
     }
 
     // Every limited descriptor, questions (a cost of 0) included, is one rule of one request to
-    // the engine, which decides them all or nothing, penalties included. A refusal at the door
-    // (a deny-all descriptor, a cost no budget admits) refuses the request without the store:
-    // then the limited descriptors are only looked at, so nothing is spent.
+    // the engine, which decides them all or nothing, penalties included; descriptors decided
+    // apart (shadow, quota mode, global shadow, upstream's counting) are shadow rules to it. A
+    // refusal at the door (an enforced deny-all descriptor or a cost no budget admits, or every
+    // quota-mode descriptor over at the door) refuses the request without the store: then the
+    // limited descriptors are only looked at, so nothing is spent.
     let mut limited = Group::default();
     for (i, slot) in slots.iter().enumerate() {
         if let Slot::Limited(one) = slot {
-            limited.push(one.rule(), i);
+            limited.push(one.rule(mode), i);
         }
     }
     let mut answers: Vec<Option<Answer>> = vec![None; slots.len()];
-    let refused = slots.iter().any(Slot::refuses);
-    let passes = limited.decide(state, !refused, &mut answers).await? && !refused;
-    Ok(respond(&slots, &answers, passes))
+    let refused = refused_at_door(&slots, mode);
+    limited
+        .decide(state, !refused, &slots, mode, &mut answers)
+        .await?;
+    Ok(respond(service, &request.domain, &slots, &answers, wire, request.hits_addend))
+}
+
+/// Whether the request is over the limit before the store is asked.
+fn refused_at_door(slots: &[Slot<'_>], mode: Mode) -> bool {
+    let enforced = slots
+        .iter()
+        .any(|slot| slot.over_at_door() && slot.matched().is_some_and(|m| !mode.apart(m)));
+    if enforced {
+        return true;
+    }
+    if mode.global_shadow || mode.count_every {
+        return false;
+    }
+    // Every quota-mode descriptor over at the door (and none of them in shadow mode, which
+    // answers OK): the request is over whatever the store says.
+    let mut quota = slots.iter().filter(|slot| slot.role().quota).peekable();
+    quota.peek().is_some()
+        && quota.all(|slot| slot.over_at_door() && slot.matched().is_some_and(|m| !m.shadow))
 }
 
 /// A limited descriptor, or over the limit outright when its cost can never be admitted.
-fn limited_slot<'a>(matched: Matched<'a>, policy: Cow<'a, Policy>, cost: u64) -> Slot<'a> {
-    if cost > policy.max_cost() {
+fn limited_slot<'a>(matched: Matched<'a>, policy: Cow<'a, Policy>) -> Slot<'a> {
+    if matched.cost > policy.max_cost() {
         Slot::TooLarge { matched, policy }
     } else {
-        Slot::Limited(Limited {
-            matched,
-            policy,
-            cost,
-        })
+        Slot::Limited(Limited { matched, policy })
     }
 }
 
@@ -514,12 +649,17 @@ fn override_slot<'a>(
     domain: &str,
     entries: Vec<(String, String)>,
     cost: u64,
+    global_quota: bool,
     limit: &RateLimitOverride,
 ) -> Result<Slot<'a>, OverrideError> {
     let matched = Matched {
+        stats_key: Cow::Owned(override_stats_key(domain, &entries)),
         key: override_key(domain, &entries),
         name: None,
         shadow: false,
+        quota: global_quota,
+        metadata: None,
+        cost,
     };
     Ok(match overrides.get(limit.requests_per_unit, limit.unit)? {
         Override::DenyAll { period, policy_name } => Slot::DenyAll {
@@ -527,47 +667,162 @@ fn override_slot<'a>(
             period,
             policy_name: Cow::Owned(policy_name),
         },
-        Override::Limited(policy) => limited_slot(matched, Cow::Owned(policy), cost),
+        Override::Limited(policy) => limited_slot(matched, Cow::Owned(policy)),
     })
 }
 
-/// Builds the answer; `passes` is false when the request is over the limit.
-fn respond(slots: &[Slot<'_>], answers: &[Option<Answer>], passes: bool) -> RateLimitResponse {
-    let statuses = slots
+/// Upstream's stats key of a limit override: the domain, then each entry as `key_value` (or
+/// `key` for an empty value), joined by `.`.
+fn override_stats_key(domain: &str, entries: &[(String, String)]) -> String {
+    let mut out = domain.to_owned();
+    for (key, value) in entries {
+        out.push('.');
+        out.push_str(key);
+        if !value.is_empty() {
+            out.push('_');
+            out.push_str(value);
+        }
+    }
+    out
+}
+
+/// Builds the answer and counts each descriptor under its stats key.
+fn respond(
+    service: &RlsService,
+    domain: &str,
+    slots: &[Slot<'_>],
+    answers: &[Option<Answer>],
+    wire: Option<Vec<RateLimitDescriptor>>,
+    hits_addend: u32,
+) -> RateLimitResponse {
+    let settings = &service.state.settings.envoy;
+    let statuses: Vec<DescriptorStatus> = slots
         .iter()
         .zip(answers)
-        .map(|(slot, answer)| match slot {
-            Slot::None => DescriptorStatus {
+        .map(|(slot, answer)| {
+            let (status, hit) = status(slot, answer.as_ref());
+            if let (Some(matched), Some(hit)) = (slot.matched(), hit) {
+                service.stats.record(&matched.stats_key, hit, settings.near_limit_ratio);
+            }
+            status
+        })
+        .collect();
+    let roles: Vec<Role> = slots.iter().map(Slot::role).collect();
+    let mut overall_code = answer::overall(&statuses, &roles);
+    let response_headers_to_add = match &settings.response_headers {
+        Some(names) => answer::headers(names, &statuses, &roles),
+        None => Vec::new(),
+    };
+    if overall_code == Code::OverLimit && settings.global_shadow_mode {
+        overall_code = Code::Ok;
+        stats::global_shadow_mode();
+    }
+    let dynamic_metadata = wire.map(|descriptors| {
+        let passed = slots
+            .iter()
+            .zip(&statuses)
+            .filter(|(_, status)| status.code != i32::from(Code::OverLimit))
+            .filter_map(|(slot, _)| slot.matched().and_then(|m| m.metadata));
+        answer::dynamic_metadata(domain, &descriptors, hits_addend, passed)
+    });
+    RateLimitResponse {
+        overall_code: overall_code.into(),
+        statuses,
+        response_headers_to_add,
+        dynamic_metadata,
+        ..Default::default()
+    }
+}
+
+/// One descriptor's status, and the hit to count under its stats key (none without a limit).
+fn status(slot: &Slot<'_>, answer: Option<&Answer>) -> (DescriptorStatus, Option<Hit>) {
+    let code = |over: bool, matched: &Matched<'_>| {
+        if over && !matched.shadow {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        }
+    };
+    match slot {
+        Slot::None { .. } => (
+            DescriptorStatus {
                 code: Code::Ok.into(),
                 ..Default::default()
             },
-            Slot::Unlimited => DescriptorStatus {
+            None,
+        ),
+        Slot::Unlimited => (
+            DescriptorStatus {
                 code: Code::Ok.into(),
                 limit_remaining: u32::MAX,
                 ..Default::default()
             },
-            Slot::DenyAll {
-                matched,
-                period,
-                policy_name,
-            } => deny_all_status(matched, *period, policy_name),
-            Slot::TooLarge { matched, policy } => {
-                metrics::decision(policy.name(), refusal(matched));
-                DescriptorStatus {
-                    code: if matched.shadow { Code::Ok } else { Code::OverLimit }.into(),
-                    current_limit: Some(current_limit(policy, matched.name)),
-                    limit_remaining: 0,
-                    duration_until_reset: None,
-                    quota: None,
-                }
-            }
-            Slot::Limited(limited) => limited_status(limited, answer.as_ref()),
-        })
-        .collect();
-    RateLimitResponse {
-        overall_code: if passes { Code::Ok } else { Code::OverLimit }.into(),
-        statuses,
-        ..Default::default()
+            None,
+        ),
+        Slot::DenyAll {
+            matched,
+            period,
+            policy_name,
+        } => {
+            metrics::decision(policy_name, refusal(matched));
+            let hit = Hit {
+                cost: matched.cost,
+                limit: 0,
+                before: 0,
+                over: true,
+                shadow: matched.shadow,
+            };
+            (deny_all_status(matched, *period, code(true, matched)), Some(hit))
+        }
+        Slot::TooLarge { matched, policy } => {
+            metrics::decision(policy.name(), refusal(matched));
+            let hit = Hit {
+                cost: matched.cost,
+                limit: policy.max_cost(),
+                before: 0,
+                over: true,
+                shadow: matched.shadow,
+            };
+            let status = DescriptorStatus {
+                code: code(true, matched).into(),
+                current_limit: Some(current_limit(policy, matched.name)),
+                limit_remaining: 0,
+                duration_until_reset: None,
+                quota: None,
+            };
+            (status, Some(hit))
+        }
+        Slot::Limited(limited) => {
+            let matched = &limited.matched;
+            let Some(answer) = answer else {
+                // Not reached: every limited descriptor is in a group that was decided.
+                return (
+                    DescriptorStatus {
+                        code: Code::Ok.into(),
+                        current_limit: Some(current_limit(&limited.policy, matched.name)),
+                        ..Default::default()
+                    },
+                    None,
+                );
+            };
+            let decision = answer.verdict.decision;
+            let over = !decision.allowed;
+            let hit = Hit {
+                cost: matched.cost,
+                limit: decision.limit,
+                before: answer.before,
+                over,
+                shadow: matched.shadow,
+            };
+            let status = DescriptorStatus {
+                code: code(over, matched).into(),
+                current_limit: Some(current_limit(&limited.policy, matched.name)),
+                limit_remaining: saturate(answer.remaining),
+                duration_until_reset: Some(whole_seconds(decision.reset_after)),
+                quota: None,
+            };
+            (status, Some(hit))
+        }
     }
 }
 
@@ -580,34 +835,9 @@ fn refusal(matched: &Matched<'_>) -> Outcome {
     }
 }
 
-fn limited_status(limited: &Limited<'_>, answer: Option<&Answer>) -> DescriptorStatus {
-    let (code, limit_remaining, duration_until_reset) = match answer {
-        Some(answer) => (
-            if answer.verdict.outcome == Outcome::Denied {
-                Code::OverLimit
-            } else {
-                Code::Ok
-            },
-            saturate(answer.remaining),
-            Some(whole_seconds(answer.verdict.decision.reset_after)),
-        ),
-        // Not reached: every limited descriptor is in a group that was decided.
-        None => (Code::Ok, 0, None),
-    };
-    DescriptorStatus {
-        code: code.into(),
-        current_limit: Some(current_limit(&limited.policy, limited.matched.name)),
-        limit_remaining,
-        duration_until_reset,
-        quota: None,
-    }
-}
-
 /// The answer for `requests_per_unit: 0`, as upstream gives it: over the limit (OK in shadow
 /// mode), nothing left, and the time to the end of the current unit, counted from the epoch.
-fn deny_all_status(matched: &Matched<'_>, period: Duration, policy_name: &str) -> DescriptorStatus {
-    let shadow = matched.shadow;
-    metrics::decision(policy_name, refusal(matched));
+fn deny_all_status(matched: &Matched<'_>, period: Duration, code: Code) -> DescriptorStatus {
     let since_epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -616,7 +846,7 @@ fn deny_all_status(matched: &Matched<'_>, period: Duration, policy_name: &str) -
     let until_reset = Duration::from_nanos(u64::try_from(period_ns - into_period_ns).unwrap_or(u64::MAX));
     let (_, unit) = in_unit(1, period);
     DescriptorStatus {
-        code: if shadow { Code::Ok } else { Code::OverLimit }.into(),
+        code: code.into(),
         current_limit: Some(CurrentLimit {
             name: matched.name.unwrap_or_default().to_owned(),
             requests_per_unit: 0,

@@ -19,6 +19,8 @@ pub struct Settings {
     pub admin_token: Option<String>,
     /// The longest key the HTTP API accepts, in bytes (default 1 KiB).
     pub max_key_len: usize,
+    /// How the Envoy rate limit service answers: upstream's global settings.
+    pub envoy: crate::grpc::EnvoySettings,
 }
 
 impl Default for Settings {
@@ -26,6 +28,7 @@ impl Default for Settings {
         Settings {
             admin_token: None,
             max_key_len: 1024,
+            envoy: crate::grpc::EnvoySettings::default(),
         }
     }
 }
