@@ -154,7 +154,11 @@ impl At<'_> {
 impl EnvoyFile {
     /// The domain's name; an error when empty.
     pub(crate) fn domain(&self, file: &str) -> Result<String, ConfigError> {
-        let domain = self.domain.as_ref().map(|d| d.text().into_owned()).unwrap_or_default();
+        let domain = self
+            .domain
+            .as_ref()
+            .map(|d| d.text().into_owned())
+            .unwrap_or_default();
         if domain.is_empty() {
             return Err(At { file }.err("domain".to_owned(), ConfigErrorKind::Empty));
         }
@@ -254,17 +258,16 @@ fn compile_level(
             quota_mode: spec.quota_mode.unwrap_or(false),
         };
         let metadata = match spec.metadata {
-            Some(value) => Some(crate::metadata::read(value).map_err(|why| {
-                at.err(join(&path, "metadata"), ConfigErrorKind::Value(why))
-            })?)
+            Some(value) => Some(
+                crate::metadata::read(value)
+                    .map_err(|why| at.err(join(&path, "metadata"), ConfigErrorKind::Value(why)))?,
+            )
             .filter(|m| !m.is_empty()),
             None => None,
         };
         let limit = spec
             .rate_limit
-            .map(|rate_limit| {
-                rate_limit.compile(at, &join(&path, "rate_limit"), &full_name, flags, metadata)
-            })
+            .map(|rate_limit| rate_limit.compile(at, &join(&path, "rate_limit"), &full_name, flags, metadata))
             .transpose()?;
         let mut children = Level::default();
         compile_level(

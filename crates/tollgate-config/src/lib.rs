@@ -318,11 +318,11 @@ impl Loader {
             }
             Parsed::Envoy(envoy) => {
                 let name = envoy.domain(file)?;
-                if self.options.merge_domains {
-                    if let Some(domain) = self.limits.domain_mut(&name) {
-                        let earlier = self.domain_files.get(&name).map(String::as_str);
-                        return envoy.compile_into(file, domain, earlier);
-                    }
+                if self.options.merge_domains
+                    && let Some(domain) = self.limits.domain_mut(&name)
+                {
+                    let earlier = self.domain_files.get(&name).map(String::as_str);
+                    return envoy.compile_into(file, domain, earlier);
                 }
                 let domain = envoy.compile(file)?;
                 if self.limits.has_domain(&domain.name) {

@@ -635,7 +635,9 @@ impl Domain {
 enum Matched<'a> {
     Exact,
     /// `pattern`: the descriptor's value as written, stars included.
-    Wildcard { pattern: &'a str },
+    Wildcard {
+        pattern: &'a str,
+    },
     Any,
 }
 
@@ -644,7 +646,9 @@ enum Matched<'a> {
 fn stats_key(tree: &Domain, domain: &str, entries: &[(String, String)], detailed: bool) -> String {
     // (entry, matched descriptor, how): the walk is repeated only for keys that need values.
     let mut levels = Vec::with_capacity(entries.len());
-    tree.walk(entries, |entry, node, matched| levels.push((entry, node, matched)));
+    tree.walk(entries, |entry, node, matched| {
+        levels.push((entry, node, matched))
+    });
     fn shared<'n>(node: &Node, matched: Matched<'n>) -> Option<&'n str> {
         match matched {
             Matched::Wildcard { pattern } if node.share_threshold => Some(pattern),
@@ -663,7 +667,9 @@ fn stats_key(tree: &Domain, domain: &str, entries: &[(String, String)], detailed
     if detailed {
         // Every level shows the request's value; a level whose wildcard shares its counter shows
         // the pattern. Upstream writes `key_` for an empty value unless some level shares.
-        let any_shared = levels.iter().any(|&(_, node, matched)| shared(node, matched).is_some());
+        let any_shared = levels
+            .iter()
+            .any(|&(_, node, matched)| shared(node, matched).is_some());
         for &((key, value), node, matched) in &levels {
             match shared(node, matched) {
                 Some(pattern) => push(key, pattern, true),
@@ -702,7 +708,10 @@ impl Level {
         if let Some(node) = group.exact.get(value) {
             return Some((node, Matched::Exact));
         }
-        let literal = group.wildcards.iter().find(|(pattern, _)| pattern.text() == value);
+        let literal = group
+            .wildcards
+            .iter()
+            .find(|(pattern, _)| pattern.text() == value);
         if let Some((pattern, node)) =
             literal.or_else(|| group.wildcards.iter().find(|(pattern, _)| pattern.matches(value)))
         {

@@ -55,9 +55,13 @@ fn convert(value: Value) -> Result<MetadataValue, String> {
     Ok(match value {
         Value::Null => MetadataValue::Null,
         Value::Bool(b) => MetadataValue::Bool(b),
-        Value::Number(n) => MetadataValue::Number(n.as_f64().ok_or_else(|| format!("number {n} out of range"))?),
+        Value::Number(n) => {
+            MetadataValue::Number(n.as_f64().ok_or_else(|| format!("number {n} out of range"))?)
+        }
         Value::String(s) => MetadataValue::String(s),
-        Value::Sequence(items) => MetadataValue::List(items.into_iter().map(convert).collect::<Result<_, _>>()?),
+        Value::Sequence(items) => {
+            MetadataValue::List(items.into_iter().map(convert).collect::<Result<_, _>>()?)
+        }
         Value::Mapping(map) => {
             let mut out = BTreeMap::new();
             for (key, value) in map {

@@ -67,7 +67,10 @@ mod tests {
     #[test]
     fn values_without_a_star_are_not_patterns() {
         assert!(Pattern::new("plain").is_none());
-        assert_eq!(Pattern::new("a*").map(|p| p.text().to_owned()), Some("a*".to_owned()));
+        assert_eq!(
+            Pattern::new("a*").map(|p| p.text().to_owned()),
+            Some("a*".to_owned())
+        );
     }
 
     #[test]
@@ -86,7 +89,10 @@ mod tests {
         assert!(matches("bar*b", "barb"), "a star may match nothing");
         assert!(!matches("bar*b", "bara"));
         assert!(!matches("bar*b", "xbarb"));
-        assert!(!matches("ab*ba", "aba"), "prefix and suffix may not share characters");
+        assert!(
+            !matches("ab*ba", "aba"),
+            "prefix and suffix may not share characters"
+        );
         assert!(matches("/api/*/action", "/api/123/action"));
         assert!(!matches("/api/*/action", "/api/123/other"));
     }

@@ -169,8 +169,8 @@ fn a_duplicate_domain_across_files_names_both_files() {
 fn merged_domains_are_put_together_across_files() {
     use tollgate_config::LoadOptions;
     let merge = LoadOptions::default().with_merge_domains(true);
-    let limits = tollgate_config::load_with(&fixtures().join("dirs/duplicate_domain"), &merge)
-        .expect("merging is on");
+    let limits =
+        tollgate_config::load_with(&fixtures().join("dirs/duplicate_domain"), &merge).expect("merging is on");
     assert_eq!(limits.domains(), ["edge"]);
     let limit = |key: &str| {
         limits

@@ -144,8 +144,16 @@ fn a_star_inside_a_value_matches_any_run_of_characters() {
     // Upstream's `midWild` case: `star*b` needs the prefix `star` and the suffix `b`.
     assert_eq!(limit("catalog", &[("path", "star*b")]), fixed(7, 60));
     assert_eq!(limit("catalog", &[("path", "starab")]), fixed(7, 60));
-    assert_eq!(limit("catalog", &[("path", "starb")]), fixed(7, 60), "a star may match nothing");
-    assert_eq!(limit("catalog", &[("path", "stara")]), fixed(60, 60), "no suffix: the default");
+    assert_eq!(
+        limit("catalog", &[("path", "starb")]),
+        fixed(7, 60),
+        "a star may match nothing"
+    );
+    assert_eq!(
+        limit("catalog", &[("path", "stara")]),
+        fixed(60, 60),
+        "no suffix: the default"
+    );
 }
 
 #[test]

@@ -95,7 +95,11 @@ descriptors:
     );
     let at = |tenant: &str, route: &str| max(&limits, &[("tenant", tenant), ("route", route)]);
     assert_eq!(at("t1prod", "/api/v1/resource/123/action"), 20);
-    assert_eq!(at("tprod", "/api//resource//action"), 20, "each star may match nothing");
+    assert_eq!(
+        at("tprod", "/api//resource//action"),
+        20,
+        "each star may match nothing"
+    );
     assert_eq!(at("t1prod", "/api/v1/resource/123/other"), 0);
     assert_eq!(at("t1dev", "/api/v1/resource/123/action"), 0);
     assert_eq!(at("t1prod", "/api/v1/action"), 0, "a piece is missing");
@@ -158,13 +162,29 @@ descriptors:
             rate_limit: {unit: minute, requests_per_unit: 120}
 "#,
     );
-    let a = resolve(&limits, &[("user", "user/alice"), ("resource", "res/a"), ("action", "read")]).unwrap();
-    let b = resolve(&limits, &[("user", "user/bob"), ("resource", "res/b"), ("action", "read")]).unwrap();
+    let a = resolve(
+        &limits,
+        &[("user", "user/alice"), ("resource", "res/a"), ("action", "read")],
+    )
+    .unwrap();
+    let b = resolve(
+        &limits,
+        &[("user", "user/bob"), ("resource", "res/b"), ("action", "read")],
+    )
+    .unwrap();
     assert_eq!(a.key(), b.key());
     assert_eq!(a.stats_key(), "d.user_user/*.resource_res/*.action");
     // The parent shares, the child wildcard does not: distinct counters per file.
-    let p = resolve(&limits, &[("path", "path/foo"), ("file", "file/doc1"), ("type", "pdf")]).unwrap();
-    let q = resolve(&limits, &[("path", "path/bar"), ("file", "file/doc2"), ("type", "pdf")]).unwrap();
+    let p = resolve(
+        &limits,
+        &[("path", "path/foo"), ("file", "file/doc1"), ("type", "pdf")],
+    )
+    .unwrap();
+    let q = resolve(
+        &limits,
+        &[("path", "path/bar"), ("file", "file/doc2"), ("type", "pdf")],
+    )
+    .unwrap();
     assert_ne!(p.key(), q.key());
     assert_eq!(p.stats_key(), "d.path_path/*.file_file/*.type");
 }
@@ -209,12 +229,22 @@ descriptors:
     );
     // README example 10.
     assert_eq!(
-        stats(&limits, &[("route", "api"), ("http_method", "GET"), ("subject_id", "123")]),
+        stats(
+            &limits,
+            &[("route", "api"), ("http_method", "GET"), ("subject_id", "123")]
+        ),
         "d.route_api.http_method_GET.subject_id"
     );
     // With a wildcard, the whole request value, not the pattern.
     assert_eq!(
-        stats(&limits, &[("user", "alice"), ("action", "readfile"), ("resource", "documents")]),
+        stats(
+            &limits,
+            &[
+                ("user", "alice"),
+                ("action", "readfile"),
+                ("resource", "documents")
+            ]
+        ),
         "d.user_alice.action_readfile.resource"
     );
     // A wildcard level without the flag keeps its pattern.
@@ -261,10 +291,16 @@ descriptors:
     assert_eq!(stats(&limits, &[("key_1", "v")]), "d.key_1_v");
     // Upstream writes `key_value` even for an empty value.
     assert_eq!(stats(&limits, &[("key_1", "")]), "d.key_1_");
-    assert_eq!(stats(&limits, &[("key_2", "x"), ("key_3", "requested")]), "d.key_2_x.key_3_requested");
+    assert_eq!(
+        stats(&limits, &[("key_2", "x"), ("key_3", "requested")]),
+        "d.key_2_x.key_3_requested"
+    );
     // The flag is the matched descriptor's: the parent without it reports its name.
     assert_eq!(stats(&limits, &[("plain", "p")]), "d.plain");
-    assert_eq!(stats(&limits, &[("plain", "p"), ("deeper", "q")]), "d.plain_p.deeper_q");
+    assert_eq!(
+        stats(&limits, &[("plain", "p"), ("deeper", "q")]),
+        "d.plain_p.deeper_q"
+    );
     // A level sharing its counter shows the pattern even with detailed_metric.
     assert_eq!(
         stats(&limits, &[("service", "svc/user"), ("endpoint", "get")]),
@@ -411,8 +447,16 @@ fn a_config_with_every_feature_of_upstreams_example_loads_and_resolves() {
     let at = |pairs: &[(&str, &str)]| limits.resolve("shop", &entries(pairs));
     let premium = at(&[("plan", "premium")]).unwrap();
     assert_eq!(premium.replaces(), ["per_customer", "per_region"]);
-    assert_eq!(at(&[("cart", "c1"), ("item", "gift")]).unwrap().name(), Some("per_customer"));
-    assert!(at(&[("cart", "c1"), ("item", "banned")]).unwrap().deny_all().is_some());
+    assert_eq!(
+        at(&[("cart", "c1"), ("item", "gift")]).unwrap().name(),
+        Some("per_customer")
+    );
+    assert!(
+        at(&[("cart", "c1"), ("item", "banned")])
+            .unwrap()
+            .deny_all()
+            .is_some()
+    );
     assert!(at(&[("cart", "c1"), ("coupon", "trial")]).unwrap().shadow_mode());
     assert!(at(&[("cart", "c1"), ("wishlist", "w")]).unwrap().is_unlimited());
     assert_eq!(at(&[("session", "s9")]).unwrap().stats_key(), "shop.session_s9");
@@ -421,7 +465,9 @@ fn a_config_with_every_feature_of_upstreams_example_loads_and_resolves() {
     assert_eq!(search.stats_key(), "shop.backend_search");
     assert!(at(&[("health", "h")]).unwrap().is_unlimited());
     assert_eq!(
-        at(&[("region", "eu"), ("customer", "other")]).unwrap().stats_key(),
+        at(&[("region", "eu"), ("customer", "other")])
+            .unwrap()
+            .stats_key(),
         "shop.region_eu.customer_other"
     );
 }

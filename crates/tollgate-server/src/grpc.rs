@@ -11,20 +11,29 @@
 //! A request names a `domain` and carries descriptors, each a list of `(key, value)` entries.
 //! Each descriptor is matched on its own with [`Limits::resolve`](tollgate_config::Limits::resolve), then
 //! [`apply_replaces`] drops the rate limits that another matched rate limit of the same request
-//! `replaces`. The answer has one status per descriptor, in request order, and an overall code
-//! that is `OVER_LIMIT` when any descriptor is:
+//! `replaces`. The answer has one status per descriptor, in request order:
 //!
 //! - no rate limit applies (unknown domain, no descriptor matched, or the limit was replaced):
 //!   `OK`, without `current_limit`;
 //! - `unlimited: true`: `OK` with `limit_remaining` 4294967295 (`u32::MAX`), as upstream;
 //! - `requests_per_unit: 0`: `OVER_LIMIT`, as upstream, with `requests_per_unit` 0 in
 //!   `current_limit` and the time to the end of the current unit; no store is asked;
-//! - otherwise the store decides for the cost: `OK` or `OVER_LIMIT`, with `current_limit`,
-//!   `limit_remaining` (0 when over the limit, as upstream) and `duration_until_reset` (the
-//!   decision's `reset_after`, rounded up to whole seconds as upstream reports it);
+//! - otherwise the store decides for the cost: `OK` or `OVER_LIMIT`, with `current_limit` (and
+//!   its `name`), `limit_remaining` (0 when over the limit, as upstream) and
+//!   `duration_until_reset` (the decision's `reset_after`, rounded up to whole seconds as
+//!   upstream reports it);
 //! - a descriptor in `shadow_mode` is decided and counted the same way (as a shadow rule), but
 //!   its code is `OK` whatever the decision; a would-be denial shows in the
 //!   `tollgate_decisions_total` metric with outcome `shadow_denied`.
+//!
+//! The overall code is upstream's: `OVER_LIMIT` when a descriptor that is not in quota mode is
+//! over its limit, or when the request has descriptors in quota mode (`quota_mode: true`, or
+//! every descriptor under [`EnvoySettings::global_quota_mode`]) and all of them are over. With
+//! [`EnvoySettings::global_shadow_mode`] it is always `OK` (the statuses keep their codes). The
+//! answer carries upstream's rate limit headers when [`EnvoySettings::response_headers`] is set,
+//! and its dynamic metadata (with the descriptors' `metadata`) when
+//! [`EnvoySettings::response_dynamic_metadata`] is. Each descriptor with a limit is counted under
+//! its upstream stats key ([`Resolved::stats_key`]) in per-stats-key counters; see `stats`.
 //!
 //! A descriptor that carries its own `limit` (Envoy sets it from route metadata) is not matched
 //! against the config: as upstream, for any descriptor of a known domain, it is a fixed window of
@@ -46,13 +55,21 @@
 //! [`check_all`](tollgate::Engine::check_all) decides them atomically. If any enforced rule
 //! denies, nothing is spent and only the `block_for` penalties of the descriptors that denied
 //! start; the descriptors that would have passed report their budget as it stands.
+//! [`EnvoySettings::count_every_descriptor`] restores upstream's counting: every descriptor is
+//! then decided on its own (a shadow rule to the engine, whose code the door works out), and a
+//! charge larger than the budget left spends what is left.
 //!
-//! What the door decides alone, without the store, takes part in the same answer: a
+//! Descriptors in shadow mode or quota mode, and every descriptor under global shadow mode, are
+//! decided on their own in the same way, since their denial alone does not refuse the request.
+//! When every quota-mode descriptor of a request is over, the request is refused, but the plain
+//! descriptors that passed have spent (as upstream's do), unless the quota descriptors were over
+//! at the door (deny-all limits), where nothing is spent.
+//!
+//! What the door decides alone, without the store, takes part in the same answer: an enforced
 //! `requests_per_unit: 0` descriptor or a cost that can never be admitted refuses the request,
 //! and then the limited descriptors are only looked at (a peek), so nothing is spent. A
 //! descriptor asked with a cost of 0 is a question ([`Rule::question`](tollgate::Rule)): one
-//! rule of the same `check_all`, answered as the budget stands before the request, never spent;
-//! when it is over the limit the request is refused and nothing is spent.
+//! rule of the same `check_all`, answered as the budget stands before the request, never spent.
 //!
 //! # Errors
 //!
@@ -73,19 +90,18 @@
 //!
 //! # Other differences from upstream
 //!
+//! `docs/envoy.md` lists them all. In this module:
+//!
 //! - `current_limit` for a window or rate that is not one of upstream's units (tollgate's
 //!   `window: 90s`, or a bucket or GCRA `rate`) is given in the longest unit not longer than the
 //!   window (seconds for windows under a second), with `requests_per_unit` scaled to that unit
 //!   and rounded down (at least 1): `100` per `90s` is reported as 66 per minute. Buckets and
 //!   GCRA report their refill, leak or emission rate.
-//! - A descriptor `hits_addend` of 0 asks whether one more request would pass (a peek of cost 1)
-//!   and records nothing; the answer reports the budget as it stands. Upstream instead reports
-//!   `OK` until its counter is past the limit, so it says `OK` with 0 left where tollgate says
-//!   `OVER_LIMIT`.
-//! - Upstream's counters keep counting past the limit; tollgate's denied requests spend nothing,
-//!   so a client that stops when denied gets its budget back as the window moves.
-//! - Upstream's response headers (`x-ratelimit-*` on `response_headers_to_add`), global shadow
-//!   mode and the local over-limit cache are not offered.
+//! - A descriptor `hits_addend` of 0 asks whether one more request would pass and records
+//!   nothing. With the budget exactly spent, upstream says `OK` with 0 left (its counter is not
+//!   past the limit) where tollgate says `OVER_LIMIT`; tollgate's counters never go past the
+//!   limit, so "nothing left" is where upstream's "over" begins.
+//! - The local over-limit cache is not offered; the store answers every request.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -445,10 +461,7 @@ impl<'r> Group<'r> {
             } else if spent && !rule.question {
                 (
                     standing,
-                    decision
-                        .limit
-                        .saturating_sub(standing)
-                        .saturating_sub(rule.cost),
+                    decision.limit.saturating_sub(standing).saturating_sub(rule.cost),
                 )
             } else {
                 (standing, decision.limit.saturating_sub(standing))
@@ -501,7 +514,10 @@ impl<'r> Group<'r> {
     }
 }
 
-async fn should_rate_limit(service: &RlsService, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
+async fn should_rate_limit(
+    service: &RlsService,
+    request: RateLimitRequest,
+) -> Result<RateLimitResponse, Status> {
     let state = &service.state;
     let settings = &state.settings.envoy;
     let mode = Mode {
@@ -613,7 +629,49 @@ async fn should_rate_limit(service: &RlsService, request: RateLimitRequest) -> R
     limited
         .decide(state, !refused, &slots, mode, &mut answers)
         .await?;
-    Ok(respond(service, &request.domain, &slots, &answers, wire, request.hits_addend))
+    if mode.count_every && !refused {
+        drain(state, &slots, &answers).await;
+    }
+    Ok(respond(
+        service,
+        &request.domain,
+        &slots,
+        &answers,
+        wire,
+        request.hits_addend,
+    ))
+}
+
+/// Upstream's counting of a charge larger than the budget left: upstream adds it anyway and its
+/// counter goes past the limit; tollgate's counters stop at the limit, so what is left is spent
+/// instead. The next request then finds nothing left, as it would upstream (Envoy's pattern of
+/// asking with `hits_addend: 0` and charging the tokens used afterwards relies on it). A second
+/// store call, made only under upstream's counting, for descriptors that were over.
+async fn drain(state: &SharedState, slots: &[Slot<'_>], answers: &[Option<Answer>]) {
+    let mut rules = Vec::new();
+    for (slot, answer) in slots.iter().zip(answers) {
+        let (Slot::Limited(limited), Some(answer)) = (slot, answer) else {
+            continue;
+        };
+        let decision = answer.verdict.decision;
+        let left = decision.limit.saturating_sub(answer.before);
+        if decision.allowed || limited.matched.cost <= 1 || left == 0 {
+            continue;
+        }
+        rules.push(Rule::new(&limited.policy, limited.matched.key.as_bytes(), left).as_shadow());
+    }
+    if rules.is_empty() {
+        return;
+    }
+    match state.engine.check_all(&rules).await {
+        Ok(verdict) => {
+            if let Some(err) = verdict.store_error() {
+                metrics::store_error(err);
+            }
+        }
+        // Not reached: the same keys and policies were just decided.
+        Err(err) => tracing::warn!(error = %err, "draining an overcharged budget failed"),
+    }
 }
 
 /// Whether the request is over the limit before the store is asked.
@@ -702,7 +760,9 @@ fn respond(
         .map(|(slot, answer)| {
             let (status, hit) = status(slot, answer.as_ref());
             if let (Some(matched), Some(hit)) = (slot.matched(), hit) {
-                service.stats.record(&matched.stats_key, hit, settings.near_limit_ratio);
+                service
+                    .stats
+                    .record(&matched.stats_key, hit, settings.near_limit_ratio);
             }
             status
         })

@@ -152,9 +152,14 @@ macro_rules! on_memory_and_redis {
 async fn wildcards(store: AnyStore) {
     let mut rls = Rls::start("wildcards.yaml", "wildcards", store, EnvoySettings::default()).await;
     // Upstream: the exact value wins over the wildcard that also matches it.
-    let special = rls.ask(vec![d(&[("path", "/api/v1/orders/special/items")])]).await;
+    let special = rls
+        .ask(vec![d(&[("path", "/api/v1/orders/special/items")])])
+        .await;
     assert_eq!(summary(&special), (vec![(OK, 4, 5)], OK));
-    assert_eq!(special.statuses[0].current_limit.as_ref().unwrap().name, "special");
+    assert_eq!(
+        special.statuses[0].current_limit.as_ref().unwrap().name,
+        "special"
+    );
     // Upstream: `/api/*/orders/*/items` matches, each value with its own counter of 2.
     for left in [1, 0] {
         let r = rls.ask(vec![d(&[("path", "/api/v2/orders/9/items")])]).await;
@@ -163,7 +168,11 @@ async fn wildcards(store: AnyStore) {
     let r = rls.ask(vec![d(&[("path", "/api/v2/orders/9/items")])]).await;
     assert_eq!(summary(&r), (vec![(OVER, 0, 2)], OVER));
     let r = rls.ask(vec![d(&[("path", "/api/v2/orders/10/items")])]).await;
-    assert_eq!(summary(&r), (vec![(OK, 1, 2)], OK), "another value, another counter");
+    assert_eq!(
+        summary(&r),
+        (vec![(OK, 1, 2)], OK),
+        "another value, another counter"
+    );
     // Upstream: each star may match nothing.
     let r = rls.ask(vec![d(&[("path", "/api//orders//items")])]).await;
     assert_eq!(summary(&r), (vec![(OK, 1, 2)], OK));
@@ -198,7 +207,9 @@ async fn quota_mode(store: AnyStore) {
     assert_eq!(summary(&r), (vec![(OVER, 0, 1), (OVER, 0, 2)], OVER));
     // Upstream: the only quota-mode descriptor of this request is over: OVER_LIMIT, whatever
     // the plain descriptor says.
-    let r = rls.ask(vec![d(&[("backend", "search")]), d(&[("user", "u1")])]).await;
+    let r = rls
+        .ask(vec![d(&[("backend", "search")]), d(&[("user", "u1")])])
+        .await;
     assert_eq!(summary(&r), (vec![(OVER, 0, 1), (OK, 9, 10)], OVER));
     rls.stop().await;
 }
@@ -253,11 +264,47 @@ async fn hits_addend(store: AnyStore) {
 
 on_memory_and_redis!(hits_addend_on_memory, hits_addend_on_redis, hits_addend);
 
+async fn overcharges(store: AnyStore) {
+    let mut settings = EnvoySettings::default();
+    settings.count_every_descriptor = true;
+    let mut strict = Rls::start(
+        "hits_addend.yaml",
+        "tokens",
+        store.clone(),
+        EnvoySettings::default(),
+    )
+    .await;
+    let mut compat = Rls::start("hits_addend.yaml", "tokens", store, settings).await;
+    for (rls, user) in [(&mut strict, "strict"), (&mut compat, "compat")] {
+        let r = rls.ask(vec![d_hits(&[("user", user)], 3)]).await;
+        assert_eq!(summary(&r), (vec![(OK, 2, 5)], OK));
+        // Upstream: a charge of 4 with 2 left is over (its counter goes to 7).
+        let r = rls.ask(vec![d_hits(&[("user", user)], 4)]).await;
+        assert_eq!(summary(&r), (vec![(OVER, 0, 5)], OVER));
+    }
+    // By default the refused charge spent nothing: 2 are still left.
+    let r = strict.ask(vec![d_hits(&[("user", "strict")], 0)]).await;
+    assert_eq!(summary(&r), (vec![(OK, 2, 5)], OK));
+    // Upstream (and the switch): the budget is gone, so the next question is over.
+    let r = compat.ask(vec![d_hits(&[("user", "compat")], 0)]).await;
+    assert_eq!(summary(&r), (vec![(OVER, 0, 5)], OVER));
+    strict.stop().await;
+    compat.stop().await;
+}
+
+on_memory_and_redis!(overcharges_on_memory, overcharges_on_redis, overcharges);
+
 // Shadow mode: per descriptor and global.
 
 #[tokio::test]
 async fn shadow_mode_descriptors_answer_ok_and_global_shadow_mode_answers_ok_overall() {
-    let mut rls = Rls::start("shadow.yaml", "shadow", AnyStore::memory(), EnvoySettings::default()).await;
+    let mut rls = Rls::start(
+        "shadow.yaml",
+        "shadow",
+        AnyStore::memory(),
+        EnvoySettings::default(),
+    )
+    .await;
     rls.ask(vec![d(&[("trial", "t")])]).await;
     // Upstream: a shadow_mode descriptor over its limit answers OK.
     let r = rls.ask(vec![d(&[("trial", "t")])]).await;
@@ -297,12 +344,16 @@ async fn count_every_descriptor(store: AnyStore) {
     let r = rls.ask(vec![d(&[("user", "over")])]).await;
     assert_eq!(summary(&r).1, OK);
     // By default a request over the limit spends nothing: `strict` keeps its budget.
-    let r = rls.ask(vec![d(&[("user", "strict")]), d(&[("user", "over")])]).await;
+    let r = rls
+        .ask(vec![d(&[("user", "strict")]), d(&[("user", "over")])])
+        .await;
     assert_eq!(summary(&r), (vec![(OK, 1, 1), (OVER, 0, 1)], OVER));
     let r = rls.ask(vec![d(&[("user", "strict")])]).await;
     assert_eq!(summary(&r), (vec![(OK, 0, 1)], OK));
     // Upstream (and the switch): `counted` spends although `over` is over.
-    let r = compat.ask(vec![d(&[("user", "counted")]), d(&[("user", "over")])]).await;
+    let r = compat
+        .ask(vec![d(&[("user", "counted")]), d(&[("user", "over")])])
+        .await;
     assert_eq!(summary(&r), (vec![(OK, 0, 1), (OVER, 0, 1)], OVER));
     let r = compat.ask(vec![d(&[("user", "counted")])]).await;
     assert_eq!(summary(&r), (vec![(OVER, 0, 1)], OVER));
@@ -320,9 +371,18 @@ on_memory_and_redis!(
 
 #[tokio::test]
 async fn headers_describe_the_descriptor_closest_to_its_limit_when_enabled() {
-    let mut rls = Rls::start("shadow.yaml", "shadow", AnyStore::memory(), EnvoySettings::default()).await;
+    let mut rls = Rls::start(
+        "shadow.yaml",
+        "shadow",
+        AnyStore::memory(),
+        EnvoySettings::default(),
+    )
+    .await;
     let r = rls.ask(vec![d(&[("user", "h")])]).await;
-    assert!(r.response_headers_to_add.is_empty(), "off by default, as upstream");
+    assert!(
+        r.response_headers_to_add.is_empty(),
+        "off by default, as upstream"
+    );
     rls.stop().await;
 
     let mut settings = EnvoySettings::default();
@@ -341,20 +401,28 @@ async fn headers_describe_the_descriptor_closest_to_its_limit_when_enabled() {
     // Upstream: the descriptor with the least budget left.
     let r = rls.ask(vec![d(&[("team", "t")]), d(&[("user", "u")])]).await;
     let got = headers(&r);
-    assert_eq!(got[..2], [
-        ("X-RateLimit-Limit".to_owned(), "5".to_owned()),
-        ("X-RateLimit-Remaining".to_owned(), "4".to_owned())
-    ]);
+    assert_eq!(
+        got[..2],
+        [
+            ("X-RateLimit-Limit".to_owned(), "5".to_owned()),
+            ("X-RateLimit-Remaining".to_owned(), "4".to_owned())
+        ]
+    );
     assert_eq!(got[2].0, "X-RateLimit-Reset");
     let reset: u64 = got[2].1.parse().expect("seconds");
     assert!((1..=86_400).contains(&reset), "{reset}");
     // Upstream: a descriptor over its limit is the one described.
-    let r = rls.ask(vec![d_hits(&[("user", "u")], 5), d(&[("team", "t")])]).await;
+    let r = rls
+        .ask(vec![d_hits(&[("user", "u")], 5), d(&[("team", "t")])])
+        .await;
     assert_eq!(summary(&r).1, OVER);
-    assert_eq!(headers(&r)[..2], [
-        ("X-RateLimit-Limit".to_owned(), "5".to_owned()),
-        ("X-RateLimit-Remaining".to_owned(), "0".to_owned())
-    ]);
+    assert_eq!(
+        headers(&r)[..2],
+        [
+            ("X-RateLimit-Limit".to_owned(), "5".to_owned()),
+            ("X-RateLimit-Remaining".to_owned(), "0".to_owned())
+        ]
+    );
     rls.stop().await;
 }
 
@@ -402,7 +470,13 @@ fn counter(rendered: &str, metric: &str, key: &str) -> u64 {
 #[tokio::test]
 async fn per_stats_key_counters_follow_upstreams_stats() {
     let metrics = tollgate_server::metrics::install();
-    let mut rls = Rls::start("stats.yaml", "stats", AnyStore::memory(), EnvoySettings::default()).await;
+    let mut rls = Rls::start(
+        "stats.yaml",
+        "stats",
+        AnyStore::memory(),
+        EnvoySettings::default(),
+    )
+    .await;
     for _ in 0..2 {
         rls.ask(vec![d(&[("route", "api"), ("method", "GET")])]).await;
         rls.ask(vec![d(&[("shadowed", "x")])]).await;
@@ -412,19 +486,46 @@ async fn per_stats_key_counters_follow_upstreams_stats() {
     rls.ask(vec![d(&[("files", "files/b")])]).await;
     let r = metrics.render();
     // value_to_metric: the request's value on its level.
-    assert_eq!(counter(&r, "tollgate_envoy_total_hits_total", "stats.route_api.method"), 2);
-    assert_eq!(counter(&r, "tollgate_envoy_within_limit_total", "stats.route_api.method"), 2);
+    assert_eq!(
+        counter(&r, "tollgate_envoy_total_hits_total", "stats.route_api.method"),
+        2
+    );
+    assert_eq!(
+        counter(&r, "tollgate_envoy_within_limit_total", "stats.route_api.method"),
+        2
+    );
     // detailed_metric: every value.
-    assert_eq!(counter(&r, "tollgate_envoy_total_hits_total", "stats.session_s1"), 1);
+    assert_eq!(
+        counter(&r, "tollgate_envoy_total_hits_total", "stats.session_s1"),
+        1
+    );
     // share_threshold: the pattern.
-    assert_eq!(counter(&r, "tollgate_envoy_total_hits_total", "stats.files_files/*"), 2);
+    assert_eq!(
+        counter(&r, "tollgate_envoy_total_hits_total", "stats.files_files/*"),
+        2
+    );
     // A limit of 3 with a near-limit ratio of 0.8: neither hit takes the count past 2.
-    assert_eq!(counter(&r, "tollgate_envoy_near_limit_total", "stats.files_files/*"), 0);
+    assert_eq!(
+        counter(&r, "tollgate_envoy_near_limit_total", "stats.files_files/*"),
+        0
+    );
     // Shadow mode: the second hit is over and counted as shadow mode too.
-    assert_eq!(counter(&r, "tollgate_envoy_total_hits_total", "stats.shadowed"), 2);
-    assert_eq!(counter(&r, "tollgate_envoy_over_limit_total", "stats.shadowed"), 1);
-    assert_eq!(counter(&r, "tollgate_envoy_shadow_mode_total", "stats.shadowed"), 1);
-    assert_eq!(counter(&r, "tollgate_envoy_near_limit_total", "stats.shadowed"), 1);
+    assert_eq!(
+        counter(&r, "tollgate_envoy_total_hits_total", "stats.shadowed"),
+        2
+    );
+    assert_eq!(
+        counter(&r, "tollgate_envoy_over_limit_total", "stats.shadowed"),
+        1
+    );
+    assert_eq!(
+        counter(&r, "tollgate_envoy_shadow_mode_total", "stats.shadowed"),
+        1
+    );
+    assert_eq!(
+        counter(&r, "tollgate_envoy_near_limit_total", "stats.shadowed"),
+        1
+    );
     rls.stop().await;
 }
 
@@ -438,11 +539,21 @@ async fn stats_keys_past_the_cap_are_folded_into_one_label() {
         rls.ask(vec![d(&[("session", &format!("cap{i}"))])]).await;
     }
     let r = metrics.render();
-    assert_eq!(counter(&r, "tollgate_envoy_total_hits_total", "stats.session_cap0"), 1);
-    assert_eq!(counter(&r, "tollgate_envoy_total_hits_total", "stats.session_cap1"), 1);
+    assert_eq!(
+        counter(&r, "tollgate_envoy_total_hits_total", "stats.session_cap0"),
+        1
+    );
+    assert_eq!(
+        counter(&r, "tollgate_envoy_total_hits_total", "stats.session_cap1"),
+        1
+    );
     assert!(!r.contains("stats.session_cap2"), "{r}");
     assert!(
-        counter(&r, "tollgate_envoy_total_hits_total", tollgate_server::grpc::OVERFLOW_KEY) >= 8,
+        counter(
+            &r,
+            "tollgate_envoy_total_hits_total",
+            tollgate_server::grpc::OVERFLOW_KEY
+        ) >= 8,
         "{r}"
     );
     rls.stop().await;

@@ -48,7 +48,11 @@ pub(crate) fn overall(statuses: &[DescriptorStatus], roles: &[Role]) -> Code {
 /// The rate limit headers, for the descriptor upstream picks: the last one over its limit that
 /// is not in quota mode, else the first with the least budget left among those with a limit.
 /// Empty when no descriptor has a limit.
-pub(crate) fn headers(names: &ResponseHeaders, statuses: &[DescriptorStatus], roles: &[Role]) -> Vec<HeaderValue> {
+pub(crate) fn headers(
+    names: &ResponseHeaders,
+    statuses: &[DescriptorStatus],
+    roles: &[Role],
+) -> Vec<HeaderValue> {
     let mut least = u32::MAX;
     let mut chosen: Option<&DescriptorStatus> = None;
     for (status, role) in statuses.iter().zip(roles) {
@@ -246,17 +250,31 @@ mod tests {
     #[test]
     fn headers_follow_the_descriptor_closest_to_its_limit() {
         let names = ResponseHeaders::default();
-        let statuses = [status(false, 7, Some(10)), status(false, 2, Some(5)), status(false, 2, Some(9))];
+        let statuses = [
+            status(false, 7, Some(10)),
+            status(false, 2, Some(5)),
+            status(false, 2, Some(9)),
+        ];
         let headers = headers(&names, &statuses, &[PLAIN; 3]);
-        let values: Vec<(&str, &str)> = headers.iter().map(|h| (h.key.as_str(), h.value.as_str())).collect();
-        assert_eq!(values[..2], [("RateLimit-Limit", "5"), ("RateLimit-Remaining", "2")]);
+        let values: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|h| (h.key.as_str(), h.value.as_str()))
+            .collect();
+        assert_eq!(
+            values[..2],
+            [("RateLimit-Limit", "5"), ("RateLimit-Remaining", "2")]
+        );
         assert_eq!(values[2].0, "RateLimit-Reset");
     }
 
     #[test]
     fn headers_follow_the_last_plain_descriptor_over_its_limit() {
         let names = ResponseHeaders::default();
-        let statuses = [status(true, 0, Some(3)), status(true, 0, Some(4)), status(false, 0, Some(6))];
+        let statuses = [
+            status(true, 0, Some(3)),
+            status(true, 0, Some(4)),
+            status(false, 0, Some(6)),
+        ];
         let headers = headers(&names, &statuses, &[PLAIN; 3]);
         assert_eq!(headers[0].value, "4");
         assert!(super::headers(&names, &[status(false, 0, None)], &[PLAIN]).is_empty());

@@ -24,8 +24,10 @@ pub struct EnvoySettings {
     /// `quota_mode: true`.
     pub global_quota_mode: bool,
     /// Upstream's way of counting: each descriptor that passes spends its budget even when
-    /// another descriptor of the same request is over the limit. Off: a request that is over
-    /// the limit spends nothing anywhere.
+    /// another descriptor of the same request is over the limit, and a charge larger than the
+    /// budget left (a `hits_addend` above the remaining count) spends what is left, as
+    /// upstream's counter would go past the limit. Off: a request that is over the limit spends
+    /// nothing anywhere.
     pub count_every_descriptor: bool,
     /// Upstream's `LIMIT_RESPONSE_HEADERS_ENABLED` and its header names: when set, the answer
     /// carries the limit, remaining budget and reset time of the descriptor closest to its

@@ -120,7 +120,8 @@ impl StatsKeys {
         metrics::counter!("tollgate_envoy_total_hits_total", "key" => label.clone()).increment(hit.cost);
         metrics::counter!("tollgate_envoy_over_limit_total", "key" => label.clone()).increment(split.over);
         metrics::counter!("tollgate_envoy_near_limit_total", "key" => label.clone()).increment(split.near);
-        metrics::counter!("tollgate_envoy_within_limit_total", "key" => label.clone()).increment(split.within);
+        metrics::counter!("tollgate_envoy_within_limit_total", "key" => label.clone())
+            .increment(split.within);
         metrics::counter!("tollgate_envoy_shadow_mode_total", "key" => label).increment(split.shadow);
     }
 }
@@ -148,23 +149,62 @@ mod tests {
 
     #[test]
     fn hits_below_the_near_threshold_are_only_within() {
-        assert_eq!(split(0, 1, false), Split { within: 1, ..Split::default() });
-        assert_eq!(split(7, 1, false), Split { within: 1, ..Split::default() });
+        assert_eq!(
+            split(0, 1, false),
+            Split {
+                within: 1,
+                ..Split::default()
+            }
+        );
+        assert_eq!(
+            split(7, 1, false),
+            Split {
+                within: 1,
+                ..Split::default()
+            }
+        );
     }
 
     #[test]
     fn hits_past_the_near_threshold_are_near_as_well() {
-        assert_eq!(split(8, 1, false), Split { within: 1, near: 1, ..Split::default() });
+        assert_eq!(
+            split(8, 1, false),
+            Split {
+                within: 1,
+                near: 1,
+                ..Split::default()
+            }
+        );
         // From 6 to 10: the two hits past 8 are near.
-        assert_eq!(split(6, 4, false), Split { within: 4, near: 2, ..Split::default() });
+        assert_eq!(
+            split(6, 4, false),
+            Split {
+                within: 4,
+                near: 2,
+                ..Split::default()
+            }
+        );
     }
 
     #[test]
     fn over_limit_hits_split_at_the_limit() {
         // From 9 to 12: three over, one near (9 to 10).
-        assert_eq!(split(9, 3, true), Split { over: 2, near: 1, ..Split::default() });
+        assert_eq!(
+            split(9, 3, true),
+            Split {
+                over: 2,
+                near: 1,
+                ..Split::default()
+            }
+        );
         // Already at the limit: all of the cost is over.
-        assert_eq!(split(10, 3, true), Split { over: 3, ..Split::default() });
+        assert_eq!(
+            split(10, 3, true),
+            Split {
+                over: 3,
+                ..Split::default()
+            }
+        );
     }
 
     #[test]
@@ -176,7 +216,14 @@ mod tests {
             over: true,
             shadow: true,
         };
-        assert_eq!(hit.split(0.8), Split { over: 2, shadow: 2, ..Split::default() });
+        assert_eq!(
+            hit.split(0.8),
+            Split {
+                over: 2,
+                shadow: 2,
+                ..Split::default()
+            }
+        );
     }
 
     #[test]
@@ -188,7 +235,13 @@ mod tests {
             over: true,
             shadow: false,
         };
-        assert_eq!(hit.split(0.8), Split { over: 1, ..Split::default() });
+        assert_eq!(
+            hit.split(0.8),
+            Split {
+                over: 1,
+                ..Split::default()
+            }
+        );
     }
 
     #[test]
