@@ -21,17 +21,43 @@
 //! get their own series, every later one is counted under [`OVERFLOW_KEY`], and the memory of
 //! the metrics stays bounded whatever the traffic.
 
-use std::collections::HashSet;
-use std::sync::{Mutex, PoisonError};
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use metrics::Counter;
 
 /// The `key` label of hits whose own key came past the cap.
 pub const OVERFLOW_KEY: &str = "_other";
 
-/// The keys that have a series of their own.
+/// The keys that have a series of their own, with their counters: a hit looks its key up under
+/// a read lock and increments five atomics, without building labels again.
 #[derive(Debug)]
 pub(crate) struct StatsKeys {
-    admitted: Mutex<HashSet<String>>,
+    admitted: RwLock<HashMap<String, Arc<KeyCounters>>>,
     max: usize,
+}
+
+/// The five counters of one stats key.
+#[derive(Debug)]
+pub(crate) struct KeyCounters {
+    total_hits: Counter,
+    over_limit: Counter,
+    near_limit: Counter,
+    within_limit: Counter,
+    shadow_mode: Counter,
+}
+
+impl KeyCounters {
+    fn new(label: &str) -> Self {
+        let counter = |name: &'static str| metrics::counter!(name, "key" => label.to_owned());
+        KeyCounters {
+            total_hits: counter("tollgate_envoy_total_hits_total"),
+            over_limit: counter("tollgate_envoy_over_limit_total"),
+            near_limit: counter("tollgate_envoy_near_limit_total"),
+            within_limit: counter("tollgate_envoy_within_limit_total"),
+            shadow_mode: counter("tollgate_envoy_shadow_mode_total"),
+        }
+    }
 }
 
 /// Where one descriptor's hit landed.
@@ -95,34 +121,50 @@ impl Hit {
 impl StatsKeys {
     pub(crate) fn new(max: usize) -> Self {
         StatsKeys {
-            admitted: Mutex::new(HashSet::new()),
+            admitted: RwLock::new(HashMap::new()),
             max,
         }
     }
 
-    /// The label for `key`: itself while there is room, else [`OVERFLOW_KEY`].
-    pub(crate) fn label(&self, key: &str) -> String {
-        let mut admitted = self.admitted.lock().unwrap_or_else(PoisonError::into_inner);
-        if admitted.contains(key) {
-            return key.to_owned();
+    /// The counters of `key`: its own while there is room, else those of [`OVERFLOW_KEY`]
+    /// (which never takes a place of its own).
+    pub(crate) fn counters(&self, key: &str) -> Arc<KeyCounters> {
+        let admitted = self.admitted.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(counters) = admitted.get(key) {
+            return Arc::clone(counters);
         }
-        if admitted.len() < self.max {
-            admitted.insert(key.to_owned());
-            return key.to_owned();
-        }
-        OVERFLOW_KEY.to_owned()
+        drop(admitted);
+        let mut admitted = self.admitted.write().unwrap_or_else(PoisonError::into_inner);
+        let own = admitted.len() < self.max + usize::from(admitted.contains_key(OVERFLOW_KEY));
+        let label = if own { key } else { OVERFLOW_KEY };
+        Arc::clone(
+            admitted
+                .entry(label.to_owned())
+                .or_insert_with(|| Arc::new(KeyCounters::new(label))),
+        )
+    }
+
+    /// The label `key` is counted under.
+    #[cfg(test)]
+    fn label(&self, key: &str) -> String {
+        let counters = self.counters(key);
+        let admitted = self.admitted.read().unwrap_or_else(PoisonError::into_inner);
+        admitted
+            .iter()
+            .find(|(_, c)| Arc::ptr_eq(c, &counters))
+            .map(|(k, _)| k.clone())
+            .unwrap_or_default()
     }
 
     /// Counts one descriptor's hit under its stats key.
     pub(crate) fn record(&self, key: &str, hit: Hit, near_limit_ratio: f32) {
-        let label = self.label(key);
+        let counters = self.counters(key);
         let split = hit.split(near_limit_ratio);
-        metrics::counter!("tollgate_envoy_total_hits_total", "key" => label.clone()).increment(hit.cost);
-        metrics::counter!("tollgate_envoy_over_limit_total", "key" => label.clone()).increment(split.over);
-        metrics::counter!("tollgate_envoy_near_limit_total", "key" => label.clone()).increment(split.near);
-        metrics::counter!("tollgate_envoy_within_limit_total", "key" => label.clone())
-            .increment(split.within);
-        metrics::counter!("tollgate_envoy_shadow_mode_total", "key" => label).increment(split.shadow);
+        counters.total_hits.increment(hit.cost);
+        counters.over_limit.increment(split.over);
+        counters.near_limit.increment(split.near);
+        counters.within_limit.increment(split.within);
+        counters.shadow_mode.increment(split.shadow);
     }
 }
 
@@ -188,7 +230,7 @@ mod tests {
 
     #[test]
     fn over_limit_hits_split_at_the_limit() {
-        // From 9 to 12: three over, one near (9 to 10).
+        // From 9 to 12: two over, one near (9 to 10).
         assert_eq!(
             split(9, 3, true),
             Split {
@@ -250,7 +292,12 @@ mod tests {
         assert_eq!(keys.label("a"), "a");
         assert_eq!(keys.label("b"), "b");
         assert_eq!(keys.label("c"), OVERFLOW_KEY);
+        assert_eq!(keys.label("d"), OVERFLOW_KEY);
         assert_eq!(keys.label("a"), "a", "an admitted key keeps its label");
-        assert_eq!(keys.admitted.lock().unwrap().len(), 2);
+        assert_eq!(
+            keys.admitted.read().unwrap().len(),
+            3,
+            "two keys and the overflow"
+        );
     }
 }
