@@ -122,7 +122,10 @@ impl<T> Drop for AbortOnDrop<T> {
 
 /// Serves until ctrl-c or SIGTERM, as `tollgate serve` does; in-flight requests finish first.
 pub async fn serve(options: Options) -> anyhow::Result<()> {
-    let limits = tollgate_config::load_or_demo(options.config.as_deref())?;
+    let limits = match options.config.as_deref() {
+        Some(path) => tollgate_config::load_with(path, &options.settings.load)?,
+        None => tollgate_config::demo()?,
+    };
     let store = match &options.store {
         Some(url) => AnyStore::redis(url)
             .await

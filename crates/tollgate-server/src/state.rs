@@ -21,6 +21,9 @@ pub struct Settings {
     pub max_key_len: usize,
     /// How the Envoy rate limit service answers: upstream's global settings.
     pub envoy: crate::grpc::EnvoySettings,
+    /// How config files are put together, at start and on every reload (upstream's
+    /// `MERGE_DOMAIN_CONFIG` is `merge_domains`).
+    pub load: tollgate_config::LoadOptions,
 }
 
 impl Default for Settings {
@@ -29,6 +32,7 @@ impl Default for Settings {
             admin_token: None,
             max_key_len: 1024,
             envoy: crate::grpc::EnvoySettings::default(),
+            load: tollgate_config::LoadOptions::default(),
         }
     }
 }

@@ -558,3 +558,31 @@ async fn stats_keys_past_the_cap_are_folded_into_one_label() {
     );
     rls.stop().await;
 }
+
+// Domains across files.
+
+#[tokio::test]
+async fn a_domain_split_across_files_loads_and_reloads_when_merging_is_on() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = |key: &str, requests: u32| {
+        format!(
+            "domain: split\ndescriptors:\n  - key: {key}\n    rate_limit: {{unit: day, requests_per_unit: {requests}}}\n"
+        )
+    };
+    std::fs::write(dir.path().join("a.yaml"), file("user", 1)).expect("write");
+    std::fs::write(dir.path().join("b.yaml"), file("team", 2)).expect("write");
+    // Upstream, without MERGE_DOMAIN_CONFIG: the second file is refused.
+    assert!(tollgate_config::load(dir.path()).is_err());
+    let mut settings = Settings::default();
+    settings.load = tollgate_config::LoadOptions::default().with_merge_domains(true);
+    let state = AppState::new(tollgate_config::Limits::default(), AnyStore::memory(), settings);
+    // Upstream, with it: one domain with the descriptors of both files.
+    assert!(tollgate_server::reload::reload(&state, dir.path()));
+    let limits = state.limits.load();
+    let max = |key: &str| {
+        limits
+            .resolve("split", &[(key.to_owned(), "x".to_owned())])
+            .and_then(|r| r.policy().map(tollgate::Policy::max_cost))
+    };
+    assert_eq!((max("user"), max("team")), (Some(1), Some(2)));
+}
