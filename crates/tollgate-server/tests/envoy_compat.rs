@@ -573,8 +573,10 @@ async fn a_domain_split_across_files_loads_and_reloads_when_merging_is_on() {
     std::fs::write(dir.path().join("b.yaml"), file("team", 2)).expect("write");
     // Upstream, without MERGE_DOMAIN_CONFIG: the second file is refused.
     assert!(tollgate_config::load(dir.path()).is_err());
-    let mut settings = Settings::default();
-    settings.load = tollgate_config::LoadOptions::default().with_merge_domains(true);
+    let settings = Settings {
+        load: tollgate_config::LoadOptions::default().with_merge_domains(true),
+        ..Settings::default()
+    };
     let state = AppState::new(tollgate_config::Limits::default(), AnyStore::memory(), settings);
     // Upstream, with it: one domain with the descriptors of both files.
     assert!(tollgate_server::reload::reload(&state, dir.path()));
