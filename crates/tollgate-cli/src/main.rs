@@ -206,6 +206,7 @@ fn main() -> ExitCode {
                     admin_token,
                     max_key_len,
                     listeners: listener.options(tollgate_server::http::MAX_BODY),
+                    ..Settings::default()
                 },
             };
             run(serve::serve(options))

@@ -14,15 +14,18 @@
 //!
 //! Fields, with upstream's meaning (its README and `src/config/config_impl.go`):
 //!
-//! - `key` (required, non-empty) and `value` (optional; absent or `""` matches any value, a value
-//!   ending in `*` matches values starting with the text before it). Two descriptors of one level
-//!   with the same key and value are an error.
+//! - `key` (required, non-empty) and `value` (optional; absent or `""` matches any value; a `*`
+//!   anywhere in it, any number of times, stands for zero or more characters). Two descriptors of
+//!   one level with the same key and value are an error.
 //! - `rate_limit`: `unit` (`second`, `minute`, `hour`, `day`, and the `week`, `month` (30 days)
 //!   and `year` (365 days) of upstream's newer versions; any case) and `requests_per_unit`; or
 //!   `unlimited: true` without a unit. `name` names the limit, and `replaces: [{name: ..}]` drops
 //!   the named limits matched by the same request (a non-empty name, not the limit's own).
-//! - `shadow_mode`, `detailed_metric`, and upstream's newer `value_to_metric` and
+//! - `shadow_mode`, `quota_mode` (the descriptor only denies the request when every quota-mode
+//!   descriptor of the request is over its limit), `detailed_metric`, `value_to_metric` and
 //!   `share_threshold` (on a wildcard: all matching values share one counter).
+//! - `metadata`: any map, returned to Envoy in the response's dynamic metadata when the server
+//!   enables it.
 //! - `descriptors`: the next level.
 //!
 //! A plain rate limit is a fixed window aligned to the unit, like upstream's:
@@ -52,7 +55,9 @@
 //!   nothing is counted.
 //! - Keys and values are never joined with `_`, so key `a_b` and key `a` with value `b` are
 //!   distinct (upstream calls them duplicates) and a wildcard only matches values of its own key.
-//! - A domain may be defined in one file only (upstream's `MERGE_DOMAIN_CONFIG` is not offered).
+//! - A domain may be defined in one file only unless [`LoadOptions::merge_domains`](crate::LoadOptions)
+//!   is set (upstream's `MERGE_DOMAIN_CONFIG`); then the top-level descriptors of every file of
+//!   the domain are put together, and the same descriptor in two files is an error.
 //! - An unquoted number as a `key` or `value` is read as YAML 1.2 reads it and written back in
 //!   canonical form (`value: 1.50` is `1.5`, `0x1F` is `31`); Go's parser keeps the text as
 //!   written. Quote such values.
@@ -89,9 +94,11 @@ struct DescriptorSpec {
     rate_limit: Option<RateLimitSpec>,
     descriptors: Option<Vec<DescriptorSpec>>,
     shadow_mode: Option<bool>,
+    quota_mode: Option<bool>,
     detailed_metric: Option<bool>,
     value_to_metric: Option<bool>,
     share_threshold: Option<bool>,
+    metadata: Option<yaml_serde::Value>,
 }
 
 /// A descriptor's `rate_limit`, as written: upstream's fields, then tollgate's extensions.
@@ -145,15 +152,48 @@ impl At<'_> {
 }
 
 impl EnvoyFile {
+    /// The domain's name; an error when empty.
+    pub(crate) fn domain(&self, file: &str) -> Result<String, ConfigError> {
+        let domain = self
+            .domain
+            .as_ref()
+            .map(|d| d.text().into_owned())
+            .unwrap_or_default();
+        if domain.is_empty() {
+            return Err(At { file }.err("domain".to_owned(), ConfigErrorKind::Empty));
+        }
+        Ok(domain)
+    }
+
     /// Builds the domain's descriptor tree.
     pub(crate) fn compile(self, file: &str) -> Result<Domain, ConfigError> {
+        let name = self.domain(file)?;
+        let mut domain = Domain {
+            name,
+            root: Level::default(),
+        };
+        self.compile_into(file, &mut domain, None)?;
+        Ok(domain)
+    }
+
+    /// Adds the file's descriptors to the top level of `domain`, which `earlier` (a file name)
+    /// already filled when merging domains across files.
+    pub(crate) fn compile_into(
+        self,
+        file: &str,
+        domain: &mut Domain,
+        earlier: Option<&str>,
+    ) -> Result<(), ConfigError> {
         let at = At { file };
-        let domain = self.domain.map(|d| d.text().into_owned()).unwrap_or_default();
-        if domain.is_empty() {
-            return Err(at.err("domain".to_owned(), ConfigErrorKind::Empty));
-        }
-        let root = compile_level(&at, &domain, "", self.descriptors.unwrap_or_default())?;
-        Ok(Domain { name: domain, root })
+        let name = domain.name.clone();
+        compile_level(
+            &at,
+            &name,
+            "",
+            self.descriptors.unwrap_or_default(),
+            &mut domain.root,
+            earlier,
+        )
     }
 }
 
@@ -164,8 +204,9 @@ fn compile_level(
     parent_name: &str,
     parent_path: &str,
     descriptors: Vec<DescriptorSpec>,
-) -> Result<Level, ConfigError> {
-    let mut level = Level::default();
+    level: &mut Level,
+    earlier: Option<&str>,
+) -> Result<(), ConfigError> {
     // (key, value) -> path of the first descriptor, for duplicate errors.
     let mut seen: Vec<(String, Option<String>, String)> = Vec::with_capacity(descriptors.len());
     for (i, spec) in descriptors.into_iter().enumerate() {
@@ -197,14 +238,14 @@ fn compile_level(
                 },
             ));
         }
-        let wildcard = value.as_ref().is_some_and(|v| v.ends_with('*'));
+        let wildcard = value.as_ref().is_some_and(|v| v.contains('*'));
         let share_threshold = spec.share_threshold.unwrap_or(false);
         if share_threshold && !wildcard {
             return Err(at.err(
                 join(&path, "share_threshold"),
                 ConfigErrorKind::FieldNotAllowed {
                     field: "share_threshold",
-                    why: "applies only to a wildcard value (one ending in `*`)".to_owned(),
+                    why: "applies only to a wildcard value (one with a `*`)".to_owned(),
                 },
             ));
         }
@@ -212,14 +253,32 @@ fn compile_level(
             Some(value) => format!("{parent_name}.{key}_{value}"),
             None => format!("{parent_name}.{key}"),
         };
-        let shadow_mode = spec.shadow_mode.unwrap_or(false);
+        let flags = Flags {
+            shadow_mode: spec.shadow_mode.unwrap_or(false),
+            quota_mode: spec.quota_mode.unwrap_or(false),
+        };
+        let metadata = match spec.metadata {
+            Some(value) => Some(
+                crate::metadata::read(value)
+                    .map_err(|why| at.err(join(&path, "metadata"), ConfigErrorKind::Value(why)))?,
+            )
+            .filter(|m| !m.is_empty()),
+            None => None,
+        };
         let limit = spec
             .rate_limit
-            .map(|rate_limit| rate_limit.compile(at, &join(&path, "rate_limit"), &full_name, shadow_mode))
+            .map(|rate_limit| rate_limit.compile(at, &join(&path, "rate_limit"), &full_name, flags, metadata))
             .transpose()?;
-        let children = compile_level(at, &full_name, &path, spec.descriptors.unwrap_or_default())?;
+        let mut children = Level::default();
+        compile_level(
+            at,
+            &full_name,
+            &path,
+            spec.descriptors.unwrap_or_default(),
+            &mut children,
+            None,
+        )?;
         let node = Node {
-            value: value.clone(),
             full_name,
             limit,
             children,
@@ -227,12 +286,31 @@ fn compile_level(
             value_to_metric: spec.value_to_metric.unwrap_or(false),
             share_threshold,
         };
-        // `seen` caught every duplicate above, so this always inserts.
-        let inserted = level.insert(key.clone(), value.clone(), node);
-        debug_assert!(inserted, "duplicate descriptors are reported before insertion");
+        // `seen` caught every duplicate of this file above; one left is from an earlier file
+        // of the same domain.
+        if !level.insert(key.clone(), value.clone(), node) {
+            return Err(at.err(
+                path,
+                ConfigErrorKind::Duplicate {
+                    what: "descriptor",
+                    name: match &value {
+                        Some(value) => format!("{key}: {value}"),
+                        None => key,
+                    },
+                    first: format!("in {}", earlier.unwrap_or("an earlier file")),
+                },
+            ));
+        }
         seen.push((key, value, path));
     }
-    Ok(level)
+    Ok(())
+}
+
+/// A descriptor's flags that its rate limit carries.
+#[derive(Debug, Clone, Copy)]
+struct Flags {
+    shadow_mode: bool,
+    quota_mode: bool,
 }
 
 impl RateLimitSpec {
@@ -241,7 +319,8 @@ impl RateLimitSpec {
         at: &At<'_>,
         path: &str,
         full_name: &str,
-        shadow_mode: bool,
+        flags: Flags,
+        metadata: Option<crate::metadata::Metadata>,
     ) -> Result<DescriptorLimit, ConfigError> {
         let name = self
             .name
@@ -290,7 +369,9 @@ impl RateLimitSpec {
             quota,
             name,
             replaces,
-            shadow_mode,
+            shadow_mode: flags.shadow_mode,
+            quota_mode: flags.quota_mode,
+            metadata,
         })
     }
 

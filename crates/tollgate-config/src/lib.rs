@@ -69,8 +69,10 @@
 //! whose name ends in `.yaml` or `.yml` (any case) and does not start with `.` is read, in byte
 //! order of the names; subdirectories are not searched. That skips Kubernetes ConfigMap
 //! bookkeeping (`..data`, `..2024_...`) and editor files, and makes errors repeatable. A
-//! policy name or a domain defined in two files is an error naming both files. An empty
-//! directory gives empty [`Limits`].
+//! policy name or a domain defined in two files is an error naming both files, unless
+//! [`LoadOptions::merge_domains`] is set (envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`): then the
+//! files of one domain are put together, and only the same descriptor twice is an error. An
+//! empty directory gives empty [`Limits`].
 //!
 //! # Values
 //!
@@ -83,8 +85,10 @@ pub mod envoy;
 mod error;
 mod fields;
 pub mod limits;
+mod metadata;
 pub mod ours;
 mod read;
+mod pattern;
 pub mod routes;
 
 use std::collections::HashMap;
@@ -96,6 +100,7 @@ use yaml_serde::Value;
 pub use error::{ConfigError, ConfigErrorKind};
 pub use read::{MAX_FILE_BYTES, READ_TIMEOUT};
 pub use limits::{ENVOY_POLICY_PREFIX, Limits, NamedPolicy, Resolved, apply_replaces, override_key};
+pub use metadata::{Metadata, MetadataValue};
 pub use routes::{Route, RouteKey, route_for};
 
 use envoy::EnvoyFile;
@@ -121,6 +126,53 @@ use ours::OursFile;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn load(path: &Path) -> Result<Limits, ConfigError> {
+    load_with(path, &LoadOptions::default())
+}
+
+/// How files are put together; the default refuses a domain defined in two files.
+///
+/// ```
+/// use tollgate_config::LoadOptions;
+///
+/// assert!(!LoadOptions::default().merge_domains);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LoadOptions {
+    /// Put together the descriptors of every file of an envoyproxy/ratelimit domain, as upstream
+    /// does with `MERGE_DOMAIN_CONFIG=true`, instead of refusing the second file. The same
+    /// top-level descriptor (key and value) in two files is still an error.
+    pub merge_domains: bool,
+}
+
+impl LoadOptions {
+    /// The options with domain merging on or off.
+    ///
+    /// ```
+    /// assert!(tollgate_config::LoadOptions::default().with_merge_domains(true).merge_domains);
+    /// ```
+    #[must_use]
+    pub fn with_merge_domains(mut self, merge: bool) -> Self {
+        self.merge_domains = merge;
+        self
+    }
+}
+
+/// [`load`] with [`LoadOptions`].
+///
+/// ```
+/// use tollgate_config::LoadOptions;
+///
+/// let dir = tempfile::tempdir()?;
+/// let file = |key: &str| format!("domain: edge\ndescriptors:\n  - key: {key}\n    rate_limit: {{unit: second, requests_per_unit: 10}}\n");
+/// std::fs::write(dir.path().join("a.yaml"), file("remote_address"))?;
+/// std::fs::write(dir.path().join("b.yaml"), file("user"))?;
+/// assert!(tollgate_config::load(dir.path()).is_err(), "one domain, two files");
+/// let merged = tollgate_config::load_with(dir.path(), &LoadOptions::default().with_merge_domains(true))?;
+/// assert!(merged.resolve("edge", &[("user".into(), "u1".into())]).is_some());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Limits, ConfigError> {
     let shown = path.display().to_string();
     let io_err = |e| ConfigError::new(shown.clone(), None, ConfigErrorKind::Io(e));
     let files = if fs::metadata(path).map_err(io_err)?.is_dir() {
@@ -128,7 +180,10 @@ pub fn load(path: &Path) -> Result<Limits, ConfigError> {
     } else {
         vec![path.to_owned()]
     };
-    let mut loader = Loader::default();
+    let mut loader = Loader {
+        options: *options,
+        ..Loader::default()
+    };
     for file in files {
         let name = file.file_name().map_or_else(
             || file.display().to_string(),
@@ -216,6 +271,7 @@ fn config_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 /// Collects files into one [`Limits`], remembering which file defined each name.
 #[derive(Default)]
 struct Loader {
+    options: LoadOptions,
     limits: Limits,
     policy_files: HashMap<String, String>,
     domain_files: HashMap<String, String>,
@@ -266,6 +322,13 @@ impl Loader {
                 }
             }
             Parsed::Envoy(envoy) => {
+                let name = envoy.domain(file)?;
+                if self.options.merge_domains
+                    && let Some(domain) = self.limits.domain_mut(&name)
+                {
+                    let earlier = self.domain_files.get(&name).map(String::as_str);
+                    return envoy.compile_into(file, domain, earlier);
+                }
                 let domain = envoy.compile(file)?;
                 if self.limits.has_domain(&domain.name) {
                     return Err(ConfigError::new(

@@ -14,9 +14,12 @@
 //! entry `(key, value)` picks, among the descriptors with the same `key`:
 //!
 //! 1. the descriptor whose `value` is exactly `value`; else
-//! 2. the first descriptor, in file order, whose `value` ends in `*` and whose text before the `*`
-//!    is a prefix of `value`; else
+//! 2. the first descriptor, in file order, whose `value` holds a `*` and matches `value`, each
+//!    `*` standing for zero or more characters (`files/*`, `/api/*/action`, `a*b*c`); else
 //! 3. the descriptor without a `value` (or with `value: ""`), which matches any value.
+//!
+//! A request value written exactly like a wildcard (`a*`) matches that wildcard first, as it
+//! does upstream, where the pattern is also a key of the exact-value map.
 //!
 //! There is no backtracking: once an exact value matches, a wildcard or value-less sibling is
 //! not tried even if the exact branch fails deeper down. The rate limit that applies is the one
@@ -40,8 +43,8 @@
 //! ```text
 //! key      = part(domain) level*
 //! level    = part(entry key) part("=" value)               exact value matched
-//!          | part(entry key) part("*" prefix) part(value)  wildcard matched
-//!          | part(entry key) part("~" prefix)              wildcard with share_threshold: one shared counter
+//!          | part(entry key) part("*" pattern) part(value) wildcard matched
+//!          | part(entry key) part("~" pattern)             wildcard with share_threshold: one shared counter
 //!          | part(entry key) part("?") part(value)         value-less descriptor matched
 //! part(s)  = <length of s in bytes> ":" s ","
 //! ```
@@ -60,6 +63,8 @@ use std::time::Duration;
 
 use tollgate::Policy;
 
+use crate::metadata::Metadata;
+use crate::pattern::Pattern;
 use crate::routes::Route;
 use tollgate::bounds::MAX_NAME_LEN;
 
@@ -186,9 +191,9 @@ impl Limits {
             push_part(&mut key, entry_key);
             match matched {
                 Matched::Exact => push_tagged(&mut key, '=', value),
-                Matched::Wildcard { prefix } if node.share_threshold => push_tagged(&mut key, '~', prefix),
-                Matched::Wildcard { prefix } => {
-                    push_tagged(&mut key, '*', prefix);
+                Matched::Wildcard { pattern } if node.share_threshold => push_tagged(&mut key, '~', pattern),
+                Matched::Wildcard { pattern } => {
+                    push_tagged(&mut key, '*', pattern);
                     push_part(&mut key, value);
                 }
                 Matched::Any => {
@@ -200,24 +205,7 @@ impl Limits {
         })?;
         let limit = node.limit.as_ref()?;
         let stats_key = if node.detailed_metric || any_value_to_metric {
-            let mut stats_key = domain.to_owned();
-            let detailed = node.detailed_metric;
-            tree.walk(entries, |(entry_key, value), node, matched| {
-                stats_key.push('.');
-                stats_key.push_str(entry_key);
-                let with_value = detailed || node.value_to_metric;
-                let shown = match matched {
-                    Matched::Wildcard { prefix } if with_value && node.share_threshold => prefix,
-                    _ if with_value => value,
-                    Matched::Exact | Matched::Wildcard { .. } => node.value.as_deref().unwrap_or_default(),
-                    Matched::Any => "",
-                };
-                if !shown.is_empty() {
-                    stats_key.push('_');
-                    stats_key.push_str(shown);
-                }
-            });
-            Cow::Owned(stats_key)
+            Cow::Owned(stats_key(tree, domain, entries, node.detailed_metric))
         } else {
             Cow::Borrowed(node.full_name.as_str())
         };
@@ -253,6 +241,10 @@ impl Limits {
 
     pub(crate) fn insert_domain(&mut self, domain: Domain) {
         self.domains.insert(domain.name.clone(), domain);
+    }
+
+    pub(crate) fn domain_mut(&mut self, name: &str) -> Option<&mut Domain> {
+        self.domains.get_mut(name)
     }
 
     pub(crate) fn has_policy(&self, name: &str) -> bool {
@@ -463,6 +455,36 @@ impl<'a> Resolved<'a> {
         self.limit.shadow_mode
     }
 
+    /// True for `quota_mode: true`: over the limit, the descriptor reports `OVER_LIMIT` but only
+    /// denies the request when every quota-mode descriptor of the request is over.
+    ///
+    /// ```
+    /// let limits = tollgate_config::parse(
+    ///     "a.yaml",
+    ///     "domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n    rate_limit: {unit: day, requests_per_unit: 5}\n",
+    /// )?;
+    /// assert!(limits.resolve("d", &[("k".into(), "v".into())]).unwrap().quota_mode());
+    /// # Ok::<(), tollgate_config::ConfigError>(())
+    /// ```
+    pub fn quota_mode(&self) -> bool {
+        self.limit.quota_mode
+    }
+
+    /// The descriptor's `metadata`, for the response's dynamic metadata; `None` when absent or
+    /// empty.
+    ///
+    /// ```
+    /// let limits = tollgate_config::parse(
+    ///     "a.yaml",
+    ///     "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 5}\n",
+    /// )?;
+    /// assert!(limits.resolve("d", &[("k".into(), "v".into())]).unwrap().metadata().is_none());
+    /// # Ok::<(), tollgate_config::ConfigError>(())
+    /// ```
+    pub fn metadata(&self) -> Option<&'a Metadata> {
+        self.limit.metadata.as_ref()
+    }
+
     /// The rate limit's `name`, which other rate limits' `replaces` refer to.
     ///
     /// ```
@@ -506,13 +528,13 @@ impl<'a> Resolved<'a> {
         self.detailed_metric
     }
 
-    /// The name to report metrics under, as upstream names its stats: the domain, then per
-    /// level the key and, for a descriptor with a value, `_` and that value (a wildcard shows its
-    /// pattern), joined by `.` (`messaging.message_type_marketing.to_number`). With
-    /// `detailed_metric: true` on the matched descriptor every level shows the request's value
-    /// instead; with `value_to_metric: true` on a descriptor, that level does. Where such a level
-    /// is a wildcard with `share_threshold: true`, it shows the wildcard's prefix instead, since
-    /// all its values share one counter.
+    /// The name to report metrics under, exactly as upstream names its stats: the domain, then
+    /// per level the key and, for a descriptor with a value, `_` and that value (a wildcard shows
+    /// its pattern, stars included), joined by `.` (`messaging.message_type_marketing.to_number`).
+    /// With `detailed_metric: true` on the matched descriptor every level shows the request's
+    /// value instead (as `key_value`, so `key_` for an empty value); with `value_to_metric: true`
+    /// on a descriptor, that level does. A level that is a wildcard with `share_threshold: true`
+    /// shows its pattern in both cases, since all its values share one counter.
     ///
     /// ```
     /// let limits = tollgate_config::parse(
@@ -612,8 +634,62 @@ impl Domain {
 #[derive(Debug, Clone, Copy)]
 enum Matched<'a> {
     Exact,
-    Wildcard { prefix: &'a str },
+    /// `pattern`: the descriptor's value as written, stars included.
+    Wildcard {
+        pattern: &'a str,
+    },
     Any,
+}
+
+/// Upstream's stats key of a request that reached a rate limit through `tree`; see
+/// [`Resolved::stats_key`].
+fn stats_key(tree: &Domain, domain: &str, entries: &[(String, String)], detailed: bool) -> String {
+    // (entry, matched descriptor, how): the walk is repeated only for keys that need values.
+    let mut levels = Vec::with_capacity(entries.len());
+    tree.walk(entries, |entry, node, matched| {
+        levels.push((entry, node, matched))
+    });
+    fn shared<'n>(node: &Node, matched: Matched<'n>) -> Option<&'n str> {
+        match matched {
+            Matched::Wildcard { pattern } if node.share_threshold => Some(pattern),
+            _ => None,
+        }
+    }
+    let mut out = domain.to_owned();
+    let mut push = |key: &str, value: &str, underscore: bool| {
+        out.push('.');
+        out.push_str(key);
+        if underscore || !value.is_empty() {
+            out.push('_');
+            out.push_str(value);
+        }
+    };
+    if detailed {
+        // Every level shows the request's value; a level whose wildcard shares its counter shows
+        // the pattern. Upstream writes `key_` for an empty value unless some level shares.
+        let any_shared = levels
+            .iter()
+            .any(|&(_, node, matched)| shared(node, matched).is_some());
+        for &((key, value), node, matched) in &levels {
+            match shared(node, matched) {
+                Some(pattern) => push(key, pattern, true),
+                None => push(key, value, !any_shared),
+            }
+        }
+    } else {
+        // `value_to_metric` shows the request's value on its own level, unless the level is a
+        // wildcard sharing its counter, which shows the pattern.
+        for &((key, value), node, matched) in &levels {
+            let shown = match matched {
+                Matched::Wildcard { pattern } if node.share_threshold || !node.value_to_metric => pattern,
+                Matched::Exact | Matched::Wildcard { .. } => value,
+                Matched::Any if node.value_to_metric => value,
+                Matched::Any => "",
+            };
+            push(key, shown, false);
+        }
+    }
+    out
 }
 
 /// The descriptors of one level, grouped by key.
@@ -632,12 +708,19 @@ impl Level {
         if let Some(node) = group.exact.get(value) {
             return Some((node, Matched::Exact));
         }
-        if let Some((prefix, node)) = group
+        let literal = group
             .wildcards
             .iter()
-            .find(|(prefix, _)| value.starts_with(prefix.as_str()))
+            .find(|(pattern, _)| pattern.text() == value);
+        if let Some((pattern, node)) =
+            literal.or_else(|| group.wildcards.iter().find(|(pattern, _)| pattern.matches(value)))
         {
-            return Some((node, Matched::Wildcard { prefix }));
+            return Some((
+                node,
+                Matched::Wildcard {
+                    pattern: pattern.text(),
+                },
+            ));
         }
         group.any.as_deref().map(|node| (node, Matched::Any))
     }
@@ -652,10 +735,10 @@ impl Level {
                 group.any = Some(Box::new(node));
                 true
             }
-            Some(value) => match value.strip_suffix('*') {
-                Some(prefix) if group.wildcards.iter().any(|(p, _)| p == prefix) => false,
-                Some(prefix) => {
-                    group.wildcards.push((prefix.to_owned(), node));
+            Some(value) => match Pattern::new(&value) {
+                Some(pattern) if group.wildcards.iter().any(|(p, _)| *p == pattern) => false,
+                Some(pattern) => {
+                    group.wildcards.push((pattern, node));
                     true
                 }
                 None => match group.exact.entry(value) {
@@ -674,16 +757,14 @@ impl Level {
 #[derive(Debug, Default)]
 struct KeyDescriptors {
     exact: HashMap<String, Node>,
-    /// `(prefix, descriptor)` in file order: upstream tries wildcards in that order.
-    wildcards: Vec<(String, Node)>,
+    /// Wildcard descriptors in file order: upstream tries them in that order.
+    wildcards: Vec<(Pattern, Node)>,
     any: Option<Box<Node>>,
 }
 
 /// One descriptor of the tree.
 #[derive(Debug)]
 pub(crate) struct Node {
-    /// The descriptor's `value` as written (a wildcard with its `*`), for metric names.
-    pub(crate) value: Option<String>,
     /// Upstream's name for the descriptor: `domain.key_value.key`.
     pub(crate) full_name: String,
     pub(crate) limit: Option<DescriptorLimit>,
@@ -700,6 +781,9 @@ pub(crate) struct DescriptorLimit {
     pub(crate) name: Option<String>,
     pub(crate) replaces: Vec<String>,
     pub(crate) shadow_mode: bool,
+    pub(crate) quota_mode: bool,
+    /// `None` when absent or empty.
+    pub(crate) metadata: Option<Metadata>,
 }
 
 /// What a descriptor's `rate_limit` admits.

@@ -90,11 +90,12 @@ error_fixtures! {
     envoy_unlimited_with_unit => "envoy_unlimited_with_unit.yaml: descriptors[0].rate_limit.unit: `unit` must not be set when `unlimited` is true",
     envoy_replaces_empty => "envoy_replaces_empty.yaml: descriptors[0].rate_limit.replaces[0].name: must not be empty",
     envoy_replaces_self => r#"envoy_replaces_self.yaml: descriptors[0].rate_limit.replaces[1].name: a rate limit cannot replace itself ("per_user")"#,
-    envoy_unknown_key => "envoy_unknown_key.yaml: descriptors[0].ratelimit: unknown field `ratelimit`, expected one of `key`, `value`, `rate_limit`, `descriptors`, `shadow_mode`, `detailed_metric`, `value_to_metric`, `share_threshold`",
+    envoy_bad_metadata => "envoy_bad_metadata.yaml: descriptors[0].metadata: expected a map",
+    envoy_unknown_key => "envoy_unknown_key.yaml: descriptors[0].ratelimit: unknown field `ratelimit`, expected one of `key`, `value`, `rate_limit`, `descriptors`, `shadow_mode`, `quota_mode`, `detailed_metric`, `value_to_metric`, `share_threshold`, `metadata`",
     envoy_unknown_rate_limit_key => "envoy_unknown_rate_limit_key.yaml: descriptors[0].rate_limit.requestsperunit: unknown field `requestsperunit`, expected one of `unit`, `requests_per_unit`, `unlimited`, `name`, `replaces`, `algorithm`, `window`, `burst`, `block_for`, `on_store_failure`, `instances`, `hash_tag`",
     envoy_non_map_list => r#"envoy_non_map_list.yaml: descriptors[0]: invalid type: string "a", expected a descriptor: a map with `key` and optionally `value`, `rate_limit` and `descriptors`"#,
     envoy_rate_limit_list => "envoy_rate_limit_list.yaml: descriptors[0].rate_limit: invalid type: sequence, expected a rate limit: a map with `unit` and `requests_per_unit`, or `unlimited: true`",
-    envoy_share_threshold_without_wildcard => "envoy_share_threshold_without_wildcard.yaml: descriptors[0].share_threshold: `share_threshold` applies only to a wildcard value (one ending in `*`)",
+    envoy_share_threshold_without_wildcard => "envoy_share_threshold_without_wildcard.yaml: descriptors[0].share_threshold: `share_threshold` applies only to a wildcard value (one with a `*`)",
     // envoyproxy/ratelimit's format: the core's limits, and tollgate's extensions
     envoy_zero_requests_with_algorithm => "envoy_zero_requests_with_algorithm.yaml: descriptors[0].rate_limit.algorithm: `algorithm` must not be set when `requests_per_unit` is 0 (every request is denied)",
     envoy_oversized_requests => "envoy_oversized_requests.yaml: descriptors[0].rate_limit.requests_per_unit: limit is 4294967295, above the maximum of 1000000000",
@@ -161,6 +162,37 @@ fn a_duplicate_domain_across_files_names_both_files() {
     assert_eq!(
         err.to_string(),
         r#"b.yml: domain: duplicate domain "edge", first defined in a.yaml"#
+    );
+}
+
+#[test]
+fn merged_domains_are_put_together_across_files() {
+    use tollgate_config::LoadOptions;
+    let merge = LoadOptions::default().with_merge_domains(true);
+    let limits =
+        tollgate_config::load_with(&fixtures().join("dirs/duplicate_domain"), &merge).expect("merging is on");
+    assert_eq!(limits.domains(), ["edge"]);
+    let limit = |key: &str| {
+        limits
+            .resolve("edge", &[(key.to_owned(), "x".to_owned())])
+            .and_then(|r| r.policy().map(tollgate::Policy::max_cost))
+    };
+    assert_eq!(limit("remote_address"), Some(10), "from a.yaml");
+    assert_eq!(limit("user_agent"), Some(1), "from b.yml");
+}
+
+#[test]
+fn a_descriptor_defined_in_two_merged_files_names_the_first_file() {
+    let merge = tollgate_config::LoadOptions::default().with_merge_domains(true);
+    let err = tollgate_config::load_with(&fixtures().join("dirs/merge_duplicate"), &merge).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        r#"b.yaml: descriptors[1]: duplicate descriptor "remote_address", first defined in a.yaml"#
+    );
+    // Without merging, the second file is refused for its domain, as before.
+    assert_eq!(
+        load_error("dirs/merge_duplicate").to_string(),
+        r#"b.yaml: domain: duplicate domain "edge", first defined in a.yaml"#
     );
 }
 

@@ -140,10 +140,20 @@ fn wildcards_are_tried_in_file_order_not_by_length() {
 }
 
 #[test]
-fn a_star_inside_a_value_is_literal() {
-    // Upstream's `midWild` case: `star*b` is not a wildcard.
+fn a_star_inside_a_value_matches_any_run_of_characters() {
+    // Upstream's `midWild` case: `star*b` needs the prefix `star` and the suffix `b`.
     assert_eq!(limit("catalog", &[("path", "star*b")]), fixed(7, 60));
-    assert_eq!(limit("catalog", &[("path", "starab")]), fixed(60, 60)); // the default, not `star*b`
+    assert_eq!(limit("catalog", &[("path", "starab")]), fixed(7, 60));
+    assert_eq!(
+        limit("catalog", &[("path", "starb")]),
+        fixed(7, 60),
+        "a star may match nothing"
+    );
+    assert_eq!(
+        limit("catalog", &[("path", "stara")]),
+        fixed(60, 60),
+        "no suffix: the default"
+    );
 }
 
 #[test]
@@ -276,10 +286,11 @@ fn stats_keys_follow_upstream() {
         stats("catalog", &[("tenant", "acme"), ("user", "u1"), ("path", "/p")]),
         "catalog.tenant_acme.user_u1.path"
     );
-    // With `share_threshold`, the values share a counter and are reported as the prefix.
+    // With `share_threshold`, the values share a counter and are reported as the pattern,
+    // even with `value_to_metric` (upstream's code and tests; its README's "prefix" is older).
     assert_eq!(
         stats("catalog", &[("tenant", "acme"), ("path", "/files/a.pdf")]),
-        "catalog.tenant_acme.path_/files/"
+        "catalog.tenant_acme.path_/files/*"
     );
 }
 
@@ -317,7 +328,7 @@ fn each_value_of_a_default_or_wildcard_has_its_own_counter() {
     let v1 = resolve("catalog", &[("path", "/api/v1/a")]).unwrap();
     let v2 = resolve("catalog", &[("path", "/api/v1/b")]).unwrap();
     assert_ne!(v1.key(), v2.key());
-    assert_eq!(v1.key(), "7:catalog,4:path,9:*/api/v1/,9:/api/v1/a,");
+    assert_eq!(v1.key(), "7:catalog,4:path,10:*/api/v1/*,9:/api/v1/a,");
 }
 
 #[test]
@@ -325,7 +336,7 @@ fn share_threshold_gives_all_matching_values_one_counter() {
     let a = resolve("catalog", &[("tenant", "acme"), ("path", "/files/a.pdf")]).unwrap();
     let b = resolve("catalog", &[("tenant", "acme"), ("path", "/files/b.csv")]).unwrap();
     assert_eq!(a.key(), b.key());
-    assert_eq!(a.key(), "7:catalog,6:tenant,5:=acme,4:path,8:~/files/,");
+    assert_eq!(a.key(), "7:catalog,6:tenant,5:=acme,4:path,9:~/files/*,");
 }
 
 #[test]

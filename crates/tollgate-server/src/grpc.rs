@@ -11,20 +11,29 @@
 //! A request names a `domain` and carries descriptors, each a list of `(key, value)` entries.
 //! Each descriptor is matched on its own with [`Limits::resolve`](tollgate_config::Limits::resolve), then
 //! [`apply_replaces`] drops the rate limits that another matched rate limit of the same request
-//! `replaces`. The answer has one status per descriptor, in request order, and an overall code
-//! that is `OVER_LIMIT` when any descriptor is:
+//! `replaces`. The answer has one status per descriptor, in request order:
 //!
 //! - no rate limit applies (unknown domain, no descriptor matched, or the limit was replaced):
 //!   `OK`, without `current_limit`;
 //! - `unlimited: true`: `OK` with `limit_remaining` 4294967295 (`u32::MAX`), as upstream;
 //! - `requests_per_unit: 0`: `OVER_LIMIT`, as upstream, with `requests_per_unit` 0 in
 //!   `current_limit` and the time to the end of the current unit; no store is asked;
-//! - otherwise the store decides for the cost: `OK` or `OVER_LIMIT`, with `current_limit`,
-//!   `limit_remaining` (0 when over the limit, as upstream) and `duration_until_reset` (the
-//!   decision's `reset_after`, rounded up to whole seconds as upstream reports it);
+//! - otherwise the store decides for the cost: `OK` or `OVER_LIMIT`, with `current_limit` (and
+//!   its `name`), `limit_remaining` (0 when over the limit, as upstream) and
+//!   `duration_until_reset` (the decision's `reset_after`, rounded up to whole seconds as
+//!   upstream reports it);
 //! - a descriptor in `shadow_mode` is decided and counted the same way (as a shadow rule), but
 //!   its code is `OK` whatever the decision; a would-be denial shows in the
 //!   `tollgate_decisions_total` metric with outcome `shadow_denied`.
+//!
+//! The overall code is upstream's: `OVER_LIMIT` when a descriptor that is not in quota mode is
+//! over its limit, or when the request has descriptors in quota mode (`quota_mode: true`, or
+//! every descriptor under [`EnvoySettings::global_quota_mode`]) and all of them are over. With
+//! [`EnvoySettings::global_shadow_mode`] it is always `OK` (the statuses keep their codes). The
+//! answer carries upstream's rate limit headers when [`EnvoySettings::response_headers`] is set,
+//! and its dynamic metadata (with the descriptors' `metadata`) when
+//! [`EnvoySettings::response_dynamic_metadata`] is. Each descriptor with a limit is counted under
+//! its upstream stats key ([`Resolved::stats_key`]) in per-stats-key counters; see `stats`.
 //!
 //! A descriptor that carries its own `limit` (Envoy sets it from route metadata) is not matched
 //! against the config: as upstream, for any descriptor of a known domain, it is a fixed window of
@@ -46,13 +55,21 @@
 //! [`check_all`](tollgate::Engine::check_all) decides them atomically. If any enforced rule
 //! denies, nothing is spent and only the `block_for` penalties of the descriptors that denied
 //! start; the descriptors that would have passed report their budget as it stands.
+//! [`EnvoySettings::count_every_descriptor`] restores upstream's counting: every descriptor is
+//! then decided on its own (a shadow rule to the engine, whose code the door works out), and a
+//! charge larger than the budget left spends what is left.
 //!
-//! What the door decides alone, without the store, takes part in the same answer: a
+//! Descriptors in shadow mode or quota mode, and every descriptor under global shadow mode, are
+//! decided on their own in the same way, since their denial alone does not refuse the request.
+//! When every quota-mode descriptor of a request is over, the request is refused, but the plain
+//! descriptors that passed have spent (as upstream's do), unless the quota descriptors were over
+//! at the door (deny-all limits), where nothing is spent.
+//!
+//! What the door decides alone, without the store, takes part in the same answer: an enforced
 //! `requests_per_unit: 0` descriptor or a cost that can never be admitted refuses the request,
 //! and then the limited descriptors are only looked at (a peek), so nothing is spent. A
 //! descriptor asked with a cost of 0 is a question ([`Rule::question`](tollgate::Rule)): one
-//! rule of the same `check_all`, answered as the budget stands before the request, never spent;
-//! when it is over the limit the request is refused and nothing is spent.
+//! rule of the same `check_all`, answered as the budget stands before the request, never spent.
 //!
 //! # Errors
 //!
@@ -73,19 +90,18 @@
 //!
 //! # Other differences from upstream
 //!
+//! `docs/envoy.md` lists them all. In this module:
+//!
 //! - `current_limit` for a window or rate that is not one of upstream's units (tollgate's
 //!   `window: 90s`, or a bucket or GCRA `rate`) is given in the longest unit not longer than the
 //!   window (seconds for windows under a second), with `requests_per_unit` scaled to that unit
 //!   and rounded down (at least 1): `100` per `90s` is reported as 66 per minute. Buckets and
 //!   GCRA report their refill, leak or emission rate.
-//! - A descriptor `hits_addend` of 0 asks whether one more request would pass (a peek of cost 1)
-//!   and records nothing; the answer reports the budget as it stands. Upstream instead reports
-//!   `OK` until its counter is past the limit, so it says `OK` with 0 left where tollgate says
-//!   `OVER_LIMIT`.
-//! - Upstream's counters keep counting past the limit; tollgate's denied requests spend nothing,
-//!   so a client that stops when denied gets its budget back as the window moves.
-//! - Upstream's response headers (`x-ratelimit-*` on `response_headers_to_add`), global shadow
-//!   mode and the local over-limit cache are not offered.
+//! - A descriptor `hits_addend` of 0 asks whether one more request would pass and records
+//!   nothing. With the budget exactly spent, upstream says `OK` with 0 left (its counter is not
+//!   past the limit) where tollgate says `OVER_LIMIT`; tollgate's counters never go past the
+//!   limit, so "nothing left" is where upstream's "over" begins.
+//! - The local over-limit cache is not offered; the store answers every request.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -109,7 +125,7 @@ use tonic::{Request, Response, Status};
 use crate::listener::ListenerOptions;
 use crate::metrics;
 use crate::state::SharedState;
-use tollgate_config::{Resolved, apply_replaces, override_key};
+use tollgate_config::{Metadata, Resolved, apply_replaces, override_key};
 
 /// The generated messages, server and client of the Envoy rate limit service (from
 /// `envoy-types`), for callers and tests.
@@ -135,9 +151,16 @@ pub mod proto {
     pub use envoy_types::pb::google::protobuf::{Duration, UInt64Value};
 }
 
+mod answer;
 mod overrides;
+mod settings;
+mod stats;
 
+use answer::Role;
 use overrides::{Override, OverrideError, OverridePolicies};
+pub use settings::{EnvoySettings, ResponseHeaders};
+pub use stats::OVERFLOW_KEY;
+use stats::{Hit, StatsKeys};
 
 /// Upstream's units, longest first, with their length in seconds and their wire value.
 const UNITS: [(u64, Unit); 7] = [
@@ -158,6 +181,8 @@ pub struct RlsService {
     /// The policies of the limit overrides seen lately, so a repeated override does not build
     /// its policy again.
     overrides: Arc<OverridePolicies>,
+    /// The stats keys that have per-stats-key counters of their own.
+    stats: Arc<StatsKeys>,
 }
 
 impl std::fmt::Debug for RlsService {
@@ -181,9 +206,11 @@ impl std::fmt::Debug for RlsService {
 /// # Ok::<(), tollgate_config::ConfigError>(())
 /// ```
 pub fn service(state: SharedState) -> RateLimitServiceServer<RlsService> {
+    let stats = Arc::new(StatsKeys::new(state.settings.envoy.max_stats_keys));
     RateLimitServiceServer::new(RlsService {
         state,
         overrides: Arc::new(OverridePolicies::default()),
+        stats,
     })
 }
 
@@ -262,7 +289,7 @@ impl RateLimitService for RlsService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        should_rate_limit(&self.state, &self.overrides, request.into_inner())
+        should_rate_limit(self, request.into_inner())
             .await
             .map(Response::new)
     }
@@ -270,8 +297,8 @@ impl RateLimitService for RlsService {
 
 /// What applies to one request descriptor.
 enum Slot<'a> {
-    /// No rate limit: unknown domain, no match, or replaced.
-    None,
+    /// No rate limit: unknown domain, no match, or replaced. `quota` under global quota mode.
+    None { quota: bool },
     /// `unlimited: true`.
     Unlimited,
     /// `requests_per_unit: 0`, stated per `period`, counted in metrics under `policy_name`.
@@ -289,13 +316,52 @@ enum Slot<'a> {
     Limited(Limited<'a>),
 }
 
-impl Slot<'_> {
-    /// Over the limit at the door, without the store: the request is refused.
-    fn refuses(&self) -> bool {
+impl<'a> Slot<'a> {
+    /// The rate limit matched, if any is counted.
+    fn matched(&self) -> Option<&Matched<'a>> {
         match self {
-            Slot::DenyAll { matched, .. } | Slot::TooLarge { matched, .. } => !matched.shadow,
-            Slot::None | Slot::Unlimited | Slot::Limited(_) => false,
+            Slot::DenyAll { matched, .. } | Slot::TooLarge { matched, .. } => Some(matched),
+            Slot::Limited(limited) => Some(&limited.matched),
+            Slot::None { .. } | Slot::Unlimited => None,
         }
+    }
+
+    /// Over the limit at the door, without the store.
+    fn over_at_door(&self) -> bool {
+        matches!(self, Slot::DenyAll { .. } | Slot::TooLarge { .. })
+    }
+
+    fn role(&self) -> Role {
+        match self {
+            Slot::None { quota } => Role {
+                unlimited: false,
+                quota: *quota,
+            },
+            Slot::Unlimited => Role {
+                unlimited: true,
+                quota: false,
+            },
+            _ => Role {
+                unlimited: false,
+                quota: self.matched().is_some_and(|m| m.quota),
+            },
+        }
+    }
+}
+
+/// How the request is decided, from the settings.
+#[derive(Debug, Clone, Copy)]
+struct Mode {
+    global_shadow: bool,
+    count_every: bool,
+}
+
+impl Mode {
+    /// Whether a descriptor's denial leaves the rest of the request to be decided (and spent)
+    /// on its own: its own shadow mode, quota mode (the door works out the answer), global
+    /// shadow mode, or upstream's counting.
+    fn apart(&self, matched: &Matched<'_>) -> bool {
+        matched.shadow || matched.quota || self.global_shadow || self.count_every
     }
 }
 
@@ -306,14 +372,26 @@ struct Matched<'a> {
     key: String,
     /// The rate limit's `name`, for `current_limit`.
     name: Option<&'a str>,
+    /// The descriptor's own `shadow_mode`.
     shadow: bool,
+    /// Quota mode: the descriptor's own or the global setting.
+    quota: bool,
+    /// Upstream's stats key, for the per-stats-key counters.
+    stats_key: Cow<'a, str>,
+    metadata: Option<&'a Metadata>,
+    /// What the descriptor spends: its `hits_addend`, or the request's.
+    cost: u64,
 }
 
 impl<'a> Matched<'a> {
-    fn from_config(resolved: Resolved<'a>) -> Self {
+    fn from_config(resolved: Resolved<'a>, global_quota: bool, cost: u64) -> Self {
         Matched {
             name: resolved.name(),
             shadow: resolved.shadow_mode(),
+            quota: global_quota || resolved.quota_mode(),
+            stats_key: Cow::Owned(resolved.stats_key().to_owned()),
+            metadata: resolved.metadata(),
+            cost,
             key: resolved.into_key(),
         }
     }
@@ -322,16 +400,16 @@ impl<'a> Matched<'a> {
 struct Limited<'a> {
     matched: Matched<'a>,
     policy: Cow<'a, Policy>,
-    /// 0: ask whether one more would pass, without spending.
-    cost: u64,
 }
 
 impl Limited<'_> {
-    /// The descriptor as an engine rule; a question asks about a cost of 1 and spends nothing.
-    fn rule(&self) -> Rule<'_> {
-        let mut rule = Rule::new(&self.policy, self.matched.key.as_bytes(), self.cost.max(1));
-        rule.shadow = self.matched.shadow;
-        rule.question = self.cost == 0;
+    /// The descriptor as an engine rule; a question (cost 0) asks about a cost of 1 and spends
+    /// nothing.
+    fn rule(&self, mode: Mode) -> Rule<'_> {
+        let cost = self.matched.cost;
+        let mut rule = Rule::new(&self.policy, self.matched.key.as_bytes(), cost.max(1));
+        rule.shadow = mode.apart(&self.matched);
+        rule.question = cost == 0;
         rule
     }
 }
@@ -350,6 +428,8 @@ struct Answer {
     /// What to report as `limit_remaining`: 0 when denied, else the budget after this request
     /// (spent) or as it stands (not spent).
     remaining: u64,
+    /// The count before this request, for the per-stats-key counters.
+    before: u64,
 }
 
 /// The engine rules of one group of descriptors and where their answers go.
@@ -366,16 +446,17 @@ impl<'r> Group<'r> {
         self.at.push(slot);
     }
 
-    /// Decides the group with the engine, recording it when `commit`; fills `answers` and says
-    /// whether the group passed.
+    /// Decides the group with the engine, recording it when `commit`; fills `answers`.
     async fn decide(
         &self,
         state: &SharedState,
         commit: bool,
+        slots: &[Slot<'_>],
+        mode: Mode,
         answers: &mut [Option<Answer>],
-    ) -> Result<bool, Status> {
+    ) -> Result<(), Status> {
         if self.rules.is_empty() {
-            return Ok(true);
+            return Ok(());
         }
         let started = Instant::now();
         let result = if commit {
@@ -386,7 +467,7 @@ impl<'r> Group<'r> {
         metrics::store_latency(started.elapsed());
         let verdict = result.map_err(|err| Status::invalid_argument(err.to_string()))?;
         if commit {
-            metrics::verdict(&self.rules, &verdict);
+            self.count_decisions(&verdict, slots, mode);
         } else if let Some(err) = verdict.store_error() {
             metrics::store_error(err);
         }
@@ -403,22 +484,57 @@ impl<'r> Group<'r> {
         // A committed, allowed verdict has spent; a denied one and a question report untouched
         // budgets (the engine gives them back); an allowed peek reports the budget after a spend
         // that did not happen, so it is given back here.
+        let spent = commit && verdict.allowed();
         let given_back = !commit && verdict.allowed();
         for ((&slot, rule), result) in self.at.iter().zip(&self.rules).zip(verdict.rules()) {
             let decision = result.decision;
-            let remaining = if !decision.allowed {
-                0
-            } else if given_back && !rule.question {
+            let standing = if decision.allowed && given_back && !rule.question {
                 decision.remaining.saturating_add(rule.cost).min(decision.limit)
             } else {
                 decision.remaining
             };
+            let (remaining, before) = if !decision.allowed {
+                (0, decision.limit.saturating_sub(standing))
+            } else if spent && !rule.question {
+                (
+                    standing,
+                    decision.limit.saturating_sub(standing).saturating_sub(rule.cost),
+                )
+            } else {
+                (standing, decision.limit.saturating_sub(standing))
+            };
             answers[slot] = Some(Answer {
                 verdict: *result,
                 remaining,
+                before,
             });
         }
-        Ok(verdict.allowed())
+        Ok(())
+    }
+
+    /// `tollgate_decisions_total` for a committed verdict. A descriptor decided apart for quota
+    /// mode or upstream's counting is counted `denied` when over, not `shadow_denied`; in a
+    /// refused request, rules that would have allowed spent nothing and are not counted.
+    fn count_decisions(&self, verdict: &Verdict, slots: &[Slot<'_>], mode: Mode) {
+        let refused = !verdict.allowed();
+        for ((rule, result), &slot) in self.rules.iter().zip(verdict.rules()).zip(&self.at) {
+            let outcome = match result.outcome {
+                Outcome::Allowed | Outcome::Degraded if refused => continue,
+                Outcome::ShadowDenied
+                    if !mode.global_shadow && slots[slot].matched().is_some_and(|m| !m.shadow) =>
+                {
+                    Outcome::Denied
+                }
+                outcome => outcome,
+            };
+            metrics::decision(rule.policy.name(), outcome);
+            if result.decision.degraded {
+                metrics::degraded(rule.policy.name());
+            }
+        }
+        if let Some(err) = verdict.store_error() {
+            metrics::store_error(err);
+        }
     }
 
     /// `UNAVAILABLE`, naming the descriptor whose limit fails closed.
@@ -436,16 +552,25 @@ impl<'r> Group<'r> {
 }
 
 async fn should_rate_limit(
-    state: &SharedState,
-    overrides: &OverridePolicies,
+    service: &RlsService,
     request: RateLimitRequest,
 ) -> Result<RateLimitResponse, Status> {
+    let state = &service.state;
+    let settings = &state.settings.envoy;
+    let mode = Mode {
+        global_shadow: settings.global_shadow_mode,
+        count_every: settings.count_every_descriptor,
+    };
     if request.domain.is_empty() {
         return Err(Status::unknown("rate limit domain must not be empty"));
     }
     if request.descriptors.is_empty() {
         return Err(Status::unknown("rate limit descriptor list must not be empty"));
     }
+    // Kept for the dynamic metadata, which describes the request as it came.
+    let wire = settings
+        .response_dynamic_metadata
+        .then(|| request.descriptors.clone());
     let request_cost = u64::from(request.hits_addend.max(1));
     let mut asked = Vec::with_capacity(request.descriptors.len());
     for (i, descriptor) in request.descriptors.into_iter().enumerate() {
@@ -487,22 +612,30 @@ async fn should_rate_limit(
         .map(|r| r.as_ref().is_some_and(Resolved::is_unlimited))
         .collect();
     apply_replaces(&mut resolved);
+    let global_quota = settings.global_quota_mode;
     let mut slots: Vec<Slot<'_>> = Vec::with_capacity(asked.len());
     for (i, ((asked, resolved), unlimited)) in asked.into_iter().zip(resolved).zip(unlimited).enumerate() {
+        let cost = asked.cost;
         let slot = match (asked.limit_override, resolved) {
-            (Some(limit), _) if limits.has_domain(&request.domain) => {
-                override_slot(overrides, &request.domain, asked.entries, asked.cost, &limit)
-                    .map_err(|err| err.status(i))?
-            }
-            (Some(_), _) => Slot::None,
+            (Some(limit), _) if limits.has_domain(&request.domain) => override_slot(
+                &service.overrides,
+                &request.domain,
+                asked.entries,
+                cost,
+                global_quota,
+                &limit,
+            )
+            .map_err(|err| err.status(i))?,
+            (Some(_), _) => Slot::None { quota: global_quota },
             _ if unlimited => Slot::Unlimited,
-            (None, None) => Slot::None,
+            (None, None) => Slot::None { quota: global_quota },
             (None, Some(resolved)) => match (resolved.policy(), resolved.deny_all()) {
-                (Some(policy), _) => {
-                    limited_slot(Matched::from_config(resolved), Cow::Borrowed(policy), asked.cost)
-                }
+                (Some(policy), _) => limited_slot(
+                    Matched::from_config(resolved, global_quota, cost),
+                    Cow::Borrowed(policy),
+                ),
                 (None, Some((period, policy_name))) => Slot::DenyAll {
-                    matched: Matched::from_config(resolved),
+                    matched: Matched::from_config(resolved, global_quota, cost),
                     period,
                     policy_name: Cow::Borrowed(policy_name),
                 },
@@ -517,31 +650,91 @@ async fn should_rate_limit(
     }
 
     // Every limited descriptor, questions (a cost of 0) included, is one rule of one request to
-    // the engine, which decides them all or nothing, penalties included. A refusal at the door
-    // (a deny-all descriptor, a cost no budget admits) refuses the request without the store:
-    // then the limited descriptors are only looked at, so nothing is spent.
+    // the engine, which decides them all or nothing, penalties included; descriptors decided
+    // apart (shadow, quota mode, global shadow, upstream's counting) are shadow rules to it. A
+    // refusal at the door (an enforced deny-all descriptor or a cost no budget admits, or every
+    // quota-mode descriptor over at the door) refuses the request without the store: then the
+    // limited descriptors are only looked at, so nothing is spent.
     let mut limited = Group::default();
     for (i, slot) in slots.iter().enumerate() {
         if let Slot::Limited(one) = slot {
-            limited.push(one.rule(), i);
+            limited.push(one.rule(mode), i);
         }
     }
     let mut answers: Vec<Option<Answer>> = vec![None; slots.len()];
-    let refused = slots.iter().any(Slot::refuses);
-    let passes = limited.decide(state, !refused, &mut answers).await? && !refused;
-    Ok(respond(&slots, &answers, passes))
+    let refused = refused_at_door(&slots, mode);
+    limited
+        .decide(state, !refused, &slots, mode, &mut answers)
+        .await?;
+    if mode.count_every && !refused {
+        drain(state, &slots, &answers).await;
+    }
+    Ok(respond(
+        service,
+        &request.domain,
+        &slots,
+        &answers,
+        wire,
+        request.hits_addend,
+    ))
+}
+
+/// Upstream's counting of a charge larger than the budget left: upstream adds it anyway and its
+/// counter goes past the limit; tollgate's counters stop at the limit, so what is left is spent
+/// instead. The next request then finds nothing left, as it would upstream (Envoy's pattern of
+/// asking with `hits_addend: 0` and charging the tokens used afterwards relies on it). A second
+/// store call, made only under upstream's counting, for descriptors that were over.
+async fn drain(state: &SharedState, slots: &[Slot<'_>], answers: &[Option<Answer>]) {
+    let mut rules = Vec::new();
+    for (slot, answer) in slots.iter().zip(answers) {
+        let (Slot::Limited(limited), Some(answer)) = (slot, answer) else {
+            continue;
+        };
+        let decision = answer.verdict.decision;
+        let left = decision.limit.saturating_sub(answer.before);
+        if decision.allowed || limited.matched.cost <= 1 || left == 0 {
+            continue;
+        }
+        rules.push(Rule::new(&limited.policy, limited.matched.key.as_bytes(), left).as_shadow());
+    }
+    if rules.is_empty() {
+        return;
+    }
+    match state.engine.check_all(&rules).await {
+        Ok(verdict) => {
+            if let Some(err) = verdict.store_error() {
+                metrics::store_error(err);
+            }
+        }
+        // Not reached: the same keys and policies were just decided.
+        Err(err) => tracing::warn!(error = %err, "draining an overcharged budget failed"),
+    }
+}
+
+/// Whether the request is over the limit before the store is asked.
+fn refused_at_door(slots: &[Slot<'_>], mode: Mode) -> bool {
+    let enforced = slots
+        .iter()
+        .any(|slot| slot.over_at_door() && slot.matched().is_some_and(|m| !mode.apart(m)));
+    if enforced {
+        return true;
+    }
+    if mode.global_shadow || mode.count_every {
+        return false;
+    }
+    // Every quota-mode descriptor over at the door (and none of them in shadow mode, which
+    // answers OK): the request is over whatever the store says.
+    let mut quota = slots.iter().filter(|slot| slot.role().quota).peekable();
+    quota.peek().is_some()
+        && quota.all(|slot| slot.over_at_door() && slot.matched().is_some_and(|m| !m.shadow))
 }
 
 /// A limited descriptor, or over the limit outright when its cost can never be admitted.
-fn limited_slot<'a>(matched: Matched<'a>, policy: Cow<'a, Policy>, cost: u64) -> Slot<'a> {
-    if cost > policy.max_cost() {
+fn limited_slot<'a>(matched: Matched<'a>, policy: Cow<'a, Policy>) -> Slot<'a> {
+    if matched.cost > policy.max_cost() {
         Slot::TooLarge { matched, policy }
     } else {
-        Slot::Limited(Limited {
-            matched,
-            policy,
-            cost,
-        })
+        Slot::Limited(Limited { matched, policy })
     }
 }
 
@@ -551,12 +744,17 @@ fn override_slot<'a>(
     domain: &str,
     entries: Vec<(String, String)>,
     cost: u64,
+    global_quota: bool,
     limit: &RateLimitOverride,
 ) -> Result<Slot<'a>, OverrideError> {
     let matched = Matched {
+        stats_key: Cow::Owned(override_stats_key(domain, &entries)),
         key: override_key(domain, &entries),
         name: None,
         shadow: false,
+        quota: global_quota,
+        metadata: None,
+        cost,
     };
     Ok(match overrides.get(limit.requests_per_unit, limit.unit)? {
         Override::DenyAll { period, policy_name } => Slot::DenyAll {
@@ -564,47 +762,164 @@ fn override_slot<'a>(
             period,
             policy_name: Cow::Owned(policy_name),
         },
-        Override::Limited(policy) => limited_slot(matched, Cow::Owned(policy), cost),
+        Override::Limited(policy) => limited_slot(matched, Cow::Owned(policy)),
     })
 }
 
-/// Builds the answer; `passes` is false when the request is over the limit.
-fn respond(slots: &[Slot<'_>], answers: &[Option<Answer>], passes: bool) -> RateLimitResponse {
-    let statuses = slots
+/// Upstream's stats key of a limit override: the domain, then each entry as `key_value` (or
+/// `key` for an empty value), joined by `.`.
+fn override_stats_key(domain: &str, entries: &[(String, String)]) -> String {
+    let mut out = domain.to_owned();
+    for (key, value) in entries {
+        out.push('.');
+        out.push_str(key);
+        if !value.is_empty() {
+            out.push('_');
+            out.push_str(value);
+        }
+    }
+    out
+}
+
+/// Builds the answer and counts each descriptor under its stats key.
+fn respond(
+    service: &RlsService,
+    domain: &str,
+    slots: &[Slot<'_>],
+    answers: &[Option<Answer>],
+    wire: Option<Vec<RateLimitDescriptor>>,
+    hits_addend: u32,
+) -> RateLimitResponse {
+    let settings = &service.state.settings.envoy;
+    let statuses: Vec<DescriptorStatus> = slots
         .iter()
         .zip(answers)
-        .map(|(slot, answer)| match slot {
-            Slot::None => DescriptorStatus {
+        .map(|(slot, answer)| {
+            let (status, hit) = status(slot, answer.as_ref());
+            if let (Some(matched), Some(hit)) = (slot.matched(), hit) {
+                service
+                    .stats
+                    .record(&matched.stats_key, hit, settings.near_limit_ratio);
+            }
+            status
+        })
+        .collect();
+    let roles: Vec<Role> = slots.iter().map(Slot::role).collect();
+    let mut overall_code = answer::overall(&statuses, &roles);
+    let response_headers_to_add = match &settings.response_headers {
+        Some(names) => answer::headers(names, &statuses, &roles),
+        None => Vec::new(),
+    };
+    if overall_code == Code::OverLimit && settings.global_shadow_mode {
+        overall_code = Code::Ok;
+        stats::global_shadow_mode();
+    }
+    let dynamic_metadata = wire.map(|descriptors| {
+        let passed = slots
+            .iter()
+            .zip(&statuses)
+            .filter(|(_, status)| status.code != i32::from(Code::OverLimit))
+            .filter_map(|(slot, _)| slot.matched().and_then(|m| m.metadata));
+        answer::dynamic_metadata(domain, &descriptors, hits_addend, passed)
+    });
+    RateLimitResponse {
+        overall_code: overall_code.into(),
+        statuses,
+        response_headers_to_add,
+        dynamic_metadata,
+        ..Default::default()
+    }
+}
+
+/// One descriptor's status, and the hit to count under its stats key (none without a limit).
+fn status(slot: &Slot<'_>, answer: Option<&Answer>) -> (DescriptorStatus, Option<Hit>) {
+    let code = |over: bool, matched: &Matched<'_>| {
+        if over && !matched.shadow {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        }
+    };
+    match slot {
+        Slot::None { .. } => (
+            DescriptorStatus {
                 code: Code::Ok.into(),
                 ..Default::default()
             },
-            Slot::Unlimited => DescriptorStatus {
+            None,
+        ),
+        Slot::Unlimited => (
+            DescriptorStatus {
                 code: Code::Ok.into(),
                 limit_remaining: u32::MAX,
                 ..Default::default()
             },
-            Slot::DenyAll {
-                matched,
-                period,
-                policy_name,
-            } => deny_all_status(matched, *period, policy_name),
-            Slot::TooLarge { matched, policy } => {
-                metrics::decision(policy.name(), refusal(matched));
-                DescriptorStatus {
-                    code: if matched.shadow { Code::Ok } else { Code::OverLimit }.into(),
-                    current_limit: Some(current_limit(policy, matched.name)),
-                    limit_remaining: 0,
-                    duration_until_reset: None,
-                    quota: None,
-                }
-            }
-            Slot::Limited(limited) => limited_status(limited, answer.as_ref()),
-        })
-        .collect();
-    RateLimitResponse {
-        overall_code: if passes { Code::Ok } else { Code::OverLimit }.into(),
-        statuses,
-        ..Default::default()
+            None,
+        ),
+        Slot::DenyAll {
+            matched,
+            period,
+            policy_name,
+        } => {
+            metrics::decision(policy_name, refusal(matched));
+            let hit = Hit {
+                cost: matched.cost,
+                limit: 0,
+                before: 0,
+                over: true,
+                shadow: matched.shadow,
+            };
+            (deny_all_status(matched, *period, code(true, matched)), Some(hit))
+        }
+        Slot::TooLarge { matched, policy } => {
+            metrics::decision(policy.name(), refusal(matched));
+            let hit = Hit {
+                cost: matched.cost,
+                limit: policy.max_cost(),
+                before: 0,
+                over: true,
+                shadow: matched.shadow,
+            };
+            let status = DescriptorStatus {
+                code: code(true, matched).into(),
+                current_limit: Some(current_limit(policy, matched.name)),
+                limit_remaining: 0,
+                duration_until_reset: None,
+                quota: None,
+            };
+            (status, Some(hit))
+        }
+        Slot::Limited(limited) => {
+            let matched = &limited.matched;
+            let Some(answer) = answer else {
+                // Not reached: every limited descriptor is in a group that was decided.
+                return (
+                    DescriptorStatus {
+                        code: Code::Ok.into(),
+                        current_limit: Some(current_limit(&limited.policy, matched.name)),
+                        ..Default::default()
+                    },
+                    None,
+                );
+            };
+            let decision = answer.verdict.decision;
+            let over = !decision.allowed;
+            let hit = Hit {
+                cost: matched.cost,
+                limit: decision.limit,
+                before: answer.before,
+                over,
+                shadow: matched.shadow,
+            };
+            let status = DescriptorStatus {
+                code: code(over, matched).into(),
+                current_limit: Some(current_limit(&limited.policy, matched.name)),
+                limit_remaining: saturate(answer.remaining),
+                duration_until_reset: Some(whole_seconds(decision.reset_after)),
+                quota: None,
+            };
+            (status, Some(hit))
+        }
     }
 }
 
@@ -617,34 +932,9 @@ fn refusal(matched: &Matched<'_>) -> Outcome {
     }
 }
 
-fn limited_status(limited: &Limited<'_>, answer: Option<&Answer>) -> DescriptorStatus {
-    let (code, limit_remaining, duration_until_reset) = match answer {
-        Some(answer) => (
-            if answer.verdict.outcome == Outcome::Denied {
-                Code::OverLimit
-            } else {
-                Code::Ok
-            },
-            saturate(answer.remaining),
-            Some(whole_seconds(answer.verdict.decision.reset_after)),
-        ),
-        // Not reached: every limited descriptor is in a group that was decided.
-        None => (Code::Ok, 0, None),
-    };
-    DescriptorStatus {
-        code: code.into(),
-        current_limit: Some(current_limit(&limited.policy, limited.matched.name)),
-        limit_remaining,
-        duration_until_reset,
-        quota: None,
-    }
-}
-
 /// The answer for `requests_per_unit: 0`, as upstream gives it: over the limit (OK in shadow
 /// mode), nothing left, and the time to the end of the current unit, counted from the epoch.
-fn deny_all_status(matched: &Matched<'_>, period: Duration, policy_name: &str) -> DescriptorStatus {
-    let shadow = matched.shadow;
-    metrics::decision(policy_name, refusal(matched));
+fn deny_all_status(matched: &Matched<'_>, period: Duration, code: Code) -> DescriptorStatus {
     let since_epoch = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -653,7 +943,7 @@ fn deny_all_status(matched: &Matched<'_>, period: Duration, policy_name: &str) -
     let until_reset = Duration::from_nanos(u64::try_from(period_ns - into_period_ns).unwrap_or(u64::MAX));
     let (_, unit) = in_unit(1, period);
     DescriptorStatus {
-        code: if shadow { Code::Ok } else { Code::OverLimit }.into(),
+        code: code.into(),
         current_limit: Some(CurrentLimit {
             name: matched.name.unwrap_or_default().to_owned(),
             requests_per_unit: 0,

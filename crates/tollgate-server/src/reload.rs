@@ -34,7 +34,7 @@ const MAX_HASHED: u64 = tollgate_config::MAX_FILE_BYTES;
 /// Loads `path` and swaps it in, or keeps the current limits if it is broken. Returns whether
 /// the new limits are being served.
 pub fn reload(state: &SharedState, path: &Path) -> bool {
-    match tollgate_config::load(path) {
+    match tollgate_config::load_with(path, &state.settings.load) {
         Ok(limits) => {
             state.limits.store(Arc::new(limits));
             metrics::config_reload(true);

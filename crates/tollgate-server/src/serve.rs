@@ -130,7 +130,10 @@ impl<T> Drop for AbortOnDrop<T> {
 /// Serves until ctrl-c or SIGTERM, as `tollgate serve` does; in-flight requests finish first.
 pub async fn serve(options: Options) -> anyhow::Result<()> {
     options.settings.validate()?;
-    let limits = tollgate_config::load_or_demo(options.config.as_deref())?;
+    let limits = match options.config.as_deref() {
+        Some(path) => tollgate_config::load_with(path, &options.settings.load)?,
+        None => tollgate_config::demo()?,
+    };
     let store = AnyStore::open(options.store.as_deref(), &options.store_options).await?;
     let state = AppState::new(limits, store, options.settings.clone());
     let listeners = Listeners::bind(options.http, options.grpc).await?;

@@ -23,6 +23,11 @@ pub struct Settings {
     pub max_key_len: usize,
     /// Timeouts and limits of the HTTP and gRPC listeners.
     pub listeners: ListenerOptions,
+    /// How the Envoy rate limit service answers: upstream's global settings.
+    pub envoy: crate::grpc::EnvoySettings,
+    /// How config files are put together, at start and on every reload (upstream's
+    /// `MERGE_DOMAIN_CONFIG` is `merge_domains`).
+    pub load: tollgate_config::LoadOptions,
 }
 
 impl Default for Settings {
@@ -31,6 +36,8 @@ impl Default for Settings {
             admin_token: None,
             max_key_len: 1024,
             listeners: ListenerOptions::default(),
+            envoy: crate::grpc::EnvoySettings::default(),
+            load: tollgate_config::LoadOptions::default(),
         }
     }
 }
