@@ -93,6 +93,7 @@ impl Options {
             upstream: upstream.into(),
             config: None,
             store: None,
+            store_options: crate::store::StoreOptions::default(),
             listen,
             trusted_proxies: Vec::new(),
             admin: None,
