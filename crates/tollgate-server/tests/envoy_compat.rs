@@ -588,3 +588,54 @@ async fn a_domain_split_across_files_loads_and_reloads_when_merging_is_on() {
     };
     assert_eq!((max("user"), max("team")), (Some(1), Some(2)));
 }
+
+// A config with every feature of upstream's example.
+
+#[tokio::test]
+async fn a_config_like_upstreams_example_answers_as_upstream() {
+    let mut rls = Rls::start(
+        "example.yaml",
+        "shop",
+        AnyStore::memory(),
+        EnvoySettings::default(),
+    )
+    .await;
+    // Upstream: `premium` replaces `per_customer`, so `gift` is neither checked nor counted.
+    let r = rls
+        .ask(vec![
+            d(&[("plan", "premium")]),
+            d(&[("cart", "c"), ("item", "gift")]),
+        ])
+        .await;
+    assert_eq!(summary(&r), (vec![(OK, 39, 40), (OK, 0, 0)], OK));
+    assert!(r.statuses[1].current_limit.is_none());
+    // Upstream: `banned` has requests_per_unit 0 and is over, with its name.
+    let r = rls.ask(vec![d(&[("cart", "c"), ("item", "banned")])]).await;
+    assert_eq!(summary(&r), (vec![(OVER, 0, 0)], OVER));
+    assert_eq!(r.statuses[0].current_limit.as_ref().unwrap().name, "blocked");
+    // Upstream: a matched limit replacing `blocked` lets the same descriptor through.
+    let r = rls
+        .ask(vec![
+            d(&[("cart", "c"), ("item", "banned")]),
+            d(&[("region", "eu"), ("customer", "blocked-override")]),
+        ])
+        .await;
+    assert_eq!(summary(&r), (vec![(OK, 0, 0), (OK, 4, 5)], OK));
+    // Upstream: the shadow-mode coupon answers OK past its limit of 2.
+    for _ in 0..3 {
+        let r = rls.ask(vec![d(&[("cart", "c"), ("coupon", "trial")])]).await;
+        assert_eq!(summary(&r).1, OK);
+        assert_eq!(code(r.statuses[0].code), OK);
+    }
+    // Upstream: unlimited, nested and at the top.
+    for entries in [&[("cart", "c"), ("wishlist", "w")][..], &[("health", "h")][..]] {
+        let r = rls.ask(vec![d(entries)]).await;
+        assert_eq!(summary(&r), (vec![(OK, u32::MAX, 0)], OK), "{entries:?}");
+    }
+    // Upstream: the nested default for any item, and the top-level default for the cart.
+    let r = rls
+        .ask(vec![d(&[("cart", "c"), ("item", "book")]), d(&[("cart", "c")])])
+        .await;
+    assert_eq!(summary(&r), (vec![(OK, 8, 9), (OK, 5, 6)], OK));
+    rls.stop().await;
+}
