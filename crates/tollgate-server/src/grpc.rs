@@ -206,12 +206,53 @@ impl std::fmt::Debug for RlsService {
 /// # Ok::<(), tollgate_config::ConfigError>(())
 /// ```
 pub fn service(state: SharedState) -> RateLimitServiceServer<RlsService> {
-    let stats = Arc::new(StatsKeys::new(state.settings.envoy.max_stats_keys));
-    RateLimitServiceServer::new(RlsService {
-        state,
-        overrides: Arc::new(OverridePolicies::default()),
-        stats,
-    })
+    RateLimitServiceServer::new(RlsService::new(state))
+}
+
+impl RlsService {
+    /// The handler over `state`, for a door other than gRPC (an HTTP endpoint taking the same
+    /// request as JSON) to answer exactly as the gRPC service does. Clones share the limit
+    /// override cache and the per-stats-key counters.
+    ///
+    /// ```
+    /// use tollgate_server::grpc::RlsService;
+    /// use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest, rate_limit_descriptor::Entry};
+    /// use tollgate_server::state::{AppState, Settings};
+    /// use tollgate_server::store::AnyStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limits = tollgate_config::parse(
+    ///     "edge.yaml",
+    ///     "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    /// )?;
+    /// let rls = RlsService::new(AppState::new(limits, AnyStore::memory(), Settings::default()));
+    /// let request = RateLimitRequest {
+    ///     domain: "edge".into(),
+    ///     descriptors: vec![RateLimitDescriptor {
+    ///         entries: vec![Entry { key: "ip".into(), value: "192.0.2.7".into() }],
+    ///         ..Default::default()
+    ///     }],
+    ///     hits_addend: 0,
+    /// };
+    /// let response = rls.answer(request).await?;
+    /// assert_eq!(response.statuses[0].current_limit.as_ref().map(|l| l.requests_per_unit), Some(1));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn new(state: SharedState) -> Self {
+        let stats = Arc::new(StatsKeys::new(state.settings.envoy.max_stats_keys));
+        RlsService {
+            state,
+            overrides: Arc::new(OverridePolicies::default()),
+            stats,
+        }
+    }
+
+    /// Answers one `ShouldRateLimit` request; the error is the gRPC status the service sends.
+    pub async fn answer(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        should_rate_limit(self, request).await
+    }
 }
 
 /// Serves the Envoy rate limit service on `listener` until `shutdown` completes; then stops

@@ -1,6 +1,6 @@
 //! envoyproxy/ratelimit's config features and answers over real gRPC, one fixture per feature
 //! (`tests/fixtures/envoy/`), each case stating upstream's answer. The features that count run
-//! on the memory store and on a real `redis-server`.
+//! on the memory store, on a real `redis-server` and on a real Redis Cluster.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -130,9 +130,10 @@ fn summary(response: &RateLimitResponse) -> (Vec<(Code, u32, u32)>, Code) {
 const OK: Code = Code::Ok;
 const OVER: Code = Code::OverLimit;
 
-/// Runs `case` on the memory store, then on a real `redis-server`.
+/// Runs `case` on the memory store, on a real `redis-server` and on a real three-master Redis
+/// Cluster.
 macro_rules! on_memory_and_redis {
-    ($memory:ident, $redis:ident, $case:ident) => {
+    ($memory:ident, $redis:ident, $cluster:ident, $case:ident) => {
         #[tokio::test]
         async fn $memory() {
             $case(AnyStore::memory()).await;
@@ -142,6 +143,19 @@ macro_rules! on_memory_and_redis {
         async fn $redis() {
             let redis = tollgate_testkit::RedisServer::start();
             let store = AnyStore::redis(&redis.url()).await.expect("redis store");
+            $case(store).await;
+        }
+
+        #[tokio::test]
+        async fn $cluster() {
+            let cluster = tollgate_testkit::RedisCluster::start();
+            let nodes: Vec<String> = cluster
+                .ports()
+                .iter()
+                .map(|p| format!("127.0.0.1:{p}"))
+                .collect();
+            let url = format!("redis+cluster://{}", nodes.join(","));
+            let store = AnyStore::redis(&url).await.expect("redis cluster store");
             $case(store).await;
         }
     };
@@ -189,7 +203,12 @@ async fn wildcards(store: AnyStore) {
     rls.stop().await;
 }
 
-on_memory_and_redis!(wildcards_on_memory, wildcards_on_redis, wildcards);
+on_memory_and_redis!(
+    wildcards_on_memory,
+    wildcards_on_redis,
+    wildcards_on_cluster,
+    wildcards
+);
 
 // Quota mode.
 
@@ -214,7 +233,12 @@ async fn quota_mode(store: AnyStore) {
     rls.stop().await;
 }
 
-on_memory_and_redis!(quota_mode_on_memory, quota_mode_on_redis, quota_mode);
+on_memory_and_redis!(
+    quota_mode_on_memory,
+    quota_mode_on_redis,
+    quota_mode_on_cluster,
+    quota_mode
+);
 
 #[tokio::test]
 async fn global_quota_mode_puts_every_descriptor_in_quota_mode() {
@@ -262,7 +286,12 @@ async fn hits_addend(store: AnyStore) {
     rls.stop().await;
 }
 
-on_memory_and_redis!(hits_addend_on_memory, hits_addend_on_redis, hits_addend);
+on_memory_and_redis!(
+    hits_addend_on_memory,
+    hits_addend_on_redis,
+    hits_addend_on_cluster,
+    hits_addend
+);
 
 async fn overcharges(store: AnyStore) {
     let mut settings = EnvoySettings::default();
@@ -292,7 +321,12 @@ async fn overcharges(store: AnyStore) {
     compat.stop().await;
 }
 
-on_memory_and_redis!(overcharges_on_memory, overcharges_on_redis, overcharges);
+on_memory_and_redis!(
+    overcharges_on_memory,
+    overcharges_on_redis,
+    overcharges_on_cluster,
+    overcharges
+);
 
 // Shadow mode: per descriptor and global.
 
@@ -364,6 +398,7 @@ async fn count_every_descriptor(store: AnyStore) {
 on_memory_and_redis!(
     count_every_descriptor_on_memory,
     count_every_descriptor_on_redis,
+    count_every_descriptor_on_cluster,
     count_every_descriptor
 );
 
@@ -587,4 +622,55 @@ async fn a_domain_split_across_files_loads_and_reloads_when_merging_is_on() {
             .and_then(|r| r.policy().map(tollgate::Policy::max_cost))
     };
     assert_eq!((max("user"), max("team")), (Some(1), Some(2)));
+}
+
+// A config with every feature of upstream's example.
+
+#[tokio::test]
+async fn a_config_like_upstreams_example_answers_as_upstream() {
+    let mut rls = Rls::start(
+        "example.yaml",
+        "shop",
+        AnyStore::memory(),
+        EnvoySettings::default(),
+    )
+    .await;
+    // Upstream: `premium` replaces `per_customer`, so `gift` is neither checked nor counted.
+    let r = rls
+        .ask(vec![
+            d(&[("plan", "premium")]),
+            d(&[("cart", "c"), ("item", "gift")]),
+        ])
+        .await;
+    assert_eq!(summary(&r), (vec![(OK, 39, 40), (OK, 0, 0)], OK));
+    assert!(r.statuses[1].current_limit.is_none());
+    // Upstream: `banned` has requests_per_unit 0 and is over, with its name.
+    let r = rls.ask(vec![d(&[("cart", "c"), ("item", "banned")])]).await;
+    assert_eq!(summary(&r), (vec![(OVER, 0, 0)], OVER));
+    assert_eq!(r.statuses[0].current_limit.as_ref().unwrap().name, "blocked");
+    // Upstream: a matched limit replacing `blocked` lets the same descriptor through.
+    let r = rls
+        .ask(vec![
+            d(&[("cart", "c"), ("item", "banned")]),
+            d(&[("region", "eu"), ("customer", "blocked-override")]),
+        ])
+        .await;
+    assert_eq!(summary(&r), (vec![(OK, 0, 0), (OK, 4, 5)], OK));
+    // Upstream: the shadow-mode coupon answers OK past its limit of 2.
+    for _ in 0..3 {
+        let r = rls.ask(vec![d(&[("cart", "c"), ("coupon", "trial")])]).await;
+        assert_eq!(summary(&r).1, OK);
+        assert_eq!(code(r.statuses[0].code), OK);
+    }
+    // Upstream: unlimited, nested and at the top.
+    for entries in [&[("cart", "c"), ("wishlist", "w")][..], &[("health", "h")][..]] {
+        let r = rls.ask(vec![d(entries)]).await;
+        assert_eq!(summary(&r), (vec![(OK, u32::MAX, 0)], OK), "{entries:?}");
+    }
+    // Upstream: the nested default for any item, and the top-level default for the cart.
+    let r = rls
+        .ask(vec![d(&[("cart", "c"), ("item", "book")]), d(&[("cart", "c")])])
+        .await;
+    assert_eq!(summary(&r), (vec![(OK, 8, 9), (OK, 5, 6)], OK));
+    rls.stop().await;
 }

@@ -97,7 +97,7 @@ impl Hit {
             let over_part = if self.before >= self.limit {
                 self.cost
             } else {
-                split.near = self.limit - near_at.max(self.before);
+                split.near = self.limit.saturating_sub(near_at.max(self.before));
                 after.saturating_sub(self.limit)
             };
             split.over = over_part;
@@ -266,6 +266,23 @@ mod tests {
                 ..Split::default()
             }
         );
+    }
+
+    #[test]
+    fn a_ratio_outside_zero_to_one_never_panics() {
+        for ratio in [-1.0, 0.0, 1.0, 2.5, f32::NAN, f32::INFINITY] {
+            for (before, over) in [(0, false), (9, true), (10, true)] {
+                let hit = Hit {
+                    cost: 3,
+                    limit: 10,
+                    before,
+                    over,
+                    shadow: false,
+                };
+                let split = hit.split(ratio);
+                assert!(split.near <= 10, "{ratio}: {split:?}");
+            }
+        }
     }
 
     #[test]
