@@ -135,6 +135,7 @@ pub mod proto {
     pub use envoy_types::pb::google::protobuf::{Duration, UInt64Value};
 }
 
+pub mod json;
 mod overrides;
 
 use overrides::{Override, OverrideError, OverridePolicies};
@@ -181,10 +182,52 @@ impl std::fmt::Debug for RlsService {
 /// # Ok::<(), tollgate_config::ConfigError>(())
 /// ```
 pub fn service(state: SharedState) -> RateLimitServiceServer<RlsService> {
-    RateLimitServiceServer::new(RlsService {
-        state,
-        overrides: Arc::new(OverridePolicies::default()),
-    })
+    RateLimitServiceServer::new(RlsService::new(state))
+}
+
+impl RlsService {
+    /// The handler over `state`; clones share it (and its cache of override policies), so the
+    /// gRPC service and the `/json` endpoint ([`json`]) decide through one value.
+    pub fn new(state: SharedState) -> Self {
+        RlsService {
+            state,
+            overrides: Arc::new(OverridePolicies::default()),
+        }
+    }
+
+    /// Decides one `ShouldRateLimit` request: the one function behind every door of this
+    /// service, gRPC and `/json` alike. An `Err` is the status the gRPC door answers with.
+    ///
+    /// ```
+    /// use tollgate_server::grpc::RlsService;
+    /// use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest, rate_limit_descriptor::Entry};
+    /// use tollgate_server::grpc::proto::rate_limit_response::Code;
+    /// use tollgate_server::state::{AppState, Settings};
+    /// use tollgate_server::store::AnyStore;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let limits = tollgate_config::parse(
+    ///     "edge.yaml",
+    ///     "domain: edge\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+    /// )?;
+    /// let rls = RlsService::new(AppState::new(limits, AnyStore::memory(), Settings::default()));
+    /// let request = RateLimitRequest {
+    ///     domain: "edge".into(),
+    ///     descriptors: vec![RateLimitDescriptor {
+    ///         entries: vec![Entry { key: "path".into(), value: "/".into() }],
+    ///         ..Default::default()
+    ///     }],
+    ///     hits_addend: 0,
+    /// };
+    /// assert_eq!(rls.should_rate_limit(request.clone()).await?.overall_code, Code::Ok as i32);
+    /// assert_eq!(rls.should_rate_limit(request).await?.overall_code, Code::OverLimit as i32);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn should_rate_limit(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        should_rate_limit(&self.state, &self.overrides, request).await
+    }
 }
 
 /// Serves the Envoy rate limit service on `listener` until `shutdown` completes; then stops
@@ -212,9 +255,22 @@ pub async fn serve(
     state: SharedState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
+    serve_with(listener, RlsService::new(state), None, shutdown).await
+}
+
+/// [`serve`] with a given handler (shared with the `/json` endpoint) and, when `health` is
+/// given, the standard gRPC health service (`grpc.health.v1.Health`, see [`crate::health`])
+/// on the same port, as envoyproxy/ratelimit serves it.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    rls: RlsService,
+    health: Option<&crate::health::Health>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
-        .add_service(service(state))
+        .add_service(RateLimitServiceServer::new(rls))
+        .add_optional_service(health.map(crate::health::Health::grpc_service))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
 }
@@ -225,7 +281,7 @@ impl RateLimitService for RlsService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        should_rate_limit(&self.state, &self.overrides, request.into_inner())
+        RlsService::should_rate_limit(self, request.into_inner())
             .await
             .map(Response::new)
     }
