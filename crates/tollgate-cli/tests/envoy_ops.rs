@@ -535,7 +535,7 @@ async fn health_follows_redis_and_turns_not_serving_on_shutdown() {
         ("REDIS_SOCKET_TYPE", "tcp".to_owned()),
         ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
     ]);
-    let mut server = Tollgate::start(&["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"], &vars, false);
+    let server = Tollgate::start(&["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"], &vars, false);
     assert!(
         server
             .child
@@ -588,7 +588,16 @@ async fn health_follows_redis_and_turns_not_serving_on_shutdown() {
         None,
         "the watch ends so the drain can finish"
     );
-    assert!(server.child.wait_exit().success());
+    // The wait blocks, so it runs off the runtime: the client's connection must stay able to
+    // answer the server's GOAWAY and close, or the drain would wait for it.
+    drop((watch, health));
+    let exited = tokio::task::spawn_blocking(move || {
+        let mut server = server;
+        server.child.wait_exit()
+    })
+    .await
+    .expect("the wait");
+    assert!(exited.success());
 }
 
 #[tokio::test]
