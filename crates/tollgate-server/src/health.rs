@@ -158,8 +158,14 @@ pub async fn watch_store(health: Health, store: AnyStore, stop: impl Future<Outp
         let ok = tokio::time::timeout(PROBE_TIMEOUT, store.ready())
             .await
             .unwrap_or(false);
-        if ok != health.inner.store_ok.load(Ordering::Acquire) {
-            tracing::warn!(store = store.kind(), healthy = ok, "store health changed");
+        let was_ok = health.inner.store_ok.load(Ordering::Acquire);
+        if was_ok && !ok {
+            tracing::warn!(
+                store = store.kind(),
+                "store does not answer: health is not serving"
+            );
+        } else if !was_ok && ok {
+            tracing::info!(store = store.kind(), "store answers: health is serving");
         }
         health.set_store(ok).await;
         tokio::select! {
