@@ -16,7 +16,7 @@ use tollgate_server::grpc::proto::rate_limit_response::Code;
 use tollgate_server::grpc::proto::rate_limit_response::rate_limit::Unit;
 use tollgate_server::grpc::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest};
-use tollgate_testkit::{ChildProcess, RedisServer};
+use tollgate_testkit::{ChildProcess, RedisCluster, RedisServer};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
@@ -177,7 +177,7 @@ fn assert_reset_within(status: &Value, max: u64) {
 #[tokio::test]
 async fn grpc_and_json_are_one_service_configured_from_the_runtime_tree() {
     // Upstream's variables only: listeners from HOST/PORT and GRPC_HOST/GRPC_PORT, the limits
-    // from RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config.
+    // from RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config, the memory store (no REDIS_URL).
     let mut vars = runtime_vars();
     vars.extend([
         ("HOST", "127.0.0.1".to_owned()),
@@ -195,11 +195,108 @@ async fn grpc_and_json_are_one_service_configured_from_the_runtime_tree() {
         "the debug port is off unless asked for: {:?}",
         server.child.seen()
     );
+    one_service(&server, "memory").await;
+}
 
+#[tokio::test]
+async fn grpc_and_json_are_one_service_on_redis_from_redis_url() {
+    let redis = RedisServer::start();
+    let mut vars = runtime_vars();
+    vars.extend([
+        ("REDIS_SOCKET_TYPE", "tcp".to_owned()),
+        ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
+    ]);
+    let server = Tollgate::start(&["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"], &vars, false);
+    one_service(&server, "redis").await;
+}
+
+#[tokio::test]
+async fn grpc_and_json_are_one_service_on_redis_cluster_from_redis_type() {
+    let cluster = RedisCluster::start();
+    let nodes: Vec<String> = cluster
+        .ports()
+        .iter()
+        .map(|port| format!("127.0.0.1:{port}"))
+        .collect();
+    let mut vars = runtime_vars();
+    vars.extend([
+        ("REDIS_SOCKET_TYPE", "tcp".to_owned()),
+        ("REDIS_TYPE", "cluster".to_owned()),
+        ("REDIS_URL", nodes.join(",")),
+    ]);
+    let server = Tollgate::start(&["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"], &vars, false);
+    one_service(&server, "redis").await;
+}
+
+#[tokio::test]
+async fn redis_auth_logs_in_and_a_changed_password_turns_health_off() {
+    let redis = RedisServer::start();
+    redis.require_password("s3cret@with%signs");
+    let vars = |auth: &str| {
+        let mut vars = runtime_vars();
+        vars.extend([
+            ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
+            ("REDIS_AUTH", auth.to_owned()),
+        ]);
+        vars
+    };
+    // `password` alone, and `user:password` (the default user), as upstream reads REDIS_AUTH.
+    let mut watches = Vec::new();
+    for auth in ["s3cret@with%signs", "default:s3cret@with%signs"] {
+        let server = Tollgate::start(
+            &["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"],
+            &vars(auth),
+            false,
+        );
+        let mut watch = server
+            .health()
+            .await
+            .watch(HealthCheckRequest {
+                service: "ratelimit".to_owned(),
+            })
+            .await
+            .expect("watch")
+            .into_inner();
+        wait_until(&mut watch, ServingStatus::Serving).await;
+        one_service(&server, "redis").await;
+        watches.push((server, watch));
+    }
+    // The password changes and the connections are dropped: the old one no longer logs in.
+    let auth = ["--no-auth-warning", "-a", "s3cret@with%signs"];
+    redis.cli(&[&auth[..], &["CONFIG", "SET", "requirepass", "changed"]].concat());
+    redis.cli(&[
+        "--no-auth-warning",
+        "-a",
+        "changed",
+        "CLIENT",
+        "KILL",
+        "TYPE",
+        "normal",
+    ]);
+    for (server, watch) in &mut watches {
+        wait_until(watch, ServingStatus::NotServing).await;
+        assert_eq!(server.get(&server.http, "/healthcheck").await.0, 500);
+    }
+}
+
+/// The gRPC door and `/json` answer one descriptor the same way, from one counter, with
+/// upstream's answers; `store` is the store the server said it uses.
+async fn one_service(server: &Tollgate, store: &str) {
+    assert!(
+        server
+            .child
+            .seen()
+            .iter()
+            .any(|line| line.contains(&format!("{store} store"))),
+        "expected the {store} store: {:?}",
+        server.child.seen()
+    );
+    // A value of this server's own, so servers sharing one Redis do not share the counters.
+    let value = server.grpc.rsplit(':').next().unwrap_or_default().to_owned();
     // Upstream: OK, one of one spent, so 0 left; the limit is 1 per DAY.
     let mut rls = server.rls().await;
     let answer = rls
-        .should_rate_limit(request("edge", &[&[("one_per_day", "shared")]]))
+        .should_rate_limit(request("edge", &[&[("one_per_day", &value)]]))
         .await
         .expect("call")
         .into_inner();
@@ -211,7 +308,9 @@ async fn grpc_and_json_are_one_service_configured_from_the_runtime_tree() {
 
     // The same counter over /json. Upstream: 429, OVER_LIMIT, remaining 0 (so left out).
     let (code, body) = server
-        .json(r#"{"domain": "edge", "descriptors": [{"entries": [{"key": "one_per_day", "value": "shared"}]}]}"#)
+        .json(&format!(
+            r#"{{"domain": "edge", "descriptors": [{{"entries": [{{"key": "one_per_day", "value": "{value}"}}]}}]}}"#
+        ))
         .await;
     assert_eq!(code, 429, "{body}");
     assert_eq!(body["overallCode"], "OVER_LIMIT", "{body}");
@@ -226,18 +325,20 @@ async fn grpc_and_json_are_one_service_configured_from_the_runtime_tree() {
 
     // And back on gRPC: still over.
     let answer = rls
-        .should_rate_limit(request("edge", &[&[("one_per_day", "shared")]]))
+        .should_rate_limit(request("edge", &[&[("one_per_day", &value)]]))
         .await
         .expect("call")
         .into_inner();
     assert_eq!(answer.overall_code, Code::OverLimit as i32);
 
     // The second file of the directory is loaded too: nested descriptors, 2 a day per number.
-    let marketing = r#"{"domain": "messaging", "descriptors": [{"entries": [
-        {"key": "message_type", "value": "marketing"}, {"key": "to_number", "value": "2061111111"}]}]}"#;
-    assert_eq!(server.json(marketing).await.0, 200);
-    assert_eq!(server.json(marketing).await.0, 200);
-    assert_eq!(server.json(marketing).await.0, 429);
+    let marketing = format!(
+        r#"{{"domain": "messaging", "descriptors": [{{"entries": [
+            {{"key": "message_type", "value": "marketing"}}, {{"key": "to_number", "value": "{value}"}}]}}]}}"#
+    );
+    assert_eq!(server.json(&marketing).await.0, 200);
+    assert_eq!(server.json(&marketing).await.0, 200);
+    assert_eq!(server.json(&marketing).await.0, 429);
 }
 
 #[tokio::test]

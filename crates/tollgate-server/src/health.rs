@@ -90,7 +90,7 @@ impl Health {
                 updates: tokio::sync::Mutex::new(()),
             }),
         };
-        health.report().await;
+        health.report(true).await;
         health
     }
 
@@ -102,14 +102,14 @@ impl Health {
     /// Records whether the store answered, and reports the resulting status.
     pub async fn set_store(&self, ok: bool) {
         self.inner.store_ok.store(ok, Ordering::Release);
-        self.report().await;
+        self.report(false).await;
     }
 
     /// Reports `NOT_SERVING` for good, then ends the `Watch` streams (each sees `NOT_SERVING`
     /// first), so a graceful shutdown is not held open by health watchers.
     pub async fn shut_down(&self) {
         self.inner.stopping.store(true, Ordering::Release);
-        self.report().await;
+        self.report(false).await;
         let _guard = self.inner.updates.lock().await;
         self.inner.cleared.store(true, Ordering::Release);
         let mut reporter = self.inner.reporter.clone();
@@ -127,14 +127,18 @@ impl Health {
         self.inner.stopping.load(Ordering::Acquire)
     }
 
-    async fn report(&self) {
+    /// Reports the status to the health service when it changed (or `always`), so a `Watch`
+    /// stream sees each change once, not every probe.
+    async fn report(&self, always: bool) {
         let _guard = self.inner.updates.lock().await;
         if self.inner.cleared.load(Ordering::Acquire) {
             // Shut down: the statuses are gone, and stay gone.
             return;
         }
         let serving = self.inner.store_ok.load(Ordering::Acquire) && !self.stopping();
-        self.inner.serving.store(serving, Ordering::Release);
+        if self.inner.serving.swap(serving, Ordering::AcqRel) == serving && !always {
+            return;
+        }
         let status = if serving {
             ServingStatus::Serving
         } else {
