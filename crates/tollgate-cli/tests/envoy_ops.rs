@@ -516,6 +516,41 @@ async fn debug_port_dumps_the_loaded_config_and_serves_metrics() {
 }
 
 #[tokio::test]
+async fn rlconfig_shows_a_reload_at_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("edge.yaml");
+    let limit = |n: u32| {
+        format!(
+            "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {{unit: hour, requests_per_unit: {n}}}\n"
+        )
+    };
+    std::fs::write(&file, limit(10)).expect("write");
+    let config = dir.path().to_str().expect("utf-8 path");
+    let mut server = Tollgate::start(
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--debug-addr",
+            "127.0.0.1:0",
+            "--config",
+            config,
+        ],
+        &[],
+        true,
+    );
+    let debug = server.debug.clone().expect("debug port");
+    let line =
+        |n: u32| format!("edge.k: unit=HOUR requests_per_unit={n}, shadow_mode: false, quota_mode: false\n");
+    assert_eq!(server.get(&debug, "/rlconfig").await, (200, line(10)));
+    std::fs::write(&file, limit(20)).expect("write");
+    server.child.signal("HUP");
+    server.child.wait_for("reloaded");
+    assert_eq!(server.get(&debug, "/rlconfig").await, (200, line(20)));
+}
+
+#[tokio::test]
 async fn tollgate_flags_and_variables_win_over_upstreams() {
     // Ports another process holds: if upstream's PORT or GRPC_PORT were used, the start fails.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

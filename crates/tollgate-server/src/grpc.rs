@@ -6,6 +6,9 @@
 //! goes over the wire is exactly what Envoy sends and expects. [`proto`] re-exports them, with the
 //! generated client.
 //!
+//! [`RlsService::should_rate_limit`] decides a request; the gRPC service and upstream's HTTP
+//! door `POST /json` ([`json`]) both call it, so they cannot answer differently.
+//!
 //! # One call
 //!
 //! A request names a `domain` and carries descriptors, each a list of `(key, value)` entries.
