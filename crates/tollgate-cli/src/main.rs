@@ -186,11 +186,16 @@ fn run(job: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
     }
 }
 
-/// Sends the libraries' `tracing` events to stderr, filtered by `RUST_LOG` (default `warn`, so a
+/// Sends the libraries' `tracing` events to stderr, filtered by `RUST_LOG` (else upstream's
+/// `LOG_LEVEL`; default `warn`, so a
 /// failing store or a rejected config is seen without a flood of per-request lines).
 fn init_logs() {
+    // RUST_LOG, else envoyproxy/ratelimit's LOG_LEVEL (a bad one is reported by `serve`).
+    let upstream_level = std::env::var("LOG_LEVEL")
+        .ok()
+        .and_then(|level| tollgate_server::envoy_env::log_level(&level));
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(upstream_level.unwrap_or("warn")));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

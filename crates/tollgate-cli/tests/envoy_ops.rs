@@ -23,7 +23,8 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 /// Every variable of upstream's that tollgate reads, removed from the child's environment so the
 /// machine running the tests cannot change them.
-const UPSTREAM_VARS: [&str; 24] = [
+const UPSTREAM_VARS: [&str; 25] = [
+    "LOG_LEVEL",
     "RUNTIME_ROOT",
     "RUNTIME_SUBDIRECTORY",
     "RUNTIME_APPDIRECTORY",
@@ -205,8 +206,11 @@ async fn grpc_and_json_are_one_service_on_redis_from_redis_url() {
     vars.extend([
         ("REDIS_SOCKET_TYPE", "tcp".to_owned()),
         ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
+        // Upstream's log level, used since RUST_LOG is not set: the info event shows.
+        ("LOG_LEVEL", "INFO".to_owned()),
     ]);
-    let server = Tollgate::start(&["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"], &vars, false);
+    let mut server = Tollgate::start(&["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"], &vars, false);
+    server.child.wait_for("store answers: health is serving");
     one_service(&server, "redis").await;
 }
 
@@ -624,6 +628,7 @@ fn unusable_upstream_settings_stop_the_start_naming_the_variable() {
             "2",
             "NEAR_LIMIT_RATIO=2: expected a number above 0 and at most 1",
         ),
+        ("LOG_LEVEL", "loud", "LOG_LEVEL=loud: expected trace, debug"),
     ];
     for (var, value, message) in cases {
         let mut vars = vec![(var, value.to_owned())];

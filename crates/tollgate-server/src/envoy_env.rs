@@ -16,9 +16,10 @@
 //! | `GRPC_HOST`, `GRPC_PORT` | `--grpc` (defaults `0.0.0.0`, `8081`), when either is set |
 //! | `DEBUG_HOST`, `DEBUG_PORT` | `--debug-addr` (default host `0.0.0.0`), when `DEBUG_PORT` is set |
 //! | `SHADOW_MODE`, `MERGE_DOMAIN_CONFIG`, `NEAR_LIMIT_RATIO` | [`Compat`] |
+//! | `LOG_LEVEL` | the log level when `RUST_LOG` is not set ([`log_level`]) |
 //! | `CONFIG_TYPE`, `BACKEND_TYPE`, `REDIS_PERSECOND`, `GRPC_UDS`, `GRPC_SERVER_USE_TLS` | accepted at their defaults (`FILE`, `redis`, false, unset, false); anything else is refused, since tollgate cannot do it and would otherwise serve something else than asked |
 //!
-//! Every other variable of upstream's (statsd, tracing, pool sizes, log settings) is ignored, as
+//! Every other variable of upstream's (statsd, tracing, pool sizes, `LOG_FORMAT`) is ignored, as
 //! upstream ignores variables it does not know. An empty value counts as unset. A value that
 //! cannot be read is an error naming the variable (`PORT=eighty: expected a port number`), so a
 //! typo stops the start instead of being served around.
@@ -157,6 +158,15 @@ impl EnvoyEnv {
                 "a unix socket listener is not supported; use GRPC_HOST and GRPC_PORT",
             ));
         }
+        if let Some(level) = get("LOG_LEVEL")
+            && log_level(&level).is_none()
+        {
+            return Err(EnvError::new(
+                "LOG_LEVEL",
+                &level,
+                "expected trace, debug, info, warn, error, fatal or panic",
+            ));
+        }
         // Checked so a typo is caught; dot files are always skipped and the directory watched.
         boolean("RUNTIME_IGNOREDOTFILES", get("RUNTIME_IGNOREDOTFILES"))?;
         boolean("RUNTIME_WATCH_ROOT", get("RUNTIME_WATCH_ROOT"))?;
@@ -196,6 +206,27 @@ impl EnvoyEnv {
             },
         })
     }
+}
+
+/// upstream's `LOG_LEVEL` (logrus's names, any case) as a `tracing` level filter; `None` when
+/// it is not one. The binary uses it when `RUST_LOG` is not set.
+///
+/// ```
+/// use tollgate_server::envoy_env::log_level;
+///
+/// assert_eq!(log_level("DEBUG"), Some("debug"));
+/// assert_eq!(log_level("fatal"), Some("error"));
+/// assert_eq!(log_level("loud"), None);
+/// ```
+pub fn log_level(value: &str) -> Option<&'static str> {
+    Some(match value.trim().to_ascii_lowercase().as_str() {
+        "trace" => "trace",
+        "debug" => "debug",
+        "info" => "info",
+        "warn" | "warning" => "warn",
+        "error" | "fatal" | "panic" => "error",
+        _ => return None,
+    })
 }
 
 /// A Go boolean; unset is false.
