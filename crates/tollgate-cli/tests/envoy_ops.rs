@@ -23,7 +23,13 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 /// Every variable of upstream's that tollgate reads, removed from the child's environment so the
 /// machine running the tests cannot change them.
-const UPSTREAM_VARS: [&str; 25] = [
+const UPSTREAM_VARS: [&str; 31] = [
+    "QUOTA_MODE",
+    "RESPONSE_DYNAMIC_METADATA",
+    "LIMIT_RESPONSE_HEADERS_ENABLED",
+    "LIMIT_LIMIT_HEADER",
+    "LIMIT_REMAINING_HEADER",
+    "LIMIT_RESET_HEADER",
     "LOG_LEVEL",
     "RUNTIME_ROOT",
     "RUNTIME_SUBDIRECTORY",
@@ -629,6 +635,11 @@ fn unusable_upstream_settings_stop_the_start_naming_the_variable() {
             "NEAR_LIMIT_RATIO=2: expected a number above 0 and at most 1",
         ),
         ("LOG_LEVEL", "loud", "LOG_LEVEL=loud: expected trace, debug"),
+        (
+            "QUOTA_MODE",
+            "1",
+            "QUOTA_MODE=true: global quota mode is not available",
+        ),
     ];
     for (var, value, message) in cases {
         let mut vars = vec![(var, value.to_owned())];

@@ -15,7 +15,7 @@
 //! | `HOST`, `PORT` | `--http` (defaults `0.0.0.0`, `8080`, as upstream), when either is set |
 //! | `GRPC_HOST`, `GRPC_PORT` | `--grpc` (defaults `0.0.0.0`, `8081`), when either is set |
 //! | `DEBUG_HOST`, `DEBUG_PORT` | `--debug-addr` (default host `0.0.0.0`), when `DEBUG_PORT` is set |
-//! | `SHADOW_MODE`, `MERGE_DOMAIN_CONFIG`, `NEAR_LIMIT_RATIO` | [`Compat`] |
+//! | `SHADOW_MODE`, `QUOTA_MODE`, `MERGE_DOMAIN_CONFIG`, `NEAR_LIMIT_RATIO`, `RESPONSE_DYNAMIC_METADATA`, `LIMIT_RESPONSE_HEADERS_ENABLED`, `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER` | [`Compat`] |
 //! | `LOG_LEVEL` | the log level when `RUST_LOG` is not set ([`log_level`]) |
 //! | `CONFIG_TYPE`, `BACKEND_TYPE`, `REDIS_PERSECOND`, `GRPC_UDS`, `GRPC_SERVER_USE_TLS` | accepted at their defaults (`FILE`, `redis`, false, unset, false); anything else is refused, since tollgate cannot do it and would otherwise serve something else than asked |
 //!
@@ -47,23 +47,44 @@ pub struct EnvoyEnv {
     pub compat: Compat,
 }
 
-/// upstream's switches that change what the service answers, carried to the server. The server
+/// upstream's switches that change what the service answers, carried to the server, which
 /// applies each where it has the feature ([`Compat::check`] refuses what it cannot honour).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Compat {
-    /// `SHADOW_MODE`: every limit in shadow mode (decided and counted, never enforced).
+    /// `SHADOW_MODE`: every request answered `OK`, its limits decided and counted only.
     pub shadow_mode: bool,
+    /// `QUOTA_MODE`: every descriptor in quota mode.
+    pub quota_mode: bool,
     /// `MERGE_DOMAIN_CONFIG`: descriptors of one domain may come from several files.
     pub merge_domain_config: bool,
     /// `NEAR_LIMIT_RATIO` (0 < r <= 1, upstream's default 0.8): when a hit counts as near the
     /// limit in the per-descriptor statistics.
     pub near_limit_ratio: Option<f32>,
+    /// `RESPONSE_DYNAMIC_METADATA`: answers carry dynamic metadata.
+    pub response_dynamic_metadata: bool,
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED`, with the names from `LIMIT_LIMIT_HEADER`,
+    /// `LIMIT_REMAINING_HEADER` and `LIMIT_RESET_HEADER` (upstream's defaults
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`).
+    pub response_headers: Option<HeaderNames>,
+}
+
+/// The names of the rate limit headers an answer carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderNames {
+    /// The limit (`LIMIT_LIMIT_HEADER`).
+    pub limit: String,
+    /// The budget left (`LIMIT_REMAINING_HEADER`).
+    pub remaining: String,
+    /// The seconds to the reset (`LIMIT_RESET_HEADER`).
+    pub reset: String,
 }
 
 impl Compat {
     /// Refuses what this server cannot honour, rather than serving something else than asked:
-    /// global shadow mode would silently enforce limits the operator meant only to observe.
-    /// Merging domains is left to the loader, which refuses a domain defined twice.
+    /// global shadow or quota mode would silently enforce limits the operator meant only to
+    /// observe, and clients expecting the rate limit headers or dynamic metadata would silently
+    /// go without. Merging domains is left to the loader, which refuses a domain defined twice
+    /// when it cannot merge it.
     ///
     /// ```
     /// use tollgate_server::envoy_env::Compat;
@@ -73,14 +94,28 @@ impl Compat {
     /// assert!(shadow.check().unwrap_err().to_string().starts_with("SHADOW_MODE=true: "));
     /// ```
     pub fn check(&self) -> Result<(), EnvError> {
-        if self.shadow_mode {
-            return Err(EnvError::new(
-                "SHADOW_MODE",
+        let refused = [
+            (self.shadow_mode, "SHADOW_MODE", "global shadow mode"),
+            (self.quota_mode, "QUOTA_MODE", "global quota mode"),
+            (
+                self.response_headers.is_some(),
+                "LIMIT_RESPONSE_HEADERS_ENABLED",
+                "rate limit response headers",
+            ),
+            (
+                self.response_dynamic_metadata,
+                "RESPONSE_DYNAMIC_METADATA",
+                "response dynamic metadata",
+            ),
+        ];
+        match refused.into_iter().find(|(on, _, _)| *on) {
+            Some((_, var, what)) => Err(EnvError::new(
+                var,
                 "true",
-                "global shadow mode is not available in this server; put `shadow_mode: true` on the descriptors instead",
-            ));
+                format!("{what} is not available in this server"),
+            )),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -201,8 +236,14 @@ impl EnvoyEnv {
             debug: listener(&get, "DEBUG_HOST", "DEBUG_PORT", 6070, true)?,
             compat: Compat {
                 shadow_mode: boolean("SHADOW_MODE", get("SHADOW_MODE"))?,
+                quota_mode: boolean("QUOTA_MODE", get("QUOTA_MODE"))?,
                 merge_domain_config: boolean("MERGE_DOMAIN_CONFIG", get("MERGE_DOMAIN_CONFIG"))?,
                 near_limit_ratio,
+                response_dynamic_metadata: boolean(
+                    "RESPONSE_DYNAMIC_METADATA",
+                    get("RESPONSE_DYNAMIC_METADATA"),
+                )?,
+                response_headers: header_names(&get)?,
             },
         })
     }
@@ -227,6 +268,29 @@ pub fn log_level(value: &str) -> Option<&'static str> {
         "error" | "fatal" | "panic" => "error",
         _ => return None,
     })
+}
+
+/// The rate limit header names when `LIMIT_RESPONSE_HEADERS_ENABLED` is on.
+fn header_names(get: &impl Fn(&str) -> Option<String>) -> Result<Option<HeaderNames>, EnvError> {
+    let name = |var: &'static str, default: &str| {
+        let name = get(var).unwrap_or_else(|| default.to_owned());
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if name.bytes().all(token) {
+            Ok(name)
+        } else {
+            Err(EnvError::new(var, &name, "expected an HTTP header name"))
+        }
+    };
+    let names = HeaderNames {
+        limit: name("LIMIT_LIMIT_HEADER", "RateLimit-Limit")?,
+        remaining: name("LIMIT_REMAINING_HEADER", "RateLimit-Remaining")?,
+        reset: name("LIMIT_RESET_HEADER", "RateLimit-Reset")?,
+    };
+    let enabled = boolean(
+        "LIMIT_RESPONSE_HEADERS_ENABLED",
+        get("LIMIT_RESPONSE_HEADERS_ENABLED"),
+    )?;
+    Ok(enabled.then_some(names))
 }
 
 /// A Go boolean; unset is false.
@@ -461,23 +525,42 @@ mod tests {
     fn switches_are_read_as_go_reads_booleans() {
         let env = read(&[
             ("SHADOW_MODE", "True"),
+            ("QUOTA_MODE", "t"),
             ("MERGE_DOMAIN_CONFIG", "1"),
             ("NEAR_LIMIT_RATIO", "0.9"),
+            ("RESPONSE_DYNAMIC_METADATA", "TRUE"),
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+            ("LIMIT_RESET_HEADER", "X-RateLimit-Reset"),
         ])
         .unwrap();
         assert_eq!(
             env.compat,
             Compat {
                 shadow_mode: true,
+                quota_mode: true,
                 merge_domain_config: true,
-                near_limit_ratio: Some(0.9)
+                near_limit_ratio: Some(0.9),
+                response_dynamic_metadata: true,
+                response_headers: Some(HeaderNames {
+                    limit: "RateLimit-Limit".into(),
+                    remaining: "RateLimit-Remaining".into(),
+                    reset: "X-RateLimit-Reset".into(),
+                }),
             }
+        );
+        assert_eq!(
+            read(&[("LIMIT_LIMIT_HEADER", "X-Limit")])
+                .unwrap()
+                .compat
+                .response_headers,
+            None,
+            "names alone do not turn the headers on"
         );
     }
 
     #[test]
     fn bad_values_name_the_variable() {
-        let cases: [(&[(&str, &str)], &str); 10] = [
+        let cases: [(&[(&str, &str)], &str); 11] = [
             (
                 &[("PORT", "eighty")],
                 "PORT=eighty: expected a port number (0 to 65535)",
@@ -517,6 +600,10 @@ mod tests {
             (
                 &[("CONFIG_TYPE", "GRPC_XDS_SOTW")],
                 "CONFIG_TYPE=GRPC_XDS_SOTW: only FILE is supported",
+            ),
+            (
+                &[("LIMIT_LIMIT_HEADER", "X Limit")],
+                "LIMIT_LIMIT_HEADER=X Limit: expected an HTTP header name",
             ),
         ];
         for (vars, expected) in cases {

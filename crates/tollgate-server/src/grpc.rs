@@ -6,7 +6,7 @@
 //! goes over the wire is exactly what Envoy sends and expects. [`proto`] re-exports them, with the
 //! generated client.
 //!
-//! [`RlsService::should_rate_limit`] decides a request; the gRPC service and upstream's HTTP
+//! [`RlsService::answer`] decides a request; the gRPC service and upstream's HTTP
 //! door `POST /json` ([`json`]) both call it, so they cannot answer differently.
 //!
 //! # One call
@@ -223,12 +223,12 @@ impl RlsService {
     ///     }],
     ///     hits_addend: 0,
     /// };
-    /// assert_eq!(rls.should_rate_limit(request.clone()).await?.overall_code, Code::Ok as i32);
-    /// assert_eq!(rls.should_rate_limit(request).await?.overall_code, Code::OverLimit as i32);
+    /// assert_eq!(rls.answer(request.clone()).await?.overall_code, Code::Ok as i32);
+    /// assert_eq!(rls.answer(request).await?.overall_code, Code::OverLimit as i32);
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn should_rate_limit(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
+    pub async fn answer(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
         should_rate_limit(&self.state, &self.overrides, request).await
     }
 }
@@ -284,9 +284,7 @@ impl RateLimitService for RlsService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        RlsService::should_rate_limit(self, request.into_inner())
-            .await
-            .map(Response::new)
+        self.answer(request.into_inner()).await.map(Response::new)
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! `POST /json` takes a `RateLimitRequest` in the proto3 JSON mapping and answers the
 //! `RateLimitResponse` in the same mapping, decided by the very function the gRPC door calls
-//! ([`RlsService::should_rate_limit`]), so both doors always give the same answer:
+//! ([`RlsService::answer`]), so both doors always give the same answer:
 //!
 //! ```json
 //! {"domain": "edge", "descriptors": [{"entries": [{"key": "path", "value": "/login"}]}]}
@@ -107,7 +107,7 @@ async fn json(State(rls): State<RlsService>, body: Result<Bytes, BytesRejection>
         Ok(request) => request,
         Err(detail) => return problem(StatusCode::BAD_REQUEST, detail, None),
     };
-    match rls.should_rate_limit(request).await {
+    match rls.answer(request).await {
         Ok(response) => {
             let status = match Code::try_from(response.overall_code) {
                 Ok(Code::OverLimit) => StatusCode::TOO_MANY_REQUESTS,
