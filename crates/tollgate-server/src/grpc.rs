@@ -258,13 +258,13 @@ pub async fn serve(
     state: SharedState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    serve_with(listener, RlsService::new(state), None, shutdown).await
+    serve_with_health(listener, RlsService::new(state), None, shutdown).await
 }
 
 /// [`serve`] with a given handler (shared with the `/json` endpoint) and, when `health` is
 /// given, the standard gRPC health service (`grpc.health.v1.Health`, see [`crate::health`])
 /// on the same port, as envoyproxy/ratelimit serves it.
-pub async fn serve_with(
+pub async fn serve_with_health(
     listener: tokio::net::TcpListener,
     rls: RlsService,
     health: Option<&crate::health::Health>,

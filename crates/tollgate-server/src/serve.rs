@@ -143,7 +143,7 @@ pub async fn run(
     let grpc_health = health.clone();
     let grpc_rls = rls.clone();
     let mut grpc_server = AbortOnDrop(tokio::spawn(async move {
-        grpc::serve_with(listeners.grpc, grpc_rls, Some(&grpc_health), grpc_stopped).await
+        grpc::serve_with_health(listeners.grpc, grpc_rls, Some(&grpc_health), grpc_stopped).await
     }));
     let debug_server = listeners.debug.map(|listener| {
         let app = debug::router(Arc::clone(&state));
