@@ -7,7 +7,8 @@
 //! - `listener_args`: the timeout and limit flags every listener has (`serve` and `proxy`).
 //! - `main.rs` (this file): the subcommands (`serve`, `proxy`, `check-config`,
 //!   `bench`), each turned into the options of the library call that does the work, and the
-//!   runtime the server calls run on, and the log set-up: `tracing` events (a failing store, a
+//!   runtime the server calls run on (with envoyproxy/ratelimit's environment variables, read by
+//!   `tollgate_server::envoy_env`, filling in what no flag gives), and the log set-up: `tracing` events (a failing store, a
 //!   rejected reload) go to stderr as text, filtered by `RUST_LOG` (default `warn`).
 
 use std::net::SocketAddr;
@@ -18,8 +19,13 @@ mod listener_args;
 
 use clap::{Parser, Subcommand};
 use listener_args::{ListenerArgs, UpstreamArgs};
+use tollgate_server::envoy_env::EnvoyEnv;
 use tollgate_server::serve::{self, Options};
 use tollgate_server::state::Settings;
+
+/// Where `serve` listens when nothing says otherwise: loopback, so a first try exposes nothing.
+const DEFAULT_HTTP: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
+const DEFAULT_GRPC: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8081);
 
 /// Rate limit decisions over HTTP/JSON, for every service in a fleet.
 #[derive(Parser)]
@@ -45,21 +51,32 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the HTTP API and the Envoy rate limit service (demo policies when no --config).
+    ///
+    /// envoyproxy/ratelimit's environment variables (RUNTIME_ROOT, REDIS_URL, PORT, GRPC_PORT,
+    /// DEBUG_PORT, ...) are read too; a flag or TOLLGATE_* variable wins over them.
     Serve {
-        /// A config file or a directory of them (tollgate policies or envoyproxy/ratelimit).
+        /// A config file or a directory of them (tollgate policies or envoyproxy/ratelimit)
+        /// [default: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY when set, else the
+        /// built-in demo policies].
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Store: redis://host:port or redis+cluster://host:port,host:port (default: in memory).
+        /// Store: redis://host:port or redis+cluster://host:port,host:port [default: from
+        /// REDIS_URL when set, else in memory].
         #[arg(long, env = "TOLLGATE_STORE")]
         store: Option<String>,
         #[command(flatten)]
         store_options: StoreArgs,
-        /// HTTP listen address.
-        #[arg(long, env = "TOLLGATE_HTTP_ADDR", default_value = "127.0.0.1:8080")]
-        http: SocketAddr,
-        /// gRPC (Envoy rate limit service) listen address.
-        #[arg(long, env = "TOLLGATE_GRPC_ADDR", default_value = "127.0.0.1:8081")]
-        grpc: SocketAddr,
+        /// HTTP listen address [default: from HOST/PORT when set, else 127.0.0.1:8080].
+        #[arg(long, env = "TOLLGATE_HTTP_ADDR")]
+        http: Option<SocketAddr>,
+        /// gRPC (Envoy rate limit service) listen address [default: from GRPC_HOST/GRPC_PORT
+        /// when set, else 127.0.0.1:8081].
+        #[arg(long, env = "TOLLGATE_GRPC_ADDR")]
+        grpc: Option<SocketAddr>,
+        /// Debug listen address (/rlconfig, /metrics) [default: from DEBUG_HOST/DEBUG_PORT when
+        /// DEBUG_PORT is set, else off].
+        #[arg(long, env = "TOLLGATE_DEBUG_ADDR")]
+        debug_addr: Option<SocketAddr>,
         /// Token required by admin endpoints (`Authorization: Bearer <token>`).
         #[arg(long, env = "TOLLGATE_ADMIN_TOKEN")]
         admin_token: Option<String>,
@@ -192,22 +209,33 @@ fn main() -> ExitCode {
             store_options,
             http,
             grpc,
+            debug_addr,
             admin_token,
             max_key_len,
             listener,
         } => {
+            // Upstream's variables fill in what neither a flag nor a TOLLGATE_* variable says.
+            let upstream = match EnvoyEnv::from_env() {
+                Ok(upstream) => upstream,
+                Err(err) => {
+                    eprintln!("tollgate: {err}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let options = Options {
-                config,
-                store,
+                config: config.or(upstream.config),
+                store: store.or(upstream.store),
                 store_options: store_options.into(),
-                http,
-                grpc,
+                http: http.or(upstream.http).unwrap_or(DEFAULT_HTTP),
+                grpc: grpc.or(upstream.grpc).unwrap_or(DEFAULT_GRPC),
+                debug: debug_addr.or(upstream.debug),
                 settings: Settings {
                     admin_token,
                     max_key_len,
                     listeners: listener.options(tollgate_server::http::MAX_BODY),
                     ..Settings::default()
                 },
+                compat: upstream.compat,
             };
             run(serve::serve(options))
         }
@@ -232,11 +260,16 @@ fn run(job: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
     }
 }
 
-/// Sends the libraries' `tracing` events to stderr, filtered by `RUST_LOG` (default `warn`, so a
+/// Sends the libraries' `tracing` events to stderr, filtered by `RUST_LOG` (else upstream's
+/// `LOG_LEVEL`; default `warn`, so a
 /// failing store or a rejected config is seen without a flood of per-request lines).
 fn init_logs(format: LogFormat) {
+    // RUST_LOG, else envoyproxy/ratelimit's LOG_LEVEL (a bad one is reported by `serve`).
+    let upstream_level = std::env::var("LOG_LEVEL")
+        .ok()
+        .and_then(|level| tollgate_server::envoy_env::log_level(&level));
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(upstream_level.unwrap_or("warn")));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -39,6 +39,8 @@
 //! - [`ours`]: tollgate's format (`policies:` and `routes:`).
 //! - [`envoy`]: envoyproxy/ratelimit's format (`domain:` and `descriptors:`), with tollgate's
 //!   extensions.
+//! - `dump` (private): [`Limits::dump`], the loaded descriptors one per line, as
+//!   envoyproxy/ratelimit's `/rlconfig` prints them.
 //! - [`duration`]: the duration and rate grammar both formats share.
 //! - `error`: [`ConfigError`], which names the file and the path to the field, and
 //!   [`ConfigErrorKind`].
@@ -80,6 +82,7 @@
 //! a duration: `window: 90` is refused with a hint to write `"90s"`, because seconds,
 //! milliseconds and nanoseconds are all common defaults elsewhere.
 
+mod dump;
 pub mod duration;
 pub mod envoy;
 mod error;

@@ -247,6 +247,11 @@ impl Limits {
         self.domains.get_mut(name)
     }
 
+    /// Every envoyproxy/ratelimit domain's tree, in no particular order.
+    pub(crate) fn domain_trees(&self) -> impl Iterator<Item = &Domain> {
+        self.domains.values()
+    }
+
     pub(crate) fn has_policy(&self, name: &str) -> bool {
         self.policies.contains_key(name)
     }
@@ -699,6 +704,17 @@ pub(crate) struct Level {
 }
 
 impl Level {
+    /// Every descriptor of this level (not those below it), in no particular order.
+    pub(crate) fn nodes(&self) -> impl Iterator<Item = &Node> {
+        self.keys.values().flat_map(|group| {
+            group
+                .exact
+                .values()
+                .chain(group.wildcards.iter().map(|(_, node)| node))
+                .chain(group.any.as_deref())
+        })
+    }
+
     fn is_empty(&self) -> bool {
         self.keys.is_empty()
     }

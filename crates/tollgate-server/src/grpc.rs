@@ -6,6 +6,9 @@
 //! goes over the wire is exactly what Envoy sends and expects. [`proto`] re-exports them, with the
 //! generated client.
 //!
+//! [`RlsService::answer`] decides a request; the gRPC service and upstream's HTTP
+//! door `POST /json` ([`json`]) both call it, so they cannot answer differently.
+//!
 //! # One call
 //!
 //! A request names a `domain` and carries descriptors, each a list of `(key, value)` entries.
@@ -152,6 +155,7 @@ pub mod proto {
 }
 
 mod answer;
+pub mod json;
 mod overrides;
 mod settings;
 mod stats;
@@ -280,15 +284,18 @@ pub async fn serve(
     state: SharedState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    serve_with(listener, state, ListenerOptions::default(), shutdown).await
+    serve_with(listener, RlsService::new(state), None, ListenerOptions::default(), shutdown).await
 }
 
-/// [`serve`] with the listener's timeouts and limits: the connection limit, the idle timeout,
-/// HTTP/2 keep-alive pings, concurrent streams and header size per connection, and the drain
-/// timeout after `shutdown`, past which open connections are closed.
+/// [`serve`] with a given handler (shared with the `/json` endpoint), the standard gRPC health
+/// service (`grpc.health.v1.Health`, see [`crate::health`]) when `health` is given, as
+/// envoyproxy/ratelimit serves it, and the listener's timeouts and limits: the connection limit,
+/// the idle timeout, HTTP/2 keep-alive pings, concurrent streams and header size per connection,
+/// and the drain timeout after `shutdown`, past which open connections are closed.
 pub async fn serve_with(
     listener: tokio::net::TcpListener,
-    state: SharedState,
+    rls: RlsService,
+    health: Option<&crate::health::Health>,
     options: ListenerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
@@ -316,7 +323,8 @@ pub async fn serve_with(
         .max_concurrent_streams(options.http2_max_concurrent_streams)
         .http2_max_header_list_size(header_list)
         .http2_max_pending_accept_reset_streams(Some(64))
-        .add_service(service(state))
+        .add_service(RateLimitServiceServer::new(rls))
+        .add_optional_service(health.map(crate::health::Health::grpc_service))
         .serve_with_incoming_shutdown(incoming, shutdown);
     tokio::select! {
         served = server => served,
@@ -330,9 +338,7 @@ impl RateLimitService for RlsService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        should_rate_limit(self, request.into_inner())
-            .await
-            .map(Response::new)
+        self.answer(request.into_inner()).await.map(Response::new)
     }
 }
 

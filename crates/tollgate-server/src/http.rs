@@ -126,7 +126,7 @@ impl IntoResponse for ApiError {
 }
 
 /// An RFC 9457 problem response, with `policy` as an extension member when one is to blame.
-fn problem(status: StatusCode, detail: String, policy: Option<&str>) -> Response {
+pub(crate) fn problem(status: StatusCode, detail: String, policy: Option<&str>) -> Response {
     let mut body = json!({
         "type": "about:blank",
         "title": status.canonical_reason().unwrap_or("Error"),

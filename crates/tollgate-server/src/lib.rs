@@ -41,7 +41,10 @@
 //!   stops on ctrl-c or SIGTERM, as `tollgate serve` does.
 //! - [`http`]: the HTTP/JSON API ([`http::router`]).
 //! - [`grpc`]: the Envoy rate limit service (`ShouldRateLimit`), answered as envoyproxy/ratelimit
-//!   does ([`grpc::service`], [`grpc::serve`]).
+//!   does ([`grpc::service`], [`grpc::serve`]), and its HTTP door `POST /json` ([`grpc::json`]).
+//! - [`health`]: the gRPC health service and `/healthcheck`, following the store's health.
+//! - [`debug`]: the opt-in debug port: `/rlconfig` and `/metrics`.
+//! - [`envoy_env`]: envoyproxy/ratelimit's environment settings, mapped to tollgate's options.
 //! - [`proxy`]: `tollgate proxy`, a rate limiting reverse proxy over the tower middleware.
 //! - [`reload`]: swapping in a new config on SIGHUP or file change; a broken one is rejected.
 //! - [`store`]: [`store::AnyStore`], the memory or Redis store chosen at start-up.
@@ -52,7 +55,10 @@
 //! - [`problem`]: RFC 9457 problem answers, the shape of every error.
 //! - [`metrics`]: Prometheus metric names and the recorder.
 
+pub mod debug;
+pub mod envoy_env;
 pub mod grpc;
+pub mod health;
 pub mod http;
 pub mod listener;
 pub mod metrics;

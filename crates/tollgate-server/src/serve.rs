@@ -1,5 +1,6 @@
-//! Running the server: [`run`] serves the HTTP API and the Envoy rate limit service on
-//! listeners the caller bound, until a shutdown future completes; [`serve`] is what `tollgate
+//! Running the server: [`run`] serves the HTTP API (with envoyproxy/ratelimit's `/json` and
+//! `/healthcheck`), the Envoy rate limit service with the gRPC health service, and the optional
+//! debug endpoints on listeners the caller bound, until a shutdown future completes; [`serve`] is what `tollgate
 //! serve` does around it: load the limits, open the store, bind, reload the limits on SIGHUP and
 //! on file change (see [`reload`]), and stop on ctrl-c or SIGTERM.
 //!
@@ -18,9 +19,11 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::envoy_env::Compat;
+use crate::health::{self, Health};
 use crate::state::{AppState, Settings, SharedState};
 use crate::store::{AnyStore, StoreOptions};
-use crate::{grpc, http, listener, metrics, reload};
+use crate::{debug, grpc, http, listener, metrics, reload};
 
 /// What `tollgate serve` was asked to do.
 #[derive(Debug, Clone)]
@@ -35,8 +38,12 @@ pub struct Options {
     pub http: SocketAddr,
     /// Where the Envoy rate limit service (gRPC) listens.
     pub grpc: SocketAddr,
+    /// Where the debug endpoints listen (`/rlconfig`, `/metrics`); `None` serves none.
+    pub debug: Option<SocketAddr>,
     /// Fixed settings.
     pub settings: Settings,
+    /// envoyproxy/ratelimit's switches read from its environment variables.
+    pub compat: Compat,
 }
 
 /// The bound sockets [`run`] serves on.
@@ -44,8 +51,10 @@ pub struct Options {
 pub struct Listeners {
     /// The HTTP/JSON API.
     pub http: TcpListener,
-    /// The Envoy rate limit service (gRPC).
+    /// The Envoy rate limit service (gRPC) and the gRPC health service.
     pub grpc: TcpListener,
+    /// The debug endpoints ([`debug`]), when asked for.
+    pub debug: Option<TcpListener>,
 }
 
 impl Listeners {
@@ -67,7 +76,30 @@ impl Listeners {
         let grpc = TcpListener::bind(grpc)
             .await
             .with_context(|| format!("cannot listen for grpc on {grpc}"))?;
-        Ok(Listeners { http, grpc })
+        Ok(Listeners {
+            http,
+            grpc,
+            debug: None,
+        })
+    }
+
+    /// Also binds the debug listener ([`debug`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// let any = "127.0.0.1:0".parse()?;
+    /// let listeners = tollgate_server::Listeners::bind(any, any).await?.with_debug(any).await?;
+    /// assert!(listeners.debug.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn with_debug(mut self, debug: SocketAddr) -> anyhow::Result<Listeners> {
+        let listener = TcpListener::bind(debug)
+            .await
+            .with_context(|| format!("cannot listen for debug on {debug}"))?;
+        self.debug = Some(listener);
+        Ok(self)
     }
 }
 
@@ -98,13 +130,40 @@ pub async fn run(
         // An error means the sender is gone, which happens only once `signal` is: stop then too.
         let _ = stopped.wait_for(|stop| *stop).await;
     };
-    let mut grpc_server = AbortOnDrop(tokio::spawn(grpc::serve_with(
-        listeners.grpc,
-        Arc::clone(&state),
-        options.clone(),
+    // Health turns NOT_SERVING as soon as the shutdown starts, before the listeners drain.
+    let health = Health::new(matches!(state.store, AnyStore::Memory(_))).await;
+    let _probe = AbortOnDrop(tokio::spawn(health::watch_store(
+        health.clone(),
+        state.store.clone(),
         when_stopped(stopped.clone()),
     )));
-    let app = listener::with_request_limits(http::router(state), "http", &options);
+    let stopped_health = health.clone();
+    let stopping = when_stopped(stopped.clone());
+    let _on_stop = AbortOnDrop(tokio::spawn(async move {
+        stopping.await;
+        stopped_health.shut_down().await;
+    }));
+    // One handler for the gRPC service and `/json`, so both doors decide the same way.
+    let rls = grpc::RlsService::new(Arc::clone(&state));
+    let grpc_stopped = when_stopped(stopped.clone());
+    let grpc_health = health.clone();
+    let grpc_rls = rls.clone();
+    let grpc_options = options.clone();
+    let mut grpc_server = AbortOnDrop(tokio::spawn(async move {
+        grpc::serve_with(listeners.grpc, grpc_rls, Some(&grpc_health), grpc_options, grpc_stopped).await
+    }));
+    let debug_server = listeners.debug.map(|listener| {
+        let app = listener::with_request_limits(debug::router(Arc::clone(&state)), "debug", &options);
+        let stopping = when_stopped(stopped.clone());
+        let options = options.clone();
+        AbortOnDrop(tokio::spawn(async move {
+            listener::serve_http("debug", listener, app, &options, stopping).await
+        }))
+    });
+    let router = http::router(state)
+        .merge(grpc::json::router(rls))
+        .merge(health::router(health));
+    let app = listener::with_request_limits(router, "http", &options);
     let http_served = listener::serve_http("http", listeners.http, app, &options, when_stopped(stopped))
         .await
         .context("http server");
@@ -113,8 +172,15 @@ pub async fn run(
         signal.0.abort();
     }
     let grpc_served = (&mut grpc_server.0).await.context("grpc server task");
+    let debug_served = match debug_server {
+        Some(mut server) => Some((&mut server.0).await.context("debug server task")),
+        None => None,
+    };
     http_served?;
     grpc_served?.context("grpc server")?;
+    if let Some(served) = debug_served {
+        served?.context("debug server")?;
+    }
     Ok(())
 }
 
@@ -129,14 +195,19 @@ impl<T> Drop for AbortOnDrop<T> {
 
 /// Serves until ctrl-c or SIGTERM, as `tollgate serve` does; in-flight requests finish first.
 pub async fn serve(options: Options) -> anyhow::Result<()> {
-    options.settings.validate()?;
+    let mut settings = options.settings.clone();
+    options.compat.apply(&mut settings);
+    settings.validate()?;
     let limits = match options.config.as_deref() {
-        Some(path) => tollgate_config::load_with(path, &options.settings.load)?,
+        Some(path) => tollgate_config::load_with(path, &settings.load)?,
         None => tollgate_config::demo()?,
     };
     let store = AnyStore::open(options.store.as_deref(), &options.store_options).await?;
-    let state = AppState::new(limits, store, options.settings.clone());
-    let listeners = Listeners::bind(options.http, options.grpc).await?;
+    let state = AppState::new(limits, store, settings);
+    let mut listeners = Listeners::bind(options.http, options.grpc).await?;
+    if let Some(debug) = options.debug {
+        listeners = listeners.with_debug(debug).await?;
+    }
     // Watching and the SIGHUP handler start before the addresses are printed: a change or a
     // signal sent once they are seen is never missed.
     // SIGHUP is handled in every mode (its default action would end the process).
@@ -152,6 +223,9 @@ pub async fn serve(options: Options) -> anyhow::Result<()> {
     warn_if_admin_open(&options);
     println!("tollgate: http listening on {}", listeners.http.local_addr()?);
     println!("tollgate: grpc listening on {}", listeners.grpc.local_addr()?);
+    if let Some(debug) = &listeners.debug {
+        println!("tollgate: debug listening on {}", debug.local_addr()?);
+    }
     println!(
         "tollgate: {} store, {}",
         state.store.kind(),

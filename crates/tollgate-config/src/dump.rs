@@ -1,0 +1,166 @@
+//! [`Limits::dump`]: the loaded envoyproxy/ratelimit descriptors as text, one line per rate
+//! limit, in the form upstream's `/rlconfig` debug endpoint prints, so the scripts and habits of
+//! its operators carry over:
+//!
+//! ```text
+//! messaging.message_type_marketing.to_number: unit=DAY requests_per_unit=5, shadow_mode: false, quota_mode: false
+//! ```
+//!
+//! The name before the colon is upstream's name for the descriptor (the domain, then each
+//! level's `key` or `key_value`, joined by `.`). An `unlimited` limit prints `unit=UNKNOWN
+//! requests_per_unit=0`, as upstream. A limit whose window is not one of upstream's units (a
+//! tollgate extension: `window: 90s`, a bucket's rate) prints as the gRPC answer's
+//! `current_limit` states it: in the longest unit not longer than the window, scaled down.
+//!
+//! Upstream prints in the random order of Go's maps; here lines are sorted by name, so two dumps
+//! of one configuration are equal and a parent comes before its children.
+
+use std::time::Duration;
+
+use tollgate::{Algorithm, Policy};
+
+use crate::Limits;
+use crate::limits::{Node, Quota};
+
+/// Upstream's units, longest first, with their length in seconds.
+const UNITS: [(u64, &str); 7] = [
+    (365 * 86_400, "YEAR"),
+    (30 * 86_400, "MONTH"),
+    (7 * 86_400, "WEEK"),
+    (86_400, "DAY"),
+    (3_600, "HOUR"),
+    (60, "MINUTE"),
+    (1, "SECOND"),
+];
+
+impl Limits {
+    /// Every envoyproxy/ratelimit rate limit, one line each, as upstream's `/rlconfig` prints
+    /// them (see the module docs of `dump`); empty when no domain is loaded.
+    ///
+    /// ```
+    /// let limits = tollgate_config::parse(
+    ///     "messaging.yaml",
+    ///     r#"
+    /// domain: messaging
+    /// descriptors:
+    ///   - key: message_type
+    ///     value: marketing
+    ///     descriptors:
+    ///       - key: to_number
+    ///         rate_limit: {unit: day, requests_per_unit: 5}
+    ///         shadow_mode: true
+    ///   - key: to_number
+    ///     rate_limit: {unlimited: true}
+    /// "#,
+    /// )?;
+    /// assert_eq!(
+    ///     limits.dump(),
+    ///     "messaging.message_type_marketing.to_number: unit=DAY requests_per_unit=5, shadow_mode: true, quota_mode: false\n\
+    ///      messaging.to_number: unit=UNKNOWN requests_per_unit=0, shadow_mode: false, quota_mode: false\n"
+    /// );
+    /// # Ok::<(), tollgate_config::ConfigError>(())
+    /// ```
+    pub fn dump(&self) -> String {
+        let mut lines = Vec::new();
+        for domain in self.domain_trees() {
+            let mut pending: Vec<&Node> = domain.root.nodes().collect();
+            // Bounded: each descriptor is visited once, the tree has no cycles.
+            while let Some(node) = pending.pop() {
+                if let Some(line) = line(node) {
+                    lines.push(line);
+                }
+                pending.extend(node.children.nodes());
+            }
+        }
+        lines.sort_unstable();
+        lines.concat()
+    }
+}
+
+/// The line of one descriptor, `None` when it has no rate limit.
+fn line(node: &Node) -> Option<String> {
+    let limit = node.limit.as_ref()?;
+    let (unit, requests_per_unit) = match &limit.quota {
+        Quota::Unlimited => ("UNKNOWN", 0),
+        Quota::DenyAll { period, .. } => (in_unit(1, *period).0, 0),
+        Quota::Limited(policy) => {
+            let (count, period) = per_period(policy);
+            in_unit(count, period)
+        }
+    };
+    Some(format!(
+        "{}: unit={unit} requests_per_unit={requests_per_unit}, shadow_mode: {}, quota_mode: false\n",
+        node.full_name, limit.shadow_mode
+    ))
+}
+
+/// What the policy admits per what period: a window's limit, a bucket's or GCRA's rate.
+fn per_period(policy: &Policy) -> (u64, Duration) {
+    match policy.algorithm() {
+        Algorithm::FixedWindow(p) => (p.limit(), p.window()),
+        Algorithm::SlidingLog(p) => (p.limit(), p.window()),
+        Algorithm::SlidingWindow(p) => (p.limit(), p.window()),
+        Algorithm::TokenBucket(p) => (p.refill().count(), p.refill().period()),
+        Algorithm::LeakyBucket(p) => (p.leak().count(), p.leak().period()),
+        Algorithm::Gcra(p) => (p.rate().count(), p.rate().period()),
+    }
+}
+
+/// `count` per `period` in the longest unit not longer than `period` (seconds when shorter),
+/// rounded down, at least 1: the same reading the gRPC answer's `current_limit` gives.
+fn in_unit(count: u64, period: Duration) -> (&'static str, u128) {
+    let period_us = period.as_micros().max(1);
+    let (unit_secs, unit) = UNITS
+        .iter()
+        .copied()
+        .find(|(secs, _)| u128::from(*secs) * 1_000_000 <= period_us)
+        .unwrap_or((1, "SECOND"));
+    let scaled = u128::from(count) * u128::from(unit_secs) * 1_000_000 / period_us;
+    (unit, scaled.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::parse;
+
+    #[test]
+    fn every_limit_of_every_level_is_printed_sorted() {
+        let limits = parse(
+            "edge.yaml",
+            r#"
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: path
+    value: /login*
+    rate_limit: {unit: minute, requests_per_unit: 0}
+  - key: tenant
+    value: acme
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 100}
+  - key: burst
+    rate_limit: {window: 90s, requests_per_unit: 100}
+"#,
+        )
+        .unwrap();
+        assert_eq!(
+            limits.dump(),
+            "edge.burst: unit=MINUTE requests_per_unit=66, shadow_mode: false, quota_mode: false\n\
+             edge.path_/login*: unit=MINUTE requests_per_unit=0, shadow_mode: false, quota_mode: false\n\
+             edge.remote_address: unit=SECOND requests_per_unit=10, shadow_mode: false, quota_mode: false\n\
+             edge.tenant_acme.user: unit=HOUR requests_per_unit=100, shadow_mode: false, quota_mode: false\n"
+        );
+    }
+
+    #[test]
+    fn tollgate_policies_alone_dump_nothing() {
+        let limits = parse(
+            "a.yaml",
+            "policies:\n  api: {algorithm: gcra, rate: 10/s, burst: 20}\n",
+        )
+        .unwrap();
+        assert_eq!(limits.dump(), "");
+    }
+}

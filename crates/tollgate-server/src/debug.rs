@@ -1,0 +1,60 @@
+//! The debug port: envoyproxy/ratelimit's `/rlconfig` (the loaded configuration as text, see
+//! [`Limits::dump`](tollgate_config::Limits::dump)) and tollgate's `/metrics`, on a listener of
+//! their own that is off unless asked for (`--debug-addr`, or upstream's `DEBUG_PORT`).
+//!
+//! Upstream serves it on `0.0.0.0:6070` always, with Go's profiler beside it. Here it is opt-in,
+//! because the configuration it prints can tell an outsider what is limited and how much: keep
+//! it on a loopback or an internal address. `GET /` lists the endpoints, as upstream's does.
+//! The profiler and upstream's `/stats` (expvar) have no counterpart; `/metrics` is the same
+//! Prometheus text as on the HTTP port.
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::get;
+
+use crate::metrics;
+use crate::state::SharedState;
+
+/// The endpoints, with upstream's wording where upstream has them.
+const INDEX: &str = "\
+/metrics: prometheus metrics
+/rlconfig: print out the currently loaded configuration for debugging
+";
+
+/// The debug routes over `state`.
+///
+/// ```
+/// use axum::body::Body;
+/// use axum::http::Request;
+/// use tollgate_server::state::{AppState, Settings};
+/// use tollgate_server::store::AnyStore;
+/// use tower::ServiceExt;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limits = tollgate_config::parse(
+///     "edge.yaml",
+///     "domain: edge\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+/// )?;
+/// let app = tollgate_server::debug::router(AppState::new(limits, AnyStore::memory(), Settings::default()));
+/// let answer = app.oneshot(Request::get("/rlconfig").body(Body::empty())?).await?;
+/// let body = axum::body::to_bytes(answer.into_body(), 4096).await?;
+/// assert_eq!(
+///     body,
+///     "edge.path: unit=MINUTE requests_per_unit=1, shadow_mode: false, quota_mode: false\n"
+/// );
+/// # Ok(())
+/// # }
+/// ```
+pub fn router(state: SharedState) -> Router {
+    Router::new()
+        .route("/", get(|| async { INDEX }))
+        .route("/rlconfig", get(rlconfig))
+        .route("/metrics", get(|| async { metrics::install().render() }))
+        .with_state(state)
+}
+
+/// The limits being served now: a reload shows at once.
+async fn rlconfig(State(state): State<SharedState>) -> String {
+    state.limits.load().dump()
+}

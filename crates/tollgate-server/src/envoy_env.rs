@@ -1,0 +1,621 @@
+//! envoyproxy/ratelimit's environment settings, read so that its deployment manifests start
+//! tollgate unchanged: [`EnvoyEnv::from_env`] reads the variables that mean something here and
+//! turns them into tollgate's options; the binary uses them where no tollgate flag (or
+//! `TOLLGATE_*` variable) says otherwise.
+//!
+//! | variable | tollgate |
+//! |---|---|
+//! | `RUNTIME_ROOT`, `RUNTIME_SUBDIRECTORY`, `RUNTIME_APPDIRECTORY` | `--config <root>/<subdirectory>/<appdirectory>` (defaults `/srv/runtime_data/current`, empty, `config`), when any of the three is set |
+//! | `RUNTIME_IGNOREDOTFILES`, `RUNTIME_WATCH_ROOT` | checked; dot files are always skipped and the directory is watched |
+//! | `REDIS_URL` | `--store`: `host:port` (or a unix socket path) becomes `redis://host:port` |
+//! | `REDIS_TYPE` | `single` (default) or `cluster` (`REDIS_URL` lists the nodes, comma separated); `sentinel` is refused |
+//! | `REDIS_SOCKET_TYPE` | `tcp` or `unix`; unset, a `REDIS_URL` starting with `/` is a socket |
+//! | `REDIS_AUTH` | `password` or `user:password`, put in the store URL |
+//! | `REDIS_TLS` | `true`: `rediss://` (not with `cluster`) |
+//! | `HOST`, `PORT` | `--http` (defaults `0.0.0.0`, `8080`, as upstream), when either is set |
+//! | `GRPC_HOST`, `GRPC_PORT` | `--grpc` (defaults `0.0.0.0`, `8081`), when either is set |
+//! | `DEBUG_HOST`, `DEBUG_PORT` | `--debug-addr` (default host `0.0.0.0`), when `DEBUG_PORT` is set |
+//! | `SHADOW_MODE`, `QUOTA_MODE`, `MERGE_DOMAIN_CONFIG`, `NEAR_LIMIT_RATIO`, `RESPONSE_DYNAMIC_METADATA`, `LIMIT_RESPONSE_HEADERS_ENABLED`, `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER` | [`Compat`] |
+//! | `LOG_LEVEL` | the log level when `RUST_LOG` is not set ([`log_level`]) |
+//! | `CONFIG_TYPE`, `BACKEND_TYPE`, `REDIS_PERSECOND`, `GRPC_UDS`, `GRPC_SERVER_USE_TLS` | accepted at their defaults (`FILE`, `redis`, false, unset, false); anything else is refused, since tollgate cannot do it and would otherwise serve something else than asked |
+//!
+//! Every other variable of upstream's (statsd, tracing, pool sizes, `LOG_FORMAT`) is ignored, as
+//! upstream ignores variables it does not know. An empty value counts as unset. A value that
+//! cannot be read is an error naming the variable (`PORT=eighty: expected a port number`), so a
+//! typo stops the start instead of being served around.
+//!
+//! Booleans are read as Go reads them (`1`, `t`, `T`, `TRUE`, `true`, `True`, and the same for
+//! false), because upstream's manifests are written for Go.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use crate::grpc::ResponseHeaders;
+use crate::state::Settings;
+
+/// What upstream's variables ask for, in tollgate's terms; `None` where they say nothing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EnvoyEnv {
+    /// The config directory, from `RUNTIME_*`.
+    pub config: Option<PathBuf>,
+    /// The store URL, from `REDIS_*`.
+    pub store: Option<String>,
+    /// The HTTP address, from `HOST` and `PORT`.
+    pub http: Option<SocketAddr>,
+    /// The gRPC address, from `GRPC_HOST` and `GRPC_PORT`.
+    pub grpc: Option<SocketAddr>,
+    /// The debug address, from `DEBUG_HOST` and `DEBUG_PORT`.
+    pub debug: Option<SocketAddr>,
+    /// The switches that change answers.
+    pub compat: Compat,
+}
+
+/// upstream's switches that change what the service answers, carried to the server, which
+/// applies them to its [`Settings`] with [`Compat::apply`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Compat {
+    /// `SHADOW_MODE`: every request answered `OK`, its limits decided and counted only.
+    pub shadow_mode: bool,
+    /// `QUOTA_MODE`: every descriptor in quota mode.
+    pub quota_mode: bool,
+    /// `MERGE_DOMAIN_CONFIG`: descriptors of one domain may come from several files.
+    pub merge_domain_config: bool,
+    /// `NEAR_LIMIT_RATIO` (0 < r <= 1, upstream's default 0.8): when a hit counts as near the
+    /// limit in the per-descriptor statistics.
+    pub near_limit_ratio: Option<f32>,
+    /// `RESPONSE_DYNAMIC_METADATA`: answers carry dynamic metadata.
+    pub response_dynamic_metadata: bool,
+    /// `LIMIT_RESPONSE_HEADERS_ENABLED`, with the names from `LIMIT_LIMIT_HEADER`,
+    /// `LIMIT_REMAINING_HEADER` and `LIMIT_RESET_HEADER` (upstream's defaults
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`).
+    pub response_headers: Option<HeaderNames>,
+}
+
+/// The names of the rate limit headers an answer carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderNames {
+    /// The limit (`LIMIT_LIMIT_HEADER`).
+    pub limit: String,
+    /// The budget left (`LIMIT_REMAINING_HEADER`).
+    pub remaining: String,
+    /// The seconds to the reset (`LIMIT_RESET_HEADER`).
+    pub reset: String,
+}
+
+impl Compat {
+    /// Turns on in `settings` what these switches ask for; a switch left off changes nothing,
+    /// so a setting made another way stays.
+    ///
+    /// ```
+    /// use tollgate_server::envoy_env::Compat;
+    /// use tollgate_server::state::Settings;
+    ///
+    /// let mut settings = Settings::default();
+    /// Compat { shadow_mode: true, merge_domain_config: true, ..Compat::default() }.apply(&mut settings);
+    /// assert!(settings.envoy.global_shadow_mode && settings.load.merge_domains);
+    /// assert!(settings.envoy.response_headers.is_none());
+    /// ```
+    pub fn apply(&self, settings: &mut Settings) {
+        let envoy = &mut settings.envoy;
+        envoy.global_shadow_mode |= self.shadow_mode;
+        envoy.global_quota_mode |= self.quota_mode;
+        envoy.response_dynamic_metadata |= self.response_dynamic_metadata;
+        if let Some(ratio) = self.near_limit_ratio {
+            envoy.near_limit_ratio = ratio;
+        }
+        if let Some(names) = &self.response_headers {
+            envoy.response_headers = Some(ResponseHeaders::new(
+                names.limit.clone(),
+                names.remaining.clone(),
+                names.reset.clone(),
+            ));
+        }
+        if self.merge_domain_config {
+            settings.load = settings.load.with_merge_domains(true);
+        }
+    }
+}
+
+/// A variable whose value cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var}={value}: {why}")]
+pub struct EnvError {
+    /// The variable's name.
+    pub var: &'static str,
+    /// Its value, as given.
+    pub value: String,
+    /// What was expected.
+    pub why: String,
+}
+
+impl EnvError {
+    fn new(var: &'static str, value: &str, why: impl Into<String>) -> Self {
+        EnvError {
+            var,
+            value: value.to_owned(),
+            why: why.into(),
+        }
+    }
+}
+
+/// Upstream's default `RUNTIME_ROOT`.
+const RUNTIME_ROOT: &str = "/srv/runtime_data/current";
+
+impl EnvoyEnv {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, EnvError> {
+        Self::from_lookup(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    /// Reads the variables through `lookup` (a name to its value), so tests need no process
+    /// environment.
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use tollgate_server::envoy_env::EnvoyEnv;
+    ///
+    /// let vars = HashMap::from([
+    ///     ("RUNTIME_ROOT", "/data"),
+    ///     ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+    ///     ("REDIS_SOCKET_TYPE", "tcp"),
+    ///     ("REDIS_URL", "redis.internal:6379"),
+    ///     ("REDIS_AUTH", "app:s3cret"),
+    ///     ("GRPC_PORT", "9081"),
+    /// ]);
+    /// let env = EnvoyEnv::from_lookup(|name| vars.get(name).map(|v| v.to_string()))?;
+    /// assert_eq!(env.config.as_deref(), Some(std::path::Path::new("/data/ratelimit/config")));
+    /// assert_eq!(env.store.as_deref(), Some("redis://app:s3cret@redis.internal:6379"));
+    /// assert_eq!(env.grpc, Some("0.0.0.0:9081".parse()?));
+    /// assert_eq!(env.http, None, "neither HOST nor PORT: tollgate's own default");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.is_empty());
+        for (var, allowed) in [("CONFIG_TYPE", "FILE"), ("BACKEND_TYPE", "redis")] {
+            if let Some(value) = get(var)
+                && !value.eq_ignore_ascii_case(allowed)
+            {
+                return Err(EnvError::new(var, &value, format!("only {allowed} is supported")));
+            }
+        }
+        for var in ["REDIS_PERSECOND", "GRPC_SERVER_USE_TLS"] {
+            if boolean(var, get(var))? {
+                return Err(EnvError::new(var, "true", "not supported"));
+            }
+        }
+        if let Some(value) = get("GRPC_UDS") {
+            return Err(EnvError::new(
+                "GRPC_UDS",
+                &value,
+                "a unix socket listener is not supported; use GRPC_HOST and GRPC_PORT",
+            ));
+        }
+        if let Some(level) = get("LOG_LEVEL")
+            && log_level(&level).is_none()
+        {
+            return Err(EnvError::new(
+                "LOG_LEVEL",
+                &level,
+                "expected trace, debug, info, warn, error, fatal or panic",
+            ));
+        }
+        // Checked so a typo is caught; dot files are always skipped and the directory watched.
+        boolean("RUNTIME_IGNOREDOTFILES", get("RUNTIME_IGNOREDOTFILES"))?;
+        boolean("RUNTIME_WATCH_ROOT", get("RUNTIME_WATCH_ROOT"))?;
+
+        let runtime = ["RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"].map(&get);
+        let config = runtime.iter().any(Option::is_some).then(|| {
+            let [root, subdirectory, app] = runtime;
+            let mut path = PathBuf::from(root.unwrap_or_else(|| RUNTIME_ROOT.to_owned()));
+            if let Some(subdirectory) = subdirectory {
+                path.push(subdirectory);
+            }
+            path.push(app.unwrap_or_else(|| "config".to_owned()));
+            path
+        });
+
+        let near_limit_ratio = get("NEAR_LIMIT_RATIO")
+            .map(|value| match value.trim().parse::<f32>() {
+                Ok(ratio) if ratio > 0.0 && ratio <= 1.0 => Ok(ratio),
+                _ => Err(EnvError::new(
+                    "NEAR_LIMIT_RATIO",
+                    &value,
+                    "expected a number above 0 and at most 1, like 0.8",
+                )),
+            })
+            .transpose()?;
+
+        Ok(EnvoyEnv {
+            config,
+            store: store(&get)?,
+            http: listener(&get, "HOST", "PORT", 8080, false)?,
+            grpc: listener(&get, "GRPC_HOST", "GRPC_PORT", 8081, false)?,
+            debug: listener(&get, "DEBUG_HOST", "DEBUG_PORT", 6070, true)?,
+            compat: Compat {
+                shadow_mode: boolean("SHADOW_MODE", get("SHADOW_MODE"))?,
+                quota_mode: boolean("QUOTA_MODE", get("QUOTA_MODE"))?,
+                merge_domain_config: boolean("MERGE_DOMAIN_CONFIG", get("MERGE_DOMAIN_CONFIG"))?,
+                near_limit_ratio,
+                response_dynamic_metadata: boolean(
+                    "RESPONSE_DYNAMIC_METADATA",
+                    get("RESPONSE_DYNAMIC_METADATA"),
+                )?,
+                response_headers: header_names(&get)?,
+            },
+        })
+    }
+}
+
+/// upstream's `LOG_LEVEL` (logrus's names, any case) as a `tracing` level filter; `None` when
+/// it is not one. The binary uses it when `RUST_LOG` is not set.
+///
+/// ```
+/// use tollgate_server::envoy_env::log_level;
+///
+/// assert_eq!(log_level("DEBUG"), Some("debug"));
+/// assert_eq!(log_level("fatal"), Some("error"));
+/// assert_eq!(log_level("loud"), None);
+/// ```
+pub fn log_level(value: &str) -> Option<&'static str> {
+    Some(match value.trim().to_ascii_lowercase().as_str() {
+        "trace" => "trace",
+        "debug" => "debug",
+        "info" => "info",
+        "warn" | "warning" => "warn",
+        "error" | "fatal" | "panic" => "error",
+        _ => return None,
+    })
+}
+
+/// The rate limit header names when `LIMIT_RESPONSE_HEADERS_ENABLED` is on.
+fn header_names(get: &impl Fn(&str) -> Option<String>) -> Result<Option<HeaderNames>, EnvError> {
+    let name = |var: &'static str, default: &str| {
+        let name = get(var).unwrap_or_else(|| default.to_owned());
+        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        if name.bytes().all(token) {
+            Ok(name)
+        } else {
+            Err(EnvError::new(var, &name, "expected an HTTP header name"))
+        }
+    };
+    let names = HeaderNames {
+        limit: name("LIMIT_LIMIT_HEADER", "RateLimit-Limit")?,
+        remaining: name("LIMIT_REMAINING_HEADER", "RateLimit-Remaining")?,
+        reset: name("LIMIT_RESET_HEADER", "RateLimit-Reset")?,
+    };
+    let enabled = boolean(
+        "LIMIT_RESPONSE_HEADERS_ENABLED",
+        get("LIMIT_RESPONSE_HEADERS_ENABLED"),
+    )?;
+    Ok(enabled.then_some(names))
+}
+
+/// A Go boolean; unset is false.
+fn boolean(var: &'static str, value: Option<String>) -> Result<bool, EnvError> {
+    match value.as_deref() {
+        None => Ok(false),
+        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(true),
+        Some("0" | "f" | "F" | "FALSE" | "false" | "False") => Ok(false),
+        Some(other) => Err(EnvError::new(var, other, "expected true or false")),
+    }
+}
+
+/// An address from a host and a port variable; with `port_required`, only when the port is set.
+fn listener(
+    get: &impl Fn(&str) -> Option<String>,
+    host_var: &'static str,
+    port_var: &'static str,
+    default_port: u16,
+    port_required: bool,
+) -> Result<Option<SocketAddr>, EnvError> {
+    let (host, port) = (get(host_var), get(port_var));
+    if port.is_none() && (port_required || host.is_none()) {
+        return Ok(None);
+    }
+    let ip = match host {
+        None => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        Some(host) if host.eq_ignore_ascii_case("localhost") => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        Some(host) => host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse()
+            .map_err(|_| EnvError::new(host_var, &host, "expected an IP address like 0.0.0.0 or ::"))?,
+    };
+    let port = match port {
+        None => default_port,
+        Some(port) => port
+            .trim()
+            .parse()
+            .map_err(|_| EnvError::new(port_var, &port, "expected a port number (0 to 65535)"))?,
+    };
+    Ok(Some(SocketAddr::new(ip, port)))
+}
+
+/// The store URL from `REDIS_*`; `None` without `REDIS_URL`.
+fn store(get: &impl Fn(&str) -> Option<String>) -> Result<Option<String>, EnvError> {
+    let Some(url) = get("REDIS_URL") else {
+        return Ok(None);
+    };
+    let tls = boolean("REDIS_TLS", get("REDIS_TLS"))?;
+    let auth = get("REDIS_AUTH").map(|auth| match auth.split_once(':') {
+        Some((user, password)) => format!("{}:{}@", encode(user), encode(password)),
+        None => format!(":{}@", encode(&auth)),
+    });
+    let auth = auth.as_deref().unwrap_or_default();
+    let cluster = match get("REDIS_TYPE") {
+        None => false,
+        Some(kind) if kind.eq_ignore_ascii_case("single") => false,
+        Some(kind) if kind.eq_ignore_ascii_case("cluster") => true,
+        Some(kind) if kind.eq_ignore_ascii_case("sentinel") => {
+            return Err(EnvError::new(
+                "REDIS_TYPE",
+                &kind,
+                "sentinel is not supported; use single or cluster",
+            ));
+        }
+        Some(kind) => return Err(EnvError::new("REDIS_TYPE", &kind, "expected single or cluster")),
+    };
+    let unix = match get("REDIS_SOCKET_TYPE") {
+        None => url.starts_with('/'),
+        Some(kind) if kind.eq_ignore_ascii_case("unix") => true,
+        Some(kind) if kind.eq_ignore_ascii_case("tcp") => false,
+        Some(kind) => return Err(EnvError::new("REDIS_SOCKET_TYPE", &kind, "expected tcp or unix")),
+    };
+    if url.contains("://") {
+        // Already a URL: taken as it is, like `--store`.
+        return Ok(Some(url));
+    }
+    if cluster {
+        if tls {
+            return Err(EnvError::new(
+                "REDIS_TLS",
+                "true",
+                "TLS to a Redis Cluster is not supported from these settings; give --store",
+            ));
+        }
+        let nodes: Vec<String> = url
+            .split(',')
+            .map(str::trim)
+            .filter(|node| !node.is_empty())
+            .map(|node| format!("{auth}{node}"))
+            .collect();
+        if nodes.is_empty() {
+            return Err(EnvError::new("REDIS_URL", &url, "expected host:port,host:port"));
+        }
+        return Ok(Some(format!("redis+cluster://{}", nodes.join(","))));
+    }
+    if unix {
+        if tls {
+            return Err(EnvError::new(
+                "REDIS_TLS",
+                "true",
+                "TLS over a unix socket is not supported",
+            ));
+        }
+        return Ok(Some(format!("unix://{url}")));
+    }
+    if url.contains(',') || !url.contains(':') {
+        return Err(EnvError::new("REDIS_URL", &url, "expected host:port"));
+    }
+    let scheme = if tls { "rediss" } else { "redis" };
+    Ok(Some(format!("{scheme}://{auth}{url}")))
+}
+
+/// Percent-encodes what is not unreserved in a URL's user part.
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn read(vars: &[(&str, &str)]) -> Result<EnvoyEnv, EnvError> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        EnvoyEnv::from_lookup(|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn nothing_set_asks_for_nothing() {
+        assert_eq!(read(&[]).unwrap(), EnvoyEnv::default());
+        assert_eq!(
+            read(&[("PORT", ""), ("REDIS_URL", "")]).unwrap(),
+            EnvoyEnv::default(),
+            "empty is unset"
+        );
+    }
+
+    #[test]
+    fn the_config_directory_is_root_subdirectory_and_app_directory() {
+        let cases: [(&[(&str, &str)], &str); 3] = [
+            (&[("RUNTIME_ROOT", "/data")], "/data/config"),
+            (
+                &[("RUNTIME_SUBDIRECTORY", "ratelimit")],
+                "/srv/runtime_data/current/ratelimit/config",
+            ),
+            (
+                &[
+                    ("RUNTIME_ROOT", "/r"),
+                    ("RUNTIME_SUBDIRECTORY", "s"),
+                    ("RUNTIME_APPDIRECTORY", "a"),
+                ],
+                "/r/s/a",
+            ),
+        ];
+        for (vars, expected) in cases {
+            assert_eq!(
+                read(vars).unwrap().config,
+                Some(PathBuf::from(expected)),
+                "{vars:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn redis_settings_become_one_store_url() {
+        let cases: [(&[(&str, &str)], &str); 7] = [
+            (&[("REDIS_URL", "redis:6379")], "redis://redis:6379"),
+            (
+                &[
+                    ("REDIS_URL", "redis:6379"),
+                    ("REDIS_SOCKET_TYPE", "tcp"),
+                    ("REDIS_TLS", "true"),
+                ],
+                "rediss://redis:6379",
+            ),
+            (
+                &[("REDIS_URL", "redis:6379"), ("REDIS_AUTH", "p@ss")],
+                "redis://:p%40ss@redis:6379",
+            ),
+            (
+                &[("REDIS_URL", "redis:6379"), ("REDIS_AUTH", "user:pa:ss")],
+                "redis://user:pa%3Ass@redis:6379",
+            ),
+            (
+                &[("REDIS_URL", "/var/run/redis.sock")],
+                "unix:///var/run/redis.sock",
+            ),
+            (
+                &[
+                    ("REDIS_URL", "a:7000, b:7001"),
+                    ("REDIS_TYPE", "CLUSTER"),
+                    ("REDIS_AUTH", "pw"),
+                ],
+                "redis+cluster://:pw@a:7000,:pw@b:7001",
+            ),
+            (&[("REDIS_URL", "redis://already:1")], "redis://already:1"),
+        ];
+        for (vars, expected) in cases {
+            assert_eq!(read(vars).unwrap().store.as_deref(), Some(expected), "{vars:?}");
+        }
+    }
+
+    #[test]
+    fn listeners_take_upstreams_defaults_for_the_part_not_given() {
+        let env = read(&[
+            ("PORT", "9000"),
+            ("GRPC_HOST", "127.0.0.1"),
+            ("DEBUG_HOST", "127.0.0.1"),
+        ])
+        .unwrap();
+        assert_eq!(env.http, Some("0.0.0.0:9000".parse().unwrap()));
+        assert_eq!(env.grpc, Some("127.0.0.1:8081".parse().unwrap()));
+        assert_eq!(env.debug, None, "the debug port is off unless DEBUG_PORT is set");
+        let env = read(&[("DEBUG_PORT", "0"), ("HOST", "::1")]).unwrap();
+        assert_eq!(env.debug, Some("0.0.0.0:0".parse().unwrap()));
+        assert_eq!(env.http, Some("[::1]:8080".parse().unwrap()));
+    }
+
+    #[test]
+    fn switches_are_read_as_go_reads_booleans() {
+        let env = read(&[
+            ("SHADOW_MODE", "True"),
+            ("QUOTA_MODE", "t"),
+            ("MERGE_DOMAIN_CONFIG", "1"),
+            ("NEAR_LIMIT_RATIO", "0.9"),
+            ("RESPONSE_DYNAMIC_METADATA", "TRUE"),
+            ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+            ("LIMIT_RESET_HEADER", "X-RateLimit-Reset"),
+        ])
+        .unwrap();
+        assert_eq!(
+            env.compat,
+            Compat {
+                shadow_mode: true,
+                quota_mode: true,
+                merge_domain_config: true,
+                near_limit_ratio: Some(0.9),
+                response_dynamic_metadata: true,
+                response_headers: Some(HeaderNames {
+                    limit: "RateLimit-Limit".into(),
+                    remaining: "RateLimit-Remaining".into(),
+                    reset: "X-RateLimit-Reset".into(),
+                }),
+            }
+        );
+        assert_eq!(
+            read(&[("LIMIT_LIMIT_HEADER", "X-Limit")])
+                .unwrap()
+                .compat
+                .response_headers,
+            None,
+            "names alone do not turn the headers on"
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        let cases: [(&[(&str, &str)], &str); 11] = [
+            (
+                &[("PORT", "eighty")],
+                "PORT=eighty: expected a port number (0 to 65535)",
+            ),
+            (
+                &[("GRPC_PORT", "70000")],
+                "GRPC_PORT=70000: expected a port number (0 to 65535)",
+            ),
+            (
+                &[("HOST", "example.org"), ("PORT", "1")],
+                "HOST=example.org: expected an IP address like 0.0.0.0 or ::",
+            ),
+            (
+                &[("SHADOW_MODE", "yes")],
+                "SHADOW_MODE=yes: expected true or false",
+            ),
+            (
+                &[("NEAR_LIMIT_RATIO", "1.5")],
+                "NEAR_LIMIT_RATIO=1.5: expected a number above 0 and at most 1, like 0.8",
+            ),
+            (
+                &[("REDIS_URL", "a:1"), ("REDIS_TYPE", "sentinel")],
+                "REDIS_TYPE=sentinel: sentinel is not supported; use single or cluster",
+            ),
+            (
+                &[("REDIS_URL", "a:1"), ("REDIS_TLS", "maybe")],
+                "REDIS_TLS=maybe: expected true or false",
+            ),
+            (
+                &[("REDIS_URL", "nohostport"), ("REDIS_SOCKET_TYPE", "tcp")],
+                "REDIS_URL=nohostport: expected host:port",
+            ),
+            (
+                &[("BACKEND_TYPE", "memcache")],
+                "BACKEND_TYPE=memcache: only redis is supported",
+            ),
+            (
+                &[("CONFIG_TYPE", "GRPC_XDS_SOTW")],
+                "CONFIG_TYPE=GRPC_XDS_SOTW: only FILE is supported",
+            ),
+            (
+                &[("LIMIT_LIMIT_HEADER", "X Limit")],
+                "LIMIT_LIMIT_HEADER=X Limit: expected an HTTP header name",
+            ),
+        ];
+        for (vars, expected) in cases {
+            assert_eq!(read(vars).unwrap_err().to_string(), expected, "{vars:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_and_ignored_variables_change_nothing() {
+        let env = read(&[
+            ("USE_STATSD", "true"),
+            ("LOG_LEVEL", "debug"),
+            ("REDIS_POOL_SIZE", "lots"),
+            ("SOMETHING", "x"),
+        ])
+        .unwrap();
+        assert_eq!(env, EnvoyEnv::default());
+    }
+}
