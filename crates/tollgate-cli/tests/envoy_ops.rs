@@ -620,11 +620,6 @@ fn unusable_upstream_settings_stop_the_start_naming_the_variable() {
             "PORT=eighty: expected a port number (0 to 65535)",
         ),
         (
-            "SHADOW_MODE",
-            "true",
-            "SHADOW_MODE=true: global shadow mode is not available",
-        ),
-        (
             "REDIS_TYPE",
             "sentinel",
             "REDIS_TYPE=sentinel: sentinel is not supported",
@@ -636,9 +631,9 @@ fn unusable_upstream_settings_stop_the_start_naming_the_variable() {
         ),
         ("LOG_LEVEL", "loud", "LOG_LEVEL=loud: expected trace, debug"),
         (
-            "QUOTA_MODE",
-            "1",
-            "QUOTA_MODE=true: global quota mode is not available",
+            "LIMIT_RESPONSE_HEADERS_ENABLED",
+            "maybe",
+            "LIMIT_RESPONSE_HEADERS_ENABLED=maybe",
         ),
     ];
     for (var, value, message) in cases {
@@ -653,6 +648,36 @@ fn unusable_upstream_settings_stop_the_start_naming_the_variable() {
         assert!(!output.status.success(), "{var}={value} started");
         assert!(stderr.contains(message), "{var}={value}: {stderr}");
     }
+}
+
+#[tokio::test]
+async fn upstream_switches_shadow_mode_and_response_headers_take_effect() {
+    let mut vars = runtime_vars();
+    vars.push(("SHADOW_MODE", "true".to_owned()));
+    vars.push(("LIMIT_RESPONSE_HEADERS_ENABLED", "true".to_owned()));
+    vars.push(("LIMIT_REMAINING_HEADER", "X-RateLimit-Remaining".to_owned()));
+    let server = Tollgate::start(&["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"], &vars, false);
+    let once = r#"{"domain": "edge", "descriptors": [{"entries": [{"key": "one_per_day", "value": "switches"}]}]}"#;
+    let (code, body) = server.json(once).await;
+    assert_eq!((code, &body["overallCode"]), (200, &json!("OK")), "{body}");
+    // Upstream: global shadow mode answers OK overall while the descriptor says OVER_LIMIT.
+    let (code, body) = server.json(once).await;
+    assert_eq!((code, &body["overallCode"]), (200, &json!("OK")), "{body}");
+    assert_eq!(body["statuses"][0]["code"], "OVER_LIMIT", "{body}");
+    // The rate limit headers, under the configured name for the remaining budget.
+    let mut rls = server.rls().await;
+    let answer = rls
+        .should_rate_limit(request("edge", &[&[("five_per_day", "switches")]]))
+        .await
+        .expect("ShouldRateLimit")
+        .into_inner();
+    let headers: Vec<(String, String)> = answer
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect();
+    assert!(headers.contains(&("RateLimit-Limit".to_owned(), "5".to_owned())), "{headers:?}");
+    assert!(headers.contains(&("X-RateLimit-Remaining".to_owned(), "4".to_owned())), "{headers:?}");
 }
 
 /// The next status a `Watch` stream reports; `None` when the stream ended.
