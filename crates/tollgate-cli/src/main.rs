@@ -9,7 +9,8 @@
 //!   `bench`), each turned into the options of the library call that does the work, and the
 //!   runtime the server calls run on (with envoyproxy/ratelimit's environment variables, read by
 //!   `tollgate_server::envoy_env`, filling in what no flag gives), and the log set-up: `tracing` events (a failing store, a
-//!   rejected reload) go to stderr as text, filtered by `RUST_LOG` (default `warn`).
+//!   rejected reload) go to stderr as text or JSON, filtered by `RUST_LOG` (default: warnings and
+//!   reload results).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -32,7 +33,7 @@ const DEFAULT_GRPC: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::
 #[command(name = "tollgate", version, about)]
 struct Cli {
     /// Log format on stderr: `text` for people, `json` (one object per line) for collectors.
-    /// Levels come from `RUST_LOG` (default `warn`; `info` adds startup and reload lines).
+    /// Levels come from `RUST_LOG` (default: warnings and reload results).
     #[arg(long, global = true, env = "TOLLGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     #[command(subcommand)]
@@ -260,16 +261,20 @@ fn run(job: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
     }
 }
 
-/// Sends the libraries' `tracing` events to stderr, filtered by `RUST_LOG` (else upstream's
-/// `LOG_LEVEL`; default `warn`, so a
-/// failing store or a rejected config is seen without a flood of per-request lines).
+/// The log filter when neither `RUST_LOG` nor upstream's `LOG_LEVEL` says: warnings, and reload
+/// results (rare, and what an operator checks after changing a config).
+const DEFAULT_LOG_FILTER: &str = "warn,tollgate_server::reload=info";
+
+/// Sends the libraries' `tracing` events to stderr, filtered by `RUST_LOG`, else upstream's
+/// `LOG_LEVEL`, else [`DEFAULT_LOG_FILTER`]: a failing store or a rejected config is seen without
+/// a flood of per-request lines.
 fn init_logs(format: LogFormat) {
     // RUST_LOG, else envoyproxy/ratelimit's LOG_LEVEL (a bad one is reported by `serve`).
     let upstream_level = std::env::var("LOG_LEVEL")
         .ok()
         .and_then(|level| tollgate_server::envoy_env::log_level(&level));
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(upstream_level.unwrap_or("warn")));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(upstream_level.unwrap_or(DEFAULT_LOG_FILTER)));
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
