@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Engine, FailureMode, Outcome, Policy, Rate, Store};
+use tollgate::{Algorithm, Engine, FailureMode, Outcome, Policy, Rate};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::{RedisCluster, RedisServer};
 
