@@ -71,12 +71,19 @@ async fn a_stalled_redis_shows_in_metrics_and_readiness_by_class() {
     assert_eq!(status, StatusCode::OK, "{body}");
 
     server.freeze();
-    for _ in 0..5 {
+    // The first check times out and opens the breaker; the next are refused by it, or probe
+    // and fail, doubling the wait, so a refusal comes within a few checks however busy the
+    // machine is.
+    let mut metrics = String::new();
+    for _ in 0..30 {
         let (status, body) = call(&state, "POST", "/v1/check", Some(check.clone())).await;
         let body: Value = serde_json::from_str(&body).expect("json");
         assert_eq!((status, body["degraded"].clone()), (StatusCode::OK, json!(true)));
+        metrics = call(&state, "GET", "/metrics", None).await.1;
+        if sample(&metrics, "tollgate_store_errors_total{kind=\"connection\"}") >= 1.0 {
+            break;
+        }
     }
-    let (_, metrics) = call(&state, "GET", "/metrics", None).await;
     assert!(
         sample(&metrics, "tollgate_store_errors_total{kind=\"timeout\"}") >= 1.0,
         "{metrics}"
