@@ -300,7 +300,7 @@ impl Connection {
         matches!(self, Connection::Cluster(_))
     }
 
-    /// Prepares the connection, with `timeout` for connecting. With `lazy`, nothing touches the
+    /// Prepares the connection, with `timeout` (at least a second) for connecting. With `lazy`, nothing touches the
     /// network until the first call; otherwise an unreachable Redis is an error now.
     ///
     /// Responses have no driver-level timeout shorter than the store's own deadline: a driver
@@ -332,8 +332,11 @@ impl Connection {
                 // One connection attempt per call: a retry's backoff (100 ms and up) outlasts the
                 // store's deadline anyway, and would report a refused or unauthenticated
                 // connection as a timeout. The circuit breaker paces the attempts instead.
+                // Connecting may take longer than a call may (a TLS handshake to a distant
+                // Redis): the manager connects in the background while calls keep their own
+                // deadline, so a slow handshake completes instead of being cut off each time.
                 let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(timeout))
+                    .set_connection_timeout(Some(connect_timeout(timeout)))
                     .set_response_timeout(Some(timeout))
                     .set_number_of_retries(0);
                 let manager = if lazy {
@@ -345,7 +348,7 @@ impl Connection {
             }
             Target::Cluster(nodes) => {
                 let mut builder = ClusterClient::builder(nodes.clone())
-                    .connection_timeout(timeout)
+                    .connection_timeout(connect_timeout(timeout))
                     // Longer than any store deadline: the store drops the call first, and the
                     // client never retries (see the module docs).
                     .response_timeout(timeout.saturating_mul(20).max(Duration::from_secs(5)))
@@ -458,6 +461,11 @@ fn did_not_run(err: &RedisError) -> bool {
                 | ServerErrorKind::MasterDown
         ) | ErrorKind::ClusterConnectionNotFound
     )
+}
+
+/// How long one connection attempt may take: the call deadline, but at least a second.
+fn connect_timeout(call_timeout: Duration) -> Duration {
+    call_timeout.max(Duration::from_secs(1))
 }
 
 fn target_uses_tls(target: &Target) -> bool {
