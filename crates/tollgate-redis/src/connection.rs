@@ -184,12 +184,26 @@ const SLOT_MAP_AGE: Duration = Duration::from_secs(5);
 const MAX_REDIRECTIONS: u32 = 8;
 
 impl LazyCluster {
-    async fn get(&self) -> RedisResult<ClusterConnection> {
-        let connection = self
-            .connection
-            .get_or_try_init(|| self.client.get_async_connection())
-            .await?;
-        Ok(connection.clone())
+    /// The connection, made on first use. Connecting runs in its own task, so that a call
+    /// giving up at its deadline does not cancel a connection that needs longer (a TLS
+    /// handshake); later calls find it made.
+    async fn get(self: &Arc<Self>) -> RedisResult<ClusterConnection> {
+        if let Some(connection) = self.connection.get() {
+            return Ok(connection.clone());
+        }
+        let this = Arc::clone(self);
+        let connecting = tokio::spawn(async move {
+            this.connection
+                .get_or_try_init(|| this.client.get_async_connection())
+                .await
+                .cloned()
+        });
+        connecting.await.map_err(|e| {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                format!("connecting to the cluster stopped: {e}"),
+            ))
+        })?
     }
 
     /// The node serving `slot`, as far as our copy of the map knows; starts a refresh when the
