@@ -150,3 +150,82 @@ fn a_zero_store_timeout_is_refused() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--store-timeout"), "{stderr}");
 }
+
+/// A CA and a certificate for 127.0.0.1 signed by it, as PEM: (ca, cert, key).
+fn certificates() -> (String, String, String) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+#[tokio::test]
+async fn serve_reaches_redis_over_tls_with_a_password_and_its_own_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificates();
+    let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    std::fs::write(path("ca.pem"), &ca).unwrap();
+    std::fs::write(path("cert.pem"), &cert).unwrap();
+    std::fs::write(path("key.pem"), &key).unwrap();
+    let tls_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
+        .to_string();
+    let redis = RedisServer::try_start_with_args(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &path("cert.pem"),
+        "--tls-key-file",
+        &path("key.pem"),
+        "--tls-ca-cert-file",
+        &path("ca.pem"),
+        "--tls-auth-clients",
+        "no",
+    ])
+    .unwrap_or_else(|e| panic!("redis-server could not start with --tls-port (is it built with TLS?): {e}"));
+    redis.require_password("tls-pass");
+    let url = format!("rediss://:tls-pass@127.0.0.1:{tls_port}");
+
+    let server = Server::start(&[
+        "--store",
+        &url,
+        "--store-ca-file",
+        &path("ca.pem"),
+        "--require-store",
+    ]);
+    let (status, body) = readyz(&server).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let response = reqwest::Client::new()
+        .post(server.url("/v1/check"))
+        .json(&serde_json::json!({"policy": "demo", "key": "tls"}))
+        .send()
+        .await
+        .expect("check");
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["degraded"], false, "{body}");
+
+    // Without the CA, the server's certificate is not trusted: refused at start-up.
+    let (ok, line) = refused(&[
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--grpc",
+        "127.0.0.1:0",
+        "--store",
+        &url,
+        "--require-store",
+    ]);
+    assert!(!ok, "{line}");
+    assert!(
+        !line.contains("tls-pass"),
+        "the password must not be printed: {line}"
+    );
+}

@@ -184,12 +184,26 @@ const SLOT_MAP_AGE: Duration = Duration::from_secs(5);
 const MAX_REDIRECTIONS: u32 = 8;
 
 impl LazyCluster {
-    async fn get(&self) -> RedisResult<ClusterConnection> {
-        let connection = self
-            .connection
-            .get_or_try_init(|| self.client.get_async_connection())
-            .await?;
-        Ok(connection.clone())
+    /// The connection, made on first use. Connecting runs in its own task, so that a call
+    /// giving up at its deadline does not cancel a connection that needs longer (a TLS
+    /// handshake); later calls find it made.
+    async fn get(self: &Arc<Self>) -> RedisResult<ClusterConnection> {
+        if let Some(connection) = self.connection.get() {
+            return Ok(connection.clone());
+        }
+        let this = Arc::clone(self);
+        let connecting = tokio::spawn(async move {
+            this.connection
+                .get_or_try_init(|| this.client.get_async_connection())
+                .await
+                .cloned()
+        });
+        connecting.await.map_err(|e| {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                format!("connecting to the cluster stopped: {e}"),
+            ))
+        })?
     }
 
     /// The node serving `slot`, as far as our copy of the map knows; starts a refresh when the
@@ -300,7 +314,7 @@ impl Connection {
         matches!(self, Connection::Cluster(_))
     }
 
-    /// Prepares the connection, with `timeout` for connecting. With `lazy`, nothing touches the
+    /// Prepares the connection, with `timeout` (at least a second) for connecting. With `lazy`, nothing touches the
     /// network until the first call; otherwise an unreachable Redis is an error now.
     ///
     /// Responses have no driver-level timeout shorter than the store's own deadline: a driver
@@ -332,8 +346,11 @@ impl Connection {
                 // One connection attempt per call: a retry's backoff (100 ms and up) outlasts the
                 // store's deadline anyway, and would report a refused or unauthenticated
                 // connection as a timeout. The circuit breaker paces the attempts instead.
+                // Connecting may take longer than a call may (a TLS handshake to a distant
+                // Redis): the manager connects in the background while calls keep their own
+                // deadline, so a slow handshake completes instead of being cut off each time.
                 let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(timeout))
+                    .set_connection_timeout(Some(connect_timeout(timeout)))
                     .set_response_timeout(Some(timeout))
                     .set_number_of_retries(0);
                 let manager = if lazy {
@@ -345,7 +362,7 @@ impl Connection {
             }
             Target::Cluster(nodes) => {
                 let mut builder = ClusterClient::builder(nodes.clone())
-                    .connection_timeout(timeout)
+                    .connection_timeout(connect_timeout(timeout))
                     // Longer than any store deadline: the store drops the call first, and the
                     // client never retries (see the module docs).
                     .response_timeout(timeout.saturating_mul(20).max(Duration::from_secs(5)))
@@ -458,6 +475,11 @@ fn did_not_run(err: &RedisError) -> bool {
                 | ServerErrorKind::MasterDown
         ) | ErrorKind::ClusterConnectionNotFound
     )
+}
+
+/// How long one connection attempt may take: the call deadline, but at least a second.
+fn connect_timeout(call_timeout: Duration) -> Duration {
+    call_timeout.max(Duration::from_secs(1))
 }
 
 fn target_uses_tls(target: &Target) -> bool {

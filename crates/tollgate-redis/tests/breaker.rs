@@ -7,13 +7,15 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Engine, FailureMode, Outcome, Policy, Rate, Store};
+use tollgate::{Algorithm, Engine, FailureMode, Outcome, Policy, Rate};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::{RedisCluster, RedisServer};
 
 /// Long enough that a healthy answer on a busy machine always comes in time.
 const DEADLINE: Duration = Duration::from_millis(500);
-const FIRST_PROBE: Duration = Duration::from_millis(10);
+/// Soon next to the 60 s maximum, and long enough that the check right after the failure is
+/// surely refused, however busy the machine.
+const FIRST_PROBE: Duration = Duration::from_millis(300);
 
 fn policy() -> Policy {
     Policy::new(
@@ -47,15 +49,15 @@ async fn the_first_probe_after_a_stall_closes_the_breaker() {
     assert_eq!(v.store_error().and_then(|e| e.class()), Some("timeout"));
     assert!(store.is_degraded(), "a timeout opens the breaker");
     let calls = store.stats().redis_calls;
-    // Refused at once while open (the first probe is 10 ms away; asked right away).
+    // Refused at once while open (the first probe is 300 ms away; asked right away).
     let v = engine.check(&p, b"k", 1).await.unwrap();
     assert_eq!(v.outcome(), Outcome::Degraded);
     assert_eq!(store.stats().redis_calls, calls, "a refusal never reaches redis");
     assert_eq!(store.stats().breaker_refusals, 1);
     server.thaw();
 
-    // The breaker's first probe is due after 10 ms, whatever the 60 s maximum says.
-    tokio::time::sleep(FIRST_PROBE * 3).await;
+    // The breaker's first probe is due after 300 ms, whatever the 60 s maximum says.
+    tokio::time::sleep(FIRST_PROBE * 2).await;
     let v = engine.check(&p, b"k", 1).await.unwrap();
     assert_eq!(v.outcome(), Outcome::Allowed, "{v:?}");
     assert_eq!(store.stats().redis_calls, calls + 1, "one probe");

@@ -10,7 +10,7 @@
 //! | `GET /v1/attempts/{purpose}/{key}` | the count and its TTL |
 //! | `GET /v1/attempts/{purpose}/{key}/check?max=N` | whether another attempt is allowed |
 //! | `DELETE /v1/attempts/{purpose}/{key}` | clear the counter (after a success; admin) |
-//! | `GET /metrics`, `/healthz`, `/readyz` | Prometheus, liveness, store reachability |
+//! | `GET /metrics`, `/healthz`, `/readyz` | Prometheus, liveness, store health: JSON naming the failure class |
 //!
 //! Every decision is the [`Engine`](tollgate::Engine)'s: a request becomes a list of rules (a
 //! policy marked `shadow` gives a shadow rule) and one [`check_all`](tollgate::Engine::check_all)
