@@ -11,7 +11,7 @@
 //! | `REDIS_TYPE` | `single` (default) or `cluster` (`REDIS_URL` lists the nodes, comma separated); `sentinel` is refused |
 //! | `REDIS_SOCKET_TYPE` | `tcp` or `unix`; unset, a `REDIS_URL` starting with `/` is a socket |
 //! | `REDIS_AUTH` | `password` or `user:password`, put in the store URL |
-//! | `REDIS_TLS` | `true`: `rediss://` (not with `cluster`) |
+//! | `REDIS_TLS` | `true`: `rediss://` (`rediss+cluster://` with `cluster`) |
 //! | `HOST`, `PORT` | `--http` (defaults `0.0.0.0`, `8080`, as upstream), when either is set |
 //! | `GRPC_HOST`, `GRPC_PORT` | `--grpc` (defaults `0.0.0.0`, `8081`), when either is set |
 //! | `DEBUG_HOST`, `DEBUG_PORT` | `--debug-addr` (default host `0.0.0.0`), when `DEBUG_PORT` is set |
@@ -365,23 +365,17 @@ fn store(get: &impl Fn(&str) -> Option<String>) -> Result<Option<String>, EnvErr
         return Ok(Some(url));
     }
     if cluster {
-        if tls {
-            return Err(EnvError::new(
-                "REDIS_TLS",
-                "true",
-                "TLS to a Redis Cluster is not supported from these settings; give --store",
-            ));
-        }
-        let nodes: Vec<String> = url
+        let nodes: Vec<&str> = url
             .split(',')
             .map(str::trim)
             .filter(|node| !node.is_empty())
-            .map(|node| format!("{auth}{node}"))
             .collect();
         if nodes.is_empty() {
             return Err(EnvError::new("REDIS_URL", &url, "expected host:port,host:port"));
         }
-        return Ok(Some(format!("redis+cluster://{}", nodes.join(","))));
+        // The credentials once, before the node list: they apply to every node.
+        let scheme = if tls { "rediss+cluster" } else { "redis+cluster" };
+        return Ok(Some(format!("{scheme}://{auth}{}", nodes.join(","))));
     }
     if unix {
         if tls {
@@ -464,7 +458,7 @@ mod tests {
 
     #[test]
     fn redis_settings_become_one_store_url() {
-        let cases: [(&[(&str, &str)], &str); 7] = [
+        let cases: [(&[(&str, &str)], &str); 8] = [
             (&[("REDIS_URL", "redis:6379")], "redis://redis:6379"),
             (
                 &[
@@ -492,7 +486,15 @@ mod tests {
                     ("REDIS_TYPE", "CLUSTER"),
                     ("REDIS_AUTH", "pw"),
                 ],
-                "redis+cluster://:pw@a:7000,:pw@b:7001",
+                "redis+cluster://:pw@a:7000,b:7001",
+            ),
+            (
+                &[
+                    ("REDIS_URL", "a:7000,b:7001"),
+                    ("REDIS_TYPE", "cluster"),
+                    ("REDIS_TLS", "true"),
+                ],
+                "rediss+cluster://a:7000,b:7001",
             ),
             (&[("REDIS_URL", "redis://already:1")], "redis://already:1"),
         ];
