@@ -8,7 +8,8 @@
 //! - `main.rs` (this file): the subcommands (`serve`, `proxy`, `check-config`,
 //!   `bench`), each turned into the options of the library call that does the work, and the
 //!   runtime the server calls run on, and the log set-up: `tracing` events (a failing store, a
-//!   rejected reload) go to stderr as text, filtered by `RUST_LOG` (default `warn`).
+//!   rejected reload) go to stderr as text, filtered by `RUST_LOG` (default `warn`, and reload
+//!   results at `info`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -180,10 +181,11 @@ fn run(job: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
 }
 
 /// Sends the libraries' `tracing` events to stderr, filtered by `RUST_LOG` (default `warn`, so a
-/// failing store or a rejected config is seen without a flood of per-request lines).
+/// failing store or a rejected config is seen without a flood of per-request lines, plus the
+/// reload results at `info`: rare, and what an operator checks after changing a config).
 fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,tollgate_server::reload=info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -125,6 +125,7 @@ pub fn watch(path: PathBuf, mut changed: impl FnMut() + Send + 'static) -> Optio
     let mut served = fingerprint(&path);
     Some(async move {
         while bursts.recv().await.is_some() {
+            metrics::config_watch_event();
             let now = fingerprint(&path);
             if now != served {
                 served = now;

@@ -306,6 +306,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     {
         tokio::spawn(watch);
     }
+    let shutdown = crate::serve::shutdown_signal();
     println!("tollgate: proxy listening on {}", listener.local_addr()?);
     if let Some(admin) = &admin {
         println!("tollgate: admin listening on {}", admin.local_addr()?);
@@ -320,7 +321,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         let _ = stopped.wait_for(|stop| *stop).await;
     };
     tokio::spawn(async move {
-        crate::serve::shutdown_signal().await;
+        shutdown.await;
         let _ = stop.send(true);
     });
     let admin_task = admin.map(|admin| {
@@ -348,7 +349,7 @@ fn reloader(
 ) -> Arc<dyn Fn() + Send + Sync> {
     Arc::new(move || {
         let Some(path) = &config else {
-            tracing::info!("SIGHUP: proxying with the built-in demo routes; there is no config to reload");
+            tracing::info!(target: "tollgate_server::reload", "SIGHUP: proxying with the built-in demo routes; there is no config to reload");
             return;
         };
         match tollgate_config::load(path).map_err(anyhow::Error::from).and_then(|limits| {
@@ -358,11 +359,12 @@ fn reloader(
             Ok((built, routes)) => {
                 live.store(Arc::new(built));
                 crate::metrics::config_reload(true);
-                tracing::info!(config = %path.display(), routes, "proxy config reloaded");
+                tracing::info!(target: "tollgate_server::reload", config = %path.display(), routes, "proxy config reloaded");
             }
             Err(err) => {
                 crate::metrics::config_reload(false);
                 tracing::warn!(
+                    target: "tollgate_server::reload",
                     config = %path.display(),
                     error = format!("{err:#}"),
                     "proxy config reload rejected; still serving the previous routes"
