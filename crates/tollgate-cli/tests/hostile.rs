@@ -23,10 +23,7 @@ use tollgate_testkit::{AppServer, ChildProcess};
 const HANG_GUARD: Duration = Duration::from_secs(30);
 
 fn client() -> Client {
-    Client::builder()
-        .timeout(HANG_GUARD)
-        .build()
-        .expect("client")
+    Client::builder().timeout(HANG_GUARD).build().expect("client")
 }
 
 fn temp_config(text: &str) -> tempfile::NamedTempFile {
@@ -225,9 +222,13 @@ async fn path_tricks_through_the_proxy_never_get_past_the_limit() {
 
     let seen = seen.lock().expect("lock").clone();
     let movies = seen.iter().filter(|path| path.as_str() == "/v4/movies").count();
-    assert_eq!(movies, 3, "the upstream served /v4/movies more often than the limit: {seen:?}");
+    assert_eq!(
+        movies, 3,
+        "the upstream served /v4/movies more often than the limit: {seen:?}"
+    );
     assert!(
-        seen.iter().all(|path| path == "/v4/movies" || path == "/V4/movies"),
+        seen.iter()
+            .all(|path| path == "/v4/movies" || path == "/V4/movies"),
         "{seen:?}"
     );
 }
@@ -241,19 +242,17 @@ async fn a_silent_upstream_is_a_504_counted_and_the_admin_listener_answers() {
     });
     let upstream = AppServer::start(app).await;
     let mut proxy = {
-        let mut child = ChildProcess::start(
-            Command::new(env!("CARGO_BIN_EXE_tollgate")).args([
-                "proxy",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin",
-                "127.0.0.1:0",
-                "--upstream",
-                &upstream.url(""),
-                "--upstream-timeout",
-                "300ms",
-            ]),
-        );
+        let mut child = ChildProcess::start(Command::new(env!("CARGO_BIN_EXE_tollgate")).args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--upstream",
+            &upstream.url(""),
+            "--upstream-timeout",
+            "300ms",
+        ]));
         let listen = child.wait_for_addr("proxy listening on ");
         let admin = child.wait_for_addr("admin listening on ");
         (child, listen, admin)
@@ -331,7 +330,15 @@ fn run_to_end(args: &[&str], expect: &str) -> (bool, String) {
 #[test]
 fn an_empty_admin_token_is_a_startup_error() {
     let (ok, line) = run_to_end(
-        &["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--admin-token", ""],
+        &[
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--admin-token",
+            "",
+        ],
         "admin token",
     );
     assert!(!ok);
@@ -348,7 +355,15 @@ fn a_fifo_or_a_device_as_config_is_a_clear_error_not_a_hang() {
     let (ok, line) = run_to_end(&["check-config", fifo], "not a regular file");
     assert!(!ok && line.contains("tollgate.yaml"), "{line}");
     let (ok, line) = run_to_end(
-        &["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0", "--config", "/dev/zero"],
+        &[
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--config",
+            "/dev/zero",
+        ],
         "not a regular file",
     );
     assert!(!ok, "{line}");

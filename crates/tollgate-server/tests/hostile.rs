@@ -83,7 +83,10 @@ async fn read_all(socket: &mut TcpStream) -> String {
         }
     })
     .await;
-    assert!(read.is_ok(), "the server neither answered nor closed the connection");
+    assert!(
+        read.is_ok(),
+        "the server neither answered nor closed the connection"
+    );
     String::from_utf8_lossy(&answer).into_owned()
 }
 
@@ -106,10 +109,15 @@ fn parse(answer: &str) -> (u16, String, Value) {
         .lines()
         .find_map(|line| {
             let (name, value) = line.split_once(':')?;
-            name.eq_ignore_ascii_case("content-type").then(|| value.trim().to_owned())
+            name.eq_ignore_ascii_case("content-type")
+                .then(|| value.trim().to_owned())
         })
         .unwrap_or_default();
-    (status, content_type, serde_json::from_str(body).unwrap_or(Value::Null))
+    (
+        status,
+        content_type,
+        serde_json::from_str(body).unwrap_or(Value::Null),
+    )
 }
 
 fn assert_problem(answer: &str, status: u16) {
@@ -117,12 +125,19 @@ fn assert_problem(answer: &str, status: u16) {
     assert_eq!(got, status, "{answer}");
     assert_eq!(content_type, "application/problem+json", "{answer}");
     assert_eq!(body["status"], status, "{answer}");
-    assert!(body["title"].is_string() && body["detail"].is_string(), "{answer}");
+    assert!(
+        body["title"].is_string() && body["detail"].is_string(),
+        "{answer}"
+    );
     assert_eq!(body["type"], "about:blank");
 }
 
 async fn healthy(addr: SocketAddr) -> bool {
-    let answer = exchange(addr, b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await;
+    let answer = exchange(
+        addr,
+        b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
     answer.starts_with("HTTP/1.1 200")
 }
 
@@ -185,7 +200,10 @@ async fn connections_past_the_limit_are_refused_and_the_server_recovers() {
     for _ in 0..100 {
         let answer = exchange(server.http, b"").await;
         assert_problem(&answer, 503);
-        assert!(answer.to_ascii_lowercase().contains("connection: close"), "{answer}");
+        assert!(
+            answer.to_ascii_lowercase().contains("connection: close"),
+            "{answer}"
+        );
     }
     drop(holders);
     // The slots come back once the server sees the holders go; bounded retries.
@@ -206,7 +224,10 @@ async fn oversized_and_malformed_requests_get_problem_answers() {
     let server = start(ListenerOptions::default()).await;
     let addr = server.http;
 
-    let long_target = format!("GET /healthz?{} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n", "a".repeat(9000));
+    let long_target = format!(
+        "GET /healthz?{} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+        "a".repeat(9000)
+    );
     assert_problem(&exchange(addr, long_target.as_bytes()).await, 414);
 
     let big_header = format!(
@@ -215,7 +236,8 @@ async fn oversized_and_malformed_requests_get_problem_answers() {
     );
     assert_problem(&exchange(addr, big_header.as_bytes()).await, 431);
 
-    let declared = "POST /v1/check HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\nconnection: close\r\n\r\n";
+    let declared =
+        "POST /v1/check HTTP/1.1\r\nhost: x\r\ncontent-length: 100000\r\nconnection: close\r\n\r\n";
     assert_problem(&exchange(addr, declared.as_bytes()).await, 413);
 
     // Chunked, so no length is declared: cut off while it streams.
@@ -244,7 +266,11 @@ async fn oversized_and_malformed_requests_get_problem_answers() {
     let reset = "DELETE /v1/attempts/login/alice HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
     assert_problem(&exchange(addr, reset.as_bytes()).await, 401);
     let reset_ok = "DELETE /v1/attempts/login/alice HTTP/1.1\r\nhost: x\r\nauthorization: Bearer secret\r\nconnection: close\r\n\r\n";
-    assert!(exchange(addr, reset_ok.as_bytes()).await.starts_with("HTTP/1.1 204"));
+    assert!(
+        exchange(addr, reset_ok.as_bytes())
+            .await
+            .starts_with("HTTP/1.1 204")
+    );
 
     assert!(healthy(addr).await);
     server.stop().await;

@@ -30,8 +30,7 @@ async fn an_idle_watcher_does_not_wake_up() {
     .expect("watch");
     let task = tokio::spawn(watch);
 
-    std::fs::write(&file, "policies:\n  a: {algorithm: gcra, rate: 1/s, burst: 1}\n")
-        .expect("write");
+    std::fs::write(&file, "policies:\n  a: {algorithm: gcra, rate: 1/s, burst: 1}\n").expect("write");
     let mut changed = false;
     for _ in 0..300 {
         if changes.load(Ordering::SeqCst) == 1 {
@@ -50,7 +49,11 @@ async fn an_idle_watcher_does_not_wake_up() {
         let _ = std::fs::read_to_string(&file);
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    assert_eq!(counter("tollgate_config_watch_events_total"), events, "the idle watcher woke up");
+    assert_eq!(
+        counter("tollgate_config_watch_events_total"),
+        events,
+        "the idle watcher woke up"
+    );
     assert_eq!(changes.load(Ordering::SeqCst), 1);
     task.abort();
 }

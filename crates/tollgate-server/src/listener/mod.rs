@@ -126,7 +126,10 @@ impl ListenerOptions {
             ("max uri bytes", self.max_uri_bytes),
             ("max header bytes", self.max_header_bytes),
             ("max body bytes", self.max_body_bytes),
-            ("http2 max concurrent streams", self.http2_max_concurrent_streams as usize),
+            (
+                "http2 max concurrent streams",
+                self.http2_max_concurrent_streams as usize,
+            ),
         ];
         for (name, value) in counts {
             if value == 0 {
@@ -257,7 +260,12 @@ pub async fn serve_http(
 }
 
 /// Waits for `connections` to finish, up to `timeout`; then closes what is left.
-async fn drain(name: &'static str, connections: &mut JoinSet<()>, timeout: Duration, closing: &CancellationToken) {
+async fn drain(
+    name: &'static str,
+    connections: &mut JoinSet<()>,
+    timeout: Duration,
+    closing: &CancellationToken,
+) {
     let finished = tokio::time::timeout(timeout, async {
         while connections.join_next().await.is_some() {}
     })

@@ -110,10 +110,12 @@ struct Gate {
     service: RateLimit<Forward>,
 }
 
+/// The gates being served, swapped whole on reload; a request keeps the gates it started with.
+type LiveGates = Arc<ArcSwap<Vec<Gate>>>;
+
 #[derive(Clone)]
 struct Proxy {
-    /// Swapped whole on reload; a request keeps the gates it started with.
-    gates: Arc<ArcSwap<Vec<Gate>>>,
+    gates: LiveGates,
     forward: Forward,
 }
 
@@ -177,7 +179,7 @@ fn build_app(
     store: AnyStore,
     forward: Forward,
     trusted_proxies: &[Cidr],
-) -> anyhow::Result<(Router, Gates, Arc<ArcSwap<Vec<Gate>>>)> {
+) -> anyhow::Result<(Router, Gates, LiveGates)> {
     let client_ip = ClientIp::peer().trust_proxies(trusted_proxies.iter().copied());
     // One engine for every route: one `local` fallback limiter, as the server has, so a policy
     // named by two routes keeps one budget while the store is away too.
@@ -331,9 +333,10 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             crate::listener::serve_http("admin", admin, admin_router(store), &options, stopped).await
         })
     });
-    let served = crate::listener::serve_http("proxy", listener, app, &options.listeners, when_stopped(stopped))
-        .await
-        .context("proxy server");
+    let served =
+        crate::listener::serve_http("proxy", listener, app, &options.listeners, when_stopped(stopped))
+            .await
+            .context("proxy server");
     if let Some(task) = admin_task {
         task.await.context("admin server task")?.context("admin server")?;
     }
@@ -345,17 +348,19 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
 fn reloader(
     config: Option<PathBuf>,
     gates: Gates,
-    live: Arc<ArcSwap<Vec<Gate>>>,
+    live: LiveGates,
 ) -> Arc<dyn Fn() + Send + Sync> {
     Arc::new(move || {
         let Some(path) = &config else {
             tracing::info!(target: "tollgate_server::reload", "SIGHUP: proxying with the built-in demo routes; there is no config to reload");
             return;
         };
-        match tollgate_config::load(path).map_err(anyhow::Error::from).and_then(|limits| {
-            let built = gates.build(&limits)?;
-            Ok((built, limits.routes().len()))
-        }) {
+        match tollgate_config::load(path)
+            .map_err(anyhow::Error::from)
+            .and_then(|limits| {
+                let built = gates.build(&limits)?;
+                Ok((built, limits.routes().len()))
+            }) {
             Ok((built, routes)) => {
                 live.store(Arc::new(built));
                 crate::metrics::config_reload(true);
