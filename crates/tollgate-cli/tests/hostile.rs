@@ -214,6 +214,17 @@ async fn path_tricks_through_the_proxy_never_get_past_the_limit() {
         assert!(answer.contains("application/problem+json"), "{answer}");
         assert_eq!(body["status"], 400, "{refused}: {answer}");
     }
+    // ...as are oversized heads, before anything reaches the upstream...
+    let (status, body, _) = get(addr, &format!("/v4/movies?{}", "q".repeat(9000)));
+    assert_eq!((status, body["status"].clone()), (414, json!(414)));
+    let (status, body, _) = raw(
+        addr,
+        &format!(
+            "GET /v4/movies HTTP/1.1\r\nhost: x\r\nx-big: {}\r\nconnection: close\r\n\r\n",
+            "b".repeat(20_000)
+        ),
+    );
+    assert_eq!((status, body["status"].clone()), (431, json!(431)));
     // ...and a different case is a different path, forwarded as written (matching is
     // case-sensitive, as documented).
     let (status, body, _) = get(addr, "/V4/movies");
@@ -343,6 +354,19 @@ fn an_empty_admin_token_is_a_startup_error() {
     );
     assert!(!ok);
     assert!(line.contains("must not be empty"), "{line}");
+}
+
+#[test]
+fn open_admin_endpoints_on_a_public_address_are_warned_about() {
+    let mut child = ChildProcess::start(Command::new(env!("CARGO_BIN_EXE_tollgate")).args([
+        "serve",
+        "--http",
+        "0.0.0.0:0",
+        "--grpc",
+        "127.0.0.1:0",
+    ]));
+    let line = child.wait_for("without a token on a non-loopback address");
+    assert!(line.contains("WARN"), "{line}");
 }
 
 #[test]
