@@ -223,7 +223,7 @@ pub async fn serve_http(
                     }
                 };
                 let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-                    refuse_http(name, &stream);
+                    refuse_http(name, stream);
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
@@ -309,13 +309,17 @@ fn http_builder(options: &ListenerOptions) -> auto::Builder<TokioExecutor> {
 /// send buffer has room, and a client that does not read it loses nothing it asked for.
 const REFUSAL: &str = "{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"too many open connections; try again shortly\"}";
 
-fn refuse_http(name: &'static str, stream: &TcpStream) {
+fn refuse_http(name: &'static str, stream: TcpStream) {
     crate::metrics::connection_refused(name);
     let answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{REFUSAL}",
         REFUSAL.len()
     );
-    let _ = stream.try_write(answer.as_bytes());
+    // Straight to the socket (still non-blocking), without waiting for the reactor to report it
+    // writable: the answer is written now or not at all, and the socket is closed on return.
+    if let Ok(socket) = stream.into_std() {
+        let _ = std::io::Write::write(&mut &socket, answer.as_bytes());
+    }
     crate::metrics::warn_sampled_refusal(name);
 }
 

@@ -345,11 +345,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
 
 /// What SIGHUP and a file change call: reload the config, rebuild the gates and swap them in, or
 /// keep the running ones when the new config is broken.
-fn reloader(
-    config: Option<PathBuf>,
-    gates: Gates,
-    live: LiveGates,
-) -> Arc<dyn Fn() + Send + Sync> {
+fn reloader(config: Option<PathBuf>, gates: Gates, live: LiveGates) -> Arc<dyn Fn() + Send + Sync> {
     Arc::new(move || {
         let Some(path) = &config else {
             tracing::info!(target: "tollgate_server::reload", "SIGHUP: proxying with the built-in demo routes; there is no config to reload");
