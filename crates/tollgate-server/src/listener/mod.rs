@@ -237,7 +237,6 @@ pub async fn serve_http(
                 });
                 let builder = builder.clone();
                 let stopping = stopping.clone();
-                crate::metrics::connection_opened(name);
                 connections.spawn(async move {
                     let connection = builder.serve_connection(io, service);
                     let mut connection = pin!(connection);
@@ -248,7 +247,6 @@ pub async fn serve_http(
                             let _ = connection.as_mut().await;
                         }
                     }
-                    crate::metrics::connection_closed(name);
                 });
             }
         }
