@@ -362,6 +362,41 @@ fn an_empty_admin_token_is_a_startup_error() {
 }
 
 #[test]
+fn zero_or_contradictory_limits_are_startup_errors() {
+    let (ok, line) = run_to_end(
+        &[
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--max-connections",
+            "0",
+        ],
+        "max connections",
+    );
+    assert!(!ok && line.contains("must be at least 1"), "{line}");
+    let (ok, line) = run_to_end(
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--idle-timeout",
+            "10s",
+            "--upstream-timeout",
+            "30s",
+        ],
+        "idle timeout",
+    );
+    assert!(
+        !ok && line.contains("must be longer than the upstream timeout"),
+        "{line}"
+    );
+}
+
+#[test]
 fn open_admin_endpoints_on_a_public_address_are_warned_about() {
     let mut child = ChildProcess::start(Command::new(env!("CARGO_BIN_EXE_tollgate")).args([
         "serve",

@@ -266,6 +266,15 @@ fn admin_router(store: AnyStore) -> Router {
 /// then are closed. Reloads the routes and policies on SIGHUP and on file change.
 pub async fn run(options: Options) -> anyhow::Result<()> {
     options.listeners.validate().map_err(anyhow::Error::msg)?;
+    // A client waiting for the upstream's answer sends nothing and receives nothing: the idle
+    // timeout would close it before the upstream deadline could answer 504.
+    if options.listeners.idle_timeout <= options.forward.response_timeout {
+        anyhow::bail!(
+            "the idle timeout ({:?}) must be longer than the upstream timeout ({:?})",
+            options.listeners.idle_timeout,
+            options.forward.response_timeout
+        );
+    }
     crate::metrics::install();
     let limits = load_or_demo(options.config.as_deref())?;
     let forward = Forward::with_options(&options.upstream, options.forward)?;
