@@ -101,9 +101,9 @@ use std::path::{Path, PathBuf};
 use yaml_serde::Value;
 
 pub use error::{ConfigError, ConfigErrorKind};
-pub use read::{MAX_FILE_BYTES, READ_TIMEOUT};
 pub use limits::{ENVOY_POLICY_PREFIX, Limits, NamedPolicy, Resolved, apply_replaces, override_key};
 pub use metadata::{Metadata, MetadataValue};
+pub use read::{MAX_FILE_BYTES, READ_TIMEOUT};
 pub use routes::{Route, RouteKey, route_for};
 
 use envoy::EnvoyFile;

@@ -86,7 +86,10 @@ mod tests {
         let big = dir.path().join("big.yaml");
         std::fs::write(&big, vec![b'#'; 2048]).unwrap();
         let err = read_limited(&big, 1024, READ_TIMEOUT).unwrap_err();
-        assert_eq!(err.to_string(), "the file is 2048 bytes, above the maximum of 1024");
+        assert_eq!(
+            err.to_string(),
+            "the file is 2048 bytes, above the maximum of 1024"
+        );
         assert_eq!(read_limited(&big, 4096, READ_TIMEOUT).unwrap().len(), 2048);
     }
 }

@@ -226,6 +226,12 @@ pub fn upstream_error(kind: &'static str, upstream: &str, err: &dyn std::fmt::Di
 
 static UPSTREAM_LOG: Sampler = Sampler::new(Duration::from_secs(1));
 
+/// The watcher woke up for a debounced burst of file events (changed or not): an idle config
+/// directory keeps this still.
+pub fn config_watch_event() {
+    metrics::counter!("tollgate_config_watch_events_total").increment(1);
+}
+
 /// The watcher saw the config's bytes change (each one is followed by a reload).
 pub fn config_change_seen() {
     metrics::counter!("tollgate_config_changes_seen_total").increment(1);

@@ -68,10 +68,9 @@ pub async fn bare_errors(request: Request, next: Next) -> Response {
     };
     let problem = response(status, detail);
     parts.headers.remove(header::CONTENT_LENGTH);
-    parts.headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(PROBLEM_JSON),
-    );
+    parts
+        .headers
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
     Response::from_parts(parts, problem.into_body())
 }
 
@@ -80,9 +79,6 @@ fn default_detail(status: StatusCode) -> String {
     match status {
         StatusCode::NOT_FOUND => "no such route".to_owned(),
         StatusCode::METHOD_NOT_ALLOWED => "method not allowed on this route (see `Allow`)".to_owned(),
-        other => other
-            .canonical_reason()
-            .unwrap_or("error")
-            .to_lowercase(),
+        other => other.canonical_reason().unwrap_or("error").to_lowercase(),
     }
 }

@@ -57,7 +57,10 @@ pub fn reload(state: &SharedState, path: &Path) -> bool {
 /// that there is nothing to reload when there is no config file). The handler is in place when
 /// this returns (a SIGHUP before it would end the process).
 #[cfg(unix)]
-pub fn on_sighup(state: SharedState, path: Option<PathBuf>) -> Option<impl Future<Output = ()> + Send + 'static> {
+pub fn on_sighup(
+    state: SharedState,
+    path: Option<PathBuf>,
+) -> Option<impl Future<Output = ()> + Send + 'static> {
     on_hangup(move || match &path {
         Some(path) => {
             reload(&state, path);
@@ -69,7 +72,9 @@ pub fn on_sighup(state: SharedState, path: Option<PathBuf>) -> Option<impl Futur
 /// Starts listening for SIGHUP and returns the task that calls `reload` on each one; `None`,
 /// with a log line, when the signal cannot be caught.
 #[cfg(unix)]
-pub fn on_hangup(mut reload: impl FnMut() + Send + 'static) -> Option<impl Future<Output = ()> + Send + 'static> {
+pub fn on_hangup(
+    mut reload: impl FnMut() + Send + 'static,
+) -> Option<impl Future<Output = ()> + Send + 'static> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hangups = signal(SignalKind::hangup())
         .map_err(|err| tracing::warn!(error = %err, "cannot listen for SIGHUP; reload on file change only"))
@@ -92,7 +97,10 @@ pub fn on_change(state: SharedState, path: PathBuf) -> Option<impl Future<Output
 
 /// Watches the config at `path` and returns the task that calls `changed` each time its bytes
 /// change (debounced, compared by hash); what `tollgate serve` and `tollgate proxy` reload with.
-pub fn watch(path: PathBuf, mut changed: impl FnMut() + Send + 'static) -> Option<impl Future<Output = ()> + Send + 'static> {
+pub fn watch(
+    path: PathBuf,
+    mut changed: impl FnMut() + Send + 'static,
+) -> Option<impl Future<Output = ()> + Send + 'static> {
     let (events, mut bursts) = mpsc::unbounded_channel();
     let watched = if path.is_dir() {
         path.clone()
@@ -101,13 +109,17 @@ pub fn watch(path: PathBuf, mut changed: impl FnMut() + Send + 'static) -> Optio
             .filter(|parent| !parent.as_os_str().is_empty())
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
     };
-    let debouncer = notify_debouncer_full::new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
-        let Ok(batch) = result else { return };
-        // Reading a file (hashing it, loading it) is an event too; only a change counts.
-        if batch.iter().any(|event| !matches!(event.kind, EventKind::Access(_))) {
-            let _ = events.send(());
-        }
-    });
+    let debouncer =
+        notify_debouncer_full::new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
+            let Ok(batch) = result else { return };
+            // Reading a file (hashing it, loading it) is an event too; only a change counts.
+            if batch
+                .iter()
+                .any(|event| !matches!(event.kind, EventKind::Access(_)))
+            {
+                let _ = events.send(());
+            }
+        });
     let mut debouncer = debouncer
         .and_then(|mut debouncer| {
             debouncer
@@ -125,6 +137,7 @@ pub fn watch(path: PathBuf, mut changed: impl FnMut() + Send + 'static) -> Optio
     let mut served = fingerprint(&path);
     Some(async move {
         while bursts.recv().await.is_some() {
+            metrics::config_watch_event();
             let now = fingerprint(&path);
             if now != served {
                 served = now;

@@ -221,6 +221,7 @@ pub async fn serve(options: Options) -> anyhow::Result<()> {
         tokio::spawn(watch);
     }
     warn_if_admin_open(&options);
+    let shutdown = shutdown_signal();
     println!("tollgate: http listening on {}", listeners.http.local_addr()?);
     println!("tollgate: grpc listening on {}", listeners.grpc.local_addr()?);
     if let Some(debug) = &listeners.debug {
@@ -237,7 +238,7 @@ pub async fn serve(options: Options) -> anyhow::Result<()> {
                 p.display()
             ))
     );
-    run(state, listeners, shutdown_signal()).await
+    run(state, listeners, shutdown).await
 }
 
 /// A loud warning when the admin endpoints (limits and attempts resets) answer anyone who can
@@ -252,25 +253,39 @@ fn warn_if_admin_open(options: &Options) {
     }
 }
 
-pub(crate) async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Completes on ctrl-c or SIGTERM. The handlers are installed when this is called, not when the
+/// future is first polled, so a signal sent once the addresses are printed is never missed (it
+/// would otherwise end the process with the default action).
+pub(crate) fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                term.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+    let (interrupt, terminate) = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::interrupt()).ok(),
+            signal(SignalKind::terminate()).ok(),
+        )
     };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = terminate => {}
+    async move {
+        #[cfg(unix)]
+        {
+            let wait = |signal: Option<tokio::signal::unix::Signal>| async move {
+                match signal {
+                    Some(mut signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = wait(interrupt) => {}
+                () = wait(terminate) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        println!("tollgate: shutting down; finishing in-flight requests");
+        tracing::info!("shutting down: draining open connections");
     }
-    println!("tollgate: shutting down; finishing in-flight requests");
-    tracing::info!("shutting down: draining open connections");
 }

@@ -18,7 +18,7 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 /// A connection with an inactivity deadline and a slot of the connection limit (given back on
-/// drop).
+/// drop); counted in `tollgate_open_connections` while it lives.
 pub(crate) struct Guarded<IO> {
     io: IO,
     _slot: OwnedSemaphorePermit,
@@ -38,6 +38,7 @@ impl<IO> Guarded<IO> {
         close: &CancellationToken,
     ) -> Self {
         let now = Instant::now();
+        crate::metrics::connection_opened(listener);
         Guarded {
             io,
             _slot: slot,
@@ -79,6 +80,12 @@ impl<IO> Guarded<IO> {
             Poll::Ready(err) => Poll::Ready(Err(err)),
             Poll::Pending => Poll::Pending,
         }
+    }
+}
+
+impl<IO> Drop for Guarded<IO> {
+    fn drop(&mut self) {
+        crate::metrics::connection_closed(self.listener);
     }
 }
 

@@ -126,7 +126,10 @@ impl ListenerOptions {
             ("max uri bytes", self.max_uri_bytes),
             ("max header bytes", self.max_header_bytes),
             ("max body bytes", self.max_body_bytes),
-            ("http2 max concurrent streams", self.http2_max_concurrent_streams as usize),
+            (
+                "http2 max concurrent streams",
+                self.http2_max_concurrent_streams as usize,
+            ),
         ];
         for (name, value) in counts {
             if value == 0 {
@@ -220,7 +223,7 @@ pub async fn serve_http(
                     }
                 };
                 let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-                    refuse_http(name, &stream);
+                    refuse_http(name, stream);
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
@@ -234,7 +237,6 @@ pub async fn serve_http(
                 });
                 let builder = builder.clone();
                 let stopping = stopping.clone();
-                crate::metrics::connection_opened(name);
                 connections.spawn(async move {
                     let connection = builder.serve_connection(io, service);
                     let mut connection = pin!(connection);
@@ -245,7 +247,6 @@ pub async fn serve_http(
                             let _ = connection.as_mut().await;
                         }
                     }
-                    crate::metrics::connection_closed(name);
                 });
             }
         }
@@ -257,7 +258,12 @@ pub async fn serve_http(
 }
 
 /// Waits for `connections` to finish, up to `timeout`; then closes what is left.
-async fn drain(name: &'static str, connections: &mut JoinSet<()>, timeout: Duration, closing: &CancellationToken) {
+async fn drain(
+    name: &'static str,
+    connections: &mut JoinSet<()>,
+    timeout: Duration,
+    closing: &CancellationToken,
+) {
     let finished = tokio::time::timeout(timeout, async {
         while connections.join_next().await.is_some() {}
     })
@@ -301,13 +307,17 @@ fn http_builder(options: &ListenerOptions) -> auto::Builder<TokioExecutor> {
 /// send buffer has room, and a client that does not read it loses nothing it asked for.
 const REFUSAL: &str = "{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"too many open connections; try again shortly\"}";
 
-fn refuse_http(name: &'static str, stream: &TcpStream) {
+fn refuse_http(name: &'static str, stream: TcpStream) {
     crate::metrics::connection_refused(name);
     let answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{REFUSAL}",
         REFUSAL.len()
     );
-    let _ = stream.try_write(answer.as_bytes());
+    // Straight to the socket (still non-blocking), without waiting for the reactor to report it
+    // writable: the answer is written now or not at all, and the socket is closed on return.
+    if let Ok(socket) = stream.into_std() {
+        let _ = std::io::Write::write(&mut &socket, answer.as_bytes());
+    }
     crate::metrics::warn_sampled_refusal(name);
 }
 

@@ -237,7 +237,10 @@ impl Forward {
                 crate::metrics::upstream_error("response_timeout", upstream, &waited);
                 problem(
                     StatusCode::GATEWAY_TIMEOUT,
-                    &format!("the upstream server did not answer within {:?}", self.response_timeout),
+                    &format!(
+                        "the upstream server did not answer within {:?}",
+                        self.response_timeout
+                    ),
                 )
             }
         }

@@ -113,10 +113,12 @@ struct Gate {
     service: RateLimit<Forward>,
 }
 
+/// The gates being served, swapped whole on reload; a request keeps the gates it started with.
+type LiveGates = Arc<ArcSwap<Vec<Gate>>>;
+
 #[derive(Clone)]
 struct Proxy {
-    /// Swapped whole on reload; a request keeps the gates it started with.
-    gates: Arc<ArcSwap<Vec<Gate>>>,
+    gates: LiveGates,
     forward: Forward,
 }
 
@@ -180,7 +182,7 @@ fn build_app(
     store: AnyStore,
     forward: Forward,
     trusted_proxies: &[Cidr],
-) -> anyhow::Result<(Router, Gates, Arc<ArcSwap<Vec<Gate>>>)> {
+) -> anyhow::Result<(Router, Gates, LiveGates)> {
     let client_ip = ClientIp::peer().trust_proxies(trusted_proxies.iter().copied());
     // One engine for every route: one `local` fallback limiter, as the server has, so a policy
     // named by two routes keeps one budget while the store is away too.
@@ -267,6 +269,15 @@ fn admin_router(store: AnyStore) -> Router {
 /// then are closed. Reloads the routes and policies on SIGHUP and on file change.
 pub async fn run(options: Options) -> anyhow::Result<()> {
     options.listeners.validate().map_err(anyhow::Error::msg)?;
+    // A client waiting for the upstream's answer sends nothing and receives nothing: the idle
+    // timeout would close it before the upstream deadline could answer 504.
+    if options.listeners.idle_timeout <= options.forward.response_timeout {
+        anyhow::bail!(
+            "the idle timeout ({:?}) must be longer than the upstream timeout ({:?})",
+            options.listeners.idle_timeout,
+            options.forward.response_timeout
+        );
+    }
     crate::metrics::install();
     let limits = load_or_demo(options.config.as_deref())?;
     let forward = Forward::with_options(&options.upstream, options.forward)?;
@@ -304,6 +315,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     {
         tokio::spawn(watch);
     }
+    let shutdown = crate::serve::shutdown_signal();
     println!("tollgate: proxy listening on {}", listener.local_addr()?);
     if let Some(admin) = &admin {
         println!("tollgate: admin listening on {}", admin.local_addr()?);
@@ -318,7 +330,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         let _ = stopped.wait_for(|stop| *stop).await;
     };
     tokio::spawn(async move {
-        crate::serve::shutdown_signal().await;
+        shutdown.await;
         let _ = stop.send(true);
     });
     let admin_task = admin.map(|admin| {
@@ -328,9 +340,10 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             crate::listener::serve_http("admin", admin, admin_router(store), &options, stopped).await
         })
     });
-    let served = crate::listener::serve_http("proxy", listener, app, &options.listeners, when_stopped(stopped))
-        .await
-        .context("proxy server");
+    let served =
+        crate::listener::serve_http("proxy", listener, app, &options.listeners, when_stopped(stopped))
+            .await
+            .context("proxy server");
     if let Some(task) = admin_task {
         task.await.context("admin server task")?.context("admin server")?;
     }
@@ -339,28 +352,27 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
 
 /// What SIGHUP and a file change call: reload the config, rebuild the gates and swap them in, or
 /// keep the running ones when the new config is broken.
-fn reloader(
-    config: Option<PathBuf>,
-    gates: Gates,
-    live: Arc<ArcSwap<Vec<Gate>>>,
-) -> Arc<dyn Fn() + Send + Sync> {
+fn reloader(config: Option<PathBuf>, gates: Gates, live: LiveGates) -> Arc<dyn Fn() + Send + Sync> {
     Arc::new(move || {
         let Some(path) = &config else {
-            tracing::info!("SIGHUP: proxying with the built-in demo routes; there is no config to reload");
+            tracing::info!(target: "tollgate_server::reload", "SIGHUP: proxying with the built-in demo routes; there is no config to reload");
             return;
         };
-        match tollgate_config::load(path).map_err(anyhow::Error::from).and_then(|limits| {
-            let built = gates.build(&limits)?;
-            Ok((built, limits.routes().len()))
-        }) {
+        match tollgate_config::load(path)
+            .map_err(anyhow::Error::from)
+            .and_then(|limits| {
+                let built = gates.build(&limits)?;
+                Ok((built, limits.routes().len()))
+            }) {
             Ok((built, routes)) => {
                 live.store(Arc::new(built));
                 crate::metrics::config_reload(true);
-                tracing::info!(config = %path.display(), routes, "proxy config reloaded");
+                tracing::info!(target: "tollgate_server::reload", config = %path.display(), routes, "proxy config reloaded");
             }
             Err(err) => {
                 crate::metrics::config_reload(false);
                 tracing::warn!(
+                    target: "tollgate_server::reload",
                     config = %path.display(),
                     error = format!("{err:#}"),
                     "proxy config reload rejected; still serving the previous routes"

@@ -69,9 +69,7 @@ pub fn normalize(raw: &str) -> Result<Cow<'_, str>, PathError> {
         return Ok(Cow::Borrowed(raw));
     }
     let decoded = decode_unreserved(raw)?;
-    let ends_with_slash = decoded.ends_with('/')
-        || decoded.ends_with("/.")
-        || decoded.ends_with("/..");
+    let ends_with_slash = decoded.ends_with('/') || decoded.ends_with("/.") || decoded.ends_with("/..");
     let mut segments: Vec<&str> = Vec::new();
     for segment in decoded.split('/') {
         match segment {

@@ -1,0 +1,434 @@
+//! The `tollgate` binary against hostile clients and unlucky operators: signals during load and
+//! with a half-sent request connected, path tricks through the proxy, an upstream that never
+//! answers, and config paths and admin tokens that must be refused at start.
+//!
+//! Every wait is bounded (the child helpers give up after 30 s); the assertions are about
+//! outcomes, never about how fast something happened.
+
+mod binary;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use binary::Server;
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+use tollgate_testkit::{AppServer, ChildProcess};
+
+const HANG_GUARD: Duration = Duration::from_secs(30);
+
+fn client() -> Client {
+    Client::builder().timeout(HANG_GUARD).build().expect("client")
+}
+
+fn temp_config(text: &str) -> tempfile::NamedTempFile {
+    let file = tempfile::Builder::new()
+        .suffix(".yaml")
+        .tempfile()
+        .expect("temp file");
+    std::fs::write(file.path(), text).expect("write config");
+    file
+}
+
+fn addr_of(url: &str) -> SocketAddr {
+    url.trim_start_matches("http://").parse().expect("address")
+}
+
+/// Sends `request` as is (no client-side path cleaning) and reads the answer to the end.
+fn raw(addr: SocketAddr, request: &str) -> (u16, Value, String) {
+    let mut socket = TcpStream::connect(addr).expect("connect");
+    socket.set_read_timeout(Some(HANG_GUARD)).expect("timeout");
+    socket.write_all(request.as_bytes()).expect("send");
+    let mut answer = Vec::new();
+    let _ = socket.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {answer:?}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .and_then(|(_, body)| serde_json::from_str(body).ok())
+        .unwrap_or(Value::Null);
+    (status, body, answer)
+}
+
+fn get(addr: SocketAddr, target: &str) -> (u16, Value, String) {
+    raw(
+        addr,
+        &format!("GET {target} HTTP/1.1\r\nhost: example\r\nconnection: close\r\n\r\n"),
+    )
+}
+
+async fn check(server: &Server, policy: &str, key: &str) -> (StatusCode, Value) {
+    let response = client()
+        .post(server.url("/v1/check"))
+        .json(&json!({"policy": policy, "key": key}))
+        .send()
+        .await
+        .expect("check");
+    let status = response.status();
+    (status, response.json().await.expect("json body"))
+}
+
+#[test]
+fn sigterm_with_a_half_sent_request_connected_completes() {
+    let mut server = Server::start(&[
+        "--drain-timeout",
+        "500ms",
+        "--header-read-timeout",
+        "10m",
+        "--idle-timeout",
+        "10m",
+    ]);
+    let mut half = TcpStream::connect(addr_of(&server.http)).expect("connect");
+    half.write_all(b"POST /v1/check HTTP/1.1\r\nhost: x\r\ncontent-le")
+        .expect("send");
+    let mut grpc = TcpStream::connect(addr_of(&server.grpc)).expect("connect");
+    grpc.write_all(b"PRI * HTTP/2.0\r\n").expect("send");
+    server.signal("TERM");
+    // Bounded by the helper (30 s); without the drain timeout it would wait ten minutes.
+    let status = server.wait_exit();
+    assert!(status.success(), "{status}");
+}
+
+/// Load from four tasks while SIGHUP arrives again and again: every check is answered, none is
+/// lost or counted twice, and the process keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_during_load_keeps_counts_with_a_config() {
+    let config = temp_config("policies:\n  api: {algorithm: fixed_window, limit: 1000, window: 1h}\n");
+    let mut server = Server::start(&["--config", config.path().to_str().expect("utf-8")]);
+    let mut load = Vec::new();
+    for _ in 0..4 {
+        let url = server.url("/v1/check");
+        load.push(tokio::spawn(async move {
+            let client = client();
+            for _ in 0..50 {
+                let status = client
+                    .post(&url)
+                    .json(&json!({"policy": "api", "key": "k"}))
+                    .send()
+                    .await
+                    .expect("check during reloads")
+                    .status();
+                assert_eq!(status, StatusCode::OK);
+            }
+        }));
+    }
+    for _ in 0..5 {
+        server.signal("HUP");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for task in load {
+        task.await.expect("load task");
+    }
+    server.wait_for("config reloaded");
+    let (status, body) = check(&server, "api", "k").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["remaining"], 1000 - 201, "{body}");
+}
+
+#[tokio::test]
+async fn sighup_without_a_config_is_logged_and_changes_nothing() {
+    let mut server = Server::start(&[]);
+    let (_, before) = check(&server, "demo", "me").await;
+    server.signal("HUP");
+    server.wait_for("no config to reload");
+    let (status, after) = check(&server, "demo", "me").await;
+    assert_eq!(status, StatusCode::OK, "{after}");
+    assert_eq!(
+        after["remaining"].as_u64().expect("remaining") + 1,
+        before["remaining"].as_u64().expect("remaining"),
+        "{before} {after}"
+    );
+}
+
+/// An upstream that records every path it is asked for and echoes it.
+async fn recording_upstream() -> (AppServer, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
+    let app = Router::new().fallback(move |request: Request| {
+        let record = Arc::clone(&record);
+        async move {
+            let path = request.uri().path().to_owned();
+            record.lock().expect("lock").push(path.clone());
+            axum::Json(json!({ "path": path }))
+        }
+    });
+    (AppServer::start(app).await, seen)
+}
+
+const PROXY_CONFIG: &str = "\
+policies:
+  movies: {algorithm: fixed_window, limit: 3, window: 1h}
+routes:
+  - prefix: /v4/movies
+    policies: [movies]
+";
+
+// The upstream runs in this runtime while the test blocks on raw sockets: keep workers free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn path_tricks_through_the_proxy_never_get_past_the_limit() {
+    let (upstream, seen) = recording_upstream().await;
+    let config = temp_config(PROXY_CONFIG);
+    let proxy = Server::start_proxy(&[
+        "--upstream",
+        &upstream.url(""),
+        "--config",
+        config.path().to_str().expect("utf-8"),
+    ]);
+    let addr = addr_of(&proxy.http);
+    for _ in 0..3 {
+        assert_eq!(get(addr, "/v4/movies").0, 200);
+    }
+    // Every other spelling of the same path is counted against the same limit...
+    for trick in [
+        "/v4//movies",
+        "/v4/./movies",
+        "/v4/x/../movies",
+        "/v4/%6Dovies",
+        "/v4/%6dovies?page=2",
+        "//v4/movies",
+        "/v4/movies/",
+    ] {
+        let (status, body, answer) = get(addr, trick);
+        assert_eq!(status, 429, "{trick}: {answer}");
+        assert_eq!(body["status"], 429, "{trick}: {answer}");
+    }
+    // ...the ones servers read differently are refused as problems...
+    for refused in [
+        "/v4/movies;x=1",
+        "/v4%2Fmovies",
+        "/v4/movies%3Bx=1",
+        "/../v4/movies",
+        "/v4/%zzmovies",
+    ] {
+        let (status, body, answer) = get(addr, refused);
+        assert_eq!(status, 400, "{refused}: {answer}");
+        assert!(answer.contains("application/problem+json"), "{answer}");
+        assert_eq!(body["status"], 400, "{refused}: {answer}");
+    }
+    // ...as are oversized heads, before anything reaches the upstream...
+    let (status, body, _) = get(addr, &format!("/v4/movies?{}", "q".repeat(9000)));
+    assert_eq!((status, body["status"].clone()), (414, json!(414)));
+    let (status, body, _) = raw(
+        addr,
+        &format!(
+            "GET /v4/movies HTTP/1.1\r\nhost: x\r\nx-big: {}\r\nconnection: close\r\n\r\n",
+            "b".repeat(20_000)
+        ),
+    );
+    assert_eq!((status, body["status"].clone()), (431, json!(431)));
+    // ...and a different case is a different path, forwarded as written (matching is
+    // case-sensitive, as documented).
+    let (status, body, _) = get(addr, "/V4/movies");
+    assert_eq!(status, 200);
+    assert_eq!(body["path"], "/V4/movies");
+
+    let seen = seen.lock().expect("lock").clone();
+    let movies = seen.iter().filter(|path| path.as_str() == "/v4/movies").count();
+    assert_eq!(
+        movies, 3,
+        "the upstream served /v4/movies more often than the limit: {seen:?}"
+    );
+    assert!(
+        seen.iter()
+            .all(|path| path == "/v4/movies" || path == "/V4/movies"),
+        "{seen:?}"
+    );
+}
+
+// The upstream runs in this runtime while the test blocks on raw sockets: keep workers free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_upstream_is_a_504_counted_and_the_admin_listener_answers() {
+    let app = Router::new().fallback(|| async {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        "never"
+    });
+    let upstream = AppServer::start(app).await;
+    let mut proxy = {
+        let mut child = ChildProcess::start(Command::new(env!("CARGO_BIN_EXE_tollgate")).args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+            "--upstream",
+            &upstream.url(""),
+            "--upstream-timeout",
+            "300ms",
+        ]));
+        let listen = child.wait_for_addr("proxy listening on ");
+        let admin = child.wait_for_addr("admin listening on ");
+        (child, listen, admin)
+    };
+    let (status, body, answer) = get(proxy.1, "/anything");
+    assert_eq!(status, 504, "{answer}");
+    assert!(answer.contains("application/problem+json"), "{answer}");
+    assert_eq!(body["status"], 504);
+    proxy.0.wait_for("upstream request failed");
+
+    let admin = proxy.2;
+    assert_eq!(get(admin, "/healthz").0, 200);
+    assert_eq!(get(admin, "/readyz").0, 200);
+    let (status, _, metrics) = get(admin, "/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("tollgate_upstream_errors_total{kind=\"response_timeout\"} 1"),
+        "{metrics}"
+    );
+    // The scrape's own connection is open while it is answered.
+    assert!(
+        metrics.contains("tollgate_open_connections{listener=\"admin\"}"),
+        "{metrics}"
+    );
+    let (status, body, _) = get(admin, "/nowhere");
+    assert_eq!((status, body["status"].clone()), (404, json!(404)));
+}
+
+// The upstream runs in this runtime while the test blocks on raw sockets: keep workers free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_reloads_on_sighup_and_keeps_counts() {
+    let (upstream, _seen) = recording_upstream().await;
+    let config = temp_config(PROXY_CONFIG);
+    let mut proxy = Server::start_proxy(&[
+        "--upstream",
+        &upstream.url(""),
+        "--config",
+        config.path().to_str().expect("utf-8"),
+    ]);
+    let addr = addr_of(&proxy.http);
+    assert_eq!(get(addr, "/v4/movies").0, 200);
+    assert_eq!(get(addr, "/v5/shows").0, 200);
+    std::fs::write(
+        config.path(),
+        format!("{PROXY_CONFIG}  - prefix: /v5/shows\n    policies: [movies]\n"),
+    )
+    .expect("rewrite config");
+    proxy.signal("HUP");
+    proxy.wait_for("proxy config reloaded");
+    // One budget, kept across the reload: two more are admitted, then denied.
+    assert_eq!(get(addr, "/v5/shows").0, 200);
+    assert_eq!(get(addr, "/v4/movies").0, 200);
+    assert_eq!(get(addr, "/v4/movies").0, 429);
+    assert_eq!(get(addr, "/v5/shows").0, 429);
+
+    // A broken config is rejected; the running routes stay.
+    std::fs::write(config.path(), "routes: [").expect("break config");
+    proxy.signal("HUP");
+    proxy.wait_for("reload rejected");
+    assert_eq!(get(addr, "/v5/shows").0, 429);
+}
+
+#[test]
+fn sighup_does_not_end_a_proxy_without_a_config() {
+    let mut proxy = Server::start_proxy(&["--upstream", "http://127.0.0.1:9"]);
+    proxy.signal("HUP");
+    proxy.wait_for("no config to reload");
+    let (status, _, _) = get(addr_of(&proxy.http), "/");
+    assert_eq!(status, 502);
+}
+
+/// `tollgate` with `args`, run to its end (bounded): (success, everything it printed).
+fn run_to_end(args: &[&str], expect: &str) -> (bool, String) {
+    let mut child = ChildProcess::start(Command::new(env!("CARGO_BIN_EXE_tollgate")).args(args));
+    let line = child.wait_for(expect);
+    let status = child.wait_exit();
+    (status.success(), line)
+}
+
+#[test]
+fn an_empty_admin_token_is_a_startup_error() {
+    let (ok, line) = run_to_end(
+        &[
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--admin-token",
+            "",
+        ],
+        "admin token",
+    );
+    assert!(!ok);
+    assert!(line.contains("must not be empty"), "{line}");
+}
+
+#[test]
+fn zero_or_contradictory_limits_are_startup_errors() {
+    let (ok, line) = run_to_end(
+        &[
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--max-connections",
+            "0",
+        ],
+        "max connections",
+    );
+    assert!(!ok && line.contains("must be at least 1"), "{line}");
+    let (ok, line) = run_to_end(
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "http://127.0.0.1:9",
+            "--idle-timeout",
+            "10s",
+            "--upstream-timeout",
+            "30s",
+        ],
+        "idle timeout",
+    );
+    assert!(
+        !ok && line.contains("must be longer than the upstream timeout"),
+        "{line}"
+    );
+}
+
+#[test]
+fn open_admin_endpoints_on_a_public_address_are_warned_about() {
+    let mut child = ChildProcess::start(Command::new(env!("CARGO_BIN_EXE_tollgate")).args([
+        "serve",
+        "--http",
+        "0.0.0.0:0",
+        "--grpc",
+        "127.0.0.1:0",
+    ]));
+    let line = child.wait_for("without a token on a non-loopback address");
+    assert!(line.contains("WARN"), "{line}");
+}
+
+#[test]
+fn a_fifo_or_a_device_as_config_is_a_clear_error_not_a_hang() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fifo = dir.path().join("tollgate.yaml");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("run mkfifo");
+    assert!(made.success());
+    let fifo = fifo.to_str().expect("utf-8");
+    let (ok, line) = run_to_end(&["check-config", fifo], "not a regular file");
+    assert!(!ok && line.contains("tollgate.yaml"), "{line}");
+    let (ok, line) = run_to_end(
+        &[
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--config",
+            "/dev/zero",
+        ],
+        "not a regular file",
+    );
+    assert!(!ok, "{line}");
+}
