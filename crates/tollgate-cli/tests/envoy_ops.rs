@@ -657,7 +657,8 @@ async fn upstream_switches_shadow_mode_and_response_headers_take_effect() {
     vars.push(("LIMIT_RESPONSE_HEADERS_ENABLED", "true".to_owned()));
     vars.push(("LIMIT_REMAINING_HEADER", "X-RateLimit-Remaining".to_owned()));
     let server = Tollgate::start(&["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"], &vars, false);
-    let once = r#"{"domain": "edge", "descriptors": [{"entries": [{"key": "one_per_day", "value": "switches"}]}]}"#;
+    let once =
+        r#"{"domain": "edge", "descriptors": [{"entries": [{"key": "one_per_day", "value": "switches"}]}]}"#;
     let (code, body) = server.json(once).await;
     assert_eq!((code, &body["overallCode"]), (200, &json!("OK")), "{body}");
     // Upstream: global shadow mode answers OK overall while the descriptor says OVER_LIMIT.
@@ -676,8 +677,14 @@ async fn upstream_switches_shadow_mode_and_response_headers_take_effect() {
         .iter()
         .map(|h| (h.key.clone(), h.value.clone()))
         .collect();
-    assert!(headers.contains(&("RateLimit-Limit".to_owned(), "5".to_owned())), "{headers:?}");
-    assert!(headers.contains(&("X-RateLimit-Remaining".to_owned(), "4".to_owned())), "{headers:?}");
+    assert!(
+        headers.contains(&("RateLimit-Limit".to_owned(), "5".to_owned())),
+        "{headers:?}"
+    );
+    assert!(
+        headers.contains(&("X-RateLimit-Remaining".to_owned(), "4".to_owned())),
+        "{headers:?}"
+    );
 }
 
 /// The next status a `Watch` stream reports; `None` when the stream ended.

@@ -90,8 +90,8 @@ mod fields;
 pub mod limits;
 mod metadata;
 pub mod ours;
-mod read;
 mod pattern;
+mod read;
 pub mod routes;
 
 use std::collections::HashMap;

@@ -27,10 +27,10 @@
 //! Booleans are read as Go reads them (`1`, `t`, `T`, `TRUE`, `true`, `True`, and the same for
 //! false), because upstream's manifests are written for Go.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
 use crate::grpc::ResponseHeaders;
 use crate::state::Settings;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 
 /// What upstream's variables ask for, in tollgate's terms; `None` where they say nothing.
 #[derive(Debug, Clone, Default, PartialEq)]

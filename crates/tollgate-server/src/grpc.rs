@@ -284,7 +284,14 @@ pub async fn serve(
     state: SharedState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    serve_with(listener, RlsService::new(state), None, ListenerOptions::default(), shutdown).await
+    serve_with(
+        listener,
+        RlsService::new(state),
+        None,
+        ListenerOptions::default(),
+        shutdown,
+    )
+    .await
 }
 
 /// [`serve`] with a given handler (shared with the `/json` endpoint), the standard gRPC health

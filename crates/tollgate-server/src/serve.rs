@@ -150,7 +150,14 @@ pub async fn run(
     let grpc_rls = rls.clone();
     let grpc_options = options.clone();
     let mut grpc_server = AbortOnDrop(tokio::spawn(async move {
-        grpc::serve_with(listeners.grpc, grpc_rls, Some(&grpc_health), grpc_options, grpc_stopped).await
+        grpc::serve_with(
+            listeners.grpc,
+            grpc_rls,
+            Some(&grpc_health),
+            grpc_options,
+            grpc_stopped,
+        )
+        .await
     }));
     let debug_server = listeners.debug.map(|listener| {
         let app = listener::with_request_limits(debug::router(Arc::clone(&state)), "debug", &options);
