@@ -283,6 +283,11 @@ async fn a_silent_upstream_is_a_504_counted_and_the_admin_listener_answers() {
         metrics.contains("tollgate_upstream_errors_total{kind=\"response_timeout\"} 1"),
         "{metrics}"
     );
+    // The route's layer let the request through (the upstream then timed out).
+    assert!(
+        metrics.contains("tollgate_proxy_requests_total{outcome=\"allowed\"} 1"),
+        "{metrics}"
+    );
     // The scrape's own connection is open while it is answered.
     assert!(
         metrics.contains("tollgate_open_connections{listener=\"admin\"}"),

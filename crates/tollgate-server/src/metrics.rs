@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tollgate::{Error, Outcome, Rule, Verdict};
+use tollgate_tower::LogSampler;
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -135,38 +136,9 @@ pub fn store_error(err: &Error) {
     }
 }
 
-static STORE_ERROR_LOG: Sampler = Sampler::new(Duration::from_secs(1));
-static SHADOW_LOG: Sampler = Sampler::new(Duration::from_secs(1));
-static DEGRADED_LOG: Sampler = Sampler::new(Duration::from_secs(1));
-
-/// Lets one event through per `every`: a log line that would otherwise repeat per request.
-struct Sampler {
-    every_ms: u64,
-    next_ms: std::sync::atomic::AtomicU64,
-}
-
-impl Sampler {
-    const fn new(every: Duration) -> Self {
-        Sampler {
-            every_ms: every.as_millis() as u64,
-            next_ms: std::sync::atomic::AtomicU64::new(0),
-        }
-    }
-
-    /// True for the first call of each period.
-    fn due(&self) -> bool {
-        use std::sync::atomic::Ordering;
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let next = self.next_ms.load(Ordering::Relaxed);
-        now_ms >= next
-            && self
-                .next_ms
-                .compare_exchange(next, now_ms + self.every_ms, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-    }
-}
+static STORE_ERROR_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
+static SHADOW_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
+static DEGRADED_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
 /// A connection accepted on `listener` (`http`, `grpc`, `proxy`, `admin`).
 pub fn connection_opened(listener: &'static str) {
@@ -190,7 +162,7 @@ pub fn warn_sampled_refusal(listener: &'static str) {
     }
 }
 
-static REFUSAL_LOG: Sampler = Sampler::new(Duration::from_secs(1));
+static REFUSAL_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
 /// A connection or request cut off by a timeout: `reason` is `idle`, `body` (or `header`, which
 /// the HTTP parser enforces and does not report).
@@ -213,7 +185,7 @@ pub fn accept_failed(listener: &'static str, err: &std::io::Error) {
     }
 }
 
-static ACCEPT_LOG: Sampler = Sampler::new(Duration::from_secs(1));
+static ACCEPT_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
 /// A proxied request the upstream did not answer: `kind` is `connect`, `connect_timeout`,
 /// `response_timeout` or `protocol`. Logged at `warn`, at most once a second.
@@ -224,7 +196,7 @@ pub fn upstream_error(kind: &'static str, upstream: &str, err: &dyn std::fmt::Di
     }
 }
 
-static UPSTREAM_LOG: Sampler = Sampler::new(Duration::from_secs(1));
+static UPSTREAM_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
 /// The watcher woke up for a debounced burst of file events (changed or not): an idle config
 /// directory keeps this still.
@@ -244,6 +216,24 @@ pub fn store_breakers(states: &[(String, bool)]) {
         metrics::gauge!("tollgate_store_breaker_open", "node" => node.clone())
             .set(f64::from(u8::from(*open)));
     }
+}
+
+/// What the proxy's routes decided so far (the layers' running counts, which survive reloads):
+/// `tollgate_proxy_requests_total{outcome}` with `allowed`, `denied`, `failed_closed` (a store
+/// failure met `fail_closed`: 503) and `rejected_key` (no usable key: 400), and the requests on
+/// which the store failed, a failure mode decided, or a shadow rule would have denied.
+pub fn proxy_decisions(stats: &tollgate_tower::StatsSnapshot) {
+    for (outcome, count) in [
+        ("allowed", stats.allowed),
+        ("denied", stats.denied),
+        ("failed_closed", stats.failed_closed),
+        ("rejected_key", stats.rejected_keys),
+    ] {
+        metrics::counter!("tollgate_proxy_requests_total", "outcome" => outcome).absolute(count);
+    }
+    metrics::counter!("tollgate_proxy_store_errors_total").absolute(stats.store_errors);
+    metrics::counter!("tollgate_proxy_degraded_total").absolute(stats.degraded);
+    metrics::counter!("tollgate_proxy_shadow_denied_total").absolute(stats.shadow_denied);
 }
 
 /// A config reload, successful or not.

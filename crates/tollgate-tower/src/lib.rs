@@ -56,12 +56,14 @@ pub mod key;
 pub mod problem;
 pub mod rate_limit;
 pub mod rule;
+mod sampler;
 pub mod stats;
 
 pub use error::Error;
 pub use key::{Cidr, ClientIp, KeyExtractor, ProxyHeader};
 pub use rate_limit::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
 pub use rule::{MissingKey, Rule};
+pub use sampler::LogSampler;
 pub use stats::{Stats, StatsSnapshot};
 
 /// The README's examples, compiled (and, where they need no server, run) as doc tests. They live

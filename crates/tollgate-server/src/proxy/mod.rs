@@ -128,6 +128,8 @@ struct Gates {
     engine: Arc<tollgate::Engine<AnyStore>>,
     forward: Forward,
     client_ip: ClientIp,
+    /// What every route's layer decided, across reloads: the admin listener's `/metrics`.
+    stats: tollgate_tower::Stats,
 }
 
 impl Gates {
@@ -150,6 +152,7 @@ impl Gates {
                 layer = layer.rule(Rule::new(named.policy().clone(), key).shadow(named.shadow()));
             }
             let layer = layer
+                .stats(self.stats.clone())
                 .build()
                 .with_context(|| format!("route {}", route.prefix()))?;
             gates.push(Gate {
@@ -190,6 +193,7 @@ fn build_app(
         engine: Arc::new(tollgate::Engine::new(store)),
         forward: forward.clone(),
         client_ip,
+        stats: tollgate_tower::Stats::default(),
     };
     let live = Arc::new(ArcSwap::from_pointee(gates.build(limits)?));
     let proxy = Proxy {
@@ -240,8 +244,9 @@ fn normal_path(mut request: Request) -> Result<Request, path::PathError> {
     Ok(request)
 }
 
-/// The admin listener's routes: liveness, store reachability and Prometheus metrics.
-fn admin_router(store: AnyStore) -> Router {
+/// The admin listener's routes: liveness, store reachability and Prometheus metrics, with what
+/// the routes' layers decided (`stats`).
+fn admin_router(store: AnyStore, stats: tollgate_tower::Stats) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route(
@@ -260,7 +265,13 @@ fn admin_router(store: AnyStore) -> Router {
                 }
             }),
         )
-        .route("/metrics", get(|| async { crate::metrics::install().render() }))
+        .route(
+            "/metrics",
+            get(move || {
+                crate::metrics::proxy_decisions(&stats.snapshot());
+                async { crate::metrics::install().render() }
+            }),
+        )
         .fallback(|| async { crate::problem::response(StatusCode::NOT_FOUND, "no such route") })
         .layer(axum::middleware::from_fn(crate::problem::bare_errors))
 }
@@ -299,6 +310,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let stats = gates.stats.clone();
     let reload = reloader(options.config.clone(), gates, live);
     #[cfg(unix)]
     if let Some(hangups) = crate::reload::on_hangup({
@@ -337,7 +349,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         let options = options.listeners.clone();
         let stopped = when_stopped(stopped.clone());
         tokio::spawn(async move {
-            crate::listener::serve_http("admin", admin, admin_router(store), &options, stopped).await
+            crate::listener::serve_http("admin", admin, admin_router(store, stats), &options, stopped).await
         })
     });
     let served =

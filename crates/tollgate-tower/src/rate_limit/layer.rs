@@ -153,6 +153,7 @@ impl RateLimitLayer {
             engine: engine.into(),
             rules: Vec::new(),
             problems: Problems::default(),
+            stats: Stats::default(),
         }
     }
 
@@ -198,6 +199,7 @@ pub struct RateLimitLayerBuilder {
     engine: Arc<dyn SharedEngine>,
     rules: Vec<Rule>,
     problems: Problems,
+    stats: Stats,
 }
 
 impl RateLimitLayerBuilder {
@@ -213,6 +215,27 @@ impl RateLimitLayerBuilder {
     /// [`problem`](crate::problem)) instead of `about:blank`.
     pub fn problem_type_base(mut self, base: impl Into<String>) -> Self {
         self.problems.type_base = Some(base.into());
+        self
+    }
+
+    /// Counts into `stats` instead of counters of its own, so several layers (one per route, or
+    /// the layers rebuilt on a config reload) add up to one set of counts.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, MemoryStore, Policy, Rate};
+    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule, Stats};
+    ///
+    /// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 20)?)?;
+    /// let shared = Stats::default();
+    /// let layer = RateLimitLayer::builder(MemoryStore::new())
+    ///     .rule(Rule::new(policy, KeyExtractor::peer_ip()))
+    ///     .stats(shared.clone())
+    ///     .build()?;
+    /// assert_eq!(layer.stats().snapshot(), shared.snapshot());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stats(mut self, stats: Stats) -> Self {
+        self.stats = stats;
         self
     }
 
@@ -241,7 +264,7 @@ impl RateLimitLayerBuilder {
             limiter: Arc::new(Limiter {
                 engine: self.engine,
                 rules: self.rules,
-                stats: Stats::default(),
+                stats: self.stats,
                 problems: self.problems,
             }),
         })

@@ -5,6 +5,7 @@
 //! The order of work is described in the [module above](super).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::Response;
@@ -15,7 +16,7 @@ use tollgate::{Decision, FailureMode, Outcome, Verdict};
 use crate::engine::SharedEngine;
 use crate::problem::{Problems, RateLimitHeaders};
 use crate::stats::{Counter, Stats};
-use crate::{MissingKey, Rule};
+use crate::{LogSampler, MissingKey, Rule};
 
 /// The engine, the rules and the counters of one layer.
 pub(crate) struct Limiter {
@@ -141,15 +142,19 @@ impl Limiter {
     /// Counts and logs what the verdict says beyond its outcome: a store failure, failure modes
     /// at work, shadow denials.
     fn count(&self, bound: &[tollgate::Rule<'_>], verdict: &Verdict) {
-        if let Some(err) = verdict.store_error() {
+        if verdict.store_error().is_some() {
             self.stats.bump(Counter::StoreError);
+        }
+        if let Some(err) = verdict.store_error()
+            && STORE_ERROR_LOG.due()
+        {
             let policies: Vec<&str> = bound.iter().map(|r| r.policy.name()).collect();
             tracing::warn!(
                 class = err.class().unwrap_or("other"),
                 error = %err,
                 policies = ?policies,
                 outcome = verdict.outcome().as_str(),
-                "rate limit store failed; failure modes decided",
+                "rate limit store failed; failure modes decided (sampled: at most one line a second)",
             );
         }
         if verdict.rules().iter().any(|r| r.decision.degraded) {
@@ -158,11 +163,14 @@ impl Limiter {
         for (rule, r) in bound.iter().zip(verdict.rules()) {
             if r.outcome == Outcome::ShadowDenied {
                 self.stats.bump(Counter::ShadowDenied);
+                if !SHADOW_LOG.due() {
+                    continue;
+                }
                 tracing::info!(
                     policy = rule.policy.name(),
                     key = %String::from_utf8_lossy(rule.key),
                     retry_after_ms = r.decision.retry_after.map(|d| d.as_millis() as u64),
-                    "shadow mode: rate limit would have denied this request",
+                    "shadow mode: rate limit would have denied this request (sampled: at most one line a second)",
                 );
             }
         }
@@ -193,3 +201,8 @@ fn reported<'a>(
         })
         .map(|(_, ((rule, _), r))| (*rule, r.decision))
 }
+
+/// Store failures and shadow denials repeat on every request while they last: one line a second
+/// each shows them without a line per request; [`Stats`] counts them all.
+static STORE_ERROR_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
+static SHADOW_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
