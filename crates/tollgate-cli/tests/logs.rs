@@ -1,6 +1,7 @@
 //! The binary's logs as an operator reads them: `--log-format json` gives one JSON object per
-//! event on stderr, and shadow denials and failure-mode decisions are logged (sampled), so a
-//! dry-run limit and a sick store show up in the logs without a line per request.
+//! event on stderr, and shadow denials and failure-mode decisions are logged (sampled), as is the
+//! Redis circuit breaker opening, so a dry-run limit and a sick store show up in the logs without
+//! a line per request.
 
 use std::process::Command;
 use std::time::Duration;
@@ -83,4 +84,7 @@ async fn a_dead_store_logs_its_class_and_the_failure_mode_decision() {
     let degraded = json_line(&mut child, "failure mode decided");
     assert_eq!(degraded["fields"]["policy"], "open", "{degraded}");
     assert_eq!(degraded["fields"]["outcome"], "degraded", "{degraded}");
+    let breaker = json_line(&mut child, "circuit breaker opened");
+    assert_eq!(breaker["level"], "WARN", "{breaker}");
+    assert!(breaker["fields"]["node"].is_string(), "{breaker}");
 }

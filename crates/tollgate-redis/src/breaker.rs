@@ -26,6 +26,8 @@ use parking_lot::{Mutex, RwLock};
 use redis::RedisError;
 
 pub(crate) struct Breaker {
+    /// The node's `host:port` (or the standalone address), for the log lines.
+    node: String,
     started: Instant,
     first_wait_us: u64,
     max_wait_us: u64,
@@ -50,10 +52,17 @@ pub(crate) enum Admission {
 }
 
 impl Breaker {
+    #[cfg(test)]
     pub(crate) fn new(first_wait: Duration, max_wait: Duration) -> Self {
+        Self::for_node(String::new(), first_wait, max_wait)
+    }
+
+    /// A breaker whose log lines name `node`.
+    pub(crate) fn for_node(node: String, first_wait: Duration, max_wait: Duration) -> Self {
         let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 4);
         let max_wait_us = us(max_wait);
         Breaker {
+            node,
             started: Instant::now(),
             first_wait_us: us(first_wait).min(max_wait_us).max(1),
             max_wait_us,
@@ -89,17 +98,32 @@ impl Breaker {
     }
 
     pub(crate) fn succeeded(&self) {
-        if self.open_until_us.load(Ordering::Relaxed) != 0 {
-            self.open_until_us.store(0, Ordering::Release);
+        let open_until = self.open_until_us.load(Ordering::Relaxed);
+        // One caller closes it (and logs), however many succeed at once.
+        if open_until != 0
+            && self
+                .open_until_us
+                .compare_exchange(open_until, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
             self.wait_us.store(0, Ordering::Release);
+            tracing::info!(node = %self.node, "redis circuit breaker closed: the node answers again");
         }
     }
 
     /// Records a call that failed for lack of Redis: a closed breaker opens for the first wait,
     /// a failed probe doubles the wait.
     pub(crate) fn failed(&self, cause: RedisError, probe: bool) {
-        *self.cause.lock() = Some(cause);
+        let was_open = self.is_open();
+        *self.cause.lock() = Some(cause.clone());
         self.failed_at(self.now_us(), probe);
+        if !was_open && self.is_open() {
+            tracing::warn!(
+                node = %self.node,
+                error = %cause,
+                "redis circuit breaker opened: calls to the node fail fast (failure modes decide) until a probe succeeds"
+            );
+        }
     }
 
     /// The failure that last opened the breaker.
@@ -159,7 +183,13 @@ impl Breakers {
         self.nodes
             .write()
             .entry(node.to_string())
-            .or_insert_with(|| Arc::new(Breaker::new(self.first_wait, self.max_wait)))
+            .or_insert_with(|| {
+                Arc::new(Breaker::for_node(
+                    node.to_string(),
+                    self.first_wait,
+                    self.max_wait,
+                ))
+            })
             .clone()
     }
 

@@ -234,8 +234,12 @@ pub async fn serve(options: Options) -> anyhow::Result<()> {
     if let Some(debug) = &listeners.debug {
         println!("tollgate: debug listening on {}", debug.local_addr()?);
     }
+    let (policies, domains) = {
+        let limits = state.limits.load();
+        (limits.policies().count(), limits.domains().len())
+    };
     println!(
-        "tollgate: {} store, {}",
+        "tollgate: {} store, {} ({policies} policies, {domains} envoy domains)",
         state.store.kind(),
         options
             .config
