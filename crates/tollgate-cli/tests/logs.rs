@@ -49,8 +49,7 @@ async fn check(http: &str, policy: &str) -> u16 {
 
 /// The JSON object on a stderr line containing `text`: one already read, or the next one.
 fn json_line(child: &mut ChildProcess, text: &str) -> Value {
-    let seen = child.seen().iter().find(|line| line.contains(text)).cloned();
-    let line = seen.unwrap_or_else(|| child.wait_for(text));
+    let line = child.printed(text);
     serde_json::from_str(&line).unwrap_or_else(|err| panic!("not a JSON log line ({err}): {line}"))
 }
 

@@ -98,10 +98,7 @@ async fn a_misconfigured_store_is_reported_at_start_and_in_readyz() {
     ]));
     let http = child.wait_for_addr("http listening on ");
     // stdout and stderr are read apart, so the report may come before or after the address.
-    let line = match child.seen().iter().find(|l| l.contains("is not usable")) {
-        Some(line) => line.clone(),
-        None => child.wait_for("is not usable"),
-    };
+    let line = child.printed("is not usable");
     assert!(line.contains("(auth)") && !line.contains("wrong"), "{line}");
     let (status, body) = readyz_at(&format!("http://{http}/readyz")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");

@@ -118,6 +118,16 @@ impl ChildProcess {
         }
     }
 
+    /// A line containing `text` printed at any time: one an earlier wait already read (a child
+    /// may print lines in an order the test does not control, such as a background task's log
+    /// line before the listening addresses), or else the next one, as [`wait_for`](Self::wait_for).
+    pub fn printed(&mut self, text: &str) -> String {
+        match self.seen.iter().find(|line| line.contains(text)) {
+            Some(line) => line.clone(),
+            None => self.wait_for(text),
+        }
+    }
+
     /// The address printed after `marker` on the next line containing it: for
     /// `tollgate: http listening on 127.0.0.1:PORT`, `wait_for_addr("http listening on ")`.
     pub fn wait_for_addr(&mut self, marker: &str) -> SocketAddr {
