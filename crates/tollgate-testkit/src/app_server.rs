@@ -135,13 +135,28 @@ mod tests {
 
     #[tokio::test]
     async fn stop_returns_once_the_server_has_stopped() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let server = AppServer::start(Router::new()).await;
-        let addr = server.addr();
-        server.stop().await;
-        // Binding the same port proves the listener is gone; a connect attempt could not, since
-        // a loopback connect to a free ephemeral port may meet itself or another test's socket.
-        TcpListener::bind(addr)
+        // A keep-alive connection that has had its answer, so the server surely holds it.
+        let mut idle = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+        idle.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
             .await
-            .unwrap_or_else(|err| panic!("{addr} is still held after stop: {err}"));
+            .unwrap();
+        let mut answer = [0_u8; 1024];
+        let n = idle.read(&mut answer).await.unwrap();
+        assert!(
+            answer[..n].starts_with(b"HTTP/1.1 404"),
+            "{:?}",
+            String::from_utf8_lossy(&answer[..n])
+        );
+        // Returns only once the serving task has ended (it panics otherwise), and a graceful
+        // stop closes idle connections. (Whether the port can be bound or connected to again is
+        // no proof: other tests' sockets may take the freed port at once.)
+        server.stop().await;
+        let read = tokio::time::timeout(STOP_TIMEOUT, idle.read(&mut answer)).await;
+        assert!(
+            matches!(read, Ok(Ok(0) | Err(_))),
+            "the idle connection is still open: {read:?}"
+        );
     }
 }
