@@ -219,7 +219,13 @@ async fn a_cluster_reshard_during_a_run_is_invisible() {
         .connect()
         .await
         .unwrap();
-    let p = policy("reshard", FailureMode::FailClosed);
+    // A budget no round can spend: a denial here would be the limit, not the reshard.
+    let p = Policy::new(
+        "reshard",
+        Algorithm::gcra(Rate::per_second(1).unwrap(), 1_000_000).unwrap(),
+    )
+    .unwrap()
+    .with_failure_mode(FailureMode::FailClosed);
     let keys: Vec<String> = (0..200).map(|i| format!("user-{i}")).collect();
     // Run traffic before, during and after moving 1000 slots.
     let cluster = std::sync::Arc::new(cluster);
@@ -228,7 +234,9 @@ async fn a_cluster_reshard_during_a_run_is_invisible() {
         mover.reshard(1000);
     });
     let mut rounds = 0;
-    while !reshard.is_finished() || rounds < 3 {
+    // Bounded: 1 000 rounds of 200 checks stay within the budget, and a reshard that takes
+    // longer fails the test below.
+    while (!reshard.is_finished() || rounds < 3) && rounds < 1_000 {
         for key in &keys {
             let d = store
                 .check(&p, key.as_bytes(), 1)
@@ -238,6 +246,7 @@ async fn a_cluster_reshard_during_a_run_is_invisible() {
         }
         rounds += 1;
     }
+    assert!(reshard.is_finished(), "the reshard outlasted {rounds} rounds");
     reshard.await.unwrap();
 }
 
