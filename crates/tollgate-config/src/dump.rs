@@ -94,8 +94,19 @@ fn line(node: &Node) -> Option<String> {
     ))
 }
 
-/// What the policy admits per what period: a window's limit, a bucket's or GCRA's rate.
-fn per_period(policy: &Policy) -> (u64, Duration) {
+/// What the policy admits per what period: a window's limit, a bucket's or GCRA's rate. The one
+/// reading of a policy as upstream's `requests_per_unit` per `unit`, for `/rlconfig` and for the
+/// gRPC answer's `current_limit`.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Algorithm, Policy, Rate};
+///
+/// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 20)?)?;
+/// assert_eq!(tollgate_config::per_period(&policy), (10, Duration::from_secs(1)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn per_period(policy: &Policy) -> (u64, Duration) {
     match policy.algorithm() {
         Algorithm::FixedWindow(p) => (p.limit(), p.window()),
         Algorithm::SlidingLog(p) => (p.limit(), p.window()),

@@ -122,7 +122,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
-use tollgate::{Algorithm, Outcome, Policy, Rule, RuleVerdict, Verdict};
+use tollgate::{Outcome, Policy, Rule, RuleVerdict, Verdict};
 use tonic::{Request, Response, Status};
 
 use crate::listener::ListenerOptions;
@@ -1025,14 +1025,7 @@ fn whole_seconds(duration: Duration) -> ProtoDuration {
 /// The policy as upstream's `requests_per_unit` per `unit`; see the module docs for windows
 /// that are not a unit.
 fn current_limit(policy: &Policy, name: Option<&str>) -> CurrentLimit {
-    let (count, period) = match policy.algorithm() {
-        Algorithm::FixedWindow(p) => (p.limit(), p.window()),
-        Algorithm::SlidingLog(p) => (p.limit(), p.window()),
-        Algorithm::SlidingWindow(p) => (p.limit(), p.window()),
-        Algorithm::TokenBucket(p) => (p.refill().count(), p.refill().period()),
-        Algorithm::LeakyBucket(p) => (p.leak().count(), p.leak().period()),
-        Algorithm::Gcra(p) => (p.rate().count(), p.rate().period()),
-    };
+    let (count, period) = tollgate_config::per_period(policy);
     let (requests_per_unit, unit) = in_unit(count, period);
     CurrentLimit {
         name: name.unwrap_or_default().to_owned(),
