@@ -6,7 +6,7 @@
 //!
 //! - `listener_args`: the timeout and limit flags every listener has (`serve` and `proxy`).
 //! - `main.rs` (this file): the subcommands (`serve`, `proxy`, `check-config`,
-//!   `bench`), each turned into the options of the library call that does the work, and the
+//!   `bench`, `completions`, `man`), each turned into the options of the library call that does the work, and the
 //!   runtime the server calls run on (with envoyproxy/ratelimit's environment variables, read by
 //!   `tollgate_server::envoy_env`, filling in what no flag gives), and the log set-up: `tracing` events (a failing store, a
 //!   rejected reload) go to stderr as text or JSON, filtered by `RUST_LOG` (default: warnings and
@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 mod listener_args;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use listener_args::{ListenerArgs, UpstreamArgs};
 use tollgate_server::envoy_env::EnvoyEnv;
 use tollgate_server::serve::{self, Options};
@@ -122,6 +122,19 @@ enum Command {
     },
     /// Run a scenario (bot, boundary, throughput): Markdown on stdout, optional PNG chart.
     Bench(tollgate_scenarios::BenchArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
+    ///
+    /// For bash: `tollgate completions bash > /etc/bash_completion.d/tollgate`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print a manual page (roff) on stdout: `tollgate man | man -l -`, or
+    /// `tollgate man serve` for the page of one subcommand (tollgate-serve(1)).
+    Man {
+        /// The subcommand whose page to print (default: the overview page).
+        subcommand: Option<String>,
+    },
 }
 
 /// How to open the store (`serve` and `proxy`).
@@ -154,10 +167,67 @@ fn store_timeout(text: &str) -> Result<std::time::Duration, String> {
     tollgate_config::duration::parse_duration(text).map_err(|e| e.to_string())
 }
 
+/// The command a manual page describes: the whole CLI, or one subcommand named
+/// `tollgate-<name>` as the overview page's SUBCOMMANDS section refers to it.
+fn man_page_of(subcommand: Option<&str>) -> Option<clap::Command> {
+    let mut cli = Cli::command();
+    cli.build();
+    let Some(name) = subcommand else {
+        return Some(cli);
+    };
+    let command = cli.find_subcommand(name)?.clone();
+    Some(
+        command
+            .name(format!("tollgate-{name}"))
+            .version(env!("CARGO_PKG_VERSION")),
+    )
+}
+
+/// Writes generated text to stdout; a closed pipe (`| head`) is a quiet failure, not a panic.
+fn print_all(command: &str, bytes: &[u8]) -> ExitCode {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::FAILURE,
+        Err(err) => {
+            eprintln!("tollgate {command}: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
     match cli.command {
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "tollgate", &mut script);
+            print_all("completions", &script)
+        }
+        Command::Man { subcommand } => {
+            let Some(command) = man_page_of(subcommand.as_deref()) else {
+                eprintln!(
+                    "tollgate man: no subcommand {:?}; try one of: {}",
+                    subcommand.unwrap_or_default(),
+                    Cli::command()
+                        .get_subcommands()
+                        .map(|c| c.get_name().to_owned())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                return ExitCode::from(2);
+            };
+            let mut page = Vec::new();
+            match clap_mangen::Man::new(command).render(&mut page) {
+                Ok(()) => print_all("man", &page),
+                Err(err) => {
+                    eprintln!("tollgate man: {err}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Bench(args) => match tollgate_scenarios::run(&args) {
             Ok(output) => {
                 print!("{}", output.markdown);

@@ -1,4 +1,5 @@
-//! `tollgate bench`, run as the real binary: the boundary table on stdout, the chart on disk,
+//! `tollgate bench`, `completions` and `man`, run as the real binary: the boundary table on stdout,
+//! the chart on disk, the shell scripts and manual pages,
 //! and clear errors for bad arguments.
 
 use std::process::{Command, Output};
@@ -97,4 +98,58 @@ fn bench_rejects_bad_arguments_without_panicking() {
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
         assert!(out.stdout.is_empty(), "{args:?} printed {}", text(&out.stdout));
     }
+}
+
+#[test]
+fn completions_name_every_subcommand_for_each_shell() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = tollgate(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
+        let script = text(&out.stdout);
+        for subcommand in ["serve", "proxy", "check-config", "bench", "completions", "man"] {
+            assert!(
+                script.contains(subcommand),
+                "{shell} completions lack {subcommand}"
+            );
+        }
+    }
+    let out = tollgate(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("possible values"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn the_man_pages_are_roff_with_every_subcommand_and_its_flags() {
+    let out = tollgate(&["man"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let page = text(&out.stdout);
+    assert!(page.contains(".TH tollgate 1"), "{page}");
+    // roff writes a hyphen as `\-`.
+    for subcommand in ["serve", "proxy", "check\\-config", "bench", "completions", "man"] {
+        assert!(
+            page.contains(&format!("tollgate\\-{subcommand}(1)")),
+            "man page lacks {subcommand}"
+        );
+    }
+
+    let out = tollgate(&["man", "serve"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let page = text(&out.stdout);
+    assert!(page.contains(".TH tollgate-serve 1"), "{page}");
+    assert!(
+        page.contains("\\-\\-store\\-timeout"),
+        "serve page lacks --store-timeout"
+    );
+
+    let out = tollgate(&["man", "nope"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("check-config"),
+        "{}",
+        text(&out.stderr)
+    );
 }
