@@ -241,3 +241,51 @@ pub fn config_reload(ok: bool) {
     let outcome = if ok { "ok" } else { "failed" };
     metrics::counter!("tollgate_config_reloads_total", "outcome" => outcome).increment(1);
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    /// Every `"tollgate_..."` string literal naming a metric in the files under `dir`.
+    fn metric_names(dir: &Path, names: &mut BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                metric_names(&path, names);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                let source = std::fs::read_to_string(&path).unwrap();
+                for literal in source.split("\"tollgate_").skip(1) {
+                    let name: String = literal
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                        .collect();
+                    let is_metric = ["_total", "_seconds", "_open", "_connections"]
+                        .iter()
+                        .any(|end| name.ends_with(end));
+                    if literal[name.len()..].starts_with('"') && is_metric {
+                        names.insert(format!("tollgate_{name}"));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_metric_has_a_row_in_docs_metrics_md() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut names = BTreeSet::new();
+        metric_names(&root.join("src"), &mut names);
+        assert!(names.contains("tollgate_decisions_total"), "found {names:?}");
+        assert!(
+            names.contains("tollgate_envoy_total_hits_total"),
+            "found {names:?}"
+        );
+        let doc = std::fs::read_to_string(root.join("../../docs/metrics.md")).unwrap();
+        let missing: Vec<_> = names
+            .iter()
+            .filter(|name| !doc.contains(&format!("| `{name}` |")))
+            .collect();
+        assert!(missing.is_empty(), "docs/metrics.md has no row for {missing:?}");
+    }
+}
