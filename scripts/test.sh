@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite, on a fresh machine or a warm one: installs what the tests need (Redis,
-# from Debian, when it is missing), then checks formatting and lints and runs every test.
+# The whole test suite, on a fresh machine or a warm one: installs what the tests need when it is
+# missing (Redis from Debian, schemathesis from PyPI), then checks formatting and lints and runs
+# every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,24 @@ if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; th
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
 fi
 redis-server --version
+
+# schemathesis (PyPI), the OpenAPI fuzzer tests/openapi_fuzz.rs runs against the real server, in a
+# virtual environment of its own under target/.
+schemathesis="$PWD/target/schemathesis/bin/schemathesis"
+if ! "$schemathesis" --version >/dev/null 2>&1; then
+    echo "schemathesis not found: installing it (PyPI) into target/schemathesis"
+    if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c 'import ensurepip' 2>/dev/null; then
+        sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3 python3-venv >/dev/null
+    fi
+    rm -rf target/schemathesis
+    python3 -m venv target/schemathesis
+    target/schemathesis/bin/pip install -q 'schemathesis>=4,<5'
+fi
+export TOLLGATE_SCHEMATHESIS="$schemathesis"
+"$schemathesis" --version
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

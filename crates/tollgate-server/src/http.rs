@@ -11,6 +11,7 @@
 //! | `GET /v1/attempts/{purpose}/{key}/check?max=N` | whether another attempt is allowed |
 //! | `DELETE /v1/attempts/{purpose}/{key}` | clear the counter (after a success; admin) |
 //! | `GET /metrics`, `/healthz`, `/readyz` | Prometheus, liveness, store health: JSON naming the failure class |
+//! | `GET /openapi.json` | this API as an OpenAPI 3.1 document (see [`crate::openapi`]) |
 //!
 //! Every decision is the [`Engine`](tollgate::Engine)'s: a request becomes a list of rules (a
 //! policy marked `shadow` gives a shadow rule) and one [`check_all`](tollgate::Engine::check_all)
@@ -56,10 +57,14 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::json;
 use tollgate::{AttemptsStore, Error, Outcome, Rule, RuleVerdict, Verdict, headers};
 
 use crate::metrics;
+use crate::openapi::{
+    AttemptCount, Attempts, AttemptsCheck, Breaker, CheckAnswer, Decision, ListDecision, Readiness,
+    RuleDecision,
+};
 use crate::state::SharedState;
 use tollgate_config::NamedPolicy;
 
@@ -85,8 +90,9 @@ pub fn router(state: SharedState) -> Router {
         )
         .route("/v1/attempts/{purpose}/{key}/check", get(check_attempts))
         .route("/metrics", get(render_metrics))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(ready))
+        .route("/openapi.json", get(openapi_json))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(axum::middleware::from_fn(crate::problem::bare_errors))
         .layer(DefaultBodyLimit::max(state.settings.listeners.max_body_bytes))
@@ -175,25 +181,57 @@ fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result
     serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
 
-/// `POST /v1/check`: one rule at the top level, or a list under `rules`. One struct with
-/// optional fields, not an untagged enum, so a mistake is named (`missing field `key``) rather
-/// than "did not match any variant".
-#[derive(Deserialize)]
+/// The body of `POST /v1/check` for one rule.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CheckBody {
-    policy: Option<String>,
-    key: Option<String>,
+pub(crate) struct OneRule {
+    /// The policy to decide with.
+    #[schema(min_length = 1)]
+    policy: String,
+    /// The key counted under it: a user, an IP, a tenant (at most the server's `--max-key-len`,
+    /// 1024 bytes by default).
+    #[schema(min_length = 1, max_length = 1024)]
+    key: String,
+    /// What this request costs (default 1); above what the policy can ever admit is refused.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
     cost: Option<u64>,
-    rules: Option<Vec<RuleBody>>,
+}
+
+/// The body of `POST /v1/check` for several rules, decided all or nothing.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RuleList {
+    /// The rules (1 to 16).
+    #[schema(min_items = 1, max_items = 16)]
+    rules: Vec<RuleBody>,
+}
+
+/// The body of `POST /v1/check`: one rule, or a list under `rules`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[schema(as = CheckRequest)]
+#[allow(dead_code)] // `check` parses the two forms itself, for errors that name the field
+pub(crate) enum CheckBody {
+    /// `policy`, `key` and optionally `cost`.
+    One(OneRule),
+    /// `rules`.
+    Many(RuleList),
 }
 
 /// One rule of a list.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RuleBody {
+#[schema(as = RuleRequest)]
+pub(crate) struct RuleBody {
+    /// The policy.
+    #[schema(min_length = 1)]
     policy: String,
+    /// The key (at most the server's `--max-key-len`, 1024 bytes by default).
+    #[schema(min_length = 1, max_length = 1024)]
     key: String,
+    /// What this request costs under this rule (default 1).
     #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 1_000_000_000, default = 1)]
     cost: u64,
 }
 
@@ -202,38 +240,90 @@ fn one() -> u64 {
 }
 
 #[derive(Deserialize)]
-struct CostQuery {
+pub(crate) struct CostQuery {
     #[serde(default = "one")]
     cost: u64,
 }
 
-async fn check(
+#[utoipa::path(
+    post,
+    path = "/v1/check",
+    tag = "decisions",
+    summary = "Decide and record",
+    description = "One rule (`policy`, `key`, `cost`) or a list under `rules`, decided all or nothing: \
+                   a denied list spends nothing on any rule. Carries `RateLimit-Policy` and `RateLimit`, \
+                   and `Retry-After` when denied.",
+    request_body(content = CheckBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Allowed", body = CheckAnswer, headers(
+            ("RateLimit-Policy" = String, description = "Each enforced rule's policy (IETF draft)"),
+            ("RateLimit" = String, description = "Each enforced rule's remaining budget and reset (IETF draft)"))),
+        (status = 429, description = "Denied", body = CheckAnswer, headers(
+            ("RateLimit-Policy" = String, description = "Each enforced rule's policy (IETF draft)"),
+            ("RateLimit" = String, description = "Each enforced rule's remaining budget and reset (IETF draft)"),
+            ("Retry-After" = u64, description = "Whole seconds to wait"))),
+        (status = 400, description = "Unusable input", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed and a policy fails closed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn check(
     State(state): State<SharedState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body: CheckBody = json_body(body)?;
-    match body.rules {
-        Some(rules) => {
-            if body.policy.is_some() || body.key.is_some() || body.cost.is_some() {
-                return Err(ApiError::bad_request(
-                    "a check has either `rules` or `policy`, `key` and `cost`, not both",
-                ));
+    // One rule or a list, told apart by `rules` so that each gets its own precise errors.
+    let body: serde_json::Value = json_body(body)?;
+    let is_list = body
+        .as_object()
+        .is_some_and(|members| members.contains_key("rules"));
+    if is_list {
+        if body.as_object().is_some_and(|members| members.len() > 1) {
+            return Err(ApiError::bad_request(
+                "a check has either `rules` or `policy`, `key` and `cost`, not both",
+            ));
+        }
+        let list: RuleList = from_json_value(body)?;
+        check_list(&state, &list.rules).await
+    } else {
+        let one: OneRule = from_json_value(body).map_err(|err| {
+            if err
+                .message
+                .starts_with("invalid JSON body: missing field `policy`")
+            {
+                ApiError::bad_request("missing field `policy` (or `rules`)")
+            } else {
+                err
             }
-            check_list(&state, &rules).await
-        }
-        None => {
-            let policy = body
-                .policy
-                .ok_or_else(|| ApiError::bad_request("missing field `policy` (or `rules`)"))?;
-            let key = body
-                .key
-                .ok_or_else(|| ApiError::bad_request("missing field `key`"))?;
-            decide_one(&state, &policy, &key, body.cost.unwrap_or(1), true).await
-        }
+        })?;
+        decide_one(&state, &one.policy, &one.key, one.cost.unwrap_or(1), true).await
     }
 }
 
-async fn peek(
+/// A parsed JSON body as `T`, with the same errors as [`json_body`].
+fn from_json_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+    serde_json::from_value(value).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/limits/{policy}/{key}",
+    tag = "decisions",
+    summary = "Peek",
+    description = "The answer a check of this cost would get now, recording nothing.",
+    params(
+        ("policy" = String, Path, description = "A configured policy"),
+        ("key" = String, Path, description = "The key"),
+        ("cost" = Option<u64>, Query, minimum = 1, maximum = 1_000_000_000, description = "The cost to ask about (default 1)"),
+    ),
+    responses(
+        (status = 200, description = "The decision, with `allowed` false when the check would be denied", body = Decision),
+        (status = 400, description = "Unusable input", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed and the policy fails closed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn peek(
     State(state): State<SharedState>,
     Path((policy, key)): Path<(String, String)>,
     query: Result<Query<CostQuery>, axum::extract::rejection::QueryRejection>,
@@ -242,7 +332,27 @@ async fn peek(
     decide_one(&state, &policy, &key, query.cost, false).await
 }
 
-async fn reset(
+#[utoipa::path(
+    delete,
+    path = "/v1/limits/{policy}/{key}",
+    tag = "decisions",
+    summary = "Reset",
+    description = "Forget the key's state under the policy, penalty included. Needs \
+                   `Authorization: Bearer <token>` when the server has an admin token.",
+    params(
+        ("policy" = String, Path, description = "A configured policy"),
+        ("key" = String, Path, description = "The key"),
+    ),
+    responses(
+        (status = 204, description = "Reset"),
+        (status = 400, description = "Unusable input", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security((), ("admin_token" = []))
+)]
+pub(crate) async fn reset(
     State(state): State<SharedState>,
     Path((policy, key)): Path<(String, String)>,
     request_headers: HeaderMap,
@@ -305,13 +415,14 @@ async fn decide_one(
         StatusCode::OK
     };
     let decision = &result.decision;
-    let body = json!({
-        "allowed": !denied,
-        "limit": decision.limit,
-        "remaining": decision.remaining,
-        "reset_after_ms": millis_up(decision.reset_after),
-        "retry_after_ms": decision.retry_after.filter(|_| denied).map(millis_up),
-        "degraded": decision.degraded,
+    // A check's answer and a peek's have the same shape: `CheckAnswer::One` is a `Decision`.
+    let body = CheckAnswer::One(Decision {
+        allowed: !denied,
+        limit: decision.limit,
+        remaining: decision.remaining,
+        reset_after_ms: millis_up(decision.reset_after),
+        retry_after_ms: decision.retry_after.filter(|_| denied).map(millis_up),
+        degraded: decision.degraded,
     });
     let mut response = (status, Json(body)).into_response();
     let map = response.headers_mut();
@@ -360,16 +471,16 @@ async fn check_list(state: &SharedState, bodies: &[RuleBody]) -> Result<Response
         ));
     }
     let denied = !verdict.allowed();
-    let results: Vec<Value> = rules
+    let results: Vec<RuleDecision> = rules
         .iter()
         .zip(verdict.rules())
-        .map(|(rule, result)| rule_json(rule, result))
+        .map(|(rule, result)| rule_answer(rule, result))
         .collect();
-    let body = json!({
-        "allowed": !denied,
-        "degraded": verdict.degraded(),
-        "retry_after_ms": verdict.retry_after().map(millis_up),
-        "rules": results,
+    let body = CheckAnswer::Many(ListDecision {
+        allowed: !denied,
+        degraded: verdict.degraded(),
+        retry_after_ms: verdict.retry_after().map(millis_up),
+        rules: results,
     });
     let status = if denied {
         StatusCode::TOO_MANY_REQUESTS
@@ -382,20 +493,20 @@ async fn check_list(state: &SharedState, bodies: &[RuleBody]) -> Result<Response
 }
 
 /// One rule's part in a list answer.
-fn rule_json(rule: &Rule<'_>, result: &RuleVerdict) -> Value {
+fn rule_answer(rule: &Rule<'_>, result: &RuleVerdict) -> RuleDecision {
     let decision = &result.decision;
     let enforced_denial = result.outcome == Outcome::Denied;
-    json!({
-        "policy": rule.policy.name(),
-        "outcome": result.outcome.as_str(),
-        "allowed": result.outcome.allows(),
-        "shadow": result.shadow,
-        "limit": decision.limit,
-        "remaining": decision.remaining,
-        "reset_after_ms": millis_up(decision.reset_after),
-        "retry_after_ms": decision.retry_after.filter(|_| enforced_denial).map(millis_up),
-        "degraded": decision.degraded,
-    })
+    RuleDecision {
+        policy: rule.policy.name().to_owned(),
+        outcome: result.outcome.as_str(),
+        allowed: result.outcome.allows(),
+        shadow: result.shadow,
+        limit: decision.limit,
+        remaining: decision.remaining,
+        reset_after_ms: millis_up(decision.reset_after),
+        retry_after_ms: decision.retry_after.filter(|_| enforced_denial).map(millis_up),
+        degraded: decision.degraded,
+    }
 }
 
 /// `RateLimit-Policy` and `RateLimit` with one entry per enforced rule in request order (a rule
@@ -463,62 +574,139 @@ fn insert(map: &mut HeaderMap, name: &'static str, value: String) {
     }
 }
 
-#[derive(Deserialize)]
+/// The body of `POST /v1/attempts/{purpose}/{key}`.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CountAttempt {
+#[schema(as = CountAttemptRequest)]
+pub(crate) struct CountAttempt {
+    /// How long the counter lives after this attempt, in seconds (at most 1000 days).
+    #[schema(minimum = 1, maximum = 86_400_000)]
     ttl_seconds: u64,
 }
 
 #[derive(Deserialize)]
-struct MaxQuery {
+pub(crate) struct MaxQuery {
     max: Option<u64>,
 }
 
-async fn count_attempt(
+#[utoipa::path(
+    post,
+    path = "/v1/attempts/{purpose}/{key}",
+    tag = "attempts",
+    summary = "Count a failed attempt",
+    params(
+        ("purpose" = String, Path, description = "What the attempts are for (`login`); counters of different purposes never meet"),
+        ("key" = String, Path, description = "Whose attempts: a user name, an IP"),
+    ),
+    request_body(content = CountAttempt, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The count after this attempt", body = AttemptCount),
+        (status = 400, description = "Unusable input", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn count_attempt(
     State(state): State<SharedState>,
     Path((purpose, key)): Path<(String, String)>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AttemptCount>, ApiError> {
     let request: CountAttempt = json_body(body)?;
     let name = attempts_key(&state, &purpose, &key)?;
     let count = state
         .store
         .increment_attempts(&name, Duration::from_secs(request.ttl_seconds))
         .await?;
-    Ok(Json(json!({ "attempts": count })))
+    Ok(Json(AttemptCount { attempts: count }))
 }
 
-async fn attempts(
+#[utoipa::path(
+    get,
+    path = "/v1/attempts/{purpose}/{key}",
+    tag = "attempts",
+    summary = "Read a counter",
+    params(
+        ("purpose" = String, Path, description = "What the attempts are for (`login`); counters of different purposes never meet"),
+        ("key" = String, Path, description = "Whose attempts: a user name, an IP"),
+    ),
+    responses(
+        (status = 200, description = "The count and its time to live", body = Attempts),
+        (status = 400, description = "Unusable input", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn attempts(
     State(state): State<SharedState>,
     Path((purpose, key)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Attempts>, ApiError> {
     let name = attempts_key(&state, &purpose, &key)?;
     let count = state.store.get_attempts(&name).await?;
     let ttl = state.store.get_ttl(&name).await?;
-    Ok(Json(
-        json!({ "attempts": count, "ttl_seconds": ttl.map(headers::seconds_up) }),
-    ))
+    Ok(Json(Attempts {
+        attempts: count,
+        ttl_seconds: ttl.map(headers::seconds_up),
+    }))
 }
 
-async fn check_attempts(
+#[utoipa::path(
+    get,
+    path = "/v1/attempts/{purpose}/{key}/check",
+    tag = "attempts",
+    summary = "Whether another attempt is allowed",
+    params(
+        ("purpose" = String, Path, description = "What the attempts are for"),
+        ("key" = String, Path, description = "Whose attempts"),
+        ("max" = u64, Query, minimum = 1, maximum = 1_000_000_000, description = "The most attempts allowed"),
+    ),
+    responses(
+        (status = 200, description = "Allowed or not, and what is left", body = AttemptsCheck),
+        (status = 400, description = "Unusable input", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn check_attempts(
     State(state): State<SharedState>,
     Path((purpose, key)): Path<(String, String)>,
     query: Result<Query<MaxQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AttemptsCheck>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let max = query
         .max
         .ok_or_else(|| ApiError::bad_request("missing query parameter `max`"))?;
+    if max > tollgate::bounds::MAX_LIMIT {
+        return Err(ApiError::bad_request(format!(
+            "max is {max}, above the maximum of {}",
+            tollgate::bounds::MAX_LIMIT
+        )));
+    }
     let name = attempts_key(&state, &purpose, &key)?;
     let status = state.store.check_limit(&name, max).await?;
-    Ok(Json(json!({
-        "allowed": status.allowed,
-        "remaining": status.remaining,
-        "ttl_seconds": status.ttl.map(headers::seconds_up),
-    })))
+    Ok(Json(AttemptsCheck {
+        allowed: status.allowed,
+        remaining: status.remaining,
+        ttl_seconds: status.ttl.map(headers::seconds_up),
+    }))
 }
 
-async fn clear_attempts(
+#[utoipa::path(
+    delete,
+    path = "/v1/attempts/{purpose}/{key}",
+    tag = "attempts",
+    summary = "Clear a counter",
+    description = "After a success. Needs `Authorization: Bearer <token>` when the server has an admin token.",
+    params(
+        ("purpose" = String, Path, description = "What the attempts are for (`login`); counters of different purposes never meet"),
+        ("key" = String, Path, description = "Whose attempts: a user name, an IP"),
+    ),
+    responses(
+        (status = 204, description = "Cleared"),
+        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Unusable input", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security((), ("admin_token" = []))
+)]
+pub(crate) async fn clear_attempts(
     State(state): State<SharedState>,
     Path((purpose, key)): Path<(String, String)>,
     request_headers: HeaderMap,
@@ -529,29 +717,73 @@ async fn clear_attempts(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn render_metrics(State(state): State<SharedState>) -> String {
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    summary = "Prometheus metrics",
+    responses((status = 200, description = "Prometheus text exposition", body = String, content_type = "text/plain"))
+)]
+pub(crate) async fn render_metrics(State(state): State<SharedState>) -> String {
     metrics::store_breakers(&state.store.breakers());
     metrics::install().render()
 }
 
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    summary = "Liveness",
+    responses((status = 200, description = "The process serves", body = String, content_type = "text/plain"))
+)]
+pub(crate) async fn healthz() -> &'static str {
+    "ok"
+}
+
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    tag = "operations",
+    summary = "This document",
+    responses((status = 200, description = "The OpenAPI 3.1 document of this API", content_type = "application/json"))
+)]
+pub(crate) async fn openapi_json() -> Response {
+    static DOCUMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let body = DOCUMENT.get_or_init(crate::openapi::document_json).as_str();
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    summary = "Readiness",
+    responses(
+        (status = 200, description = "The store can decide now", body = Readiness),
+        (status = 503, description = "It cannot: the failure's class and every node's breaker", body = Readiness),
+    )
+)]
 /// Ready when the store can decide now; otherwise 503 with the class of the store's failure
 /// (`timeout`, `connection`, `auth`, `cluster`, ...), so an operator sees a wrong password or a
 /// wrong cluster mode without reading logs.
-async fn ready(State(state): State<SharedState>) -> Response {
+pub(crate) async fn ready(State(state): State<SharedState>) -> Response {
     let health = state.store.health().await;
     metrics::store_breakers(&health.breakers);
-    let breakers: Vec<serde_json::Value> = health
+    let breakers = health
         .breakers
         .iter()
-        .map(|(node, open)| json!({"node": node, "open": open}))
+        .map(|(node, open)| Breaker {
+            node: node.clone(),
+            open: *open,
+        })
         .collect();
-    let body = json!({
-        "ready": health.ready,
-        "store": state.store.kind(),
-        "class": health.class,
-        "error": health.error,
-        "breakers": breakers,
-    });
+    let body = Readiness {
+        ready: health.ready,
+        store: state.store.kind(),
+        class: health.class,
+        error: health.error,
+        breakers,
+    };
     let status = match health.ready {
         true => StatusCode::OK,
         false => StatusCode::SERVICE_UNAVAILABLE,

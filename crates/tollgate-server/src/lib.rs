@@ -62,6 +62,7 @@ pub mod health;
 pub mod http;
 pub mod listener;
 pub mod metrics;
+pub mod openapi;
 pub mod problem;
 pub mod proxy;
 pub mod reload;
