@@ -16,7 +16,9 @@ use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-use tollgate::{Clock, Engine, Error, ManualClock, MemoryStore, Rule, Store, StoreErrorKind, SystemClock, Verdict};
+use tollgate::{
+    Clock, Engine, Error, ManualClock, MemoryStore, Rule, Store, StoreErrorKind, SystemClock, Verdict,
+};
 
 type VerdictFuture<'a> = Pin<Box<dyn Future<Output = Result<Verdict, Error>> + Send + 'a>>;
 
@@ -48,7 +50,9 @@ impl<S: Store + 'static> SharedEngine for Engine<S> {
             Poll::Ready(verdict) => verdict,
             // Not reached: the memory store has nothing to wait for. Should that change, the
             // request is refused (the future is dropped undecided) rather than let through.
-            Poll::Pending => Err(not_at_once("the memory store's decision was not ready at its first poll")),
+            Poll::Pending => Err(not_at_once(
+                "the memory store's decision was not ready at its first poll",
+            )),
         }
     }
 

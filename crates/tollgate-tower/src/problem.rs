@@ -191,11 +191,14 @@ impl RuleHeaders {
     /// Appends this rule's `RateLimit` entry for `decision`: the same text as
     /// [`headers::ratelimit`], with the numbers written by `itoa` instead of the formatter.
     fn push_limit(&self, out: &mut Vec<u8>, decision: &Decision) {
-        let mut digits = itoa::Buffer::new();
+        let (mut remaining, mut reset) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let remaining = remaining.format(decision.remaining).as_bytes();
+        let reset = reset.format(headers::seconds_up(decision.reset_after)).as_bytes();
+        out.reserve_exact(self.limit_prefix.len() + remaining.len() + 3 + reset.len());
         out.extend_from_slice(self.limit_prefix.as_bytes());
-        out.extend_from_slice(digits.format(decision.remaining).as_bytes());
+        out.extend_from_slice(remaining);
         out.extend_from_slice(b";t=");
-        out.extend_from_slice(digits.format(headers::seconds_up(decision.reset_after)).as_bytes());
+        out.extend_from_slice(reset);
     }
 }
 
@@ -211,7 +214,8 @@ impl RateLimitHeaders {
     pub(crate) fn new<'a>(decided: impl IntoIterator<Item = (&'a Rule, Decision)>) -> Option<Self> {
         let mut decided = decided.into_iter();
         let (first, decision) = decided.next()?;
-        let mut limits = Vec::with_capacity(first.headers.limit_prefix.len() + 24);
+        // Sized exactly: a `Vec` with spare capacity would cost `Bytes` a second allocation.
+        let mut limits = Vec::new();
         first.headers.push_limit(&mut limits, &decision);
         let Some((second, decision)) = decided.next() else {
             // One rule, the common case: its policy field is ready made.
@@ -280,7 +284,11 @@ mod tests {
                 };
                 let mut out = Vec::new();
                 rule.push_limit(&mut out, &decision);
-                assert_eq!(String::from_utf8(out)?, headers::ratelimit(&policy, &decision), "{name}");
+                assert_eq!(
+                    String::from_utf8(out)?,
+                    headers::ratelimit(&policy, &decision),
+                    "{name}"
+                );
             }
         }
         Ok(())

@@ -138,7 +138,12 @@ impl Limiter {
 
     /// The engine's answer for the rules that apply (`applied[i]` is bound as `bound[i]`; never
     /// empty), as an action.
-    fn act(&self, applied: &[&Rule], bound: &[tollgate::Rule<'_>], decided: Result<Verdict, Error>) -> Action {
+    fn act(
+        &self,
+        applied: &[&Rule],
+        bound: &[tollgate::Rule<'_>],
+        decided: Result<Verdict, Error>,
+    ) -> Action {
         let verdict = match decided {
             Ok(verdict) => verdict,
             Err(err) => {
@@ -223,7 +228,10 @@ impl Limiter {
 
 /// The rules and their engine rules, side by side.
 fn bind<'a>(keyed: &'a [(&'a Rule, Key<'_>)]) -> (Vec<&'a Rule>, Vec<tollgate::Rule<'a>>) {
-    keyed.iter().map(|(rule, key)| (*rule, rule.bind(key.as_bytes()))).unzip()
+    keyed
+        .iter()
+        .map(|(rule, key)| (*rule, rule.bind(key.as_bytes())))
+        .unzip()
 }
 
 /// The decisions for the headers, in rule order: enforced rules only (shadow rules stay
