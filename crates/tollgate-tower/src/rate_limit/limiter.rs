@@ -40,6 +40,8 @@ enum Keyed<'l, 'p> {
     /// The common case, one rule: nothing collected into vectors.
     One(&'l Rule, Key<'p>),
     Many(Vec<(&'l Rule, Key<'p>)>),
+    /// Answered before the engine is asked: a missing or oversized key, or no rule applies.
+    Done(Action),
 }
 
 impl Limiter {
@@ -52,12 +54,12 @@ impl Limiter {
     /// once](Self::decides_at_once); see the module docs for the order of work.
     pub(crate) fn decide_now(&self, parts: &Parts) -> Action {
         match self.keyed(parts) {
-            Err(action) => action,
-            Ok(Keyed::One(rule, key)) => {
+            Keyed::Done(action) => action,
+            Keyed::One(rule, key) => {
                 let bound = [rule.bind(key.as_bytes())];
                 self.act(&[rule], &bound, self.engine.check_all_now(&bound))
             }
-            Ok(Keyed::Many(keyed)) => {
+            Keyed::Many(keyed) => {
                 let (applied, bound) = bind(&keyed);
                 self.act(&applied, &bound, self.engine.check_all_now(&bound))
             }
@@ -67,13 +69,13 @@ impl Limiter {
     /// Decides `parts`; see the module docs for the order of work.
     pub(crate) async fn decide(&self, parts: &Parts) -> Action {
         match self.keyed(parts) {
-            Err(action) => action,
-            Ok(Keyed::One(rule, key)) => {
+            Keyed::Done(action) => action,
+            Keyed::One(rule, key) => {
                 let bound = [rule.bind(key.as_bytes())];
                 let verdict = self.engine.check_all(&bound).await;
                 self.act(&[rule], &bound, verdict)
             }
-            Ok(Keyed::Many(keyed)) => {
+            Keyed::Many(keyed) => {
                 let (applied, bound) = bind(&keyed);
                 let verdict = self.engine.check_all(&bound).await;
                 self.act(&applied, &bound, verdict)
@@ -83,26 +85,26 @@ impl Limiter {
 
     /// Every rule's key, or the answer when a rule has none and rejects such requests, a key
     /// is too long, or no rule applies. Nothing is spent yet.
-    fn keyed<'l, 'p>(&'l self, parts: &'p Parts) -> Result<Keyed<'l, 'p>, Action> {
+    fn keyed<'l, 'p>(&'l self, parts: &'p Parts) -> Keyed<'l, 'p> {
         if let [rule] = self.rules.as_slice() {
             return match self.key(rule, parts) {
-                Err(response) => Err(Action::Answer(*response)),
-                Ok(None) => Err(self.unlimited()),
-                Ok(Some(key)) => Ok(Keyed::One(rule, key)),
+                Err(response) => Keyed::Done(Action::Answer(*response)),
+                Ok(None) => Keyed::Done(self.unlimited()),
+                Ok(Some(key)) => Keyed::One(rule, key),
             };
         }
         let mut keyed = Vec::with_capacity(self.rules.len());
         for rule in &self.rules {
             match self.key(rule, parts) {
-                Err(response) => return Err(Action::Answer(*response)),
+                Err(response) => return Keyed::Done(Action::Answer(*response)),
                 Ok(None) => {}
                 Ok(Some(key)) => keyed.push((rule, key)),
             }
         }
         if keyed.is_empty() {
-            return Err(self.unlimited());
+            return Keyed::Done(self.unlimited());
         }
-        Ok(Keyed::Many(keyed))
+        Keyed::Many(keyed)
     }
 
     /// No rule applies (every key missing, every rule skipped): the request passes as is.
