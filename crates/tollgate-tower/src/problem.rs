@@ -163,6 +163,45 @@ impl Problems {
     }
 }
 
+/// A rule's constant parts of the rate limit headers, rendered when the rule is made.
+#[derive(Debug, Clone)]
+pub(crate) struct RuleHeaders {
+    /// The `RateLimit-Policy` entry, e.g. `"movies";q=20;w=60`.
+    policy: String,
+    /// The same as a field value, for a response that reports this rule alone.
+    policy_value: Option<HeaderValue>,
+    /// The start of every `RateLimit` entry, up to its numbers: `"movies";r=`.
+    limit_prefix: String,
+}
+
+impl RuleHeaders {
+    pub(crate) fn new(policy: &Policy) -> Self {
+        let rendered = headers::ratelimit_policy(policy);
+        // The core renders an entry as the quoted name and its parameters; the name part is
+        // what a decision with zero everywhere renders before `;r=0;t=0`.
+        let zero = headers::ratelimit(policy, &Decision::default());
+        let name = zero.strip_suffix(";r=0;t=0").unwrap_or(&zero);
+        RuleHeaders {
+            policy_value: HeaderValue::try_from(rendered.as_str()).ok(),
+            policy: rendered,
+            limit_prefix: format!("{name};r="),
+        }
+    }
+
+    /// Appends this rule's `RateLimit` entry for `decision`: the same text as
+    /// [`headers::ratelimit`], with the numbers written by `itoa` instead of the formatter.
+    fn push_limit(&self, out: &mut Vec<u8>, decision: &Decision) {
+        let (mut remaining, mut reset) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let remaining = remaining.format(decision.remaining).as_bytes();
+        let reset = reset.format(headers::seconds_up(decision.reset_after)).as_bytes();
+        out.reserve_exact(self.limit_prefix.len() + remaining.len() + 3 + reset.len());
+        out.extend_from_slice(self.limit_prefix.as_bytes());
+        out.extend_from_slice(remaining);
+        out.extend_from_slice(b";t=");
+        out.extend_from_slice(reset);
+    }
+}
+
 /// The `RateLimit-Policy` and `RateLimit` field values of one response.
 #[derive(Debug, Clone)]
 pub(crate) struct RateLimitHeaders {
@@ -173,17 +212,28 @@ pub(crate) struct RateLimitHeaders {
 impl RateLimitHeaders {
     /// The two fields for `decided` (one entry each, in order); `None` when there is none.
     pub(crate) fn new<'a>(decided: impl IntoIterator<Item = (&'a Rule, Decision)>) -> Option<Self> {
-        let (mut policies, mut limits) = (String::new(), String::with_capacity(48));
-        for (rule, decision) in decided {
-            if !limits.is_empty() {
-                policies.push_str(", ");
-                limits.push_str(", ");
-            }
-            policies.push_str(&rule.policy_header);
-            limits.push_str(&headers::ratelimit(&rule.policy, &decision));
-        }
-        if limits.is_empty() {
-            return None;
+        let mut decided = decided.into_iter();
+        let (first, decision) = decided.next()?;
+        // Sized exactly: a `Vec` with spare capacity would cost `Bytes` a second allocation.
+        let mut limits = Vec::new();
+        first.headers.push_limit(&mut limits, &decision);
+        let Some((second, decision)) = decided.next() else {
+            // One rule, the common case: its policy field is ready made.
+            let policy = match &first.headers.policy_value {
+                Some(value) => value.clone(),
+                None => HeaderValue::try_from(first.headers.policy.as_str()).ok()?,
+            };
+            return Some(RateLimitHeaders {
+                policy,
+                limit: HeaderValue::try_from(limits).ok()?,
+            });
+        };
+        let mut policies = first.headers.policy.clone();
+        for (rule, decision) in std::iter::once((second, decision)).chain(decided) {
+            policies.push_str(", ");
+            policies.push_str(&rule.headers.policy);
+            limits.extend_from_slice(b", ");
+            rule.headers.push_limit(&mut limits, &decision);
         }
         // The core's renderings are printable ASCII, always valid header values.
         Some(RateLimitHeaders {
@@ -214,6 +264,35 @@ fn millis_up(duration: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limit_entries_are_the_cores_rendering() -> Result<(), Box<dyn std::error::Error>> {
+        use tollgate::{Algorithm, Rate};
+        for name in ["movies", r#"a"b\c;r=0;t=0"#, "café", "x;q=1"] {
+            let policy = Policy::new(name, Algorithm::gcra(Rate::per_second(10)?, 5)?)?;
+            let rule = RuleHeaders::new(&policy);
+            assert_eq!(rule.policy, headers::ratelimit_policy(&policy));
+            for (remaining, reset_after) in [
+                (0, Duration::ZERO),
+                (u64::MAX, Duration::from_micros(1)),
+                (17, Duration::from_millis(59_001)),
+            ] {
+                let decision = Decision {
+                    remaining,
+                    reset_after,
+                    ..Decision::default()
+                };
+                let mut out = Vec::new();
+                rule.push_limit(&mut out, &decision);
+                assert_eq!(
+                    String::from_utf8(out)?,
+                    headers::ratelimit(&policy, &decision),
+                    "{name}"
+                );
+            }
+        }
+        Ok(())
+    }
 
     #[test]
     fn milliseconds_round_up() {

@@ -2,6 +2,7 @@
 
 use tollgate::Policy;
 
+use crate::problem::RuleHeaders;
 use crate::{Error, KeyExtractor};
 
 /// What a rule does with a request its extractor finds no key for (a missing header, an unknown
@@ -42,8 +43,9 @@ pub struct Rule {
     pub(crate) cost: u64,
     pub(crate) shadow: bool,
     pub(crate) on_missing_key: MissingKey,
-    /// This rule's `RateLimit-Policy` entry, rendered once: it never changes.
-    pub(crate) policy_header: String,
+    /// This rule's `RateLimit-Policy` entry and its start of `RateLimit` entries, rendered
+    /// once: they never change.
+    pub(crate) headers: RuleHeaders,
 }
 
 impl Rule {
@@ -60,7 +62,7 @@ impl Rule {
     /// ```
     pub fn new(policy: Policy, key: KeyExtractor) -> Self {
         Rule {
-            policy_header: tollgate::headers::ratelimit_policy(&policy),
+            headers: RuleHeaders::new(&policy),
             policy,
             key,
             cost: 1,

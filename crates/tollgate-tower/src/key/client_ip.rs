@@ -28,6 +28,7 @@
 //! listener reports IPv4 clients) is the IPv4 address. One IPv6 client usually holds a whole /64,
 //! so [`ClientIp::ipv6_prefix`] can make every address of a prefix share one key.
 
+use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::ConnectInfo;
@@ -264,17 +265,29 @@ impl ClientIp {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn key(&self, parts: &Parts) -> Option<String> {
+        let key = self.inline_key(parts)?;
+        Some(String::from_utf8_lossy(key.as_bytes()).into_owned())
+    }
+
+    /// [`key`](Self::key)'s text, written into a buffer on the stack.
+    pub(crate) fn inline_key(&self, parts: &Parts) -> Option<InlineKey> {
         let client = self.client(parts)?;
         let len = match client {
             IpAddr::V4(_) => self.ipv4_prefix,
             IpAddr::V6(_) => self.ipv6_prefix,
         };
         let full = if client.is_ipv4() { 32 } else { 128 };
-        Some(if len == full {
-            client.to_string()
-        } else {
-            format!("{}/{len}", masked(client, len))
-        })
+        let mut key = InlineKey::default();
+        match client {
+            IpAddr::V4(v4) if len == full => key.push_ipv4(v4.octets()),
+            _ if len == full => key.push_display(&client),
+            _ => {
+                key.push_display(&masked(client, len));
+                key.push(b"/");
+                key.push(itoa::Buffer::new().format(len).as_bytes());
+            }
+        }
+        Some(key)
     }
 
     fn is_trusted(&self, ip: IpAddr) -> bool {
@@ -282,10 +295,103 @@ impl ClientIp {
     }
 }
 
+/// The longest key text of an address: a full IPv6 address is at most 39 characters, `/128`
+/// adds 4.
+const INLINE_KEY_CAP: usize = 48;
+
+/// An address key's text, in a buffer on the stack: no allocation per request.
+#[derive(Clone, Copy)]
+pub(crate) struct InlineKey {
+    bytes: [u8; INLINE_KEY_CAP],
+    len: usize,
+}
+
+impl Default for InlineKey {
+    fn default() -> Self {
+        InlineKey {
+            bytes: [0; INLINE_KEY_CAP],
+            len: 0,
+        }
+    }
+}
+
+impl InlineKey {
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    /// Appends `bytes`; the capacity holds any address text (see [`INLINE_KEY_CAP`]), and
+    /// anything beyond it would be cut, which the tests below rule out for every form.
+    fn push(&mut self, bytes: &[u8]) {
+        let end = (self.len + bytes.len()).min(INLINE_KEY_CAP);
+        self.bytes[self.len..end].copy_from_slice(&bytes[..end - self.len]);
+        self.len = end;
+    }
+
+    /// The dotted quad, as `Ipv4Addr`'s `Display` writes it, without the formatting machinery.
+    fn push_ipv4(&mut self, octets: [u8; 4]) {
+        let mut digits = itoa::Buffer::new();
+        for (i, octet) in octets.into_iter().enumerate() {
+            if i > 0 {
+                self.push(b".");
+            }
+            self.push(digits.format(octet).as_bytes());
+        }
+    }
+
+    fn push_display(&mut self, value: &impl fmt::Display) {
+        // Writing into the buffer cannot fail; `push` bounds it.
+        let _ = fmt::Write::write_fmt(self, format_args!("{value}"));
+    }
+}
+
+impl fmt::Write for InlineKey {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.push(s.as_bytes());
+        Ok(())
+    }
+}
+
+impl fmt::Debug for InlineKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("InlineKey")
+            .field(&String::from_utf8_lossy(self.as_bytes()))
+            .finish()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::http::Request;
+
+    #[test]
+    fn inline_keys_match_the_display_of_every_address_form() {
+        let v6 = ClientIp::peer();
+        let longest = "[ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe]:1";
+        for (peer, want) in [
+            ("0.0.0.0:1", "0.0.0.0"),
+            ("255.255.255.255:1", "255.255.255.255"),
+            ("10.20.0.7:1", "10.20.0.7"),
+            ("[::ffff:192.0.2.9]:1", "192.0.2.9"),
+            (longest, "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe"),
+            ("[::1]:1", "::1"),
+        ] {
+            assert_eq!(v6.key(&parts(peer, &[])).as_deref(), Some(want), "{peer}");
+            let ip: SocketAddr = peer.parse().expect("test peer");
+            assert_eq!(want, ip.ip().to_canonical().to_string());
+        }
+        let grouped = ClientIp::peer().ipv6_prefix(127).expect("valid");
+        assert_eq!(
+            grouped.key(&parts(longest, &[])).as_deref(),
+            Some("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe/127")
+        );
+        let v4 = ClientIp::peer().ipv4_prefix(31).expect("valid");
+        assert_eq!(
+            v4.key(&parts("255.255.255.255:1", &[])).as_deref(),
+            Some("255.255.255.254/31")
+        );
+    }
 
     fn parts(peer: &str, headers: &[(&str, &str)]) -> Parts {
         let mut builder = Request::builder();

@@ -23,6 +23,7 @@ use axum::http::HeaderName;
 use axum::http::request::Parts;
 
 pub use cidr::Cidr;
+pub(crate) use client_ip::InlineKey;
 pub use client_ip::{ClientIp, ProxyHeader};
 
 type KeyFn = dyn Fn(&Parts) -> Option<Vec<u8>> + Send + Sync;
@@ -160,19 +161,33 @@ impl KeyExtractor {
     /// assert_eq!(KeyExtractor::peer_ip().extract(&request.into_parts().0), None);
     /// ```
     pub fn extract(&self, parts: &Parts) -> Option<Vec<u8>> {
+        self.key(parts).map(|key| key.as_bytes().to_vec())
+    }
+
+    /// The key of this request without a `Vec` of its own where it can be helped: a header's
+    /// value is borrowed from the request, an address is written into an inline buffer. The
+    /// same bytes as [`extract`](Self::extract).
+    pub(crate) fn key<'p>(&self, parts: &'p Parts) -> Option<Key<'p>> {
         let key = match &self.kind {
-            Kind::Ip(ip) => ip.key(parts).map(String::into_bytes),
-            Kind::Header(name) => parts.headers.get(name).map(|v| v.as_bytes().to_vec()),
-            Kind::RouteAndIp(ip) => ip.key(parts).map(|client| {
+            Kind::Ip(ip) => ip.inline_key(parts).map(Key::Inline),
+            Kind::Header(name) => parts.headers.get(name).map(|v| Key::Borrowed(v.as_bytes())),
+            Kind::RouteAndIp(ip) => ip.inline_key(parts).map(|client| {
                 let route = match parts.extensions.get::<MatchedPath>() {
                     Some(matched) => matched.as_str(),
                     None => parts.uri.path(),
                 };
-                format!("{} {route} {client}", parts.method).into_bytes()
+                let method = parts.method.as_str();
+                let mut key = Vec::with_capacity(method.len() + route.len() + client.as_bytes().len() + 2);
+                key.extend_from_slice(method.as_bytes());
+                key.push(b' ');
+                key.extend_from_slice(route.as_bytes());
+                key.push(b' ');
+                key.extend_from_slice(client.as_bytes());
+                Key::Owned(key)
             }),
-            Kind::Custom(f) => f(parts),
+            Kind::Custom(f) => f(parts).map(Key::Owned),
         };
-        key.filter(|k| !k.is_empty())
+        key.filter(|k| !k.as_bytes().is_empty())
     }
 
     /// What this extractor reads, in words, for problem details and logs.
@@ -189,6 +204,28 @@ impl KeyExtractor {
             Kind::Header(name) => format!("the `{name}` header"),
             Kind::RouteAndIp(_) => "the route and client address".to_owned(),
             Kind::Custom(_) => "a custom key".to_owned(),
+        }
+    }
+}
+
+/// One request's key for one rule, borrowed, inline or owned.
+#[derive(Debug)]
+pub(crate) enum Key<'p> {
+    /// Bytes of the request itself (a header's value).
+    Borrowed(&'p [u8]),
+    /// A client address, written into a buffer on the stack.
+    Inline(InlineKey),
+    /// Anything longer or computed.
+    Owned(Vec<u8>),
+}
+
+impl Key<'_> {
+    /// The key's bytes.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match self {
+            Key::Borrowed(bytes) => bytes,
+            Key::Inline(key) => key.as_bytes(),
+            Key::Owned(bytes) => bytes,
         }
     }
 }

@@ -11,9 +11,10 @@ use axum::body::Body;
 use axum::http::Response;
 use axum::http::request::Parts;
 use tollgate::bounds::MAX_KEY_LEN;
-use tollgate::{Decision, FailureMode, Outcome, Verdict};
+use tollgate::{Decision, Error, FailureMode, Outcome, Verdict};
 
 use crate::engine::SharedEngine;
+use crate::key::Key;
 use crate::problem::{Problems, RateLimitHeaders};
 use crate::stats::{Counter, Stats};
 use crate::{LogSampler, MissingKey, Rule};
@@ -34,31 +35,76 @@ pub(crate) enum Action {
     Answer(Response<Body>),
 }
 
+/// The rules that apply to a request, each with its key.
+enum Keyed<'l, 'p> {
+    /// The common case, one rule: nothing collected into vectors.
+    One(&'l Rule, Key<'p>),
+    Many(Vec<(&'l Rule, Key<'p>)>),
+    /// Answered before the engine is asked: a missing or oversized key, or no rule applies.
+    Done(Action),
+}
+
 impl Limiter {
+    /// Whether [`decide_now`](Self::decide_now) can decide: the store never waits.
+    pub(crate) fn decides_at_once(&self) -> bool {
+        self.engine.decides_at_once()
+    }
+
+    /// Decides `parts` without waiting, for a store that [decides at
+    /// once](Self::decides_at_once); see the module docs for the order of work.
+    pub(crate) fn decide_now(&self, parts: &Parts) -> Action {
+        match self.keyed(parts) {
+            Keyed::Done(action) => action,
+            Keyed::One(rule, key) => {
+                let bound = [rule.bind(key.as_bytes())];
+                self.act(&[rule], &bound, self.engine.check_all_now(&bound))
+            }
+            Keyed::Many(keyed) => {
+                let (applied, bound) = bind(&keyed);
+                self.act(&applied, &bound, self.engine.check_all_now(&bound))
+            }
+        }
+    }
+
     /// Decides `parts`; see the module docs for the order of work.
     pub(crate) async fn decide(&self, parts: &Parts) -> Action {
+        match self.keyed(parts) {
+            Keyed::Done(action) => action,
+            Keyed::One(rule, key) => {
+                let bound = [rule.bind(key.as_bytes())];
+                let verdict = self.engine.check_all(&bound).await;
+                self.act(&[rule], &bound, verdict)
+            }
+            Keyed::Many(keyed) => {
+                let (applied, bound) = bind(&keyed);
+                let verdict = self.engine.check_all(&bound).await;
+                self.act(&applied, &bound, verdict)
+            }
+        }
+    }
+
+    /// Every rule's key, or the answer when a rule has none and rejects such requests, a key
+    /// is too long, or no rule applies. Nothing is spent yet.
+    fn keyed<'l, 'p>(&'l self, parts: &'p Parts) -> Keyed<'l, 'p> {
         if let [rule] = self.rules.as_slice() {
-            // The common case, without collecting into vectors.
             return match self.key(rule, parts) {
-                Err(response) => Action::Answer(*response),
-                Ok(None) => self.unlimited(),
-                Ok(Some(key)) => self.check(&[rule], &[rule.bind(&key)]).await,
+                Err(response) => Keyed::Done(Action::Answer(*response)),
+                Ok(None) => Keyed::Done(self.unlimited()),
+                Ok(Some(key)) => Keyed::One(rule, key),
             };
         }
         let mut keyed = Vec::with_capacity(self.rules.len());
         for rule in &self.rules {
             match self.key(rule, parts) {
-                Err(response) => return Action::Answer(*response),
+                Err(response) => return Keyed::Done(Action::Answer(*response)),
                 Ok(None) => {}
                 Ok(Some(key)) => keyed.push((rule, key)),
             }
         }
         if keyed.is_empty() {
-            return self.unlimited();
+            return Keyed::Done(self.unlimited());
         }
-        let applied: Vec<&Rule> = keyed.iter().map(|(rule, _)| *rule).collect();
-        let bound: Vec<tollgate::Rule<'_>> = keyed.iter().map(|(rule, key)| rule.bind(key)).collect();
-        self.check(&applied, &bound).await
+        Keyed::Many(keyed)
     }
 
     /// No rule applies (every key missing, every rule skipped): the request passes as is.
@@ -69,15 +115,15 @@ impl Limiter {
 
     /// `rule`'s key in `parts`: `None` to skip the rule, or the 400 for a missing or oversized
     /// key.
-    fn key(&self, rule: &Rule, parts: &Parts) -> Result<Option<Vec<u8>>, Box<Response<Body>>> {
-        match rule.key.extract(parts) {
-            Some(key) if key.len() > MAX_KEY_LEN => {
+    fn key<'p>(&self, rule: &Rule, parts: &'p Parts) -> Result<Option<Key<'p>>, Box<Response<Body>>> {
+        match rule.key.key(parts) {
+            Some(key) if key.as_bytes().len() > MAX_KEY_LEN => {
                 self.stats.bump(Counter::RejectedKey);
                 let what = rule.key.describe();
                 Err(Box::new(self.problems.key_too_long(
                     &rule.policy,
                     &what,
-                    key.len(),
+                    key.as_bytes().len(),
                 )))
             }
             Some(key) => Ok(Some(key)),
@@ -92,10 +138,15 @@ impl Limiter {
         }
     }
 
-    /// One engine call for the rules that apply (`applied[i]` is bound as `bound[i]`; never
-    /// empty), and its verdict as an action.
-    async fn check(&self, applied: &[&Rule], bound: &[tollgate::Rule<'_>]) -> Action {
-        let verdict = match self.engine.check_all(bound).await {
+    /// The engine's answer for the rules that apply (`applied[i]` is bound as `bound[i]`; never
+    /// empty), as an action.
+    fn act(
+        &self,
+        applied: &[&Rule],
+        bound: &[tollgate::Rule<'_>],
+        decided: Result<Verdict, Error>,
+    ) -> Action {
+        let verdict = match decided {
             Ok(verdict) => verdict,
             Err(err) => {
                 // Not reached: keys are non-empty and bounded, and costs checked, before the
@@ -175,6 +226,14 @@ impl Limiter {
             }
         }
     }
+}
+
+/// The rules and their engine rules, side by side.
+fn bind<'a>(keyed: &'a [(&'a Rule, Key<'_>)]) -> (Vec<&'a Rule>, Vec<tollgate::Rule<'a>>) {
+    keyed
+        .iter()
+        .map(|(rule, key)| (*rule, rule.bind(key.as_bytes())))
+        .unzip()
 }
 
 /// The decisions for the headers, in rule order: enforced rules only (shadow rules stay

@@ -29,6 +29,14 @@
 //! Shadow rules are decided and recorded like the others but never deny and never show in
 //! headers; their would-be denials are counted and logged, on every request they apply to.
 //!
+//! # When the decision is made
+//!
+//! Over a memory store, whose decisions are ready at once, all of this happens in
+//! [`RateLimit::call`](tower::Service::call): the returned [`ResponseFuture`] is then the inner
+//! service's future wrapped to add the headers, or the answer, and nothing is boxed per request.
+//! Over a store that has to be waited for (Redis), it happens when the future is first polled,
+//! inside one boxed future. Both ways give the same answers.
+//!
 //! # Store failures
 //!
 //! The layer has no failure handling of its own: whatever the store and whatever the class of

@@ -93,18 +93,29 @@ where
 {
     type Response = Response<Body>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Error>;
+    type Future = ResponseFuture<S::Future, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
+        if self.limiter.decides_at_once() {
+            // Decided here, in memory: the inner service, polled ready, is called directly, or
+            // not at all.
+            let (parts, body) = request.into_parts();
+            return match self.limiter.decide_now(&parts) {
+                Action::Answer(response) => ResponseFuture::answer(response),
+                Action::Pass(headers) => {
+                    ResponseFuture::inner(self.inner.call(Request::from_parts(parts, body)), headers)
+                }
+            };
+        }
         // The service that was polled ready goes into the future; `self` keeps a fresh clone.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let limiter = self.limiter.clone();
-        ResponseFuture::new(async move {
+        ResponseFuture::boxed(async move {
             let (parts, body) = request.into_parts();
             match limiter.decide(&parts).await {
                 Action::Answer(response) => Ok(response),
