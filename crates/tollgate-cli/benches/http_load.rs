@@ -532,10 +532,10 @@ fn main() {
         eprintln!("round {} of {rounds} done", round + 1);
     }
 
+    println!("{rounds} rounds of {total} requests per target, {IN_FLIGHT} in flight; medians over rounds\n");
     println!(
-        "{rounds} rounds of {total} requests per target, {IN_FLIGHT} in flight; medians over rounds\n"
+        "| api | store | driven by | requests/s | p50 µs | p99 µs | server CPU µs/request | generator CPU µs/request |"
     );
-    println!("| api | store | driven by | requests/s | p50 µs | p99 µs | server CPU µs/request | generator CPU µs/request |");
     println!("|---|---|---|---:|---:|---:|---:|---:|");
     for target in &targets {
         let pick = |f: fn(&Measured) -> f64| median(&mut target.runs.iter().map(f).collect::<Vec<_>>());
@@ -602,7 +602,9 @@ fn main() {
     // The second ratio is of CPU time: (server + generator) µs per request of the second
     // target over those of the first. Both processes share 2 cores, so when the machine is
     // otherwise idle the rate ratio tends to it; it moves less with what else runs.
-    println!("\n| ratio of requests/s | median of {rounds} rounds | middle half | CPU µs per request, inverse ratio (median) |");
+    println!(
+        "\n| ratio of requests/s | median of {rounds} rounds | middle half | CPU µs per request, inverse ratio (median) |"
+    );
     println!("|---|---:|---|---:|");
     for (name, a, b) in ratios {
         let mut per_round: Vec<f64> = targets[a]

@@ -151,7 +151,11 @@ async fn concurrent_calls_on_one_connection_spend_one_budget_exactly() {
     let calls: Vec<_> = (0..128)
         .map(|i| {
             let mut client = rls.client.clone();
-            let number = if i % 2 == 0 { "2060000000".to_owned() } else { format!("20611{i:05}") };
+            let number = if i % 2 == 0 {
+                "2060000000".to_owned()
+            } else {
+                format!("20611{i:05}")
+            };
             tokio::spawn(async move {
                 let call = client.should_rate_limit(one(&[("to_number", number.as_str())]));
                 let answer = tokio::time::timeout(Duration::from_secs(10), call)

@@ -204,27 +204,34 @@ pub async fn serve_http(
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
     let builder = http_builder(options);
-    accept_loop(name, listener, options, shutdown, refuse_http, |io, peer, stopping| {
-        let service = hyper::service::service_fn({
-            let app = app.clone();
-            move |mut request: hyper::Request<Incoming>| {
-                request.extensions_mut().insert(ConnectInfo(peer));
-                app.clone().oneshot(request)
-            }
-        });
-        let builder = builder.clone();
-        async move {
-            let connection = builder.serve_connection(TokioIo::new(io), service);
-            let mut connection = pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                () = stopping.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.as_mut().await;
+    accept_loop(
+        name,
+        listener,
+        options,
+        shutdown,
+        refuse_http,
+        |io, peer, stopping| {
+            let service = hyper::service::service_fn({
+                let app = app.clone();
+                move |mut request: hyper::Request<Incoming>| {
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    app.clone().oneshot(request)
+                }
+            });
+            let builder = builder.clone();
+            async move {
+                let connection = builder.serve_connection(TokioIo::new(io), service);
+                let mut connection = pin!(connection);
+                tokio::select! {
+                    _ = connection.as_mut() => {}
+                    () = stopping.cancelled() => {
+                        connection.as_mut().graceful_shutdown();
+                        let _ = connection.as_mut().await;
+                    }
                 }
             }
-        }
-    })
+        },
+    )
     .await
 }
 
@@ -246,37 +253,44 @@ pub(crate) async fn serve_grpc(
         crate::metrics::warn_sampled_refusal(name);
         drop(stream);
     };
-    accept_loop(name, listener, options, shutdown, refuse, |io, _peer, stopping| {
-        let service = hyper::service::service_fn({
-            let routes = routes.clone();
-            move |request: hyper::Request<Incoming>| {
-                let deadline = grpc_timeout(request.headers());
-                let answer = routes.clone().oneshot(request);
-                async move {
-                    match deadline {
-                        None => answer.await,
-                        Some(deadline) => match tokio::time::timeout(deadline, answer).await {
-                            Ok(answer) => answer,
-                            Err(_) => Ok(tonic::Status::cancelled("Timeout expired").into_http()),
-                        },
+    accept_loop(
+        name,
+        listener,
+        options,
+        shutdown,
+        refuse,
+        |io, _peer, stopping| {
+            let service = hyper::service::service_fn({
+                let routes = routes.clone();
+                move |request: hyper::Request<Incoming>| {
+                    let deadline = grpc_timeout(request.headers());
+                    let answer = routes.clone().oneshot(request);
+                    async move {
+                        match deadline {
+                            None => answer.await,
+                            Some(deadline) => match tokio::time::timeout(deadline, answer).await {
+                                Ok(answer) => answer,
+                                Err(_) => Ok(tonic::Status::cancelled("Timeout expired").into_http()),
+                            },
+                        }
+                    }
+                }
+            });
+            let executor = inline::Inline::default();
+            let builder = grpc_builder(options, executor.clone());
+            async move {
+                let connection = builder.serve_connection(TokioIo::new(io), service);
+                let mut connection = pin!(connection);
+                tokio::select! {
+                    _ = executor.drive(connection.as_mut()) => {}
+                    () = stopping.cancelled() => {
+                        connection.as_mut().graceful_shutdown();
+                        let _ = executor.drive(connection.as_mut()).await;
                     }
                 }
             }
-        });
-        let executor = inline::Inline::default();
-        let builder = grpc_builder(options, executor.clone());
-        async move {
-            let connection = builder.serve_connection(TokioIo::new(io), service);
-            let mut connection = pin!(connection);
-            tokio::select! {
-                _ = executor.drive(connection.as_mut()) => {}
-                () = stopping.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = executor.drive(connection.as_mut()).await;
-                }
-            }
-        }
-    })
+        },
+    )
     .await
 }
 
@@ -399,7 +413,10 @@ fn http_builder(options: &ListenerOptions) -> auto::Builder<TokioExecutor> {
 /// The HTTP/2 settings of a gRPC connection. Flow-control windows are hyper's (1 MiB per
 /// stream and per connection): rate limit messages are a few hundred bytes, so no window ever
 /// holds a call back, and no adaptive window is needed. No `date` header: gRPC has no use for it.
-fn grpc_builder(options: &ListenerOptions, executor: inline::Inline) -> hyper::server::conn::http2::Builder<inline::Inline> {
+fn grpc_builder(
+    options: &ListenerOptions,
+    executor: inline::Inline,
+) -> hyper::server::conn::http2::Builder<inline::Inline> {
     let mut builder = hyper::server::conn::http2::Builder::new(executor);
     builder
         .timer(TokioTimer::new())
