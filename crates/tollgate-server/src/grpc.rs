@@ -283,7 +283,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     state: SharedState,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), tonic::transport::Error> {
+) -> std::io::Result<()> {
     serve_with(
         listener,
         RlsService::new(state),
@@ -305,38 +305,12 @@ pub async fn serve_with(
     health: Option<&crate::health::Health>,
     options: ListenerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), tonic::transport::Error> {
-    let closing = tokio_util::sync::CancellationToken::new();
-    let incoming = crate::listener::grpc_incoming("grpc", listener, &options, closing.clone());
-    let (stopped, on_stop) = tokio::sync::oneshot::channel::<()>();
-    let shutdown = async move {
-        shutdown.await;
-        let _ = stopped.send(());
-    };
-    // After the drain timeout, close whatever tonic is still waiting for.
-    let drain = options.drain_timeout;
-    let watchdog = async move {
-        if on_stop.await.is_ok() {
-            tokio::time::sleep(drain).await;
-            tracing::warn!(listener = "grpc", timeout = ?drain, "drain timeout passed; closing the remaining connections");
-            closing.cancel();
-        }
-        std::future::pending::<()>().await;
-    };
-    let header_list = u32::try_from(options.max_header_bytes).unwrap_or(u32::MAX);
-    let server = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(options.http2_keepalive_interval))
-        .http2_keepalive_timeout(Some(options.http2_keepalive_timeout))
-        .max_concurrent_streams(options.http2_max_concurrent_streams)
-        .http2_max_header_list_size(header_list)
-        .http2_max_pending_accept_reset_streams(Some(64))
-        .add_service(RateLimitServiceServer::new(rls))
-        .add_optional_service(health.map(crate::health::Health::grpc_service))
-        .serve_with_incoming_shutdown(incoming, shutdown);
-    tokio::select! {
-        served = server => served,
-        () = watchdog => Ok(()),
+) -> std::io::Result<()> {
+    let mut routes = tonic::service::Routes::new(RateLimitServiceServer::new(rls));
+    if let Some(health) = health {
+        routes = routes.add_service(health.grpc_service());
     }
+    crate::listener::serve_grpc("grpc", listener, routes.prepare(), &options, shutdown).await
 }
 
 #[tonic::async_trait]

@@ -22,7 +22,7 @@ struct Rls {
     client: RateLimitServiceClient<Channel>,
     domain: &'static str,
     shutdown: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    server: Option<JoinHandle<std::io::Result<()>>>,
 }
 
 impl Rls {

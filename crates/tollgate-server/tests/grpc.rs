@@ -20,7 +20,7 @@ use tonic::transport::Channel;
 struct Rls {
     client: RateLimitServiceClient<Channel>,
     shutdown: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    server: Option<JoinHandle<std::io::Result<()>>>,
 }
 
 impl Rls {
@@ -139,6 +139,44 @@ async fn answers_ok_under_the_limit_with_the_budget_left() {
         assert_eq!(status.limit_remaining, left);
         assert!((1..=86_400).contains(&reset_secs(status)), "{status:?}");
     }
+    rls.stop().await;
+}
+
+/// Many calls in flight on one HTTP/2 connection, as Envoy sends them: each is answered on its
+/// own stream, and one budget shared by all of them is spent exactly.
+#[tokio::test]
+async fn concurrent_calls_on_one_connection_spend_one_budget_exactly() {
+    let rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    // 50 an hour per number: 64 calls for one number, 64 more each on its own number.
+    let calls: Vec<_> = (0..128)
+        .map(|i| {
+            let mut client = rls.client.clone();
+            let number = if i % 2 == 0 {
+                "2060000000".to_owned()
+            } else {
+                format!("20611{i:05}")
+            };
+            tokio::spawn(async move {
+                let call = client.should_rate_limit(one(&[("to_number", number.as_str())]));
+                let answer = tokio::time::timeout(Duration::from_secs(10), call)
+                    .await
+                    .expect("answered within 10 s")
+                    .expect("OK status")
+                    .into_inner();
+                (i % 2 == 0, code(answer.overall_code))
+            })
+        })
+        .collect();
+    let (mut shared_ok, mut shared_over, mut own_ok) = (0, 0, 0);
+    for call in calls {
+        match call.await.expect("call task") {
+            (true, Code::Ok) => shared_ok += 1,
+            (true, _) => shared_over += 1,
+            (false, Code::Ok) => own_ok += 1,
+            (false, other) => panic!("a fresh number was answered {other:?}"),
+        }
+    }
+    assert_eq!((shared_ok, shared_over, own_ok), (50, 14, 64));
     rls.stop().await;
 }
 

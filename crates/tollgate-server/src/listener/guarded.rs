@@ -46,7 +46,9 @@ impl<IO> Guarded<IO> {
             idle,
             last_active: now,
             timer: Box::pin(tokio::time::sleep_until(now + idle)),
-            closed: Box::pin(close.clone().cancelled_owned()),
+            // A child token of its own: waiting on the shared token would take the lock every
+            // connection shares on each poll that finds no bytes.
+            closed: Box::pin(close.child_token().cancelled_owned()),
         }
     }
 
@@ -154,13 +156,5 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
             Poll::Ready(result) => Poll::Ready(result),
             Poll::Pending => this.waiting(cx),
         }
-    }
-}
-
-impl tonic::transport::server::Connected for Guarded<tokio::net::TcpStream> {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
     }
 }

@@ -115,7 +115,8 @@ pub(crate) async fn check(State(limits): State<RequestLimits>, request: Request,
             left: limits.max_body_bytes,
             max: limits.max_body_bytes,
             timeout: limits.body_read_timeout,
-            deadline: Box::pin(tokio::time::sleep(limits.body_read_timeout)),
+            started: tokio::time::Instant::now(),
+            deadline: None,
         })
     });
     next.run(request).await
@@ -128,7 +129,11 @@ pub struct LimitedBody {
     left: usize,
     max: usize,
     timeout: Duration,
-    deadline: Pin<Box<Sleep>>,
+    /// When the head was read: the deadline counts from here.
+    started: tokio::time::Instant,
+    /// Armed only when the body is not all there on the first read, which for the API's small
+    /// bodies is rare: most requests never touch the timer.
+    deadline: Option<Pin<Box<Sleep>>>,
 }
 
 impl http_body::Body for LimitedBody {
@@ -153,7 +158,11 @@ impl http_body::Body for LimitedBody {
             Poll::Ready(Some(Err(err))) => Poll::Ready(Some(Err(Box::new(err)))),
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => {
-                if this.deadline.as_mut().poll(cx).is_ready() {
+                let (started, timeout) = (this.started, this.timeout);
+                let deadline = this
+                    .deadline
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(started + timeout)));
+                if deadline.as_mut().poll(cx).is_ready() {
                     Poll::Ready(Some(Err(Box::new(BodyLimitError::TimedOut(this.timeout)))))
                 } else {
                     Poll::Pending

@@ -26,6 +26,7 @@
 //! when the connection is dropped, whatever ended it.
 
 mod guarded;
+mod inline;
 pub mod limits;
 
 use std::future::Future;
@@ -36,7 +37,6 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ConnectInfo;
-use futures_util::Stream;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -204,6 +204,132 @@ pub async fn serve_http(
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
     let builder = http_builder(options);
+    accept_loop(
+        name,
+        listener,
+        options,
+        shutdown,
+        refuse_http,
+        |io, peer, stopping| {
+            let service = hyper::service::service_fn({
+                let app = app.clone();
+                move |mut request: hyper::Request<Incoming>| {
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    app.clone().oneshot(request)
+                }
+            });
+            let builder = builder.clone();
+            async move {
+                let connection = builder.serve_connection(TokioIo::new(io), service);
+                let mut connection = pin!(connection);
+                tokio::select! {
+                    _ = connection.as_mut() => {}
+                    () = stopping.cancelled() => {
+                        connection.as_mut().graceful_shutdown();
+                        let _ = connection.as_mut().await;
+                    }
+                }
+            }
+        },
+    )
+    .await
+}
+
+/// Serves gRPC `routes` (HTTP/2 with prior knowledge, no TLS) on `listener` with `options`,
+/// until `shutdown` completes, with the same connection limit, idle timeout and drain as
+/// [`serve_http`]; a connection past the limit is closed at once. The calls of one connection
+/// run in its own task ([`inline`]), so the answers that are ready together are written
+/// together. A call with a `grpc-timeout` header is answered `CANCELLED` once it passes, as
+/// tonic's own server does.
+pub(crate) async fn serve_grpc(
+    name: &'static str,
+    listener: TcpListener,
+    routes: tonic::service::Routes,
+    options: &ListenerOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    let refuse = |name: &'static str, stream: TcpStream| {
+        crate::metrics::connection_refused(name);
+        crate::metrics::warn_sampled_refusal(name);
+        drop(stream);
+    };
+    accept_loop(
+        name,
+        listener,
+        options,
+        shutdown,
+        refuse,
+        |io, _peer, stopping| {
+            let service = hyper::service::service_fn({
+                let routes = routes.clone();
+                move |request: hyper::Request<Incoming>| {
+                    let deadline = grpc_timeout(request.headers());
+                    let answer = routes.clone().oneshot(request);
+                    async move {
+                        match deadline {
+                            None => answer.await,
+                            Some(deadline) => match tokio::time::timeout(deadline, answer).await {
+                                Ok(answer) => answer,
+                                Err(_) => Ok(tonic::Status::cancelled("Timeout expired").into_http()),
+                            },
+                        }
+                    }
+                }
+            });
+            let executor = inline::Inline::default();
+            let builder = grpc_builder(options, executor.clone());
+            async move {
+                let connection = builder.serve_connection(TokioIo::new(io), service);
+                let mut connection = pin!(connection);
+                tokio::select! {
+                    _ = executor.drive(connection.as_mut()) => {}
+                    () = stopping.cancelled() => {
+                        connection.as_mut().graceful_shutdown();
+                        let _ = executor.drive(connection.as_mut()).await;
+                    }
+                }
+            }
+        },
+    )
+    .await
+}
+
+/// A gRPC call's own deadline (`grpc-timeout: <at most 8 digits><H|M|S|m|u|n>`); none when the
+/// header is missing or malformed, as tonic treats it.
+fn grpc_timeout(headers: &hyper::HeaderMap) -> Option<Duration> {
+    let (unit, digits) = headers.get("grpc-timeout")?.as_bytes().split_last()?;
+    if digits.is_empty() || digits.len() > 8 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    // At most 8 digits: no overflow, even in hours.
+    let n = digits.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    Some(match unit {
+        b'H' => Duration::from_secs(n * 3_600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// The accept loop every listener shares: takes a slot of the connection limit (else `refuse`s
+/// the connection), sets `TCP_NODELAY`, wraps the socket in [`Guarded`] and runs `serve` on it
+/// in a task of its own; `serve` gets the token that asks its connection to finish. After
+/// `shutdown`, stops accepting and drains.
+async fn accept_loop<F, Fut>(
+    name: &'static str,
+    listener: TcpListener,
+    options: &ListenerOptions,
+    shutdown: impl Future<Output = ()> + Send,
+    refuse: impl Fn(&'static str, TcpStream),
+    mut serve: F,
+) -> io::Result<()>
+where
+    F: FnMut(Guarded<TcpStream>, std::net::SocketAddr, CancellationToken) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let slots = Arc::new(Semaphore::new(options.max_connections));
     let stopping = CancellationToken::new();
     let closing = CancellationToken::new();
@@ -223,31 +349,12 @@ pub async fn serve_http(
                     }
                 };
                 let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-                    refuse_http(name, stream);
+                    refuse(name, stream);
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
-                let io = TokioIo::new(Guarded::new(stream, slot, name, options.idle_timeout, &closing));
-                let service = hyper::service::service_fn({
-                    let app = app.clone();
-                    move |mut request: hyper::Request<Incoming>| {
-                        request.extensions_mut().insert(ConnectInfo(peer));
-                        app.clone().oneshot(request)
-                    }
-                });
-                let builder = builder.clone();
-                let stopping = stopping.clone();
-                connections.spawn(async move {
-                    let connection = builder.serve_connection(io, service);
-                    let mut connection = pin!(connection);
-                    tokio::select! {
-                        _ = connection.as_mut() => {}
-                        () = stopping.cancelled() => {
-                            connection.as_mut().graceful_shutdown();
-                            let _ = connection.as_mut().await;
-                        }
-                    }
-                });
+                let io = Guarded::new(stream, slot, name, options.idle_timeout, &closing);
+                connections.spawn(serve(io, peer, stopping.clone()));
             }
         }
     }
@@ -303,6 +410,26 @@ fn http_builder(options: &ListenerOptions) -> auto::Builder<TokioExecutor> {
     builder
 }
 
+/// The HTTP/2 settings of a gRPC connection. Flow-control windows are hyper's (1 MiB per
+/// stream and per connection): rate limit messages are a few hundred bytes, so no window ever
+/// holds a call back, and no adaptive window is needed. No `date` header: gRPC has no use for it.
+fn grpc_builder(
+    options: &ListenerOptions,
+    executor: inline::Inline,
+) -> hyper::server::conn::http2::Builder<inline::Inline> {
+    let mut builder = hyper::server::conn::http2::Builder::new(executor);
+    builder
+        .timer(TokioTimer::new())
+        .keep_alive_interval(options.http2_keepalive_interval)
+        .keep_alive_timeout(options.http2_keepalive_timeout)
+        .max_concurrent_streams(options.http2_max_concurrent_streams)
+        .max_header_list_size(u32::try_from(options.max_header_bytes).unwrap_or(u32::MAX))
+        .max_pending_accept_reset_streams(64)
+        .max_local_error_reset_streams(256)
+        .auto_date_header(false);
+    builder
+}
+
 /// The canned answer to a connection past the limit. Written without waiting: a fresh socket's
 /// send buffer has room, and a client that does not read it loses nothing it asked for.
 const REFUSAL: &str = "{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"too many open connections; try again shortly\"}";
@@ -332,40 +459,31 @@ async fn accept_failed(name: &'static str, err: &io::Error) {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
-/// The accepted connections of a gRPC listener, for `tonic`'s `serve_with_incoming_shutdown`:
-/// each holds a slot of the connection limit and the idle deadline; past the limit a
-/// connection is closed at once. `closing` closes every connection handed out (the drain
-/// deadline).
-pub(crate) fn grpc_incoming(
-    name: &'static str,
-    listener: TcpListener,
-    options: &ListenerOptions,
-    closing: CancellationToken,
-) -> impl Stream<Item = io::Result<Guarded<TcpStream>>> + Send + 'static {
-    let slots = Arc::new(Semaphore::new(options.max_connections));
-    let idle = options.idle_timeout;
-    futures_util::stream::unfold(listener, move |listener| {
-        let slots = Arc::clone(&slots);
-        let closing = closing.clone();
-        async move {
-            loop {
-                let (stream, _peer) = match listener.accept().await {
-                    Ok(accepted) => accepted,
-                    Err(err) => {
-                        accept_failed(name, &err).await;
-                        continue;
-                    }
-                };
-                let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-                    crate::metrics::connection_refused(name);
-                    crate::metrics::warn_sampled_refusal(name);
-                    drop(stream);
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let connection = Guarded::new(stream, slot, name, idle, &closing);
-                return Some((Ok::<_, io::Error>(connection), listener));
-            }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timeout(value: &str) -> Option<Duration> {
+        let mut headers = hyper::HeaderMap::new();
+        headers.insert("grpc-timeout", value.parse().expect("header value"));
+        grpc_timeout(&headers)
+    }
+
+    #[test]
+    fn grpc_timeouts_are_read_in_every_unit() {
+        assert_eq!(timeout("20m"), Some(Duration::from_millis(20)));
+        assert_eq!(timeout("3S"), Some(Duration::from_secs(3)));
+        assert_eq!(timeout("2M"), Some(Duration::from_secs(120)));
+        assert_eq!(timeout("1H"), Some(Duration::from_secs(3_600)));
+        assert_eq!(timeout("500u"), Some(Duration::from_micros(500)));
+        assert_eq!(timeout("99999999n"), Some(Duration::from_nanos(99_999_999)));
+    }
+
+    #[test]
+    fn malformed_grpc_timeouts_are_ignored() {
+        for value in ["", "m", "20", "20x", "123456789m", "-1m", "1.5S", "२m"] {
+            assert_eq!(timeout(value), None, "{value:?}");
         }
-    })
+        assert_eq!(grpc_timeout(&hyper::HeaderMap::new()), None);
+    }
 }
