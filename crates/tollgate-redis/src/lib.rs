@@ -98,10 +98,12 @@ mod connection;
 mod deny_cache;
 mod error;
 mod keys;
+mod lease;
 mod reset_channel;
 mod scripts;
 mod store;
 
 pub use connection::Target;
 pub use error::ConnectError;
+pub use lease::LeaseStats;
 pub use store::{RedisStore, RedisStoreBuilder, StoreStats};
