@@ -220,16 +220,22 @@ impl Leases {
             ticket: None,
         };
         let mut shard = self.shard(state).lock();
-        if !shard.contains_key(state) && shard.len() >= self.per_shard {
-            // Make room: keys holding nothing and idle for two periods go first.
-            let stale_before = now_us.saturating_sub(2 * options.hold_us());
-            shard.retain(|_, e| e.units > 0 || e.taking.is_some() || e.period_start_us >= stale_before);
+        if !shard.contains_key(state) {
+            if shard.len() >= self.per_shard {
+                // Make room: keys holding nothing and idle for two periods go first.
+                let stale_before = now_us.saturating_sub(2 * options.hold_us());
+                shard.retain(|_, e| e.units > 0 || e.taking.is_some() || e.period_start_us >= stale_before);
+            }
             if shard.len() >= self.per_shard {
                 drop(shard);
                 return cached().map_or(Plan::Call(plain), Plan::Cached);
             }
+            shard.insert(state.to_vec(), Entry::new(now_us));
         }
-        let entry = shard.entry(state.to_vec()).or_insert_with(|| Entry::new(now_us));
+        let Some(entry) = shard.get_mut(state) else {
+            drop(shard);
+            return cached().map_or(Plan::Call(plain), Plan::Cached);
+        };
         let hold_us = options.hold_us();
         if now_us >= entry.period_start_us.saturating_add(hold_us) {
             let next_period = now_us < entry.period_start_us.saturating_add(2 * hold_us);
@@ -303,6 +309,30 @@ impl Leases {
     }
 }
 
+/// A lease call's claim on its key: if the call is abandoned (its future dropped), the claim is
+/// released so that the key can lease again; what the call may have taken is lost.
+struct Claim<'a> {
+    leases: &'a Leases,
+    state: &'a [u8],
+    ticket: Option<u64>,
+}
+
+impl Claim<'_> {
+    fn settle(mut self, grant: Option<Grant>) {
+        if let Some(ticket) = self.ticket.take() {
+            self.leases.keep(self.state, ticket, grant);
+        }
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.ticket.take() {
+            self.leases.keep(self.state, ticket, None);
+        }
+    }
+}
+
 /// The units a lease call left for later.
 #[derive(Debug, Clone, Copy)]
 struct Grant {
@@ -340,6 +370,11 @@ pub(crate) async fn decide(
         }
         Plan::Call(call) => call,
     };
+    let claim = Claim {
+        leases,
+        state: &state,
+        ticket: call.ticket,
+    };
     add(&leases.stats.calls, 1);
     add(&leases.stats.units_given_back, call.give_back);
     let mut args = call_args(store.script_now(), Mode::Lease, [(rule, 0)].into_iter());
@@ -355,16 +390,14 @@ pub(crate) async fn decide(
         Ok(reply) => reply,
         Err(err) => {
             // The call may have run: whatever it granted or took back is lost, never spent twice.
-            if let Some(ticket) = call.ticket {
-                leases.keep(&state, ticket, None);
-            }
+            claim.settle(None);
             return Err(err);
         }
     };
     let (outcome, granted, mark) = reply;
     let kept = granted.saturating_sub(cost);
     add(&leases.stats.units_leased, kept);
-    if let Some(ticket) = call.ticket {
+    {
         let grant = (kept > 0).then(|| {
             let mut ends_at_us = sent_at_us.saturating_add(options.hold_us());
             if matches!(policy.algorithm(), Algorithm::FixedWindow(_)) {
@@ -379,7 +412,7 @@ pub(crate) async fn decide(
                 reset_at_us: sent_at_us.saturating_add(outcome.reset_after_us),
             }
         });
-        leases.keep(&state, ticket, grant);
+        claim.settle(grant);
     }
     let mut decision = Decision::from_outcome(outcome, policy.max_cost());
     decision.remaining = decision.remaining.saturating_add(kept);
@@ -531,6 +564,20 @@ mod tests {
             Plan::Call(_)
         ));
         assert_eq!(leases.stats().units_dropped, 5);
+    }
+
+    #[test]
+    fn an_abandoned_lease_call_lets_the_key_lease_again() {
+        let (policy, options) = policy(50);
+        let leases = Leases::new(100);
+        let first = call(leases.plan(b"k", &policy, &options, 1, 0, None));
+        drop(Claim {
+            leases: &leases,
+            state: b"k",
+            ticket: first.ticket,
+        });
+        let again = call(leases.plan(b"k", &policy, &options, 1, 0, None));
+        assert!(again.ticket.is_some(), "the dropped call released its claim");
     }
 
     #[test]
