@@ -3,9 +3,9 @@
 //! rounds; the ratio of decisions (admitted + denied) per second is taken per round.
 //!
 //! The policy is a fixed window of `LIMIT` per 100 ms (the same for both, under two names so
-//! their counters never meet), deny cache on (the default) in both. With leases, `max_units` is
-//! `MAX_UNITS` and the other lease options are the defaults. `TASKS` tokio tasks (2 worker
-//! threads) per instance each make a fixed number of checks of the one key.
+//! their counters never meet), deny cache on (the default) in both, a 2 s store deadline. With
+//! leases, `max_units` is `MAX_UNITS` and the other lease options are the defaults. `TASKS` tokio
+//! tasks (2 worker threads) per instance each make a fixed number of checks of the one key.
 //!
 //! Besides the rate, every decision is placed in its window (the decision's time plus its
 //! `reset_after`, which for a fixed window is the time left in the window, rounded to the
@@ -28,6 +28,7 @@ use tollgate_testkit::RedisServer;
 const INSTANCES: usize = 2;
 const TASKS: usize = 16;
 const WINDOW: Duration = Duration::from_millis(100);
+const WINDOW_US: u64 = 100_000;
 const LIMIT: u64 = 100_000;
 const MAX_UNITS: u64 = 1_000;
 const ROUNDS: usize = 7;
@@ -42,6 +43,8 @@ struct Round {
     decisions_per_sec: f64,
     admitted_per_sec: f64,
     windows: Windows,
+    /// Decisions whose window could not be told: admitted, denied.
+    unplaced: (u64, u64),
 }
 
 fn now_us() -> u64 {
@@ -58,36 +61,49 @@ async fn round(stores: &[Arc<RedisStore>], policy: &Policy, checks: usize) -> Ro
             let store = store.clone();
             let policy = policy.clone();
             tasks.push(tokio::spawn(async move {
-                let window_us = WINDOW.as_micros() as u64;
                 let mut windows = Windows::new();
+                let mut unplaced = (0, 0);
                 for _ in 0..checks {
+                    let before = now_us();
                     let decision = store.check(&policy, b"hot", 1).await.expect("check");
-                    let end_us = now_us() + decision.reset_after.as_micros() as u64;
-                    let slot = windows.entry((end_us + window_us / 2) / window_us).or_default();
+                    let after = now_us();
+                    // The decision was taken between `before` and `after`; when that is too long
+                    // to tell its window for sure (the task waited for a core), it is not placed.
+                    let slot = if after - before < WINDOW_US / 5 {
+                        let end_us = (before + after) / 2 + decision.reset_after.as_micros() as u64;
+                        windows.entry((end_us + WINDOW_US / 2) / WINDOW_US).or_default()
+                    } else {
+                        &mut unplaced
+                    };
                     match decision.allowed {
                         true => slot.0 += 1,
                         false => slot.1 += 1,
                     }
                 }
-                windows
+                (windows, unplaced)
             }));
         }
     }
     let mut windows = Windows::new();
+    let mut unplaced = (0, 0);
     for task in tasks {
-        for (w, (a, d)) in task.await.expect("task") {
+        let (placed, missed) = task.await.expect("task");
+        for (w, (a, d)) in placed {
             let slot = windows.entry(w).or_default();
             slot.0 += a;
             slot.1 += d;
         }
+        unplaced.0 += missed.0;
+        unplaced.1 += missed.1;
     }
     let secs = started.elapsed().as_secs_f64();
-    let admitted: u64 = windows.values().map(|w| w.0).sum();
+    let admitted: u64 = windows.values().map(|w| w.0).sum::<u64>() + unplaced.0;
     let total = (stores.len() * TASKS * checks) as f64;
     Round {
         decisions_per_sec: total / secs,
         admitted_per_sec: admitted as f64 / secs,
         windows,
+        unplaced,
     }
 }
 
@@ -109,7 +125,9 @@ async fn run() {
     let server = RedisServer::start();
     let mut stores = vec![];
     for _ in 0..INSTANCES {
+        // A deadline far above any answer time: this measures throughput, not stalls.
         let store = RedisStore::builder(Target::Standalone(server.url()))
+            .timeout(Duration::from_secs(2))
             .connect()
             .await
             .expect("connect");
@@ -135,6 +153,8 @@ async fn run() {
     let mut saturated = [0u64; 2];
     let mut windows_seen = [0u64; 2];
     let mut worst = [0u64; 2];
+    let mut most_admitted = [0u64; 2];
+    let mut unplaced = [0u64; 2];
     for r in 0..ROUNDS {
         // Alternate which goes first.
         let (p, l) = if r % 2 == 0 {
@@ -150,12 +170,13 @@ async fn run() {
             for &(admitted, denied) in result.windows.values() {
                 let demand = admitted + denied;
                 let short = demand.min(LIMIT).saturating_sub(admitted);
-                assert!(admitted <= LIMIT, "a window admitted {admitted} > {LIMIT}");
+                most_admitted[i] = most_admitted[i].max(admitted);
                 windows_seen[i] += 1;
                 saturated[i] += u64::from(demand > LIMIT);
                 total_short[i] += short;
                 worst[i] = worst[i].max(short);
             }
+            unplaced[i] += result.unplaced.0 + result.unplaced.1;
         }
         let ratio = l.decisions_per_sec / p.decisions_per_sec;
         println!(
@@ -173,9 +194,9 @@ async fn run() {
     let quarter = sorted.len() / 4;
     println!();
     println!(
-        "| | decisions/s (median) | admitted/s (median) | windows | saturated windows | most denied a perfect limiter admits, one window | total over all windows | bound per window |"
+        "| | decisions/s (median) | admitted/s (median) | windows | saturated windows | most admitted in one window (limit {LIMIT}) | most denied a perfect limiter admits, one window | total over all windows | bound per window | decisions not placed in a window |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (i, name) in ["without leases", "with leases"].into_iter().enumerate() {
         let (rates, admitted) = match i {
             0 => (&mut plain_rates, &mut plain_admitted),
@@ -186,13 +207,15 @@ async fn run() {
             _ => format!("{}", INSTANCES as u64 * MAX_UNITS),
         };
         println!(
-            "| {name} | {:.0} | {:.0} | {} | {} | {} | {} | {bound} |",
+            "| {name} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {bound} | {} |",
             median(rates),
             median(admitted),
             windows_seen[i],
             saturated[i],
+            most_admitted[i],
             worst[i],
-            total_short[i]
+            total_short[i],
+            unplaced[i]
         );
     }
     println!();
