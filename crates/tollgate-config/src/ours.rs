@@ -37,12 +37,28 @@
 //! `block_for` (a penalty after a denial), `on_store_failure`
 //! (`fail_open`, `fail_closed` or `local`, with `instances` for `local`, default 1) and `shadow`
 //! (check and count, but never deny; default false).
+//!
+//! A `fixed_window`, `token_bucket` or `gcra` policy may also lease its hot keys' budget to the
+//! instance that sees them hot (on a Redis store; see `docs/leases.md` and
+//! [`tollgate::lease`]):
+//!
+//! ```yaml
+//! policies:
+//!   api:
+//!     algorithm: fixed_window
+//!     limit: 100000
+//!     window: 1s
+//!     lease:
+//!       max_units: 1000        # required: the most units one lease takes
+//!       hot_per_second: 100    # optional, default 100: decisions per second that make a key hot
+//!       hold: 100ms            # optional, default 100ms: how long a lease is held at most
+//! ```
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 
 use serde::Deserialize;
-use tollgate::{Algorithm, Anchor, Policy, PolicyError};
+use tollgate::{Algorithm, Anchor, LeaseOptions, Policy, PolicyError};
 
 use crate::fields::{
     AlgorithmName, AnchorName, FailureName, HashTagName, Scalar, failure_mode, join, policy_error_field,
@@ -95,6 +111,39 @@ struct PolicySpec {
     hash_tag: Option<HashTagName>,
     #[serde(default)]
     shadow: bool,
+    lease: Option<LeaseSpec>,
+}
+
+/// The `lease` map of a policy, as written.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a lease: a map with `max_units` and optionally `hot_per_second` and `hold`"
+)]
+struct LeaseSpec {
+    max_units: u64,
+    hot_per_second: Option<u64>,
+    hold: Option<Scalar>,
+}
+
+impl LeaseSpec {
+    /// The lease options; errors name the field of `lease` they are about.
+    fn compile(self, file: &str, at: &str) -> Result<LeaseOptions, ConfigError> {
+        let at = join(at, "lease");
+        let err = |field: &str, kind| ConfigError::new(file, Some(join(&at, field)), kind);
+        let policy = |field: &'static str| move |e: PolicyError| err(field, ConfigErrorKind::Policy(e));
+        let mut lease = LeaseOptions::new(self.max_units).map_err(policy("max_units"))?;
+        if let Some(decisions) = self.hot_per_second {
+            lease = lease
+                .hot_per_second(decisions)
+                .map_err(policy("hot_per_second"))?;
+        }
+        if let Some(hold) = &self.hold {
+            let hold = hold.duration().map_err(|kind| err("hold", kind))?;
+            lease = lease.hold(hold).map_err(policy("hold"))?;
+        }
+        Ok(lease)
+    }
 }
 
 /// The algorithm-specific fields, in the order the table in the module docs lists them.
@@ -300,6 +349,18 @@ impl PolicySpec {
         }
         if let Some(tag) = self.hash_tag {
             policy = policy.with_hash_tag(tag.into());
+        }
+        if let Some(lease) = self.lease {
+            let lease = lease.compile(file, at)?;
+            policy = policy.with_lease(lease).map_err(|e| {
+                // Too many units is about `max_units`; an algorithm that cannot lease is about
+                // the whole `lease` field.
+                let field = match e {
+                    PolicyError::TooLarge { .. } => "lease.max_units",
+                    _ => "lease",
+                };
+                err(Some(field), ConfigErrorKind::Policy(e))
+            })?;
         }
         Ok(NamedPolicy::new(policy, self.shadow))
     }

@@ -178,3 +178,17 @@ fn hash_tag_key_places_a_policy_by_its_key_in_both_formats() {
     let resolved = envoy.resolve("edge", &[("user".into(), "alice".into())]).unwrap();
     assert_eq!(resolved.policy().unwrap().hash_tag(), tollgate::HashTag::Key);
 }
+
+#[test]
+fn a_policy_may_lease_its_hot_keys() {
+    let limits = tollgate_config::parse(
+        "lease.yaml",
+        "policies:\n  api:\n    algorithm: fixed_window\n    limit: 1000\n    window: 1s\n    lease: {max_units: 50, hot_per_second: 20, hold: 250ms}\n  plain: {algorithm: gcra, rate: 1/s, burst: 1}\n",
+    )
+    .unwrap();
+    let lease = *limits.policy("api").unwrap().policy().lease().unwrap();
+    assert_eq!(lease.max_units(), 50);
+    assert_eq!(lease.hot_per_second_value(), 20);
+    assert_eq!(lease.hold_duration(), std::time::Duration::from_millis(250));
+    assert!(limits.policy("plain").unwrap().policy().lease().is_none());
+}

@@ -65,10 +65,11 @@ local function save(rule, state)
   redis.call('HSET', rule.state, unpack(args))
 end
 
--- The rules of ARGV and KEYS, checked against each other.
-local function read_rules()
+-- The rules of ARGV and KEYS, checked against each other; `extra` values follow the records
+-- (0 unless the driver takes arguments of its own).
+local function read_rules(extra)
   local count = tonumber(ARGV[2])
-  if not count or #ARGV ~= 3 + count * RULE_FIELDS then
+  if not count or #ARGV ~= 3 + count * RULE_FIELDS + (extra or 0) then
     error('TOLLGATE_BAD_CALL expected ' .. tostring(ARGV[2]) .. ' rules of ' .. RULE_FIELDS .. ' arguments')
   end
   local rules, k = {}, 1

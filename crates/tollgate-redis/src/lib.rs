@@ -38,16 +38,36 @@
 //!   leaves its reservation spent until the state expires (counted in
 //!   [`StoreStats::refund_failures`]).
 //!
+//! # Hot-key leases
+//!
+//! A policy built with [`Policy::with_lease`](tollgate::Policy::with_lease) (fixed window, token
+//! bucket, GCRA) lets an instance that sees one of its keys hot take `k` units of the key's budget
+//! in one script call (`lua/lease.lua`), debited in Redis at once, and admit from them locally
+//! without round trips. With `n` instances and leases of at most `max_units`:
+//!
+//! - the fleet never admits more than the limit (every leased unit is spent in Redis first);
+//! - at most `n × max_units` requests of cost 1 are denied, per window or refill period, that a
+//!   perfect limiter would have admitted (each instance holds at most `max_units` unspent units
+//!   of a key, and Redis denies only when its remainder cannot cover the cost).
+//!
+//! `k` follows the units this instance decided on the key over the last hold period, capped by
+//! `max_units`; unused units go back with the key's next call, or end with their fixed window.
+//! Resets and penalties drop leases on every instance through the reset channel. Only single
+//! enforced rules that spend use leases; everything else goes to Redis and sees leased units as
+//! spent. `tests/leases.rs` proves both bounds with two and three instances on Redis and on a
+//! cluster; `docs/leases.md` has the details, and [`RedisStore::lease_stats`] the counts.
+//!
 //! # Layout
 //!
 //! - `store`: [`RedisStore`] and its builder: the layers around each call.
 //! - `scripts` and `lua/`: the decision script (every algorithm, one driver), the refund script,
-//!   the attempts counter and reset.
+//!   the lease script, the attempts counter and reset.
 //! - `keys`: key names in both hash tag layouts, escaping, and cluster slots.
 //! - `connection`: [`Target`], the shared multiplexed connection, and at-most-once script calls.
 //! - `breaker`: the circuit breakers, one per node.
 //! - `deny_cache`: the local deny cache.
-//! - `reset_channel`: resets reaching every instance's deny cache.
+//! - `lease`: hot-key leases: the local lease table and the lease path of a decision.
+//! - `reset_channel`: resets reaching every instance's deny cache and leases.
 //! - `error`: [`ConnectError`] and the classes of Redis failures, from error kinds and codes.
 //!
 //! # When Redis fails
@@ -98,10 +118,17 @@ mod connection;
 mod deny_cache;
 mod error;
 mod keys;
+mod lease;
 mod reset_channel;
 mod scripts;
 mod store;
 
 pub use connection::Target;
 pub use error::ConnectError;
+pub use lease::LeaseStats;
 pub use store::{RedisStore, RedisStoreBuilder, StoreStats};
+
+/// The examples of `docs/leases.md`, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/leases.md")]
+struct LeasesDoc;

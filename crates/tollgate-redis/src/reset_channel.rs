@@ -1,6 +1,8 @@
-//! Resets reach every instance's deny cache: a reset publishes the state key's name on a Redis
-//! pub/sub channel (`<prefix>resets`), and every store with a deny cache listens on it and drops
-//! the entry.
+//! Resets reach every instance's deny cache and leases: a reset publishes the state key's name on
+//! a Redis pub/sub channel (`<prefix>resets`), and every store listens on it and drops the key's
+//! cached denial and lease. A message whose first byte is [`DROP_LEASE`] (never the first byte
+//! of a key name, which starts with a text prefix) drops only the lease: a penalty started on
+//! another instance.
 //!
 //! Without this, an instance that cached "denied until T" keeps denying after an operator reset
 //! the key on another instance, until T (a `block_for` penalty can make that hours).
@@ -19,13 +21,52 @@ use futures_util::StreamExt;
 
 use crate::connection::{ConnectOptions, Target};
 use crate::deny_cache::DenyCache;
+use crate::lease::{DROP_LEASE, Leases};
+
+/// What a reset message makes this instance forget. The listener ends once the store that owns
+/// them is gone.
+pub(crate) struct Forgets {
+    pub(crate) deny_cache: Option<Weak<DenyCache>>,
+    pub(crate) leases: Weak<Leases>,
+}
+
+impl Forgets {
+    /// Applies one message; false once the store is gone.
+    fn message(&self, payload: &[u8]) -> bool {
+        let Some(leases) = self.leases.upgrade() else {
+            return false;
+        };
+        match payload.split_first() {
+            Some((&DROP_LEASE, state)) => leases.forget(state),
+            _ => {
+                leases.forget(payload);
+                if let Some(cache) = self.deny_cache.as_ref().and_then(Weak::upgrade) {
+                    cache.remove(payload);
+                }
+            }
+        }
+        true
+    }
+
+    /// Forgets everything (a reset may have been missed); false once the store is gone.
+    fn everything(&self) -> bool {
+        let Some(leases) = self.leases.upgrade() else {
+            return false;
+        };
+        leases.forget_all();
+        if let Some(cache) = self.deny_cache.as_ref().and_then(Weak::upgrade) {
+            cache.clear();
+        }
+        true
+    }
+}
 
 /// The channel's name for key prefix `prefix`.
 pub(crate) fn channel(prefix: &str) -> String {
     format!("{prefix}resets")
 }
 
-/// Listens on `channel` and removes each published name from `cache`, until the store is
+/// Listens on `channel` and forgets each published name in `forgets`, until the store is
 /// dropped. Reconnects after a second when the subscription drops or cannot be made. With
 /// `subscribe_now`, the first subscription is made before this returns (an eagerly connected
 /// store hears every reset from its first call on).
@@ -33,7 +74,7 @@ pub(crate) async fn start_listener(
     target: &Target,
     options: &ConnectOptions,
     channel: String,
-    cache: Weak<DenyCache>,
+    forgets: Forgets,
     timeout: Duration,
     subscribe_now: bool,
 ) -> Option<Listener> {
@@ -68,11 +109,8 @@ pub(crate) async fn start_listener(
                 None => {
                     let pubsub = subscribe(client, &channel, connect_timeout).await;
                     // Resets published while we were not listening are lost: forget everything.
-                    if pubsub.is_some() {
-                        match cache.upgrade() {
-                            Some(cache) => cache.clear(),
-                            None => return,
-                        }
+                    if pubsub.is_some() && !forgets.everything() {
+                        return;
                     }
                     pubsub
                 }
@@ -80,11 +118,12 @@ pub(crate) async fn start_listener(
             if let Some(mut pubsub) = pubsub {
                 let mut messages = pubsub.on_message();
                 while let Some(message) = messages.next().await {
-                    let Some(cache) = cache.upgrade() else { return };
-                    cache.remove(message.get_payload_bytes());
+                    if !forgets.message(message.get_payload_bytes()) {
+                        return;
+                    }
                 }
             }
-            if cache.strong_count() == 0 {
+            if forgets.leases.strong_count() == 0 {
                 return;
             }
             tokio::time::sleep(Duration::from_secs(1)).await;

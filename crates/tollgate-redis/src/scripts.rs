@@ -41,6 +41,7 @@ macro_rules! library {
 pub(crate) struct Scripts {
     pub(crate) decide: Script,
     pub(crate) refund: Script,
+    pub(crate) lease: Script,
     pub(crate) attempts: Script,
     pub(crate) reset: Script,
 }
@@ -50,6 +51,7 @@ impl Scripts {
         Scripts {
             decide: Script::new(library!("decide.lua")),
             refund: Script::new(library!("refund.lua")),
+            lease: Script::new(library!("lease.lua")),
             attempts: Script::new(concat!(
                 include_str!("../lua/common.lua"),
                 "\n",
@@ -60,8 +62,14 @@ impl Scripts {
     }
 
     /// Every script, for `SCRIPT LOAD` ahead of traffic.
-    pub(crate) fn all(&self) -> [&Script; 4] {
-        [&self.decide, &self.refund, &self.attempts, &self.reset]
+    pub(crate) fn all(&self) -> [&Script; 5] {
+        [
+            &self.decide,
+            &self.refund,
+            &self.lease,
+            &self.attempts,
+            &self.reset,
+        ]
     }
 }
 
@@ -76,6 +84,8 @@ pub(crate) enum Mode {
     Reserve,
     /// Give back reserved spends (the refund script).
     Refund,
+    /// Give back a lease's unused units and take a new lease (the lease script).
+    Lease,
 }
 
 impl Mode {
@@ -85,6 +95,7 @@ impl Mode {
             Mode::Commit => "commit",
             Mode::Reserve => "reserve",
             Mode::Refund => "refund",
+            Mode::Lease => "lease",
         }
     }
 }

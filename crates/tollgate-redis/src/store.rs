@@ -34,6 +34,7 @@ use crate::connection::{ConnectOptions, Connection, Target};
 use crate::deny_cache::{Denial, DenyCache};
 use crate::error::{self, ConnectError};
 use crate::keys::{self, KeyNames};
+use crate::lease::{self, LeaseStats, Leases};
 use crate::reset_channel::{self, Listener};
 use crate::scripts::{Mode, Scripts, call_args};
 
@@ -165,20 +166,19 @@ impl RedisStoreBuilder {
         };
         let channel = reset_channel::channel(&self.prefix);
         let deny_cache = self.deny_cache.then(|| Arc::new(DenyCache::new(100_000)));
-        let listener = match &deny_cache {
-            Some(cache) => {
-                reset_channel::start_listener(
-                    &self.target,
-                    &self.options,
-                    channel.clone(),
-                    Arc::downgrade(cache),
-                    self.timeout,
-                    !lazy,
-                )
-                .await
-            }
-            None => None,
-        };
+        let leases = Arc::new(Leases::new(100_000));
+        let listener = reset_channel::start_listener(
+            &self.target,
+            &self.options,
+            channel.clone(),
+            reset_channel::Forgets {
+                deny_cache: deny_cache.as_ref().map(Arc::downgrade),
+                leases: Arc::downgrade(&leases),
+            },
+            self.timeout,
+            !lazy,
+        )
+        .await;
         Ok(RedisStore {
             inner: Arc::new(Inner {
                 connection,
@@ -192,6 +192,7 @@ impl RedisStoreBuilder {
                 script_clock: self.clock,
                 local_clock,
                 stats: Counters::default(),
+                leases,
             }),
         })
     }
@@ -204,23 +205,25 @@ pub struct RedisStore {
     inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     connection: Connection,
-    keys: KeyNames,
-    scripts: Scripts,
+    pub(crate) keys: KeyNames,
+    pub(crate) scripts: Scripts,
     timeout: Duration,
     /// One circuit breaker per Redis node.
     breakers: Breakers,
-    deny_cache: Option<Arc<DenyCache>>,
+    pub(crate) deny_cache: Option<Arc<DenyCache>>,
     /// Where resets are published, for the other instances' deny caches.
     reset_channel: String,
     /// Listens for the other instances' resets while the store lives.
     _listener: Option<Listener>,
     /// Time passed to scripts; `None` means Redis `TIME`.
     script_clock: Option<Arc<dyn Clock>>,
-    /// Time for the deny cache.
-    local_clock: Arc<dyn Clock>,
+    /// Time for the deny cache and the leases.
+    pub(crate) local_clock: Arc<dyn Clock>,
     stats: Counters,
+    /// This instance's hot-key leases (see `lease`).
+    pub(crate) leases: Arc<Leases>,
 }
 
 /// Running totals since the store was built, for metrics and tests.
@@ -281,6 +284,20 @@ impl RedisStore {
     /// Connects to `url` (`redis://...` or `redis+cluster://...`) with the defaults.
     pub async fn connect(url: &str) -> Result<Self, ConnectError> {
         Self::builder(Target::parse(url)?).connect().await
+    }
+
+    /// Running totals of the hot-key lease path (policies with
+    /// [`Policy::with_lease`](tollgate::Policy::with_lease)).
+    pub fn lease_stats(&self) -> LeaseStats {
+        self.inner.leases.stats()
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
+    pub(crate) fn count_deny_cache_hit(&self) {
+        bump(&self.inner.stats.deny_cache_hits);
     }
 
     /// Running totals: calls, failures, breaker refusals, deny cache hits. Degraded decisions
@@ -595,7 +612,7 @@ impl RedisStore {
 
     /// Runs a script through its node's breaker and the deadline, at most once (see
     /// `connection`).
-    async fn call<T: redis::FromRedisValue>(
+    pub(crate) async fn call<T: redis::FromRedisValue>(
         &self,
         script: &Script,
         keys: &[Vec<u8>],
@@ -638,7 +655,7 @@ impl RedisStore {
         Err(error::store_error(err))
     }
 
-    fn script_now(&self) -> String {
+    pub(crate) fn script_now(&self) -> String {
         match &self.inner.script_clock {
             Some(clock) => clock.now_us().to_string(),
             None => String::new(),
@@ -661,7 +678,7 @@ impl RedisStore {
     /// Tells every instance's deny cache that `state` was reset (see `reset_channel`). The reset
     /// itself is done; if the message cannot be sent, the other instances' cached denials of this
     /// key last until they expire, which is what they did before resets were published.
-    async fn publish_reset(&self, state: &[u8]) {
+    pub(crate) async fn publish_reset(&self, state: &[u8]) {
         let mut conn = self.inner.connection.clone();
         let publish = redis::cmd("PUBLISH")
             .arg(&self.inner.reset_channel)
@@ -751,7 +768,7 @@ async fn join_all<F: Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
     outputs.into_iter().flatten().collect()
 }
 
-fn bad_reply(reply: &[u64]) -> Error {
+pub(crate) fn bad_reply(reply: &[u64]) -> Error {
     error::store_error(redis::RedisError::from((
         redis::ErrorKind::UnexpectedReturnType,
         "unexpected script reply",
@@ -759,7 +776,7 @@ fn bad_reply(reply: &[u64]) -> Error {
     )))
 }
 
-fn cached_denial(policy: &Policy, denial: Denial, now_us: u64) -> Decision {
+pub(crate) fn cached_denial(policy: &Policy, denial: Denial, now_us: u64) -> Decision {
     Decision {
         allowed: false,
         limit: policy.max_cost(),
@@ -774,6 +791,15 @@ impl Store for RedisStore {
     async fn decide(&self, rules: &[Rule<'_>], commit: bool) -> Result<Decisions, Error> {
         for rule in rules {
             core_store::validate_rule(rule)?;
+        }
+        // A leasing policy's key may be decided from this instance's lease (see `lease`).
+        if let [rule] = rules
+            && commit
+            && !rule.shadow
+            && !rule.question
+            && let Some(options) = rule.policy.lease()
+        {
+            return Ok(Decisions::One(lease::decide(self, rule, options).await?));
         }
         match rules {
             [] => Ok(Decisions::None),
@@ -801,6 +827,7 @@ impl Store for RedisStore {
         if let Some(cache) = &self.inner.deny_cache {
             cache.remove(&state);
         }
+        self.inner.leases.forget(&state);
         let log = KeyNames::log(&state);
         self.delete(&[state.clone(), log]).await?;
         self.publish_reset(&state).await;

@@ -67,6 +67,14 @@ pub enum PolicyError {
         /// The longest accepted refill time.
         max: Duration,
     },
+    /// Leases were asked for on an algorithm that cannot lease units exactly.
+    #[error(
+        "lease is not supported by {algorithm}: only fixed_window, token_bucket and gcra can lease units"
+    )]
+    LeaseNotSupported {
+        /// The policy's algorithm.
+        algorithm: &'static str,
+    },
     /// The policy name is empty or too long.
     #[error("policy name must be 1 to {max} bytes, got {len}")]
     BadName {

@@ -25,6 +25,8 @@
 //!   optional `block_for` penalty, and the [`HashTag`] that places its keys in a cluster.
 //! - [`algorithm`]: one module per algorithm, each a pure step function on integer
 //!   microseconds, and [`algorithm::decide`], which adds penalties.
+//! - [`lease`]: [`LeaseOptions`], how a networked store may lease a hot key's budget to one
+//!   instance (opt-in per policy, with [`Policy::with_lease`]).
 //! - [`attempts`]: the attempts counter for brute-force protection.
 //! - [`decision`]: [`Decision`] and [`AttemptsStatus`], the answers.
 //! - [`rule`]: a [`Rule`] is one limit of a request: a policy, a key, a cost, shadow or not.
@@ -50,6 +52,7 @@ pub mod decision;
 pub mod engine;
 pub mod error;
 pub mod headers;
+pub mod lease;
 pub mod memory;
 pub mod policy;
 pub mod rule;
@@ -59,6 +62,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{AttemptsStatus, Decision, Decisions};
 pub use engine::{Engine, EngineBuilder, Outcome, RuleVerdict, Verdict};
 pub use error::{Error, PolicyError, StoreErrorKind};
+pub use lease::LeaseOptions;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use policy::{Algorithm, Anchor, FailureMode, HashTag, Policy, Rate};
 pub use rule::Rule;

@@ -14,6 +14,7 @@ use crate::algorithm::{
     sliding_window::SlidingWindow, token_bucket::TokenBucket,
 };
 use crate::bounds::{self, MAX_NAME_LEN};
+use crate::lease::LeaseOptions;
 
 /// A rate: `count` requests per `per`, e.g. 10 per second.
 ///
@@ -351,6 +352,7 @@ pub struct Policy {
     block_for_us: Option<u64>,
     on_store_failure: FailureMode,
     hash_tag: HashTag,
+    lease: Option<LeaseOptions>,
 }
 
 /// Which part of a policy's key names the shard a networked store keeps it on (the Redis Cluster
@@ -446,6 +448,7 @@ impl Policy {
             block_for_us: None,
             on_store_failure: FailureMode::default(),
             hash_tag: HashTag::default(),
+            lease: None,
         })
     }
 
@@ -495,6 +498,58 @@ impl Policy {
         self
     }
 
+    /// Lets a networked store lease this policy's budget on hot keys; see [`LeaseOptions`] and
+    /// the [`lease`](crate::lease) module. Only for the fixed window, the token bucket and GCRA,
+    /// and `max_units` may not exceed the policy's limit, capacity or burst.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Anchor, LeaseOptions, Policy};
+    ///
+    /// let api = Policy::new("api", Algorithm::fixed_window(10_000, Duration::from_secs(1), Anchor::Epoch)?)?
+    ///     .with_lease(LeaseOptions::new(100)?)?;
+    /// assert_eq!(api.lease().map(|l| l.max_units()), Some(100));
+    ///
+    /// let log = Policy::new("log", Algorithm::sliding_log(100, Duration::from_secs(1))?)?;
+    /// let err = log.with_lease(LeaseOptions::new(10)?).unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "lease is not supported by sliding_log: only fixed_window, token_bucket and gcra can lease units"
+    /// );
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn with_lease(mut self, lease: LeaseOptions) -> Result<Self, PolicyError> {
+        match self.algorithm {
+            Algorithm::FixedWindow(_) | Algorithm::TokenBucket(_) | Algorithm::Gcra(_) => {}
+            _ => {
+                return Err(PolicyError::LeaseNotSupported {
+                    algorithm: self.algorithm.name(),
+                });
+            }
+        }
+        if lease.max_units() > self.algorithm.limit() {
+            return Err(PolicyError::TooLarge {
+                field: "lease.max_units",
+                value: lease.max_units(),
+                max: self.algorithm.limit(),
+            });
+        }
+        self.lease = Some(lease);
+        Ok(self)
+    }
+
+    /// The lease options, when leasing is on.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?;
+    /// assert!(policy.lease().is_none());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    pub fn lease(&self) -> Option<&LeaseOptions> {
+        self.lease.as_ref()
+    }
+
     /// What names this policy's shard in a networked store.
     ///
     /// ```
@@ -536,6 +591,8 @@ impl Policy {
     pub fn local_share(&self, instances: NonZeroU32) -> Policy {
         Policy {
             algorithm: self.algorithm.divided(u64::from(instances.get())),
+            // The share is decided locally: there is nothing to lease from.
+            lease: None,
             ..self.clone()
         }
     }
