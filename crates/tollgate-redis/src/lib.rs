@@ -44,6 +44,8 @@
 //! - `scripts` and `lua/`: the decision script (every algorithm, one driver), the refund script,
 //!   the attempts counter and reset.
 //! - `keys`: key names in both hash tag layouts, escaping, and cluster slots.
+//! - `batch`: the queues that gather the decisions waiting for one node (or cluster slot) into
+//!   one call of the batch script.
 //! - `connection`: [`Target`], the shared multiplexed connection, and at-most-once script calls.
 //! - `breaker`: the circuit breakers, one per node.
 //! - `deny_cache`: the local deny cache.
@@ -93,6 +95,7 @@
 //! authorities or [`RedisStoreBuilder::tls_ca_pem`]); `redis://user:password@host:port` (or
 //! `redis://:password@host:port`) authenticates, on every cluster node too.
 
+mod batch;
 mod breaker;
 mod connection;
 mod deny_cache;
