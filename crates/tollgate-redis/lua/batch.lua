@@ -10,7 +10,7 @@
 -- ARGV[2..] M requests one after the other, each exactly the ARGV of decide.lua: now ("" for
 --          Redis TIME), the number of rules N, the mode, N rule records (see prelude.lua)
 -- Returns  M answers in order: each the reply decide.lua would give that request alone (an array
---          of integers), or an error reply for a request that failed
+--          of integers), or for a request that failed, its error as a string, code first
 
 local count = tonumber(ARGV[1])
 if not count or count < 1 then
@@ -27,17 +27,27 @@ if a ~= #ARGV + 1 or k ~= #KEYS + 1 then
   error('TOLLGATE_BAD_CALL ' .. #ARGV .. ' arguments and ' .. #KEYS .. ' keys for ' .. count .. ' requests')
 end
 
+-- A failed request's answer is its error as text, code first ("WRONGTYPE ...",
+-- "TOLLGATE_CORRUPT ..."): an error reply nested in the array would fail the whole reply in
+-- most clients.
+local function error_text(err)
+  if type(err) == 'table' and err.err then
+    return tostring(err.err)
+  end
+  local text = tostring(err)
+  if string.match(text, '^[A-Z][A-Z_]* ') then
+    return text
+  end
+  return 'ERR ' .. text
+end
+
 local replies = {}
 for i, request in ipairs(requests) do
-  local ok, reply = pcall(function()
-    return decide_request(request.rules, request_now(request.now), request.mode)
-  end)
+  local ok, reply = pcall(decide_request, request.rules, request_now(request.now), request.mode)
   if ok then
     replies[i] = reply
-  elseif type(reply) == 'table' and reply.err then
-    replies[i] = {err = reply.err}
   else
-    replies[i] = {err = 'ERR ' .. tostring(reply)}
+    replies[i] = error_text(reply)
   end
 end
 return replies

@@ -197,11 +197,21 @@ pub(crate) fn answer(jobs: Vec<Job>, reply: Result<Value, Failure>) {
     };
     for (job, part) in jobs.into_iter().zip(parts) {
         let answer = match part {
-            Value::ServerError(err) => Err(Failure::Redis(err.into())),
+            Value::BulkString(text) => Err(Failure::Redis(request_error(&text))),
             part => redis::from_redis_value::<Vec<u64>>(part)
                 .map_err(|e| Failure::Redis(bad_reply_text(e.to_string()))),
         };
         job.answer(answer);
+    }
+}
+
+/// The error of one request of a batch, from the text the batch script gives in its place (code
+/// first), read as Redis would have answered it alone: so it keeps its class.
+fn request_error(text: &[u8]) -> RedisError {
+    let text = String::from_utf8_lossy(text).replace(['\r', '\n'], " ");
+    match redis::parse_redis_value(format!("-{text}\r\n").as_bytes()) {
+        Ok(Value::ServerError(err)) => err.into(),
+        _ => bad_reply_text(text),
     }
 }
 
@@ -303,7 +313,7 @@ mod tests {
         let later = Instant::now() + Duration::from_secs(60);
         let (a, ra) = job(later);
         let (b, rb) = job(later);
-        let failed = redis::parse_redis_value(b"-WRONGTYPE wrong kind\r\n").expect("a value");
+        let failed = Value::BulkString(b"WRONGTYPE wrong kind".to_vec());
         answer(
             vec![a, b],
             Ok(Value::Array(vec![
