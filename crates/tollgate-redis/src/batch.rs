@@ -8,11 +8,12 @@
 //! decide it alone.
 //!
 //! Nothing ever waits for a batch to fill. Each lane (node or slot) keeps at most a few calls in
-//! flight; a decision that finds a free place is sent at once, alone, by a new sender task; one
-//! that finds every place taken joins the lane's queue, and the next sender to finish takes
-//! everything queued (up to [`MAX_BATCH`]) as its next call. So under low load every decision is
-//! a single call of the decision script, as without batching, and under high load the queue
-//! fills while calls are out, and each call carries what arrived meanwhile.
+//! flight; a decision that finds a free place and an empty queue is sent at once, alone, by its
+//! own caller; one that finds every place taken joins the lane's queue, and the next call to
+//! finish hands everything queued (up to [`MAX_BATCH`]) to a sender task as its next call. So
+//! under low load every decision is a single call of the decision script, sent as without
+//! batching, and under high load the queue fills while calls are out, and each call carries what
+//! arrived meanwhile.
 //!
 //! What each decision keeps:
 //!
@@ -26,8 +27,9 @@
 //!   decided; a call that fails as a whole (timeout, connection, breaker) fails each of its
 //!   decisions with that error.
 //!
-//! Senders are tasks of their own, so a caller that gives up (its deadline, or a dropped future)
-//! never strands the decisions queued behind it.
+//! Batches are sent by tasks of their own, and a caller sending its own call hands the lane on
+//! when it finishes or its future is dropped, so a caller that gives up never strands the
+//! decisions queued behind it.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -644,9 +644,25 @@ impl RedisStore {
         let lane = self.slot_of(&keys);
         let deadline = Instant::now() + inner.timeout;
         let (job, answer) = Job::new(keys, args, deadline);
-        if let Some(jobs) = lanes.push(lane, job) {
-            let store = self.clone();
-            tokio::spawn(async move { store.send_batches(lane, jobs).await });
+        match lanes.push(lane, job) {
+            // A free place and nothing queued: this caller sends its own call, as without
+            // batching, and hands the lane on to a sender for whatever queued meanwhile (also
+            // when its future is dropped mid-call).
+            Some(mut jobs) if jobs.len() == 1 => {
+                let Some(job) = jobs.pop() else {
+                    return Err(error::store_error(error::deadline(inner.timeout)));
+                };
+                let _handover = Handover { store: self, lane };
+                return self
+                    .try_call::<Vec<u64>>(&inner.scripts.decide, &job.keys, &job.args, inner.timeout)
+                    .await
+                    .map_err(Failure::into_error);
+            }
+            Some(jobs) => {
+                let store = self.clone();
+                tokio::spawn(async move { store.send_batches(lane, jobs).await });
+            }
+            None => {}
         }
         match tokio::time::timeout_at(deadline.into(), answer).await {
             Ok(Ok(answer)) => answer.map_err(Failure::into_error),
@@ -809,6 +825,27 @@ impl RedisStore {
         self.call::<u64>(&self.inner.scripts.reset, keys, &[])
             .await
             .map(|_| ())
+    }
+}
+
+/// Frees a lane's place taken by a caller sending its own call: what queued meanwhile goes to
+/// a sender task.
+struct Handover<'a> {
+    store: &'a RedisStore,
+    lane: u16,
+}
+
+impl Drop for Handover<'_> {
+    fn drop(&mut self) {
+        let Some(lanes) = &self.store.inner.lanes else { return };
+        if let Some(jobs) = lanes.next(self.lane) {
+            // Outside a runtime (one shutting down) the jobs are dropped unsent: their callers
+            // see their deadline.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let (store, lane) = (self.store.clone(), self.lane);
+                runtime.spawn(async move { store.send_batches(lane, jobs).await });
+            }
+        }
     }
 }
 
