@@ -65,7 +65,14 @@ struct Run {
 
 async fn run(store: &RedisStore, policy: &Policy, concurrency: u64, keys: u64) -> Run {
     // Enough checks per task for a stable number, bounded in total.
-    run_checks(store, policy, concurrency, keys, (60_000 / concurrency).clamp(1_000, 20_000)).await
+    run_checks(
+        store,
+        policy,
+        concurrency,
+        keys,
+        (60_000 / concurrency).clamp(1_000, 20_000),
+    )
+    .await
 }
 
 async fn run_checks(store: &RedisStore, policy: &Policy, concurrency: u64, keys: u64, per_task: u64) -> Run {

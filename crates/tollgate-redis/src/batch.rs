@@ -242,7 +242,11 @@ mod tests {
     use super::*;
 
     fn job(deadline: Instant) -> (Job, oneshot::Receiver<Answer>) {
-        Job::new(vec![b"k".to_vec()], vec!["".into(), "1".into(), "commit".into()], deadline)
+        Job::new(
+            vec![b"k".to_vec()],
+            vec!["".into(), "1".into(), "commit".into()],
+            deadline,
+        )
     }
 
     #[test]

@@ -65,7 +65,13 @@ impl Scripts {
 
     /// Every script, for `SCRIPT LOAD` ahead of traffic.
     pub(crate) fn all(&self) -> [&Script; 5] {
-        [&self.decide, &self.batch, &self.refund, &self.attempts, &self.reset]
+        [
+            &self.decide,
+            &self.batch,
+            &self.refund,
+            &self.attempts,
+            &self.reset,
+        ]
     }
 }
 

@@ -837,7 +837,9 @@ struct Handover<'a> {
 
 impl Drop for Handover<'_> {
     fn drop(&mut self) {
-        let Some(lanes) = &self.store.inner.lanes else { return };
+        let Some(lanes) = &self.store.inner.lanes else {
+            return;
+        };
         if let Some(jobs) = lanes.next(self.lane) {
             // Outside a runtime (one shutting down) the jobs are dropped unsent: their callers
             // see their deadline.

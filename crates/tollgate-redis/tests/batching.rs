@@ -71,7 +71,12 @@ async fn exact_under_batching(target: Target) {
     ];
     for policy in &policies {
         let before = store.stats();
-        assert_eq!(flood(&store, policy, 200, 5).await, 100, "{} on {target:?}", policy.name());
+        assert_eq!(
+            flood(&store, policy, 200, 5).await,
+            100,
+            "{} on {target:?}",
+            policy.name()
+        );
         let after = store.stats();
         assert!(
             after.batch_calls > before.batch_calls,
@@ -128,8 +133,14 @@ async fn one_batch_decides_each_request_as_it_would_alone() {
     let fw = policy("mix-fw", Algorithm::fixed_window(2, HOUR, Anchor::Epoch));
     let log = policy("mix-log", Algorithm::sliding_log(3, HOUR));
     let sw = policy("mix-sw", Algorithm::sliding_window(2, HOUR));
-    let tb = policy("mix-tb", Algorithm::token_bucket(2, Rate::per_hour(1).expect("rate")));
-    let lb = policy("mix-lb", Algorithm::leaky_bucket(2, Rate::per_hour(1).expect("rate")));
+    let tb = policy(
+        "mix-tb",
+        Algorithm::token_bucket(2, Rate::per_hour(1).expect("rate")),
+    );
+    let lb = policy(
+        "mix-lb",
+        Algorithm::leaky_bucket(2, Rate::per_hour(1).expect("rate")),
+    );
     let gcra = Policy::new(
         "mix-gcra",
         Algorithm::gcra(Rate::per_hour(1).expect("rate"), 2).expect("gcra"),
@@ -149,16 +160,27 @@ async fn one_batch_decides_each_request_as_it_would_alone() {
         (vec![Rule::new(&log, b"a", 2)], true),
         (vec![Rule::new(&broken, b"k", 1)], true),
         (vec![Rule::new(&sw, b"a", 2), Rule::new(&tb, b"a", 1)], true),
-        (vec![Rule::new(&sw, b"a", 1), Rule::new(&tb, b"a", 1).as_shadow()], true),
+        (
+            vec![Rule::new(&sw, b"a", 1), Rule::new(&tb, b"a", 1).as_shadow()],
+            true,
+        ),
         (vec![Rule::new(&tb, b"a", 1), Rule::new(&lb, b"a", 2)], true),
         (vec![Rule::new(&lb, b"a", 1), Rule::new(&gcra, b"a", 3)], true),
         (vec![Rule::new(&gcra, b"a", 1)], true),
         (vec![Rule::new(&gcra, b"a", 1), Rule::new(&fw, b"b", 2)], true),
         (vec![Rule::new(&fw, b"b", 1)], true),
     ];
-    let answers = join_all(requests.iter().map(|(rules, commit)| store.decide(rules, *commit))).await;
+    let answers = join_all(
+        requests
+            .iter()
+            .map(|(rules, commit)| store.decide(rules, *commit)),
+    )
+    .await;
     let stats = store.stats();
-    assert_eq!(stats.redis_calls, 2, "the first request alone, then one batch: {stats:?}");
+    assert_eq!(
+        stats.redis_calls, 2,
+        "the first request alone, then one batch: {stats:?}"
+    );
     assert_eq!(stats.batch_calls, 1);
     assert_eq!(stats.batched_decisions, requests.len() as u64 - 1);
 
@@ -171,7 +193,10 @@ async fn one_batch_decides_each_request_as_it_would_alone() {
         }
         let answer = answer.expect("decided");
         let expected = memory.decide(rules, *commit).expect("memory decides");
-        assert!(same(&answer, &expected), "request {i}: redis {answer:?}, memory {expected:?}");
+        assert!(
+            same(&answer, &expected),
+            "request {i}: redis {answer:?}, memory {expected:?}"
+        );
         denied += usize::from(answer.as_slice().iter().any(|d| !d.allowed));
     }
     assert!(denied >= 3, "the batch must hold denied requests too");
@@ -187,7 +212,11 @@ async fn one_batch_decides_each_request_as_it_would_alone() {
     ] {
         let redis = store.decide(&[rule], false).await.expect("peek");
         let memory = memory.decide(&[rule], false).expect("peek");
-        assert!(same(&redis, &memory), "{}: redis {redis:?}, memory {memory:?}", rule.policy.name());
+        assert!(
+            same(&redis, &memory),
+            "{}: redis {redis:?}, memory {memory:?}",
+            rule.policy.name()
+        );
     }
 }
 
@@ -245,7 +274,11 @@ async fn a_pause_past_the_deadline_times_out_each_decision_and_applies_none_twic
         .trim()
         .parse()
         .expect("a count");
-    assert_eq!(counted - 1, sent, "every decision sent ran exactly once: {after:?}");
+    assert_eq!(
+        counted - 1,
+        sent,
+        "every decision sent ran exactly once: {after:?}"
+    );
 }
 
 /// One task at a time never finds a call in flight, so every decision is a single call of the
@@ -255,7 +288,10 @@ async fn one_task_sends_single_calls() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0_US);
     let store = common::exact_store(Target::Standalone(server.url()), &clock).await;
-    let gcra = policy("single", Algorithm::gcra(Rate::per_second(1000).expect("rate"), 50));
+    let gcra = policy(
+        "single",
+        Algorithm::gcra(Rate::per_second(1000).expect("rate"), 50),
+    );
     for i in 0..200u32 {
         store
             .check(&gcra, format!("k{i}").as_bytes(), 1)
