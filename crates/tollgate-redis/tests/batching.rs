@@ -114,7 +114,7 @@ fn same(redis: &Decisions, memory: &Decisions) -> bool {
 /// One batch call holding requests that pass and requests that are denied, of every algorithm,
 /// a shadow rule, a peek, and a request whose key holds a value the store did not write: each is
 /// answered as the memory store answers the same requests in the same order, and the broken one
-/// gets its own error.
+/// gets its own error. Redis has forgotten the scripts (`SCRIPT FLUSH`) when the batch arrives.
 #[tokio::test(flavor = "current_thread")]
 async fn one_batch_decides_each_request_as_it_would_alone() {
     let server = RedisServer::start();
@@ -150,6 +150,8 @@ async fn one_batch_decides_each_request_as_it_would_alone() {
     .expect("penalty");
     let broken = policy("mix-broken", Algorithm::fixed_window(5, HOUR, Anchor::Epoch));
     server.cli(&["SET", &state_name(&broken, "k"), "not a hash"]);
+    // Neither script is loaded: the single call and the batch call each load theirs on NOSCRIPT.
+    server.script_flush();
 
     let requests: Vec<(Vec<Rule<'_>>, bool)> = vec![
         (vec![Rule::new(&fw, b"a", 1)], true),
