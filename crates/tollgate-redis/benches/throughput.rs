@@ -8,11 +8,17 @@
 //!    what a naive client does), calling the decision script on one gcra rule with the arguments
 //!    our store sends, on 100 000 random keys.
 //! 2. **tollgate.** For each algorithm, `concurrency` tokio tasks share one `RedisStore` (one
-//!    multiplexed connection) and each performs a fixed number of checks on 1 hot key or on
+//!    multiplexed connection, batching on as by default) and each performs a fixed number of checks on 1 hot key or on
 //!    100 000 keys; decisions per second is checks / wall time, latency is per `check` call. The
 //!    deny cache is off, so every decision is a Redis round trip.
-//! 3. **Deny cache.** One key flooded by 64 tasks, cache off versus on.
-//! 4. **Memory.** `MEMORY USAGE` of the keys one (policy, key) leaves in Redis, per algorithm.
+//! 3. **Batching.** In alternating rounds (the order flipped every round), the store with
+//!    batching (decisions waiting for Redis go out together as one call of the batch script;
+//!    1, 2 and 4 calls in flight), the store sending one call per decision, and both
+//!    `redis-benchmark` ceilings, gcra on 100 000 keys with 64 tasks, plus one task alone (where
+//!    batching must cost nothing); the ratios are taken per round and their median printed.
+//!    `cargo bench -p tollgate-redis --bench throughput -- batching` runs only this part.
+//! 4. **Deny cache.** One key flooded by 64 tasks, cache off versus on.
+//! 5. **Memory.** `MEMORY USAGE` of the keys one (policy, key) leaves in Redis, per algorithm.
 //!
 //! Every loop is bounded by a count. Run with `cargo bench -p tollgate-redis --bench throughput`
 //! (needs `redis-server` and `redis-benchmark`; `./scripts/test.sh` installs them).
@@ -59,7 +65,17 @@ struct Run {
 
 async fn run(store: &RedisStore, policy: &Policy, concurrency: u64, keys: u64) -> Run {
     // Enough checks per task for a stable number, bounded in total.
-    let per_task = (60_000 / concurrency).clamp(1_000, 20_000);
+    run_checks(
+        store,
+        policy,
+        concurrency,
+        keys,
+        (60_000 / concurrency).clamp(1_000, 20_000),
+    )
+    .await
+}
+
+async fn run_checks(store: &RedisStore, policy: &Policy, concurrency: u64, keys: u64, per_task: u64) -> Run {
     let started = Instant::now();
     let mut tasks = vec![];
     for task in 0..concurrency {
@@ -93,6 +109,10 @@ async fn run(store: &RedisStore, policy: &Policy, concurrency: u64, keys: u64) -
 
 /// `redis-benchmark` calling the decision script on one gcra rule on 100 000 random keys; requests per second.
 fn ceiling(server: &RedisServer, pipeline: u32) -> f64 {
+    ceiling_of(server, pipeline, 400_000)
+}
+
+fn ceiling_of(server: &RedisServer, pipeline: u32, requests: u64) -> f64 {
     let gcra = policies().pop().expect("gcra");
     let (keys, args) = RedisStore::script_call("tollgate:", &gcra, b"user-__rand_int__", 1);
     let sha = RedisStore::script_sha();
@@ -109,7 +129,7 @@ fn ceiling(server: &RedisServer, pipeline: u32) -> f64 {
         "-P",
         &pipeline,
         "-n",
-        "400000",
+        &requests.to_string(),
     ]);
     command.args(["-r", &KEYS.to_string(), "--csv", "EVALSHA", &sha, "1"]);
     command.arg(String::from_utf8(keys[0].clone()).expect("utf-8 key"));
@@ -132,6 +152,103 @@ fn ceiling(server: &RedisServer, pipeline: u32) -> f64 {
     })
 }
 
+const ROUNDS: usize = 5;
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// Paired rounds: the batching store (1, 2, 4 calls in flight), the store with one call per
+/// decision, and `redis-benchmark -P 16` / `-P 1`, on gcra over 100 000 keys.
+async fn batching(server: &RedisServer, single: &RedisStore) {
+    let gcra = policies().pop().expect("gcra");
+    let mut batched = vec![];
+    for calls in [1, 2, 4] {
+        let store = RedisStore::builder(Target::Standalone(server.url()))
+            .deny_cache(false)
+            .timeout(Duration::from_secs(5))
+            .batch_calls_in_flight(calls)
+            .connect()
+            .await
+            .expect("connect");
+        batched.push((calls, store));
+    }
+    println!("## Batching: paired rounds, gcra, 100 000 keys\n");
+    println!(
+        "decisions/s at 64 tasks (200 000 checks per store per round), and one task alone \
+         (20 000 checks): decisions/s and p50 µs\n"
+    );
+    println!(
+        "| round | `-P 16` | `-P 1` | one call each, 64 | batched 1 / 2 / 4 in flight, 64 | one call each, 1 task | batched (2), 1 task |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let mut ratios: Vec<Vec<f64>> = vec![vec![]; 8];
+    for round in 0..ROUNDS {
+        let mut order: Vec<usize> = (0..6).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        let (mut p16, mut p1, mut one64, mut one1, mut two1) = (0.0, 0.0, 0.0, None, None);
+        let mut many = [0.0; 3];
+        for step in order {
+            match step {
+                0 => p16 = ceiling_of(server, 16, 200_000),
+                1 => p1 = ceiling_of(server, 1, 200_000),
+                2 => one64 = run_checks(single, &gcra, 64, KEYS, 3_125).await.per_second,
+                3 => {
+                    for (i, (_, store)) in batched.iter().enumerate() {
+                        many[i] = run_checks(store, &gcra, 64, KEYS, 3_125).await.per_second;
+                    }
+                }
+                4 => one1 = Some(run_checks(single, &gcra, 1, KEYS, 20_000).await),
+                _ => two1 = Some(run_checks(&batched[1].1, &gcra, 1, KEYS, 20_000).await),
+            }
+        }
+        let (one1, two1) = (one1.expect("ran"), two1.expect("ran"));
+        println!(
+            "| {} | {p16:.0} | {p1:.0} | {one64:.0} | {:.0} / {:.0} / {:.0} | {:.0}, p50 {:.0} | {:.0}, p50 {:.0} |",
+            round + 1,
+            many[0],
+            many[1],
+            many[2],
+            one1.per_second,
+            one1.p50_us,
+            two1.per_second,
+            two1.p50_us
+        );
+        ratios[0].push(many[1] / p16);
+        ratios[1].push(many[1] / p1);
+        ratios[2].push(many[1] / one64);
+        ratios[3].push(many[0] / p16);
+        ratios[4].push(many[2] / p16);
+        ratios[5].push(two1.per_second / one1.per_second);
+        ratios[6].push(two1.p50_us / one1.p50_us);
+        ratios[7].push(one64 / p16);
+    }
+    println!("\nMedians of the per-round ratios:\n");
+    println!("| ratio | median | per round |\n|---|---|---|");
+    let names = [
+        "batched (2 in flight) / `redis-benchmark -c 64 -P 16`",
+        "batched (2 in flight) / `redis-benchmark -c 64 -P 1`",
+        "batched (2 in flight) / one call each, 64 tasks",
+        "batched (1 in flight) / `-P 16`",
+        "batched (4 in flight) / `-P 16`",
+        "one task: batched / one call each, decisions/s",
+        "one task: batched / one call each, p50",
+        "one call each / `-P 16` (before batching)",
+    ];
+    for (name, values) in names.iter().zip(ratios) {
+        let rounds: Vec<String> = values.iter().map(|v| format!("{v:.2}")).collect();
+        println!("| {name} | **{:.2}** | {} |", median(values), rounds.join(", "));
+    }
+    println!();
+}
+
 fn main() {
     let server = RedisServer::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -149,6 +266,18 @@ fn main() {
         // The script must exist before redis-benchmark calls it by SHA.
         let gcra = policies().pop().expect("gcra");
         exact.check(&gcra, b"warm", 1).await.expect("warm");
+
+        let single = RedisStore::builder(Target::Standalone(server.url()))
+            .deny_cache(false)
+            .timeout(Duration::from_secs(5))
+            .batch_calls_in_flight(0)
+            .connect()
+            .await
+            .expect("connect");
+        batching(&server, &single).await;
+        if std::env::args().any(|a| a == "batching") {
+            return;
+        }
 
         let pipelined = ceiling(&server, 16);
         let naive = ceiling(&server, 1);

@@ -13,7 +13,8 @@
 --   mark(rule)  after a committed spend: where it went (read back from the state), for a refund
 --   refund(rule, stored, cost, mark)  gives back a spend of cost made at mark
 --
--- A rule is one record of RULE_FIELDS values in ARGV, from ARGV[4] on:
+-- A rule is one record of RULE_FIELDS values in ARGV, from ARGV[4] on (from its request's fourth
+-- value on, in a batch):
 --   algorithm name, cost, role (1 for a shadow rule, plus 2 for a question, which is decided but
 --   never spent: "0" to "3"), block_for_us ("0" for no penalty), mark (what a
 --   reserve reported; "0" when deciding), then three parameters (listed in the algorithm's
@@ -65,16 +66,17 @@ local function save(rule, state)
   redis.call('HSET', rule.state, unpack(args))
 end
 
--- The rules of ARGV and KEYS, checked against each other; `extra` values follow the records
--- (0 unless the driver takes arguments of its own).
-local function read_rules(extra)
-  local count = tonumber(ARGV[2])
-  if not count or #ARGV ~= 3 + count * RULE_FIELDS + (extra or 0) then
-    error('TOLLGATE_BAD_CALL expected ' .. tostring(ARGV[2]) .. ' rules of ' .. RULE_FIELDS .. ' arguments')
+-- The rules of one request: its record count at ARGV[a + 1] and its records from ARGV[a + 3]
+-- on (ARGV[a] is its now, ARGV[a + 2] its mode), its keys from KEYS[k] on. Returns the rules and
+-- the ARGV and KEYS indices just past the request, where the next request of a batch starts.
+local function read_request_rules(a, k)
+  local count = tonumber(ARGV[a + 1])
+  if not count or count < 1 or #ARGV < a + 2 + count * RULE_FIELDS then
+    error('TOLLGATE_BAD_CALL expected ' .. tostring(ARGV[a + 1]) .. ' rules of ' .. RULE_FIELDS .. ' arguments')
   end
-  local rules, k = {}, 1
+  local rules = {}
   for i = 1, count do
-    local at = 3 + (i - 1) * RULE_FIELDS
+    local at = a + 2 + (i - 1) * RULE_FIELDS
     local impl = algorithm(ARGV[at + 1])
     local rule = {
       algorithm = ARGV[at + 1],
@@ -91,11 +93,24 @@ local function read_rules(extra)
       rule.log = KEYS[k]
       k = k + 1
     end
+    if not rule.state or (impl.log and not rule.log) then
+      error('TOLLGATE_BAD_CALL too few keys for ' .. count .. ' rules')
+    end
     impl.params(rule, ARGV[at + 6], ARGV[at + 7], ARGV[at + 8])
     rules[i] = rule
   end
+  return rules, a + 3 + count * RULE_FIELDS, k
+end
+
+-- The rules of a call that is one request (ARGV from 1, KEYS from 1), checked against each other;
+-- `extra` values follow the records (0 unless the driver takes arguments of its own).
+local function read_rules(extra)
+  local rules, a, k = read_request_rules(1, 1)
+  if a + (extra or 0) ~= #ARGV + 1 then
+    error('TOLLGATE_BAD_CALL expected ' .. tostring(ARGV[2]) .. ' rules of ' .. RULE_FIELDS .. ' arguments')
+  end
   if k ~= #KEYS + 1 then
-    error('TOLLGATE_BAD_CALL ' .. #KEYS .. ' keys for ' .. count .. ' rules')
+    error('TOLLGATE_BAD_CALL ' .. #KEYS .. ' keys for ' .. #rules .. ' rules')
   end
   return rules
 end

@@ -119,7 +119,7 @@ pub(crate) fn deadline(after: Duration) -> RedisError {
 
 /// A call refused at once by the open circuit breaker. Its source is the failure that opened
 /// the breaker, so a refused call still leads to the Redis error behind it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct BreakerOpen {
     pub(crate) next_probe_in: Duration,
     pub(crate) cause: Option<RedisError>,

@@ -11,6 +11,19 @@
 //! with each policy's [`FailureMode`](tollgate::FailureMode)); and a local deny cache answers a
 //! single enforced rule already denied without a round trip.
 //!
+//! # Many decisions per call
+//!
+//! Decisions that wait for the same Redis node at the same moment (on a cluster: the same slot)
+//! go out together as one call of a batch script, which decides each request in turn exactly as
+//! the decision script would decide it alone: each stays atomic and independent (a denied or
+//! failed request changes nothing for the others). Nothing waits for a batch to fill: each node
+//! keeps at most a few calls in flight ([`RedisStoreBuilder::batch_calls_in_flight`]), a
+//! decision that finds a free place goes out at once, alone, and the ones that arrive while every
+//! place is taken go out together in the next call. Under low load every call is one decision;
+//! under high load Redis pays a script's entry cost once per batch. Each decision keeps its own
+//! deadline from when it was asked, and a decision whose deadline passed while it waited is never
+//! sent. [`StoreStats::batch_calls`] counts the calls that carried more than one decision.
+//!
 //! # Requests whose rules span cluster slots
 //!
 //! On standalone Redis, and on a cluster when every rule's keys hash to one slot, a request is
@@ -63,6 +76,8 @@
 //! - `scripts` and `lua/`: the decision script (every algorithm, one driver), the refund script,
 //!   the lease script, the attempts counter and reset.
 //! - `keys`: key names in both hash tag layouts, escaping, and cluster slots.
+//! - `batch`: the queues that gather the decisions waiting for one node (or cluster slot) into
+//!   one call of the batch script.
 //! - `connection`: [`Target`], the shared multiplexed connection, and at-most-once script calls.
 //! - `breaker`: the circuit breakers, one per node.
 //! - `deny_cache`: the local deny cache.
@@ -84,9 +99,9 @@
 //!
 //! # At most once
 //!
-//! A decision script that may have reached Redis is never sent again: not after the store's
-//! deadline, not after a dropped connection, not by the cluster client (built without retries
-//! of its own). Only answers that prove the call did not run are followed by another attempt:
+//! A decision script (alone or in a batch) that may have reached Redis is never sent again: not
+//! after the store's deadline, not after a dropped connection, not by the cluster client (built
+//! without retries of its own). Only answers that prove the call did not run are followed by another attempt:
 //! `NOSCRIPT` (the script is loaded, then called again), `MOVED`, `ASK`, `TRYAGAIN`,
 //! `CLUSTERDOWN`, `MASTERDOWN`. So, for every key:
 //!
@@ -113,6 +128,7 @@
 //! authorities or [`RedisStoreBuilder::tls_ca_pem`]); `redis://user:password@host:port` (or
 //! `redis://:password@host:port`) authenticates, on every cluster node too.
 
+mod batch;
 mod breaker;
 mod connection;
 mod deny_cache;

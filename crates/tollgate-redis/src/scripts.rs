@@ -2,8 +2,10 @@
 //!
 //! The decision script is the common helpers (integers, time), the rule helpers
 //! (`prelude.lua`: arguments, state, the penalty), every algorithm's step (each file registers
-//! itself by name) and the driver (`decide.lua`: all or nothing over the request's rules), so one
-//! script decides any mix of algorithms in one call. The refund script is the same library with
+//! itself by name), the request (`request.lua`: all or nothing over a request's rules) and the
+//! driver (`decide.lua`: one request), so one script decides any mix of algorithms in one call.
+//! The batch script is the same with another driver (`batch.lua`: many requests in turn, each
+//! as the decision script would decide it alone). The refund script is the same library with
 //! its own driver. The attempts script is the common helpers and its own body.
 //!
 //! `redis::Script` sends EVALSHA and, on NOSCRIPT (restart, `SCRIPT FLUSH`, failover, a node that
@@ -14,7 +16,7 @@ use redis::Script;
 use tollgate::{Algorithm, Rule};
 
 macro_rules! library {
-    ($driver:literal) => {
+    ($($driver:literal),+) => {
         concat!(
             include_str!("../lua/common.lua"),
             "\n",
@@ -31,8 +33,7 @@ macro_rules! library {
             include_str!("../lua/leaky_bucket.lua"),
             "\n",
             include_str!("../lua/gcra.lua"),
-            "\n",
-            include_str!(concat!("../lua/", $driver)),
+            $("\n", include_str!(concat!("../lua/", $driver)),)+
         )
     };
 }
@@ -40,6 +41,8 @@ macro_rules! library {
 /// Every script, hashed once.
 pub(crate) struct Scripts {
     pub(crate) decide: Script,
+    /// Many requests in one call, each as `decide` would decide it alone (see `batch`).
+    pub(crate) batch: Script,
     pub(crate) refund: Script,
     pub(crate) lease: Script,
     pub(crate) attempts: Script,
@@ -49,7 +52,8 @@ pub(crate) struct Scripts {
 impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
-            decide: Script::new(library!("decide.lua")),
+            decide: Script::new(library!("request.lua", "decide.lua")),
+            batch: Script::new(library!("request.lua", "batch.lua")),
             refund: Script::new(library!("refund.lua")),
             lease: Script::new(library!("lease.lua")),
             attempts: Script::new(concat!(
@@ -62,9 +66,10 @@ impl Scripts {
     }
 
     /// Every script, for `SCRIPT LOAD` ahead of traffic.
-    pub(crate) fn all(&self) -> [&Script; 5] {
+    pub(crate) fn all(&self) -> [&Script; 6] {
         [
             &self.decide,
+            &self.batch,
             &self.refund,
             &self.lease,
             &self.attempts,

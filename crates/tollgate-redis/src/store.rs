@@ -7,7 +7,9 @@
 //! 1. the deny cache answers a single enforced rule Redis already denied, without a round trip;
 //! 2. the circuit breaker refuses calls at once while Redis is known to be down;
 //! 3. a deadline bounds each call, and a call that missed it is never sent again (it may have
-//!    run; a decision is applied at most once).
+//!    run; a decision is applied at most once);
+//! 4. decisions waiting for the same node (or cluster slot) while calls are out there go out
+//!    together as one batch call, each keeping its own deadline (see `batch`).
 //!
 //! A failure is returned as a typed store error with the Redis error as its source; the store
 //! never decides by itself without Redis. The core's `Engine` applies the policy's failure mode
@@ -21,7 +23,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Script;
 use tollgate::algorithm::Outcome;
@@ -29,6 +31,7 @@ use tollgate::attempts::Attempts;
 use tollgate::store::{self as core_store, AttemptsStore, Store};
 use tollgate::{AttemptsStatus, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
 
+use crate::batch::{self, Failure, Job, Lanes};
 use crate::breaker::{Admission, Breakers};
 use crate::connection::{ConnectOptions, Connection, Target};
 use crate::deny_cache::{Denial, DenyCache};
@@ -61,6 +64,7 @@ pub struct RedisStoreBuilder {
     deny_cache: bool,
     clock: Option<Arc<dyn Clock>>,
     options: ConnectOptions,
+    calls_in_flight: usize,
 }
 
 impl RedisStoreBuilder {
@@ -108,6 +112,29 @@ impl RedisStoreBuilder {
     /// Whether to cache denials locally until their retry time (default on).
     pub fn deny_cache(mut self, enabled: bool) -> Self {
         self.deny_cache = enabled;
+        self
+    }
+
+    /// How many decision calls each Redis node (each slot, on a cluster) may have in flight
+    /// before the decisions that arrive wait to go out together as one batch call (default 2;
+    /// 0 sends every decision on its own call). Nothing waits for a batch to fill: a decision
+    /// that finds a free place is sent at once, so under low load every call carries one
+    /// decision, and under high load each call carries what queued while the others were out.
+    /// Each decision keeps its own deadline, from when it was asked, and is applied at most
+    /// once.
+    ///
+    /// ```no_run
+    /// use tollgate_redis::{RedisStore, Target};
+    ///
+    /// # async fn connect() -> Result<(), tollgate_redis::ConnectError> {
+    /// let store = RedisStore::builder(Target::parse("redis://127.0.0.1:6379")?)
+    ///     .batch_calls_in_flight(4)
+    ///     .connect()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn batch_calls_in_flight(mut self, calls: usize) -> Self {
+        self.calls_in_flight = calls;
         self
     }
 
@@ -193,6 +220,7 @@ impl RedisStoreBuilder {
                 local_clock,
                 stats: Counters::default(),
                 leases,
+                lanes: (self.calls_in_flight > 0).then(|| Lanes::new(self.calls_in_flight)),
             }),
         })
     }
@@ -224,6 +252,8 @@ pub(crate) struct Inner {
     stats: Counters,
     /// This instance's hot-key leases (see `lease`).
     pub(crate) leases: Arc<Leases>,
+    /// The decisions waiting to go out together, per node or slot (`None`: one call each).
+    lanes: Option<Lanes>,
 }
 
 /// Running totals since the store was built, for metrics and tests.
@@ -249,6 +279,11 @@ pub struct StoreStats {
     pub refund_failures: u64,
     /// Resets whose message to the other instances' deny caches could not be sent.
     pub reset_publish_failures: u64,
+    /// Calls of the batch script: calls that carried more than one decision (each also counts
+    /// in `redis_calls`).
+    pub batch_calls: u64,
+    /// Decisions that went out in those calls.
+    pub batched_decisions: u64,
 }
 
 #[derive(Default)]
@@ -260,6 +295,8 @@ struct Counters {
     refunds: AtomicU64,
     refund_failures: AtomicU64,
     reset_publish_failures: AtomicU64,
+    batch_calls: AtomicU64,
+    batched_decisions: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -278,6 +315,7 @@ impl RedisStore {
             deny_cache: true,
             clock: None,
             options: ConnectOptions::default(),
+            calls_in_flight: batch::DEFAULT_CALLS_IN_FLIGHT,
         }
     }
 
@@ -312,6 +350,8 @@ impl RedisStore {
             refunds: c.refunds.load(Ordering::Relaxed),
             refund_failures: c.refund_failures.load(Ordering::Relaxed),
             reset_publish_failures: c.reset_publish_failures.load(Ordering::Relaxed),
+            batch_calls: c.batch_calls.load(Ordering::Relaxed),
+            batched_decisions: c.batched_decisions.load(Ordering::Relaxed),
         }
     }
 
@@ -436,7 +476,7 @@ impl RedisStore {
         let rule = Rule::new(policy, key, cost);
         let mode = if commit { Mode::Commit } else { Mode::Peek };
         let args = call_args(self.script_now(), mode, [(&rule, 0)].into_iter());
-        match self.call::<Vec<u64>>(&inner.scripts.decide, &keys, &args).await {
+        match self.decide_call(keys, args).await {
             Ok(reply) => {
                 let outcome = outcomes(&reply, 1)?[0];
                 let decision = Decision::from_outcome(outcome, policy.max_cost());
@@ -577,7 +617,7 @@ impl RedisStore {
     ) -> Result<(Vec<Outcome>, Vec<u64>), Error> {
         let call_keys: Vec<Vec<u8>> = group.iter().flat_map(|&i| keys[i].iter().cloned()).collect();
         let args = call_args(now.to_string(), mode, group.iter().map(|&i| (&rules[i], 0)));
-        let reply: Vec<u64> = self.call(&self.inner.scripts.decide, &call_keys, &args).await?;
+        let reply = self.decide_call(call_keys, args).await?;
         let outcomes = outcomes(&reply, group.len())?;
         let marks = match mode {
             Mode::Reserve if reply.len() == 5 * group.len() => reply[4 * group.len()..].to_vec(),
@@ -610,6 +650,102 @@ impl RedisStore {
         outcomes(&reply, spends.len())
     }
 
+    /// One call of the decision script: sent with the other decisions waiting for the same
+    /// node (or cluster slot) as one batch call when calls are already in flight there (see
+    /// `batch`), alone otherwise. The deadline counts from now, whenever the call goes out.
+    async fn decide_call(&self, keys: Vec<Vec<u8>>, args: Vec<String>) -> Result<Vec<u64>, Error> {
+        let inner = &self.inner;
+        let Some(lanes) = &inner.lanes else {
+            return self.call(&inner.scripts.decide, &keys, &args).await;
+        };
+        let lane = self.slot_of(&keys);
+        let deadline = Instant::now() + inner.timeout;
+        let (job, answer) = Job::new(keys, args, deadline);
+        match lanes.push(lane, job) {
+            // A free place and nothing queued: this caller sends its own call, as without
+            // batching, and hands the lane on to a sender for whatever queued meanwhile (also
+            // when its future is dropped mid-call).
+            Some(mut jobs) if jobs.len() == 1 => {
+                let Some(job) = jobs.pop() else {
+                    return Err(error::store_error(error::deadline(inner.timeout)));
+                };
+                let _handover = Handover { store: self, lane };
+                return self
+                    .try_call::<Vec<u64>>(&inner.scripts.decide, &job.keys, &job.args, inner.timeout)
+                    .await
+                    .map_err(Failure::into_error);
+            }
+            Some(jobs) => {
+                let store = self.clone();
+                tokio::spawn(async move { store.send_batches(lane, jobs).await });
+            }
+            None => {}
+        }
+        match tokio::time::timeout_at(deadline.into(), answer).await {
+            Ok(Ok(answer)) => answer.map_err(Failure::into_error),
+            // Not sent: the deadline passed while it waited in the queue.
+            Ok(Err(_)) | Err(_) => Err(error::store_error(error::deadline(inner.timeout))),
+        }
+    }
+
+    /// A lane's sender: sends `jobs`, then whatever queued meanwhile, until the queue is empty.
+    async fn send_batches(&self, lane: u16, mut jobs: Vec<Job>) {
+        let Some(lanes) = &self.inner.lanes else { return };
+        loop {
+            let now = Instant::now();
+            // A decision past its deadline, or whose caller left, is never sent.
+            jobs.retain(|job| job.is_live(now));
+            self.send_batch(jobs, now).await;
+            match lanes.next(lane) {
+                Some(next) => jobs = next,
+                None => return,
+            }
+        }
+    }
+
+    /// One call for `jobs`: the decision script for one, the batch script for more.
+    async fn send_batch(&self, mut jobs: Vec<Job>, now: Instant) {
+        let inner = &self.inner;
+        let within = batch::time_left(&jobs, now);
+        match jobs.len() {
+            0 => {}
+            1 => {
+                let Some(job) = jobs.pop() else { return };
+                let reply = self
+                    .try_call::<Vec<u64>>(&inner.scripts.decide, &job.keys, &job.args, within)
+                    .await;
+                job.answer(reply);
+            }
+            count => {
+                bump(&inner.stats.batch_calls);
+                inner
+                    .stats
+                    .batched_decisions
+                    .fetch_add(count as u64, Ordering::Relaxed);
+                let (keys, args) = batch::call(&jobs);
+                let reply = self
+                    .try_call::<redis::Value>(&inner.scripts.batch, &keys, &args, within)
+                    .await;
+                if let Err(Failure::Refused(_)) = reply {
+                    // Counted per decision, as unbatched refusals are.
+                    inner
+                        .stats
+                        .breaker_refusals
+                        .fetch_add(count as u64 - 1, Ordering::Relaxed);
+                }
+                batch::answer(jobs, reply);
+            }
+        }
+    }
+
+    /// The cluster slot of a call's keys (they share one); 0 on standalone Redis.
+    fn slot_of(&self, keys: &[Vec<u8>]) -> u16 {
+        match self.inner.connection.is_cluster() {
+            true => keys.first().map_or(0, |name| keys::slot(name)),
+            false => 0,
+        }
+    }
+
     /// Runs a script through its node's breaker and the deadline, at most once (see
     /// `connection`).
     pub(crate) async fn call<T: redis::FromRedisValue>(
@@ -618,17 +754,28 @@ impl RedisStore {
         keys: &[Vec<u8>],
         args: &[String],
     ) -> Result<T, Error> {
+        self.try_call(script, keys, args, self.inner.timeout)
+            .await
+            .map_err(Failure::into_error)
+    }
+
+    /// [`call`](Self::call) with a deadline `within` from now, failing with a [`Failure`] that
+    /// every decision of a batch can get a copy of.
+    async fn try_call<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[Vec<u8>],
+        args: &[String],
+        within: Duration,
+    ) -> Result<T, Failure> {
         let inner = &self.inner;
-        let slot = match inner.connection.is_cluster() {
-            true => keys.first().map_or(0, |name| keys::slot(name)),
-            false => 0,
-        };
+        let slot = self.slot_of(keys);
         let breaker = inner.breakers.node(&inner.connection.node_of(slot));
         let probe = match breaker.admit() {
             Admission::Call { probe } => probe,
             Admission::Refuse(next_probe_in) => {
                 bump(&inner.stats.breaker_refusals);
-                return Err(error::breaker_open(error::BreakerOpen {
+                return Err(Failure::Refused(error::BreakerOpen {
                     next_probe_in,
                     cause: breaker.cause(),
                 }));
@@ -637,7 +784,7 @@ impl RedisStore {
         bump(&inner.stats.redis_calls);
         // On the deadline the call is dropped, not sent again: it may have run already.
         let call = inner.connection.invoke::<T>(script, keys, args);
-        let err = match tokio::time::timeout(inner.timeout, call).await {
+        let err = match tokio::time::timeout(within, call).await {
             Ok(Ok(value)) => {
                 breaker.succeeded();
                 return Ok(value);
@@ -652,7 +799,7 @@ impl RedisStore {
             // Redis answered, if with an error: it is there.
             breaker.succeeded();
         }
-        Err(error::store_error(err))
+        Err(Failure::Redis(err))
     }
 
     pub(crate) fn script_now(&self) -> String {
@@ -695,6 +842,29 @@ impl RedisStore {
         self.call::<u64>(&self.inner.scripts.reset, keys, &[])
             .await
             .map(|_| ())
+    }
+}
+
+/// Frees a lane's place taken by a caller sending its own call: what queued meanwhile goes to
+/// a sender task.
+struct Handover<'a> {
+    store: &'a RedisStore,
+    lane: u16,
+}
+
+impl Drop for Handover<'_> {
+    fn drop(&mut self) {
+        let Some(lanes) = &self.store.inner.lanes else {
+            return;
+        };
+        if let Some(jobs) = lanes.next(self.lane) {
+            // Outside a runtime (one shutting down) the jobs are dropped unsent: their callers
+            // see their deadline.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let (store, lane) = (self.store.clone(), self.lane);
+                runtime.spawn(async move { store.send_batches(lane, jobs).await });
+            }
+        }
     }
 }
 

@@ -1,0 +1,53 @@
+-- tollgate batch: many requests, each decided as the decision script would decide it alone, in
+-- order, in one call. The requests are independent: each is all or nothing on its own rules (a
+-- denied request changes nothing for the others but what its own rules would), and an error in
+-- one (a key holding a value we did not write) is that request's answer, not the batch's.
+-- Running many requests per call pays the script's entry cost (loading the library, reading
+-- the time) once for all of them.
+--
+-- KEYS     every request's keys, one request after the other (as for decide.lua)
+-- ARGV[1]  the number of requests, M (at least 1)
+-- ARGV[2..] M requests one after the other, each exactly the ARGV of decide.lua: now ("" for
+--          Redis TIME), the number of rules N, the mode, N rule records (see prelude.lua)
+-- Returns  M answers in order: each the reply decide.lua would give that request alone (an array
+--          of integers), or for a request that failed, its error as a string, code first
+
+local count = tonumber(ARGV[1])
+if not count or count < 1 then
+  error('TOLLGATE_BAD_CALL expected a number of requests, got ' .. tostring(ARGV[1]))
+end
+-- Every request is read first, so a malformed call changes nothing.
+local requests, a, k = {}, 2, 1
+for i = 1, count do
+  local rules, next_a, next_k = read_request_rules(a, k)
+  requests[i] = {rules = rules, now = ARGV[a], mode = ARGV[a + 2]}
+  a, k = next_a, next_k
+end
+if a ~= #ARGV + 1 or k ~= #KEYS + 1 then
+  error('TOLLGATE_BAD_CALL ' .. #ARGV .. ' arguments and ' .. #KEYS .. ' keys for ' .. count .. ' requests')
+end
+
+-- A failed request's answer is its error as text, code first ("WRONGTYPE ...",
+-- "TOLLGATE_CORRUPT ..."): an error reply nested in the array would fail the whole reply in
+-- most clients.
+local function error_text(err)
+  if type(err) == 'table' and err.err then
+    return tostring(err.err)
+  end
+  local text = tostring(err)
+  if string.match(text, '^[A-Z][A-Z_]* ') then
+    return text
+  end
+  return 'ERR ' .. text
+end
+
+local replies = {}
+for i, request in ipairs(requests) do
+  local ok, reply = pcall(decide_request, request.rules, request_now(request.now), request.mode)
+  if ok then
+    replies[i] = reply
+  else
+    replies[i] = error_text(reply)
+  end
+end
+return replies

@@ -1,0 +1,94 @@
+-- tollgate request: every rule of one request, decided all or nothing. A port of
+-- MemoryStore::decide_many, each rule through decide() in prelude.lua (the port of
+-- algorithm::decide, the penalty). Shared by the decision script (decide.lua: one request per
+-- call) and the batch script (batch.lua: many requests per call, each decided by this in turn).
+--
+-- A request is, from ARGV[a] on: now in µs since the Unix epoch ("" for Redis TIME), the number
+-- of rules N (at least 1), the mode, then N rule records (see prelude.lua); and its keys from
+-- KEYS[k] on. The mode is "peek" (change nothing), "commit", or "reserve" (commit, and also
+-- report where each spend went, so that a refund can undo it exactly).
+-- Its answer: 4 integers per rule, in order: allowed (1 or 0), remaining, reset_after_us,
+-- retry_after_us (0 when allowed); with "reserve", then one mark per rule (where its spend went,
+-- 0 when it spent nothing).
+--
+-- With a commit: if an enforced (non-shadow) rule denies, nothing is spent on any rule and only
+-- the rules that denied start their block_for penalty; otherwise every rule spends. A question
+-- takes part in the decision but is never spent and starts no penalty. The rules that would have
+-- allowed in a denied request report their untouched budget.
+
+-- Redis TIME, read once per call: the requests of a batch share it (Redis time does not move
+-- while a script runs anyway).
+local redis_now = nil
+local function request_now(given)
+  if given ~= '' then
+    return now_us(given)
+  end
+  if not redis_now then
+    redis_now = now_us('')
+  end
+  return redis_now
+end
+
+-- The state means nothing once the budget is full again, so it lives exactly that long (rounded
+-- up to whole ms); an idle key vanishes on its own.
+local function expire(rule, reset_after)
+  local ttl_ms = idiv(reset_after + 999, 1000)
+  for _, key in ipairs({rule.state, rule.log}) do
+    if ttl_ms > 0 then
+      redis.call('PEXPIRE', key, ttl_ms)
+    else
+      redis.call('DEL', key)
+    end
+  end
+end
+
+-- Decides the rules of one request and returns its answer (see above).
+local function decide_request(rules, now, mode)
+  local committing = mode ~= 'peek'
+  local outcomes = {}
+  local function commit(i)
+    outcomes[i] = {decide(rules[i], now, true)}
+    expire(rules[i], outcomes[i][3])
+  end
+
+  if #rules == 1 then
+    -- One rule: a denial changes nothing but the penalty, so there is no need to look first.
+    if committing and not rules[1].question then
+      commit(1)
+    else
+      outcomes[1] = {decide(rules[1], now, false)}
+    end
+  else
+    -- Phase 1: look at every rule.
+    local denied = false
+    for i, rule in ipairs(rules) do
+      outcomes[i] = {decide(rule, now, false)}
+      if not rule.shadow and not outcomes[i][1] then
+        denied = true
+      end
+    end
+    -- Phase 2: allowed, every rule spends; denied, only the rules that denied start a penalty.
+    if committing then
+      for i, rule in ipairs(rules) do
+        if not rule.question and (not denied or (not outcomes[i][1] and rule.block_for > 0)) then
+          commit(i)
+        end
+      end
+    end
+  end
+
+  local reply = {}
+  for i = 1, #rules do
+    answer(reply, unpack(outcomes[i]))
+  end
+  if mode == 'reserve' then
+    for i, rule in ipairs(rules) do
+      if outcomes[i][1] and not rule.question then
+        reply[#reply + 1] = rule.impl.mark(rule)
+      else
+        reply[#reply + 1] = 0
+      end
+    end
+  end
+  return reply
+end

@@ -1,0 +1,334 @@
+//! Many decisions per script call: the queues that gather them and the batch call's layout.
+//!
+//! Every script call pays an entry cost in Redis (running the library's top level, reading the
+//! arguments and the time) that is larger than deciding one rule. Decisions that wait for the
+//! same Redis node at the same moment (standalone: the one node; cluster: the same slot, since
+//! a script may only touch one slot) therefore go out together as one call of the batch script
+//! (`lua/batch.lua`), which decides each request in turn exactly as the decision script would
+//! decide it alone.
+//!
+//! Nothing ever waits for a batch to fill. Each lane (node or slot) keeps at most a few calls in
+//! flight; a decision that finds a free place and an empty queue is sent at once, alone, by its
+//! own caller; one that finds every place taken joins the lane's queue, and the next call to
+//! finish hands everything queued (up to [`MAX_BATCH`]) to a sender task as its next call. So
+//! under low load every decision is a single call of the decision script, sent as without
+//! batching, and under high load the queue fills while calls are out, and each call carries what
+//! arrived meanwhile.
+//!
+//! What each decision keeps:
+//!
+//! - its own deadline, counted from when it was asked: the caller stops waiting at its
+//!   deadline, a sender never sends a decision whose deadline has passed or whose caller is
+//!   gone, and a batch call is bounded by the latest deadline among its decisions;
+//! - at most once: a batch call is never sent again (only the answers that prove it did not run
+//!   are followed by another attempt, in `connection`), so no decision is applied twice;
+//! - its independence: a request denied in a batch changes only its own rules' state, and a
+//!   request whose keys hold a value we did not write gets its own error while the others are
+//!   decided; a call that fails as a whole (timeout, connection, breaker) fails each of its
+//!   decisions with that error.
+//!
+//! Batches are sent by tasks of their own, and a caller sending its own call hands the lane on
+//! when it finishes or its future is dropped, so a caller that gives up never strands the
+//! decisions queued behind it.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::{RedisError, Value};
+use tokio::sync::oneshot;
+use tollgate::Error;
+
+use crate::error::{self, BreakerOpen};
+
+/// At most this many decisions per batch call: a bound on the time one call holds Redis (other
+/// clients wait while a script runs) and on the size of its reply.
+pub(crate) const MAX_BATCH: usize = 128;
+
+/// Calls in flight per lane unless the builder says otherwise.
+pub(crate) const DEFAULT_CALLS_IN_FLIGHT: usize = 2;
+
+/// Why a call failed, in a form every decision of a batch can get a copy of.
+#[derive(Debug, Clone)]
+pub(crate) enum Failure {
+    /// Redis failed or answered with an error (or the deadline passed).
+    Redis(RedisError),
+    /// The node's circuit breaker refused the call.
+    Refused(BreakerOpen),
+}
+
+impl Failure {
+    pub(crate) fn into_error(self) -> Error {
+        match self {
+            Failure::Redis(err) => error::store_error(err),
+            Failure::Refused(refusal) => error::breaker_open(refusal),
+        }
+    }
+}
+
+/// The reply of a decision script call: its integers, or why there are none.
+pub(crate) type Answer = Result<Vec<u64>, Failure>;
+
+/// One decision waiting to be sent: the decision script's KEYS and ARGV for it.
+pub(crate) struct Job {
+    pub(crate) keys: Vec<Vec<u8>>,
+    pub(crate) args: Vec<String>,
+    pub(crate) deadline: Instant,
+    answer: oneshot::Sender<Answer>,
+}
+
+impl Job {
+    pub(crate) fn new(
+        keys: Vec<Vec<u8>>,
+        args: Vec<String>,
+        deadline: Instant,
+    ) -> (Job, oneshot::Receiver<Answer>) {
+        let (answer, receiver) = oneshot::channel();
+        (
+            Job {
+                keys,
+                args,
+                deadline,
+                answer,
+            },
+            receiver,
+        )
+    }
+
+    /// Whether the decision may still be sent: its caller still waits and its deadline has not
+    /// passed.
+    pub(crate) fn is_live(&self, now: Instant) -> bool {
+        now < self.deadline && !self.answer.is_closed()
+    }
+
+    pub(crate) fn answer(self, answer: Answer) {
+        // A caller that stopped waiting has its own answer (the deadline) already.
+        let _ = self.answer.send(answer);
+    }
+}
+
+/// The queue and the number of calls in flight of one lane.
+#[derive(Default)]
+struct Lane {
+    queue: Vec<Job>,
+    in_flight: usize,
+}
+
+/// Every lane's queue: lane 0 for standalone Redis, the slot on a cluster.
+pub(crate) struct Lanes {
+    lanes: Mutex<HashMap<u16, Lane>>,
+    calls_in_flight: usize,
+}
+
+impl Lanes {
+    pub(crate) fn new(calls_in_flight: usize) -> Self {
+        Lanes {
+            lanes: Mutex::new(HashMap::new()),
+            calls_in_flight: calls_in_flight.max(1),
+        }
+    }
+
+    /// Queues `job` on `lane`. When the lane has a free place, the caller must start a sender
+    /// for the returned jobs (this one, and any queued before it).
+    pub(crate) fn push(&self, lane: u16, job: Job) -> Option<Vec<Job>> {
+        let mut lanes = self.lanes.lock();
+        let state = lanes.entry(lane).or_default();
+        state.queue.push(job);
+        if state.in_flight < self.calls_in_flight {
+            state.in_flight += 1;
+            return Some(take(&mut state.queue));
+        }
+        None
+    }
+
+    /// A sender of `lane` finished a call: the jobs queued meanwhile for its next call, or
+    /// `None` when there are none (and the sender stops).
+    pub(crate) fn next(&self, lane: u16) -> Option<Vec<Job>> {
+        let mut lanes = self.lanes.lock();
+        let state = lanes.get_mut(&lane)?;
+        if !state.queue.is_empty() {
+            return Some(take(&mut state.queue));
+        }
+        state.in_flight = state.in_flight.saturating_sub(1);
+        if state.in_flight == 0 {
+            // Idle lanes go, so a cluster's 16 384 slots cost nothing while unused.
+            lanes.remove(&lane);
+        }
+        None
+    }
+}
+
+/// Up to [`MAX_BATCH`] jobs from the front of the queue, in the order they were asked.
+fn take(queue: &mut Vec<Job>) -> Vec<Job> {
+    if queue.len() <= MAX_BATCH {
+        return std::mem::take(queue);
+    }
+    queue.drain(..MAX_BATCH).collect()
+}
+
+/// KEYS and ARGV of the batch script for `jobs`, as `lua/batch.lua` says: the number of
+/// requests, then each request's own ARGV, and every request's keys in the same order.
+pub(crate) fn call(jobs: &[Job]) -> (Vec<Vec<u8>>, Vec<String>) {
+    let mut keys = Vec::with_capacity(jobs.iter().map(|j| j.keys.len()).sum());
+    let mut args = Vec::with_capacity(1 + jobs.iter().map(|j| j.args.len()).sum::<usize>());
+    args.push(jobs.len().to_string());
+    for job in jobs {
+        keys.extend(job.keys.iter().cloned());
+        args.extend(job.args.iter().cloned());
+    }
+    (keys, args)
+}
+
+/// Gives each job its part of the batch script's reply (or the failure of the whole call).
+pub(crate) fn answer(jobs: Vec<Job>, reply: Result<Value, Failure>) {
+    let parts = match reply {
+        Ok(Value::Array(parts)) if parts.len() == jobs.len() => parts,
+        Ok(other) => {
+            let failure = Failure::Redis(bad_reply(&other));
+            for job in jobs {
+                job.answer(Err(failure.clone()));
+            }
+            return;
+        }
+        Err(failure) => {
+            for job in jobs {
+                job.answer(Err(failure.clone()));
+            }
+            return;
+        }
+    };
+    for (job, part) in jobs.into_iter().zip(parts) {
+        let answer = match part {
+            Value::BulkString(text) => Err(Failure::Redis(request_error(&text))),
+            part => redis::from_redis_value::<Vec<u64>>(part)
+                .map_err(|e| Failure::Redis(bad_reply_text(e.to_string()))),
+        };
+        job.answer(answer);
+    }
+}
+
+/// The error of one request of a batch, from the text the batch script gives in its place (code
+/// first), read as Redis would have answered it alone: so it keeps its class.
+fn request_error(text: &[u8]) -> RedisError {
+    let text = String::from_utf8_lossy(text).replace(['\r', '\n'], " ");
+    match redis::parse_redis_value(format!("-{text}\r\n").as_bytes()) {
+        Ok(Value::ServerError(err)) => err.into(),
+        _ => bad_reply_text(text),
+    }
+}
+
+fn bad_reply(reply: &Value) -> RedisError {
+    bad_reply_text(format!("{reply:?}"))
+}
+
+fn bad_reply_text(detail: String) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected batch script reply",
+        detail,
+    ))
+}
+
+/// How long a call carrying decisions with these deadlines may take: until the latest of them.
+pub(crate) fn time_left(jobs: &[Job], now: Instant) -> Duration {
+    jobs.iter()
+        .map(|j| j.deadline.saturating_duration_since(now))
+        .max()
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(deadline: Instant) -> (Job, oneshot::Receiver<Answer>) {
+        Job::new(
+            vec![b"k".to_vec()],
+            vec!["".into(), "1".into(), "commit".into()],
+            deadline,
+        )
+    }
+
+    #[test]
+    fn a_free_lane_sends_at_once_and_a_busy_one_queues() {
+        let lanes = Lanes::new(1);
+        let later = Instant::now() + Duration::from_secs(60);
+        let (first, _a) = job(later);
+        let sent = lanes.push(0, first).expect("a free lane sends at once");
+        assert_eq!(sent.len(), 1);
+        let (second, _b) = job(later);
+        let (third, _c) = job(later);
+        assert!(lanes.push(0, second).is_none(), "the only place is taken");
+        assert!(lanes.push(0, third).is_none());
+        // Another lane is not held up by this one.
+        let (other, _d) = job(later);
+        assert!(lanes.push(7, other).is_some());
+        let next = lanes.next(0).expect("what queued meanwhile");
+        assert_eq!(next.len(), 2);
+        assert!(lanes.next(0).is_none(), "nothing left: the sender stops");
+        let (fourth, _e) = job(later);
+        assert!(lanes.push(0, fourth).is_some(), "the place is free again");
+    }
+
+    #[test]
+    fn a_batch_holds_at_most_max_batch() {
+        let lanes = Lanes::new(1);
+        let later = Instant::now() + Duration::from_secs(60);
+        let mut receivers = vec![];
+        let (first, r) = job(later);
+        receivers.push(r);
+        assert!(lanes.push(0, first).is_some());
+        for _ in 0..MAX_BATCH + 5 {
+            let (j, r) = job(later);
+            receivers.push(r);
+            assert!(lanes.push(0, j).is_none());
+        }
+        assert_eq!(lanes.next(0).map(|b| b.len()), Some(MAX_BATCH));
+        assert_eq!(lanes.next(0).map(|b| b.len()), Some(5));
+        assert!(lanes.next(0).is_none());
+    }
+
+    #[test]
+    fn a_job_whose_caller_left_or_deadline_passed_is_not_live() {
+        let now = Instant::now();
+        let (gone, receiver) = job(now + Duration::from_secs(60));
+        drop(receiver);
+        assert!(!gone.is_live(now));
+        let (late, _r) = job(now);
+        assert!(!late.is_live(now));
+        let (waiting, _w) = job(now + Duration::from_secs(60));
+        assert!(waiting.is_live(now));
+    }
+
+    #[test]
+    fn the_batch_call_is_each_request_in_turn() {
+        let later = Instant::now() + Duration::from_secs(60);
+        let (a, _a) = job(later);
+        let (b, _b) = Job::new(
+            vec![b"s".to_vec(), b"l".to_vec()],
+            vec!["".into(), "1".into(), "peek".into()],
+            later,
+        );
+        let (keys, args) = call(&[a, b]);
+        assert_eq!(keys, [b"k".to_vec(), b"s".to_vec(), b"l".to_vec()]);
+        assert_eq!(args, ["2", "", "1", "commit", "", "1", "peek"]);
+    }
+
+    #[tokio::test]
+    async fn each_request_gets_its_own_part_of_the_reply() {
+        let later = Instant::now() + Duration::from_secs(60);
+        let (a, ra) = job(later);
+        let (b, rb) = job(later);
+        let failed = Value::BulkString(b"WRONGTYPE wrong kind".to_vec());
+        answer(
+            vec![a, b],
+            Ok(Value::Array(vec![
+                Value::Array(vec![Value::Int(1), Value::Int(4), Value::Int(10), Value::Int(0)]),
+                failed,
+            ])),
+        );
+        assert_eq!(ra.await.expect("answered").expect("decided"), [1, 4, 10, 0]);
+        let err = rb.await.expect("answered").expect_err("its own error");
+        assert_eq!(err.into_error().class(), Some("corrupt"));
+    }
+}
