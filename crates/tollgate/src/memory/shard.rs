@@ -19,8 +19,9 @@ use std::collections::hash_map::RandomState;
 
 use hashbrown::HashTable;
 
+use super::cell::GcraCell;
 use super::key::{self, KeyBytes, Lookup, Owner};
-use crate::algorithm::KeyState;
+use crate::algorithm::{AlgorithmState, KeyState, gcra};
 use crate::attempts::Attempts;
 
 /// Occupied slots sampled per eviction.
@@ -30,6 +31,8 @@ const EVICTION_SAMPLES: usize = 8;
 #[derive(Debug, Clone)]
 pub(crate) enum Value {
     Limit(KeyState),
+    /// A GCRA key without an active penalty, decided by compare-and-swap (see [`super::cell`]).
+    Gcra(GcraCell),
     Attempts(Attempts),
 }
 
@@ -43,9 +46,11 @@ pub(crate) struct Slot {
     pub(crate) value: Value,
     /// From this second on (since the Unix epoch, rounded up), the value means nothing and the
     /// slot may be dropped. Whole seconds keep the slot small; a state past its reset time is
-    /// equivalent to no state, so keeping it up to a second longer changes no decision.
+    /// equivalent to no state, so keeping it up to a second longer changes no decision. Unused
+    /// while the value is a [`GcraCell`], whose TAT says it exactly.
     expires_at_s: u32,
-    /// Until this second (rounded up) the slot must not be evicted; 0 for never hot.
+    /// Until this second (rounded up) the slot must not be evicted; 0 for never hot. Unused
+    /// while the value is a [`GcraCell`].
     hot_until_s: u32,
 }
 
@@ -78,7 +83,10 @@ impl Slot {
 
     #[inline]
     pub(crate) fn expires_at_us(&self) -> u64 {
-        micros(self.expires_at_s)
+        match &self.value {
+            Value::Gcra(cell) => cell.expires_at_us(),
+            _ => micros(self.expires_at_s),
+        }
     }
 
     #[inline]
@@ -88,7 +96,10 @@ impl Slot {
 
     #[inline]
     pub(crate) fn hot_until_us(&self) -> u64 {
-        micros(self.hot_until_s)
+        match &self.value {
+            Value::Gcra(cell) => cell.hot_until_us(),
+            _ => micros(self.hot_until_s),
+        }
     }
 
     #[inline]
@@ -98,6 +109,35 @@ impl Slot {
 
     fn hot(&self, now_us: u64) -> bool {
         self.hot_until_us() > now_us
+    }
+
+    /// Turns a [`GcraCell`] back into a plain state with its times, for the locked path (which
+    /// holds the write lock, so no swap can race this).
+    #[inline]
+    pub(crate) fn thaw(&mut self) {
+        if let Value::Gcra(cell) = &self.value {
+            self.expires_at_s = seconds_up(cell.expires_at_us());
+            self.hot_until_s = seconds_up(cell.hot_until_us());
+            let tat_us = cell.tat_us();
+            self.value = Value::Limit(KeyState {
+                algorithm: AlgorithmState::Gcra(gcra::State { tat_us }),
+                blocked_until_us: 0,
+            });
+        }
+    }
+
+    /// Hands a GCRA state with no active penalty to the lock-free path. A blocked key stays a
+    /// plain state until its block is over, so the penalty is always decided under the lock.
+    #[inline]
+    pub(crate) fn freeze(&mut self, params: &gcra::Gcra, now_us: u64) {
+        if let Value::Limit(KeyState {
+            algorithm: AlgorithmState::Gcra(state),
+            blocked_until_us,
+        }) = &self.value
+            && *blocked_until_us <= now_us
+        {
+            self.value = Value::Gcra(GcraCell::new(params, state.tat_us));
+        }
     }
 }
 
@@ -132,6 +172,13 @@ impl Shard {
 
     pub(crate) fn len(&self) -> usize {
         self.table.len()
+    }
+
+    /// The slot of `lookup`, expired or not, for the read-locked path.
+    #[inline]
+    pub(crate) fn find(&self, hash: u64, lookup: Lookup<'_>) -> Option<&Slot> {
+        self.table
+            .find(hash, |slot| lookup.matches(&slot.owner, &slot.key))
     }
 
     /// The slot of `lookup`, expired or not.
@@ -241,7 +288,7 @@ impl Shard {
     /// Among a few random occupied buckets, the one that is not hot and expires soonest.
     fn sample_victim(&mut self, now_us: u64, spare: &impl Fn(&Slot) -> bool) -> Option<usize> {
         let buckets = self.table.num_buckets() as u64;
-        let mut best: Option<(usize, u32)> = None;
+        let mut best: Option<(usize, u64)> = None;
         let mut sampled = 0;
         // The table is at least a little under half full, so this finds enough occupied buckets.
         for _ in 0..EVICTION_SAMPLES * 4 {
@@ -249,8 +296,9 @@ impl Shard {
             let Some(slot) = self.table.get_bucket(bucket) else {
                 continue;
             };
-            if !slot.hot(now_us) && !spare(slot) && best.is_none_or(|(_, e)| slot.expires_at_s < e) {
-                best = Some((bucket, slot.expires_at_s));
+            let expires_at_us = slot.expires_at_us();
+            if !slot.hot(now_us) && !spare(slot) && best.is_none_or(|(_, e)| expires_at_us < e) {
+                best = Some((bucket, expires_at_us));
             }
             sampled += 1;
             if sampled == EVICTION_SAMPLES {

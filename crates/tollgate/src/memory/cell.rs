@@ -1,0 +1,189 @@
+//! The GCRA state of a stored key in an atomic, so the common check needs no exclusive lock.
+//!
+//! GCRA keeps one number per key, the theoretical arrival time (TAT), and a check either moves it
+//! forward or leaves it alone. That makes the common case a compare-and-swap: read the TAT, read
+//! the clock, run the same pure step as everywhere else ([`Gcra::step`]), and swap the new TAT in
+//! if nobody moved it meanwhile (else read again and retry). Checks of one key run side by side
+//! under the shard's *read* lock; only the slot's first insert, penalties, eviction, reset and
+//! policy changes take the write lock.
+//!
+//! Why this stays exact: a swap succeeds only if the TAT is still the one the step started from,
+//! so every admitted request is decided on the state every earlier admitted request left, in the
+//! order of the swaps. The clock is read *after* the TAT, so a later swap has also read a later
+//! (or equal) time: time runs forward along the swaps as it did under a lock. A denial writes
+//! nothing (GCRA does not record denials), so it is decided on one consistent reading.
+//!
+//! When the step denies and the policy has a penalty (`block_for`), the answer here is not final:
+//! the penalty must be recorded, so the caller goes to the locked path, which decides again.
+//!
+//! The slot keeps no separate expiry or "hot" time for a cell: both follow from the TAT (the key
+//! is back to its whole burst at the TAT; it is out of budget until `TAT + interval − tolerance`),
+//! so they can never disagree with it, and they only move forward between two locked visits,
+//! which is what the shard's eviction bookkeeping assumes.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::Clock;
+use crate::algorithm::Outcome;
+use crate::algorithm::gcra::{Gcra, State};
+
+/// A key's GCRA TAT with the parameters it was last decided under.
+#[derive(Debug)]
+pub(crate) struct GcraCell {
+    tat_us: AtomicU64,
+    /// The policy's interval and tolerance when the cell was made. A policy rebuilt under the same
+    /// name with another rate or burst does not match, and goes through the locked path.
+    interval_us: u64,
+    tolerance_us: u64,
+}
+
+/// What the lock-free step decided.
+pub(crate) enum Step {
+    /// Final: nothing more to record.
+    Done(Outcome),
+    /// Denied under a policy with a penalty: decide again under the write lock.
+    Locked,
+}
+
+impl GcraCell {
+    pub(crate) fn new(params: &Gcra, tat_us: u64) -> Self {
+        GcraCell {
+            tat_us: AtomicU64::new(tat_us),
+            interval_us: params.rate().interval_us(),
+            tolerance_us: params.tolerance_us(),
+        }
+    }
+
+    /// True when the cell was made for these parameters.
+    #[inline]
+    pub(crate) fn fits(&self, params: &Gcra) -> bool {
+        self.interval_us == params.rate().interval_us() && self.tolerance_us == params.tolerance_us()
+    }
+
+    /// The TAT now. Callers holding the write lock see the last swap.
+    #[inline]
+    pub(crate) fn tat_us(&self) -> u64 {
+        self.tat_us.load(Ordering::Acquire)
+    }
+
+    /// When the key is back to its whole burst: after that the cell means nothing.
+    #[inline]
+    pub(crate) fn expires_at_us(&self) -> u64 {
+        self.tat_us()
+    }
+
+    /// Until when a request of cost 1 would be denied (see
+    /// [`hot_until_us`](crate::algorithm::hot_until_us)): `TAT + interval − tolerance`.
+    #[inline]
+    pub(crate) fn hot_until_us(&self) -> u64 {
+        (self.tat_us() + self.interval_us).saturating_sub(self.tolerance_us)
+    }
+
+    /// Decides a request of `cost` without the write lock; see the [module docs](self).
+    #[inline]
+    pub(crate) fn step(
+        &self,
+        params: &Gcra,
+        penalty: bool,
+        clock: &impl Clock,
+        cost: u64,
+        commit: bool,
+    ) -> Step {
+        let mut seen = self.tat_us.load(Ordering::Acquire);
+        loop {
+            let now_us = clock.now_us();
+            let mut state = Some(State { tat_us: seen });
+            let outcome = params.step(&mut state, now_us, cost, commit);
+            if !outcome.allowed {
+                return if penalty && commit {
+                    Step::Locked
+                } else {
+                    Step::Done(outcome)
+                };
+            }
+            let tat_us = state.map_or(seen, |s| s.tat_us);
+            if !commit || tat_us == seen {
+                return Step::Done(outcome);
+            }
+            match self
+                .tat_us
+                .compare_exchange_weak(seen, tat_us, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Step::Done(outcome),
+                Err(now_seen) => seen = now_seen,
+            }
+        }
+    }
+}
+
+impl Clone for GcraCell {
+    fn clone(&self) -> Self {
+        GcraCell {
+            tat_us: AtomicU64::new(self.tat_us()),
+            interval_us: self.interval_us,
+            tolerance_us: self.tolerance_us,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ManualClock, Rate};
+
+    fn params() -> Gcra {
+        Gcra::new(Rate::per_second(10).unwrap(), 5).unwrap()
+    }
+
+    #[test]
+    fn decides_as_the_pure_step_does() {
+        let params = params();
+        let clock = ManualClock::new(1_000_000);
+        let cell = GcraCell::new(&params, 0);
+        let mut state = None;
+        for at in [0, 0, 0, 0, 0, 0, 50_000, 100_000, 150_000, 900_000] {
+            clock.set_us(1_000_000 + at);
+            let expected = params.step(&mut state, 1_000_000 + at, 1, true);
+            let Step::Done(got) = cell.step(&params, false, &clock, 1, true) else {
+                panic!("no penalty, so never locked")
+            };
+            assert_eq!(got, expected, "at {at}");
+        }
+        assert_eq!(
+            Some(State {
+                tat_us: cell.tat_us()
+            }),
+            state
+        );
+    }
+
+    #[test]
+    fn a_denial_under_a_penalty_goes_to_the_lock_and_records_nothing() {
+        let params = params();
+        let clock = ManualClock::new(0);
+        let cell = GcraCell::new(&params, 500_000);
+        assert!(matches!(cell.step(&params, true, &clock, 1, true), Step::Locked));
+        assert!(matches!(cell.step(&params, true, &clock, 1, false), Step::Done(o) if !o.allowed));
+        assert_eq!(cell.tat_us(), 500_000);
+    }
+
+    #[test]
+    fn a_peek_moves_nothing() {
+        let params = params();
+        let clock = ManualClock::new(0);
+        let cell = GcraCell::new(&params, 0);
+        assert!(matches!(cell.step(&params, false, &clock, 1, false), Step::Done(o) if o.remaining == 4));
+        assert_eq!(cell.tat_us(), 0);
+    }
+
+    #[test]
+    fn expiry_and_hotness_follow_the_tat() {
+        let params = params();
+        let cell = GcraCell::new(&params, 1_000_000);
+        assert_eq!(cell.expires_at_us(), 1_000_000);
+        // Out of budget while TAT - now > tolerance - interval = 400 ms.
+        assert_eq!(cell.hot_until_us(), 600_000);
+        assert!(cell.fits(&params));
+        assert!(!cell.fits(&Gcra::new(Rate::per_second(10).unwrap(), 6).unwrap()));
+    }
+}
