@@ -50,9 +50,15 @@ fn a_hot_key_admits_exactly_its_refill_in_every_phase() {
         let clock = ManualClock::new(START_US);
         let store = MemoryStore::builder().clock(clock.clone()).build();
         let policy = Policy::new("hot", algorithm).unwrap();
-        assert_eq!(hammer(&store, &policy, "k", 1, CHECKS_PER_THREAD), 200, "{name}: the burst");
+        assert_eq!(
+            hammer(&store, &policy, "k", 1, CHECKS_PER_THREAD),
+            200,
+            "{name}: the burst"
+        );
         for (phase, (advance_ms, cost, expected)) in
-            [(1, 1, 1), (37, 1, 37), (10, 3, 3), (500, 2, 100), (0, 1, 0)].into_iter().enumerate()
+            [(1, 1, 1), (37, 1, 37), (10, 3, 3), (500, 2, 100), (0, 1, 0)]
+                .into_iter()
+                .enumerate()
         {
             clock.advance(Duration::from_millis(advance_ms));
             let admitted = hammer(&store, &policy, "k", cost, CHECKS_PER_THREAD / 4);
@@ -78,7 +84,11 @@ fn a_penalty_started_under_contention_holds_for_every_thread() {
         clock.advance(Duration::from_secs(59));
         assert_eq!(hammer(&store, &policy, "k", 1, 200), 0, "{name}: still blocked");
         clock.advance(Duration::from_secs(1));
-        assert_eq!(hammer(&store, &policy, "k", 1, CHECKS_PER_THREAD), 100, "{name}: block over");
+        assert_eq!(
+            hammer(&store, &policy, "k", 1, CHECKS_PER_THREAD),
+            100,
+            "{name}: block over"
+        );
     }
 }
 
@@ -95,7 +105,11 @@ fn a_flood_beside_a_hot_key_neither_forgets_it_nor_breaks_its_count() {
             .clock(ManualClock::new(START_US))
             .build();
         let policy = Policy::new("hot", algorithm).unwrap();
-        assert_eq!(hammer(&store, &policy, "hot", 1, CHECKS_PER_THREAD), 500, "{name}: the burst");
+        assert_eq!(
+            hammer(&store, &policy, "hot", 1, CHECKS_PER_THREAD),
+            500,
+            "{name}: the burst"
+        );
         let admitted = AtomicU64::new(0);
         let flooding = AtomicBool::new(true);
         std::thread::scope(|s| {
@@ -118,7 +132,10 @@ fn a_flood_beside_a_hot_key_neither_forgets_it_nor_breaks_its_count() {
         assert!(!flooding.load(Ordering::Relaxed));
         assert_eq!(admitted.into_inner(), 0, "{name}");
         assert!(store.len() <= 256, "{name}: bounded");
-        assert!(!store.check(&policy, "hot", 1).unwrap().allowed, "{name}: not forgotten");
+        assert!(
+            !store.check(&policy, "hot", 1).unwrap().allowed,
+            "{name}: not forgotten"
+        );
     }
 }
 
@@ -129,8 +146,14 @@ fn a_flood_beside_a_hot_key_neither_forgets_it_nor_breaks_its_count() {
 fn resets_and_policy_changes_race_the_fast_path_without_overspending() {
     let rate = Rate::per_hour(1).unwrap();
     for (small, large) in [
-        (fast_algorithms(50, rate)[0].clone(), fast_algorithms(80, rate)[0].clone()),
-        (fast_algorithms(50, rate)[1].clone(), fast_algorithms(80, rate)[1].clone()),
+        (
+            fast_algorithms(50, rate)[0].clone(),
+            fast_algorithms(80, rate)[0].clone(),
+        ),
+        (
+            fast_algorithms(50, rate)[1].clone(),
+            fast_algorithms(80, rate)[1].clone(),
+        ),
     ] {
         let name = small.name();
         let store = MemoryStore::builder().clock(ManualClock::new(START_US)).build();
@@ -162,7 +185,11 @@ fn resets_and_policy_changes_race_the_fast_path_without_overspending() {
         assert!(admitted >= 50, "{name}: {admitted}");
         assert!(admitted <= 80 * (RESETS + 1), "{name}: {admitted}");
         store.reset(&small, "k").unwrap();
-        assert_eq!(hammer(&store, &large, "k", 1, CHECKS_PER_THREAD), 80, "{name}: whole burst after a reset");
+        assert_eq!(
+            hammer(&store, &large, "k", 1, CHECKS_PER_THREAD),
+            80,
+            "{name}: whole burst after a reset"
+        );
     }
 }
 

@@ -1,9 +1,12 @@
-//! The GCRA state of a stored key in an atomic, so the common check needs no exclusive lock.
+//! The GCRA and token bucket state of a stored key in one atomic word, so the common check needs
+//! no exclusive lock.
 //!
 //! GCRA keeps one number per key, the theoretical arrival time (TAT), and a check either moves it
 //! forward or leaves it alone. That makes the common case a compare-and-swap: read the TAT, read
 //! the clock, run the same pure step as everywhere else ([`Gcra::step`]), and swap the new TAT in
-//! if nobody moved it meanwhile (else read again and retry). Checks of one key run side by side
+//! if nobody moved it meanwhile (else read again and retry). A token bucket's two numbers (whole
+//! tokens, at most 10^9, and the time the next token started accruing) are packed into one word
+//! the same way ([`BucketCell`]), and decided by [`TokenBucket::step`]. Checks of one key run side by side
 //! under the shard's *read* lock; only the slot's first insert, penalties, eviction, reset and
 //! policy changes take the write lock.
 //!
@@ -16,16 +19,19 @@
 //! When the step denies and the policy has a penalty (`block_for`), the answer here is not final:
 //! the penalty must be recorded, so the caller goes to the locked path, which decides again.
 //!
-//! The slot keeps no separate expiry or "hot" time for a cell: both follow from the TAT (the key
-//! is back to its whole burst at the TAT; it is out of budget until `TAT + interval − tolerance`),
-//! so they can never disagree with it, and they only move forward between two locked visits,
-//! which is what the shard's eviction bookkeeping assumes.
+//! The slot keeps no separate expiry or "hot" time for a cell: both follow from the state (a
+//! GCRA key is back to its whole burst at the TAT and out of budget until
+//! `TAT + interval − tolerance`; a bucket is full once its missing tokens have accrued and out of
+//! budget while empty until its next token), so they can never disagree with it. Between two
+//! locked visits they only move forward, or end once their time has passed, which is what the
+//! shard's eviction bookkeeping assumes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::Clock;
 use crate::algorithm::Outcome;
 use crate::algorithm::gcra::{Gcra, State};
+use crate::algorithm::token_bucket::{self, TokenBucket};
 
 /// A key's GCRA TAT with the parameters it was last decided under.
 #[derive(Debug)]
@@ -116,6 +122,139 @@ impl GcraCell {
     }
 }
 
+/// Bits of the bucket word holding the refill time, as µs after the cell's base second: 2^34 µs
+/// is 4.7 hours. The other 30 bits hold the tokens (a capacity is at most 10^9 < 2^30). A refill
+/// time outside that range goes through the locked path, which makes a new cell with a new base.
+const OFFSET_BITS: u32 = 34;
+const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
+
+/// A key's token bucket (tokens and refill time in one word) with the parameters it was last
+/// decided under.
+#[derive(Debug)]
+pub(crate) struct BucketCell {
+    word: AtomicU64,
+    /// The second (since the Unix epoch) the packed refill time counts from.
+    base_s: u32,
+    capacity: u32,
+    refill_interval_us: u64,
+}
+
+impl BucketCell {
+    /// `None` when the state cannot be packed (it then stays a plain state under the lock).
+    pub(crate) fn new(params: &TokenBucket, state: token_bucket::State) -> Option<Self> {
+        let base_s = u32::try_from(state.refilled_at_us / 1_000_000).ok()?;
+        let cell = BucketCell {
+            word: AtomicU64::new(0),
+            base_s,
+            capacity: u32::try_from(params.capacity()).ok()?,
+            refill_interval_us: params.refill().interval_us(),
+        };
+        cell.word.store(cell.pack(state)?, Ordering::Relaxed);
+        Some(cell)
+    }
+
+    #[inline]
+    pub(crate) fn fits(&self, params: &TokenBucket) -> bool {
+        u64::from(self.capacity) == params.capacity()
+            && self.refill_interval_us == params.refill().interval_us()
+    }
+
+    #[inline]
+    fn base_us(&self) -> u64 {
+        u64::from(self.base_s) * 1_000_000
+    }
+
+    #[inline]
+    fn pack(&self, state: token_bucket::State) -> Option<u64> {
+        let offset = state.refilled_at_us.checked_sub(self.base_us())?;
+        (offset <= OFFSET_MASK && state.tokens < 1 << (64 - OFFSET_BITS))
+            .then_some(state.tokens << OFFSET_BITS | offset)
+    }
+
+    #[inline]
+    fn unpack(&self, word: u64) -> token_bucket::State {
+        token_bucket::State {
+            tokens: word >> OFFSET_BITS,
+            refilled_at_us: self.base_us() + (word & OFFSET_MASK),
+        }
+    }
+
+    /// The bucket as last written. Callers holding the write lock see the last swap.
+    #[inline]
+    pub(crate) fn state(&self) -> token_bucket::State {
+        self.unpack(self.word.load(Ordering::Acquire))
+    }
+
+    /// When the bucket is full again if nothing else arrives.
+    #[inline]
+    pub(crate) fn expires_at_us(&self) -> u64 {
+        let s = self.state();
+        let missing = u64::from(self.capacity).saturating_sub(s.tokens);
+        s.refilled_at_us
+            .saturating_add(missing.saturating_mul(self.refill_interval_us))
+    }
+
+    /// While empty, a request of cost 1 is denied until the next token.
+    #[inline]
+    pub(crate) fn hot_until_us(&self) -> u64 {
+        let s = self.state();
+        if s.tokens == 0 {
+            s.refilled_at_us.saturating_add(self.refill_interval_us)
+        } else {
+            0
+        }
+    }
+
+    /// Decides a request of `cost` without the write lock; see the [module docs](self).
+    #[inline]
+    pub(crate) fn step(
+        &self,
+        params: &TokenBucket,
+        penalty: bool,
+        clock: &impl Clock,
+        cost: u64,
+        commit: bool,
+    ) -> Step {
+        let mut seen = self.word.load(Ordering::Acquire);
+        loop {
+            let now_us = clock.now_us();
+            let mut state = Some(self.unpack(seen));
+            let outcome = params.step(&mut state, now_us, cost, commit);
+            if !outcome.allowed {
+                return if penalty && commit {
+                    Step::Locked
+                } else {
+                    Step::Done(outcome)
+                };
+            }
+            if !commit {
+                return Step::Done(outcome);
+            }
+            let Some(word) = state.and_then(|s| self.pack(s)) else {
+                return Step::Locked;
+            };
+            match self
+                .word
+                .compare_exchange_weak(seen, word, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Step::Done(outcome),
+                Err(now_seen) => seen = now_seen,
+            }
+        }
+    }
+}
+
+impl Clone for BucketCell {
+    fn clone(&self) -> Self {
+        BucketCell {
+            word: AtomicU64::new(self.word.load(Ordering::Acquire)),
+            base_s: self.base_s,
+            capacity: self.capacity,
+            refill_interval_us: self.refill_interval_us,
+        }
+    }
+}
+
 impl Clone for GcraCell {
     fn clone(&self) -> Self {
         GcraCell {
@@ -174,6 +313,67 @@ mod tests {
         let cell = GcraCell::new(&params, 0);
         assert!(matches!(cell.step(&params, false, &clock, 1, false), Step::Done(o) if o.remaining == 4));
         assert_eq!(cell.tat_us(), 0);
+    }
+
+    fn bucket() -> TokenBucket {
+        TokenBucket::new(5, Rate::per_second(10).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_bucket_decides_as_the_pure_step_does() {
+        let params = bucket();
+        let clock = ManualClock::new(7_300_000);
+        let mut state = Some(token_bucket::State {
+            tokens: 5,
+            refilled_at_us: 7_300_000,
+        });
+        let cell = BucketCell::new(&params, state.unwrap()).unwrap();
+        for (at, cost) in [
+            (0, 1),
+            (0, 3),
+            (0, 2),
+            (50_000, 1),
+            (120_000, 1),
+            (130_000, 1),
+            (900_000, 4),
+        ] {
+            clock.set_us(7_300_000 + at);
+            let expected = params.step(&mut state, 7_300_000 + at, cost, true);
+            let Step::Done(got) = cell.step(&params, false, &clock, cost, true) else {
+                panic!("no penalty and in range, so never locked")
+            };
+            assert_eq!(got, expected, "at {at}");
+            assert_eq!(Some(cell.state()), state, "at {at}");
+        }
+    }
+
+    #[test]
+    fn a_bucket_packs_tokens_and_time_and_refuses_what_does_not_fit() {
+        let params = bucket();
+        let state = token_bucket::State {
+            tokens: 3,
+            refilled_at_us: 1_700_000_123_456_789,
+        };
+        let cell = BucketCell::new(&params, state).unwrap();
+        assert_eq!(cell.state(), state);
+        assert!(cell.fits(&params));
+        assert!(!cell.fits(&TokenBucket::new(6, Rate::per_second(10).unwrap()).unwrap()));
+        // Two tokens missing at 100 ms each: full 200 ms after the refill time.
+        assert_eq!(cell.expires_at_us(), 1_700_000_123_656_789);
+        assert_eq!(cell.hot_until_us(), 0);
+        // Five hours after its base the refill time no longer fits: the lock takes over.
+        let clock = ManualClock::new(1_700_000_123_456_789 + 5 * 3_600_000_000);
+        assert!(matches!(cell.step(&params, false, &clock, 1, true), Step::Locked));
+        assert_eq!(cell.state(), state);
+        let empty = BucketCell::new(
+            &params,
+            token_bucket::State {
+                tokens: 0,
+                refilled_at_us: 1_000,
+            },
+        )
+        .unwrap();
+        assert_eq!(empty.hot_until_us(), 101_000);
     }
 
     #[test]

@@ -409,8 +409,8 @@ impl<C: Clock> MemoryStore<C> {
         Ok(Attempts::status(counter.as_ref(), now_us, max_attempts))
     }
 
-    /// One rule: the key hashed once, one shard lock, no allocation. A stored GCRA key without an
-    /// active penalty is decided under the shard's read lock by compare-and-swap (see
+    /// One rule: the key hashed once, one shard lock, no allocation. A stored GCRA or token
+    /// bucket key without an active penalty is decided under the shard's read lock by compare-and-swap (see
     /// [`cell`]); everything else (a first insert, a penalty, another algorithm) under its write
     /// lock.
     #[inline]
@@ -418,14 +418,21 @@ impl<C: Clock> MemoryStore<C> {
         let lookup = Lookup::limit(policy.shared_name(), key);
         let hash = lookup.hash(&self.hasher);
         let lock = self.shard(hash);
-        if let Algorithm::Gcra(params) = policy.algorithm() {
+        if matches!(policy.algorithm(), Algorithm::Gcra(_) | Algorithm::TokenBucket(_)) {
             let shard = lock.read();
-            if let Some(slot) = shard.find(hash, lookup)
-                && let shard::Value::Gcra(cell) = &slot.value
-                && cell.fits(params)
-                && let Step::Done(outcome) =
-                    cell.step(params, policy.block_for_us().is_some(), &self.clock, cost, commit)
-            {
+            let penalty = policy.block_for_us().is_some();
+            let step = shard
+                .find(hash, lookup)
+                .map(|slot| match (&slot.value, policy.algorithm()) {
+                    (Value::Gcra(cell), Algorithm::Gcra(params)) if cell.fits(params) => {
+                        cell.step(params, penalty, &self.clock, cost, commit)
+                    }
+                    (Value::Bucket(cell), Algorithm::TokenBucket(params)) if cell.fits(params) => {
+                        cell.step(params, penalty, &self.clock, cost, commit)
+                    }
+                    _ => Step::Locked,
+                });
+            if let Some(Step::Done(outcome)) = step {
                 return Ok(Decision::from_outcome(outcome, policy.max_cost()));
             }
         }
@@ -583,17 +590,11 @@ fn decide_in(
     commit: bool,
     now_us: u64,
 ) -> Result<Outcome, Full> {
-    let gcra = match policy.algorithm() {
-        Algorithm::Gcra(params) => Some(params),
-        _ => None,
-    };
     if let Some(slot) = shard.find_mut(hash, lookup) {
         slot.thaw();
         let expired = slot.expired(now_us);
         if expired && !commit {
-            if let Some(params) = gcra {
-                slot.freeze(params, now_us);
-            }
+            slot.freeze(policy.algorithm(), now_us);
             return Ok(algorithm::decide(
                 policy,
                 &mut KeyState::default(),
@@ -616,9 +617,7 @@ fn decide_in(
         };
         let outcome = algorithm::decide(policy, state, now_us, cost, commit);
         if !commit {
-            if let Some(params) = gcra {
-                slot.freeze(params, now_us);
-            }
+            slot.freeze(policy.algorithm(), now_us);
             return Ok(outcome);
         }
         let next_hot_us = next_hot_until_us(policy, state, now_us, &outcome, hot_until_us);
@@ -626,9 +625,7 @@ fn decide_in(
         let expires_at_us = now_us + outcome.reset_after_us;
         slot.set_expires_at_us(expires_at_us);
         let cooled = hot_until_us > now_us && next_hot_us <= now_us;
-        if let Some(params) = gcra {
-            slot.freeze(params, now_us);
-        }
+        slot.freeze(policy.algorithm(), now_us);
         shard.note_expiry(expires_at_us);
         if cooled {
             shard.note_cooled();
@@ -645,9 +642,7 @@ fn decide_in(
             now_us + outcome.reset_after_us,
             hot_until_us,
         );
-        if let Some(params) = gcra {
-            slot.freeze(params, now_us);
-        }
+        slot.freeze(policy.algorithm(), now_us);
         shard.insert(hash, slot, now_us)?;
     }
     Ok(outcome)

@@ -19,8 +19,9 @@ use std::collections::hash_map::RandomState;
 
 use hashbrown::HashTable;
 
-use super::cell::GcraCell;
+use super::cell::{BucketCell, GcraCell};
 use super::key::{self, KeyBytes, Lookup, Owner};
+use crate::Algorithm;
 use crate::algorithm::{AlgorithmState, KeyState, gcra};
 use crate::attempts::Attempts;
 
@@ -33,6 +34,8 @@ pub(crate) enum Value {
     Limit(KeyState),
     /// A GCRA key without an active penalty, decided by compare-and-swap (see [`super::cell`]).
     Gcra(GcraCell),
+    /// The same for a token bucket.
+    Bucket(BucketCell),
     Attempts(Attempts),
 }
 
@@ -47,10 +50,10 @@ pub(crate) struct Slot {
     /// From this second on (since the Unix epoch, rounded up), the value means nothing and the
     /// slot may be dropped. Whole seconds keep the slot small; a state past its reset time is
     /// equivalent to no state, so keeping it up to a second longer changes no decision. Unused
-    /// while the value is a [`GcraCell`], whose TAT says it exactly.
+    /// while the value is a cell ([`GcraCell`], [`BucketCell`]), whose state says it exactly.
     expires_at_s: u32,
     /// Until this second (rounded up) the slot must not be evicted; 0 for never hot. Unused
-    /// while the value is a [`GcraCell`].
+    /// while the value is a cell.
     hot_until_s: u32,
 }
 
@@ -85,6 +88,7 @@ impl Slot {
     pub(crate) fn expires_at_us(&self) -> u64 {
         match &self.value {
             Value::Gcra(cell) => cell.expires_at_us(),
+            Value::Bucket(cell) => cell.expires_at_us(),
             _ => micros(self.expires_at_s),
         }
     }
@@ -98,6 +102,7 @@ impl Slot {
     pub(crate) fn hot_until_us(&self) -> u64 {
         match &self.value {
             Value::Gcra(cell) => cell.hot_until_us(),
+            Value::Bucket(cell) => cell.hot_until_us(),
             _ => micros(self.hot_until_s),
         }
     }
@@ -111,33 +116,49 @@ impl Slot {
         self.hot_until_us() > now_us
     }
 
-    /// Turns a [`GcraCell`] back into a plain state with its times, for the locked path (which
-    /// holds the write lock, so no swap can race this).
+    /// Turns a cell back into a plain state with its times, for the locked path (which holds the
+    /// write lock, so no swap can race this).
     #[inline]
     pub(crate) fn thaw(&mut self) {
-        if let Value::Gcra(cell) = &self.value {
-            self.expires_at_s = seconds_up(cell.expires_at_us());
-            self.hot_until_s = seconds_up(cell.hot_until_us());
-            let tat_us = cell.tat_us();
-            self.value = Value::Limit(KeyState {
-                algorithm: AlgorithmState::Gcra(gcra::State { tat_us }),
-                blocked_until_us: 0,
-            });
-        }
+        let algorithm = match &self.value {
+            Value::Gcra(cell) => AlgorithmState::Gcra(gcra::State {
+                tat_us: cell.tat_us(),
+            }),
+            Value::Bucket(cell) => AlgorithmState::TokenBucket(cell.state()),
+            _ => return,
+        };
+        self.expires_at_s = seconds_up(self.expires_at_us());
+        self.hot_until_s = seconds_up(self.hot_until_us());
+        self.value = Value::Limit(KeyState {
+            algorithm,
+            blocked_until_us: 0,
+        });
     }
 
-    /// Hands a GCRA state with no active penalty to the lock-free path. A blocked key stays a
-    /// plain state until its block is over, so the penalty is always decided under the lock.
+    /// Hands a GCRA or token bucket state with no active penalty to the lock-free path. A
+    /// blocked key stays a plain state until its block is over, so the penalty is always decided
+    /// under the lock.
     #[inline]
-    pub(crate) fn freeze(&mut self, params: &gcra::Gcra, now_us: u64) {
-        if let Value::Limit(KeyState {
-            algorithm: AlgorithmState::Gcra(state),
-            blocked_until_us,
-        }) = &self.value
-            && *blocked_until_us <= now_us
-        {
-            self.value = Value::Gcra(GcraCell::new(params, state.tat_us));
+    pub(crate) fn freeze(&mut self, algorithm: &Algorithm, now_us: u64) {
+        let Value::Limit(state) = &self.value else {
+            return;
+        };
+        if state.blocked_until_us > now_us {
+            return;
         }
+        let cell = match (algorithm, &state.algorithm) {
+            (Algorithm::Gcra(params), AlgorithmState::Gcra(s)) => {
+                Value::Gcra(GcraCell::new(params, s.tat_us))
+            }
+            (Algorithm::TokenBucket(params), AlgorithmState::TokenBucket(s)) => {
+                match BucketCell::new(params, *s) {
+                    Some(cell) => Value::Bucket(cell),
+                    None => return,
+                }
+            }
+            _ => return,
+        };
+        self.value = cell;
     }
 }
 
