@@ -124,9 +124,12 @@ impl Gcra {
             *state = Some(State { tat_us: tat });
         }
         let ahead = tat - now_us;
+        // Less than one interval of slack is no request left: the common case of a denial, and
+        // no division needed for it.
+        let slack = tolerance.saturating_sub(ahead);
         Outcome {
             allowed,
-            remaining: tolerance.saturating_sub(ahead) / interval,
+            remaining: if slack < interval { 0 } else { slack / interval },
             reset_after_us: ahead,
             retry_after_us: (!allowed).then(|| pushed - now_us - tolerance),
         }

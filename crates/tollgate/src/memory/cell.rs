@@ -26,6 +26,9 @@
 //! locked visits they only move forward, or end once their time has passed, which is what the
 //! shard's eviction bookkeeping assumes.
 
+#[cfg(all(test, loom))]
+use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(all(test, loom)))]
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::Clock;
@@ -385,5 +388,87 @@ mod tests {
         assert_eq!(cell.hot_until_us(), 600_000);
         assert!(cell.fits(&params));
         assert!(!cell.fits(&Gcra::new(Rate::per_second(10).unwrap(), 6).unwrap()));
+    }
+}
+
+/// Every interleaving of a few racing checks, explored by loom: the swap admits exactly what the
+/// algorithm allows. Run with `RUSTFLAGS="--cfg loom" cargo test -p tollgate --lib loom`.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use loom::sync::Arc;
+    use loom::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::{ManualClock, Rate};
+
+    fn race(threads: usize, check: impl Fn() -> bool + Send + Sync + 'static) -> usize {
+        let check = Arc::new(check);
+        let admitted = Arc::new(AtomicUsize::new(0));
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (check, admitted) = (check.clone(), admitted.clone());
+                loom::thread::spawn(move || {
+                    if check() {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.join().unwrap();
+        }
+        admitted.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn loom_two_gcra_checks_on_a_burst_of_one_admit_one() {
+        loom::model(|| {
+            let params = Gcra::new(Rate::per_second(10).unwrap(), 1).unwrap();
+            let clock = ManualClock::new(1_000_000);
+            let cell = Arc::new(GcraCell::new(&params, 0));
+            let racing = cell.clone();
+            let admitted = race(
+                2,
+                move || matches!(racing.step(&params, false, &clock, 1, true), Step::Done(o) if o.allowed),
+            );
+            assert_eq!(admitted, 1);
+            assert_eq!(cell.tat_us(), 1_100_000);
+        });
+    }
+
+    #[test]
+    fn loom_two_gcra_checks_on_a_burst_of_two_both_count() {
+        loom::model(|| {
+            let params = Gcra::new(Rate::per_second(10).unwrap(), 2).unwrap();
+            let clock = ManualClock::new(1_000_000);
+            let cell = Arc::new(GcraCell::new(&params, 0));
+            let racing = cell.clone();
+            let admitted = race(
+                2,
+                move || matches!(racing.step(&params, false, &clock, 1, true), Step::Done(o) if o.allowed),
+            );
+            assert_eq!(admitted, 2);
+            assert_eq!(cell.tat_us(), 1_200_000, "no admission was lost");
+        });
+    }
+
+    #[test]
+    fn loom_two_bucket_checks_on_one_token_admit_one() {
+        loom::model(|| {
+            let params = TokenBucket::new(3, Rate::per_second(10).unwrap()).unwrap();
+            let clock = ManualClock::new(1_000_000);
+            let state = token_bucket::State {
+                tokens: 1,
+                refilled_at_us: 1_000_000,
+            };
+            let cell = Arc::new(BucketCell::new(&params, state).unwrap());
+            let racing = cell.clone();
+            let admitted = race(
+                2,
+                move || matches!(racing.step(&params, false, &clock, 1, true), Step::Done(o) if o.allowed),
+            );
+            assert_eq!(admitted, 1);
+            assert_eq!(cell.state().tokens, 0);
+        });
     }
 }
