@@ -222,3 +222,54 @@ fn peeks_beside_checks_spend_nothing() {
         assert_eq!(admitted.into_inner(), 300, "{name}");
     }
 }
+
+/// A denied key is decided from a per-thread memo without the shard lock. Whatever takes the key
+/// out of the table must stop the memo: a reset, a penalty, a policy rebuilt with other numbers,
+/// the store itself being dropped. One thread, so its memo is the one in play.
+#[test]
+fn a_remembered_hot_key_follows_resets_penalties_policy_changes_and_new_stores() {
+    let rate = Rate::per_hour(1).unwrap();
+    for algorithm in fast_algorithms(3, rate) {
+        let name = algorithm.name();
+        let clock = ManualClock::new(START_US);
+        let spend = |store: &MemoryStore<ManualClock>, policy: &Policy| {
+            (0..10)
+                .filter(|_| store.check(policy, "k", 1).unwrap().allowed)
+                .count()
+        };
+        let store = MemoryStore::builder().clock(clock.clone()).build();
+        let policy = Policy::new("p", algorithm.clone()).unwrap();
+        assert_eq!(spend(&store, &policy), 3, "{name}");
+        store.reset(&policy, "k").unwrap();
+        assert_eq!(spend(&store, &policy), 3, "{name}: after a reset");
+        assert_eq!(store.peek(&policy, "k", 1).unwrap().remaining, 0, "{name}");
+
+        // The same name with a penalty: the next denial blocks, and the block holds.
+        let strict = Policy::new("p", algorithm.clone())
+            .unwrap()
+            .with_block_for(Duration::from_secs(4 * 3_600))
+            .unwrap();
+        assert!(!store.check(&strict, "k", 1).unwrap().allowed, "{name}");
+        clock.advance(Duration::from_secs(3_600 * 3));
+        assert!(
+            !store.check(&policy, "k", 1).unwrap().allowed,
+            "{name}: still blocked"
+        );
+        clock.advance(Duration::from_secs(3_600));
+        assert_eq!(spend(&store, &policy), 3, "{name}: block over, bucket refilled");
+
+        // The same name with a bigger burst decides with the new numbers: a GCRA TAT is a debt,
+        // so two more fit at once; a bucket counts its tokens, and has none yet.
+        let bigger = match fast_algorithms(5, rate).into_iter().find(|a| a.name() == name) {
+            Some(a) => Policy::new("p", a).unwrap(),
+            None => unreachable!("both lists have both algorithms"),
+        };
+        let more = if name == "gcra" { 2 } else { 0 };
+        assert_eq!(spend(&store, &bigger), more, "{name}: under the bigger burst");
+
+        // A new store knows nothing of the old one's keys.
+        drop(store);
+        let store = MemoryStore::builder().clock(clock.clone()).build();
+        assert_eq!(spend(&store, &policy), 3, "{name}: a new store");
+    }
+}

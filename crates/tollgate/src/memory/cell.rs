@@ -36,6 +36,11 @@ use crate::algorithm::Outcome;
 use crate::algorithm::gcra::{Gcra, State};
 use crate::algorithm::token_bucket::{self, TokenBucket};
 
+/// The word of a cell that has left its slot (see [`super::hot`]): no TAT reaches it (a TAT is at
+/// most 1000 days past now) and no bucket packs to it (its token field would exceed 10^9). A
+/// step that reads it decides nothing and sends the caller back to the table.
+pub(crate) const DEAD: u64 = u64::MAX;
+
 /// A key's GCRA TAT with the parameters it was last decided under.
 #[derive(Debug)]
 pub(crate) struct GcraCell {
@@ -75,6 +80,12 @@ impl GcraCell {
         self.tat_us.load(Ordering::Acquire)
     }
 
+    /// Marks the cell dead and returns the TAT it held: after this no step can decide on it.
+    #[inline]
+    pub(crate) fn take_tat_us(&self) -> u64 {
+        self.tat_us.swap(DEAD, Ordering::AcqRel)
+    }
+
     /// When the key is back to its whole burst: after that the cell means nothing.
     #[inline]
     pub(crate) fn expires_at_us(&self) -> u64 {
@@ -100,6 +111,9 @@ impl GcraCell {
     ) -> Step {
         let mut seen = self.tat_us.load(Ordering::Acquire);
         loop {
+            if seen == DEAD {
+                return Step::Locked;
+            }
             let now_us = clock.now_us();
             let mut state = Some(State { tat_us: seen });
             let outcome = params.step(&mut state, now_us, cost, commit);
@@ -188,6 +202,12 @@ impl BucketCell {
         self.unpack(self.word.load(Ordering::Acquire))
     }
 
+    /// Marks the cell dead and returns the bucket it held: after this no step can decide on it.
+    #[inline]
+    pub(crate) fn take_state(&self) -> token_bucket::State {
+        self.unpack(self.word.swap(DEAD, Ordering::AcqRel))
+    }
+
     /// When the bucket is full again if nothing else arrives.
     #[inline]
     pub(crate) fn expires_at_us(&self) -> u64 {
@@ -220,6 +240,9 @@ impl BucketCell {
     ) -> Step {
         let mut seen = self.word.load(Ordering::Acquire);
         loop {
+            if seen == DEAD {
+                return Step::Locked;
+            }
             let now_us = clock.now_us();
             let mut state = Some(self.unpack(seen));
             let outcome = params.step(&mut state, now_us, cost, commit);

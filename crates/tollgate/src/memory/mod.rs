@@ -10,6 +10,7 @@
 //! never evicts.
 
 mod cell;
+mod hot;
 mod key;
 mod shard;
 
@@ -419,20 +420,43 @@ impl<C: Clock> MemoryStore<C> {
         let hash = lookup.hash(&self.hasher);
         let lock = self.shard(hash);
         if matches!(policy.algorithm(), Algorithm::Gcra(_) | Algorithm::TokenBucket(_)) {
-            let shard = lock.read();
+            let store = self.shards.as_ptr() as usize;
+            if let Some(outcome) = hot::check(store, lookup, policy, &self.clock, cost, commit) {
+                return Ok(Decision::from_outcome(outcome, policy.max_cost()));
+            }
             let penalty = policy.block_for_us().is_some();
-            let step = shard
-                .find(hash, lookup)
-                .map(|slot| match (&slot.value, policy.algorithm()) {
-                    (Value::Gcra(cell), Algorithm::Gcra(params)) if cell.fits(params) => {
-                        cell.step(params, penalty, &self.clock, cost, commit)
+            let step = {
+                let shard = lock.read();
+                shard
+                    .find(hash, lookup)
+                    .map(|slot| match (&slot.value, policy.algorithm()) {
+                        (Value::Gcra(cell), Algorithm::Gcra(params)) if cell.fits(params) => {
+                            (cell.step(params, penalty, &self.clock, cost, commit), false)
+                        }
+                        (Value::Bucket(cell), Algorithm::TokenBucket(params)) if cell.fits(params) => {
+                            (cell.step(params, penalty, &self.clock, cost, commit), false)
+                        }
+                        (Value::Hot(shared), _) => {
+                            let step = shared.cell().step(policy, &self.clock, cost, commit);
+                            if let Step::Done(_) = step {
+                                hot::remember(store, lookup, shared);
+                            }
+                            (step, true)
+                        }
+                        _ => (Step::Locked, false),
+                    })
+            };
+            if let Some((Step::Done(outcome), hot)) = step {
+                if commit && !outcome.allowed && !hot {
+                    // Denied: the key is hot. Later checks of it skip the lock.
+                    if let Some(shared) = lock
+                        .write()
+                        .find_mut(hash, lookup)
+                        .and_then(|slot| slot.promote())
+                    {
+                        hot::remember(store, lookup, shared);
                     }
-                    (Value::Bucket(cell), Algorithm::TokenBucket(params)) if cell.fits(params) => {
-                        cell.step(params, penalty, &self.clock, cost, commit)
-                    }
-                    _ => Step::Locked,
-                });
-            if let Some(Step::Done(outcome)) = step {
+                }
                 return Ok(Decision::from_outcome(outcome, policy.max_cost()));
             }
         }

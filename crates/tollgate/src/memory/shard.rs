@@ -20,6 +20,7 @@ use std::collections::hash_map::RandomState;
 use hashbrown::HashTable;
 
 use super::cell::{BucketCell, GcraCell};
+use super::hot::{HotCell, Shared};
 use super::key::{self, KeyBytes, Lookup, Owner};
 use crate::Algorithm;
 use crate::algorithm::{AlgorithmState, KeyState, gcra};
@@ -36,6 +37,9 @@ pub(crate) enum Value {
     Gcra(GcraCell),
     /// The same for a token bucket.
     Bucket(BucketCell),
+    /// A cell of a key that was denied, in its own allocation so threads can decide it without
+    /// the lock (see [`super::hot`]).
+    Hot(Shared),
     Attempts(Attempts),
 }
 
@@ -89,6 +93,7 @@ impl Slot {
         match &self.value {
             Value::Gcra(cell) => cell.expires_at_us(),
             Value::Bucket(cell) => cell.expires_at_us(),
+            Value::Hot(shared) => shared.cell().expires_at_us(),
             _ => micros(self.expires_at_s),
         }
     }
@@ -103,6 +108,7 @@ impl Slot {
         match &self.value {
             Value::Gcra(cell) => cell.hot_until_us(),
             Value::Bucket(cell) => cell.hot_until_us(),
+            Value::Hot(shared) => shared.cell().hot_until_us(),
             _ => micros(self.hot_until_s),
         }
     }
@@ -120,19 +126,39 @@ impl Slot {
     /// write lock, so no swap can race this).
     #[inline]
     pub(crate) fn thaw(&mut self) {
+        if !matches!(self.value, Value::Gcra(_) | Value::Bucket(_) | Value::Hot(_)) {
+            return;
+        }
+        self.expires_at_s = seconds_up(self.expires_at_us());
+        self.hot_until_s = seconds_up(self.hot_until_us());
         let algorithm = match &self.value {
             Value::Gcra(cell) => AlgorithmState::Gcra(gcra::State {
                 tat_us: cell.tat_us(),
             }),
             Value::Bucket(cell) => AlgorithmState::TokenBucket(cell.state()),
+            // Killed here, so memos holding it stop deciding before the lock is released.
+            Value::Hot(shared) => shared.cell().take(),
             _ => return,
         };
-        self.expires_at_s = seconds_up(self.expires_at_us());
-        self.hot_until_s = seconds_up(self.hot_until_us());
         self.value = Value::Limit(KeyState {
             algorithm,
             blocked_until_us: 0,
         });
+    }
+
+    /// Moves a cell into its own allocation, so threads can decide it without the lock.
+    #[inline]
+    pub(crate) fn promote(&mut self) -> Option<&Shared> {
+        let hot = match &self.value {
+            Value::Gcra(cell) => HotCell::Gcra(cell.clone()),
+            Value::Bucket(cell) => HotCell::Bucket(cell.clone()),
+            _ => return None,
+        };
+        self.value = Value::Hot(Shared::new(hot));
+        match &self.value {
+            Value::Hot(shared) => Some(shared),
+            _ => None,
+        }
     }
 
     /// Hands a GCRA or token bucket state with no active penalty to the lock-free path. A
