@@ -112,7 +112,7 @@ impl Gcra {
     /// assert_eq!(params.step(&mut state, 0, 1, true).retry_after_us, Some(100_000));
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
         let interval = self.rate.interval_us();
         let tolerance = self.tolerance_us();

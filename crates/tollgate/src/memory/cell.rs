@@ -100,7 +100,7 @@ impl GcraCell {
     }
 
     /// Decides a request of `cost` without the write lock; see the [module docs](self).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn step(
         &self,
         params: &Gcra,
@@ -229,7 +229,7 @@ impl BucketCell {
     }
 
     /// Decides a request of `cost` without the write lock; see the [module docs](self).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn step(
         &self,
         params: &TokenBucket,

@@ -36,7 +36,8 @@ pub(crate) enum HotCell {
 
 impl HotCell {
     /// The cell's step when it fits the policy; [`Step::Locked`] when it does not or is dead.
-    #[inline]
+    // Always inlined: returned through the stack, the outcome costs a store-forwarding stall.
+    #[inline(always)]
     pub(crate) fn step(&self, policy: &Policy, clock: &impl Clock, cost: u64, commit: bool) -> Step {
         let penalty = policy.block_for_us().is_some();
         match (self, policy.algorithm()) {
@@ -120,7 +121,7 @@ thread_local! {
 }
 
 /// Decides `lookup` from this thread's memo, if the memo holds its live cell.
-#[inline]
+#[inline(always)]
 pub(crate) fn check(
     store: usize,
     lookup: Lookup<'_>,
@@ -132,8 +133,11 @@ pub(crate) fn check(
     MEMO.with(|memo| {
         let memo = memo.try_borrow().ok()?;
         let memo = memo.as_ref()?;
+        if memo.store != store || memo.key.len() != lookup.key.len() {
+            return None;
+        }
         let owner = lookup.owner?;
-        if memo.store != store || memo.key != lookup.key || !memo.owner.same(owner) {
+        if memo.key != lookup.key || !memo.owner.same(owner) {
             return None;
         }
         match memo.cell.step(policy, clock, cost, commit) {

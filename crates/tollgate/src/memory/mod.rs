@@ -417,13 +417,15 @@ impl<C: Clock> MemoryStore<C> {
     #[inline]
     fn decide_one(&self, policy: &Policy, key: &[u8], cost: u64, commit: bool) -> Result<Decision, Error> {
         let lookup = Lookup::limit(policy.shared_name(), key);
+        let fast = matches!(policy.algorithm(), Algorithm::Gcra(_) | Algorithm::TokenBucket(_));
+        let store = self.shards.as_ptr() as usize;
+        // The memo comes first: a hot key needs neither the hash nor the shard.
+        if fast && let Some(outcome) = hot::check(store, lookup, policy, &self.clock, cost, commit) {
+            return Ok(Decision::from_outcome(outcome, policy.max_cost()));
+        }
         let hash = lookup.hash(&self.hasher);
         let lock = self.shard(hash);
-        if matches!(policy.algorithm(), Algorithm::Gcra(_) | Algorithm::TokenBucket(_)) {
-            let store = self.shards.as_ptr() as usize;
-            if let Some(outcome) = hot::check(store, lookup, policy, &self.clock, cost, commit) {
-                return Ok(Decision::from_outcome(outcome, policy.max_cost()));
-            }
+        if fast {
             let penalty = policy.block_for_us().is_some();
             let step = {
                 let shard = lock.read();
