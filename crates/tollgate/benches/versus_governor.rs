@@ -106,7 +106,12 @@ fn thread_cpu_ns() -> Option<u64> {
 }
 
 /// One round on `threads` threads.
-fn ns_per_check<F: Fn(&String) -> bool + Sync>(keys: &[String], threads: usize, round: usize, check: &F) -> Round {
+fn ns_per_check<F: Fn(&String) -> bool + Sync>(
+    keys: &[String],
+    threads: usize,
+    round: usize,
+    check: &F,
+) -> Round {
     let share = keys.len().div_ceil(threads);
     let cpu_ns = AtomicU64::new(0);
     let cpu_known = AtomicU64::new(0);

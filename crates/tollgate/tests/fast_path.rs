@@ -273,3 +273,28 @@ fn a_remembered_hot_key_follows_resets_penalties_policy_changes_and_new_stores()
         assert_eq!(spend(&store, &policy), 3, "{name}: a new store");
     }
 }
+
+/// A peek of a key the algorithm denies, under a policy with a penalty, reports the block a
+/// check would start, and starts nothing.
+#[test]
+fn a_peek_under_a_penalty_reports_the_block_without_starting_it() {
+    let rate = Rate::per_second(1).unwrap();
+    for algorithm in fast_algorithms(1, rate) {
+        let name = algorithm.name();
+        let clock = ManualClock::new(START_US);
+        let store = MemoryStore::builder().clock(clock.clone()).build();
+        let policy = Policy::new("p", algorithm)
+            .unwrap()
+            .with_block_for(Duration::from_secs(60))
+            .unwrap();
+        assert!(store.check(&policy, "k", 1).unwrap().allowed, "{name}");
+        for _ in 0..3 {
+            let peeked = store.peek(&policy, "k", 1).unwrap();
+            assert!(!peeked.allowed, "{name}");
+            assert_eq!(peeked.retry_after, Some(Duration::from_secs(60)), "{name}");
+            assert_eq!(peeked.reset_after, Duration::from_secs(60), "{name}");
+        }
+        clock.advance(Duration::from_secs(1));
+        assert!(store.check(&policy, "k", 1).unwrap().allowed, "{name}: no block was started");
+    }
+}

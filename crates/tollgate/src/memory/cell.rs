@@ -17,7 +17,8 @@
 //! nothing (GCRA does not record denials), so it is decided on one consistent reading.
 //!
 //! When the step denies and the policy has a penalty (`block_for`), the answer here is not final:
-//! the penalty must be recorded, so the caller goes to the locked path, which decides again.
+//! a check must record the penalty and a peek must report it, so the caller goes to the locked
+//! path, which decides again.
 //!
 //! The slot keeps no separate expiry or "hot" time for a cell: both follow from the state (a
 //! GCRA key is back to its whole burst at the TAT and out of budget until
@@ -118,7 +119,9 @@ impl GcraCell {
             let mut state = Some(State { tat_us: seen });
             let outcome = params.step(&mut state, now_us, cost, commit);
             if !outcome.allowed {
-                return if penalty && commit {
+                // A penalty changes the answer (and a check records it): the locked path's
+                // `algorithm::decide` gives it, so a peek reports the block a check would start.
+                return if penalty {
                     Step::Locked
                 } else {
                     Step::Done(outcome)
@@ -247,7 +250,9 @@ impl BucketCell {
             let mut state = Some(self.unpack(seen));
             let outcome = params.step(&mut state, now_us, cost, commit);
             if !outcome.allowed {
-                return if penalty && commit {
+                // A penalty changes the answer (and a check records it): the locked path's
+                // `algorithm::decide` gives it, so a peek reports the block a check would start.
+                return if penalty {
                     Step::Locked
                 } else {
                     Step::Done(outcome)
@@ -323,12 +328,13 @@ mod tests {
     }
 
     #[test]
-    fn a_denial_under_a_penalty_goes_to_the_lock_and_records_nothing() {
+    fn a_denial_under_a_penalty_goes_to_the_lock_check_or_peek_and_records_nothing() {
         let params = params();
         let clock = ManualClock::new(0);
         let cell = GcraCell::new(&params, 500_000);
         assert!(matches!(cell.step(&params, true, &clock, 1, true), Step::Locked));
-        assert!(matches!(cell.step(&params, true, &clock, 1, false), Step::Done(o) if !o.allowed));
+        assert!(matches!(cell.step(&params, true, &clock, 1, false), Step::Locked));
+        assert!(matches!(cell.step(&params, false, &clock, 1, false), Step::Done(o) if !o.allowed));
         assert_eq!(cell.tat_us(), 500_000);
     }
 

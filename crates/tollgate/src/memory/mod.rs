@@ -1,13 +1,19 @@
 //! `MemoryStore`: the embedded default. Sharded, bounded, no global lock.
 //!
-//! Keys are spread over up to 64 shards by a keyed SipHash; each shard has its own mutex, so
+//! Keys are spread over up to 64 shards by a keyed SipHash; each shard has its own lock, so
 //! checks of different keys rarely wait on each other, and checks of one key are serialised,
 //! which makes every check exact under any number of threads. The rules of one request are
-//! decided under the locks of all the shards they touch, taken in shard order (so two requests
-//! can never wait on each other in a cycle): no other request sees them half-applied. The store
-//! holds at most
-//! `max_keys` keys (1 048 576 by default); see [`shard`] for what it evicts when full and what it
-//! never evicts.
+//! decided under the write locks of all the shards they touch, taken in shard order (so two
+//! requests can never wait on each other in a cycle): no other request sees them half-applied.
+//! The store holds at most `max_keys` keys (1 048 576 by default); see [`shard`] for what it
+//! evicts when full and what it never evicts.
+//!
+//! One rule of a GCRA or token bucket policy, the common case, takes a faster road: the key's
+//! state is one atomic word in its slot ([`cell`]), decided by compare-and-swap under the shard's
+//! *read* lock, so checks of one key run side by side and still admit exactly what the algorithm
+//! allows. A key that is being denied moves its cell into its own allocation that each thread
+//! remembers, and is then decided without hashing or locking at all ([`hot`]). A first insert, a
+//! penalty, another algorithm, several rules, reset and eviction take the write lock as before.
 
 mod cell;
 mod hot;
