@@ -295,6 +295,9 @@ fn a_peek_under_a_penalty_reports_the_block_without_starting_it() {
             assert_eq!(peeked.reset_after, Duration::from_secs(60), "{name}");
         }
         clock.advance(Duration::from_secs(1));
-        assert!(store.check(&policy, "k", 1).unwrap().allowed, "{name}: no block was started");
+        assert!(
+            store.check(&policy, "k", 1).unwrap().allowed,
+            "{name}: no block was started"
+        );
     }
 }
