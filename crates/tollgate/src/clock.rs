@@ -72,7 +72,7 @@ impl Default for SystemClock {
 }
 
 impl Clock for SystemClock {
-    #[inline]
+    #[inline(always)]
     fn now_us(&self) -> u64 {
         let elapsed_ns = self.counter.delta_as_nanos(self.started_raw, self.counter.raw());
         self.started_us + elapsed_ns / 1_000

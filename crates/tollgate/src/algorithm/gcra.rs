@@ -112,7 +112,7 @@ impl Gcra {
     /// assert_eq!(params.step(&mut state, 0, 1, true).retry_after_us, Some(100_000));
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
         let interval = self.rate.interval_us();
         let tolerance = self.tolerance_us();
@@ -124,9 +124,12 @@ impl Gcra {
             *state = Some(State { tat_us: tat });
         }
         let ahead = tat - now_us;
+        // Less than one interval of slack is no request left: the common case of a denial, and
+        // no division needed for it.
+        let slack = tolerance.saturating_sub(ahead);
         Outcome {
             allowed,
-            remaining: tolerance.saturating_sub(ahead) / interval,
+            remaining: if slack < interval { 0 } else { slack / interval },
             reset_after_us: ahead,
             retry_after_us: (!allowed).then(|| pushed - now_us - tolerance),
         }

@@ -92,7 +92,7 @@ impl TokenBucket {
     /// assert_eq!(denied.retry_after_us, Some(700_000)); // one token is back at 1 s
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
         let interval = self.refill.interval_us();
         let s = self.refilled(state.as_ref(), now_us);

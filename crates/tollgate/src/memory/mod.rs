@@ -1,14 +1,22 @@
 //! `MemoryStore`: the embedded default. Sharded, bounded, no global lock.
 //!
-//! Keys are spread over up to 64 shards by a keyed SipHash; each shard has its own mutex, so
+//! Keys are spread over up to 64 shards by a keyed SipHash; each shard has its own lock, so
 //! checks of different keys rarely wait on each other, and checks of one key are serialised,
 //! which makes every check exact under any number of threads. The rules of one request are
-//! decided under the locks of all the shards they touch, taken in shard order (so two requests
-//! can never wait on each other in a cycle): no other request sees them half-applied. The store
-//! holds at most
-//! `max_keys` keys (1 048 576 by default); see [`shard`] for what it evicts when full and what it
-//! never evicts.
+//! decided under the write locks of all the shards they touch, taken in shard order (so two
+//! requests can never wait on each other in a cycle): no other request sees them half-applied.
+//! The store holds at most `max_keys` keys (1 048 576 by default); see [`shard`] for what it
+//! evicts when full and what it never evicts.
+//!
+//! One rule of a GCRA or token bucket policy, the common case, takes a faster road: the key's
+//! state is one atomic word in its slot ([`cell`]), decided by compare-and-swap under the shard's
+//! *read* lock, so checks of one key run side by side and still admit exactly what the algorithm
+//! allows. A key that is being denied moves its cell into its own allocation that each thread
+//! remembers, and is then decided without hashing or locking at all ([`hot`]). A first insert, a
+//! penalty, another algorithm, several rules, reset and eviction take the write lock as before.
 
+mod cell;
+mod hot;
 mod key;
 mod shard;
 
@@ -16,12 +24,12 @@ use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{RwLock, RwLockWriteGuard};
 
-use parking_lot::MutexGuard;
-
+use self::cell::Step;
 use self::key::Lookup;
 use self::shard::{Full, Shard, Slot, Value};
+use crate::Algorithm;
 use crate::algorithm::{self, KeyState, Outcome};
 use crate::attempts::{self, Attempts};
 use crate::store::{self, AttemptsStore, Store};
@@ -39,7 +47,7 @@ const MAX_SHARDS: usize = 64;
 /// A shard padded to its own cache lines, so two cores locking neighbouring shards do not fight
 /// over one line.
 #[repr(align(128))]
-struct Padded(Mutex<Shard>);
+struct Padded(RwLock<Shard>);
 
 /// The embedded in-memory store.
 ///
@@ -149,7 +157,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         let shards = (0..shard_count)
             .map(|i| {
                 let bound = self.max_keys / shard_count + usize::from(i < self.max_keys % shard_count);
-                Padded(Mutex::new(Shard::new(bound, hasher.clone(), hasher.hash_one(i))))
+                Padded(RwLock::new(Shard::new(bound, hasher.clone(), hasher.hash_one(i))))
             })
             .collect();
         MemoryStore {
@@ -178,7 +186,7 @@ impl<C: Clock> MemoryStore<C> {
     /// assert_eq!(store.len(), 0);
     /// ```
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.0.lock().len()).sum()
+        self.shards.iter().map(|s| s.0.read().len()).sum()
     }
 
     /// True when no key is stored.
@@ -209,7 +217,7 @@ impl<C: Clock> MemoryStore<C> {
     pub fn purge_expired(&self) {
         let now_us = self.clock.now_us();
         for shard in self.shards.iter() {
-            shard.0.lock().sweep(now_us);
+            shard.0.write().sweep(now_us);
         }
     }
 
@@ -319,7 +327,7 @@ impl<C: Clock> MemoryStore<C> {
         let ttl_us = attempts::ttl_us(ttl)?;
         let lookup = Lookup::attempts(key);
         let hash = lookup.hash(&self.hasher);
-        let mut shard = self.shard(hash).lock();
+        let mut shard = self.shard(hash).write();
         let now_us = self.clock.now_us();
         if let Some(slot) = shard.find_mut(hash, lookup) {
             let live = match &slot.value {
@@ -408,11 +416,59 @@ impl<C: Clock> MemoryStore<C> {
         Ok(Attempts::status(counter.as_ref(), now_us, max_attempts))
     }
 
-    /// One rule: one shard lock, no allocation.
+    /// One rule: the key hashed once, one shard lock, no allocation. A stored GCRA or token
+    /// bucket key without an active penalty is decided under the shard's read lock by compare-and-swap (see
+    /// [`cell`]); everything else (a first insert, a penalty, another algorithm) under its write
+    /// lock.
+    #[inline]
     fn decide_one(&self, policy: &Policy, key: &[u8], cost: u64, commit: bool) -> Result<Decision, Error> {
         let lookup = Lookup::limit(policy.shared_name(), key);
+        let fast = matches!(policy.algorithm(), Algorithm::Gcra(_) | Algorithm::TokenBucket(_));
+        let store = self.shards.as_ptr() as usize;
+        // The memo comes first: a hot key needs neither the hash nor the shard.
+        if fast && let Some(outcome) = hot::check(store, lookup, policy, &self.clock, cost, commit) {
+            return Ok(Decision::from_outcome(outcome, policy.max_cost()));
+        }
         let hash = lookup.hash(&self.hasher);
-        let mut shard = self.shard(hash).lock();
+        let lock = self.shard(hash);
+        if fast {
+            let penalty = policy.block_for_us().is_some();
+            let step = {
+                let shard = lock.read();
+                shard
+                    .find(hash, lookup)
+                    .map(|slot| match (&slot.value, policy.algorithm()) {
+                        (Value::Gcra(cell), Algorithm::Gcra(params)) if cell.fits(params) => {
+                            (cell.step(params, penalty, &self.clock, cost, commit), false)
+                        }
+                        (Value::Bucket(cell), Algorithm::TokenBucket(params)) if cell.fits(params) => {
+                            (cell.step(params, penalty, &self.clock, cost, commit), false)
+                        }
+                        (Value::Hot(shared), _) => {
+                            let step = shared.cell().step(policy, &self.clock, cost, commit);
+                            if let Step::Done(_) = step {
+                                hot::remember(store, lookup, shared);
+                            }
+                            (step, true)
+                        }
+                        _ => (Step::Locked, false),
+                    })
+            };
+            if let Some((Step::Done(outcome), hot)) = step {
+                if commit && !outcome.allowed && !hot {
+                    // Denied: the key is hot. Later checks of it skip the lock.
+                    if let Some(shared) = lock
+                        .write()
+                        .find_mut(hash, lookup)
+                        .and_then(|slot| slot.promote())
+                    {
+                        hot::remember(store, lookup, shared);
+                    }
+                }
+                return Ok(Decision::from_outcome(outcome, policy.max_cost()));
+            }
+        }
+        let mut shard = lock.write();
         // Read the clock under the lock, so one key's checks see time in order.
         let now_us = self.clock.now_us();
         let outcome =
@@ -435,7 +491,8 @@ impl<C: Clock> MemoryStore<C> {
         let mut order: Vec<usize> = lookups.iter().map(|&(_, _, shard)| shard).collect();
         order.sort_unstable();
         order.dedup();
-        let mut guards: Vec<MutexGuard<'_, Shard>> = order.iter().map(|&i| self.shards[i].0.lock()).collect();
+        let mut guards: Vec<RwLockWriteGuard<'_, Shard>> =
+            order.iter().map(|&i| self.shards[i].0.write()).collect();
         let now_us = self.clock.now_us();
 
         let mut outcomes = Vec::with_capacity(rules.len());
@@ -512,9 +569,9 @@ impl<C: Clock> MemoryStore<C> {
         store::validate_key(key)?;
         let lookup = Lookup::attempts(key);
         let hash = lookup.hash(&self.hasher);
-        let mut shard = self.shard(hash).lock();
+        let shard = self.shard(hash).read();
         let now_us = self.clock.now_us();
-        Ok(match shard.find_mut(hash, lookup) {
+        Ok(match shard.find(hash, lookup) {
             Some(Slot {
                 value: Value::Attempts(counter),
                 ..
@@ -525,12 +582,12 @@ impl<C: Clock> MemoryStore<C> {
 
     fn remove(&self, lookup: Lookup<'_>) {
         let hash = lookup.hash(&self.hasher);
-        self.shard(hash).lock().remove(hash, lookup);
+        self.shard(hash).write().remove(hash, lookup);
     }
 
     /// Picks a shard from hash bits the map inside does not use (it takes the low bits for the
     /// bucket and the top 7 for its tag), so keys of one shard still spread over its buckets.
-    fn shard(&self, hash: u64) -> &Mutex<Shard> {
+    fn shard(&self, hash: u64) -> &RwLock<Shard> {
         &self.shards[self.shard_index(hash)].0
     }
 
@@ -548,7 +605,7 @@ impl<C: Clock> MemoryStore<C> {
 
 /// The locked shard `index` among `guards`, which hold the shards of `order`.
 #[inline]
-fn pick<'g>(guards: &'g mut [MutexGuard<'_, Shard>], order: &[usize], index: usize) -> &'g mut Shard {
+fn pick<'g>(guards: &'g mut [RwLockWriteGuard<'_, Shard>], order: &[usize], index: usize) -> &'g mut Shard {
     let at = order.binary_search(&index).unwrap_or_default();
     &mut guards[at]
 }
@@ -566,8 +623,10 @@ fn decide_in(
     now_us: u64,
 ) -> Result<Outcome, Full> {
     if let Some(slot) = shard.find_mut(hash, lookup) {
+        slot.thaw();
         let expired = slot.expired(now_us);
         if expired && !commit {
+            slot.freeze(policy.algorithm(), now_us);
             return Ok(algorithm::decide(
                 policy,
                 &mut KeyState::default(),
@@ -590,6 +649,7 @@ fn decide_in(
         };
         let outcome = algorithm::decide(policy, state, now_us, cost, commit);
         if !commit {
+            slot.freeze(policy.algorithm(), now_us);
             return Ok(outcome);
         }
         let next_hot_us = next_hot_until_us(policy, state, now_us, &outcome, hot_until_us);
@@ -597,6 +657,7 @@ fn decide_in(
         let expires_at_us = now_us + outcome.reset_after_us;
         slot.set_expires_at_us(expires_at_us);
         let cooled = hot_until_us > now_us && next_hot_us <= now_us;
+        slot.freeze(policy.algorithm(), now_us);
         shard.note_expiry(expires_at_us);
         if cooled {
             shard.note_cooled();
@@ -607,12 +668,13 @@ fn decide_in(
     let outcome = algorithm::decide(policy, &mut state, now_us, cost, commit);
     if commit && outcome.reset_after_us > 0 {
         let hot_until_us = next_hot_until_us(policy, &mut state, now_us, &outcome, 0);
-        let slot = Slot::new(
+        let mut slot = Slot::new(
             lookup,
             Value::Limit(state),
             now_us + outcome.reset_after_us,
             hot_until_us,
         );
+        slot.freeze(policy.algorithm(), now_us);
         shard.insert(hash, slot, now_us)?;
     }
     Ok(outcome)

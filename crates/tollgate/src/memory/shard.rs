@@ -19,8 +19,11 @@ use std::collections::hash_map::RandomState;
 
 use hashbrown::HashTable;
 
+use super::cell::{BucketCell, GcraCell};
+use super::hot::{HotCell, Shared};
 use super::key::{self, KeyBytes, Lookup, Owner};
-use crate::algorithm::KeyState;
+use crate::Algorithm;
+use crate::algorithm::{AlgorithmState, KeyState, gcra};
 use crate::attempts::Attempts;
 
 /// Occupied slots sampled per eviction.
@@ -30,6 +33,13 @@ const EVICTION_SAMPLES: usize = 8;
 #[derive(Debug, Clone)]
 pub(crate) enum Value {
     Limit(KeyState),
+    /// A GCRA key without an active penalty, decided by compare-and-swap (see [`super::cell`]).
+    Gcra(GcraCell),
+    /// The same for a token bucket.
+    Bucket(BucketCell),
+    /// A cell of a key that was denied, in its own allocation so threads can decide it without
+    /// the lock (see [`super::hot`]).
+    Hot(Shared),
     Attempts(Attempts),
 }
 
@@ -43,9 +53,11 @@ pub(crate) struct Slot {
     pub(crate) value: Value,
     /// From this second on (since the Unix epoch, rounded up), the value means nothing and the
     /// slot may be dropped. Whole seconds keep the slot small; a state past its reset time is
-    /// equivalent to no state, so keeping it up to a second longer changes no decision.
+    /// equivalent to no state, so keeping it up to a second longer changes no decision. Unused
+    /// while the value is a cell ([`GcraCell`], [`BucketCell`]), whose state says it exactly.
     expires_at_s: u32,
-    /// Until this second (rounded up) the slot must not be evicted; 0 for never hot.
+    /// Until this second (rounded up) the slot must not be evicted; 0 for never hot. Unused
+    /// while the value is a cell.
     hot_until_s: u32,
 }
 
@@ -78,7 +90,12 @@ impl Slot {
 
     #[inline]
     pub(crate) fn expires_at_us(&self) -> u64 {
-        micros(self.expires_at_s)
+        match &self.value {
+            Value::Gcra(cell) => cell.expires_at_us(),
+            Value::Bucket(cell) => cell.expires_at_us(),
+            Value::Hot(shared) => shared.cell().expires_at_us(),
+            _ => micros(self.expires_at_s),
+        }
     }
 
     #[inline]
@@ -88,7 +105,12 @@ impl Slot {
 
     #[inline]
     pub(crate) fn hot_until_us(&self) -> u64 {
-        micros(self.hot_until_s)
+        match &self.value {
+            Value::Gcra(cell) => cell.hot_until_us(),
+            Value::Bucket(cell) => cell.hot_until_us(),
+            Value::Hot(shared) => shared.cell().hot_until_us(),
+            _ => micros(self.hot_until_s),
+        }
     }
 
     #[inline]
@@ -98,6 +120,71 @@ impl Slot {
 
     fn hot(&self, now_us: u64) -> bool {
         self.hot_until_us() > now_us
+    }
+
+    /// Turns a cell back into a plain state with its times, for the locked path (which holds the
+    /// write lock, so no swap can race this).
+    #[inline]
+    pub(crate) fn thaw(&mut self) {
+        if !matches!(self.value, Value::Gcra(_) | Value::Bucket(_) | Value::Hot(_)) {
+            return;
+        }
+        self.expires_at_s = seconds_up(self.expires_at_us());
+        self.hot_until_s = seconds_up(self.hot_until_us());
+        let algorithm = match &self.value {
+            Value::Gcra(cell) => AlgorithmState::Gcra(gcra::State {
+                tat_us: cell.tat_us(),
+            }),
+            Value::Bucket(cell) => AlgorithmState::TokenBucket(cell.state()),
+            // Killed here, so memos holding it stop deciding before the lock is released.
+            Value::Hot(shared) => shared.cell().take(),
+            _ => return,
+        };
+        self.value = Value::Limit(KeyState {
+            algorithm,
+            blocked_until_us: 0,
+        });
+    }
+
+    /// Moves a cell into its own allocation, so threads can decide it without the lock.
+    #[inline]
+    pub(crate) fn promote(&mut self) -> Option<&Shared> {
+        let hot = match &self.value {
+            Value::Gcra(cell) => HotCell::Gcra(cell.clone()),
+            Value::Bucket(cell) => HotCell::Bucket(cell.clone()),
+            _ => return None,
+        };
+        self.value = Value::Hot(Shared::new(hot));
+        match &self.value {
+            Value::Hot(shared) => Some(shared),
+            _ => None,
+        }
+    }
+
+    /// Hands a GCRA or token bucket state with no active penalty to the lock-free path. A
+    /// blocked key stays a plain state until its block is over, so the penalty is always decided
+    /// under the lock.
+    #[inline]
+    pub(crate) fn freeze(&mut self, algorithm: &Algorithm, now_us: u64) {
+        let Value::Limit(state) = &self.value else {
+            return;
+        };
+        if state.blocked_until_us > now_us {
+            return;
+        }
+        let cell = match (algorithm, &state.algorithm) {
+            (Algorithm::Gcra(params), AlgorithmState::Gcra(s)) => {
+                Value::Gcra(GcraCell::new(params, s.tat_us))
+            }
+            (Algorithm::TokenBucket(params), AlgorithmState::TokenBucket(s)) => {
+                match BucketCell::new(params, *s) {
+                    Some(cell) => Value::Bucket(cell),
+                    None => return,
+                }
+            }
+            _ => return,
+        };
+        self.value = cell;
     }
 }
 
@@ -132,6 +219,13 @@ impl Shard {
 
     pub(crate) fn len(&self) -> usize {
         self.table.len()
+    }
+
+    /// The slot of `lookup`, expired or not, for the read-locked path.
+    #[inline]
+    pub(crate) fn find(&self, hash: u64, lookup: Lookup<'_>) -> Option<&Slot> {
+        self.table
+            .find(hash, |slot| lookup.matches(&slot.owner, &slot.key))
     }
 
     /// The slot of `lookup`, expired or not.
@@ -241,7 +335,7 @@ impl Shard {
     /// Among a few random occupied buckets, the one that is not hot and expires soonest.
     fn sample_victim(&mut self, now_us: u64, spare: &impl Fn(&Slot) -> bool) -> Option<usize> {
         let buckets = self.table.num_buckets() as u64;
-        let mut best: Option<(usize, u32)> = None;
+        let mut best: Option<(usize, u64)> = None;
         let mut sampled = 0;
         // The table is at least a little under half full, so this finds enough occupied buckets.
         for _ in 0..EVICTION_SAMPLES * 4 {
@@ -249,8 +343,9 @@ impl Shard {
             let Some(slot) = self.table.get_bucket(bucket) else {
                 continue;
             };
-            if !slot.hot(now_us) && !spare(slot) && best.is_none_or(|(_, e)| slot.expires_at_s < e) {
-                best = Some((bucket, slot.expires_at_s));
+            let expires_at_us = slot.expires_at_us();
+            if !slot.hot(now_us) && !spare(slot) && best.is_none_or(|(_, e)| expires_at_us < e) {
+                best = Some((bucket, expires_at_us));
             }
             sampled += 1;
             if sampled == EVICTION_SAMPLES {
