@@ -588,7 +588,7 @@ fn unknown_policy(name: &str) -> ApiError {
 
 /// Admin calls need `Authorization: Bearer <token>` when a token is configured. The token is
 /// compared in constant time, so response timing does not reveal how much of a guess was right.
-fn authorize_admin(state: &SharedState, request_headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn authorize_admin(state: &SharedState, request_headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(token) = &state.settings.admin_token else {
         return Ok(());
     };
