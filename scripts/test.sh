@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite, on a fresh machine or a warm one: installs what the tests need (Redis,
-# from Debian, when it is missing; Chromium and chromedriver for the dashboard's browser test), then checks formatting and lints and runs every test.
+# The whole test suite, on a fresh machine or a warm one: installs what the tests need from Debian
+# when it is missing (Redis; Chromium and chromedriver for the dashboard's browser test), then
+# checks formatting and lints and runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -210,7 +210,9 @@ async fn the_dashboard_shows_the_traffic_in_headless_chromium() {
     let input = client
         .wait()
         .at_most(Duration::from_secs(20))
-        .for_element(Locator::Css("#token-form:not([hidden]) [data-testid=token-input]"))
+        .for_element(Locator::Css(
+            "#token-form:not([hidden]) [data-testid=token-input]",
+        ))
         .await
         .expect("token input");
     let form_shown = eval(&client, "return !document.querySelector('#token-form').hidden;").await;
@@ -294,7 +296,11 @@ async fn the_data_needs_the_token_only_when_one_is_set() {
         let answer = get(path, None).await.expect("asset");
         assert_eq!(answer.status(), StatusCode::OK, "{path}");
         let header = |name: &str| answer.headers()[name].to_str().unwrap_or_default().to_owned();
-        assert!(header("content-type").starts_with(kind), "{path}: {}", header("content-type"));
+        assert!(
+            header("content-type").starts_with(kind),
+            "{path}: {}",
+            header("content-type")
+        );
         assert!(header("content-security-policy").starts_with("default-src 'self'"));
         assert_eq!(header("x-content-type-options"), "nosniff");
     }
@@ -335,7 +341,11 @@ async fn the_data_needs_the_token_only_when_one_is_set() {
         assert_eq!(login["name"], "login", "{base}");
         assert_eq!(login["totals"]["denied"], 9, "{base}");
         assert_eq!(login["top_keys"][0]["key"], "mallory", "{base}");
-        let page = http().get(format!("{base}/dashboard")).send().await.expect("page");
+        let page = http()
+            .get(format!("{base}/dashboard"))
+            .send()
+            .await
+            .expect("page");
         assert_eq!(page.status(), StatusCode::OK, "{base}");
     }
 }

@@ -12,6 +12,9 @@
 //! | `DELETE /v1/attempts/{purpose}/{key}` | clear the counter (after a success; admin) |
 //! | `GET /metrics`, `/healthz`, `/readyz` | Prometheus, liveness, store health: JSON naming the failure class |
 //!
+//! The dashboard (`/dashboard`, its data at `/dashboard/data` behind the same admin token) is
+//! served beside these routes; see [`crate::dashboard`].
+//!
 //! Every decision is the [`Engine`](tollgate::Engine)'s: a request becomes a list of rules (a
 //! policy marked `shadow` gives a shadow rule) and one [`check_all`](tollgate::Engine::check_all)
 //! decides it, failure modes included. This module only translates.

@@ -78,7 +78,10 @@ pub const TOP_KEYS_SHOWN: usize = 20;
 pub fn router(state: SharedState) -> Router {
     RECORDER.start_sampling();
     Router::new()
-        .route("/dashboard", get(|| async { asset("text/html; charset=utf-8", PAGE) }))
+        .route(
+            "/dashboard",
+            get(|| async { asset("text/html; charset=utf-8", PAGE) }),
+        )
         .route(
             "/dashboard/app.js",
             get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
@@ -110,14 +113,23 @@ pub fn reloaded(result: Result<(), String>) {
 fn secure(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
-    secure(([(header::CONTENT_TYPE, HeaderValue::from_static(content_type))], body).into_response())
+    secure(
+        (
+            [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
+            body,
+        )
+            .into_response(),
+    )
 }
 
 /// `GET /dashboard/data`: the admin token when one is set, then the whole picture.
@@ -172,9 +184,9 @@ async fn snapshot(state: &SharedState) -> Value {
         .collect();
     let health = state.store.health().await;
     crate::metrics::store_breakers(&health.breakers);
-    let reload = RECORDER.last_reload().map(|r| {
-        json!({"at_ms": r.at_ms, "ok": r.ok, "error": r.error})
-    });
+    let reload = RECORDER
+        .last_reload()
+        .map(|r| json!({"at_ms": r.at_ms, "ok": r.ok, "error": r.error}));
     json!({
         "now_ms": unix_ms(),
         "window_seconds": WINDOW_SECONDS,

@@ -224,13 +224,7 @@ impl Recorder {
                 ..PolicyView::default()
             };
         };
-        let at = |snapshot: &Snapshot| {
-            snapshot
-                .counts
-                .get(slot.index)
-                .copied()
-                .unwrap_or([0; OUTCOMES])
-        };
+        let at = |snapshot: &Snapshot| snapshot.counts.get(slot.index).copied().unwrap_or([0; OUTCOMES]);
         let per_second = {
             let ring = lock(&self.ring);
             ring.iter()
