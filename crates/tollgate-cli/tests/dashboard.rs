@@ -324,7 +324,7 @@ async fn the_data_needs_the_token_only_when_one_is_set() {
     assert_eq!(data["store"]["ready"], true);
 
     // Without a token, on the HTTP listener and on the debug listener.
-    let (mut open, _dir) = start(&["--debug-addr", "127.0.0.1:0"]);
+    let (mut open, dir) = start(&["--debug-addr", "127.0.0.1:0"]);
     let line = open.wait_for("debug listening on ");
     let debug = line.rsplit(' ').next().expect("debug address").to_owned();
     drive(&open).await;
@@ -348,4 +348,27 @@ async fn the_data_needs_the_token_only_when_one_is_set() {
             .expect("page");
         assert_eq!(page.status(), StatusCode::OK, "{base}");
     }
+
+    // A rejected reload is reported with its message (bounded wait for the reload to happen).
+    std::fs::write(dir.path().join("tollgate.yaml"), "policies: [").expect("break the config");
+    open.signal("HUP");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let reload = loop {
+        let data: Value = http()
+            .get(open.url("/dashboard/data"))
+            .send()
+            .await
+            .expect("data")
+            .json()
+            .await
+            .expect("json");
+        if !data["reload"].is_null() {
+            break data["reload"].clone();
+        }
+        assert!(Instant::now() < deadline, "no reload reported within 15 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(reload["ok"], false, "{reload}");
+    let error = reload["error"].as_str().unwrap_or_default();
+    assert!(error.contains("tollgate.yaml"), "{error}");
 }
