@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine or a warm one: installs what the tests need when it is
-# missing (Redis from Debian, schemathesis from PyPI), then checks formatting and lints and runs
-# every test.
+# missing (Redis, Chromium and chromedriver from Debian, schemathesis from PyPI), then checks
+# formatting and lints and runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +13,16 @@ if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; th
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
 fi
 redis-server --version
+
+# The dashboard's browser test drives headless Chromium through chromedriver.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    echo "chromium or chromedriver not found: installing them (Debian packages chromium, chromium-driver)"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+chromedriver --version
 
 # schemathesis (PyPI), the OpenAPI fuzzer tests/openapi_fuzz.rs runs against the real server, in a
 # virtual environment of its own under target/.

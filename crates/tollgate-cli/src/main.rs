@@ -74,7 +74,7 @@ enum Command {
         /// when set, else 127.0.0.1:8081].
         #[arg(long, env = "TOLLGATE_GRPC_ADDR")]
         grpc: Option<SocketAddr>,
-        /// Debug listen address (/rlconfig, /metrics) [default: from DEBUG_HOST/DEBUG_PORT when
+        /// Debug listen address (/rlconfig, /metrics, /dashboard) [default: from DEBUG_HOST/DEBUG_PORT when
         /// DEBUG_PORT is set, else off].
         #[arg(long, env = "TOLLGATE_DEBUG_ADDR")]
         debug_addr: Option<SocketAddr>,

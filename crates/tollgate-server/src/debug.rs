@@ -17,6 +17,7 @@ use crate::state::SharedState;
 
 /// The endpoints, with upstream's wording where upstream has them.
 const INDEX: &str = "\
+/dashboard: live dashboard (data at /dashboard/data, admin token when set)
 /metrics: prometheus metrics
 /rlconfig: print out the currently loaded configuration for debugging
 ";
@@ -51,7 +52,8 @@ pub fn router(state: SharedState) -> Router {
         .route("/", get(|| async { INDEX }))
         .route("/rlconfig", get(rlconfig))
         .route("/metrics", get(|| async { metrics::install().render() }))
-        .with_state(state)
+        .with_state(state.clone())
+        .merge(crate::dashboard::router(state))
 }
 
 /// The limits being served now: a reload shows at once.

@@ -556,6 +556,9 @@ impl<'r> Group<'r> {
                 outcome => outcome,
             };
             metrics::decision(rule.policy.name(), outcome);
+            if outcome == Outcome::Denied {
+                crate::dashboard::denied_key(rule.policy.name(), rule.key);
+            }
             if result.decision.degraded {
                 metrics::degraded(rule.policy.name());
             }

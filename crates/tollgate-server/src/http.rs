@@ -13,6 +13,9 @@
 //! | `GET /metrics`, `/healthz`, `/readyz` | Prometheus, liveness, store health: JSON naming the failure class |
 //! | `GET /openapi.json` | this API as an OpenAPI 3.1 document (see [`crate::openapi`]) |
 //!
+//! The dashboard (`/dashboard`, its data at `/dashboard/data` behind the same admin token) is
+//! served beside these routes; see [`crate::dashboard`].
+//!
 //! Every decision is the [`Engine`](tollgate::Engine)'s: a request becomes a list of rules (a
 //! policy marked `shadow` gives a shadow rule) and one [`check_all`](tollgate::Engine::check_all)
 //! decides it, failure modes included. This module only translates.
@@ -820,7 +823,7 @@ fn unknown_policy(name: &str) -> ApiError {
 
 /// Admin calls need `Authorization: Bearer <token>` when a token is configured. The token is
 /// compared in constant time, so response timing does not reveal how much of a guess was right.
-fn authorize_admin(state: &SharedState, request_headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn authorize_admin(state: &SharedState, request_headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(token) = &state.settings.admin_token else {
         return Ok(());
     };

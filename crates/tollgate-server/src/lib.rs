@@ -43,6 +43,8 @@
 //! - [`grpc`]: the Envoy rate limit service (`ShouldRateLimit`), answered as envoyproxy/ratelimit
 //!   does ([`grpc::service`], [`grpc::serve`]), and its HTTP door `POST /json` ([`grpc::json`]).
 //! - [`health`]: the gRPC health service and `/healthcheck`, following the store's health.
+//! - [`dashboard`]: the live dashboard page (`/dashboard`) and its data: decisions per second,
+//!   the most denied keys, config, store health, last reload.
 //! - [`debug`]: the opt-in debug port: `/rlconfig` and `/metrics`.
 //! - [`envoy_env`]: envoyproxy/ratelimit's environment settings, mapped to tollgate's options.
 //! - [`proxy`]: `tollgate proxy`, a rate limiting reverse proxy over the tower middleware.
@@ -55,6 +57,7 @@
 //! - [`problem`]: RFC 9457 problem answers, the shape of every error.
 //! - [`metrics`]: Prometheus metric names and the recorder.
 
+pub mod dashboard;
 pub mod debug;
 pub mod envoy_env;
 pub mod grpc;

@@ -73,10 +73,12 @@ fn sampled() {
 }
 
 /// One rule's decision, labelled with the engine's [`Outcome`]: `allowed`, `shadow_denied`,
-/// `degraded`, `denied` or `error`, the same names at every door.
+/// `degraded`, `denied` or `error`, the same names at every door. Also counted for the
+/// [dashboard](crate::dashboard).
 pub fn decision(policy: &str, outcome: Outcome) {
     metrics::counter!("tollgate_decisions_total", "policy" => policy.to_owned(), "outcome" => outcome.as_str())
         .increment(1);
+    crate::dashboard::decision(policy, outcome);
 }
 
 /// Records what the engine decided for `rules` (a committed check, not a peek): each rule's
@@ -91,6 +93,9 @@ pub fn verdict(rules: &[Rule<'_>], verdict: &Verdict) {
             continue;
         }
         decision(rule.policy.name(), result.outcome);
+        if result.outcome == Outcome::Denied {
+            crate::dashboard::denied_key(rule.policy.name(), rule.key);
+        }
         if result.outcome == Outcome::ShadowDenied && SHADOW_LOG.due() {
             tracing::info!(
                 policy = rule.policy.name(),

@@ -38,11 +38,13 @@ pub fn reload(state: &SharedState, path: &Path) -> bool {
         Ok(limits) => {
             state.limits.store(Arc::new(limits));
             metrics::config_reload(true);
+            crate::dashboard::reloaded(Ok(()));
             tracing::info!(config = %path.display(), "config reloaded");
             true
         }
         Err(err) => {
             metrics::config_reload(false);
+            crate::dashboard::reloaded(Err(err.to_string()));
             tracing::warn!(
                 config = %path.display(),
                 error = %err,

@@ -23,7 +23,7 @@ use crate::envoy_env::Compat;
 use crate::health::{self, Health};
 use crate::state::{AppState, Settings, SharedState};
 use crate::store::{AnyStore, StoreOptions};
-use crate::{debug, grpc, http, listener, metrics, reload};
+use crate::{dashboard, debug, grpc, http, listener, metrics, reload};
 
 /// What `tollgate serve` was asked to do.
 #[derive(Debug, Clone)]
@@ -167,9 +167,10 @@ pub async fn run(
             listener::serve_http("debug", listener, app, &options, stopping).await
         }))
     });
-    let router = http::router(state)
+    let router = http::router(Arc::clone(&state))
         .merge(grpc::json::router(rls))
-        .merge(health::router(health));
+        .merge(health::router(health))
+        .merge(dashboard::router(state));
     let app = listener::with_request_limits(router, "http", &options);
     let http_served = listener::serve_http("http", listeners.http, app, &options, when_stopped(stopped))
         .await

@@ -40,6 +40,8 @@
 //! - [`clock`]: [`Clock`], with [`SystemClock`] and [`ManualClock`] for tests.
 //! - [`bounds`]: the accepted range of every parameter.
 //! - [`error`]: [`PolicyError`] at construction, [`Error`] from store operations.
+//! - [`top_keys`]: [`top_keys::TopKeys`], the most frequent keys of a stream (Space-Saving) in
+//!   memory fixed up front, for "who is being limited" without a count per key.
 //! - [`headers`]: the IETF `RateLimit-Policy` / `RateLimit` fields and `Retry-After`, as text.
 //!
 //! This crate does no I/O, keeps no process-global state and needs no async runtime.
@@ -57,6 +59,7 @@ pub mod memory;
 pub mod policy;
 pub mod rule;
 pub mod store;
+pub mod top_keys;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{AttemptsStatus, Decision, Decisions};
