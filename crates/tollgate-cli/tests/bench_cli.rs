@@ -132,9 +132,15 @@ fn bench_compare_runs_end_to_end_on_memory_and_writes_its_files() {
         .collect();
     assert_eq!(table.len(), 6, "{stdout}");
     // Fixed window: 2.00 at the boundary; sliding log: 1.00 under every shape.
-    assert!(table[0].starts_with("| fixed window |") && table[0].contains("| 2.00 |"), "{stdout}");
+    assert!(
+        table[0].starts_with("| fixed window |") && table[0].contains("| 2.00 |"),
+        "{stdout}"
+    );
     assert!(table[1].contains("| 1.00 | 1.00 | 1.00 |"), "{stdout}");
-    assert_eq!(std::fs::read_to_string(dir.path().join("compare.md")).unwrap(), stdout);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("compare.md")).unwrap(),
+        stdout
+    );
     let png = std::fs::read(dir.path().join("compare.png")).expect("chart written");
     assert_eq!(png_size(&png), Some((1500, 1000)));
 }

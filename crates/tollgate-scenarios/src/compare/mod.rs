@@ -412,9 +412,16 @@ async fn compare(args: &CompareArgs) -> Result<CompareReport, ScenarioError> {
             None => memory_bytes_per_key(&contender.policy, args.limit, args.window, &mut filled),
             Some(nodes) => {
                 let probe = redis_probe(kind, &args.store, &prefix).await?;
-                let b =
-                    redis_bytes_per_key(&probe, nodes, &prefix, &contender.policy, args.limit, args.window)
-                        .await?;
+                let b = redis_bytes_per_key(
+                    kind,
+                    &probe,
+                    nodes,
+                    &prefix,
+                    &contender.policy,
+                    args.limit,
+                    args.window,
+                )
+                .await?;
                 Some(b)
             }
         };
@@ -616,6 +623,7 @@ fn memory_bytes_per_key(
 /// `MEMORY USAGE` of [`REDIS_SAMPLE_KEYS`] keys' Redis keys (state, and the sliding log's sorted
 /// set) after each spent a full budget, per key.
 async fn redis_bytes_per_key(
+    kind: StoreKind,
     probe: &Probe,
     nodes: &mut Nodes,
     prefix: &str,
@@ -624,7 +632,7 @@ async fn redis_bytes_per_key(
     window: Duration,
 ) -> Result<f64, ScenarioError> {
     let store_error = |source| ScenarioError::Store {
-        store: "redis",
+        store: kind.label(),
         source,
     };
     let keys: Vec<String> = (0..REDIS_SAMPLE_KEYS).map(|i| format!("memory-{i}")).collect();
