@@ -225,18 +225,20 @@ pub fn compare(report: &CompareReport) -> String {
     };
     let memory_how = match report.store {
         StoreKind::Memory => format!(
-            "resident memory a fresh store grew by while {} keys each spent a full budget ({l} checks spread over one window), per key",
+            "resident memory a fresh store grew by while {} keys each spent a full budget ({l} checks spread over one window; the window is an hour here, which changes no state's size), per key",
             thousands(report.sample_keys as f64)
         ),
         _ => format!(
-            "`MEMORY USAGE … SAMPLES 0` of {} keys after each spent a full budget ({l} checks spread over one window), state and sliding log sorted set together, per key",
+            "`MEMORY USAGE … SAMPLES 0` of {} keys after each spent a full budget ({l} checks spread over one window; the window is an hour here, so that no key expires while it is measured, which changes no state's size), state and sliding log sorted set together, per key",
             report.sample_keys
         ),
     };
     let _ = writeln!(
         out,
         "Speed: {c} concurrent clients check keys drawn from {k} distinct keys for {d} or {m} \
-         checks, whichever comes first; latency is one check, from an HDR histogram. Accuracy: \
+         checks, whichever comes first, in {r} rounds interleaved with the other algorithms (so \
+         other load on the machine falls on all alike); latency is one check, from an HDR \
+         histogram. Accuracy: \
          the most requests admitted in any {w} span divided by the limit (1.00 = the limit held \
          exactly, 2.00 = twice the limit got through), on a simulated clock (seed 1). CPU: \
          {cpu_how}. Memory: {memory_how}.\n",
@@ -244,6 +246,7 @@ pub fn compare(report: &CompareReport) -> String {
         k = thousands(report.keys as f64),
         d = words(report.duration),
         m = thousands(report.max_requests as f64),
+        r = crate::compare::SPEED_ROUNDS,
     );
     let _ = writeln!(
         out,

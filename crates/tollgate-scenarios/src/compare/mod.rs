@@ -57,8 +57,12 @@ pub const DEFAULT_CHART_SIZE: (u32, u32) = (1500, 1000);
 /// Keys filled to measure the memory store's bytes per key (many, so the resident memory
 /// growth is well above page granularity).
 pub const MEMORY_SAMPLE_KEYS: u64 = 20_000;
+/// The window of the policies whose memory per key is measured (see [`CompareReport::sample_keys`]).
+pub const FILL_WINDOW: Duration = Duration::from_secs(3600);
 /// Keys filled and asked `MEMORY USAGE` of on Redis.
 pub const REDIS_SAMPLE_KEYS: u64 = 200;
+/// The speed run of each algorithm is split into this many rounds, interleaved.
+pub const SPEED_ROUNDS: u32 = 5;
 /// Probes (stores with their own manual clock) running accuracy runs in parallel on Redis.
 const REDIS_PROBES: usize = 8;
 
@@ -406,10 +410,14 @@ async fn compare(args: &CompareArgs) -> Result<CompareReport, ScenarioError> {
     // Filled memory stores stay alive until every algorithm is measured: memory one of them
     // freed would be reused by the next without the process growing.
     let mut filled = vec![];
-    for contender in &contenders {
+    // The same algorithms with an hour's window: a key's state has the same shape whatever the
+    // window, and on Redis its TTL (which follows the simulated clock's window, but runs out in
+    // real time) must outlast the fill and the measurement.
+    let long = lineup::lineup(args.limit, FILL_WINDOW)?;
+    for contender in &long {
         bar.set_message(format!("{}: memory per key", contender.label));
         let bytes = match &mut nodes {
-            None => memory_bytes_per_key(&contender.policy, args.limit, args.window, &mut filled),
+            None => memory_bytes_per_key(&contender.policy, args.limit, FILL_WINDOW, &mut filled),
             Some(nodes) => {
                 let probe = redis_probe(kind, &args.store, &prefix).await?;
                 let b = redis_bytes_per_key(
@@ -419,7 +427,7 @@ async fn compare(args: &CompareArgs) -> Result<CompareReport, ScenarioError> {
                     &prefix,
                     &contender.policy,
                     args.limit,
-                    args.window,
+                    FILL_WINDOW,
                 )
                 .await?;
                 Some(b)
@@ -435,28 +443,43 @@ async fn compare(args: &CompareArgs) -> Result<CompareReport, ScenarioError> {
         StoreKind::Memory => None,
         _ => Some(throughput::connect(kind, &args.store).await?),
     };
-    let mut speed = vec![];
-    for contender in &contenders {
-        bar.set_message(format!("{}: speed", contender.label));
-        let shape = throughput::Shape {
-            concurrency: args.concurrency,
-            keys: args.keys,
-            duration: args.duration,
-            max_requests: args.max_requests,
-        };
-        let before = cpu_seconds(&mut nodes).await?;
-        let (cell, histogram) = match &speed_store {
-            None => throughput::measured(Arc::new(MemoryStore::new()), contender, shape).await,
-            Some(store) => throughput::measured(store.clone(), contender, shape).await,
+    // Interleaved in rounds, so that a burst of other load on the machine falls on every
+    // algorithm alike instead of on whichever ran at that moment.
+    let memory_stores: Vec<Arc<MemoryStore>> =
+        contenders.iter().map(|_| Arc::new(MemoryStore::new())).collect();
+    let mut speed: Vec<Speed> = contenders.iter().map(|_| Speed::default()).collect();
+    let rounds = SPEED_ROUNDS
+        .min(u32::try_from(args.max_requests).unwrap_or(u32::MAX))
+        .max(1);
+    let shape = throughput::Shape {
+        concurrency: args.concurrency,
+        keys: args.keys,
+        duration: args.duration / rounds,
+        max_requests: args.max_requests.div_ceil(u64::from(rounds)),
+    };
+    for round in 0..rounds {
+        for (i, contender) in contenders.iter().enumerate() {
+            bar.set_message(format!(
+                "{}: speed, round {}/{rounds}",
+                contender.label,
+                round + 1
+            ));
+            let before = cpu_seconds(&mut nodes).await?;
+            let (cell, histogram) = match &speed_store {
+                None => throughput::measured(memory_stores[i].clone(), contender, shape).await,
+                Some(store) => throughput::measured(store.clone(), contender, shape).await,
+            }
+            .map_err(store_error)?;
+            let after = cpu_seconds(&mut nodes).await?;
+            speed[i].add(
+                &cell,
+                &histogram,
+                before.zip(after).map(|(b, a)| (a - b).max(0.0)),
+            );
         }
-        .map_err(store_error)?;
-        let after = cpu_seconds(&mut nodes).await?;
-        let cpu = before.zip(after).map(|(b, a)| {
-            Duration::from_secs_f64(((a - b).max(0.0)) * 1000.0 / cell.decisions.max(1) as f64)
-        });
-        speed.push((cell, histogram, cpu));
-        bar.inc(1);
     }
+    drop(memory_stores);
+    bar.inc(contenders.len() as u64);
 
     // Accuracy, on simulated time.
     bar.set_message("accuracy");
@@ -483,7 +506,7 @@ async fn compare(args: &CompareArgs) -> Result<CompareReport, ScenarioError> {
     bar.finish_and_clear();
 
     let mut rows = vec![];
-    for (i, (contender, ((cell, histogram, cpu), bytes))) in contenders
+    for (i, (contender, (speed, bytes))) in contenders
         .iter()
         .zip(speed.into_iter().zip(bytes_per_key))
         .enumerate()
@@ -492,7 +515,7 @@ async fn compare(args: &CompareArgs) -> Result<CompareReport, ScenarioError> {
         for (k, slot) in most_admitted.iter_mut().enumerate() {
             *slot = most[i * 3 + k];
         }
-        rows.push(row(contender, &cell, &histogram, cpu, bytes, most_admitted));
+        rows.push(speed.row(contender, bytes, most_admitted));
     }
     let (worst_index, most_over_seeds) = most
         .iter()
@@ -526,27 +549,65 @@ async fn compare(args: &CompareArgs) -> Result<CompareReport, ScenarioError> {
     })
 }
 
-fn row(
-    contender: &Contender,
-    cell: &throughput::Cell,
-    histogram: &hdrhistogram::Histogram<u64>,
-    cpu_per_1000: Option<Duration>,
-    bytes_per_key: Option<f64>,
-    most_admitted: [u64; 3],
-) -> Row {
-    Row {
-        label: contender.label,
-        parameters: contender.parameters.clone(),
-        decisions: cell.decisions,
-        allowed: cell.allowed,
-        elapsed: cell.elapsed,
-        mean: Duration::from_nanos(histogram.mean().round() as u64),
-        p50: cell.p50,
-        p99: cell.p99,
-        max: Duration::from_nanos(histogram.max()),
-        most_admitted,
-        cpu_per_1000,
-        bytes_per_key,
+/// One algorithm's speed runs, added up over the rounds.
+#[derive(Default)]
+struct Speed {
+    decisions: u64,
+    allowed: u64,
+    elapsed: Duration,
+    latencies: Option<hdrhistogram::Histogram<u64>>,
+    /// CPU seconds, None once any round could not read it.
+    cpu_seconds: Option<f64>,
+    rounds: u32,
+}
+
+impl Speed {
+    fn add(
+        &mut self,
+        cell: &throughput::Cell,
+        histogram: &hdrhistogram::Histogram<u64>,
+        cpu_seconds: Option<f64>,
+    ) {
+        self.decisions += cell.decisions;
+        self.allowed += cell.allowed;
+        self.elapsed += cell.elapsed;
+        match &mut self.latencies {
+            // Same bounds everywhere, so adding cannot fail.
+            Some(all) => {
+                let _ = all.add(histogram);
+            }
+            None => self.latencies = Some(histogram.clone()),
+        }
+        self.cpu_seconds = match (self.rounds, self.cpu_seconds, cpu_seconds) {
+            (0, _, now) => now,
+            (_, Some(sum), Some(now)) => Some(sum + now),
+            _ => None,
+        };
+        self.rounds += 1;
+    }
+
+    fn row(self, contender: &Contender, bytes_per_key: Option<f64>, most_admitted: [u64; 3]) -> Row {
+        let at = |q: f64| {
+            self.latencies
+                .as_ref()
+                .map_or(Duration::ZERO, |h| Duration::from_nanos(h.value_at_quantile(q)))
+        };
+        Row {
+            label: contender.label,
+            parameters: contender.parameters.clone(),
+            decisions: self.decisions,
+            allowed: self.allowed,
+            elapsed: self.elapsed,
+            mean: Duration::from_nanos(self.latencies.as_ref().map_or(0.0, |h| h.mean()).round() as u64),
+            p50: at(0.5),
+            p99: at(0.99),
+            max: Duration::from_nanos(self.latencies.as_ref().map_or(0, |h| h.max())),
+            most_admitted,
+            cpu_per_1000: self
+                .cpu_seconds
+                .map(|cpu| Duration::from_secs_f64(cpu * 1000.0 / self.decisions.max(1) as f64)),
+            bytes_per_key,
+        }
     }
 }
 
@@ -649,6 +710,14 @@ async fn redis_bytes_per_key(
         let (names, _) = RedisStore::script_call(prefix, policy, key.as_bytes(), 1);
         for name in names {
             total += nodes.memory_usage(&name).await?;
+        }
+    }
+    // Leave nothing behind for an hour.
+    for key in &keys {
+        if let Clocked::Redis(store) = &probe.store {
+            tollgate::Store::reset(store, policy, key.as_bytes())
+                .await
+                .map_err(store_error)?;
         }
     }
     Ok(total as f64 / REDIS_SAMPLE_KEYS as f64)
