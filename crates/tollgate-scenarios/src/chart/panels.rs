@@ -37,12 +37,12 @@ type Series<'a> = (&'a str, Vec<f64>);
 
 fn draw(report: &CompareReport, root: &Root<'_>) -> Drawn {
     let store = match report.store {
-        StoreKind::Memory => "memory store",
+        StoreKind::Memory => "the memory store",
         StoreKind::Redis => "Redis",
-        StoreKind::RedisCluster => "Redis Cluster",
+        StoreKind::RedisCluster => "a Redis Cluster",
     };
     let title = format!(
-        "Every algorithm on the {store}: {} per {}",
+        "Every algorithm on {store}: {} per {}",
         report.limit,
         crate::lineup::words(report.window)
     );
@@ -99,7 +99,7 @@ fn draw(report: &CompareReport, root: &Root<'_>) -> Drawn {
         "× limit",
         &names,
         &accuracy,
-        0.0..2.3,
+        0.0..3.0,
         Some(1.0),
     )?;
 
