@@ -171,6 +171,16 @@ fn a_cluster_is_measured_on_every_node() {
         );
         assert!(row.bytes_per_key.is_some_and(|b| b > 0.0), "{}", row.label);
     }
+    // Same answers as the memory store, run for run, though eight probes share the cluster.
+    let memory = compare::run(&CompareArgs {
+        seeds: 2,
+        ..brief("memory".into())
+    })
+    .unwrap();
+    for (c, m) in report.rows.iter().zip(&memory.rows) {
+        assert_eq!(c.most_admitted, m.most_admitted, "{}", c.label);
+    }
+    assert_eq!(report.sliding_window.most_over_seeds, memory.sliding_window.most_over_seeds);
 }
 
 #[test]

@@ -96,7 +96,7 @@ pub(crate) async fn measure(
         tasks.push(tokio::spawn(async move {
             let mut out = vec![];
             for (i, run) in mine {
-                let most = one(&probe, &policies[run.contender], run, limit, window).await?;
+                let most = one(&probe, &policies[run.contender], i, run, limit, window).await?;
                 out.push((i, most));
                 done();
             }
@@ -121,12 +121,15 @@ pub(crate) async fn measure(
 async fn one(
     probe: &Probe,
     policy: &Policy,
+    index: usize,
     run: Run,
     limit: u64,
     window: Duration,
 ) -> Result<u64, tollgate::Error> {
     let origin = origin_us(window);
-    let key = format!("accuracy:{}:{:?}:{}", run.contender, run.shape, run.seed);
+    // The run's index makes the key unique even when two runs are alike (the seed sweep repeats
+    // seed 1), as probes of one Redis share its keys.
+    let key = format!("accuracy:{index}:{}:{:?}:{}", run.contender, run.shape, run.seed);
     let mut admitted = vec![];
     for at in run.shape.arrivals(limit, window, run.seed) {
         if probe.check(policy, key.as_bytes(), origin + at).await? {
