@@ -180,7 +180,10 @@ fn a_cluster_is_measured_on_every_node() {
     for (c, m) in report.rows.iter().zip(&memory.rows) {
         assert_eq!(c.most_admitted, m.most_admitted, "{}", c.label);
     }
-    assert_eq!(report.sliding_window.most_over_seeds, memory.sliding_window.most_over_seeds);
+    assert_eq!(
+        report.sliding_window.most_over_seeds,
+        memory.sliding_window.most_over_seeds
+    );
 }
 
 #[test]
