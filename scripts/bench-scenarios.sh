@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Runs every `tollgate bench` scenario and writes docs/scenarios.md and the charts in
-# docs/scenarios/. Starts its own redis-server and 3-master Redis Cluster on free loopback ports,
-# in temporary directories, and stops them (by PID, reaped) when it exits, however it exits.
+# Runs every `tollgate bench` scenario and writes docs/scenarios.md with the charts in
+# docs/scenarios/, and `tollgate bench compare` on memory, Redis and a Redis Cluster into
+# docs/compare.md with the charts in docs/compare/. Starts its own redis-server and 3-master
+# Redis Cluster on free loopback ports, in temporary directories, and stops them (by PID, reaped)
+# when it exits, however it exits.
 #
 #   ./scripts/bench-scenarios.sh            # defaults: --duration 2s --concurrency 1,16,64
 #   DURATION=500ms ./scripts/bench-scenarios.sh
+#   ONLY=compare ./scripts/bench-scenarios.sh   # only docs/compare.md (ONLY=scenarios: the rest)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION="${DURATION:-2s}"
 CONCURRENCY="${CONCURRENCY:-1,16,64}"
+ONLY="${ONLY:-all}"
+case "$ONLY" in all | scenarios | compare) ;; *) echo "bench-scenarios: ONLY must be all, scenarios or compare" >&2; exit 1 ;; esac
 for tool in redis-server redis-cli cargo; do
     command -v "$tool" >/dev/null || { echo "bench-scenarios: $tool not found (Debian: apt-get install -y redis-server)" >&2; exit 1; }
 done
@@ -88,6 +93,10 @@ cluster_url="redis+cluster://$(printf '127.0.0.1:%s,' "${cluster_ports[@]}" | se
 cargo build --release --locked -p tollgate-cli --bin tollgate
 tollgate="${CARGO_TARGET_DIR:-target}/release/tollgate"
 
+about="($(date -u +%Y-%m-%d), $(nproc) cores, $(redis-server --version | cut -d' ' -f1-3), Redis and
+a 3-master Redis Cluster on loopback)"
+
+if [ "$ONLY" != compare ]; then
 mkdir -p docs/scenarios
 out="$work/scenarios.md"
 {
@@ -95,8 +104,8 @@ out="$work/scenarios.md"
     echo
     echo "What each algorithm does with a polite bot and with a burst across a window boundary, and"
     echo "how many decisions per second each store makes. Written by \`scripts/bench-scenarios.sh\`"
-    echo "($(date -u +%Y-%m-%d), $(nproc) cores, $(redis-server --version | cut -d' ' -f1-3), Redis and"
-    echo "a 3-master Redis Cluster on loopback); every number below is measured by that run."
+    echo "$about; every number below is measured by that run. The side-by-side table of"
+    echo "every algorithm's speed, accuracy and cost is in [compare.md](compare.md)."
     echo
     "$tollgate" bench bot --chart docs/scenarios/bot.png
     echo "![bot: admitted and denied requests over time, per algorithm](scenarios/bot.png)"
@@ -110,3 +119,32 @@ out="$work/scenarios.md"
 } >"$out"
 mv "$out" docs/scenarios.md
 echo "bench-scenarios: wrote docs/scenarios.md and docs/scenarios/{bot,boundary,throughput}.png"
+fi
+
+if [ "$ONLY" != scenarios ]; then
+mkdir -p docs/compare
+out="$work/compare.md"
+{
+    echo "# Comparing the algorithms"
+    echo
+    echo "Every algorithm on one store, side by side: speed, accuracy against the exact limit, what"
+    echo "a decision costs the store, and memory per key. Written by \`scripts/bench-scenarios.sh\`"
+    echo "$about with \`tollgate bench compare\`; every number below is measured by that run."
+    echo "Run it on your own store with \`tollgate bench compare --store redis://127.0.0.1:6379\`"
+    echo "(loopback addresses only)."
+    echo
+    cat docs/compare-guide.md
+    echo
+    "$tollgate" bench compare --store memory --duration "$DURATION" --chart docs/compare/memory.png
+    echo "![compare on the memory store: speed, latency, accuracy, CPU and memory per algorithm](compare/memory.png)"
+    echo
+    "$tollgate" bench compare --store "redis://127.0.0.1:$redis_port" --duration "$DURATION" \
+        --chart docs/compare/redis.png
+    echo "![compare on Redis: speed, latency, accuracy, Redis CPU and memory per algorithm](compare/redis.png)"
+    echo
+    "$tollgate" bench compare --store "$cluster_url" --duration "$DURATION" --chart docs/compare/cluster.png
+    echo "![compare on a Redis Cluster: speed, latency, accuracy, Redis CPU and memory per algorithm](compare/cluster.png)"
+} >"$out"
+mv "$out" docs/compare.md
+echo "bench-scenarios: wrote docs/compare.md and docs/compare/{memory,redis,cluster}.png"
+fi

@@ -120,7 +120,7 @@ enum Command {
         /// The file or directory.
         path: PathBuf,
     },
-    /// Run a scenario (bot, boundary, throughput): Markdown on stdout, optional PNG chart.
+    /// Run a scenario (bot, boundary, throughput, compare): Markdown on stdout, optional PNG chart.
     Bench(tollgate_scenarios::BenchArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) on stdout.
     ///

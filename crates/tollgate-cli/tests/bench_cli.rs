@@ -1,5 +1,5 @@
 //! `tollgate bench`, `completions` and `man`, run as the real binary: the boundary table on stdout,
-//! the chart on disk, the shell scripts and manual pages,
+//! the chart on disk, the comparison's files, the shell scripts and manual pages,
 //! and clear errors for bad arguments.
 
 use std::process::{Command, Output};
@@ -98,6 +98,60 @@ fn bench_rejects_bad_arguments_without_panicking() {
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
         assert!(out.stdout.is_empty(), "{args:?} printed {}", text(&out.stdout));
     }
+}
+
+#[test]
+fn bench_compare_runs_end_to_end_on_memory_and_writes_its_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tollgate(&[
+        "bench",
+        "compare",
+        "--limit",
+        "10",
+        "--window",
+        "500ms",
+        "--duration",
+        "50ms",
+        "--max-requests",
+        "2000",
+        "--keys",
+        "100",
+        "--seeds",
+        "3",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    assert!(
+        stdout.starts_with("## Compare: every algorithm on the memory store, 10 per 500 ms"),
+        "{stdout}"
+    );
+    let table: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("| ") && !line.starts_with("| algorithm"))
+        .collect();
+    assert_eq!(table.len(), 6, "{stdout}");
+    // Fixed window: 2.00 at the boundary; sliding log: 1.00 under every shape.
+    assert!(
+        table[0].starts_with("| fixed window |") && table[0].contains("| 2.00 |"),
+        "{stdout}"
+    );
+    assert!(table[1].contains("| 1.00 | 1.00 | 1.00 |"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("compare.md")).unwrap(),
+        stdout
+    );
+    let png = std::fs::read(dir.path().join("compare.png")).expect("chart written");
+    assert_eq!(png_size(&png), Some((1500, 1000)));
+}
+
+#[test]
+fn bench_compare_refuses_a_store_off_this_machine() {
+    let out = tollgate(&["bench", "compare", "--store", "redis://192.0.2.7:6379"]);
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("is not a loopback address"), "{stderr}");
 }
 
 #[test]

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::ScenarioError;
+pub use crate::compare::CompareArgs;
 
 /// Default `--limit` of the boundary scenario.
 pub const DEFAULT_BOUNDARY_LIMIT: u64 = 100;
@@ -57,6 +58,9 @@ pub enum Scenario {
     /// Decisions per second and latency per algorithm, store and concurrency (real time, real
     /// servers on loopback).
     Throughput(ThroughputArgs),
+    /// Every algorithm on one store, side by side: decisions per second, latency, accuracy
+    /// against the exact limit, store CPU per 1 000 decisions and memory per key.
+    Compare(CompareArgs),
 }
 
 /// Where and how big to draw the chart.
@@ -160,11 +164,12 @@ impl Scenario {
     ///
     /// assert!(Scenario::Bot(BotArgs::default()).chart().chart.is_none());
     /// ```
-    pub fn chart(&self) -> &ChartArgs {
+    pub fn chart(&self) -> ChartArgs {
         match self {
-            Scenario::Bot(args) => &args.chart,
-            Scenario::Boundary(args) => &args.chart,
-            Scenario::Throughput(args) => &args.chart,
+            Scenario::Bot(args) => args.chart.clone(),
+            Scenario::Boundary(args) => args.chart.clone(),
+            Scenario::Throughput(args) => args.chart.clone(),
+            Scenario::Compare(args) => args.chart_args(),
         }
     }
 }
@@ -278,7 +283,7 @@ impl ThroughputArgs {
     }
 }
 
-fn in_range(
+pub(crate) fn in_range(
     arg: &'static str,
     value: u64,
     min: u64,
@@ -297,7 +302,7 @@ fn in_range(
 }
 
 /// Parses `500ms`, `2s` or `1.5s`.
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let (number, scale) = if let Some(ms) = text.strip_suffix("ms") {
         (ms, 1e-3)

@@ -67,6 +67,35 @@ pub enum ScenarioError {
         #[source]
         source: tollgate_redis::ConnectError,
     },
+    /// A Redis command the bench uses to measure the store (INFO, CLUSTER NODES, MEMORY
+    /// USAGE) failed.
+    #[error("{store}: {what}: {source}")]
+    RedisInfo {
+        /// `redis` or `redis cluster`.
+        store: &'static str,
+        /// The command and node.
+        what: String,
+        /// Why.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// Redis answered a measuring command with something the bench cannot read.
+    #[error("{store}: {what}")]
+    BadReply {
+        /// `redis` or `redis cluster`.
+        store: &'static str,
+        /// The command, node and reply.
+        what: String,
+    },
+    /// The markdown report could not be written to `--out`.
+    #[error("cannot write `{}`: {source}", .path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The async runtime for the throughput scenario could not start.
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),

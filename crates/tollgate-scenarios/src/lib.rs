@@ -1,5 +1,6 @@
 //! The scenarios behind `tollgate bench`: what each algorithm does with a polite bot, with a
-//! burst placed across a window boundary, and how many decisions per second each store makes.
+//! burst placed across a window boundary, how many decisions per second each store makes, and
+//! the one table that compares the algorithms on a store.
 //! Each scenario prints a Markdown summary and can draw the same numbers as a PNG chart.
 //!
 //! ```
@@ -19,6 +20,8 @@
 //! - [`bot`]: one request every 2 s for 2 minutes against 20 per minute (simulated clock).
 //! - [`boundary`]: `L` requests at 0:59.9 and `L` at 1:00.0 against `L` per minute (simulated).
 //! - [`throughput`]: decisions per second and latency per algorithm, store and concurrency.
+//! - [`compare`]: every algorithm on one store: speed, accuracy against the exact limit under
+//!   three traffic shapes, store CPU per 1 000 decisions and memory per key.
 //! - [`loopback`]: the rule that load goes to loopback addresses only.
 //! - [`report`]: the Markdown summaries.
 //! - [`chart`]: the PNG charts.
@@ -29,6 +32,7 @@ pub mod args;
 pub mod bot;
 pub mod boundary;
 pub mod chart;
+pub mod compare;
 pub mod error;
 pub mod lineup;
 pub mod loopback;
@@ -38,7 +42,7 @@ pub mod throughput;
 
 use std::path::PathBuf;
 
-pub use args::{BenchArgs, BotArgs, BoundaryArgs, ChartArgs, Scenario, ThroughputArgs};
+pub use args::{BenchArgs, BotArgs, BoundaryArgs, ChartArgs, CompareArgs, Scenario, ThroughputArgs};
 pub use error::ScenarioError;
 
 /// What a scenario produced.
@@ -61,7 +65,7 @@ pub struct Output {
 /// assert_eq!(err.to_string(), "--limit must be 1 to 100000, got 0");
 /// ```
 pub fn run(args: &BenchArgs) -> Result<Output, ScenarioError> {
-    let chart_args = args.scenario.chart();
+    let chart_args = &args.scenario.chart();
     chart_args.validate()?;
     let (markdown, drawn) = match &args.scenario {
         Scenario::Bot(_) => {
@@ -80,6 +84,14 @@ pub fn run(args: &BenchArgs) -> Result<Output, ScenarioError> {
                 report::throughput(&report),
                 chart::throughput(&report, chart_args)?,
             )
+        }
+        Scenario::Compare(compare_args) => {
+            compare_args.validate()?;
+            let report = compare::run(compare_args)?;
+            let markdown = report::compare(&report);
+            let drawn = chart::compare(&report, chart_args)?;
+            compare_args.write_markdown(&markdown)?;
+            (markdown, drawn)
         }
     };
     Ok(Output {

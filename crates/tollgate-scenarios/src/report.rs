@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use crate::bot::BotReport;
 use crate::boundary::{self, BoundaryReport};
+use crate::compare::CompareReport;
+use crate::compare::traffic::Shape;
 use crate::lineup::words;
-use crate::throughput::ThroughputReport;
+use crate::throughput::{StoreKind, ThroughputReport};
 
 /// The bot scenario as Markdown.
 ///
@@ -187,6 +189,133 @@ pub fn throughput(report: &ThroughputReport) -> String {
     }
     out.push('\n');
     out
+}
+
+/// The comparison as Markdown: one table with every column, then the sliding window counter's
+/// worst cases and how each column was measured.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_scenarios::CompareArgs;
+///
+/// let args = CompareArgs { limit: 10, duration: Duration::from_millis(10), keys: 100, seeds: 2, ..CompareArgs::default() };
+/// let markdown = tollgate_scenarios::report::compare(&tollgate_scenarios::compare::run(&args)?);
+/// assert!(markdown.contains("| sliding log |"));
+/// # Ok::<(), tollgate_scenarios::ScenarioError>(())
+/// ```
+pub fn compare(report: &CompareReport) -> String {
+    let l = report.limit;
+    let w = words(report.window);
+    let mut out = String::new();
+    let store = match report.store {
+        StoreKind::Memory => "the memory store".to_string(),
+        StoreKind::Redis => "one Redis server".to_string(),
+        StoreKind::RedisCluster => format!("a Redis Cluster of {} nodes", report.redis_nodes),
+    };
+    let _ = writeln!(out, "## Compare: every algorithm on {store}, {l} per {w}\n");
+    let (cpu_column, cpu_how) = match report.store {
+        StoreKind::Memory => (
+            "process CPU / 1 000",
+            "this process's CPU time (user + system, load generator included) during the speed run",
+        ),
+        _ => (
+            "Redis CPU / 1 000",
+            "the Redis servers' `used_cpu_user + used_cpu_sys` (`INFO cpu`, summed over nodes) during the speed run",
+        ),
+    };
+    let memory_how = match report.store {
+        StoreKind::Memory => format!(
+            "resident memory a fresh store grew by while {} keys each spent a full budget ({l} checks spread over one window; the window is an hour here, which changes no state's size), per key",
+            thousands(report.sample_keys as f64)
+        ),
+        _ => format!(
+            "`MEMORY USAGE … SAMPLES 0` of {} keys after each spent a full budget ({l} checks spread over one window; the window is an hour here, so that no key expires while it is measured, which changes no state's size), state and sliding log sorted set together, per key",
+            report.sample_keys
+        ),
+    };
+    let _ = writeln!(
+        out,
+        "Speed: {c} concurrent clients check keys drawn from {k} distinct keys for {d} or {m} \
+         checks, whichever comes first, in {r} rounds interleaved with the other algorithms (so \
+         other load on the machine falls on all alike); latency is one check, from an HDR \
+         histogram. Accuracy: \
+         the most requests admitted in any {w} span divided by the limit (1.00 = the limit held \
+         exactly, 2.00 = twice the limit got through), on a simulated clock (seed 1). CPU: \
+         {cpu_how}. Memory: {memory_how}.\n",
+        c = report.concurrency,
+        k = thousands(report.keys as f64),
+        d = words(report.duration),
+        m = thousands(report.max_requests as f64),
+        r = crate::compare::SPEED_ROUNDS,
+    );
+    let _ = writeln!(
+        out,
+        "| algorithm | decisions/s | mean | p50 | p99 | max | {} | {} | {} | {cpu_column} | bytes per key |",
+        Shape::ALL[0].label(),
+        Shape::ALL[1].label(),
+        Shape::ALL[2].label(),
+    );
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for row in &report.rows {
+        let accuracy = row.accuracy(l);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} |",
+            row.label,
+            thousands(row.per_second()),
+            latency(row.mean),
+            latency(row.p50),
+            latency(row.p99),
+            latency(row.max),
+            accuracy[0],
+            accuracy[1],
+            accuracy[2],
+            row.cpu_per_1000.map_or("n/a".to_string(), latency),
+            row.bytes_per_key.map_or("n/a".to_string(), bytes),
+        );
+    }
+    let sw = &report.sliding_window;
+    let _ = writeln!(
+        out,
+        "\nSliding window counter, worst case: over {seeds} seeds each of Poisson and on/off \
+         traffic, at most **{most}** admitted in one {w} span ({ratio:.2}× the limit; {shape}, \
+         seed {seed}). The proven bound is **2L − ⌈L / w⌉ = {bound}** ({bound_ratio:.2}×, w = \
+         the window in ms), and an attacker who sends {l} requests in the last microsecond of \
+         a window, then paces requests through the next one millisecond at a time, gets \
+         **{attack}** through: the bound is reached, but only by precise pacing over a whole \
+         window, where a fixed window gives 2L to two bursts a millisecond apart.\n",
+        seeds = sw.seeds,
+        most = sw.most_over_seeds,
+        ratio = sw.most_over_seeds as f64 / l as f64,
+        shape = sw.worst_seed.0.label(),
+        seed = sw.worst_seed.1,
+        bound = sw.bound,
+        bound_ratio = sw.bound as f64 / l as f64,
+        attack = sw.attack,
+    );
+    out.push_str("Admitted in the speed run (the rest were denied, which costs the same round trip):\n\n");
+    for row in &report.rows {
+        let _ = writeln!(
+            out,
+            "- {}: {} of {} ({:.0}%); {}",
+            row.label,
+            thousands(row.allowed as f64),
+            thousands(row.decisions as f64),
+            100.0 * row.allowed as f64 / row.decisions.max(1) as f64,
+            row.parameters
+        );
+    }
+    out.push('\n');
+    out
+}
+
+/// `64 B`, `1.5 KiB`.
+fn bytes(value: f64) -> String {
+    if value < 1024.0 {
+        format!("{value:.0} B")
+    } else {
+        format!("{:.1} KiB", value / 1024.0)
+    }
 }
 
 fn span(a: Duration, b: Duration) -> String {

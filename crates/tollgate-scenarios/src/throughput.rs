@@ -209,7 +209,7 @@ async fn measure(args: &ThroughputArgs) -> Result<ThroughputReport, ScenarioErro
     })
 }
 
-async fn connect(kind: StoreKind, url: &str) -> Result<Arc<RedisStore>, ScenarioError> {
+pub(crate) async fn connect(kind: StoreKind, url: &str) -> Result<Arc<RedisStore>, ScenarioError> {
     let connect_error = |source| ScenarioError::Connect {
         store: kind.label(),
         url: url.to_string(),
@@ -236,11 +236,11 @@ async fn connect(kind: StoreKind, url: &str) -> Result<Arc<RedisStore>, Scenario
 
 /// The bounds of one cell.
 #[derive(Debug, Clone, Copy)]
-struct Shape {
-    concurrency: u32,
-    keys: u64,
-    duration: Duration,
-    max_requests: u64,
+pub(crate) struct Shape {
+    pub(crate) concurrency: u32,
+    pub(crate) keys: u64,
+    pub(crate) duration: Duration,
+    pub(crate) max_requests: u64,
 }
 
 /// What one task counted.
@@ -252,6 +252,18 @@ struct Tally {
 }
 
 async fn cell<S>(store: Arc<S>, contender: &Contender, shape: Shape) -> Result<Cell, tollgate::Error>
+where
+    S: Store + 'static,
+{
+    measured(store, contender, shape).await.map(|(cell, _)| cell)
+}
+
+/// One cell, and every latency it recorded (ns).
+pub(crate) async fn measured<S>(
+    store: Arc<S>,
+    contender: &Contender,
+    shape: Shape,
+) -> Result<(Cell, Histogram<u64>), tollgate::Error>
 where
     S: Store + 'static,
 {
@@ -295,7 +307,7 @@ where
         return Err(err);
     }
     let quantile = |q| Duration::from_nanos(total.latencies.value_at_quantile(q));
-    Ok(Cell {
+    let cell = Cell {
         store: StoreKind::Memory,
         algorithm: contender.label,
         concurrency: shape.concurrency,
@@ -305,7 +317,8 @@ where
         elapsed,
         p50: quantile(0.5),
         p99: quantile(0.99),
-    })
+    };
+    Ok((cell, total.latencies))
 }
 
 /// Latencies from 1 ns to 60 s, 3 significant digits.

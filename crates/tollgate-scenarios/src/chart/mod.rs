@@ -8,10 +8,12 @@
 //! - `bars`: the boundary, admitted per burst and in any 60 s, with the limit as a line.
 //! - `groups`: throughput, decisions per second per algorithm, grouped by store and
 //!   concurrency.
+//! - `panels`: the comparison, one panel per column group of its table.
 
 mod bars;
 mod groups;
 mod lanes;
+mod panels;
 
 use std::error::Error;
 use std::sync::OnceLock;
@@ -24,6 +26,7 @@ use crate::{ChartArgs, ScenarioError};
 pub use bars::boundary;
 pub use groups::throughput;
 pub use lanes::bot;
+pub use panels::compare;
 
 /// The font family name the charts use.
 pub(crate) const FONT: &str = "tollgate-dejavu-sans";
