@@ -1,6 +1,6 @@
 //! Conformance vectors: (time, key, cost) -> expected decision, shared by every store; and
 //! multi-rule vectors: (time, rules) -> expected decision of each rule, for
-//! [`Store::decide`](tollgate::Store::decide)'s all-or-nothing.
+//! [`tollgate::Store::decide`]'s all-or-nothing.
 //!
 //! The same vectors run against the memory store, standalone Redis and Redis Cluster, on a
 //! manual clock (the Redis store passes that clock's time to its scripts), and every store must

@@ -62,7 +62,7 @@ impl Decision {
     }
 }
 
-/// The answer to [`check_limit`](crate::Store::check_limit) on an attempts counter.
+/// The answer to [`check_limit`](crate::AttemptsStore::check_limit) on an attempts counter.
 ///
 /// ```
 /// use std::time::Duration;

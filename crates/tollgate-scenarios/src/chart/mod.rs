@@ -1,7 +1,7 @@
 //! PNG charts of the scenarios, drawn with plotters' bitmap backend.
 //!
 //! Text is rendered by plotters' `ab_glyph` renderer with DejaVu Sans from the `dejavu` crate
-//! (freely licensed, shipped as bytes), registered once under [`FONT`], so charts need no system
+//! (freely licensed, shipped as bytes), registered once under `FONT`, so charts need no system
 //! font libraries and look the same on every machine.
 //!
 //! - `lanes`: the bot, one lane per algorithm, admitted and denied requests over time.

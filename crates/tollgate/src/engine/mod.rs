@@ -9,7 +9,7 @@
 //! 3. asks the store to decide the merged rules in one atomic step ([`Store::decide`]): all or
 //!    nothing, penalties started on every rule that denied;
 //! 4. if the store failed, whatever the class of failure (timeout, connection, out of memory,
-//!    auth, script, a full memory store), applies each rule's [`FailureMode`] here, once;
+//!    auth, script, a full memory store), applies each rule's [`FailureMode`](crate::FailureMode) here, once;
 //! 5. labels every rule and the request with an [`Outcome`].
 //!
 //! # Failure modes

@@ -5,7 +5,7 @@
 //! which makes every check exact under any number of threads. The rules of one request are
 //! decided under the write locks of all the shards they touch, taken in shard order (so two
 //! requests can never wait on each other in a cycle): no other request sees them half-applied.
-//! The store holds at most `max_keys` keys (1 048 576 by default); see [`shard`] for what it
+//! The store holds at most `max_keys` keys (1 048 576 by default); see the `shard` module for what it
 //! evicts when full and what it never evicts.
 //!
 //! One rule of a GCRA or token bucket policy, the common case, takes a faster road: the key's
@@ -311,7 +311,7 @@ impl<C: Clock> MemoryStore<C> {
         Ok(())
     }
 
-    /// Counts a failed attempt; see [`Store::increment_attempts`].
+    /// Counts a failed attempt; see [`AttemptsStore::increment_attempts`](crate::AttemptsStore::increment_attempts).
     ///
     /// ```
     /// use std::time::Duration;
