@@ -77,7 +77,8 @@ fn redis_and_redis_cluster_are_measured() {
     for store in [StoreKind::Memory, StoreKind::Redis, StoreKind::RedisCluster] {
         assert_measured(&report, store);
     }
-    // The checks really went to Redis: one script call per decision.
+    // The checks really went to Redis: one script call per decision, or one per batch of the
+    // decisions that were waiting together (at most 128 in a batch).
     let decisions: u64 = report
         .cells
         .iter()
@@ -92,7 +93,7 @@ fn redis_and_redis_cluster_are_measured() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no EVALSHA in {stats}"));
     assert!(
-        calls >= decisions,
+        calls > 0 && calls * 128 >= decisions,
         "{calls} script calls for {decisions} decisions"
     );
 }
