@@ -57,7 +57,8 @@ const ROUNDS_PER_POLL: usize = 8;
 impl Inline {
     /// Runs `connection` and the streams it hands to this executor until the connection ends.
     /// Streams still running then are dropped with it (hyper only ends a connection once its
-    /// streams are done, or when the peer is gone).
+    /// streams are done, or when the peer is gone). Dropping this future drops them too, so it
+    /// must not be raced against a shutdown signal: watch the signal inside `connection`.
     pub(crate) async fn drive<C: Future + ?Sized>(&self, mut connection: Pin<&mut C>) -> C::Output {
         let mut streams: FuturesUnordered<Stream> = FuturesUnordered::new();
         std::future::poll_fn(|cx| {

@@ -279,15 +279,21 @@ pub(crate) async fn serve_grpc(
             let executor = inline::Inline::default();
             let builder = grpc_builder(options, executor.clone());
             async move {
-                let connection = builder.serve_connection(TokioIo::new(io), service);
-                let mut connection = pin!(connection);
-                tokio::select! {
-                    _ = executor.drive(connection.as_mut()) => {}
-                    () = stopping.cancelled() => {
-                        connection.as_mut().graceful_shutdown();
-                        let _ = executor.drive(connection.as_mut()).await;
+                // The shutdown is watched inside the driven future, never by dropping `drive`:
+                // the streams it runs (calls in flight, health watches) live only as long as
+                // one `drive`, and must see the graceful shutdown through.
+                let connection = async move {
+                    let connection = builder.serve_connection(TokioIo::new(io), service);
+                    let mut connection = pin!(connection);
+                    tokio::select! {
+                        _ = connection.as_mut() => {}
+                        () = stopping.cancelled() => {
+                            connection.as_mut().graceful_shutdown();
+                            let _ = connection.await;
+                        }
                     }
-                }
+                };
+                executor.drive(pin!(connection)).await;
             }
         },
     )
