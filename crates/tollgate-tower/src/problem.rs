@@ -276,6 +276,16 @@ fn millis_up(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
 }
 
+/// What to do about a request without a peer address: the problem's detail.
+fn no_peer_address_detail(policy: &Policy, what: &str) -> String {
+    format!(
+        "rate limit `{}` keys on {what}, but the request carries no peer address: serve the app \
+         with `into_make_service_with_connect_info::<SocketAddr>()` (axum), or insert the \
+         connection's `SocketAddr` into the request extensions (hyper)",
+        policy.name()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,14 +325,4 @@ mod tests {
         assert_eq!(millis_up(Duration::from_micros(1_001)), 2);
         assert_eq!(millis_up(Duration::ZERO), 0);
     }
-}
-
-/// What to do about a request without a peer address: the problem's detail.
-fn no_peer_address_detail(policy: &Policy, what: &str) -> String {
-    format!(
-        "rate limit `{}` keys on {what}, but the request carries no peer address: serve the app \
-         with `into_make_service_with_connect_info::<SocketAddr>()` (axum), or insert the \
-         connection's `SocketAddr` into the request extensions (hyper)",
-        policy.name()
-    )
 }
