@@ -75,3 +75,4 @@ pub use stats::{Stats, StatsSnapshot};
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
