@@ -75,4 +75,3 @@ pub use stats::{Stats, StatsSnapshot};
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
-
