@@ -107,8 +107,11 @@ out="$work/scenarios.md"
     echo "$about; every number below is measured by that run. The side-by-side table of"
     echo "every algorithm's speed, accuracy and cost is in [compare.md](compare.md)."
     echo
-    "$tollgate" bench bot --chart docs/scenarios/bot.png
-    echo "![bot: admitted and denied requests over time, per algorithm](scenarios/bot.png)"
+    "$tollgate" bench bot --chart docs/scenarios/bot.png --chart-height 900
+    echo "![bot: admitted and denied requests over time, and admitted so far against the rate, per algorithm](scenarios/bot.png)"
+    echo
+    echo "Why the buckets and GCRA admit more than \"20 per minute\" at first, and how every algorithm"
+    echo "settles at the rate: [algorithms.md](algorithms.md#the-bot-burst-versus-rate)."
     echo
     "$tollgate" bench boundary --chart docs/scenarios/boundary.png
     echo "![boundary: admitted per burst and in any 60 s, per algorithm](scenarios/boundary.png)"

@@ -44,4 +44,9 @@ export TOLLGATE_SCHEMATHESIS="$schemathesis"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Every publishable crate packs: manifest fields, a version beside each path dependency, only
+# files inside the crate. --no-verify: building the crates is what the tests below do.
+cargo package --no-verify --allow-dirty --offline --quiet \
+    -p tollgate -p tollgate-config -p tollgate-redis -p tollgate-tower -p tollgate-server \
+    -p tollgate-scenarios -p tollgate-cli
 cargo test --workspace --locked

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tollgate::{Algorithm, Anchor, Policy, Store};
+use tollgate::{Algorithm, Anchor, Policy};
 use tollgate_redis::{RedisStore, Target};
 
 fn main() {

@@ -957,6 +957,89 @@ pub(crate) fn cached_denial(policy: &Policy, denial: Denial, now_us: u64) -> Dec
     }
 }
 
+/// The same calls as [`MemoryStore`](tollgate::MemoryStore)'s, with the same key type (anything
+/// that is bytes: `&str`, `String`, `&[u8]`, `Vec<u8>`), awaited: code written against the memory
+/// store moves to Redis by adding `.await`. They are the [`Store`] and [`AttemptsStore`] methods,
+/// which take `&[u8]` so that generic code over any store stays simple.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use tollgate::{Algorithm, Policy, Rate};
+/// use tollgate_redis::RedisStore;
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let store = RedisStore::connect("redis://192.0.2.10:6379").await?;
+///
+/// let movies = Policy::new("movies", Algorithm::sliding_log(20, Duration::from_secs(60))?)?
+///     .with_block_for(Duration::from_secs(60))?;
+/// let decision = store.check(&movies, "198.51.100.4", 1).await?;
+/// if !decision.allowed {
+///     // answer 429 with Retry-After: decision.retry_after
+/// }
+///
+/// let api = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 5)?)?;
+/// let tenant = String::from("tenant-7");
+/// let _ = store.peek(&api, &tenant, 1).await?;
+///
+/// let hour = Duration::from_secs(3600);
+/// if store.check_limit("login:alice", 5).await?.allowed {
+///     let password_ok = false;
+///     if password_ok {
+///         store.reset_attempts("login:alice").await?;
+///     } else {
+///         store.increment_attempts("login:alice", hour).await?;
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+impl RedisStore {
+    /// [`Store::check`]: decides a request of `cost` for `key` under `policy`, and records it
+    /// if admitted.
+    pub async fn check(&self, policy: &Policy, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, Error> {
+        Store::check(self, policy, key.as_ref(), cost).await
+    }
+
+    /// [`Store::peek`]: the answer `check` would give now, changing nothing.
+    pub async fn peek(&self, policy: &Policy, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, Error> {
+        Store::peek(self, policy, key.as_ref(), cost).await
+    }
+
+    /// [`Store::reset`]: forgets `key`'s state under `policy`, penalty included, on every
+    /// instance's deny cache too.
+    pub async fn reset(&self, policy: &Policy, key: impl AsRef<[u8]>) -> Result<(), Error> {
+        Store::reset(self, policy, key.as_ref()).await
+    }
+
+    /// [`AttemptsStore::increment_attempts`]: counts a failed attempt, returns the new count.
+    pub async fn increment_attempts(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Result<u64, Error> {
+        AttemptsStore::increment_attempts(self, key.as_ref(), ttl).await
+    }
+
+    /// [`AttemptsStore::get_attempts`]: the current count, 0 when there is no counter.
+    pub async fn get_attempts(&self, key: impl AsRef<[u8]>) -> Result<u64, Error> {
+        AttemptsStore::get_attempts(self, key.as_ref()).await
+    }
+
+    /// [`AttemptsStore::get_ttl`]: time until the counter expires, `None` without a counter.
+    pub async fn get_ttl(&self, key: impl AsRef<[u8]>) -> Result<Option<Duration>, Error> {
+        AttemptsStore::get_ttl(self, key.as_ref()).await
+    }
+
+    /// [`AttemptsStore::reset_attempts`]: removes the counter.
+    pub async fn reset_attempts(&self, key: impl AsRef<[u8]>) -> Result<(), Error> {
+        AttemptsStore::reset_attempts(self, key.as_ref()).await
+    }
+
+    /// [`AttemptsStore::check_limit`]: whether another attempt is allowed.
+    pub async fn check_limit(
+        &self,
+        key: impl AsRef<[u8]>,
+        max_attempts: u64,
+    ) -> Result<AttemptsStatus, Error> {
+        AttemptsStore::check_limit(self, key.as_ref(), max_attempts).await
+    }
+}
+
 impl Store for RedisStore {
     async fn decide(&self, rules: &[Rule<'_>], commit: bool) -> Result<Decisions, Error> {
         for rule in rules {

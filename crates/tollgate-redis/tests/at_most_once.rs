@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate::{Algorithm, Anchor, Engine, FailureMode, Outcome, Policy, Store};
+use tollgate::{Algorithm, Anchor, Engine, FailureMode, Outcome, Policy};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::{RedisCluster, RedisServer};
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tollgate::{Algorithm, Anchor, ManualClock, Policy, Rate, Store};
+use tollgate::{Algorithm, Anchor, ManualClock, Policy, Rate};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::{RedisCluster, RedisServer};
 

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{Rng, UNIT, exact_store, random_named_policy, random_policy};
-use tollgate::{AttemptsStore, HashTag, ManualClock, MemoryStore, Rule, Store};
+use tollgate::{HashTag, ManualClock, MemoryStore, Rule, Store};
 use tollgate_redis::Target;
 use tollgate_testkit::vectors::{self, T0_US};
 use tollgate_testkit::{RedisCluster, RedisServer};

@@ -7,7 +7,7 @@
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
-use tollgate::{Algorithm, Anchor, Engine, FailureMode, Outcome, Policy, Rate, Store};
+use tollgate::{Algorithm, Anchor, Engine, FailureMode, Outcome, Policy, Rate};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::{RedisCluster, RedisServer};
 

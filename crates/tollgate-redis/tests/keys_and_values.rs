@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Anchor, AttemptsStore, Error, Policy, Rate, Store, StoreErrorKind};
+use tollgate::{Algorithm, Anchor, Error, Policy, Rate, StoreErrorKind};
 use tollgate_redis::{ConnectError, RedisStore, Target};
 use tollgate_testkit::RedisServer;
 
@@ -138,4 +138,60 @@ async fn values_we_did_not_write_give_a_typed_error() {
     // The store is not marked down by one bad key.
     assert!(!store.is_degraded());
     assert!(store.check(&gcra, b"clean", 1).await.unwrap().allowed);
+}
+
+/// The memory store's calls, with its key types, work on Redis as they are, plus `.await`: a
+/// `&str`, a `String`, bytes and a `Vec` naming the same bytes are one key, on both stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn str_string_and_byte_keys_are_one_key_as_on_the_memory_store() {
+    let server = RedisServer::start();
+    let redis = RedisStore::connect(&server.url()).await.unwrap();
+    let memory = tollgate::MemoryStore::new();
+    let policy = Policy::new(
+        "same-key",
+        Algorithm::sliding_log(3, Duration::from_secs(60)).unwrap(),
+    )
+    .unwrap();
+    let owned = String::from("tenant-7");
+    let bytes = b"tenant-7".to_vec();
+
+    let on_redis = [
+        redis.check(&policy, "tenant-7", 1).await.unwrap(),
+        redis.check(&policy, &owned, 1).await.unwrap(),
+        redis.check(&policy, b"tenant-7", 1).await.unwrap(),
+        redis.check(&policy, &bytes, 1).await.unwrap(),
+    ];
+    let on_memory = [
+        memory.check(&policy, "tenant-7", 1).unwrap(),
+        memory.check(&policy, &owned, 1).unwrap(),
+        memory.check(&policy, b"tenant-7", 1).unwrap(),
+        memory.check(&policy, &bytes, 1).unwrap(),
+    ];
+    let remaining =
+        |ds: &[tollgate::Decision]| ds.iter().map(|d| (d.allowed, d.remaining)).collect::<Vec<_>>();
+    assert_eq!(
+        remaining(&on_redis),
+        vec![(true, 2), (true, 1), (true, 0), (false, 0)]
+    );
+    assert_eq!(remaining(&on_redis), remaining(&on_memory));
+    assert!(!redis.peek(&policy, owned.clone(), 1).await.unwrap().allowed);
+
+    redis.reset(&policy, "tenant-7").await.unwrap();
+    assert!(redis.check(&policy, owned, 1).await.unwrap().allowed);
+
+    // Attempts counters, the same way.
+    let hour = Duration::from_secs(3600);
+    assert_eq!(redis.increment_attempts("login:alice", hour).await.unwrap(), 1);
+    assert_eq!(
+        redis
+            .increment_attempts(String::from("login:alice"), hour)
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(redis.get_attempts(b"login:alice").await.unwrap(), 2);
+    assert!(redis.get_ttl("login:alice").await.unwrap().is_some());
+    assert!(!redis.check_limit("login:alice", 2).await.unwrap().allowed);
+    redis.reset_attempts("login:alice").await.unwrap();
+    assert!(redis.check_limit("login:alice", 2).await.unwrap().allowed);
 }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Policy, Rate, Store};
+use tollgate::{Algorithm, Policy, Rate};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::{RedisCluster, RedisServer};
 

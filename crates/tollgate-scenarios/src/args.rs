@@ -49,7 +49,7 @@ pub struct BenchArgs {
 /// The scenarios.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Scenario {
-    /// One client, one request every 2 s for 2 minutes, against 20 per minute, on every
+    /// One client, one request every 2 s for 10 minutes, against 20 per minute, on every
     /// algorithm (simulated clock: finishes at once).
     Bot(BotArgs),
     /// L requests at 0:59.9 and L more at 1:00.0 against L per minute, on every algorithm: how

@@ -1,10 +1,12 @@
-//! The polite bot: one client sending one request every 2 s for 2 minutes (61 requests, t = 0 to
-//! 120 s) against 20 per minute, on every algorithm, on a memory store with a manual clock.
+//! The polite bot: one client sending one request every 2 s for 10 minutes (300 requests, t = 0
+//! to 598 s) against 20 per minute, on every algorithm, on a memory store with a manual clock.
 //!
 //! The bot asks for 30 a minute, half again the budget, so every algorithm must deny some of
 //! it. The windows deny in blocks and let a fresh window in all at once; the buckets and GCRA
-//! refill continuously (one request every 3 s), so they deny later and then pass one request in
-//! three. The report says which, measured, not predicted.
+//! start with a full burst of 20 and refill continuously (one request every 3 s), so they deny
+//! late (the burst and the refill together cover the bot's first two minutes) and then pass one
+//! request in three. Ten minutes is long enough to see every algorithm settle at the rate: the
+//! burst is spent once, the refill goes on. The report says which, measured, not predicted.
 
 use std::time::Duration;
 
@@ -17,8 +19,8 @@ use crate::{ScenarioError, progress};
 pub const LIMIT: u64 = 20;
 /// Time between two requests of the bot.
 pub const EVERY: Duration = Duration::from_secs(2);
-/// How many requests the bot sends: t = 0, 2, ..., 120 s.
-pub const REQUESTS: u64 = 61;
+/// How many requests the bot sends: t = 0, 2, ..., 598 s, ten minutes of 30 a minute.
+pub const REQUESTS: u64 = 300;
 
 /// One request and its answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +58,7 @@ impl Lane {
     ///
     /// ```
     /// let report = tollgate_scenarios::bot::run()?;
-    /// assert_eq!(report.lanes[0].admitted() + report.lanes[0].denied(), 61);
+    /// assert_eq!(report.lanes[0].admitted() + report.lanes[0].denied(), 300);
     /// # Ok::<(), tollgate_scenarios::ScenarioError>(())
     /// ```
     pub fn admitted(&self) -> usize {
@@ -80,6 +82,29 @@ impl Lane {
             .filter(|pair| !pair[0].allowed && pair[1].allowed)
             .map(|pair| pair[1].at)
             .collect()
+    }
+
+    /// How many requests passed in each minute of the run (t = 0–59 s, 60–119 s, ...): where
+    /// the burst shows, and where each algorithm settles at its rate.
+    ///
+    /// ```
+    /// let report = tollgate_scenarios::bot::run()?;
+    /// let gcra = report.lanes.iter().find(|lane| lane.label == "GCRA").unwrap();
+    /// // The burst of 20 and the refill let the first minute through whole; by the end, the rate.
+    /// assert_eq!(gcra.admitted_per_minute()[0], 30);
+    /// assert_eq!(gcra.admitted_per_minute()[9], 20);
+    /// # Ok::<(), tollgate_scenarios::ScenarioError>(())
+    /// ```
+    pub fn admitted_per_minute(&self) -> Vec<usize> {
+        let mut minutes: Vec<usize> = vec![];
+        for request in &self.requests {
+            let minute = (request.at.as_secs() / 60) as usize;
+            if minutes.len() <= minute {
+                minutes.resize(minute + 1, 0);
+            }
+            minutes[minute] += usize::from(request.allowed);
+        }
+        minutes
     }
 
     /// Runs of consecutive denied requests, as (first, last) times.

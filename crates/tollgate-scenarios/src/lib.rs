@@ -17,7 +17,7 @@
 //!
 //! - [`args`]: the command line ([`BenchArgs`], one subcommand per scenario) and its checks.
 //! - [`lineup`]: the six algorithms, set to the same budget, with their parameters in words.
-//! - [`bot`]: one request every 2 s for 2 minutes against 20 per minute (simulated clock).
+//! - [`bot`]: one request every 2 s for 10 minutes against 20 per minute (simulated clock).
 //! - [`boundary`]: `L` requests at 0:59.9 and `L` at 1:00.0 against `L` per minute (simulated).
 //! - [`throughput`]: decisions per second and latency per algorithm, store and concurrency.
 //! - [`compare`]: every algorithm on one store: speed, accuracy against the exact limit under

@@ -12,6 +12,9 @@ use crate::compare::traffic::Shape;
 use crate::lineup::words;
 use crate::throughput::{StoreKind, ThroughputReport};
 
+/// How much of the bot's run the "denied at" column lists; the per-minute counts cover the rest.
+const LISTED: Duration = Duration::from_secs(180);
+
 /// The bot scenario as Markdown.
 ///
 /// ```
@@ -32,22 +35,25 @@ pub fn bot(report: &BotReport) -> String {
         out,
         "## Bot: one request every {} for {}, against {} per minute\n",
         words(report.every),
-        words(last),
+        words(report.every * requests as u32),
         report.limit
     );
     let _ = writeln!(
         out,
         "One client sends {requests} requests, at t = 0, {e}, …, {l} s ({per} a minute against a \
          budget of {limit}). Memory store on a manual clock; fixed windows are aligned to the \
-         epoch and start at t = 0, 60, 120 s.\n",
+         epoch and start every 60 s (t = 0, 60, 120, … s). \"Admitted in each minute\" counts \
+         t = 0–59 s, 60–119 s, and so on: the first minutes show each algorithm's burst, the \
+         last ones the rate it settles at. Denials are listed for the first {shown} minutes.\n",
         e = report.every.as_secs(),
         l = last.as_secs(),
         per = 60 / report.every.as_secs().max(1),
         limit = report.limit,
+        shown = LISTED.as_secs() / 60,
     );
     out.push_str(
         "| algorithm | parameters | admitted | denied | passed before the first denial | \
-         first denial | denied at (s) | admission resumed at (s) |\n",
+         first denial | admitted in each minute | denied at (s) |\n",
     );
     out.push_str("|---|---|---:|---:|---|---|---|---|\n");
     for lane in &report.lanes {
@@ -62,11 +68,19 @@ pub fn bot(report: &BotReport) -> String {
             (Some(a), Some(b)) => format!("{} (t = {}–{} s)", before.len(), a.as_secs(), b.as_secs()),
             _ => "0".to_string(),
         };
-        let runs: Vec<String> = lane.denied_runs().iter().map(|&(a, b)| span(a, b)).collect();
-        let resumed: Vec<String> = lane
-            .resumed_at()
+        let all_runs = lane.denied_runs();
+        let mut runs: Vec<String> = all_runs
             .iter()
-            .map(|t| t.as_secs().to_string())
+            .filter(|&&(a, _)| a < LISTED)
+            .map(|&(a, b)| span(a, b))
+            .collect();
+        if runs.len() < all_runs.len() {
+            runs.push("…".to_string());
+        }
+        let minutes: Vec<String> = lane
+            .admitted_per_minute()
+            .iter()
+            .map(ToString::to_string)
             .collect();
         let _ = writeln!(
             out,
@@ -77,8 +91,8 @@ pub fn bot(report: &BotReport) -> String {
             lane.denied(),
             before,
             first_denial.map_or("none".to_string(), |t| format!("t = {} s", t.as_secs())),
+            minutes.join(", "),
             or_none(runs.join(", ")),
-            or_none(resumed.join(", ")),
         );
     }
     out.push('\n');

@@ -17,24 +17,20 @@ fn secs(times: &[Duration]) -> Vec<u64> {
 }
 
 #[test]
-fn sends_61_requests_two_seconds_apart_to_every_algorithm() {
+fn sends_300_requests_two_seconds_apart_for_ten_minutes_to_every_algorithm() {
     let report = bot::run().unwrap();
     assert_eq!(report.lanes.len(), 6);
     for lane in &report.lanes {
         let times: Vec<u64> = lane.requests.iter().map(|r| r.at.as_secs()).collect();
-        assert_eq!(
-            times,
-            (0..=120).step_by(2).collect::<Vec<u64>>(),
-            "{}",
-            lane.label
-        );
-        assert_eq!(lane.admitted() + lane.denied(), 61);
+        assert_eq!(times, (0..600).step_by(2).collect::<Vec<u64>>(), "{}", lane.label);
+        assert_eq!(lane.admitted() + lane.denied(), 300);
+        assert_eq!(lane.admitted_per_minute().len(), 10, "{}", lane.label);
     }
 }
 
 /// 20 a minute at one request per 2 s: within each minute the first 20 requests (t mod 60 =
 /// 0..38) pass and the other 10 (40..58) are refused, for the epoch-aligned fixed window (which
-/// starts a new window at 60 and 120) and for the exact sliding log (where the request at t
+/// starts a new window every 60 s) and for the exact sliding log (where the request at t
 /// leaves the log at t + 60).
 #[test]
 fn fixed_window_and_sliding_log_pass_the_first_20_of_each_minute() {
@@ -49,14 +45,58 @@ fn fixed_window_and_sliding_log_pass_the_first_20_of_each_minute() {
         assert!(lane.requests[..20].iter().all(|r| r.allowed), "{label}");
         assert_eq!(first_20, (0..=38).step_by(2).collect::<Vec<u64>>());
         assert_eq!(lane.first_denial(), Some(Duration::from_secs(40)), "{label}");
-        assert_eq!(secs(&lane.resumed_at()), vec![60, 120], "{label}");
+        let minutes: Vec<u64> = (1..10).map(|m| m * 60).collect();
+        assert_eq!(secs(&lane.resumed_at()), minutes, "{label}");
         let runs: Vec<(u64, u64)> = lane
             .denied_runs()
             .iter()
             .map(|(a, b)| (a.as_secs(), b.as_secs()))
             .collect();
-        assert_eq!(runs, vec![(40, 58), (100, 118)], "{label}");
-        assert_eq!((lane.admitted(), lane.denied()), (41, 20), "{label}");
+        let expected: Vec<(u64, u64)> = (0..10).map(|m| (m * 60 + 40, m * 60 + 58)).collect();
+        assert_eq!(runs, expected, "{label}");
+        assert_eq!((lane.admitted(), lane.denied()), (200, 100), "{label}");
+        assert_eq!(lane.admitted_per_minute(), vec![20; 10], "{label}");
+    }
+}
+
+/// Burst versus rate: token bucket, leaky bucket and GCRA start with a burst of 20 and refill
+/// one request every 3 s, so by t the bot may have had 20 + t / 3. The bot asks for t / 2 + 1,
+/// which stays within that until t = 116 s: the first 58 requests pass, more than the "20 per
+/// minute" reads. Then the burst is spent and only the refill is left: from the third minute on,
+/// exactly 20 a minute, the rate.
+#[test]
+fn the_buckets_and_gcra_spend_their_burst_and_then_converge_to_the_rate() {
+    let report = bot::run().unwrap();
+    for label in ["token bucket", "leaky bucket", "GCRA"] {
+        let lane = lane(&report, label);
+        assert_eq!(lane.first_denial(), Some(Duration::from_secs(116)), "{label}");
+        let per_minute = lane.admitted_per_minute();
+        assert_eq!(per_minute[..2], [30, 29], "{label}: the burst and the refill");
+        assert_eq!(
+            per_minute[2..],
+            [20; 8],
+            "{label}: the rate from the third minute on"
+        );
+        // Over the whole run: the burst once, plus one request per 3 s up to the last at 598 s.
+        assert_eq!(lane.admitted(), 20 + 598 / 3, "{label}");
+    }
+}
+
+/// The windows let the bot reach the rate at once, the buckets two minutes later; by the end
+/// every algorithm admits 20 a minute.
+#[test]
+fn every_algorithm_admits_the_rate_in_the_last_minutes() {
+    let report = bot::run().unwrap();
+    for lane in &report.lanes {
+        let per_minute = lane.admitted_per_minute();
+        for (minute, &admitted) in per_minute.iter().enumerate().skip(3) {
+            assert!(
+                (19..=21).contains(&admitted),
+                "{} admitted {admitted} in minute {}",
+                lane.label,
+                minute + 1
+            );
+        }
     }
 }
 
@@ -100,6 +140,12 @@ fn the_summary_shows_each_lanes_measured_numbers() {
         assert_eq!(cells[4], lane.denied().to_string());
         let first = lane.first_denial().map(|t| format!("t = {} s", t.as_secs()));
         assert_eq!(cells[6], first.as_deref().unwrap_or("none"));
+        let minutes: Vec<String> = lane
+            .admitted_per_minute()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(cells[7], minutes.join(", "));
     }
     assert!(markdown.contains("capacity 20, refill 20 per 60 s (1 every 3 s)"));
     assert!(markdown.contains("rate 20 per 60 s (1 every 3 s), burst 20"));

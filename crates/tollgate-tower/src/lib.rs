@@ -42,9 +42,12 @@
 //! - A request passes only if every enforced rule allows it. Its rules are decided all or
 //!   nothing in one atomic step: a denied request spends nothing on any rule, and the
 //!   `block_for` penalty starts on every rule that denied; see [`rate_limit`].
-//! - A request without a key (no `X-Api-Key`, no peer address) is rejected with 400 unless its
+//! - A request without a key (no `X-Api-Key`, say) is rejected with 400 unless its
 //!   rule says [`MissingKey::Skip`]; a key above
 //!   [`MAX_KEY_LEN`](tollgate::bounds::MAX_KEY_LEN) bytes is always a 400.
+//! - A rule keyed on the client address needs the peer address: an app served without
+//!   `into_make_service_with_connect_info::<SocketAddr>()` gets `500` problems whose detail
+//!   says so, and one error line in the log per layer, rather than a 400 blamed on every client.
 //! - A store failure (Redis away, a full memory store) follows each policy's
 //!   [`FailureMode`](tollgate::FailureMode), applied by the engine: `FailClosed` answers 503,
 //!   `FailOpen` lets the request through, `Local` limits on the engine's in-memory limiter.

@@ -7,6 +7,7 @@
 //! | 400 | a rule has no key and [`MissingKey::Reject`](crate::MissingKey) | `missing-key` | `policy` |
 //! | 400 | a key is longer than [`MAX_KEY_LEN`](tollgate::bounds::MAX_KEY_LEN) | `key-too-long` | `policy`, `key_len`, `max_key_len` |
 //! | 503 | the store failed and the rule's policy is `FailClosed` | `store-unavailable` | `policy` |
+//! | 500 | a rule keys on the client address and the request has no peer address (the app was served without connect info) | `no-peer-address` | `policy` |
 //!
 //! `type` is `about:blank` (with `title` the status's reason phrase, as RFC 9457 asks) unless
 //! the layer was given a base URI with
@@ -39,6 +40,9 @@ pub const RATE_LIMITED: &str = "rate-limited";
 pub const MISSING_KEY: &str = "missing-key";
 /// Slug of a 400: a key is longer than the store accepts.
 pub const KEY_TOO_LONG: &str = "key-too-long";
+/// Slug of a 500: a rule keys on the client address and the request carries no peer address,
+/// because the app was served without connect info.
+pub const NO_PEER_ADDRESS: &str = "no-peer-address";
 /// Slug of a 503: the store failed and the policy fails closed.
 pub const STORE_UNAVAILABLE: &str = "store-unavailable";
 
@@ -122,6 +126,17 @@ impl Problems {
             StatusCode::BAD_REQUEST,
             MISSING_KEY,
             detail,
+            object(json!({ "policy": policy.name() })),
+        )
+    }
+
+    /// The 500 for a request without the peer address a rule keys on: the app's setup, not the
+    /// client, is at fault, and the detail says how to fix it.
+    pub(crate) fn no_peer_address(&self, policy: &Policy, what: &str) -> Response<Body> {
+        self.response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            NO_PEER_ADDRESS,
+            no_peer_address_detail(policy, what),
             object(json!({ "policy": policy.name() })),
         )
     }
@@ -259,6 +274,16 @@ fn object(value: Value) -> Map<String, Value> {
 /// Milliseconds, rounded up, so a client waiting that long is never early.
 fn millis_up(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
+}
+
+/// What to do about a request without a peer address: the problem's detail.
+fn no_peer_address_detail(policy: &Policy, what: &str) -> String {
+    format!(
+        "rate limit `{}` keys on {what}, but the request carries no peer address: serve the app \
+         with `into_make_service_with_connect_info::<SocketAddr>()` (axum), or insert the \
+         connection's `SocketAddr` into the request extensions (hyper)",
+        policy.name()
+    )
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ struct Counters {
     failed_closed: AtomicU64,
     rejected_keys: AtomicU64,
     degraded: AtomicU64,
+    no_peer_address: AtomicU64,
 }
 
 /// The counts at one moment; see each field for what it counts.
@@ -58,6 +59,10 @@ pub struct StatsSnapshot {
     /// Requests a failure mode decided, in part or whole, instead of the store (Redis away, a
     /// full memory store), whatever it said.
     pub degraded: u64,
+    /// Requests answered `500 Internal Server Error` because a rule keys on the client address
+    /// and the request carries no peer address: the app was served without
+    /// `into_make_service_with_connect_info::<SocketAddr>()`.
+    pub no_peer_address: u64,
 }
 
 impl Stats {
@@ -73,6 +78,7 @@ impl Stats {
             failed_closed: load(&c.failed_closed),
             rejected_keys: load(&c.rejected_keys),
             degraded: load(&c.degraded),
+            no_peer_address: load(&c.no_peer_address),
         }
     }
 
@@ -86,6 +92,7 @@ impl Stats {
             Counter::FailedClosed => &c.failed_closed,
             Counter::RejectedKey => &c.rejected_keys,
             Counter::Degraded => &c.degraded,
+            Counter::NoPeerAddress => &c.no_peer_address,
         };
         target.fetch_add(1, Ordering::Relaxed);
     }
@@ -101,4 +108,5 @@ pub(crate) enum Counter {
     FailedClosed,
     RejectedKey,
     Degraded,
+    NoPeerAddress,
 }

@@ -234,16 +234,18 @@ async fn a_missing_key_can_skip_the_rule() {
 }
 
 #[tokio::test]
-async fn without_connection_info_the_peer_key_is_missing_and_rejected() {
+async fn without_connection_info_the_peer_key_is_the_apps_500_naming_the_fix() {
     let app = routes().layer(RateLimitLayer::new(
         MemoryStore::new(),
         Rule::new(policy("api", 5, MINUTE), KeyExtractor::peer_ip()),
     ));
     let answer = send(&app, Request::get("/").body(Body::empty()).expect("request")).await;
-    assert_eq!(answer.status, StatusCode::BAD_REQUEST);
+    assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(
         answer.json()["detail"],
-        "rate limit `api` needs the client address, and this request has none"
+        "rate limit `api` keys on the client address, but the request carries no peer address: \
+         serve the app with `into_make_service_with_connect_info::<SocketAddr>()` (axum), or \
+         insert the connection's `SocketAddr` into the request extensions (hyper)"
     );
 }
 

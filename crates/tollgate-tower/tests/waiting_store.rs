@@ -114,9 +114,9 @@ async fn one_rule_over_a_store_that_waits_limits_and_reports_like_memory() {
         assert_eq!(b.status, expected, "step {step}");
         assert_eq!(b.header("ratelimit-policy"), r#""api";q=3;w=60"#);
     }
-    // No peer address: both answer 400 without asking the store.
+    // No peer address (served without connect info): both answer 500 without asking the store.
     let a = send(&now, axum::http::Request::new(axum::body::Body::empty())).await;
     let b = send(&waited, axum::http::Request::new(axum::body::Body::empty())).await;
     answers_match(&a, &b, 5);
-    assert_eq!(b.status, StatusCode::BAD_REQUEST);
+    assert_eq!(b.status, StatusCode::INTERNAL_SERVER_ERROR);
 }

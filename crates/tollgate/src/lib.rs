@@ -43,6 +43,9 @@
 //! - [`top_keys`]: [`top_keys::TopKeys`], the most frequent keys of a stream (Space-Saving) in
 //!   memory fixed up front, for "who is being limited" without a count per key.
 //! - [`headers`]: the IETF `RateLimit-Policy` / `RateLimit` fields and `Retry-After`, as text.
+//! - [`guide`]: documentation only, to read in order: [choosing an algorithm](guide::choosing)
+//!   (burst versus rate), [keys](guide::keys), [failure modes](guide::failure_modes),
+//!   [moving to Redis](guide::redis).
 //!
 //! This crate does no I/O, keeps no process-global state and needs no async runtime.
 
@@ -53,6 +56,7 @@ pub mod clock;
 pub mod decision;
 pub mod engine;
 pub mod error;
+pub mod guide;
 pub mod headers;
 pub mod lease;
 pub mod memory;

@@ -1,11 +1,11 @@
 //! `tollgate bench compare`: every algorithm on one store, side by side, in the columns people
 //! choose an algorithm by.
 //!
-//! For each algorithm of the [lineup](crate::lineup), all set to `--limit` per `--window`:
+//! For each algorithm of the [lineup], all set to `--limit` per `--window`:
 //!
 //! 1. **Speed** (real time): `--concurrency` tasks check keys drawn from `--keys` distinct keys
 //!    for `--duration` or `--max-requests` checks, whichever ends first (the
-//!    [throughput](crate::throughput) scenario's client). Decisions per second, and the mean,
+//!    [throughput] scenario's client). Decisions per second, and the mean,
 //!    p50, p99 and max latency of one check from an HDR histogram.
 //! 2. **Store CPU per 1 000 decisions** over that run: the Redis processes' `INFO cpu` (user +
 //!    system) on Redis, this process's CPU time on the memory store (see [`cost`]).

@@ -5,8 +5,10 @@
 //! The peer is the address of the TCP connection, read from axum's
 //! [`ConnectInfo<SocketAddr>`](axum::extract::ConnectInfo) extension (serve the app with
 //! `into_make_service_with_connect_info::<SocketAddr>()`), or from a plain [`SocketAddr`]
-//! extension (what a hyper server loop can insert). Without either, there is no address and the
-//! rule's [`MissingKey`](crate::MissingKey) choice applies.
+//! extension (what a hyper server loop can insert). Without either, there is no address: the
+//! app was served without connect info, so the layer answers `500 Internal Server Error` with a
+//! problem naming the fix, and logs it once, whatever the rule's
+//! [`MissingKey`](crate::MissingKey) says (skipping would silently turn the limit off).
 //!
 //! # Behind proxies
 //!

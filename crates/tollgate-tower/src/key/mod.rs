@@ -1,8 +1,10 @@
 //! Key extractors: what a rule counts a request against (an address, an API key, a route).
 //!
 //! A [`KeyExtractor`] reads the request head ([`Parts`]) and returns the key's bytes, or `None`
-//! when this request has no key (a header is missing, the peer address is unknown); the rule's
-//! [`MissingKey`](crate::MissingKey) then decides. An empty key counts as no key. Keys are
+//! when this request has no key (a header is missing, say); the rule's
+//! [`MissingKey`](crate::MissingKey) then decides. The address extractors are the exception: a
+//! request with no peer address at all means the app was served without connect info, a
+//! mistake of the app's and not the client's, so the layer answers `500` with the fix instead. An empty key counts as no key. Keys are
 //! namespaced by the policy, so two rules with different extractors never share counters.
 //!
 //! - [`KeyExtractor::peer_ip`] and [`KeyExtractor::client_ip`]: the client address, see
@@ -188,6 +190,12 @@ impl KeyExtractor {
             Kind::Custom(f) => f(parts).map(Key::Owned),
         };
         key.filter(|k| !k.as_bytes().is_empty())
+    }
+
+    /// Whether this extractor reads the connection's peer address, so that a request without
+    /// one (an app served without connect info) is a setup error rather than a client's.
+    pub(crate) fn needs_peer(&self) -> bool {
+        matches!(self.kind, Kind::Ip(_) | Kind::RouteAndIp(_))
     }
 
     /// What this extractor reads, in words, for problem details and logs.

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use tollgate::{Engine, Store};
 use tower::Layer;
@@ -79,6 +80,7 @@ impl RateLimitLayer {
                 rules: vec![rule],
                 stats: Stats::default(),
                 problems: Problems::default(),
+                told_no_peer: AtomicBool::new(false),
             }),
         }
     }
@@ -266,6 +268,7 @@ impl RateLimitLayerBuilder {
                 rules: self.rules,
                 stats: self.stats,
                 problems: self.problems,
+                told_no_peer: AtomicBool::new(false),
             }),
         })
     }

@@ -5,6 +5,7 @@
 //! The order of work is described in the [module above](super).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -17,7 +18,7 @@ use crate::engine::SharedEngine;
 use crate::key::Key;
 use crate::problem::{Problems, RateLimitHeaders};
 use crate::stats::{Counter, Stats};
-use crate::{LogSampler, MissingKey, Rule};
+use crate::{ClientIp, LogSampler, MissingKey, Rule};
 
 /// The engine, the rules and the counters of one layer.
 pub(crate) struct Limiter {
@@ -25,6 +26,9 @@ pub(crate) struct Limiter {
     pub(crate) rules: Vec<Rule>,
     pub(crate) stats: Stats,
     pub(crate) problems: Problems,
+    /// Whether the missing peer address has been logged: once per layer, since it repeats on
+    /// every request until the app is fixed.
+    pub(crate) told_no_peer: AtomicBool,
 }
 
 /// What to do with a request.
@@ -113,8 +117,8 @@ impl Limiter {
         Action::Pass(None)
     }
 
-    /// `rule`'s key in `parts`: `None` to skip the rule, or the 400 for a missing or oversized
-    /// key.
+    /// `rule`'s key in `parts`: `None` to skip the rule, the 400 for a missing or oversized
+    /// key, or the 500 when the rule needs the peer address and the app was served without it.
     fn key<'p>(&self, rule: &Rule, parts: &'p Parts) -> Result<Option<Key<'p>>, Box<Response<Body>>> {
         match rule.key.key(parts) {
             Some(key) if key.as_bytes().len() > MAX_KEY_LEN => {
@@ -127,6 +131,20 @@ impl Limiter {
                 )))
             }
             Some(key) => Ok(Some(key)),
+            None if rule.key.needs_peer() && ClientIp::peer_addr(parts).is_none() => {
+                self.stats.bump(Counter::NoPeerAddress);
+                let what = rule.key.describe();
+                if !self.told_no_peer.swap(true, Ordering::Relaxed) {
+                    tracing::error!(
+                        policy = rule.policy.name(),
+                        key = %what,
+                        fix = "serve the app with `into_make_service_with_connect_info::<SocketAddr>()`",
+                        "rate limit keys on the peer address and the request has none; every such \
+                         request is answered 500 (logged once per layer)",
+                    );
+                }
+                Err(Box::new(self.problems.no_peer_address(&rule.policy, &what)))
+            }
             None => match rule.on_missing_key {
                 MissingKey::Skip => Ok(None),
                 MissingKey::Reject => {

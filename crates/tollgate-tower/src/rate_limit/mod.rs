@@ -6,7 +6,10 @@
 //!
 //! 1. Every rule's key is extracted. A rule without a key is skipped or answers 400, as its
 //!    [`MissingKey`](crate::MissingKey) says; a key past
-//!    [`MAX_KEY_LEN`](tollgate::bounds::MAX_KEY_LEN) answers 400. Nothing is spent yet.
+//!    [`MAX_KEY_LEN`](tollgate::bounds::MAX_KEY_LEN) answers 400. A rule keyed on the client
+//!    address meeting a request with no peer address at all answers 500 with the fix in its
+//!    detail, logged once per layer: the app was served without connect info, which no client
+//!    can cause. Nothing is spent yet.
 //! 2. The rules that apply go to [`Engine::check_all`](tollgate::Engine::check_all) together, in
 //!    one call, which decides them all or nothing in one atomic step of the store: either every
 //!    enforced rule allows and every rule spends its cost (a shadow rule too, unless it would

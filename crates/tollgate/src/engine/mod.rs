@@ -142,13 +142,43 @@ impl<S: Store> Engine<S> {
         self.run(rules, false).await
     }
 
-    /// Decides one enforced rule: `check_all` with one rule.
-    pub async fn check(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Verdict, Error> {
-        self.run(&[Rule::new(policy, key, cost)], true).await
+    /// Decides one enforced rule: `check_all` with one rule. The key is anything that is bytes,
+    /// as for [`MemoryStore::check`] and [`Rule::new`]: `&str`, `String`, `&[u8]`, `Vec<u8>`.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Engine, MemoryStore, Policy, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let engine = Engine::new(MemoryStore::new());
+    /// let api = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 2)?)?;
+    /// let tenant = String::from("tenant-7");
+    /// assert!(engine.check(&api, "tenant-7", 1).await?.allowed());
+    /// assert!(engine.check(&api, tenant.as_bytes(), 1).await?.allowed());
+    /// assert!(!engine.check(&api, &tenant, 1).await?.allowed()); // the same key, third time
+    /// # Ok(()) }
+    /// ```
+    pub async fn check(&self, policy: &Policy, key: impl AsRef<[u8]>, cost: u64) -> Result<Verdict, Error> {
+        self.run(&[Rule::new(policy, key.as_ref(), cost)], true).await
     }
 
     /// Forgets `key`'s state under `policy`, in the store and in the `Local` limiter.
-    pub async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Engine, MemoryStore, Policy, Rate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let engine = Engine::new(MemoryStore::new());
+    /// let login = Policy::new("login", Algorithm::gcra(Rate::per_minute(1)?, 1)?)?;
+    /// engine.check(&login, "alice", 1).await?;
+    /// assert!(!engine.check(&login, "alice", 1).await?.allowed());
+    /// engine.reset(&login, "alice").await?; // after a successful login, say
+    /// assert!(engine.check(&login, "alice", 1).await?.allowed());
+    /// # Ok(()) }
+    /// ```
+    pub async fn reset(&self, policy: &Policy, key: impl AsRef<[u8]>) -> Result<(), Error> {
+        let key = key.as_ref();
         let _ = self.fallback.reset(policy, key);
         self.store.reset(policy, key).await
     }

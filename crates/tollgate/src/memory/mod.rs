@@ -9,10 +9,10 @@
 //! evicts when full and what it never evicts.
 //!
 //! One rule of a GCRA or token bucket policy, the common case, takes a faster road: the key's
-//! state is one atomic word in its slot ([`cell`]), decided by compare-and-swap under the shard's
+//! state is one atomic word in its slot (`cell`), decided by compare-and-swap under the shard's
 //! *read* lock, so checks of one key run side by side and still admit exactly what the algorithm
 //! allows. A key that is being denied moves its cell into its own allocation that each thread
-//! remembers, and is then decided without hashing or locking at all ([`hot`]). A first insert, a
+//! remembers, and is then decided without hashing or locking at all (`hot`). A first insert, a
 //! penalty, another algorithm, several rules, reset and eviction take the write lock as before.
 
 mod cell;
@@ -311,7 +311,7 @@ impl<C: Clock> MemoryStore<C> {
         Ok(())
     }
 
-    /// Counts a failed attempt; see [`AttemptsStore::increment_attempts`](crate::AttemptsStore::increment_attempts).
+    /// Counts a failed attempt; see [`AttemptsStore::increment_attempts`].
     ///
     /// ```
     /// use std::time::Duration;
