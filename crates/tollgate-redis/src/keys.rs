@@ -68,6 +68,15 @@ impl KeyNames {
         name
     }
 
+    /// The hash of the fleet's allow and deny list entries. Inside its braces there is no raw
+    /// `:` and nothing after them, which no state name has (a `Key` name always has a policy
+    /// after the braces), so it meets no rate limit state.
+    pub(crate) fn access_lists(&self) -> Vec<u8> {
+        let mut name = self.prefix.clone();
+        name.extend_from_slice(b"{access-lists}");
+        name
+    }
+
     /// The attempts counter of `key`.
     pub(crate) fn attempts(&self, key: &[u8]) -> Vec<u8> {
         self.state(HashTag::PolicyAndKey, "", key)

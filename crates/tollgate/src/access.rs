@@ -302,6 +302,20 @@ impl fmt::Display for AccessEntry {
     }
 }
 
+/// What adding an entry to a store of entries did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Added {
+    /// It is in now.
+    New,
+    /// It was in already.
+    AlreadyThere,
+    /// Nothing written: the store holds `held` entries, the most it keeps.
+    Full {
+        /// How many it holds.
+        held: u64,
+    },
+}
+
 /// An IPv4 or IPv6 range: a network address and a prefix length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Cidr {
