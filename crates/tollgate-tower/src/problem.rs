@@ -6,6 +6,7 @@
 //! | 429 | an enforced rule denies | `rate-limited` | `policy`, `limit`, `remaining`, `reset_after_ms`, `retry_after_ms` |
 //! | 400 | a rule has no key and [`MissingKey::Reject`](crate::MissingKey) | `missing-key` | `policy` |
 //! | 400 | a key is longer than [`MAX_KEY_LEN`](tollgate::bounds::MAX_KEY_LEN) | `key-too-long` | `policy`, `key_len`, `max_key_len` |
+//! | 403 | a rule's key is on a deny list ([`tollgate::access`]) | `blocked` | `policy`, `reason` (`blocked`) |
 //! | 503 | the store failed and the rule's policy is `FailClosed` | `store-unavailable` | `policy` |
 //!
 //! `type` is `about:blank` (with `title` the status's reason phrase, as RFC 9457 asks) unless
@@ -39,6 +40,8 @@ pub const RATE_LIMITED: &str = "rate-limited";
 pub const MISSING_KEY: &str = "missing-key";
 /// Slug of a 400: a key is longer than the store accepts.
 pub const KEY_TOO_LONG: &str = "key-too-long";
+/// Slug of a 403: a rule's key is on a deny list.
+pub const BLOCKED: &str = "blocked";
 /// Slug of a 503: the store failed and the policy fails closed.
 pub const STORE_UNAVAILABLE: &str = "store-unavailable";
 
@@ -110,6 +113,13 @@ impl Problems {
                 .insert(RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
+    }
+
+    /// The 403 for a request whose key is on a deny list. Which entry matched is not told.
+    pub(crate) fn blocked(&self, policy: &Policy) -> Response<Body> {
+        let detail = format!("the request's key is on a deny list of `{}`", policy.name());
+        let members = json!({"policy": policy.name(), "reason": "blocked"});
+        self.response(StatusCode::FORBIDDEN, BLOCKED, detail, object(members))
     }
 
     /// The 400 for a request without a key.

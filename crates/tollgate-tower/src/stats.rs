@@ -32,6 +32,7 @@ struct Counters {
     failed_closed: AtomicU64,
     rejected_keys: AtomicU64,
     degraded: AtomicU64,
+    blocked: AtomicU64,
 }
 
 /// The counts at one moment; see each field for what it counts.
@@ -58,6 +59,9 @@ pub struct StatsSnapshot {
     /// Requests a failure mode decided, in part or whole, instead of the store (Redis away, a
     /// full memory store), whatever it said.
     pub degraded: u64,
+    /// Requests answered `403 Forbidden`: a key on a deny list
+    /// ([`Blocked`](tollgate::Outcome::Blocked)).
+    pub blocked: u64,
 }
 
 impl Stats {
@@ -73,6 +77,7 @@ impl Stats {
             failed_closed: load(&c.failed_closed),
             rejected_keys: load(&c.rejected_keys),
             degraded: load(&c.degraded),
+            blocked: load(&c.blocked),
         }
     }
 
@@ -86,6 +91,7 @@ impl Stats {
             Counter::FailedClosed => &c.failed_closed,
             Counter::RejectedKey => &c.rejected_keys,
             Counter::Degraded => &c.degraded,
+            Counter::Blocked => &c.blocked,
         };
         target.fetch_add(1, Ordering::Relaxed);
     }
@@ -101,4 +107,5 @@ pub(crate) enum Counter {
     FailedClosed,
     RejectedKey,
     Degraded,
+    Blocked,
 }
