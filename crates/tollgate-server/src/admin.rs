@@ -87,7 +87,8 @@ fn answer(entry: &AccessEntry, source: &'static str, added_at_ms: Option<u64>) -
 
 /// The entry `body` names, validated, for a configured policy (or every one).
 fn entry_of(state: &SharedState, body: &EntryBody) -> Result<AccessEntry, ApiError> {
-    let bad = |field: &str, err: tollgate::access::AccessError| ApiError::bad_request(format!("{field}: {err}"));
+    let bad =
+        |field: &str, err: tollgate::access::AccessError| ApiError::bad_request(format!("{field}: {err}"));
     let list: Listed = body.list.parse().map_err(|e| bad("list", e))?;
     let kind: EntryKind = body.kind.parse().map_err(|e| bad("kind", e))?;
     if let Some(policy) = &body.policy
@@ -113,7 +114,10 @@ fn entry_of(state: &SharedState, body: &EntryBody) -> Result<AccessEntry, ApiErr
     ),
     security((), ("admin_token" = []))
 )]
-pub(crate) async fn list(State(state): State<SharedState>, headers: HeaderMap) -> Result<Json<EntryList>, ApiError> {
+pub(crate) async fn list(
+    State(state): State<SharedState>,
+    headers: HeaderMap,
+) -> Result<Json<EntryList>, ApiError> {
     authorize_admin(&state, &headers)?;
     let entries = state
         .access

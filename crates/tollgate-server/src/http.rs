@@ -191,7 +191,13 @@ fn blocked(rules: &[Rule<'_>], verdict: &Verdict) -> Response {
         Some(name) => format!("the key is on a deny list of policy `{name}`"),
         None => "the key is on a deny list".to_owned(),
     };
-    problem_typed(StatusCode::FORBIDDEN, BLOCKED_TYPE, detail, policy, Some("blocked"))
+    problem_typed(
+        StatusCode::FORBIDDEN,
+        BLOCKED_TYPE,
+        detail,
+        policy,
+        Some("blocked"),
+    )
 }
 
 /// Unusable input is the caller's fault (400); a failing store is ours (503).

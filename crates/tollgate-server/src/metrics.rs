@@ -138,7 +138,8 @@ pub fn rule_extras(rule: &Rule<'_>, result: &RuleVerdict) {
     if rule.policy.enforcement().is_some() {
         let part = if result.shadow { "shadow" } else { "enforced" };
         let policy = rule.policy.name().to_owned();
-        metrics::counter!("tollgate_gradual_checks_total", "policy" => policy.clone(), "part" => part).increment(1);
+        metrics::counter!("tollgate_gradual_checks_total", "policy" => policy.clone(), "part" => part)
+            .increment(1);
         if matches!(result.outcome, Outcome::Denied | Outcome::ShadowDenied) {
             metrics::counter!("tollgate_gradual_would_deny_total", "policy" => policy, "part" => part)
                 .increment(1);
@@ -164,8 +165,10 @@ pub fn render_top_offenders(text: &mut String) {
     }
     text.push_str("# HELP tollgate_top_offender_denials Denials of each policy's most denied keys on this instance (a capped top-k)
 ");
-    text.push_str("# TYPE tollgate_top_offender_denials gauge
-");
+    text.push_str(
+        "# TYPE tollgate_top_offender_denials gauge
+",
+    );
     for policy in policies {
         let top = recorder.top_denied(&policy, TOP_OFFENDERS_SHOWN);
         for (rank, (key, count, _)) in top.keys.iter().enumerate() {
