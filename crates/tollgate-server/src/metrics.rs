@@ -299,7 +299,8 @@ pub fn store_breakers(states: &[(String, bool)]) {
 
 /// What the proxy's routes decided so far (the layers' running counts, which survive reloads):
 /// `tollgate_proxy_requests_total{outcome}` with `allowed`, `denied`, `failed_closed` (a store
-/// failure met `fail_closed`: 503) and `rejected_key` (no usable key: 400), and the requests on
+/// failure met `fail_closed`: 503), `rejected_key` (no usable key: 400) and `blocked` (a deny
+/// list: 403), and the requests on
 /// which the store failed, a failure mode decided, or a shadow rule would have denied.
 pub fn proxy_decisions(stats: &tollgate_tower::StatsSnapshot) {
     for (outcome, count) in [
@@ -307,6 +308,7 @@ pub fn proxy_decisions(stats: &tollgate_tower::StatsSnapshot) {
         ("denied", stats.denied),
         ("failed_closed", stats.failed_closed),
         ("rejected_key", stats.rejected_keys),
+        ("blocked", stats.blocked),
     ] {
         metrics::counter!("tollgate_proxy_requests_total", "outcome" => outcome).absolute(count);
     }
