@@ -845,7 +845,10 @@ async fn a_deny_listed_peer_gets_a_403_problem_and_an_allowed_one_is_never_limit
     assert_eq!(body["reason"], "blocked");
     assert_eq!(body["policy"], "api");
     for _ in 0..3 {
-        assert_eq!(send(&app, request("/", "192.0.2.9:1000", &[])).await.status, StatusCode::OK);
+        assert_eq!(
+            send(&app, request("/", "192.0.2.9:1000", &[])).await.status,
+            StatusCode::OK
+        );
     }
     let stats = layer.stats().snapshot();
     assert_eq!((stats.blocked, stats.allowed, stats.denied), (1, 3, 0));

@@ -496,6 +496,9 @@ impl Scope {
     }
 }
 
+/// One scope's allow entries and deny entries, before they are compiled.
+type AllowAndDeny = (Vec<Arc<AccessEntry>>, Vec<Arc<AccessEntry>>);
+
 /// Every allow and deny list, global and per policy, compiled for lookups on every request.
 ///
 /// ```
@@ -531,8 +534,7 @@ impl AccessLists {
         entries.sort();
         entries.dedup();
         let entries: Vec<Arc<AccessEntry>> = entries.into_iter().map(Arc::new).collect();
-        let mut by_scope: HashMap<Option<&str>, (Vec<Arc<AccessEntry>>, Vec<Arc<AccessEntry>>)> =
-            HashMap::new();
+        let mut by_scope: HashMap<Option<&str>, AllowAndDeny> = HashMap::new();
         for entry in &entries {
             let lists = by_scope.entry(entry.policy()).or_default();
             match entry.list {

@@ -203,11 +203,10 @@ impl<S> Engine<S> {
         Arc::clone(&self.access.read())
     }
 
-    /// The rules as the store is to decide them: deny lists checked (`Err` holds the blocked
-    /// verdict), allow-listed rules made shadow questions (their indices in the `Vec`), keys
+    /// The rules as the store is to decide them: deny lists checked (a blocked request's
+    /// verdict instead), allow-listed rules made shadow questions (their indices in the `Vec`), keys
     /// outside a gradual share made shadow. Borrowed as given when nothing applies.
-    #[allow(clippy::type_complexity)]
-    fn adjust<'a, 'r>(&self, rules: &'r [Rule<'a>]) -> Result<(Cow<'r, [Rule<'a>]>, Vec<usize>), Verdict> {
+    fn adjust<'a, 'r>(&self, rules: &'r [Rule<'a>]) -> Adjusted<'r, 'a> {
         let mut adjusted = Cow::Borrowed(rules);
         let mut allowed = Vec::new();
         for (i, rule) in rules.iter().enumerate() {
@@ -219,7 +218,7 @@ impl<S> Engine<S> {
             }
         }
         if !self.listing.load(Ordering::Acquire) {
-            return Ok((adjusted, allowed));
+            return Adjusted::Rules(adjusted, allowed);
         }
         let lists = self.access.read();
         let mut denied: Vec<(usize, Arc<crate::access::AccessEntry>)> = Vec::new();
@@ -232,15 +231,22 @@ impl<S> Engine<S> {
         }
         drop(lists);
         if let Some((first, entry)) = denied.first().cloned() {
-            return Err(blocked(&adjusted, &denied, first, entry));
+            return Adjusted::Blocked(blocked(&adjusted, &denied, first, entry));
         }
         for &i in &allowed {
             let rule = &mut adjusted.to_mut()[i];
             rule.shadow = true;
             rule.question = true;
         }
-        Ok((adjusted, allowed))
+        Adjusted::Rules(adjusted, allowed)
     }
+}
+
+/// The rules as the store is to decide them, with the indices of the allow-listed ones; or the
+/// verdict of a blocked request.
+enum Adjusted<'r, 'a> {
+    Rules(Cow<'r, [Rule<'a>]>, Vec<usize>),
+    Blocked(Verdict),
 }
 
 /// The verdict of a request with deny-listed rules (`denied`, by index): every rule blocked,
@@ -334,8 +340,8 @@ impl<S: Store> Engine<S> {
             store::validate_check(rule.policy, rule.key, rule.cost)?;
         }
         let (adjusted, allowed) = match self.adjust(rules) {
-            Ok(adjusted) => adjusted,
-            Err(blocked) => return Ok(blocked),
+            Adjusted::Rules(adjusted, allowed) => (adjusted, allowed),
+            Adjusted::Blocked(blocked) => return Ok(blocked),
         };
         let mut verdict = self.decide(&adjusted, commit).await?;
         relabel_allowed(&mut verdict, &allowed, rules);
