@@ -137,6 +137,18 @@ mod tests {
     }
 
     #[test]
+    fn the_access_lists_hash_is_no_state_name() {
+        let access = names().access_lists();
+        assert_eq!(access, b"tg:{access-lists}".to_vec());
+        for (policy, key) in [("access-lists", &b"x"[..]), ("p", b"access-lists"), ("", b"access-lists")] {
+            for tag in [HashTag::PolicyAndKey, HashTag::Key] {
+                assert_ne!(names().state(tag, policy, key), access, "{policy:?} {key:?} {tag:?}");
+            }
+        }
+        assert_ne!(names().attempts(b"access-lists"), access);
+    }
+
+    #[test]
     fn the_hash_tag_covers_policy_and_key() {
         assert_eq!(
             names().state(HashTag::PolicyAndKey, "login", b"user:{1}"),
