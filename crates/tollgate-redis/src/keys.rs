@@ -140,7 +140,8 @@ mod tests {
     fn the_access_lists_hash_is_no_state_name() {
         let access = names().access_lists();
         assert_eq!(access, b"tg:{access-lists}".to_vec());
-        for (policy, key) in [("access-lists", &b"x"[..]), ("p", b"access-lists"), ("", b"access-lists")] {
+        // (No policy has an empty name, so `{access-lists}` alone is never a `Key` name.)
+        for (policy, key) in [("access-lists", &b"x"[..]), ("p", b"access-lists"), ("access-lists", b"p")] {
             for tag in [HashTag::PolicyAndKey, HashTag::Key] {
                 assert_ne!(names().state(tag, policy, key), access, "{policy:?} {key:?} {tag:?}");
             }
