@@ -141,9 +141,17 @@ mod tests {
         let access = names().access_lists();
         assert_eq!(access, b"tg:{access-lists}".to_vec());
         // (No policy has an empty name, so `{access-lists}` alone is never a `Key` name.)
-        for (policy, key) in [("access-lists", &b"x"[..]), ("p", b"access-lists"), ("access-lists", b"p")] {
+        for (policy, key) in [
+            ("access-lists", &b"x"[..]),
+            ("p", b"access-lists"),
+            ("access-lists", b"p"),
+        ] {
             for tag in [HashTag::PolicyAndKey, HashTag::Key] {
-                assert_ne!(names().state(tag, policy, key), access, "{policy:?} {key:?} {tag:?}");
+                assert_ne!(
+                    names().state(tag, policy, key),
+                    access,
+                    "{policy:?} {key:?} {tag:?}"
+                );
             }
         }
         assert_ne!(names().attempts(b"access-lists"), access);
