@@ -12,7 +12,7 @@
 //! Where entries live and how soon another instance applies them: see [`crate::access`]. The
 //! top offenders are the keys this instance denied most (enforced rate limit denials, not
 //! blocked requests), per policy, in a fixed number of counters
-//! ([`TOP_KEYS`](crate::dashboard::TOP_KEYS), Space-Saving: see [`tollgate::top_keys`]), so their
+//! ([`crate::dashboard::TOP_KEYS`], Space-Saving: see [`tollgate::top_keys`]), so their
 //! memory does not grow with the number of distinct keys; a count may be above the key's true
 //! count by at most its `overestimate`.
 
