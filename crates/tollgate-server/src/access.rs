@@ -105,6 +105,8 @@ impl AccessAdmin {
 
     /// Adds an admin entry in the store and applies it here at once.
     pub async fn add(&self, state: &AppState, entry: AccessEntry) -> Result<Added, Error> {
+        // Whether the entries read back from the store differ from those applied here.
+        let mut reread = false;
         let added = match &state.store {
             AnyStore::Memory(_) => {
                 let mut entries = lock(&self.entries);
@@ -121,9 +123,11 @@ impl AccessAdmin {
             }
             AnyStore::Redis(store) => {
                 let added = store.add_access_entry(&entry).await?;
-                if !matches!(added, Added::Full { .. }) {
-                    self.reread(state).await?;
-                }
+                // The write is done: if the read back fails, apply the entry from here.
+                reread = self.reread(state).await.unwrap_or_else(|_| {
+                    lock(&self.entries).entry(entry.clone()).or_insert_with(now_ms);
+                    true
+                });
                 added
             }
         };
@@ -137,6 +141,8 @@ impl AccessAdmin {
                 value = entry.value(),
                 "access list entry added"
             );
+        }
+        if added == Added::New || reread {
             self.apply(state);
         }
         Ok(added)
@@ -145,11 +151,15 @@ impl AccessAdmin {
     /// Removes an admin entry from the store and applies that here at once; `false` when there
     /// was no such admin entry.
     pub async fn remove(&self, state: &AppState, entry: &AccessEntry) -> Result<bool, Error> {
+        let mut reread = false;
         let removed = match &state.store {
             AnyStore::Memory(_) => lock(&self.entries).remove(entry).is_some(),
             AnyStore::Redis(store) => {
                 let removed = store.remove_access_entry(entry).await?;
-                self.reread(state).await?;
+                reread = self.reread(state).await.unwrap_or_else(|_| {
+                    lock(&self.entries).remove(entry);
+                    true
+                });
                 removed
             }
         };
@@ -163,6 +173,8 @@ impl AccessAdmin {
                 value = entry.value(),
                 "access list entry removed"
             );
+        }
+        if removed || reread {
             self.apply(state);
         }
         Ok(removed)

@@ -243,6 +243,14 @@ async fn fleet_shares_entries(one: SharedState, two: SharedState) {
         check(&two, "api", "2001:db8:bad::3").await.0,
         StatusCode::FORBIDDEN
     );
+    // Another entry, added on `one` and then again on `two` before `two` refreshed: it was
+    // there already (200), and `two` applies it at once.
+    let key = json!({"list": "deny", "kind": "key", "value": "scraper-42"});
+    let (status, _, _) = call(&one, "POST", "/v1/admin/access", Some(key.clone()), true).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (status, _, _) = call(&two, "POST", "/v1/admin/access", Some(key), true).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(check(&two, "api", "scraper-42").await.0, StatusCode::FORBIDDEN);
     let (_, _, listed) = call(&two, "GET", "/v1/admin/access", None, true).await;
     assert!(
         listed["entries"]
