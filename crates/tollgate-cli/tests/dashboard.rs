@@ -190,7 +190,14 @@ async fn the_dashboard_shows_the_traffic_in_headless_chromium() {
     let mut expected = serde_json::Map::new();
     for policy in ["login", "search"] {
         let mut totals = serde_json::Map::new();
-        for outcome in ["allowed", "denied", "shadow_denied", "degraded", "error"] {
+        for outcome in [
+            "allowed",
+            "denied",
+            "shadow_denied",
+            "degraded",
+            "error",
+            "blocked",
+        ] {
             totals.insert(outcome.into(), metric(&server, policy, outcome).await.into());
         }
         expected.insert(policy.into(), Value::Object(totals));

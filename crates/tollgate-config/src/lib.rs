@@ -288,6 +288,7 @@ impl Loader {
         match read_file(file, yaml)? {
             Parsed::Ours(ours) => {
                 let compiled = ours.compile(file)?;
+                self.limits.extend_access(compiled.access);
                 for (i, route) in compiled.routes.into_iter().enumerate() {
                     if let Some(first) = self
                         .limits
@@ -402,7 +403,7 @@ fn read_file(file: &str, yaml: &str) -> Result<Parsed, ConfigError> {
             "expected a map with tollgate `policies` or an envoyproxy/ratelimit `domain`"
         }));
     };
-    let ours = top.contains_key("policies");
+    let ours = top.contains_key("policies") || top.contains_key("access");
     let envoy = top.contains_key("domain") || top.contains_key("descriptors");
     if ours && envoy {
         return Err(format_err(

@@ -100,6 +100,7 @@ pub struct Limits {
     policies: BTreeMap<String, NamedPolicy>,
     domains: HashMap<String, Domain>,
     routes: Vec<Route>,
+    access: Vec<tollgate::access::AccessEntry>,
 }
 
 impl Limits {
@@ -233,6 +234,25 @@ impl Limits {
 
     pub(crate) fn insert_route(&mut self, route: Route) {
         self.routes.push(route);
+    }
+
+    /// The allow and deny list entries of every file, global and per policy, in file order.
+    ///
+    /// ```
+    /// let limits = tollgate_config::parse(
+    ///     "a.yaml",
+    ///     "access:\n  deny:\n    cidrs: [203.0.113.0/24]\n",
+    /// )?;
+    /// let lists = tollgate::access::AccessLists::new(limits.access_entries().iter().cloned());
+    /// assert!(lists.lookup("any", b"203.0.113.9").is_some());
+    /// # Ok::<(), tollgate_config::ConfigError>(())
+    /// ```
+    pub fn access_entries(&self) -> &[tollgate::access::AccessEntry] {
+        &self.access
+    }
+
+    pub(crate) fn extend_access(&mut self, entries: Vec<tollgate::access::AccessEntry>) {
+        self.access.extend(entries);
     }
 
     pub(crate) fn insert_policy(&mut self, name: String, policy: NamedPolicy) {

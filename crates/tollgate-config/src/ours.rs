@@ -38,6 +38,34 @@
 //! (`fail_open`, `fail_closed` or `local`, with `instances` for `local`, default 1) and `shadow`
 //! (check and count, but never deny; default false).
 //!
+//! A policy may be enforced for a share of its keys only, and run in shadow mode for the rest
+//! (`docs/gradual-enforcement.md`, [`tollgate::enforcement`]): `enforce_percent: 10` (0 to 100,
+//! two decimals at most). The share is chosen by a fixed hash of the policy name and the key,
+//! the same on every instance.
+//!
+//! Allow and deny lists (`docs/access-lists.md`, [`tollgate::access`]) are given globally at
+//! the top of a file and per policy, each list by CIDR range, exact key and key prefix; a deny
+//! entry wins over an allow entry:
+//!
+//! ```yaml
+//! access:                      # every policy
+//!   allow:
+//!     cidrs: [192.0.2.0/24]
+//!   deny:
+//!     cidrs: [203.0.113.0/24, "2001:db8:bad::/48"]
+//! policies:
+//!   login:
+//!     algorithm: gcra
+//!     rate: 5/1m
+//!     burst: 5
+//!     access:                  # this policy only
+//!       deny:
+//!         keys: [mallory]
+//!         prefixes: ["bot-"]
+//! ```
+//!
+//! A file may hold `access` without `policies` (a block list kept in its own file).
+//!
 //! A `fixed_window`, `token_bucket` or `gcra` policy may also lease its hot keys' budget to the
 //! instance that sees them hot (on a Redis store; see `docs/leases.md` and
 //! [`tollgate::lease`]):
@@ -58,7 +86,8 @@ use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 
 use serde::Deserialize;
-use tollgate::{Algorithm, Anchor, LeaseOptions, Policy, PolicyError};
+use tollgate::access::{AccessEntry, EntryKind, Listed};
+use tollgate::{Algorithm, Anchor, Enforcement, LeaseOptions, Policy, PolicyError};
 
 use crate::fields::{
     AlgorithmName, AnchorName, FailureName, HashTagName, Scalar, failure_mode, join, policy_error_field,
@@ -71,7 +100,11 @@ use crate::{ConfigError, ConfigErrorKind};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a map with `policies`")]
 pub(crate) struct OursFile {
+    #[serde(default)]
     policies: BTreeMap<String, PolicySpec>,
+    /// Global allow and deny lists; see [`crate::access`].
+    #[serde(default)]
+    access: Option<AccessSpec>,
     /// For `tollgate proxy`; see [`crate::routes`].
     #[serde(default)]
     routes: Vec<RouteSpec>,
@@ -112,6 +145,8 @@ struct PolicySpec {
     #[serde(default)]
     shadow: bool,
     lease: Option<LeaseSpec>,
+    enforce_percent: Option<Scalar>,
+    access: Option<AccessSpec>,
 }
 
 /// The `lease` map of a policy, as written.
@@ -146,6 +181,81 @@ impl LeaseSpec {
     }
 }
 
+/// `access`: allow and deny lists, as written.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "access lists: a map with `allow` and/or `deny`"
+)]
+struct AccessSpec {
+    allow: Option<ListSpec>,
+    deny: Option<ListSpec>,
+}
+
+/// One list: CIDR ranges, exact keys and key prefixes.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a list: a map with `cidrs`, `keys` and/or `prefixes`, each a list of strings"
+)]
+struct ListSpec {
+    #[serde(default)]
+    cidrs: Vec<String>,
+    #[serde(default)]
+    keys: Vec<String>,
+    #[serde(default)]
+    prefixes: Vec<String>,
+}
+
+impl AccessSpec {
+    /// The entries; an error names the item (`access.deny.cidrs[2]`).
+    fn compile(self, file: &str, at: &str, policy: Option<&str>) -> Result<Vec<AccessEntry>, ConfigError> {
+        let mut entries = Vec::new();
+        for (list, spec) in [(Listed::Allow, self.allow), (Listed::Deny, self.deny)] {
+            let Some(spec) = spec else { continue };
+            for (kind, field, values) in [
+                (EntryKind::Cidr, "cidrs", spec.cidrs),
+                (EntryKind::Key, "keys", spec.keys),
+                (EntryKind::Prefix, "prefixes", spec.prefixes),
+            ] {
+                for (i, value) in values.iter().enumerate() {
+                    let entry = AccessEntry::new(policy, list, kind, value).map_err(|e| {
+                        ConfigError::new(
+                            file,
+                            Some(format!("{at}.{}.{field}[{i}]", list.as_str())),
+                            ConfigErrorKind::Value(e.to_string()),
+                        )
+                    })?;
+                    entries.push(entry);
+                }
+            }
+        }
+        Ok(entries)
+    }
+}
+
+/// `enforce_percent`: 0 to 100, with at most two decimals (`12.5`, `0.25`), an optional `%`.
+fn enforce_share(text: &str) -> Result<Enforcement, String> {
+    let bad = || {
+        format!(
+            "expected a percentage from 0 to 100 with at most two decimals, like 10 or 12.5, got \"{text}\""
+        )
+    };
+    let number = text.trim().trim_end_matches('%');
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() || whole.len() > 3 || fraction.len() > 2 || !digits(whole) || !digits(fraction) {
+        return Err(bad());
+    }
+    let whole: u16 = whole.parse().map_err(|_| bad())?;
+    let fraction: u16 = format!("{fraction:0<2}").parse().map_err(|_| bad())?;
+    let basis_points = whole
+        .checked_mul(100)
+        .and_then(|w| w.checked_add(fraction))
+        .ok_or_else(bad)?;
+    Enforcement::from_basis_points(basis_points).map_err(|_| bad())
+}
+
 /// The algorithm-specific fields, in the order the table in the module docs lists them.
 const SPECIFIC_FIELDS: [&str; 8] = [
     "limit", "window", "anchor", "capacity", "refill", "leak", "rate", "burst",
@@ -155,17 +265,26 @@ const SPECIFIC_FIELDS: [&str; 8] = [
 pub(crate) struct Compiled {
     pub(crate) policies: Vec<(String, NamedPolicy)>,
     pub(crate) routes: Vec<Route>,
+    /// Allow and deny list entries, global and per policy.
+    pub(crate) access: Vec<AccessEntry>,
 }
 
 impl OursFile {
     /// Builds every policy and route of the file. Route policy names are checked later, against
     /// every file of the config.
     pub(crate) fn compile(self, file: &str) -> Result<Compiled, ConfigError> {
+        let mut access = match self.access {
+            Some(spec) => spec.compile(file, "access", None)?,
+            None => Vec::new(),
+        };
         let policies = self
             .policies
             .into_iter()
-            .map(|(name, spec)| {
+            .map(|(name, mut spec)| {
                 let at = format!("policies.{name}");
+                if let Some(lists) = spec.access.take() {
+                    access.extend(lists.compile(file, &join(&at, "access"), Some(&name))?);
+                }
                 let policy = spec.compile(file, &at, &name)?;
                 Ok((name, policy))
             })
@@ -210,7 +329,11 @@ impl OursFile {
                 key,
             });
         }
-        Ok(Compiled { policies, routes })
+        Ok(Compiled {
+            policies,
+            routes,
+            access,
+        })
     }
 }
 
@@ -361,6 +484,11 @@ impl PolicySpec {
                 };
                 err(Some(field), ConfigErrorKind::Policy(e))
             })?;
+        }
+        if let Some(share) = &self.enforce_percent {
+            let share = enforce_share(share.text().as_ref())
+                .map_err(|message| err(Some("enforce_percent"), ConfigErrorKind::Value(message)))?;
+            policy = policy.with_enforcement(share);
         }
         Ok(NamedPolicy::new(policy, self.shadow))
     }

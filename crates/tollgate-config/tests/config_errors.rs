@@ -57,6 +57,13 @@ error_fixtures! {
     bad_hash_tag => "bad_hash_tag.yaml: policies.api.hash_tag: unknown variant `tenant`, expected `policy_and_key` or `key`",
     bad_failure_mode => "bad_failure_mode.yaml: policies.api.on_store_failure: unknown variant `retry`, expected one of `fail_open`, `fail_closed`, `local`",
     zero_instances => "zero_instances.yaml: policies.api.instances: invalid value: integer `0`, expected a nonzero u32",
+    // tollgate's format: allow and deny lists, gradual enforcement
+    access_bad_cidr => r#"access_bad_cidr.yaml: access.deny.cidrs[1]: expected an IP address or a CIDR range like 203.0.113.0/24 or 2001:db8::/32, got "203.0.113.300""#,
+    access_host_bits => r#"access_host_bits.yaml: policies.login.access.allow.cidrs[0]: "2001:db8::1/32" has bits set after the /32; the range is 2001:db8::/32"#,
+    access_unknown_field => "access_unknown_field.yaml: access.deny.ranges: unknown field `ranges`, expected one of `cidrs`, `keys`, `prefixes`",
+    access_empty_key => "access_empty_key.yaml: policies.login.access.deny.keys[0]: the value must not be empty",
+    enforce_percent_too_large => r#"enforce_percent_too_large.yaml: policies.api.enforce_percent: expected a percentage from 0 to 100 with at most two decimals, like 10 or 12.5, got "110""#,
+    enforce_percent_three_decimals => r#"enforce_percent_three_decimals.yaml: policies.api.enforce_percent: expected a percentage from 0 to 100 with at most two decimals, like 10 or 12.5, got "12.345""#,
     shadow_not_bool => r#"shadow_not_bool.yaml: policies.api.shadow: invalid type: string "maybe", expected a boolean"#,
     lease_on_sliding_log => "lease_on_sliding_log.yaml: policies.search.lease: lease is not supported by sliding_log: only fixed_window, token_bucket and gcra can lease units",
     lease_above_limit => "lease_above_limit.yaml: policies.api.lease.max_units: lease.max_units is 101, above the maximum of 100",
@@ -64,7 +71,7 @@ error_fixtures! {
     lease_hold_too_long => "lease_hold_too_long.yaml: policies.api.lease.hold: lease.hold is 120s, outside the supported range 1ms to 60s",
     lease_unknown_field => "lease_unknown_field.yaml: policies.api.lease.units: unknown field `units`, expected one of `max_units`, `hot_per_second`, `hold`",
     // tollgate's format: fields
-    unknown_field => "unknown_field.yaml: policies.login.windw: unknown field `windw`, expected one of `algorithm`, `limit`, `window`, `anchor`, `capacity`, `refill`, `leak`, `rate`, `burst`, `block_for`, `on_store_failure`, `instances`, `hash_tag`, `shadow`, `lease`",
+    unknown_field => "unknown_field.yaml: policies.login.windw: unknown field `windw`, expected one of `algorithm`, `limit`, `window`, `anchor`, `capacity`, `refill`, `leak`, `rate`, `burst`, `block_for`, `on_store_failure`, `instances`, `hash_tag`, `shadow`, `lease`, `enforce_percent`, `access`",
     unknown_algorithm => "unknown_algorithm.yaml: policies.login.algorithm: unknown variant `gcr`, expected one of `fixed_window`, `sliding_log`, `sliding_window`, `token_bucket`, `leaky_bucket`, `gcra`",
     missing_algorithm => "missing_algorithm.yaml: policies.login: missing field `algorithm`",
     field_not_used => "field_not_used.yaml: policies.login.window: `window` is not used by gcra, which takes `rate` and `burst`",

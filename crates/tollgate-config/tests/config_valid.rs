@@ -192,3 +192,34 @@ fn a_policy_may_lease_its_hot_keys() {
     assert_eq!(lease.hold_duration(), std::time::Duration::from_millis(250));
     assert!(limits.policy("plain").unwrap().policy().lease().is_none());
 }
+
+#[test]
+fn access_lists_and_enforce_percent_load_from_any_file_of_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("api.yaml"),
+        "policies:\n  login:\n    algorithm: gcra\n    rate: 5/1m\n    burst: 5\n    enforce_percent: 12.5\n    access:\n      deny:\n        prefixes: [\"bot-\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("blocklist.yaml"),
+        "access:\n  allow:\n    cidrs: [192.0.2.0/24]\n  deny:\n    cidrs: [\"2001:DB8:bad::/48\"]\n    keys: [mallory]\n",
+    )
+    .unwrap();
+    let limits = tollgate_config::load(dir.path()).unwrap();
+    let login = limits.policy("login").unwrap().policy();
+    assert_eq!(login.enforcement().map(|e| e.basis_points()), Some(1_250));
+    let entries: Vec<String> = limits.access_entries().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        entries,
+        [
+            "deny prefix bot- (policy login)",
+            "allow cidr 192.0.2.0/24 (global)",
+            "deny cidr 2001:db8:bad::/48 (global)",
+            "deny key mallory (global)",
+        ]
+    );
+    let lists = tollgate::access::AccessLists::new(limits.access_entries().iter().cloned());
+    assert!(lists.lookup("login", b"bot-1").is_some());
+    assert!(lists.lookup("other", b"bot-1").is_none());
+}

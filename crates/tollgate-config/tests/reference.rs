@@ -9,11 +9,19 @@ use std::path::Path;
 
 /// Each level of both dialects: the heading of its section in docs/config.md, and a file with an
 /// unknown field `zzz` at that level.
-const LEVELS: [(&str, &str); 7] = [
+const LEVELS: [(&str, &str); 9] = [
     ("## tollgate's format > ### Top level", "zzz: 1\npolicies: {}\n"),
     (
         "## tollgate's format > ### A policy",
         "policies:\n  a:\n    algorithm: gcra\n    zzz: 1\n",
+    ),
+    (
+        "## tollgate's format > ### Access lists (`access`, at the top or in a policy)",
+        "access:\n  zzz: 1\n",
+    ),
+    (
+        "## tollgate's format > ### A list (`access.allow`, `access.deny`)",
+        "access:\n  deny:\n    zzz: 1\n",
     ),
     (
         "## tollgate's format > ### A route",

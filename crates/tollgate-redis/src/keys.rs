@@ -68,6 +68,15 @@ impl KeyNames {
         name
     }
 
+    /// The hash of the fleet's allow and deny list entries. Inside its braces there is no raw
+    /// `:` and nothing after them, which no state name has (a `Key` name always has a policy
+    /// after the braces), so it meets no rate limit state.
+    pub(crate) fn access_lists(&self) -> Vec<u8> {
+        let mut name = self.prefix.clone();
+        name.extend_from_slice(b"{access-lists}");
+        name
+    }
+
     /// The attempts counter of `key`.
     pub(crate) fn attempts(&self, key: &[u8]) -> Vec<u8> {
         self.state(HashTag::PolicyAndKey, "", key)
@@ -125,6 +134,27 @@ mod tests {
 
     fn names() -> KeyNames {
         KeyNames::new("tg:")
+    }
+
+    #[test]
+    fn the_access_lists_hash_is_no_state_name() {
+        let access = names().access_lists();
+        assert_eq!(access, b"tg:{access-lists}".to_vec());
+        // (No policy has an empty name, so `{access-lists}` alone is never a `Key` name.)
+        for (policy, key) in [
+            ("access-lists", &b"x"[..]),
+            ("p", b"access-lists"),
+            ("access-lists", b"p"),
+        ] {
+            for tag in [HashTag::PolicyAndKey, HashTag::Key] {
+                assert_ne!(
+                    names().state(tag, policy, key),
+                    access,
+                    "{policy:?} {key:?} {tag:?}"
+                );
+            }
+        }
+        assert_ne!(names().attempts(b"access-lists"), access);
     }
 
     #[test]

@@ -128,6 +128,7 @@
 //! authorities or [`RedisStoreBuilder::tls_ca_pem`]); `redis://user:password@host:port` (or
 //! `redis://:password@host:port`) authenticates, on every cluster node too.
 
+mod access;
 mod batch;
 mod breaker;
 mod connection;
@@ -139,6 +140,7 @@ mod reset_channel;
 mod scripts;
 mod store;
 
+pub use access::MAX_ACCESS_ENTRIES;
 pub use connection::Target;
 pub use error::ConnectError;
 pub use lease::LeaseStats;

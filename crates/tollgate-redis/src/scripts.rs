@@ -47,6 +47,8 @@ pub(crate) struct Scripts {
     pub(crate) lease: Script,
     pub(crate) attempts: Script,
     pub(crate) reset: Script,
+    /// The fleet's allow and deny list entries (see `access`).
+    pub(crate) access: Script,
 }
 
 impl Scripts {
@@ -62,12 +64,14 @@ impl Scripts {
                 include_str!("../lua/attempts.lua")
             )),
             reset: Script::new(include_str!("../lua/reset.lua")),
+            access: Script::new(include_str!("../lua/access.lua")),
         }
     }
 
     /// Every script, for `SCRIPT LOAD` ahead of traffic.
-    pub(crate) fn all(&self) -> [&Script; 6] {
+    pub(crate) fn all(&self) -> [&Script; 7] {
         [
+            &self.access,
             &self.decide,
             &self.batch,
             &self.refund,

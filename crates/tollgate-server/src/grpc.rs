@@ -111,6 +111,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
@@ -398,6 +399,9 @@ impl Mode {
 struct Matched<'a> {
     /// The store key.
     key: String,
+    /// What allow and deny lists match: the descriptor's `remote_address` value when it has
+    /// one, else its last entry's value.
+    list_key: Option<String>,
     /// The rate limit's `name`, for `current_limit`.
     name: Option<&'a str>,
     /// The descriptor's own `shadow_mode`.
@@ -414,6 +418,7 @@ struct Matched<'a> {
 impl<'a> Matched<'a> {
     fn from_config(resolved: Resolved<'a>, global_quota: bool, cost: u64) -> Self {
         Matched {
+            list_key: None,
             name: resolved.name(),
             shadow: resolved.shadow_mode(),
             quota: global_quota || resolved.quota_mode(),
@@ -436,6 +441,9 @@ impl Limited<'_> {
     fn rule(&self, mode: Mode) -> Rule<'_> {
         let cost = self.matched.cost;
         let mut rule = Rule::new(&self.policy, self.matched.key.as_bytes(), cost.max(1));
+        if let Some(listed) = &self.matched.list_key {
+            rule = rule.with_list_key(listed.as_bytes());
+        }
         rule.shadow = mode.apart(&self.matched);
         rule.question = cost == 0;
         rule
@@ -546,6 +554,7 @@ impl<'r> Group<'r> {
     fn count_decisions(&self, verdict: &Verdict, slots: &[Slot<'_>], mode: Mode) {
         let refused = !verdict.allowed();
         for ((rule, result), &slot) in self.rules.iter().zip(verdict.rules()).zip(&self.at) {
+            metrics::rule_extras(rule, result);
             let outcome = match result.outcome {
                 Outcome::Allowed | Outcome::Degraded if refused => continue,
                 Outcome::ShadowDenied
@@ -647,7 +656,8 @@ async fn should_rate_limit(
     let mut slots: Vec<Slot<'_>> = Vec::with_capacity(asked.len());
     for (i, ((asked, resolved), unlimited)) in asked.into_iter().zip(resolved).zip(unlimited).enumerate() {
         let cost = asked.cost;
-        let slot = match (asked.limit_override, resolved) {
+        let listed = list_key(&asked.entries);
+        let mut slot = match (asked.limit_override, resolved) {
             (Some(limit), _) if limits.has_domain(&request.domain) => override_slot(
                 &service.overrides,
                 &request.domain,
@@ -673,6 +683,11 @@ async fn should_rate_limit(
                 (None, None) => Slot::Unlimited,
             },
         };
+        if let Slot::Limited(limited) = &mut slot
+            && limited.matched.list_key.is_none()
+        {
+            limited.matched.list_key = listed;
+        }
         if let Slot::Limited(limited) = &slot {
             tollgate::store::validate_key(limited.matched.key.as_bytes())
                 .map_err(|err| Status::invalid_argument(format!("descriptors[{i}]: {err}")))?;
@@ -779,6 +794,7 @@ fn override_slot<'a>(
     limit: &RateLimitOverride,
 ) -> Result<Slot<'a>, OverrideError> {
     let matched = Matched {
+        list_key: list_key(&entries),
         stats_key: Cow::Owned(override_stats_key(domain, &entries)),
         key: override_key(domain, &entries),
         name: None,
@@ -795,6 +811,21 @@ fn override_slot<'a>(
         },
         Override::Limited(policy) => limited_slot(matched, Cow::Owned(policy)),
     })
+}
+
+/// The header added to the answer of a request with a deny-listed key, with the value
+/// `blocked`: the reason, since Envoy's answer has no field for one.
+pub const BLOCKED_HEADER: &str = "x-tollgate-reason";
+
+/// What allow and deny lists match for a descriptor: its `remote_address` value, else its last
+/// entry's value (`None` for an empty value).
+fn list_key(entries: &[(String, String)]) -> Option<String> {
+    entries
+        .iter()
+        .find(|(key, _)| key == "remote_address")
+        .or_else(|| entries.last())
+        .map(|(_, value)| value.clone())
+        .filter(|value| !value.is_empty())
 }
 
 /// Upstream's stats key of a limit override: the domain, then each entry as `key_value` (or
@@ -844,6 +875,21 @@ fn respond(
     if overall_code == Code::OverLimit && settings.global_shadow_mode {
         overall_code = Code::Ok;
         stats::global_shadow_mode();
+    }
+    // A deny-listed key is refused whatever the shadow settings, and says why in a header
+    // (Envoy's answer has no reason field; it adds these headers to the client's answer).
+    let blocked = answers
+        .iter()
+        .flatten()
+        .any(|a| a.verdict.outcome == Outcome::Blocked);
+    let mut response_headers_to_add = response_headers_to_add;
+    if blocked {
+        overall_code = Code::OverLimit;
+        response_headers_to_add.push(HeaderValue {
+            key: BLOCKED_HEADER.to_owned(),
+            value: "blocked".to_owned(),
+            raw_value: Vec::new(),
+        });
     }
     let dynamic_metadata = wire.map(|descriptors| {
         let passed = slots
@@ -935,6 +981,7 @@ fn status(slot: &Slot<'_>, answer: Option<&Answer>) -> (DescriptorStatus, Option
             };
             let decision = answer.verdict.decision;
             let over = !decision.allowed;
+            let blocked = answer.verdict.outcome == Outcome::Blocked;
             let hit = Hit {
                 cost: matched.cost,
                 limit: decision.limit,
@@ -943,7 +990,11 @@ fn status(slot: &Slot<'_>, answer: Option<&Answer>) -> (DescriptorStatus, Option
                 shadow: matched.shadow,
             };
             let status = DescriptorStatus {
-                code: code(over, matched).into(),
+                code: if blocked {
+                    Code::OverLimit.into()
+                } else {
+                    code(over, matched).into()
+                },
                 current_limit: Some(current_limit(&limited.policy, matched.name)),
                 limit_remaining: saturate(answer.remaining),
                 duration_until_reset: Some(whole_seconds(decision.reset_after)),

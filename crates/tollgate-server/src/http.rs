@@ -10,6 +10,8 @@
 //! | `GET /v1/attempts/{purpose}/{key}` | the count and its TTL |
 //! | `GET /v1/attempts/{purpose}/{key}/check?max=N` | whether another attempt is allowed |
 //! | `DELETE /v1/attempts/{purpose}/{key}` | clear the counter (after a success; admin) |
+//! | `GET, POST, DELETE /v1/admin/access` | allow and deny list entries (admin; see [`crate::admin`]) |
+//! | `GET /v1/admin/top-offenders?policy=&n=` | the most denied keys per policy (admin) |
 //! | `GET /metrics`, `/healthz`, `/readyz` | Prometheus, liveness, store health: JSON naming the failure class |
 //! | `GET /openapi.json` | this API as an OpenAPI 3.1 document (see [`crate::openapi`]) |
 //!
@@ -42,7 +44,8 @@
 //!
 //! Every error is an RFC 9457 problem (`application/problem+json`) with the status, its reason
 //! as `title`, and a `detail` that names the problem (``rules[2]: unknown policy `x` ``): 400 for
-//! unusable input, 404 for an unknown policy or route, 405 for a method a route does not take,
+//! unusable input, 403 for a key on a deny list (type `urn:tollgate:problem:blocked`, with
+//! `"reason": "blocked"` and the `policy`), 404 for an unknown policy or route, 405 for a method a route does not take,
 //! 408 for a body that did not arrive in time, 413 for a body over the limit ([`MAX_BODY`] by
 //! default), 414 and 431 for an oversized target or header section, 401 for a missing admin
 //! token, and 503 when the store failed and a rule's policy fails closed
@@ -92,6 +95,13 @@ pub fn router(state: SharedState) -> Router {
             post(count_attempt).get(attempts).delete(clear_attempts),
         )
         .route("/v1/attempts/{purpose}/{key}/check", get(check_attempts))
+        .route(
+            "/v1/admin/access",
+            get(crate::admin::list)
+                .post(crate::admin::add)
+                .delete(crate::admin::remove),
+        )
+        .route("/v1/admin/top-offenders", get(crate::admin::top_offenders))
         .route("/metrics", get(render_metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(ready))
@@ -110,14 +120,14 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
             message: message.into(),
         }
     }
 
-    fn bad_request(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
 
@@ -136,20 +146,58 @@ impl IntoResponse for ApiError {
 
 /// An RFC 9457 problem response, with `policy` as an extension member when one is to blame.
 pub(crate) fn problem(status: StatusCode, detail: String, policy: Option<&str>) -> Response {
+    problem_typed(status, "about:blank", detail, policy, None)
+}
+
+/// The `type` of the 403 a deny-listed key gets, with `"reason": "blocked"`.
+pub const BLOCKED_TYPE: &str = "urn:tollgate:problem:blocked";
+
+/// A problem of type `kind`, with the `policy` and `reason` extension members when given.
+fn problem_typed(
+    status: StatusCode,
+    kind: &str,
+    detail: String,
+    policy: Option<&str>,
+    reason: Option<&str>,
+) -> Response {
     let mut body = json!({
-        "type": "about:blank",
+        "type": kind,
         "title": status.canonical_reason().unwrap_or("Error"),
         "status": status.as_u16(),
         "detail": detail,
     });
-    if let (Some(policy), Some(members)) = (policy, body.as_object_mut()) {
-        members.insert("policy".into(), policy.into());
+    if let Some(members) = body.as_object_mut() {
+        if let Some(policy) = policy {
+            members.insert("policy".into(), policy.into());
+        }
+        if let Some(reason) = reason {
+            members.insert("reason".into(), reason.into());
+        }
     }
     let mut response = (status, Json(body)).into_response();
     response
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
     response
+}
+
+/// The 403 of a request with a deny-listed key: which entry matched is logged, not told.
+fn blocked(rules: &[Rule<'_>], verdict: &Verdict) -> Response {
+    let policy = verdict
+        .blocked_by()
+        .and_then(|(i, _)| rules.get(i))
+        .map(|rule| rule.policy.name());
+    let detail = match policy {
+        Some(name) => format!("the key is on a deny list of policy `{name}`"),
+        None => "the key is on a deny list".to_owned(),
+    };
+    problem_typed(
+        StatusCode::FORBIDDEN,
+        BLOCKED_TYPE,
+        detail,
+        policy,
+        Some("blocked"),
+    )
 }
 
 /// Unusable input is the caller's fault (400); a failing store is ours (503).
@@ -165,7 +213,7 @@ impl From<Error> for ApiError {
 }
 
 /// Parses a JSON body, turning every way it can be wrong into a 4xx naming the problem.
-fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+pub(crate) fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
     let bytes = body.map_err(|rejection| {
         if let Some(cut) = crate::listener::BodyLimitError::find(&rejection) {
             if matches!(cut, crate::listener::BodyLimitError::TimedOut(_)) {
@@ -408,6 +456,9 @@ async fn decide_one(
     if verdict.outcome() == Outcome::Error {
         return Ok(unavailable(&rules, &verdict));
     }
+    if verdict.outcome() == Outcome::Blocked {
+        return Ok(blocked(&rules, &verdict));
+    }
     let Some(result) = verdict.rules().first() else {
         return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no decision"));
     };
@@ -426,6 +477,8 @@ async fn decide_one(
         reset_after_ms: millis_up(decision.reset_after),
         retry_after_ms: decision.retry_after.filter(|_| denied).map(millis_up),
         degraded: decision.degraded,
+        shadow: result.shadow,
+        listed: result.listed.map(tollgate::access::Listed::as_str),
     });
     let mut response = (status, Json(body)).into_response();
     let map = response.headers_mut();
@@ -462,6 +515,9 @@ async fn check_list(state: &SharedState, bodies: &[RuleBody]) -> Result<Response
     let verdict = decide(state, &rules, true).await?;
     if verdict.outcome() == Outcome::Error {
         return Ok(unavailable(&rules, &verdict));
+    }
+    if verdict.outcome() == Outcome::Blocked {
+        return Ok(blocked(&rules, &verdict));
     }
     if verdict.rules().len() != rules.len() {
         return Err(ApiError::new(
@@ -509,6 +565,7 @@ fn rule_answer(rule: &Rule<'_>, result: &RuleVerdict) -> RuleDecision {
         reset_after_ms: millis_up(decision.reset_after),
         retry_after_ms: decision.retry_after.filter(|_| enforced_denial).map(millis_up),
         degraded: decision.degraded,
+        listed: result.listed.map(tollgate::access::Listed::as_str),
     }
 }
 
@@ -729,7 +786,9 @@ pub(crate) async fn clear_attempts(
 )]
 pub(crate) async fn render_metrics(State(state): State<SharedState>) -> String {
     metrics::store_breakers(&state.store.breakers());
-    metrics::install().render()
+    let mut text = metrics::install().render();
+    metrics::render_top_offenders(&mut text);
+    text
 }
 
 #[utoipa::path(

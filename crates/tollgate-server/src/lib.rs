@@ -40,6 +40,9 @@
 //!   completes, and [`serve::serve`], which loads the config, opens the store, binds, reloads and
 //!   stops on ctrl-c or SIGTERM, as `tollgate serve` does.
 //! - [`http`]: the HTTP/JSON API ([`http::router`]).
+//! - [`admin`]: its admin routes for allow and deny list entries and the top offenders.
+//! - [`access`]: the allow and deny lists in force: the config's and the admin API's entries,
+//!   kept in the store for the fleet and compiled into the engine.
 //! - [`grpc`]: the Envoy rate limit service (`ShouldRateLimit`), answered as envoyproxy/ratelimit
 //!   does ([`grpc::service`], [`grpc::serve`]), and its HTTP door `POST /json` ([`grpc::json`]).
 //! - [`health`]: the gRPC health service and `/healthcheck`, following the store's health.
@@ -57,6 +60,8 @@
 //! - [`problem`]: RFC 9457 problem answers, the shape of every error.
 //! - [`metrics`]: Prometheus metric names and the recorder.
 
+pub mod access;
+pub mod admin;
 pub mod dashboard;
 pub mod debug;
 pub mod envoy_env;

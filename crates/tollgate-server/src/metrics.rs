@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tollgate::{Error, Outcome, Rule, Verdict};
+use tollgate::{Error, Outcome, Rule, RuleVerdict, Verdict};
 use tollgate_tower::LogSampler;
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -88,7 +88,14 @@ pub fn decision(policy: &str, outcome: Outcome) {
 /// is not counted; denials, would-be (shadow) denials and errors are.
 pub fn verdict(rules: &[Rule<'_>], verdict: &Verdict) {
     let refused = !verdict.allowed();
+    if let Some((at, entry)) = verdict.blocked_by()
+        && BLOCKED_LOG.due()
+    {
+        let policy = rules.get(at).map_or("", |r| r.policy.name());
+        tracing::info!(policy, entry = %entry, "deny list blocked a request (sampled: at most one line a second)");
+    }
     for (rule, result) in rules.iter().zip(verdict.rules()) {
+        rule_extras(rule, result);
         if refused && matches!(result.outcome, Outcome::Allowed | Outcome::Degraded) {
             continue;
         }
@@ -117,6 +124,73 @@ pub fn verdict(rules: &[Rule<'_>], verdict: &Verdict) {
         store_error(err);
     }
 }
+
+/// What a rule's verdict says beyond its outcome, at every door: an allow or deny list match
+/// (`tollgate_access_list_matches_total{policy, list}`), and for a gradually enforced policy
+/// which part the key is in (`tollgate_gradual_checks_total{policy, part}`) and whether it
+/// would have been denied (`tollgate_gradual_would_deny_total{policy, part}`), `part` being
+/// `enforced` or `shadow`.
+pub fn rule_extras(rule: &Rule<'_>, result: &RuleVerdict) {
+    if let Some(list) = result.listed {
+        metrics::counter!("tollgate_access_list_matches_total", "policy" => rule.policy.name().to_owned(), "list" => list.as_str())
+            .increment(1);
+    }
+    if rule.policy.enforcement().is_some() {
+        let part = if result.shadow { "shadow" } else { "enforced" };
+        let policy = rule.policy.name().to_owned();
+        metrics::counter!("tollgate_gradual_checks_total", "policy" => policy.clone(), "part" => part)
+            .increment(1);
+        if matches!(result.outcome, Outcome::Denied | Outcome::ShadowDenied) {
+            metrics::counter!("tollgate_gradual_would_deny_total", "policy" => policy, "part" => part)
+                .increment(1);
+        }
+    }
+}
+
+/// How many of each policy's most denied keys `tollgate_top_offender_denials` shows.
+pub const TOP_OFFENDERS_SHOWN: usize = 10;
+
+/// Appends `tollgate_top_offender_denials{policy, rank, key}` to a Prometheus text exposition:
+/// for each policy with denials, its [`TOP_OFFENDERS_SHOWN`] most denied keys (from the
+/// dashboard's fixed-size summary) and their counts. Written at each scrape from the summary, so
+/// a key that drops out of the top is gone from the next scrape: the series are bounded by
+/// policies × [`TOP_OFFENDERS_SHOWN`], whatever the key churn. This is the one metric with
+/// request keys in a label, capped this way.
+pub fn render_top_offenders(text: &mut String) {
+    use std::fmt::Write as _;
+    let recorder = crate::dashboard::recorder();
+    let policies = recorder.policies_with_denials();
+    if policies.is_empty() {
+        return;
+    }
+    text.push_str("# HELP tollgate_top_offender_denials Denials of each policy's most denied keys on this instance (a capped top-k)
+");
+    text.push_str(
+        "# TYPE tollgate_top_offender_denials gauge
+",
+    );
+    for policy in policies {
+        let top = recorder.top_denied(&policy, TOP_OFFENDERS_SHOWN);
+        for (rank, (key, count, _)) in top.keys.iter().enumerate() {
+            let _ = writeln!(
+                text,
+                "tollgate_top_offender_denials{{policy=\"{}\",rank=\"{}\",key=\"{}\"}} {count}",
+                label_value(&policy),
+                rank + 1,
+                label_value(&String::from_utf8_lossy(key)),
+            );
+        }
+    }
+}
+
+/// A Prometheus label value: `\`, `"` and line feeds escaped.
+fn label_value(text: &str) -> String {
+    text.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+static BLOCKED_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
 /// A decision a failure mode took because the store could not.
 pub fn degraded(policy: &str) {
@@ -225,7 +299,8 @@ pub fn store_breakers(states: &[(String, bool)]) {
 
 /// What the proxy's routes decided so far (the layers' running counts, which survive reloads):
 /// `tollgate_proxy_requests_total{outcome}` with `allowed`, `denied`, `failed_closed` (a store
-/// failure met `fail_closed`: 503) and `rejected_key` (no usable key: 400), and the requests on
+/// failure met `fail_closed`: 503), `rejected_key` (no usable key: 400) and `blocked` (a deny
+/// list: 403), and the requests on
 /// which the store failed, a failure mode decided, or a shadow rule would have denied.
 pub fn proxy_decisions(stats: &tollgate_tower::StatsSnapshot) {
     for (outcome, count) in [
@@ -233,6 +308,7 @@ pub fn proxy_decisions(stats: &tollgate_tower::StatsSnapshot) {
         ("denied", stats.denied),
         ("failed_closed", stats.failed_closed),
         ("rejected_key", stats.rejected_keys),
+        ("blocked", stats.blocked),
     ] {
         metrics::counter!("tollgate_proxy_requests_total", "outcome" => outcome).absolute(count);
     }
@@ -265,7 +341,7 @@ mod tests {
                         .chars()
                         .take_while(|c| c.is_ascii_lowercase() || *c == '_')
                         .collect();
-                    let is_metric = ["_total", "_seconds", "_open", "_connections"]
+                    let is_metric = ["_total", "_seconds", "_open", "_connections", "_denials"]
                         .iter()
                         .any(|end| name.ends_with(end));
                     if literal[name.len()..].starts_with('"') && is_metric {

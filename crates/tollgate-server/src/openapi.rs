@@ -26,6 +26,13 @@ pub(crate) struct Decision {
     pub retry_after_ms: Option<u64>,
     /// The store failed and the policy's failure mode decided.
     pub degraded: bool,
+    /// Present and true when the rule was decided in shadow mode (the policy is in shadow mode,
+    /// or the key is outside a gradually enforced policy's share): it never denies.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub shadow: bool,
+    /// Present when the key is on an allow list (`allow`: never limited, nothing spent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listed: Option<&'static str>,
 }
 
 /// The decision on a list of rules, decided all or nothing.
@@ -50,7 +57,8 @@ pub(crate) struct RuleDecision {
     pub outcome: &'static str,
     /// Whether this rule let the request pass.
     pub allowed: bool,
-    /// The policy is in shadow mode: it never denies.
+    /// The rule was decided in shadow mode (the policy is, or the key is outside a gradually
+    /// enforced policy's share): it never denies.
     pub shadow: bool,
     /// The policy's limit.
     pub limit: u64,
@@ -62,6 +70,9 @@ pub(crate) struct RuleDecision {
     pub retry_after_ms: Option<u64>,
     /// The store failed and the policy's failure mode decided.
     pub degraded: bool,
+    /// Present when the key is on an allow list (`allow`: never limited, nothing spent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listed: Option<&'static str>,
 }
 
 /// The answer of `POST /v1/check`: one decision, or a list's.
@@ -129,7 +140,8 @@ pub(crate) struct Readiness {
 #[derive(Debug, Serialize, ToSchema)]
 #[allow(dead_code)] // written by `http::problem`; this is its documented shape
 pub(crate) struct Problem {
-    /// Always `about:blank`: the status says what kind of problem it is.
+    /// `about:blank` (the status says what kind of problem it is), or
+    /// `urn:tollgate:problem:blocked` for a key on a deny list.
     #[serde(rename = "type")]
     kind: String,
     /// The status's reason phrase.
@@ -138,8 +150,10 @@ pub(crate) struct Problem {
     status: u16,
     /// What exactly is wrong, naming the field or rule.
     detail: String,
-    /// The policy to blame, when one is (a policy that fails closed).
+    /// The policy to blame, when one is (a policy that fails closed, a deny list's policy).
     policy: Option<String>,
+    /// `blocked` for a key on a deny list.
+    reason: Option<String>,
 }
 
 /// The document.
@@ -163,6 +177,10 @@ pub(crate) struct Problem {
         crate::http::healthz,
         crate::http::ready,
         crate::http::openapi_json,
+        crate::admin::list,
+        crate::admin::add,
+        crate::admin::remove,
+        crate::admin::top_offenders,
     ),
     components(schemas(
         Decision,
@@ -179,13 +197,20 @@ pub(crate) struct Problem {
         AttemptsCheck,
         Breaker,
         Readiness,
-        Problem
+        Problem,
+        crate::admin::EntryBody,
+        crate::admin::EntryAnswer,
+        crate::admin::EntryList,
+        crate::admin::Offender,
+        crate::admin::PolicyOffenders,
+        crate::admin::TopOffenders
     )),
     modifiers(&AdminToken),
     tags(
         (name = "decisions", description = "Check, peek and reset"),
         (name = "attempts", description = "Failed-attempt counters"),
         (name = "operations", description = "Health, readiness, metrics, this document"),
+        (name = "admin", description = "Allow and deny lists, top offenders"),
     )
 )]
 pub struct ApiDoc;
@@ -255,6 +280,8 @@ mod tests {
             "/healthz",
             "/readyz",
             "/openapi.json",
+            "/v1/admin/access",
+            "/v1/admin/top-offenders",
         ] {
             assert!(document["paths"][path].is_object(), "no {path}");
         }

@@ -37,6 +37,7 @@ pub fn reload(state: &SharedState, path: &Path) -> bool {
     match tollgate_config::load_with(path, &state.settings.load) {
         Ok(limits) => {
             state.limits.store(Arc::new(limits));
+            state.access.apply(state);
             metrics::config_reload(true);
             crate::dashboard::reloaded(Ok(()));
             tracing::info!(config = %path.display(), "config reloaded");

@@ -137,6 +137,10 @@ pub async fn run(
         state.store.clone(),
         when_stopped(stopped.clone()),
     )));
+    let _access = AbortOnDrop(tokio::spawn(crate::access::keep_fresh(
+        Arc::clone(&state),
+        when_stopped(stopped.clone()),
+    )));
     let stopped_health = health.clone();
     let stopping = when_stopped(stopped.clone());
     let _on_stop = AbortOnDrop(tokio::spawn(async move {

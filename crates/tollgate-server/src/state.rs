@@ -74,6 +74,9 @@ pub struct AppState {
     pub engine: Engine<AnyStore>,
     /// Fixed settings.
     pub settings: Settings,
+    /// The allow and deny list entries added through the admin API, and the compiling of the
+    /// engine's lists (see [`crate::access`]).
+    pub access: crate::access::AccessAdmin,
 }
 
 /// The handle handlers receive.
@@ -93,13 +96,16 @@ impl AppState {
     /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn new(limits: Limits, store: AnyStore, settings: Settings) -> SharedState {
-        Arc::new(AppState {
+        let state = Arc::new(AppState {
             limits: ArcSwap::from_pointee(limits),
             // A clone shares the store's state (an `Arc` or a connection handle), so the engine
             // and the attempts endpoints see one store.
             engine: Engine::new(store.clone()),
             store,
             settings,
-        })
+            access: crate::access::AccessAdmin::default(),
+        });
+        state.access.apply(&state);
+        state
     }
 }

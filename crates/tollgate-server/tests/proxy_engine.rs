@@ -63,3 +63,27 @@ async fn two_routes_with_one_policy_share_its_budget_in_the_store_and_in_the_fal
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_applies_the_configs_allow_and_deny_lists() {
+    let upstream = AppServer::start(Router::new().fallback(|| async { "upstream" })).await;
+    let config =
+        format!("{CONFIG}access:\n  deny:\n    keys: [client]\n  allow:\n    prefixes: [\"office-\"]\n");
+    let limits = tollgate_config::parse("proxy.yaml", &config).expect("config");
+    let forward = Forward::new(&upstream.url("")).expect("upstream url");
+    let app = proxy::app(&limits, AnyStore::memory(), forward, &[]).expect("proxy");
+    assert_eq!(statuses(&app, &["/a", "/b"]).await, [StatusCode::FORBIDDEN; 2]);
+    for _ in 0..4 {
+        let mut request = Request::get("/a")
+            .header("x-key", "office-7")
+            .body(Body::empty())
+            .expect("request");
+        request
+            .extensions_mut()
+            .insert(ConnectInfo(std::net::SocketAddr::from(([127, 0, 0, 1], 40_000))));
+        assert_eq!(
+            app.clone().oneshot(request).await.expect("answer").status(),
+            StatusCode::OK
+        );
+    }
+}

@@ -6,6 +6,7 @@
 //! | 429 | an enforced rule denies | `rate-limited` | `policy`, `limit`, `remaining`, `reset_after_ms`, `retry_after_ms` |
 //! | 400 | a rule has no key and [`MissingKey::Reject`](crate::MissingKey) | `missing-key` | `policy` |
 //! | 400 | a key is longer than [`MAX_KEY_LEN`](tollgate::bounds::MAX_KEY_LEN) | `key-too-long` | `policy`, `key_len`, `max_key_len` |
+//! | 403 | a rule's key is on a deny list ([`tollgate::access`]) | `blocked` | `policy`, `reason` (`blocked`) |
 //! | 503 | the store failed and the rule's policy is `FailClosed` | `store-unavailable` | `policy` |
 //! | 500 | a rule keys on the client address and the request has no peer address (the app was served without connect info) | `no-peer-address` | `policy` |
 //!
@@ -43,6 +44,8 @@ pub const KEY_TOO_LONG: &str = "key-too-long";
 /// Slug of a 500: a rule keys on the client address and the request carries no peer address,
 /// because the app was served without connect info.
 pub const NO_PEER_ADDRESS: &str = "no-peer-address";
+/// Slug of a 403: a rule's key is on a deny list.
+pub const BLOCKED: &str = "blocked";
 /// Slug of a 503: the store failed and the policy fails closed.
 pub const STORE_UNAVAILABLE: &str = "store-unavailable";
 
@@ -114,6 +117,13 @@ impl Problems {
                 .insert(RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
+    }
+
+    /// The 403 for a request whose key is on a deny list. Which entry matched is not told.
+    pub(crate) fn blocked(&self, policy: &Policy) -> Response<Body> {
+        let detail = format!("the request's key is on a deny list of `{}`", policy.name());
+        let members = json!({"policy": policy.name(), "reason": "blocked"});
+        self.response(StatusCode::FORBIDDEN, BLOCKED, detail, object(members))
     }
 
     /// The 400 for a request without a key.

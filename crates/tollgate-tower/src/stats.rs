@@ -33,6 +33,7 @@ struct Counters {
     rejected_keys: AtomicU64,
     degraded: AtomicU64,
     no_peer_address: AtomicU64,
+    blocked: AtomicU64,
 }
 
 /// The counts at one moment; see each field for what it counts.
@@ -63,6 +64,9 @@ pub struct StatsSnapshot {
     /// and the request carries no peer address: the app was served without
     /// `into_make_service_with_connect_info::<SocketAddr>()`.
     pub no_peer_address: u64,
+    /// Requests answered `403 Forbidden`: a key on a deny list
+    /// ([`Blocked`](tollgate::Outcome::Blocked)).
+    pub blocked: u64,
 }
 
 impl Stats {
@@ -79,6 +83,7 @@ impl Stats {
             rejected_keys: load(&c.rejected_keys),
             degraded: load(&c.degraded),
             no_peer_address: load(&c.no_peer_address),
+            blocked: load(&c.blocked),
         }
     }
 
@@ -93,6 +98,7 @@ impl Stats {
             Counter::RejectedKey => &c.rejected_keys,
             Counter::Degraded => &c.degraded,
             Counter::NoPeerAddress => &c.no_peer_address,
+            Counter::Blocked => &c.blocked,
         };
         target.fetch_add(1, Ordering::Relaxed);
     }
@@ -109,4 +115,5 @@ pub(crate) enum Counter {
     RejectedKey,
     Degraded,
     NoPeerAddress,
+    Blocked,
 }

@@ -825,3 +825,33 @@ async fn of_two_racing_requests_that_only_one_budget_fits_exactly_one_passes() {
         assert!(!engine.store().peek(&per_key, "shared", 1).expect("peek").allowed);
     }
 }
+
+#[tokio::test]
+async fn a_deny_listed_peer_gets_a_403_problem_and_an_allowed_one_is_never_limited() {
+    use tollgate::access::{AccessEntry, AccessLists, EntryKind, Listed};
+    let lists = AccessLists::new([
+        AccessEntry::new(None, Listed::Deny, EntryKind::Cidr, "203.0.113.0/24").unwrap(),
+        AccessEntry::new(Some("api"), Listed::Allow, EntryKind::Cidr, "192.0.2.0/24").unwrap(),
+    ]);
+    let engine = Engine::builder(MemoryStore::new()).access_lists(lists).build();
+    let layer = RateLimitLayer::builder_engine(engine)
+        .rule(Rule::new(policy("api", 1, MINUTE), KeyExtractor::peer_ip()))
+        .problem_type_base("https://example.com/problems/")
+        .build()
+        .unwrap();
+    let app = routes().layer(layer.clone());
+    let blocked = send(&app, request("/", "203.0.113.9:1000", &[])).await;
+    assert_eq!(blocked.status, StatusCode::FORBIDDEN);
+    let body: serde_json::Value = serde_json::from_slice(&blocked.body).unwrap();
+    assert_eq!(body["type"], "https://example.com/problems/blocked");
+    assert_eq!(body["reason"], "blocked");
+    assert_eq!(body["policy"], "api");
+    for _ in 0..3 {
+        assert_eq!(
+            send(&app, request("/", "192.0.2.9:1000", &[])).await.status,
+            StatusCode::OK
+        );
+    }
+    let stats = layer.stats().snapshot();
+    assert_eq!((stats.blocked, stats.allowed, stats.denied), (1, 3, 0));
+}

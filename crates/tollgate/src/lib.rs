@@ -27,6 +27,10 @@
 //!   microseconds, and [`algorithm::decide`], which adds penalties.
 //! - [`lease`]: [`LeaseOptions`], how a networked store may lease a hot key's budget to one
 //!   instance (opt-in per policy, with [`Policy::with_lease`]).
+//! - [`access`]: allow and deny lists (CIDR ranges, keys, key prefixes; global or per policy),
+//!   compiled for a lookup on every request; the [`Engine`] applies them.
+//! - [`enforcement`]: gradual enforcement, a policy enforced for a stable share of its keys and
+//!   shadowed for the rest ([`Policy::with_enforcement`]).
 //! - [`attempts`]: the attempts counter for brute-force protection.
 //! - [`decision`]: [`Decision`] and [`AttemptsStatus`], the answers.
 //! - [`rule`]: a [`Rule`] is one limit of a request: a policy, a key, a cost, shadow or not.
@@ -49,11 +53,13 @@
 //!
 //! This crate does no I/O, keeps no process-global state and needs no async runtime.
 
+pub mod access;
 pub mod algorithm;
 pub mod attempts;
 pub mod bounds;
 pub mod clock;
 pub mod decision;
+pub mod enforcement;
 pub mod engine;
 pub mod error;
 pub mod guide;
@@ -67,6 +73,7 @@ pub mod top_keys;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{AttemptsStatus, Decision, Decisions};
+pub use enforcement::Enforcement;
 pub use engine::{Engine, EngineBuilder, Outcome, RuleVerdict, Verdict};
 pub use error::{Error, PolicyError, StoreErrorKind};
 pub use lease::LeaseOptions;

@@ -14,6 +14,7 @@ use crate::algorithm::{
     sliding_window::SlidingWindow, token_bucket::TokenBucket,
 };
 use crate::bounds::{self, MAX_NAME_LEN};
+use crate::enforcement::Enforcement;
 use crate::lease::LeaseOptions;
 
 /// A rate: `count` requests per `per`, e.g. 10 per second.
@@ -353,6 +354,7 @@ pub struct Policy {
     on_store_failure: FailureMode,
     hash_tag: HashTag,
     lease: Option<LeaseOptions>,
+    enforcement: Option<Enforcement>,
 }
 
 /// Which part of a policy's key names the shard a networked store keeps it on (the Redis Cluster
@@ -449,6 +451,7 @@ impl Policy {
             on_store_failure: FailureMode::default(),
             hash_tag: HashTag::default(),
             lease: None,
+            enforcement: None,
         })
     }
 
@@ -536,6 +539,36 @@ impl Policy {
         }
         self.lease = Some(lease);
         Ok(self)
+    }
+
+    /// Enforces this policy for a share of its keys only, and runs it in shadow mode for the
+    /// others; see [`enforcement`](crate::enforcement). A full share is the same as none.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Enforcement, Policy, Rate};
+    ///
+    /// let api = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 10)?)?
+    ///     .with_enforcement(Enforcement::percent(10)?);
+    /// assert_eq!(api.enforcement().map(|e| e.basis_points()), Some(1_000));
+    /// let full = api.clone().with_enforcement(Enforcement::percent(100)?);
+    /// assert!(full.enforcement().is_none());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn with_enforcement(mut self, enforcement: Enforcement) -> Self {
+        self.enforcement = (!enforcement.is_full()).then_some(enforcement);
+        self
+    }
+
+    /// The enforced share when it is below every key; `None` when every key is enforced.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?;
+    /// assert!(policy.enforcement().is_none());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    pub fn enforcement(&self) -> Option<Enforcement> {
+        self.enforcement
     }
 
     /// The lease options, when leasing is on.

@@ -32,6 +32,10 @@ pub struct Rule<'a> {
     /// enforced question that would be denied denies the request), and it never spends nor
     /// starts a penalty. Envoy's `hits_addend: 0`.
     pub question: bool,
+    /// What allow and deny lists match instead of `key`, when the key a door counts under is
+    /// not the one an operator lists (the gRPC door counts a descriptor's encoded path, and
+    /// lists its client address). `None`: `key`.
+    pub list_key: Option<&'a [u8]>,
 }
 
 impl<'a> Rule<'a> {
@@ -50,6 +54,7 @@ impl<'a> Rule<'a> {
             cost,
             shadow: false,
             question: false,
+            list_key: None,
         }
     }
 
@@ -71,6 +76,26 @@ impl<'a> Rule<'a> {
     pub fn as_question(mut self) -> Self {
         self.question = true;
         self
+    }
+
+    /// The same rule, with `list_key` matched by allow and deny lists instead of the key.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("p", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?;
+    /// let rule = tollgate::Rule::new(&policy, "5:edge,...", 1).with_list_key(b"203.0.113.9");
+    /// assert_eq!(rule.listed_key(), b"203.0.113.9");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn with_list_key(mut self, list_key: &'a [u8]) -> Self {
+        self.list_key = Some(list_key);
+        self
+    }
+
+    /// What allow and deny lists match: `list_key`, else `key`.
+    #[inline]
+    pub fn listed_key(&self) -> &'a [u8] {
+        self.list_key.unwrap_or(self.key)
     }
 
     /// Whether `other` spends from the same budget (same policy name, same key), so that the

@@ -94,6 +94,11 @@ pub fn router(state: SharedState) -> Router {
         .with_state(state)
 }
 
+/// The process's recorder, for the admin API's top offenders and the top-k gauge.
+pub(crate) fn recorder() -> &'static recorder::Recorder {
+    &RECORDER
+}
+
 /// One rule decided under `policy` with `outcome` (every door calls this through
 /// [`metrics::decision`](crate::metrics::decision)).
 pub fn decision(policy: &str, outcome: Outcome) {

@@ -106,6 +106,17 @@ pub struct PolicyView {
     pub top: Vec<(Vec<u8>, u64, u64)>,
 }
 
+/// One policy's most denied keys.
+#[derive(Debug, Clone, Default)]
+pub struct TopDenied {
+    /// Denials counted since start.
+    pub total: u64,
+    /// Keys the summary holds.
+    pub tracked: usize,
+    /// (key, count, error), most first.
+    pub keys: Vec<(Vec<u8>, u64, u64)>,
+}
+
 impl Recorder {
     fn new() -> Self {
         Recorder {
@@ -157,6 +168,41 @@ impl Recorder {
     /// `key` was denied by `policy` (an enforced denial).
     pub fn denied_key(&self, policy: &str, key: &[u8]) {
         self.with_slot(policy, |slot| lock(&slot.top).add(key, 1));
+    }
+
+    /// Whether `policy` has counted anything.
+    pub fn has(&self, policy: &str) -> bool {
+        self.by_name.load().contains_key(policy)
+    }
+
+    /// Every policy with at least one denied key, by name.
+    pub fn policies_with_denials(&self) -> Vec<String> {
+        let map = self.by_name.load();
+        let mut names: Vec<String> = map
+            .iter()
+            .filter(|(_, slot)| !lock(&slot.top).is_empty())
+            .map(|(name, _)| name.to_string())
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The `n` most denied keys of `policy`, with the summary's total and size.
+    pub fn top_denied(&self, policy: &str, n: usize) -> TopDenied {
+        let Some(slot) = self.by_name.load().get(policy).cloned() else {
+            return TopDenied::default();
+        };
+        let top = lock(&slot.top);
+        TopDenied {
+            total: top.total(),
+            tracked: top.len(),
+            keys: top
+                .top()
+                .into_iter()
+                .take(n)
+                .map(|c| (c.key.to_vec(), c.count, c.error))
+                .collect(),
+        }
     }
 
     /// Records the outcome of a config reload.

@@ -134,6 +134,11 @@ struct Gates {
 
 impl Gates {
     fn build(&self, limits: &Limits) -> anyhow::Result<Vec<Gate>> {
+        // The config's allow and deny lists, applied by the engine every route shares (entries
+        // added through the server's admin API are the server's; the proxy has no admin API).
+        self.engine.set_access_lists(tollgate::access::AccessLists::new(
+            limits.access_entries().iter().cloned(),
+        ));
         let mut gates = Vec::with_capacity(limits.routes().len());
         for route in limits.routes() {
             let mut layer = RateLimitLayer::builder_engine(self.engine.clone());

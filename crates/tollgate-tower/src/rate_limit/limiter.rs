@@ -197,6 +197,17 @@ impl Limiter {
                 }
                 Action::Answer(response)
             }
+            Outcome::Blocked => {
+                self.stats.bump(Counter::Blocked);
+                let at = verdict.blocked_by().map_or(0, |(i, _)| i);
+                let policy = &applied.get(at).unwrap_or(&applied[0]).policy;
+                if let Some((_, entry)) = verdict.blocked_by()
+                    && BLOCKED_LOG.due()
+                {
+                    tracing::info!(policy = policy.name(), entry = %entry, "deny list blocked a request (sampled: at most one line a second)");
+                }
+                Action::Answer(self.problems.blocked(policy))
+            }
             Outcome::Error => {
                 self.stats.bump(Counter::FailedClosed);
                 let (policy, decision) = match verdict.deciding() {
@@ -283,3 +294,4 @@ fn reported<'a>(
 /// each shows them without a line per request; [`Stats`] counts them all.
 static STORE_ERROR_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 static SHADOW_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
+static BLOCKED_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));

@@ -27,11 +27,13 @@ pub(crate) fn decide(
                 decision: refused(rule.policy),
                 outcome: Outcome::Error,
                 shadow: false,
+                listed: None,
             },
             _ => RuleVerdict {
                 decision: admitted(rule),
                 outcome: Outcome::Degraded,
                 shadow: rule.shadow,
+                listed: None,
             },
         })
         .collect();

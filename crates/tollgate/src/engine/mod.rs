@@ -4,13 +4,33 @@
 //! [`Engine::check_all`] takes the request's rules and:
 //!
 //! 1. validates each rule (a bad key or cost is the caller's error, never a store failure);
-//! 2. merges rules that spend from the same budget (same policy name and key): they count as one
+//! 2. applies the [access lists](crate::access) and [gradual enforcement](crate::enforcement)
+//!    (see below);
+//! 3. merges rules that spend from the same budget (same policy name and key): they count as one
 //!    rule with the sum of their costs, enforced if any of them is;
-//! 3. asks the store to decide the merged rules in one atomic step ([`Store::decide`]): all or
+//! 4. asks the store to decide the merged rules in one atomic step ([`Store::decide`]): all or
 //!    nothing, penalties started on every rule that denied;
-//! 4. if the store failed, whatever the class of failure (timeout, connection, out of memory,
+//! 5. if the store failed, whatever the class of failure (timeout, connection, out of memory,
 //!    auth, script, a full memory store), applies each rule's [`FailureMode`](crate::FailureMode) here, once;
-//! 5. labels every rule and the request with an [`Outcome`].
+//! 6. labels every rule and the request with an [`Outcome`].
+//!
+//! # Allow and deny lists, gradual enforcement
+//!
+//! With [`AccessLists`] set ([`EngineBuilder::access_lists`], [`Engine::set_access_lists`]),
+//! each rule's key ([`Rule::listed_key`]) is looked up under its policy before the store is
+//! asked:
+//!
+//! - a **deny-listed** key blocks the request: the store is not asked, nothing is spent, and
+//!   every rule is labelled [`Outcome::Blocked`] (the listed ones with
+//!   [`listed`](RuleVerdict::listed) set), whatever its shadow flag, failure mode or budget.
+//!   [`Verdict::blocked_by`] names the entry.
+//! - an **allow-listed** rule is never limited but still counted: it goes to the store in the
+//!   same atomic call as a shadow question (it reads its budget and spends nothing, never
+//!   denies, never fails closed) and is labelled [`Outcome::Allowed`], with its real numbers.
+//!
+//! A rule of a policy with an [`Enforcement`](crate::Enforcement) share below 100% is made a
+//! shadow rule when its key is outside the share: it is decided and recorded, and a denial is
+//! [`Outcome::ShadowDenied`]. Rules not affected are passed on as given, with no allocation.
 //!
 //! # Failure modes
 //!
@@ -29,10 +49,15 @@
 mod failure;
 mod verdict;
 
+use std::borrow::Cow;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::RwLock;
 
 use self::verdict::Rules;
 pub use self::verdict::{Outcome, RuleVerdict, Verdict};
+use crate::access::{AccessLists, Listed};
 use crate::memory::DEFAULT_MAX_KEYS;
 use crate::store::{self, Store};
 use crate::{Clock, Decision, Decisions, Error, MemoryStore, Policy, Rule, SystemClock};
@@ -58,6 +83,9 @@ use crate::{Clock, Decision, Decisions, Error, MemoryStore, Policy, Rule, System
 pub struct Engine<S> {
     store: S,
     fallback: MemoryStore<Arc<dyn Clock>>,
+    access: RwLock<Arc<AccessLists>>,
+    /// Whether `access` has any entry: with none, no request takes its lock.
+    listing: AtomicBool,
 }
 
 /// Configures an [`Engine`].
@@ -75,6 +103,7 @@ pub struct EngineBuilder<S> {
     store: S,
     fallback_max_keys: usize,
     clock: Arc<dyn Clock>,
+    access: AccessLists,
 }
 
 impl<S> EngineBuilder<S> {
@@ -91,6 +120,12 @@ impl<S> EngineBuilder<S> {
         self
     }
 
+    /// The allow and deny lists to apply (default: none); see the [module docs](self).
+    pub fn access_lists(mut self, lists: AccessLists) -> Self {
+        self.access = lists;
+        self
+    }
+
     /// Builds the engine.
     pub fn build(self) -> Engine<S> {
         Engine {
@@ -99,6 +134,8 @@ impl<S> EngineBuilder<S> {
                 .max_keys(self.fallback_max_keys)
                 .clock(self.clock)
                 .build(),
+            listing: AtomicBool::new(!self.access.is_empty()),
+            access: RwLock::new(Arc::new(self.access)),
         }
     }
 }
@@ -115,6 +152,7 @@ impl<S> Engine<S> {
             store,
             fallback_max_keys: DEFAULT_MAX_KEYS,
             clock: Arc::new(SystemClock::new()),
+            access: AccessLists::default(),
         }
     }
 
@@ -127,6 +165,150 @@ impl<S> Engine<S> {
     pub fn fallback_max_keys(&self) -> usize {
         self.fallback.max_keys()
     }
+
+    /// Replaces the allow and deny lists; requests decided from now on use the new ones.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::access::{AccessEntry, AccessLists, EntryKind, Listed};
+    /// use tollgate::{Algorithm, Engine, MemoryStore, Outcome, Policy};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let engine = Engine::new(MemoryStore::new());
+    /// let api = Policy::new("api", Algorithm::sliding_log(1, Duration::from_secs(60))?)?;
+    /// engine.set_access_lists(AccessLists::new([
+    ///     AccessEntry::new(None, Listed::Deny, EntryKind::Cidr, "203.0.113.0/24")?,
+    ///     AccessEntry::new(Some("api"), Listed::Allow, EntryKind::Key, "office")?,
+    /// ]));
+    /// let blocked = engine.check(&api, b"203.0.113.9", 1).await?;
+    /// assert_eq!(blocked.outcome(), Outcome::Blocked);
+    /// assert_eq!(blocked.blocked_by().unwrap().1.value(), "203.0.113.0/24");
+    /// for _ in 0..3 {
+    ///     // Over its limit of one, and never limited.
+    ///     assert_eq!(engine.check(&api, b"office", 1).await?.outcome(), Outcome::Allowed);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_access_lists(&self, lists: impl Into<Arc<AccessLists>>) {
+        let lists = lists.into();
+        let listing = !lists.is_empty();
+        *self.access.write() = lists;
+        self.listing.store(listing, Ordering::Release);
+    }
+
+    /// The allow and deny lists in force.
+    pub fn access_lists(&self) -> Arc<AccessLists> {
+        Arc::clone(&self.access.read())
+    }
+
+    /// The rules as the store is to decide them: deny lists checked (a blocked request's
+    /// verdict instead), allow-listed rules made shadow questions (their indices in the `Vec`), keys
+    /// outside a gradual share made shadow. Borrowed as given when nothing applies.
+    fn adjust<'a, 'r>(&self, rules: &'r [Rule<'a>]) -> Adjusted<'r, 'a> {
+        let mut adjusted = Cow::Borrowed(rules);
+        let mut allowed = Vec::new();
+        for (i, rule) in rules.iter().enumerate() {
+            if let Some(share) = rule.policy.enforcement()
+                && !rule.shadow
+                && !share.enforces(rule.policy.name(), rule.key)
+            {
+                adjusted.to_mut()[i].shadow = true;
+            }
+        }
+        if !self.listing.load(Ordering::Acquire) {
+            return Adjusted::Rules(adjusted, allowed);
+        }
+        let lists = self.access.read();
+        let mut denied: Vec<(usize, Arc<crate::access::AccessEntry>)> = Vec::new();
+        for (i, rule) in rules.iter().enumerate() {
+            match lists.lookup(rule.policy.name(), rule.listed_key()) {
+                Some(entry) if entry.list() == Listed::Deny => denied.push((i, Arc::clone(entry))),
+                Some(_) => allowed.push(i),
+                None => {}
+            }
+        }
+        drop(lists);
+        if let Some((first, entry)) = denied.first().cloned() {
+            return Adjusted::Blocked(blocked(&adjusted, &denied, first, entry));
+        }
+        for &i in &allowed {
+            let rule = &mut adjusted.to_mut()[i];
+            rule.shadow = true;
+            rule.question = true;
+        }
+        Adjusted::Rules(adjusted, allowed)
+    }
+}
+
+/// The rules as the store is to decide them, with the indices of the allow-listed ones; or the
+/// verdict of a blocked request.
+enum Adjusted<'r, 'a> {
+    Rules(Cow<'r, [Rule<'a>]>, Vec<usize>),
+    Blocked(Verdict),
+}
+
+/// The verdict of a request with deny-listed rules (`denied`, by index): every rule blocked,
+/// nothing decided.
+fn blocked(
+    rules: &[Rule<'_>],
+    denied: &[(usize, Arc<crate::access::AccessEntry>)],
+    first: usize,
+    entry: Arc<crate::access::AccessEntry>,
+) -> Verdict {
+    let verdicts = rules
+        .iter()
+        .enumerate()
+        .map(|(i, rule)| RuleVerdict {
+            decision: Decision {
+                allowed: false,
+                limit: rule.policy.max_cost(),
+                remaining: 0,
+                reset_after: std::time::Duration::ZERO,
+                retry_after: None,
+                degraded: false,
+            },
+            outcome: Outcome::Blocked,
+            shadow: rule.shadow,
+            listed: denied.iter().any(|(d, _)| *d == i).then_some(Listed::Deny),
+        })
+        .collect::<Vec<_>>();
+    Verdict {
+        outcome: Outcome::Blocked,
+        rules: match <[RuleVerdict; 1]>::try_from(verdicts) {
+            Ok([one]) => Rules::One(one),
+            Err(many) => Rules::Many(many),
+        },
+        store_error: None,
+        blocked_by: Some((first, entry)),
+    }
+}
+
+/// Allow-listed rules (by index) were decided as shadow questions: they are allowed, whatever
+/// the budget said, and the request's outcome is taken again without their would-be denials.
+fn relabel_allowed(verdict: &mut Verdict, allowed: &[usize], rules: &[Rule<'_>]) {
+    if allowed.is_empty() {
+        return;
+    }
+    let slice = match &mut verdict.rules {
+        Rules::One(r) => std::slice::from_mut(r),
+        Rules::Many(v) => v.as_mut_slice(),
+    };
+    for &i in allowed {
+        if let Some(r) = slice.get_mut(i) {
+            r.decision.allowed = true;
+            r.decision.retry_after = None;
+            r.outcome = if r.decision.degraded {
+                Outcome::Degraded
+            } else {
+                Outcome::Allowed
+            };
+            r.shadow = rules.get(i).is_some_and(|rule| rule.shadow);
+            r.listed = Some(Listed::Allow);
+        }
+    }
+    verdict.outcome = slice.iter().map(|r| r.outcome).max().unwrap_or(Outcome::Allowed);
 }
 
 impl<S: Store> Engine<S> {
@@ -187,6 +369,17 @@ impl<S: Store> Engine<S> {
         for rule in rules {
             store::validate_check(rule.policy, rule.key, rule.cost)?;
         }
+        let (adjusted, allowed) = match self.adjust(rules) {
+            Adjusted::Rules(adjusted, allowed) => (adjusted, allowed),
+            Adjusted::Blocked(blocked) => return Ok(blocked),
+        };
+        let mut verdict = self.decide(&adjusted, commit).await?;
+        relabel_allowed(&mut verdict, &allowed, rules);
+        Ok(verdict)
+    }
+
+    /// Decides the rules as given: merged, decided by the store, failure modes applied.
+    async fn decide(&self, rules: &[Rule<'_>], commit: bool) -> Result<Verdict, Error> {
         match Merged::new(rules) {
             None => {
                 let decided = self.store.decide(rules, commit).await;
@@ -242,6 +435,7 @@ fn labelled(rule: &Rule<'_>, decision: Decision) -> RuleVerdict {
             (false, false) => Outcome::Denied,
         },
         shadow: rule.shadow,
+        listed: None,
     }
 }
 
@@ -283,6 +477,7 @@ fn verdict(
         outcome,
         rules: verdicts,
         store_error,
+        blocked_by: None,
     }
 }
 

@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use crate::access::{AccessEntry, Listed};
 use crate::{Decision, Error};
 
 /// How a rule, or a whole request, came out: the label every door reports in its metrics, so
@@ -26,19 +29,23 @@ pub enum Outcome {
     Denied,
     /// The store failed and a `fail_closed` rule refused the request.
     Error,
+    /// A rule's key is on a deny list: the request is refused without asking the store (a
+    /// door answers 403 or `OVER_LIMIT`), whatever its budget, shadow mode or failure mode.
+    Blocked,
 }
 
 impl Outcome {
     /// Every outcome, for metrics that pre-register their label values.
-    pub const ALL: [Outcome; 5] = [
+    pub const ALL: [Outcome; 6] = [
         Outcome::Allowed,
         Outcome::ShadowDenied,
         Outcome::Degraded,
         Outcome::Denied,
         Outcome::Error,
+        Outcome::Blocked,
     ];
 
-    /// The label: `allowed`, `shadow_denied`, `degraded`, `denied` or `error`.
+    /// The label: `allowed`, `shadow_denied`, `degraded`, `denied`, `error` or `blocked`.
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Allowed => "allowed",
@@ -46,6 +53,7 @@ impl Outcome {
             Outcome::Degraded => "degraded",
             Outcome::Denied => "denied",
             Outcome::Error => "error",
+            Outcome::Blocked => "blocked",
         }
     }
 
@@ -70,8 +78,12 @@ pub struct RuleVerdict {
     pub decision: Decision,
     /// How this rule came out.
     pub outcome: Outcome,
-    /// True for a shadow rule.
+    /// True for a shadow rule (a policy in shadow mode, or a key outside a gradually enforced
+    /// policy's share).
     pub shadow: bool,
+    /// The list the rule's key is on, if any: an allow-listed rule is never denied (it was
+    /// decided as a question and spent nothing); a deny-listed one blocked the request.
+    pub listed: Option<Listed>,
 }
 
 /// The engine's answer for a whole request.
@@ -100,6 +112,8 @@ pub struct Verdict {
     pub(crate) outcome: Outcome,
     pub(crate) rules: Rules,
     pub(crate) store_error: Option<Error>,
+    /// For a blocked request: the first deny-listed rule and the entry it matched.
+    pub(crate) blocked_by: Option<(usize, Arc<AccessEntry>)>,
 }
 
 /// The rules' verdicts, one inline.
@@ -116,7 +130,8 @@ impl Verdict {
         self.outcome.allows()
     }
 
-    /// The request's label: `Error` if a `fail_closed` rule met a store failure, else `Denied`
+    /// The request's label: `Blocked` if a rule's key is deny-listed, else `Error` if a
+    /// `fail_closed` rule met a store failure, else `Denied`
     /// if an enforced rule denied, else `Degraded` if a failure mode decided, else
     /// `ShadowDenied` if a shadow rule would have denied, else `Allowed`.
     #[inline]
@@ -167,6 +182,12 @@ impl Verdict {
     /// True when the store failed and failure modes decided.
     pub fn degraded(&self) -> bool {
         self.store_error.is_some()
+    }
+
+    /// For a [`Blocked`](Outcome::Blocked) request: the index of the first deny-listed rule and
+    /// the entry its key matched (for logs; a client need not be told which entry).
+    pub fn blocked_by(&self) -> Option<(usize, &AccessEntry)> {
+        self.blocked_by.as_ref().map(|(i, entry)| (*i, &**entry))
     }
 
     /// The store failure the failure modes answered, for logs.

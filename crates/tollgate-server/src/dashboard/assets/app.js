@@ -5,7 +5,7 @@
 
 const TOKEN_KEY = "tollgate-admin-token";
 const POLL_MS = 1000;
-const SHOWN = ["allowed", "denied", "shadow_denied", "degraded", "error"];
+const SHOWN = ["allowed", "denied", "shadow_denied", "degraded", "error", "blocked"];
 
 const $ = (selector, root = document) => root.querySelector(selector);
 

@@ -1,0 +1,333 @@
+//! The admin API beside the decision routes: allow and deny list entries, and the top
+//! offenders. Every route needs `Authorization: Bearer <token>` when the server has an admin
+//! token, like the other admin endpoints.
+//!
+//! | route | does |
+//! |---|---|
+//! | `GET /v1/admin/access` | every entry in force, from the config and from this API |
+//! | `POST /v1/admin/access` `{"policy"?, "list", "kind", "value"}` | add an entry for the fleet (201, or 200 if it was there) |
+//! | `DELETE /v1/admin/access?list=&kind=&value=&policy=` | remove an entry added through this API (204) |
+//! | `GET /v1/admin/top-offenders?policy=&n=` | the most denied keys per policy, from this instance |
+//!
+//! Where entries live and how soon another instance applies them: see [`crate::access`]. The
+//! top offenders are the keys this instance denied most (enforced rate limit denials, not
+//! blocked requests), per policy, in a fixed number of counters
+//! ([`crate::dashboard::TOP_KEYS`], Space-Saving: see [`tollgate::top_keys`]), so their
+//! memory does not grow with the number of distinct keys; a count may be above the key's true
+//! count by at most its `overestimate`.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use tollgate::access::{AccessEntry, Added, EntryKind, Listed};
+use utoipa::ToSchema;
+
+use crate::dashboard::TOP_KEYS;
+use crate::http::{ApiError, authorize_admin, json_body};
+use crate::state::SharedState;
+
+/// The body of `POST /v1/admin/access`, and the query of `DELETE /v1/admin/access`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EntryBody {
+    /// The policy it applies to; absent for every policy.
+    #[schema(min_length = 1, max_length = 255)]
+    policy: Option<String>,
+    /// `allow` or `deny`.
+    #[schema(example = "deny")]
+    list: String,
+    /// `cidr`, `key` or `prefix`.
+    #[schema(example = "cidr")]
+    kind: String,
+    /// The CIDR range (or address), key or prefix.
+    #[schema(min_length = 1, max_length = 8192, example = "203.0.113.0/24")]
+    value: String,
+}
+
+/// One entry as listed.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct EntryAnswer {
+    /// The policy it applies to; null for every policy.
+    policy: Option<String>,
+    /// `allow` or `deny`.
+    list: &'static str,
+    /// `cidr`, `key` or `prefix`.
+    kind: &'static str,
+    /// The range (normalized: `203.0.113.0/24`, `2001:db8::1/128`), key or prefix.
+    value: String,
+    /// `config` (remove it from the config file) or `admin` (added through this API).
+    source: &'static str,
+    /// When an admin entry was added, in ms since the Unix epoch.
+    added_at_ms: Option<u64>,
+}
+
+/// The answer of `GET /v1/admin/access`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct EntryList {
+    /// Every entry in force.
+    entries: Vec<EntryAnswer>,
+    /// Seconds within which an entry added on another instance applies here.
+    refresh_seconds: u64,
+}
+
+fn answer(entry: &AccessEntry, source: &'static str, added_at_ms: Option<u64>) -> EntryAnswer {
+    EntryAnswer {
+        policy: entry.policy().map(str::to_owned),
+        list: entry.list().as_str(),
+        kind: entry.kind().as_str(),
+        value: entry.value().to_owned(),
+        source,
+        added_at_ms,
+    }
+}
+
+/// The entry `body` names, validated, for a configured policy (or every one).
+fn entry_of(state: &SharedState, body: &EntryBody) -> Result<AccessEntry, ApiError> {
+    let bad =
+        |field: &str, err: tollgate::access::AccessError| ApiError::bad_request(format!("{field}: {err}"));
+    let list: Listed = body.list.parse().map_err(|e| bad("list", e))?;
+    let kind: EntryKind = body.kind.parse().map_err(|e| bad("kind", e))?;
+    if let Some(policy) = &body.policy
+        && state.limits.load().policy(policy).is_none()
+    {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("unknown policy `{policy}`"),
+        ));
+    }
+    AccessEntry::new(body.policy.as_deref(), list, kind, &body.value).map_err(|e| bad("value", e))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/admin/access",
+    tag = "admin",
+    summary = "List allow and deny list entries",
+    description = "Every entry in force: the config's and those added through this API.",
+    responses(
+        (status = 200, description = "The entries", body = EntryList),
+        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security((), ("admin_token" = []))
+)]
+pub(crate) async fn list(
+    State(state): State<SharedState>,
+    headers: HeaderMap,
+) -> Result<Json<EntryList>, ApiError> {
+    authorize_admin(&state, &headers)?;
+    let entries = state
+        .access
+        .listings(&state)
+        .iter()
+        .map(|l| answer(&l.entry, l.source, l.added_at_ms))
+        .collect();
+    Ok(Json(EntryList {
+        entries,
+        refresh_seconds: crate::access::REFRESH_EVERY.as_secs(),
+    }))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/admin/access",
+    tag = "admin",
+    summary = "Add an allow or deny list entry",
+    description = "Kept in the store, so every instance applies it (this one at once, the others \
+                   within `refresh_seconds`). A deny entry wins over an allow entry.",
+    request_body(content = EntryBody, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Added", body = EntryAnswer),
+        (status = 200, description = "It was there already", body = EntryAnswer),
+        (status = 400, description = "Unusable entry", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The store holds the most entries it keeps", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security((), ("admin_token" = []))
+)]
+pub(crate) async fn add(
+    State(state): State<SharedState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    authorize_admin(&state, &headers)?;
+    let body: EntryBody = json_body(body)?;
+    let entry = entry_of(&state, &body)?;
+    let status = match state.access.add(&state, entry.clone()).await? {
+        Added::New => StatusCode::CREATED,
+        Added::AlreadyThere => StatusCode::OK,
+        Added::Full { held } => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("the store holds {held} access list entries, the most it keeps"),
+            ));
+        }
+    };
+    let added_at_ms = state
+        .access
+        .listings(&state)
+        .into_iter()
+        .find(|l| l.source == "admin" && l.entry == entry)
+        .and_then(|l| l.added_at_ms);
+    Ok((status, Json(answer(&entry, "admin", added_at_ms))).into_response())
+}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/admin/access",
+    tag = "admin",
+    summary = "Remove an allow or deny list entry",
+    description = "Removes an entry added through this API (a config entry is removed from its file).",
+    params(
+        ("list" = String, Query, description = "`allow` or `deny`"),
+        ("kind" = String, Query, description = "`cidr`, `key` or `prefix`"),
+        ("value" = String, Query, description = "The range, key or prefix"),
+        ("policy" = Option<String>, Query, description = "The policy; absent for a global entry"),
+    ),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = 400, description = "Unusable entry", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such entry added through this API, or unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security((), ("admin_token" = []))
+)]
+pub(crate) async fn remove(
+    State(state): State<SharedState>,
+    headers: HeaderMap,
+    query: Result<Query<EntryBody>, QueryRejection>,
+) -> Result<StatusCode, ApiError> {
+    authorize_admin(&state, &headers)?;
+    let Query(body) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let entry = entry_of(&state, &body)?;
+    if state.access.remove(&state, &entry).await? {
+        return Ok(StatusCode::NO_CONTENT);
+    }
+    let in_config = state.limits.load().access_entries().contains(&entry);
+    Err(ApiError::new(
+        StatusCode::NOT_FOUND,
+        if in_config {
+            format!("`{entry}` is in the config, not added through this API: remove it from the config file")
+        } else {
+            format!("no entry `{entry}` was added through this API")
+        },
+    ))
+}
+
+/// The query of `GET /v1/admin/top-offenders`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TopQuery {
+    policy: Option<String>,
+    n: Option<usize>,
+}
+
+/// One of the most denied keys.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Offender {
+    /// The key (bytes that are not UTF-8 are shown as U+FFFD).
+    key: String,
+    /// Denials counted for it: at most `overestimate` above the true count.
+    denied: u64,
+    /// How much of `denied` it may have inherited from a key it replaced in the summary (0: exact).
+    overestimate: u64,
+}
+
+/// One policy's top offenders.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct PolicyOffenders {
+    /// The policy.
+    policy: String,
+    /// Every denial counted under it since start (on this instance).
+    denied_total: u64,
+    /// How many keys the summary holds now (at most `capacity`).
+    tracked: usize,
+    /// The most keys the summary holds, whatever the number of distinct keys denied.
+    capacity: usize,
+    /// The most denied keys, most first.
+    offenders: Vec<Offender>,
+}
+
+/// The answer of `GET /v1/admin/top-offenders`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct TopOffenders {
+    /// One entry per policy asked about (every policy that denied, by name, without `policy`).
+    policies: Vec<PolicyOffenders>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/admin/top-offenders",
+    tag = "admin",
+    summary = "The most denied keys",
+    description = "Per policy, the keys this instance denied most since start (enforced rate limit \
+                   denials), from a fixed-size heavy-hitter summary.",
+    params(
+        ("policy" = Option<String>, Query, description = "One policy; every policy that denied when absent"),
+        ("n" = Option<usize>, Query, minimum = 1, maximum = 64, description = "How many keys per policy (default 10)"),
+    ),
+    responses(
+        (status = 200, description = "The most denied keys", body = TopOffenders),
+        (status = 400, description = "Unusable query", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security((), ("admin_token" = []))
+)]
+pub(crate) async fn top_offenders(
+    State(state): State<SharedState>,
+    headers: HeaderMap,
+    query: Result<Query<TopQuery>, QueryRejection>,
+) -> Result<Json<TopOffenders>, ApiError> {
+    authorize_admin(&state, &headers)?;
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let n = query.n.unwrap_or(10);
+    if n == 0 || n > TOP_KEYS {
+        return Err(ApiError::bad_request(format!(
+            "n is {n}: from 1 to {TOP_KEYS} keys per policy"
+        )));
+    }
+    let recorder = crate::dashboard::recorder();
+    let names = match query.policy {
+        Some(policy) => {
+            let known = state.limits.load().policy(&policy).is_some() || recorder.has(&policy);
+            if !known {
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    format!("unknown policy `{policy}`"),
+                ));
+            }
+            vec![policy]
+        }
+        None => recorder.policies_with_denials(),
+    };
+    let policies = names
+        .into_iter()
+        .map(|policy| {
+            let top = recorder.top_denied(&policy, n);
+            PolicyOffenders {
+                denied_total: top.total,
+                tracked: top.tracked,
+                capacity: TOP_KEYS,
+                offenders: top
+                    .keys
+                    .into_iter()
+                    .map(|(key, denied, overestimate)| Offender {
+                        key: String::from_utf8_lossy(&key).into_owned(),
+                        denied,
+                        overestimate,
+                    })
+                    .collect(),
+                policy,
+            }
+        })
+        .collect();
+    Ok(Json(TopOffenders { policies }))
+}
