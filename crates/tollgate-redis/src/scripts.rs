@@ -123,7 +123,7 @@ pub(crate) fn call_args<'r>(
         args.push(rule.cost.to_string());
         // The role: 1 for a shadow rule, plus 2 for a question (never spent).
         args.push((u8::from(rule.shadow) + 2 * u8::from(rule.question)).to_string());
-        args.push(rule.policy.block_for_us().unwrap_or(0).to_string());
+        args.push(rule.policy.penalty().map_or_else(|| "0".to_owned(), |p| p.wire()));
         args.push(mark.to_string());
         args.extend(params(algorithm));
     }

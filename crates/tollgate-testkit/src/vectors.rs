@@ -11,7 +11,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use tollgate::{Algorithm, Anchor, Decision, Error, HashTag, Policy, Rate, Rule, Store};
+use tollgate::{Algorithm, Anchor, Decision, Error, HashTag, Penalty, Policy, Rate, Rule, Store};
 
 /// A multiple of every window used here, so epoch-aligned windows start at offset 0.
 pub const T0_US: u64 = 28_333_333 * 60_000_000;
@@ -236,6 +236,48 @@ pub fn all() -> Vec<Vector> {
                 no(31_001, 1, 0, 30_000),
                 reset(31_002),
                 ok(31_003, 2, 0),
+            ],
+        },
+        Vector {
+            name: "escalating penalty: each repeat offense within the memory takes the next step, then the last",
+            policy: policy("escalating", Algorithm::fixed_window(1, s(1), Anchor::Epoch)).with_penalty(
+                Penalty::sequence([s(1), s(10), s(60)])
+                    .and_then(|p| p.remember_for(s(30)))
+                    .expect("vector penalty"),
+            ),
+            steps: vec![
+                ok(0, 1, 0),
+                no(100, 1, 0, 1_000),
+                no(500, 1, 0, 600),
+                ok(1_100, 1, 0),
+                // A peek tells the block a repeat would get, and starts nothing.
+                peek(no(1_150, 1, 0, 10_000)),
+                no(1_200, 1, 0, 10_000),
+                on(b"other", ok(1_300, 1, 0)),
+                on(b"other", no(1_400, 1, 0, 1_000)),
+                ok(11_200, 1, 0),
+                no(11_300, 1, 0, 60_000),
+                ok(71_300, 1, 0),
+                no(71_400, 1, 0, 60_000),
+                // 30 s after the last block ended the offenses are forgotten: the first step again.
+                ok(161_400, 1, 0),
+                no(161_500, 1, 0, 1_000),
+            ],
+        },
+        Vector {
+            name: "escalating penalty by growth: reset forgets the offense count",
+            policy: policy("growing", Rate::per_second(1).and_then(|r| Algorithm::gcra(r, 1)))
+                .with_penalty(Penalty::growth(s(1), 3, s(9)).expect("vector penalty")),
+            steps: vec![
+                ok(0, 1, 0),
+                no(100, 1, 0, 1_000),
+                ok(1_100, 1, 0),
+                no(1_200, 1, 0, 3_000),
+                ok(4_200, 1, 0),
+                no(4_300, 1, 0, 9_000),
+                reset(4_400),
+                ok(4_500, 1, 0),
+                no(4_600, 1, 0, 1_000),
             ],
         },
         Vector {

@@ -75,6 +75,28 @@ pub enum PolicyError {
         /// The policy's algorithm.
         algorithm: &'static str,
     },
+    /// A number is outside its accepted range.
+    #[error("{field} is {value}, outside the accepted range {min} to {max}")]
+    OutOfRange {
+        /// The parameter, e.g. `block_for.factor`.
+        field: &'static str,
+        /// The value given.
+        value: u64,
+        /// The smallest accepted value.
+        min: u64,
+        /// The largest accepted value.
+        max: u64,
+    },
+    /// An escalating penalty has a step shorter than the one before it.
+    #[error("block_for step {step} ({value:?}) is shorter than the step before it ({before:?})")]
+    PenaltyShrinks {
+        /// The step, counted from 1.
+        step: usize,
+        /// Its length.
+        value: Duration,
+        /// The length of the step before it.
+        before: Duration,
+    },
     /// The policy name is empty or too long.
     #[error("policy name must be 1 to {max} bytes, got {len}")]
     BadName {

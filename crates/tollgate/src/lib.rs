@@ -25,6 +25,7 @@
 //!   optional `block_for` penalty, and the [`HashTag`] that places its keys in a cluster.
 //! - [`algorithm`]: one module per algorithm, each a pure step function on integer
 //!   microseconds, and [`algorithm::decide`], which adds penalties.
+//! - [`penalty`]: [`Penalty`], the block after a denial, growing for repeat offenders.
 //! - [`lease`]: [`LeaseOptions`], how a networked store may lease a hot key's budget to one
 //!   instance (opt-in per policy, with [`Policy::with_lease`]).
 //! - [`attempts`]: the attempts counter for brute-force protection.
@@ -56,6 +57,7 @@ pub mod error;
 pub mod headers;
 pub mod lease;
 pub mod memory;
+pub mod penalty;
 pub mod policy;
 pub mod rule;
 pub mod store;
@@ -67,6 +69,7 @@ pub use engine::{Engine, EngineBuilder, Outcome, RuleVerdict, Verdict};
 pub use error::{Error, PolicyError, StoreErrorKind};
 pub use lease::LeaseOptions;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
+pub use penalty::Penalty;
 pub use policy::{Algorithm, Anchor, FailureMode, HashTag, Policy, Rate};
 pub use rule::Rule;
 pub use store::{AttemptsStore, Store};

@@ -15,6 +15,7 @@ use crate::algorithm::{
 };
 use crate::bounds::{self, MAX_NAME_LEN};
 use crate::lease::LeaseOptions;
+use crate::penalty::Penalty;
 
 /// A rate: `count` requests per `per`, e.g. 10 per second.
 ///
@@ -349,7 +350,7 @@ impl Algorithm {
 pub struct Policy {
     name: Arc<PolicyName>,
     algorithm: Algorithm,
-    block_for_us: Option<u64>,
+    penalty: Option<Penalty>,
     on_store_failure: FailureMode,
     hash_tag: HashTag,
     lease: Option<LeaseOptions>,
@@ -445,7 +446,7 @@ impl Policy {
         Ok(Policy {
             name: Arc::new(PolicyName::new(name)),
             algorithm,
-            block_for_us: None,
+            penalty: None,
             on_store_failure: FailureMode::default(),
             hash_tag: HashTag::default(),
             lease: None,
@@ -465,8 +466,46 @@ impl Policy {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn with_block_for(mut self, block_for: Duration) -> Result<Self, PolicyError> {
-        self.block_for_us = Some(bounds::period_us("block_for", block_for)?);
+        self.penalty = Some(Penalty::fixed(block_for)?);
         Ok(self)
+    }
+
+    /// Adds a penalty that can grow for repeat offenders: see [`Penalty`]. A one-step penalty
+    /// is [`with_block_for`](Self::with_block_for).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, MemoryStore, ManualClock, Penalty, Policy};
+    ///
+    /// let minute = Duration::from_secs(60);
+    /// let policy = Policy::new("login", Algorithm::sliding_log(1, Duration::from_secs(1))?)?
+    ///     .with_penalty(Penalty::sequence([minute, 10 * minute, 60 * minute])?.remember_for(24 * 60 * minute)?);
+    /// let clock = ManualClock::new(0);
+    /// let store = MemoryStore::builder().clock(clock.clone()).build();
+    /// assert!(store.check(&policy, "bob", 1)?.allowed);
+    /// assert_eq!(store.check(&policy, "bob", 1)?.retry_after, Some(minute));
+    /// clock.advance(minute);
+    /// // The first block is over; the next offense is a repeat and blocks for 10 minutes.
+    /// assert!(store.check(&policy, "bob", 1)?.allowed);
+    /// assert_eq!(store.check(&policy, "bob", 1)?.retry_after, Some(10 * minute));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_penalty(mut self, penalty: Penalty) -> Self {
+        self.penalty = Some(penalty);
+        self
+    }
+
+    /// The penalty, if any.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?
+    ///     .with_block_for(std::time::Duration::from_secs(2))?;
+    /// assert_eq!(policy.penalty().map(|p| p.steps().len()), Some(1));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    pub fn penalty(&self) -> Option<&Penalty> {
+        self.penalty.as_ref()
     }
 
     /// Sets what a networked store does when it cannot decide; see [`FailureMode`].
@@ -626,7 +665,7 @@ impl Policy {
         &self.algorithm
     }
 
-    /// The penalty, if any.
+    /// The block of a first offense, if the policy has a penalty.
     ///
     /// ```
     /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?;
@@ -634,10 +673,10 @@ impl Policy {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn block_for(&self) -> Option<Duration> {
-        self.block_for_us.map(Duration::from_micros)
+        self.block_for_us().map(Duration::from_micros)
     }
 
-    /// The penalty in microseconds, if any.
+    /// The block of a first offense in microseconds, if the policy has a penalty.
     ///
     /// ```
     /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?
@@ -647,7 +686,7 @@ impl Policy {
     /// ```
     #[inline]
     pub fn block_for_us(&self) -> Option<u64> {
-        self.block_for_us
+        self.penalty.as_ref().map(|p| p.block_for_us(1))
     }
 
     /// The most one check may cost: the algorithm's limit, capacity or burst.

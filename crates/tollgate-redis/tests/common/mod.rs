@@ -72,11 +72,18 @@ pub fn random_named_policy(name: String, i: u64, rng: &mut Rng) -> Policy {
     }
     .expect("algorithm");
     let policy = Policy::new(name, algorithm).expect("policy");
-    if rng.below(3) == 0 {
-        policy
+    match rng.below(6) {
+        0 => policy
             .with_block_for(UNIT * rng.between(1, 80) as u32)
-            .expect("block_for")
-    } else {
-        policy
+            .expect("block_for"),
+        // Escalating: repeat offenses within the memory block longer.
+        1 => {
+            let initial = UNIT * rng.between(1, 20) as u32;
+            let penalty = tollgate::Penalty::growth(initial, rng.between(2, 4), initial * 20)
+                .and_then(|p| p.remember_for(UNIT * rng.between(1, 100) as u32))
+                .expect("penalty");
+            policy.with_penalty(penalty)
+        }
+        _ => policy,
     }
 }

@@ -61,6 +61,10 @@ pub struct KeyState {
     /// Denied until this time (µs since the Unix epoch) because of `block_for`; 0 when never
     /// blocked.
     pub blocked_until_us: u64,
+    /// Offenses in a row under an escalating [`Penalty`](crate::Penalty): the step the current
+    /// (or last) block took, counted from 1; 0 when none is remembered. Kept only while the
+    /// penalty's memory has not passed since `blocked_until_us`.
+    pub offenses: u64,
 }
 
 impl KeyState {
@@ -75,6 +79,7 @@ impl KeyState {
     /// ```
     pub fn clear(&mut self) {
         self.blocked_until_us = 0;
+        self.offenses = 0;
         match &mut self.algorithm {
             AlgorithmState::SlidingLog(log) => log.clear(),
             other => *other = AlgorithmState::Empty,
@@ -84,8 +89,10 @@ impl KeyState {
 
 /// Decides a request of `cost` at `now_us` for `policy`, penalty included: a blocked key is
 /// denied until the block ends, and a denial by the algorithm starts a block when the policy has
-/// `block_for`. With `commit` the state is updated; without it nothing changes (a peek gives the
-/// answer a check would give).
+/// a [`Penalty`](crate::Penalty), as long as the step of this offense (the offense count goes up
+/// by one when the previous offense is still remembered, and back to 1 when it is not). With
+/// `commit` the state is updated; without it nothing changes (a peek gives the answer a check
+/// would give).
 ///
 /// ```
 /// use std::time::Duration;
@@ -115,15 +122,75 @@ pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, com
         };
     }
     let mut outcome = step(policy.algorithm(), &mut state.algorithm, now_us, cost, commit);
-    if let (false, Some(block_for)) = (outcome.allowed, policy.block_for_us()) {
-        if commit {
-            state.blocked_until_us = now_us + block_for;
+    let remembered = remembered_offenses(policy, state, now_us);
+    match (outcome.allowed, policy.penalty()) {
+        (false, Some(penalty)) => {
+            // One more offense in a row, or a first one; never past the last step.
+            let offense = (remembered + 1).min(penalty.steps_us().len() as u64);
+            let block_for = penalty.block_for_us(offense);
+            if commit {
+                state.blocked_until_us = now_us + block_for;
+                state.offenses = if penalty.escalates() { offense } else { 0 };
+            }
+            outcome.remaining = 0;
+            outcome.reset_after_us = outcome.reset_after_us.max(block_for);
+            outcome.retry_after_us = outcome.retry_after_us.map(|r| r.max(block_for));
         }
-        outcome.remaining = 0;
-        outcome.reset_after_us = outcome.reset_after_us.max(block_for);
-        outcome.retry_after_us = outcome.retry_after_us.map(|r| r.max(block_for));
+        _ if commit && remembered == 0 => state.offenses = 0,
+        _ => {}
     }
     outcome
+}
+
+/// The offenses in a row `state` still remembers at `now_us` under `policy`'s penalty: its count
+/// while the penalty's memory has not passed since the last block ended, 0 after that (and for
+/// a penalty that does not escalate).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::algorithm::{KeyState, remembered_offenses};
+/// use tollgate::{Algorithm, Penalty, Policy};
+///
+/// let s = Duration::from_secs;
+/// let policy = Policy::new("p", Algorithm::sliding_log(1, s(1))?)?
+///     .with_penalty(Penalty::sequence([s(1), s(2)])?.remember_for(s(10))?);
+/// let state = KeyState { blocked_until_us: 1_000_000, offenses: 1, ..KeyState::default() };
+/// assert_eq!(remembered_offenses(&policy, &state, 10_999_999), 1);
+/// assert_eq!(remembered_offenses(&policy, &state, 11_000_000), 0);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[inline]
+pub fn remembered_offenses(policy: &Policy, state: &KeyState, now_us: u64) -> u64 {
+    match policy.penalty() {
+        Some(p) if p.escalates() && now_us < state.blocked_until_us.saturating_add(p.memory_us()) => {
+            state.offenses
+        }
+        _ => 0,
+    }
+}
+
+/// Until when (µs) the state must be kept for its offense count, 0 when it has none to keep. A
+/// store keeps a key at least this long even when its budget is full again, or a repeat offender
+/// would start from the first step.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::algorithm::{KeyState, keep_until_us};
+/// use tollgate::{Algorithm, Penalty, Policy};
+///
+/// let s = Duration::from_secs;
+/// let policy = Policy::new("p", Algorithm::sliding_log(1, s(1))?)?
+///     .with_penalty(Penalty::sequence([s(1), s(2)])?.remember_for(s(10))?);
+/// let state = KeyState { blocked_until_us: 1_000_000, offenses: 1, ..KeyState::default() };
+/// assert_eq!(keep_until_us(&policy, &state, 0), 11_000_000);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[inline]
+pub fn keep_until_us(policy: &Policy, state: &KeyState, now_us: u64) -> u64 {
+    match (remembered_offenses(policy, state, now_us), policy.penalty()) {
+        (0, _) | (_, None) => 0,
+        (_, Some(p)) => state.blocked_until_us + p.memory_us(),
+    }
 }
 
 /// Runs the policy's algorithm on `slot`, treating a state of another algorithm as empty.

@@ -653,8 +653,9 @@ fn decide_in(
             return Ok(outcome);
         }
         let next_hot_us = next_hot_until_us(policy, state, now_us, &outcome, hot_until_us);
+        let keep_until_us = algorithm::keep_until_us(policy, state, now_us);
         slot.set_hot_until_us(next_hot_us);
-        let expires_at_us = now_us + outcome.reset_after_us;
+        let expires_at_us = (now_us + outcome.reset_after_us).max(keep_until_us);
         slot.set_expires_at_us(expires_at_us);
         let cooled = hot_until_us > now_us && next_hot_us <= now_us;
         slot.freeze(policy.algorithm(), now_us);
@@ -666,14 +667,11 @@ fn decide_in(
     }
     let mut state = KeyState::default();
     let outcome = algorithm::decide(policy, &mut state, now_us, cost, commit);
-    if commit && outcome.reset_after_us > 0 {
+    let expires_at_us =
+        (now_us + outcome.reset_after_us).max(algorithm::keep_until_us(policy, &state, now_us));
+    if commit && expires_at_us > now_us {
         let hot_until_us = next_hot_until_us(policy, &mut state, now_us, &outcome, 0);
-        let mut slot = Slot::new(
-            lookup,
-            Value::Limit(state),
-            now_us + outcome.reset_after_us,
-            hot_until_us,
-        );
+        let mut slot = Slot::new(lookup, Value::Limit(state), expires_at_us, hot_until_us);
         slot.freeze(policy.algorithm(), now_us);
         shard.insert(hash, slot, now_us)?;
     }

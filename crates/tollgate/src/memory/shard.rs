@@ -143,6 +143,7 @@ impl Slot {
         self.value = Value::Limit(KeyState {
             algorithm,
             blocked_until_us: 0,
+            offenses: 0,
         });
     }
 
@@ -163,13 +164,14 @@ impl Slot {
 
     /// Hands a GCRA or token bucket state with no active penalty to the lock-free path. A
     /// blocked key stays a plain state until its block is over, so the penalty is always decided
-    /// under the lock.
+    /// under the lock. So does a key with an offense count (cells keep none): escalating
+    /// penalties are decided under the lock until the count is forgotten.
     #[inline]
     pub(crate) fn freeze(&mut self, algorithm: &Algorithm, now_us: u64) {
         let Value::Limit(state) = &self.value else {
             return;
         };
-        if state.blocked_until_us > now_us {
+        if state.blocked_until_us > now_us || state.offenses > 0 {
             return;
         }
         let cell = match (algorithm, &state.algorithm) {
