@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde::de::{self, Visitor};
-use tollgate::{FailureMode, PolicyError, Rate};
+use tollgate::{FailureMode, Penalty, PolicyError, Rate};
 
 use crate::duration::{parse_duration, parse_rate};
 use crate::{ConfigError, ConfigErrorKind};
@@ -191,6 +191,93 @@ pub(crate) fn policy_error_field(err: &PolicyError) -> Option<&'static str> {
         | PolicyError::NotWholeMilliseconds { field, .. }
         | PolicyError::HorizonTooLong { field, .. } => Some(field),
         _ => None,
+    }
+}
+
+/// A `block_for` as written: one duration, a list of them (one per offense in a row), or a
+/// growth rule.
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "expected a duration like \"15m\", a list of durations like [1m, 10m, 1h], or a map with `initial`, `factor` and `max`"
+)]
+pub(crate) enum PenaltySpec {
+    One(Scalar),
+    Steps(Vec<Scalar>),
+    Growth(GrowthSpec),
+}
+
+/// A growth rule: `initial`, then `factor` times the block before, up to `max`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GrowthSpec {
+    initial: Scalar,
+    factor: u64,
+    max: Scalar,
+}
+
+impl PenaltySpec {
+    /// The penalty, with `block_memory` when given. An error comes with the field it is about,
+    /// relative to the policy: `block_for`, `block_for[1]`, `block_for.factor`, `block_memory`.
+    pub(crate) fn compile(&self, memory: Option<&Scalar>) -> Result<Penalty, (String, ConfigErrorKind)> {
+        fn at(field: &'static str) -> impl Fn(ConfigErrorKind) -> (String, ConfigErrorKind) {
+            move |kind| (field.to_owned(), kind)
+        }
+        fn policy(field: &'static str) -> impl Fn(PolicyError) -> (String, ConfigErrorKind) {
+            move |e| (field.to_owned(), ConfigErrorKind::Policy(e))
+        }
+        let penalty = match self {
+            PenaltySpec::One(block_for) => {
+                let block_for = block_for.duration().map_err(at("block_for"))?;
+                Penalty::fixed(block_for).map_err(policy("block_for"))?
+            }
+            PenaltySpec::Steps(steps) => {
+                let mut durations = Vec::with_capacity(steps.len());
+                for (i, step) in steps.iter().enumerate() {
+                    durations.push(
+                        step.duration()
+                            .map_err(|kind| (format!("block_for[{i}]"), kind))?,
+                    );
+                }
+                Penalty::sequence(durations.iter().copied()).map_err(|e| {
+                    let field = match &e {
+                        PolicyError::PenaltyShrinks { step, .. } => format!("block_for[{}]", step - 1),
+                        PolicyError::DurationOutOfRange { value, .. } => durations
+                            .iter()
+                            .position(|d| d == value)
+                            .map_or_else(|| "block_for".to_owned(), |i| format!("block_for[{i}]")),
+                        _ => "block_for".to_owned(),
+                    };
+                    (field, ConfigErrorKind::Policy(e))
+                })?
+            }
+            PenaltySpec::Growth(growth) => {
+                let initial = growth.initial.duration().map_err(at("block_for.initial"))?;
+                let max = growth.max.duration().map_err(at("block_for.max"))?;
+                Penalty::growth(initial, growth.factor, max).map_err(|e| {
+                    let field = match &e {
+                        PolicyError::OutOfRange { .. } => "block_for.factor",
+                        PolicyError::DurationOutOfRange { field, .. } => field,
+                        PolicyError::PenaltyShrinks { .. } => "block_for.max",
+                        _ => "block_for",
+                    };
+                    (field.to_owned(), ConfigErrorKind::Policy(e))
+                })?
+            }
+        };
+        let Some(memory) = memory else {
+            return Ok(penalty);
+        };
+        if !penalty.escalates() {
+            return Err((
+                "block_memory".to_owned(),
+                ConfigErrorKind::Value(
+                    "is only used by an escalating `block_for` (a list or a growth rule)".to_owned(),
+                ),
+            ));
+        }
+        let memory = memory.duration().map_err(at("block_memory"))?;
+        penalty.remember_for(memory).map_err(policy("block_memory"))
     }
 }
 

@@ -34,7 +34,10 @@
 //! Every policy may also set `hash_tag: key` (its Redis keys are placed on a cluster by the key
 //! alone, so every policy with `hash_tag: key` on one user or tenant shares a slot and a request
 //! limited by several of them is one script call; the default `policy_and_key` spreads them),
-//! `block_for` (a penalty after a denial), `on_store_failure`
+//! `block_for` (a penalty after a denial: one duration, a list like `[1m, 10m, 1h, 1d]` for
+//! repeat offenses in a row, or a growth rule `{initial: 1m, factor: 10, max: 1d}`; with
+//! `block_memory`, how long after a block ends a new offense still counts as a repeat, by default
+//! the longest block; see `docs/penalties.md`), `on_store_failure`
 //! (`fail_open`, `fail_closed` or `local`, with `instances` for `local`, default 1) and `shadow`
 //! (check and count, but never deny; default false).
 //!
@@ -61,7 +64,8 @@ use serde::Deserialize;
 use tollgate::{Algorithm, Anchor, LeaseOptions, Policy, PolicyError};
 
 use crate::fields::{
-    AlgorithmName, AnchorName, FailureName, HashTagName, Scalar, failure_mode, join, policy_error_field,
+    AlgorithmName, AnchorName, FailureName, HashTagName, PenaltySpec, Scalar, failure_mode, join,
+    policy_error_field,
 };
 use crate::limits::{ENVOY_POLICY_PREFIX, NamedPolicy};
 use crate::routes::{Route, RouteKey};
@@ -105,7 +109,8 @@ struct PolicySpec {
     leak: Option<Scalar>,
     rate: Option<Scalar>,
     burst: Option<u64>,
-    block_for: Option<Scalar>,
+    block_for: Option<PenaltySpec>,
+    block_memory: Option<Scalar>,
     on_store_failure: Option<FailureName>,
     instances: Option<NonZeroU32>,
     hash_tag: Option<HashTagName>,
@@ -294,7 +299,6 @@ impl PolicySpec {
                 .map_err(|kind| err(Some(field), kind))
         };
         let window = duration("window", &self.window)?;
-        let block_for = duration("block_for", &self.block_for)?;
 
         // A core error names its parameter; place it at the field that supplied it.
         let policy_err = |e: PolicyError| {
@@ -339,10 +343,20 @@ impl PolicySpec {
         .map_err(policy_err)?;
 
         let mut policy = Policy::new(name, algorithm).map_err(|e| err(None, ConfigErrorKind::Policy(e)))?;
-        if let Some(block_for) = block_for {
-            policy = policy
-                .with_block_for(block_for)
-                .map_err(|e| err(Some("block_for"), ConfigErrorKind::Policy(e)))?;
+        match (&self.block_for, &self.block_memory) {
+            (Some(block_for), memory) => {
+                let penalty = block_for
+                    .compile(memory.as_ref())
+                    .map_err(|(field, kind)| err(Some(&field), kind))?;
+                policy = policy.with_penalty(penalty);
+            }
+            (None, Some(_)) => {
+                return Err(err(
+                    Some("block_memory"),
+                    ConfigErrorKind::Value("is only used with `block_for`".to_owned()),
+                ));
+            }
+            (None, None) => {}
         }
         if let Some(mode) = failure_mode(file, at, self.on_store_failure, self.instances)? {
             policy = policy.with_failure_mode(mode);

@@ -63,7 +63,7 @@ fn policies_keep_their_own_names() {
 fn loads_every_valid_fixture_as_one_directory() {
     let limits = tollgate_config::load(&fixtures().join("valid")).unwrap();
     assert_eq!(limits.domains(), ["catalog", "edge", "messaging", "users"]);
-    assert_eq!(limits.policies().count(), 8);
+    assert_eq!(limits.policies().count(), 10);
 }
 
 #[test]
@@ -191,4 +191,22 @@ fn a_policy_may_lease_its_hot_keys() {
     assert_eq!(lease.hot_per_second_value(), 20);
     assert_eq!(lease.hold_duration(), std::time::Duration::from_millis(250));
     assert!(limits.policy("plain").unwrap().policy().lease().is_none());
+}
+
+#[test]
+fn block_for_escalates_as_a_list_or_a_growth_rule() {
+    use std::time::Duration;
+
+    let limits = tollgate_config::load(&fixtures().join("valid/penalties.yaml")).unwrap();
+    let penalty = |name: &str| {
+        let penalty = limits.policy(name).unwrap().policy().penalty().unwrap().clone();
+        let steps: Vec<u64> = penalty.steps().iter().map(Duration::as_secs).collect();
+        (steps, penalty.memory().as_secs())
+    };
+    assert_eq!(penalty("signin"), (vec![60, 600, 3_600, 86_400], 86_400));
+    // 30 s, x4 each time, up to 8 h; remembered for the longest block by default.
+    assert_eq!(
+        penalty("scraping"),
+        (vec![30, 120, 480, 1_920, 7_680, 28_800], 28_800)
+    );
 }
