@@ -73,3 +73,8 @@ pub use penalty::Penalty;
 pub use policy::{Algorithm, Anchor, FailureMode, HashTag, Policy, Rate};
 pub use rule::Rule;
 pub use store::{AttemptsStore, Store};
+
+/// The examples of `docs/penalties.md`, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/penalties.md")]
+struct PenaltiesDoc;

@@ -54,18 +54,20 @@ pub enum AlgorithmState {
 }
 
 /// Everything stored for one (policy, key): the algorithm's state and the penalty.
+///
+/// The penalty is one word: the end of the block in its low 56 bits (µs since the Unix epoch,
+/// enough until the year 4253; the Lua port's integers stop at 2^53 anyway) and the offense count
+/// in its top 8 (a penalty has at most 64 steps). One word keeps the memory store's slot at one
+/// 64-byte cache line.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct KeyState {
     /// The algorithm's state.
     pub algorithm: AlgorithmState,
-    /// Denied until this time (µs since the Unix epoch) because of `block_for`; 0 when never
-    /// blocked.
-    pub blocked_until_us: u64,
-    /// Offenses in a row under an escalating [`Penalty`](crate::Penalty): the step the current
-    /// (or last) block took, counted from 1; 0 when none is remembered. Kept only while the
-    /// penalty's memory has not passed since `blocked_until_us`.
-    pub offenses: u64,
+    penalty: u64,
 }
+
+const BLOCK_BITS: u32 = 56;
+const BLOCK_MASK: u64 = (1 << BLOCK_BITS) - 1;
 
 impl KeyState {
     /// Back to no state, keeping a sliding log's allocation for reuse.
@@ -73,17 +75,56 @@ impl KeyState {
     /// ```
     /// use tollgate::algorithm::KeyState;
     ///
-    /// let mut state = KeyState { blocked_until_us: 5, ..KeyState::default() };
+    /// let mut state = KeyState::default();
+    /// state.set_penalty(5, 1);
     /// state.clear();
     /// assert_eq!(state, KeyState::default());
     /// ```
     pub fn clear(&mut self) {
-        self.blocked_until_us = 0;
-        self.offenses = 0;
+        self.penalty = 0;
         match &mut self.algorithm {
             AlgorithmState::SlidingLog(log) => log.clear(),
             other => *other = AlgorithmState::Empty,
         }
+    }
+
+    /// Denied until this time (µs since the Unix epoch) because of a penalty; 0 when never
+    /// blocked.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::algorithm::KeyState::default().blocked_until_us(), 0);
+    /// ```
+    #[inline]
+    pub fn blocked_until_us(&self) -> u64 {
+        self.penalty & BLOCK_MASK
+    }
+
+    /// Offenses in a row under an escalating [`Penalty`](crate::Penalty): the step the current
+    /// (or last) block took, counted from 1; 0 when none is kept. Only meaningful while the
+    /// penalty's memory has not passed since [`blocked_until_us`](Self::blocked_until_us): see
+    /// [`remembered_offenses`].
+    ///
+    /// ```
+    /// let mut state = tollgate::algorithm::KeyState::default();
+    /// state.set_penalty(1_000, 3);
+    /// assert_eq!((state.blocked_until_us(), state.offenses()), (1_000, 3));
+    /// ```
+    #[inline]
+    pub fn offenses(&self) -> u64 {
+        self.penalty >> BLOCK_BITS
+    }
+
+    /// Sets the end of the block and the offense count (times past 2^56 µs and counts past 255
+    /// saturate).
+    ///
+    /// ```
+    /// let mut state = tollgate::algorithm::KeyState::default();
+    /// state.set_penalty(u64::MAX, 300);
+    /// assert_eq!(state.offenses(), 255);
+    /// ```
+    #[inline]
+    pub fn set_penalty(&mut self, blocked_until_us: u64, offenses: u64) {
+        self.penalty = blocked_until_us.min(BLOCK_MASK) | (offenses.min(255) << BLOCK_BITS);
     }
 }
 
@@ -111,8 +152,8 @@ impl KeyState {
 /// ```
 #[inline]
 pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, commit: bool) -> Outcome {
-    if state.blocked_until_us > now_us {
-        let blocked_for = state.blocked_until_us - now_us;
+    if state.blocked_until_us() > now_us {
+        let blocked_for = state.blocked_until_us() - now_us;
         let outcome = step(policy.algorithm(), &mut state.algorithm, now_us, cost, false);
         return Outcome {
             allowed: false,
@@ -129,14 +170,13 @@ pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, com
             let offense = (remembered + 1).min(penalty.steps_us().len() as u64);
             let block_for = penalty.block_for_us(offense);
             if commit {
-                state.blocked_until_us = now_us + block_for;
-                state.offenses = if penalty.escalates() { offense } else { 0 };
+                state.set_penalty(now_us + block_for, if penalty.escalates() { offense } else { 0 });
             }
             outcome.remaining = 0;
             outcome.reset_after_us = outcome.reset_after_us.max(block_for);
             outcome.retry_after_us = outcome.retry_after_us.map(|r| r.max(block_for));
         }
-        _ if commit && remembered == 0 => state.offenses = 0,
+        _ if commit && remembered == 0 => state.set_penalty(state.blocked_until_us(), 0),
         _ => {}
     }
     outcome
@@ -154,7 +194,8 @@ pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, com
 /// let s = Duration::from_secs;
 /// let policy = Policy::new("p", Algorithm::sliding_log(1, s(1))?)?
 ///     .with_penalty(Penalty::sequence([s(1), s(2)])?.remember_for(s(10))?);
-/// let state = KeyState { blocked_until_us: 1_000_000, offenses: 1, ..KeyState::default() };
+/// let mut state = KeyState::default();
+/// state.set_penalty(1_000_000, 1);
 /// assert_eq!(remembered_offenses(&policy, &state, 10_999_999), 1);
 /// assert_eq!(remembered_offenses(&policy, &state, 11_000_000), 0);
 /// # Ok::<(), tollgate::PolicyError>(())
@@ -162,8 +203,8 @@ pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, com
 #[inline]
 pub fn remembered_offenses(policy: &Policy, state: &KeyState, now_us: u64) -> u64 {
     match policy.penalty() {
-        Some(p) if p.escalates() && now_us < state.blocked_until_us.saturating_add(p.memory_us()) => {
-            state.offenses
+        Some(p) if p.escalates() && now_us < state.blocked_until_us().saturating_add(p.memory_us()) => {
+            state.offenses()
         }
         _ => 0,
     }
@@ -181,7 +222,8 @@ pub fn remembered_offenses(policy: &Policy, state: &KeyState, now_us: u64) -> u6
 /// let s = Duration::from_secs;
 /// let policy = Policy::new("p", Algorithm::sliding_log(1, s(1))?)?
 ///     .with_penalty(Penalty::sequence([s(1), s(2)])?.remember_for(s(10))?);
-/// let state = KeyState { blocked_until_us: 1_000_000, offenses: 1, ..KeyState::default() };
+/// let mut state = KeyState::default();
+/// state.set_penalty(1_000_000, 1);
 /// assert_eq!(keep_until_us(&policy, &state, 0), 11_000_000);
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
@@ -189,7 +231,7 @@ pub fn remembered_offenses(policy: &Policy, state: &KeyState, now_us: u64) -> u6
 pub fn keep_until_us(policy: &Policy, state: &KeyState, now_us: u64) -> u64 {
     match (remembered_offenses(policy, state, now_us), policy.penalty()) {
         (0, _) | (_, None) => 0,
-        (_, Some(p)) => state.blocked_until_us + p.memory_us(),
+        (_, Some(p)) => state.blocked_until_us() + p.memory_us(),
     }
 }
 
@@ -245,8 +287,8 @@ fn step(algorithm: &Algorithm, slot: &mut AlgorithmState, now_us: u64, cost: u64
 /// ```
 #[inline]
 pub fn hot_until_us(policy: &Policy, state: &mut KeyState, now_us: u64) -> u64 {
-    if state.blocked_until_us > now_us {
-        return state.blocked_until_us;
+    if state.blocked_until_us() > now_us {
+        return state.blocked_until_us();
     }
     let outcome = step(policy.algorithm(), &mut state.algorithm, now_us, 1, false);
     now_us + outcome.retry_after_us.unwrap_or(0)

@@ -693,8 +693,8 @@ fn next_hot_until_us(
     outcome: &algorithm::Outcome,
     hot_until_us: u64,
 ) -> u64 {
-    if state.blocked_until_us > now_us {
-        return state.blocked_until_us;
+    if state.blocked_until_us() > now_us {
+        return state.blocked_until_us();
     }
     if outcome.remaining > 0 {
         return 0;

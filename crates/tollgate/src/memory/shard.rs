@@ -140,11 +140,9 @@ impl Slot {
             Value::Hot(shared) => shared.cell().take(),
             _ => return,
         };
-        self.value = Value::Limit(KeyState {
-            algorithm,
-            blocked_until_us: 0,
-            offenses: 0,
-        });
+        let mut state = KeyState::default();
+        state.algorithm = algorithm;
+        self.value = Value::Limit(state);
     }
 
     /// Moves a cell into its own allocation, so threads can decide it without the lock.
@@ -171,7 +169,7 @@ impl Slot {
         let Value::Limit(state) = &self.value else {
             return;
         };
-        if state.blocked_until_us > now_us || state.offenses > 0 {
+        if state.blocked_until_us() > now_us || state.offenses() > 0 {
             return;
         }
         let cell = match (algorithm, &state.algorithm) {
