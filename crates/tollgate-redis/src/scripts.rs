@@ -89,6 +89,8 @@ pub(crate) enum Mode {
     Reserve,
     /// Give back reserved spends (the refund script).
     Refund,
+    /// Give back what the caller asks, without marks (the refund script: `Store::refund`).
+    GiveBack,
     /// Give back a lease's unused units and take a new lease (the lease script).
     Lease,
 }
@@ -100,6 +102,7 @@ impl Mode {
             Mode::Commit => "commit",
             Mode::Reserve => "reserve",
             Mode::Refund => "refund",
+            Mode::GiveBack => "give_back",
             Mode::Lease => "lease",
         }
     }

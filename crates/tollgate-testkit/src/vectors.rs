@@ -25,6 +25,8 @@ pub enum Op {
     Peek,
     /// `reset(policy, key)`; expects nothing.
     Reset,
+    /// `refund(policy, key, cost)`; expects what a peek of cost 1 says after it.
+    Refund,
 }
 
 /// One step: at `T0_US + at_ms`, do `op` on `key` with `cost`; expect `(allowed, remaining,
@@ -71,6 +73,17 @@ const fn no(at_ms: u64, cost: u64, remaining: u64, retry_ms: u64) -> Step {
         op: Op::Check,
         cost,
         expect: (false, remaining, Some(retry_ms)),
+    }
+}
+
+/// A refund of `cost` at `at_ms`, expecting a peek of cost 1 after it to say `expect`.
+const fn refund(at_ms: u64, cost: u64, expect: (bool, u64, Option<u64>)) -> Step {
+    Step {
+        at_ms,
+        key: b"k",
+        op: Op::Refund,
+        cost,
+        expect,
     }
 }
 
@@ -281,6 +294,94 @@ pub fn all() -> Vec<Vector> {
             ],
         },
         Vector {
+            name: "refund, fixed window: the count goes down while its window is current",
+            policy: policy("refund-fw", Algorithm::fixed_window(3, s(1), Anchor::Epoch)),
+            steps: vec![
+                ok(0, 3, 0),
+                refund(100, 2, (true, 1, None)),
+                ok(200, 2, 0),
+                no(300, 1, 0, 700),
+                // The window has passed: nothing to give back, and a fresh window anyway.
+                refund(1_000, 3, (true, 2, None)),
+                ok(1_100, 3, 0),
+            ],
+        },
+        Vector {
+            name: "refund, sliding log: newest entries first, expired ones untouched",
+            policy: policy("refund-log", Algorithm::sliding_log(3, s(1))),
+            steps: vec![
+                ok(0, 1, 2),
+                ok(100, 2, 0),
+                refund(200, 1, (true, 0, None)),
+                ok(300, 1, 0),
+                no(400, 1, 0, 600),
+                refund(1_050, 3, (true, 2, None)),
+                ok(1_100, 3, 0),
+            ],
+        },
+        Vector {
+            name: "refund, sliding window: the newest count first while it weighs",
+            policy: policy("refund-sw", Algorithm::sliding_window(4, s(1))),
+            steps: vec![
+                ok(0, 4, 0),
+                refund(500, 1, (true, 0, None)),
+                ok(600, 1, 0),
+                refund(1_500, 2, (true, 2, None)),
+                // The previous window's 2 still weigh 0.4 here: 0.8 + 2 used.
+                ok(1_600, 2, 1),
+                // 2 from the current count, the other 2 from the previous one.
+                refund(1_700, 4, (true, 3, None)),
+            ],
+        },
+        Vector {
+            name: "refund, buckets and gcra: the cost comes back, never past full",
+            policy: policy(
+                "refund-tb",
+                Rate::per_second(1).and_then(|r| Algorithm::token_bucket(3, r)),
+            ),
+            steps: vec![
+                ok(0, 2, 1),
+                // 1 + 3 tokens, clamped to the capacity of 3.
+                refund(100, 3, (true, 2, None)),
+                ok(200, 3, 0),
+                refund(300, 1, (true, 0, None)),
+            ],
+        },
+        Vector {
+            name: "refund, leaky bucket",
+            policy: policy(
+                "refund-lb",
+                Rate::per_second(1).and_then(|r| Algorithm::leaky_bucket(3, r)),
+            ),
+            steps: vec![ok(0, 3, 0), refund(100, 2, (true, 1, None)), ok(200, 2, 0)],
+        },
+        Vector {
+            name: "refund, gcra",
+            policy: policy(
+                "refund-gcra",
+                Rate::per_second(10).and_then(|r| Algorithm::gcra(r, 5)),
+            ),
+            steps: vec![
+                ok(0, 5, 0),
+                refund(10, 2, (true, 1, None)),
+                ok(20, 2, 0),
+                refund(30, 5, (true, 4, None)),
+            ],
+        },
+        Vector {
+            name: "refund gives budget back but never lifts a block",
+            policy: blocking(
+                policy("refund-blocked", Algorithm::fixed_window(1, s(1), Anchor::Epoch)),
+                s(10),
+            ),
+            steps: vec![
+                ok(0, 1, 0),
+                no(100, 1, 0, 10_000),
+                refund(200, 1, (false, 0, Some(9_900))),
+                ok(10_100, 1, 0),
+            ],
+        },
+        Vector {
             name: "keys with any bytes are separate",
             policy: policy("bytes", Algorithm::sliding_log(1, s(60))),
             steps: vec![
@@ -308,6 +409,7 @@ impl<S: tollgate::Store> Subject for S {
             Op::Check => self.check(policy, step.key, step.cost).await.map(Some),
             Op::Peek => self.peek(policy, step.key, step.cost).await.map(Some),
             Op::Reset => self.reset(policy, step.key).await.map(|()| None),
+            Op::Refund => self.refund(policy, step.key, step.cost).await.map(Some),
         }
     }
 }

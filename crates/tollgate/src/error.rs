@@ -148,6 +148,12 @@ pub enum Error {
         /// The longest accepted TTL.
         max: Duration,
     },
+    /// The store cannot give budget back.
+    #[error("this store cannot refund (policy `{policy}`)")]
+    RefundUnsupported {
+        /// The policy of the refund.
+        policy: String,
+    },
     /// The memory store is at its key bound and every key in the way is currently limited or
     /// blocked. Forgetting one of them would hand its owner a fresh budget, so the new key is
     /// refused instead; the caller's failure policy decides what to do.

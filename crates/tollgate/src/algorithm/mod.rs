@@ -235,6 +235,51 @@ pub fn keep_until_us(policy: &Policy, state: &KeyState, now_us: u64) -> u64 {
     }
 }
 
+/// Gives back up to `cost` of what `policy` admitted for this key, within the algorithm's
+/// meaning (a fixed window's count while its window is current, a log's newest entries still in
+/// the window, a sliding window's newest counts while they weigh, a bucket's or GCRA's budget up
+/// to full). A block stays as it is: a refund returns budget, not a pardon.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::algorithm::{KeyState, decide, refund};
+/// use tollgate::{Algorithm, Policy};
+///
+/// let policy = Policy::new("export", Algorithm::sliding_log(2, Duration::from_secs(60))?)?;
+/// let mut state = KeyState::default();
+/// decide(&policy, &mut state, 0, 2, true);
+/// assert!(!decide(&policy, &mut state, 1, 1, false).allowed);
+/// refund(&policy, &mut state, 2, 1);
+/// assert!(decide(&policy, &mut state, 3, 1, false).allowed);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+pub fn refund(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64) {
+    let slot = &mut state.algorithm;
+    macro_rules! copy_state {
+        ($params:expr, $variant:ident) => {{
+            if let AlgorithmState::$variant(s) = slot {
+                let mut state = Some(*s);
+                $params.refund(&mut state, now_us, cost);
+                if let Some(s) = state {
+                    *slot = AlgorithmState::$variant(s);
+                }
+            }
+        }};
+    }
+    match policy.algorithm() {
+        Algorithm::FixedWindow(p) => copy_state!(p, FixedWindow),
+        Algorithm::SlidingWindow(p) => copy_state!(p, SlidingWindow),
+        Algorithm::TokenBucket(p) => copy_state!(p, TokenBucket),
+        Algorithm::LeakyBucket(p) => copy_state!(p, LeakyBucket),
+        Algorithm::Gcra(p) => copy_state!(p, Gcra),
+        Algorithm::SlidingLog(p) => {
+            if let AlgorithmState::SlidingLog(log) = slot {
+                p.refund(log, now_us, cost);
+            }
+        }
+    }
+}
+
 /// Runs the policy's algorithm on `slot`, treating a state of another algorithm as empty.
 #[inline]
 fn step(algorithm: &Algorithm, slot: &mut AlgorithmState, now_us: u64, cost: u64, commit: bool) -> Outcome {
