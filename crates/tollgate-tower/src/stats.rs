@@ -32,6 +32,8 @@ struct Counters {
     failed_closed: AtomicU64,
     rejected_keys: AtomicU64,
     degraded: AtomicU64,
+    refunds: AtomicU64,
+    refund_failures: AtomicU64,
 }
 
 /// The counts at one moment; see each field for what it counts.
@@ -58,6 +60,11 @@ pub struct StatsSnapshot {
     /// Requests a failure mode decided, in part or whole, instead of the store (Redis away, a
     /// full memory store), whatever it said.
     pub degraded: u64,
+    /// Rules given back their cost because the inner service answered 5xx, with
+    /// [`refund_on_server_error`](crate::RateLimitLayerBuilder::refund_on_server_error).
+    pub refunds: u64,
+    /// Such refunds the store failed to carry out (the spend stays).
+    pub refund_failures: u64,
 }
 
 impl Stats {
@@ -73,6 +80,8 @@ impl Stats {
             failed_closed: load(&c.failed_closed),
             rejected_keys: load(&c.rejected_keys),
             degraded: load(&c.degraded),
+            refunds: load(&c.refunds),
+            refund_failures: load(&c.refund_failures),
         }
     }
 
@@ -86,6 +95,8 @@ impl Stats {
             Counter::FailedClosed => &c.failed_closed,
             Counter::RejectedKey => &c.rejected_keys,
             Counter::Degraded => &c.degraded,
+            Counter::Refund => &c.refunds,
+            Counter::RefundFailed => &c.refund_failures,
         };
         target.fetch_add(1, Ordering::Relaxed);
     }
@@ -101,4 +112,6 @@ pub(crate) enum Counter {
     FailedClosed,
     RejectedKey,
     Degraded,
+    Refund,
+    RefundFailed,
 }
