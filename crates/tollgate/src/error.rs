@@ -97,6 +97,12 @@ pub enum PolicyError {
         /// The length of the step before it.
         before: Duration,
     },
+    /// A calendar quota names a time zone the tz database does not know.
+    #[error("unknown time zone \"{name}\": expected an IANA name like \"Europe/Paris\"")]
+    UnknownTimeZone {
+        /// The name given.
+        name: String,
+    },
     /// The policy name is empty or too long.
     #[error("policy name must be 1 to {max} bytes, got {len}")]
     BadName {

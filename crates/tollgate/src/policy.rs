@@ -10,8 +10,13 @@ use std::time::Duration;
 
 use crate::PolicyError;
 use crate::algorithm::{
-    fixed_window::FixedWindow, gcra::Gcra, leaky_bucket::LeakyBucket, sliding_log::SlidingLog,
-    sliding_window::SlidingWindow, token_bucket::TokenBucket,
+    calendar_quota::{CalendarQuota, Period},
+    fixed_window::FixedWindow,
+    gcra::Gcra,
+    leaky_bucket::LeakyBucket,
+    sliding_log::SlidingLog,
+    sliding_window::SlidingWindow,
+    token_bucket::TokenBucket,
 };
 use crate::bounds::{self, MAX_NAME_LEN};
 use crate::lease::LeaseOptions;
@@ -180,6 +185,8 @@ pub enum Algorithm {
     LeakyBucket(LeakyBucket),
     /// Generic cell rate algorithm; see [`Gcra`].
     Gcra(Gcra),
+    /// Count per calendar day, week, month or year in a time zone; see [`CalendarQuota`].
+    CalendarQuota(CalendarQuota),
 }
 
 impl Algorithm {
@@ -258,6 +265,21 @@ impl Algorithm {
         Gcra::new(rate, burst).map(Algorithm::Gcra)
     }
 
+    /// A calendar quota of `limit` requests per `period` in the IANA zone `time_zone`, weeks
+    /// starting on Monday (see [`CalendarQuota::week_starts`]).
+    ///
+    /// ```
+    /// use tollgate::Algorithm;
+    /// use tollgate::algorithm::calendar_quota::Period;
+    ///
+    /// let monthly = Algorithm::calendar_quota(1_000, Period::Month, "Europe/Paris")?;
+    /// assert_eq!(monthly.name(), "calendar_quota");
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn calendar_quota(limit: u64, period: Period, time_zone: &str) -> Result<Self, PolicyError> {
+        CalendarQuota::new(limit, period, time_zone).map(Algorithm::CalendarQuota)
+    }
+
     /// The most this algorithm admits at once: the limit, capacity or burst. It is also the
     /// largest cost a single check may ask for.
     ///
@@ -275,6 +297,7 @@ impl Algorithm {
             Algorithm::TokenBucket(p) => p.capacity(),
             Algorithm::LeakyBucket(p) => p.capacity(),
             Algorithm::Gcra(p) => p.burst(),
+            Algorithm::CalendarQuota(p) => p.limit(),
         }
     }
 
@@ -305,12 +328,14 @@ impl Algorithm {
                 .slowed(n)
                 .and_then(|rate| Gcra::new(rate, share(p.burst())))
                 .map(Self::Gcra),
+            Algorithm::CalendarQuota(p) => CalendarQuota::new(share(p.limit()), p.period(), p.time_zone())
+                .map(|q| Self::CalendarQuota(q.week_starts(p.week_start()))),
         };
         divided.unwrap_or_else(|_| self.clone())
     }
 
     /// A short lower-case name: `fixed_window`, `sliding_log`, `sliding_window`,
-    /// `token_bucket`, `leaky_bucket` or `gcra`.
+    /// `token_bucket`, `leaky_bucket`, `gcra` or `calendar_quota`.
     ///
     /// ```
     /// let algorithm = tollgate::Algorithm::sliding_log(5, std::time::Duration::from_secs(1))?;
@@ -325,6 +350,7 @@ impl Algorithm {
             Algorithm::TokenBucket(_) => "token_bucket",
             Algorithm::LeakyBucket(_) => "leaky_bucket",
             Algorithm::Gcra(_) => "gcra",
+            Algorithm::CalendarQuota(_) => "calendar_quota",
         }
     }
 }

@@ -9,6 +9,7 @@
 //! Steps expect a cost of 1 to the policy's limit; stores check that before calling. Given
 //! anything else they still return without panicking.
 
+pub mod calendar_quota;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
@@ -51,6 +52,8 @@ pub enum AlgorithmState {
     LeakyBucket(leaky_bucket::State),
     /// See [`gcra`].
     Gcra(gcra::State),
+    /// See [`calendar_quota`]: a fixed window's state on calendar periods.
+    CalendarQuota(fixed_window::State),
 }
 
 /// Everything stored for one (policy, key): the algorithm's state and the penalty.
@@ -272,6 +275,7 @@ pub fn refund(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64) {
         Algorithm::TokenBucket(p) => copy_state!(p, TokenBucket),
         Algorithm::LeakyBucket(p) => copy_state!(p, LeakyBucket),
         Algorithm::Gcra(p) => copy_state!(p, Gcra),
+        Algorithm::CalendarQuota(p) => copy_state!(p, CalendarQuota),
         Algorithm::SlidingLog(p) => {
             if let AlgorithmState::SlidingLog(log) = slot {
                 p.refund(log, now_us, cost);
@@ -302,6 +306,7 @@ fn step(algorithm: &Algorithm, slot: &mut AlgorithmState, now_us: u64, cost: u64
         Algorithm::TokenBucket(p) => copy_state!(p, TokenBucket),
         Algorithm::LeakyBucket(p) => copy_state!(p, LeakyBucket),
         Algorithm::Gcra(p) => copy_state!(p, Gcra),
+        Algorithm::CalendarQuota(p) => copy_state!(p, CalendarQuota),
         Algorithm::SlidingLog(p) => match slot {
             AlgorithmState::SlidingLog(log) => p.step(log, now_us, cost, commit),
             _ if commit => {
