@@ -33,6 +33,8 @@ macro_rules! library {
             include_str!("../lua/leaky_bucket.lua"),
             "\n",
             include_str!("../lua/gcra.lua"),
+            "\n",
+            include_str!("../lua/calendar_quota.lua"),
             $("\n", include_str!(concat!("../lua/", $driver)),)+
         )
     };
@@ -116,6 +118,9 @@ pub(crate) fn call_args<'r>(
     mode: Mode,
     rules: impl ExactSizeIterator<Item = (&'r Rule<'r>, u64)>,
 ) -> Vec<String> {
+    // Calendar periods are computed here, around the call's time (the test clock's, or this
+    // instance's for Redis time); the script picks the one that holds its own time.
+    let around_us = now.parse::<u64>().unwrap_or_else(|_| system_now_us());
     let mut args = Vec::with_capacity(3 + rules.len() * RULE_FIELDS);
     args.push(now);
     args.push(rules.len().to_string());
@@ -128,7 +133,7 @@ pub(crate) fn call_args<'r>(
         args.push((u8::from(rule.shadow) + 2 * u8::from(rule.question)).to_string());
         args.push(rule.policy.penalty().map_or_else(|| "0".to_owned(), |p| p.wire()));
         args.push(mark.to_string());
-        args.extend(params(algorithm));
+        args.extend(params(algorithm, around_us));
     }
     args
 }
@@ -136,8 +141,16 @@ pub(crate) fn call_args<'r>(
 /// Values per rule record.
 pub(crate) const RULE_FIELDS: usize = 8;
 
+/// This instance's time, µs since the Unix epoch.
+fn system_now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
 /// The algorithm's three parameters, as listed at the top of its file ("" when unused).
-fn params(algorithm: &Algorithm) -> [String; 3] {
+/// `around_us` places a calendar quota's periods.
+fn params(algorithm: &Algorithm, around_us: u64) -> [String; 3] {
     use tollgate::Anchor;
     match algorithm {
         Algorithm::FixedWindow(p) => [
@@ -163,6 +176,15 @@ fn params(algorithm: &Algorithm) -> [String; 3] {
         Algorithm::Gcra(p) => [
             p.rate().interval_us().to_string(),
             p.burst().to_string(),
+            String::new(),
+        ],
+        Algorithm::CalendarQuota(p) => [
+            p.limit().to_string(),
+            p.boundaries_around(around_us)
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
             String::new(),
         ],
     }

@@ -11,6 +11,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use tollgate::algorithm::calendar_quota::{Period, Weekday};
 use tollgate::{Algorithm, Anchor, Decision, Error, HashTag, Penalty, Policy, Rate, Rule, Store};
 
 /// A multiple of every window used here, so epoch-aligned windows start at offset 0.
@@ -85,6 +86,16 @@ const fn refund(at_ms: u64, cost: u64, expect: (bool, u64, Option<u64>)) -> Step
         cost,
         expect,
     }
+}
+
+/// Milliseconds from `T0_US` to a UTC time written as RFC 3339, for the calendar vectors.
+fn utc(text: &str) -> u64 {
+    let at: jiff::Timestamp = text.parse().expect("vector time");
+    (at.as_microsecond() as u64 - T0_US) / 1000
+}
+
+fn calendar(name: &str, limit: u64, period: Period, zone: &str) -> Policy {
+    policy(name, Algorithm::calendar_quota(limit, period, zone))
 }
 
 const fn peek(step: Step) -> Step {
@@ -379,6 +390,56 @@ pub fn all() -> Vec<Vector> {
                 no(100, 1, 0, 10_000),
                 refund(200, 1, (false, 0, Some(9_900))),
                 ok(10_100, 1, 0),
+            ],
+        },
+        Vector {
+            name: "calendar quota, daily in Paris across the spring clock change (a 23-hour day)",
+            policy: calendar("daily-paris", 2, Period::Day, "Europe/Paris"),
+            steps: vec![
+                ok(utc("2024-03-30T22:30:00Z"), 2, 0),
+                // Midnight in Paris is 23:00 UTC in winter time.
+                no(utc("2024-03-30T22:45:00Z"), 1, 0, 15 * 60_000),
+                ok(utc("2024-03-30T23:00:00Z"), 1, 1),
+                ok(utc("2024-03-31T21:59:59Z"), 1, 0),
+                // The next midnight is 22:00 UTC in summer time: 23 hours later.
+                no(utc("2024-03-31T21:59:59.5Z"), 1, 0, 500),
+                ok(utc("2024-03-31T22:00:00Z"), 2, 0),
+            ],
+        },
+        Vector {
+            name: "calendar quota, monthly in UTC at the end of a leap February, with a refund",
+            policy: calendar("monthly-utc", 1, Period::Month, "UTC"),
+            steps: vec![
+                ok(utc("2024-02-29T23:59:59Z"), 1, 0),
+                no(utc("2024-02-29T23:59:59.9Z"), 1, 0, 100),
+                ok(utc("2024-03-01T00:00:00Z"), 1, 0),
+                refund(utc("2024-03-01T00:00:00.1Z"), 1, (true, 0, None)),
+                ok(utc("2024-03-01T00:00:00.2Z"), 1, 0),
+                no(utc("2024-03-31T23:59:59Z"), 1, 0, 1_000),
+            ],
+        },
+        Vector {
+            name: "calendar quota, weekly from Sunday in New York across the fall clock change (169 hours)",
+            policy: policy(
+                "weekly-new-york",
+                Algorithm::calendar_quota(1, Period::Week, "America/New_York").map(|a| match a {
+                    Algorithm::CalendarQuota(q) => Algorithm::CalendarQuota(q.week_starts(Weekday::Sunday)),
+                    other => other,
+                }),
+            ),
+            steps: vec![
+                ok(utc("2024-11-03T04:00:00Z"), 1, 0),
+                no(utc("2024-11-09T12:00:00Z"), 1, 0, 17 * 3_600_000),
+                ok(utc("2024-11-10T05:00:00Z"), 1, 0),
+            ],
+        },
+        Vector {
+            name: "calendar quota, yearly in Tokyo: the year ends at 15:00 UTC",
+            policy: calendar("yearly-tokyo", 3, Period::Year, "Asia/Tokyo"),
+            steps: vec![
+                ok(utc("2024-12-31T14:59:59Z"), 3, 0),
+                no(utc("2024-12-31T14:59:59.5Z"), 1, 0, 500),
+                ok(utc("2024-12-31T15:00:00Z"), 3, 0),
             ],
         },
         Vector {

@@ -23,7 +23,9 @@ use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use jiff::ToSpan;
-use jiff::civil::{Date, Weekday};
+use jiff::civil::Date;
+/// A day of the week (jiff's), for [`CalendarQuota::week_starts`].
+pub use jiff::civil::Weekday;
 use jiff::tz::TimeZone;
 
 use super::Outcome;
@@ -139,7 +141,7 @@ impl CalendarQuota {
     /// Weeks start on `day` (a weekly quota only; Monday by default).
     ///
     /// ```
-    /// use jiff::civil::Weekday;
+    /// use tollgate::algorithm::calendar_quota::Weekday;
     /// use tollgate::algorithm::calendar_quota::{CalendarQuota, Period};
     ///
     /// let quota = CalendarQuota::new(10, Period::Week, "UTC")?.week_starts(Weekday::Sunday);
