@@ -443,6 +443,7 @@ impl RateLimitSpec {
             });
         }
         let algorithm_name = self.algorithm.unwrap_or(AlgorithmName::FixedWindow);
+
         let burst_field = if self.burst.is_some() {
             "burst"
         } else {
@@ -484,6 +485,15 @@ impl RateLimitSpec {
             AlgorithmName::TokenBucket => rate().and_then(|rate| Algorithm::token_bucket(burst, rate)),
             AlgorithmName::LeakyBucket => rate().and_then(|rate| Algorithm::leaky_bucket(burst, rate)),
             AlgorithmName::Gcra => rate().and_then(|rate| Algorithm::gcra(rate, burst)),
+            AlgorithmName::CalendarQuota => {
+                return Err(field_err(
+                    "algorithm",
+                    ConfigErrorKind::Value(
+                        "calendar_quota needs a period and a time zone: use tollgate's format (`policies`)"
+                            .to_owned(),
+                    ),
+                ));
+            }
         }
         .map_err(policy_err)?;
         let mut policy = Policy::new(descriptor_policy_name(full_name), algorithm)

@@ -105,6 +105,7 @@ pub(crate) enum AlgorithmName {
     TokenBucket,
     LeakyBucket,
     Gcra,
+    CalendarQuota,
 }
 
 impl AlgorithmName {
@@ -116,6 +117,57 @@ impl AlgorithmName {
             AlgorithmName::TokenBucket => "token_bucket",
             AlgorithmName::LeakyBucket => "leaky_bucket",
             AlgorithmName::Gcra => "gcra",
+            AlgorithmName::CalendarQuota => "calendar_quota",
+        }
+    }
+}
+
+/// The `period` field of a calendar quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum PeriodName {
+    Day,
+    Week,
+    Month,
+    Year,
+}
+
+impl From<PeriodName> for tollgate::algorithm::calendar_quota::Period {
+    fn from(name: PeriodName) -> Self {
+        use tollgate::algorithm::calendar_quota::Period;
+        match name {
+            PeriodName::Day => Period::Day,
+            PeriodName::Week => Period::Week,
+            PeriodName::Month => Period::Month,
+            PeriodName::Year => Period::Year,
+        }
+    }
+}
+
+/// The `week_starts` field of a weekly calendar quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum WeekdayName {
+    Monday,
+    Tuesday,
+    Wednesday,
+    Thursday,
+    Friday,
+    Saturday,
+    Sunday,
+}
+
+impl From<WeekdayName> for tollgate::algorithm::calendar_quota::Weekday {
+    fn from(name: WeekdayName) -> Self {
+        use tollgate::algorithm::calendar_quota::Weekday;
+        match name {
+            WeekdayName::Monday => Weekday::Monday,
+            WeekdayName::Tuesday => Weekday::Tuesday,
+            WeekdayName::Wednesday => Weekday::Wednesday,
+            WeekdayName::Thursday => Weekday::Thursday,
+            WeekdayName::Friday => Weekday::Friday,
+            WeekdayName::Saturday => Weekday::Saturday,
+            WeekdayName::Sunday => Weekday::Sunday,
         }
     }
 }

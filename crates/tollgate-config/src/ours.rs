@@ -28,6 +28,7 @@
 //! | `token_bucket` | `capacity`, `refill` (a rate) |
 //! | `leaky_bucket` | `capacity`, `leak` (a rate) |
 //! | `gcra` | `rate`, `burst` |
+//! | `calendar_quota` | `limit`, `period` (`day`, `week`, `month`, `year`), `time_zone` (an IANA name, default `UTC`), `week_starts` (`monday`, the default, to `sunday`; `period: week` only) |
 //!
 //! A file may also list `routes` for `tollgate proxy`: see [`crate::routes`].
 //!
@@ -64,8 +65,8 @@ use serde::Deserialize;
 use tollgate::{Algorithm, Anchor, LeaseOptions, Policy, PolicyError};
 
 use crate::fields::{
-    AlgorithmName, AnchorName, FailureName, HashTagName, PenaltySpec, Scalar, failure_mode, join,
-    policy_error_field,
+    AlgorithmName, AnchorName, FailureName, HashTagName, PenaltySpec, PeriodName, Scalar, WeekdayName,
+    failure_mode, join, policy_error_field,
 };
 use crate::limits::{ENVOY_POLICY_PREFIX, NamedPolicy};
 use crate::routes::{Route, RouteKey};
@@ -109,6 +110,9 @@ struct PolicySpec {
     leak: Option<Scalar>,
     rate: Option<Scalar>,
     burst: Option<u64>,
+    period: Option<PeriodName>,
+    time_zone: Option<String>,
+    week_starts: Option<WeekdayName>,
     block_for: Option<PenaltySpec>,
     block_memory: Option<Scalar>,
     on_store_failure: Option<FailureName>,
@@ -152,8 +156,18 @@ impl LeaseSpec {
 }
 
 /// The algorithm-specific fields, in the order the table in the module docs lists them.
-const SPECIFIC_FIELDS: [&str; 8] = [
-    "limit", "window", "anchor", "capacity", "refill", "leak", "rate", "burst",
+const SPECIFIC_FIELDS: [&str; 11] = [
+    "limit",
+    "window",
+    "anchor",
+    "capacity",
+    "refill",
+    "leak",
+    "rate",
+    "burst",
+    "period",
+    "time_zone",
+    "week_starts",
 ];
 
 /// A compiled file: its policies in name order, and its routes in file order.
@@ -253,6 +267,10 @@ impl PolicySpec {
             AlgorithmName::TokenBucket => (&["capacity", "refill"], "`capacity` and `refill`"),
             AlgorithmName::LeakyBucket => (&["capacity", "leak"], "`capacity` and `leak`"),
             AlgorithmName::Gcra => (&["rate", "burst"], "`rate` and `burst`"),
+            AlgorithmName::CalendarQuota => (
+                &["limit", "period", "time_zone", "week_starts"],
+                "`limit` and `period`",
+            ),
         };
         let present = [
             self.limit.is_some(),
@@ -263,6 +281,9 @@ impl PolicySpec {
             self.leak.is_some(),
             self.rate.is_some(),
             self.burst.is_some(),
+            self.period.is_some(),
+            self.time_zone.is_some(),
+            self.week_starts.is_some(),
         ];
         for (field, present) in SPECIFIC_FIELDS.into_iter().zip(present) {
             if present && !takes.contains(&field) {
@@ -338,6 +359,30 @@ impl PolicySpec {
             AlgorithmName::Gcra => {
                 let rate = rate("rate", &self.rate)?;
                 Algorithm::gcra(rate, self.burst.ok_or_else(|| missing("burst"))?)
+            }
+            AlgorithmName::CalendarQuota => {
+                let limit = self.limit.ok_or_else(|| missing("limit"))?;
+                let period = self.period.ok_or_else(|| missing("period"))?;
+                if self.week_starts.is_some() && period != PeriodName::Week {
+                    return Err(err(
+                        Some("week_starts"),
+                        ConfigErrorKind::FieldNotAllowed {
+                            field: "week_starts",
+                            why: "is only used with `period: week`".to_owned(),
+                        },
+                    ));
+                }
+                let zone = self.time_zone.as_deref().unwrap_or("UTC");
+                match tollgate::algorithm::calendar_quota::CalendarQuota::new(limit, period.into(), zone) {
+                    Ok(quota) => Ok(Algorithm::CalendarQuota(match self.week_starts {
+                        Some(day) => quota.week_starts(day.into()),
+                        None => quota,
+                    })),
+                    Err(e @ PolicyError::UnknownTimeZone { .. }) => {
+                        return Err(err(Some("time_zone"), ConfigErrorKind::Policy(e)));
+                    }
+                    Err(e) => Err(e),
+                }
             }
         }
         .map_err(policy_err)?;

@@ -50,10 +50,8 @@ ALGORITHMS.calendar_quota = function()
         save(rule, {s = start, c = count})
       end
     end
-    local reset_after = 0
-    if count > 0 then
-      reset_after = math.max(period_end - now, 0)
-    end
+    -- Every answer tells when the period ends, even with nothing spent in it.
+    local reset_after = math.max(period_end - now, 0)
     local retry_after = 0
     if not allowed then
       retry_after = math.max(period_end - now, 0)

@@ -281,7 +281,8 @@ impl CalendarQuota {
 
     /// Decides a request of `cost` at `now_us` in the period `[start, end)`: the count carries
     /// over while the stored period is this one, and a request passes while the count stays
-    /// within the limit. The answer's reset and retry times are the period's end.
+    /// within the limit. The answer's reset time (in every answer, a fresh key's included) and
+    /// retry time are the period's end.
     ///
     /// ```
     /// use tollgate::algorithm::calendar_quota::{CalendarQuota, Period};
@@ -316,11 +317,9 @@ impl CalendarQuota {
         Outcome {
             allowed,
             remaining: self.limit.saturating_sub(count),
-            reset_after_us: if count > 0 {
-                end_us.saturating_sub(now_us)
-            } else {
-                0
-            },
+            // Every answer tells when the period ends, even with nothing spent in it: a quota's
+            // clients plan by the calendar.
+            reset_after_us: end_us.saturating_sub(now_us),
             retry_after_us: (!allowed).then(|| end_us.saturating_sub(now_us)),
         }
     }
