@@ -78,3 +78,8 @@ pub use store::{AttemptsStore, Store};
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/penalties.md")]
 struct PenaltiesDoc;
+
+/// The examples of `docs/calendar-quotas.md`, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/calendar-quotas.md")]
+struct CalendarQuotasDoc;
