@@ -44,7 +44,10 @@ async fn check(state: &SharedState, key: &str) -> (StatusCode, Value) {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_millis() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as u64
 }
 
 /// The next midnight in Kolkata (UTC+05:30, no daylight saving) after `at_ms`.
@@ -91,11 +94,7 @@ async fn daily_quota_on_redis() {
 #[tokio::test]
 async fn daily_quota_on_a_cluster() {
     let cluster = tollgate_testkit::RedisCluster::start();
-    let nodes: Vec<String> = cluster
-        .ports()
-        .iter()
-        .map(|p| format!("127.0.0.1:{p}"))
-        .collect();
+    let nodes: Vec<String> = cluster.ports().iter().map(|p| format!("127.0.0.1:{p}")).collect();
     let url = format!("redis+cluster://{}", nodes.join(","));
     the_day_ends_at_midnight_in_the_zone(AnyStore::redis(&url).await.expect("cluster store")).await;
 }
