@@ -114,6 +114,17 @@ pub fn per_period(policy: &Policy) -> (u64, Duration) {
         Algorithm::TokenBucket(p) => (p.refill().count(), p.refill().period()),
         Algorithm::LeakyBucket(p) => (p.leak().count(), p.leak().period()),
         Algorithm::Gcra(p) => (p.rate().count(), p.rate().period()),
+        // The nominal length, as envoyproxy/ratelimit's units have it (a month is 30 days).
+        Algorithm::CalendarQuota(p) => {
+            use tollgate::algorithm::calendar_quota::Period;
+            let days = match p.period() {
+                Period::Day => 1,
+                Period::Week => 7,
+                Period::Month => 30,
+                Period::Year => 365,
+            };
+            (p.limit(), Duration::from_secs(days * 86_400))
+        }
     }
 }
 

@@ -69,7 +69,7 @@ use serde::Deserialize;
 use tollgate::{Algorithm, Anchor, Policy, PolicyError, Rate};
 
 use crate::fields::{
-    AlgorithmName, FailureName, HashTagName, Scalar, failure_mode, join, policy_error_field,
+    AlgorithmName, FailureName, HashTagName, PenaltySpec, Scalar, failure_mode, join, policy_error_field,
 };
 use crate::limits::{DescriptorLimit, Domain, Level, Node, Quota, descriptor_policy_name};
 use crate::{ConfigError, ConfigErrorKind};
@@ -116,7 +116,8 @@ struct RateLimitSpec {
     algorithm: Option<AlgorithmName>,
     window: Option<Scalar>,
     burst: Option<u64>,
-    block_for: Option<Scalar>,
+    block_for: Option<PenaltySpec>,
+    block_memory: Option<Scalar>,
     on_store_failure: Option<FailureName>,
     instances: Option<NonZeroU32>,
     hash_tag: Option<HashTagName>,
@@ -348,6 +349,7 @@ impl RateLimitSpec {
                 ("window", self.window.is_some()),
                 ("burst", self.burst.is_some()),
                 ("block_for", self.block_for.is_some()),
+                ("block_memory", self.block_memory.is_some()),
                 ("on_store_failure", self.on_store_failure.is_some()),
                 ("instances", self.instances.is_some()),
                 ("hash_tag", self.hash_tag.is_some()),
@@ -420,6 +422,7 @@ impl RateLimitSpec {
                 ("algorithm", self.algorithm.is_some()),
                 ("burst", self.burst.is_some()),
                 ("block_for", self.block_for.is_some()),
+                ("block_memory", self.block_memory.is_some()),
                 ("on_store_failure", self.on_store_failure.is_some()),
                 ("instances", self.instances.is_some()),
                 ("hash_tag", self.hash_tag.is_some()),
@@ -440,6 +443,7 @@ impl RateLimitSpec {
             });
         }
         let algorithm_name = self.algorithm.unwrap_or(AlgorithmName::FixedWindow);
+
         let burst_field = if self.burst.is_some() {
             "burst"
         } else {
@@ -481,17 +485,33 @@ impl RateLimitSpec {
             AlgorithmName::TokenBucket => rate().and_then(|rate| Algorithm::token_bucket(burst, rate)),
             AlgorithmName::LeakyBucket => rate().and_then(|rate| Algorithm::leaky_bucket(burst, rate)),
             AlgorithmName::Gcra => rate().and_then(|rate| Algorithm::gcra(rate, burst)),
+            AlgorithmName::CalendarQuota => {
+                return Err(field_err(
+                    "algorithm",
+                    ConfigErrorKind::Value(
+                        "calendar_quota needs a period and a time zone: use tollgate's format (`policies`)"
+                            .to_owned(),
+                    ),
+                ));
+            }
         }
         .map_err(policy_err)?;
         let mut policy = Policy::new(descriptor_policy_name(full_name), algorithm)
             .map_err(|e| at.err(path.to_owned(), ConfigErrorKind::Policy(e)))?;
-        if let Some(block_for) = &self.block_for {
-            let block_for = block_for
-                .duration()
-                .map_err(|kind| field_err("block_for", kind))?;
-            policy = policy
-                .with_block_for(block_for)
-                .map_err(|e| field_err("block_for", ConfigErrorKind::Policy(e)))?;
+        match (&self.block_for, &self.block_memory) {
+            (Some(block_for), memory) => {
+                let penalty = block_for
+                    .compile(memory.as_ref())
+                    .map_err(|(field, kind)| field_err(&field, kind))?;
+                policy = policy.with_penalty(penalty);
+            }
+            (None, Some(_)) => {
+                return Err(field_err(
+                    "block_memory",
+                    ConfigErrorKind::Value("is only used with `block_for`".to_owned()),
+                ));
+            }
+            (None, None) => {}
         }
         if let Some(mode) = failure_mode(at.file, path, self.on_store_failure, self.instances)? {
             policy = policy.with_failure_mode(mode);

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde::de::{self, Visitor};
-use tollgate::{FailureMode, PolicyError, Rate};
+use tollgate::{FailureMode, Penalty, PolicyError, Rate};
 
 use crate::duration::{parse_duration, parse_rate};
 use crate::{ConfigError, ConfigErrorKind};
@@ -105,6 +105,7 @@ pub(crate) enum AlgorithmName {
     TokenBucket,
     LeakyBucket,
     Gcra,
+    CalendarQuota,
 }
 
 impl AlgorithmName {
@@ -116,6 +117,57 @@ impl AlgorithmName {
             AlgorithmName::TokenBucket => "token_bucket",
             AlgorithmName::LeakyBucket => "leaky_bucket",
             AlgorithmName::Gcra => "gcra",
+            AlgorithmName::CalendarQuota => "calendar_quota",
+        }
+    }
+}
+
+/// The `period` field of a calendar quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum PeriodName {
+    Day,
+    Week,
+    Month,
+    Year,
+}
+
+impl From<PeriodName> for tollgate::algorithm::calendar_quota::Period {
+    fn from(name: PeriodName) -> Self {
+        use tollgate::algorithm::calendar_quota::Period;
+        match name {
+            PeriodName::Day => Period::Day,
+            PeriodName::Week => Period::Week,
+            PeriodName::Month => Period::Month,
+            PeriodName::Year => Period::Year,
+        }
+    }
+}
+
+/// The `week_starts` field of a weekly calendar quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum WeekdayName {
+    Monday,
+    Tuesday,
+    Wednesday,
+    Thursday,
+    Friday,
+    Saturday,
+    Sunday,
+}
+
+impl From<WeekdayName> for tollgate::algorithm::calendar_quota::Weekday {
+    fn from(name: WeekdayName) -> Self {
+        use tollgate::algorithm::calendar_quota::Weekday;
+        match name {
+            WeekdayName::Monday => Weekday::Monday,
+            WeekdayName::Tuesday => Weekday::Tuesday,
+            WeekdayName::Wednesday => Weekday::Wednesday,
+            WeekdayName::Thursday => Weekday::Thursday,
+            WeekdayName::Friday => Weekday::Friday,
+            WeekdayName::Saturday => Weekday::Saturday,
+            WeekdayName::Sunday => Weekday::Sunday,
         }
     }
 }
@@ -191,6 +243,93 @@ pub(crate) fn policy_error_field(err: &PolicyError) -> Option<&'static str> {
         | PolicyError::NotWholeMilliseconds { field, .. }
         | PolicyError::HorizonTooLong { field, .. } => Some(field),
         _ => None,
+    }
+}
+
+/// A `block_for` as written: one duration, a list of them (one per offense in a row), or a
+/// growth rule.
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "expected a duration like \"15m\", a list of durations like [1m, 10m, 1h], or a map with `initial`, `factor` and `max`"
+)]
+pub(crate) enum PenaltySpec {
+    One(Scalar),
+    Steps(Vec<Scalar>),
+    Growth(GrowthSpec),
+}
+
+/// A growth rule: `initial`, then `factor` times the block before, up to `max`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GrowthSpec {
+    initial: Scalar,
+    factor: u64,
+    max: Scalar,
+}
+
+impl PenaltySpec {
+    /// The penalty, with `block_memory` when given. An error comes with the field it is about,
+    /// relative to the policy: `block_for`, `block_for[1]`, `block_for.factor`, `block_memory`.
+    pub(crate) fn compile(&self, memory: Option<&Scalar>) -> Result<Penalty, (String, ConfigErrorKind)> {
+        fn at(field: &'static str) -> impl Fn(ConfigErrorKind) -> (String, ConfigErrorKind) {
+            move |kind| (field.to_owned(), kind)
+        }
+        fn policy(field: &'static str) -> impl Fn(PolicyError) -> (String, ConfigErrorKind) {
+            move |e| (field.to_owned(), ConfigErrorKind::Policy(e))
+        }
+        let penalty = match self {
+            PenaltySpec::One(block_for) => {
+                let block_for = block_for.duration().map_err(at("block_for"))?;
+                Penalty::fixed(block_for).map_err(policy("block_for"))?
+            }
+            PenaltySpec::Steps(steps) => {
+                let mut durations = Vec::with_capacity(steps.len());
+                for (i, step) in steps.iter().enumerate() {
+                    durations.push(
+                        step.duration()
+                            .map_err(|kind| (format!("block_for[{i}]"), kind))?,
+                    );
+                }
+                Penalty::sequence(durations.iter().copied()).map_err(|e| {
+                    let field = match &e {
+                        PolicyError::PenaltyShrinks { step, .. } => format!("block_for[{}]", step - 1),
+                        PolicyError::DurationOutOfRange { value, .. } => durations
+                            .iter()
+                            .position(|d| d == value)
+                            .map_or_else(|| "block_for".to_owned(), |i| format!("block_for[{i}]")),
+                        _ => "block_for".to_owned(),
+                    };
+                    (field, ConfigErrorKind::Policy(e))
+                })?
+            }
+            PenaltySpec::Growth(growth) => {
+                let initial = growth.initial.duration().map_err(at("block_for.initial"))?;
+                let max = growth.max.duration().map_err(at("block_for.max"))?;
+                Penalty::growth(initial, growth.factor, max).map_err(|e| {
+                    let field = match &e {
+                        PolicyError::OutOfRange { .. } => "block_for.factor",
+                        PolicyError::DurationOutOfRange { field, .. } => field,
+                        PolicyError::PenaltyShrinks { .. } => "block_for.max",
+                        _ => "block_for",
+                    };
+                    (field.to_owned(), ConfigErrorKind::Policy(e))
+                })?
+            }
+        };
+        let Some(memory) = memory else {
+            return Ok(penalty);
+        };
+        if !penalty.escalates() {
+            return Err((
+                "block_memory".to_owned(),
+                ConfigErrorKind::Value(
+                    "is only used by an escalating `block_for` (a list or a growth rule)".to_owned(),
+                ),
+            ));
+        }
+        let memory = memory.duration().map_err(at("block_memory"))?;
+        penalty.remember_for(memory).map_err(policy("block_memory"))
     }
 }
 

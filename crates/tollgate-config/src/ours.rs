@@ -28,13 +28,17 @@
 //! | `token_bucket` | `capacity`, `refill` (a rate) |
 //! | `leaky_bucket` | `capacity`, `leak` (a rate) |
 //! | `gcra` | `rate`, `burst` |
+//! | `calendar_quota` | `limit`, `period` (`day`, `week`, `month`, `year`), `time_zone` (an IANA name, default `UTC`), `week_starts` (`monday`, the default, to `sunday`; `period: week` only) |
 //!
 //! A file may also list `routes` for `tollgate proxy`: see [`crate::routes`].
 //!
 //! Every policy may also set `hash_tag: key` (its Redis keys are placed on a cluster by the key
 //! alone, so every policy with `hash_tag: key` on one user or tenant shares a slot and a request
 //! limited by several of them is one script call; the default `policy_and_key` spreads them),
-//! `block_for` (a penalty after a denial), `on_store_failure`
+//! `block_for` (a penalty after a denial: one duration, a list like `[1m, 10m, 1h, 1d]` for
+//! repeat offenses in a row, or a growth rule `{initial: 1m, factor: 10, max: 1d}`; with
+//! `block_memory`, how long after a block ends a new offense still counts as a repeat, by default
+//! the longest block; see `docs/penalties.md`), `on_store_failure`
 //! (`fail_open`, `fail_closed` or `local`, with `instances` for `local`, default 1) and `shadow`
 //! (check and count, but never deny; default false).
 //!
@@ -90,7 +94,8 @@ use tollgate::access::{AccessEntry, EntryKind, Listed};
 use tollgate::{Algorithm, Anchor, Enforcement, LeaseOptions, Policy, PolicyError};
 
 use crate::fields::{
-    AlgorithmName, AnchorName, FailureName, HashTagName, Scalar, failure_mode, join, policy_error_field,
+    AlgorithmName, AnchorName, FailureName, HashTagName, PenaltySpec, PeriodName, Scalar, WeekdayName,
+    failure_mode, join, policy_error_field,
 };
 use crate::limits::{ENVOY_POLICY_PREFIX, NamedPolicy};
 use crate::routes::{Route, RouteKey};
@@ -138,7 +143,11 @@ struct PolicySpec {
     leak: Option<Scalar>,
     rate: Option<Scalar>,
     burst: Option<u64>,
-    block_for: Option<Scalar>,
+    period: Option<PeriodName>,
+    time_zone: Option<String>,
+    week_starts: Option<WeekdayName>,
+    block_for: Option<PenaltySpec>,
+    block_memory: Option<Scalar>,
     on_store_failure: Option<FailureName>,
     instances: Option<NonZeroU32>,
     hash_tag: Option<HashTagName>,
@@ -257,8 +266,18 @@ fn enforce_share(text: &str) -> Result<Enforcement, String> {
 }
 
 /// The algorithm-specific fields, in the order the table in the module docs lists them.
-const SPECIFIC_FIELDS: [&str; 8] = [
-    "limit", "window", "anchor", "capacity", "refill", "leak", "rate", "burst",
+const SPECIFIC_FIELDS: [&str; 11] = [
+    "limit",
+    "window",
+    "anchor",
+    "capacity",
+    "refill",
+    "leak",
+    "rate",
+    "burst",
+    "period",
+    "time_zone",
+    "week_starts",
 ];
 
 /// A compiled file: its policies in name order, and its routes in file order.
@@ -371,6 +390,10 @@ impl PolicySpec {
             AlgorithmName::TokenBucket => (&["capacity", "refill"], "`capacity` and `refill`"),
             AlgorithmName::LeakyBucket => (&["capacity", "leak"], "`capacity` and `leak`"),
             AlgorithmName::Gcra => (&["rate", "burst"], "`rate` and `burst`"),
+            AlgorithmName::CalendarQuota => (
+                &["limit", "period", "time_zone", "week_starts"],
+                "`limit` and `period`",
+            ),
         };
         let present = [
             self.limit.is_some(),
@@ -381,6 +404,9 @@ impl PolicySpec {
             self.leak.is_some(),
             self.rate.is_some(),
             self.burst.is_some(),
+            self.period.is_some(),
+            self.time_zone.is_some(),
+            self.week_starts.is_some(),
         ];
         for (field, present) in SPECIFIC_FIELDS.into_iter().zip(present) {
             if present && !takes.contains(&field) {
@@ -417,7 +443,6 @@ impl PolicySpec {
                 .map_err(|kind| err(Some(field), kind))
         };
         let window = duration("window", &self.window)?;
-        let block_for = duration("block_for", &self.block_for)?;
 
         // A core error names its parameter; place it at the field that supplied it.
         let policy_err = |e: PolicyError| {
@@ -458,14 +483,48 @@ impl PolicySpec {
                 let rate = rate("rate", &self.rate)?;
                 Algorithm::gcra(rate, self.burst.ok_or_else(|| missing("burst"))?)
             }
+            AlgorithmName::CalendarQuota => {
+                let limit = self.limit.ok_or_else(|| missing("limit"))?;
+                let period = self.period.ok_or_else(|| missing("period"))?;
+                if self.week_starts.is_some() && period != PeriodName::Week {
+                    return Err(err(
+                        Some("week_starts"),
+                        ConfigErrorKind::FieldNotAllowed {
+                            field: "week_starts",
+                            why: "is only used with `period: week`".to_owned(),
+                        },
+                    ));
+                }
+                let zone = self.time_zone.as_deref().unwrap_or("UTC");
+                match tollgate::algorithm::calendar_quota::CalendarQuota::new(limit, period.into(), zone) {
+                    Ok(quota) => Ok(Algorithm::CalendarQuota(match self.week_starts {
+                        Some(day) => quota.week_starts(day.into()),
+                        None => quota,
+                    })),
+                    Err(e @ PolicyError::UnknownTimeZone { .. }) => {
+                        return Err(err(Some("time_zone"), ConfigErrorKind::Policy(e)));
+                    }
+                    Err(e) => Err(e),
+                }
+            }
         }
         .map_err(policy_err)?;
 
         let mut policy = Policy::new(name, algorithm).map_err(|e| err(None, ConfigErrorKind::Policy(e)))?;
-        if let Some(block_for) = block_for {
-            policy = policy
-                .with_block_for(block_for)
-                .map_err(|e| err(Some("block_for"), ConfigErrorKind::Policy(e)))?;
+        match (&self.block_for, &self.block_memory) {
+            (Some(block_for), memory) => {
+                let penalty = block_for
+                    .compile(memory.as_ref())
+                    .map_err(|(field, kind)| err(Some(&field), kind))?;
+                policy = policy.with_penalty(penalty);
+            }
+            (None, Some(_)) => {
+                return Err(err(
+                    Some("block_memory"),
+                    ConfigErrorKind::Value("is only used with `block_for`".to_owned()),
+                ));
+            }
+            (None, None) => {}
         }
         if let Some(mode) = failure_mode(file, at, self.on_store_failure, self.instances)? {
             policy = policy.with_failure_mode(mode);

@@ -63,7 +63,7 @@ fn policies_keep_their_own_names() {
 fn loads_every_valid_fixture_as_one_directory() {
     let limits = tollgate_config::load(&fixtures().join("valid")).unwrap();
     assert_eq!(limits.domains(), ["catalog", "edge", "messaging", "users"]);
-    assert_eq!(limits.policies().count(), 8);
+    assert_eq!(limits.policies().count(), 13);
 }
 
 #[test]
@@ -222,4 +222,46 @@ fn access_lists_and_enforce_percent_load_from_any_file_of_a_directory() {
     let lists = tollgate::access::AccessLists::new(limits.access_entries().iter().cloned());
     assert!(lists.lookup("login", b"bot-1").is_some());
     assert!(lists.lookup("other", b"bot-1").is_none());
+}
+
+#[test]
+fn block_for_escalates_as_a_list_or_a_growth_rule() {
+    use std::time::Duration;
+
+    let limits = tollgate_config::load(&fixtures().join("valid/penalties.yaml")).unwrap();
+    let penalty = |name: &str| {
+        let penalty = limits.policy(name).unwrap().policy().penalty().unwrap().clone();
+        let steps: Vec<u64> = penalty.steps().iter().map(Duration::as_secs).collect();
+        (steps, penalty.memory().as_secs())
+    };
+    assert_eq!(penalty("signin"), (vec![60, 600, 3_600, 86_400], 86_400));
+    // 30 s, x4 each time, up to 8 h; remembered for the longest block by default.
+    assert_eq!(
+        penalty("scraping"),
+        (vec![30, 120, 480, 1_920, 7_680, 28_800], 28_800)
+    );
+}
+
+#[test]
+fn calendar_quotas_take_a_period_a_time_zone_and_a_week_start() {
+    use tollgate::Algorithm;
+    use tollgate::algorithm::calendar_quota::{Period, Weekday};
+
+    let limits = tollgate_config::load(&fixtures().join("valid/calendar.yaml")).unwrap();
+    let quota = |name: &str| match limits.policy(name).unwrap().policy().algorithm() {
+        Algorithm::CalendarQuota(q) => (q.limit(), q.period(), q.time_zone().to_owned(), q.week_start()),
+        other => panic!("{name} is {other:?}"),
+    };
+    assert_eq!(
+        quota("monthly_calls"),
+        (1_000, Period::Month, "Europe/Paris".to_owned(), Weekday::Monday)
+    );
+    assert_eq!(
+        quota("weekly_reports"),
+        (5, Period::Week, "America/New_York".to_owned(), Weekday::Sunday)
+    );
+    assert_eq!(
+        quota("daily_utc"),
+        (100, Period::Day, "UTC".to_owned(), Weekday::Monday)
+    );
 }

@@ -53,5 +53,13 @@ ALGORITHMS.fixed_window = function()
     end
   end
 
+  -- A refund asked for by the caller: port of FixedWindow::refund. The count goes down while its
+  -- window is current; once it has passed, the spend went with it.
+  function fixed_window.give_back(rule, stored, now, cost)
+    if stored.c and stored.c > 0 and now < stored.s + rule.window then
+      save(rule, {s = stored.s, c = math.max(stored.c - cost, 0)})
+    end
+  end
+
   return fixed_window
 end

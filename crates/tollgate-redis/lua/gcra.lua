@@ -42,5 +42,10 @@ ALGORITHMS.gcra = function()
     end
   end
 
+  -- A refund asked for by the caller: port of Gcra::refund, the same as above.
+  function gcra.give_back(rule, stored, _, cost)
+    gcra.refund(rule, stored, cost, 0)
+  end
+
   return gcra
 end

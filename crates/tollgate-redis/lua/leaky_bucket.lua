@@ -49,5 +49,10 @@ ALGORITHMS.leaky_bucket = function()
     end
   end
 
+  -- A refund asked for by the caller: port of LeakyBucket::refund, the same as above.
+  function leaky_bucket.give_back(rule, stored, _, cost)
+    leaky_bucket.refund(rule, stored, cost, 0)
+  end
+
   return leaky_bucket
 end

@@ -41,14 +41,14 @@ if open and available > COST then
 end
 
 rule.cost = grant
-local allowed, remaining, reset_after, retry_after = decide(rule, NOW, true)
+local allowed, remaining, reset_after, retry_after, keep_for = decide(rule, NOW, true)
 if not allowed and grant > COST then
   -- Cannot happen (the look said the budget holds it); decide the cost alone to stay exact.
   rule.cost = COST
-  allowed, remaining, reset_after, retry_after = decide(rule, NOW, true)
+  allowed, remaining, reset_after, retry_after, keep_for = decide(rule, NOW, true)
 end
 
-local ttl_ms = idiv(reset_after + 999, 1000)
+local ttl_ms = idiv(math.max(reset_after, keep_for) + 999, 1000)
 if ttl_ms > 0 then
   redis.call('PEXPIRE', rule.state, ttl_ms)
 else

@@ -16,12 +16,14 @@
 -- A rule is one record of RULE_FIELDS values in ARGV, from ARGV[4] on (from its request's fourth
 -- value on, in a batch):
 --   algorithm name, cost, role (1 for a shadow rule, plus 2 for a question, which is decided but
---   never spent: "0" to "3"), block_for_us ("0" for no penalty), mark (what a
+--   never spent: "0" to "3"), the penalty ("0" for none; else the block of each offense in
+--   µs joined by commas, then for an escalating penalty "/" and its memory in µs: see
+--   Penalty::wire), mark (what a
 --   reserve reported; "0" when deciding), then three parameters (listed in the algorithm's
 --   file, "" when unused)
 -- and one key in KEYS, in the same order (two for a sliding log: its state hash, then its set).
--- A state hash holds the algorithm's fields, "a" = the algorithm name and "b" = blocked until
--- (µs since the Unix epoch). A key holding another type makes Redis answer WRONGTYPE, which the
+-- A state hash holds the algorithm's fields, "a" = the algorithm name, "b" = blocked until
+-- (µs since the Unix epoch) and, under an escalating penalty, "o" = offenses in a row. A key holding another type makes Redis answer WRONGTYPE, which the
 -- store reports as a corrupt value.
 
 local ALGORITHMS = {}
@@ -43,17 +45,35 @@ local function algorithm(name)
 end
 
 -- Reads the penalty and the algorithm's fields in one call; a state written by another
--- algorithm reads as empty (its penalty still holds).
+-- algorithm reads as empty (its penalty still holds). Returns the state, blocked until, and the
+-- offense count.
 local function load(rule)
   local fields = rule.impl.fields
-  local raw = redis.call('HMGET', rule.state, 'a', 'b', unpack(fields))
+  local raw = redis.call('HMGET', rule.state, 'a', 'b', 'o', unpack(fields))
   local state = {}
   if raw[1] == rule.algorithm then
     for i, name in ipairs(fields) do
-      state[name] = int(raw[i + 2], name)
+      state[name] = int(raw[i + 3], name)
     end
   end
-  return state, int(raw[2], 'b') or 0
+  return state, int(raw[2], 'b') or 0, int(raw[3], 'o') or 0
+end
+
+-- A rule's penalty field: the block of each offense (µs), and the memory (µs, 0 when the
+-- penalty does not escalate). "0" is no penalty: one step of 0.
+local function penalty(spec)
+  local list, memory = string.match(spec, '^([%d,]+)/(%d+)$')
+  if not list then
+    list, memory = spec, '0'
+  end
+  local steps = {}
+  for step in string.gmatch(list, '%d+') do
+    steps[#steps + 1] = tonumber(step)
+  end
+  if #steps == 0 then
+    error('TOLLGATE_BAD_CALL bad penalty ' .. tostring(spec))
+  end
+  return steps, tonumber(memory)
 end
 
 -- Writes the algorithm's fields (a table of name -> integer).
@@ -84,7 +104,6 @@ local function read_request_rules(a, k)
       cost = tonumber(ARGV[at + 2]),
       shadow = ARGV[at + 3] == '1' or ARGV[at + 3] == '3',
       question = ARGV[at + 3] == '2' or ARGV[at + 3] == '3',
-      block_for = tonumber(ARGV[at + 4]),
       mark = tonumber(ARGV[at + 5]),
       state = KEYS[k],
     }
@@ -96,6 +115,8 @@ local function read_request_rules(a, k)
     if not rule.state or (impl.log and not rule.log) then
       error('TOLLGATE_BAD_CALL too few keys for ' .. count .. ' rules')
     end
+    rule.steps, rule.memory = penalty(ARGV[at + 4])
+    rule.block_for = rule.steps[1]
     impl.params(rule, ARGV[at + 6], ARGV[at + 7], ARGV[at + 8])
     rules[i] = rule
   end
@@ -115,26 +136,58 @@ local function read_rules(extra)
   return rules
 end
 
+-- The offenses in a row still remembered at now: port of algorithm::remembered_offenses.
+local function remembered_offenses(rule, blocked_until, offenses, now)
+  if #rule.steps > 1 and now < blocked_until + rule.memory then
+    return offenses
+  end
+  return 0
+end
+
 -- One rule, penalty included: port of algorithm::decide. A blocked key is denied until the
--- block ends; a denial by the algorithm starts a block when the rule has block_for.
+-- block ends; a denial by the algorithm starts a block when the rule has a penalty, as long as
+-- the step of this offense. Returns allowed, remaining, reset_after_us, retry_after_us, and how
+-- long the state must be kept for its offense count (0 when it has none: port of
+-- algorithm::keep_until_us, relative to now).
 local function decide(rule, now, commit)
-  local stored, blocked_until = load(rule)
+  local stored, blocked_until, offenses = load(rule)
   local step = rule.impl.step
+  local function keep_for()
+    if remembered_offenses(rule, blocked_until, offenses, now) > 0 then
+      return blocked_until + rule.memory - now
+    end
+    return 0
+  end
   if blocked_until > now then
     local blocked_for = blocked_until - now
     local _, _, reset, retry = step(rule, stored, now, rule.cost, false)
-    return false, 0, math.max(reset, blocked_for), math.max(retry, blocked_for)
+    return false, 0, math.max(reset, blocked_for), math.max(retry, blocked_for), keep_for()
   end
   local allowed, remaining, reset_after, retry_after = step(rule, stored, now, rule.cost, commit)
+  local remembered = remembered_offenses(rule, blocked_until, offenses, now)
   if not allowed and rule.block_for > 0 then
+    -- One more offense in a row, or a first one; never past the last step.
+    local offense = math.min(remembered + 1, #rule.steps)
+    local block_for = rule.steps[offense]
     if commit then
-      redis.call('HSET', rule.state, 'b', num(now + rule.block_for))
+      blocked_until = now + block_for
+      if #rule.steps > 1 then
+        offenses = offense
+        redis.call('HSET', rule.state, 'b', num(blocked_until), 'o', num(offenses))
+      else
+        offenses = 0
+        redis.call('HSET', rule.state, 'b', num(blocked_until))
+        redis.call('HDEL', rule.state, 'o')
+      end
     end
     remaining = 0
-    reset_after = math.max(reset_after, rule.block_for)
-    retry_after = math.max(retry_after, rule.block_for)
+    reset_after = math.max(reset_after, block_for)
+    retry_after = math.max(retry_after, block_for)
+  elseif commit and remembered == 0 and offenses > 0 then
+    offenses = 0
+    redis.call('HDEL', rule.state, 'o')
   end
-  return allowed, remaining, reset_after, retry_after
+  return allowed, remaining, reset_after, retry_after, keep_for()
 end
 
 -- Appends one rule's answer to a reply: {allowed (1 or 0), remaining, reset_after_us,

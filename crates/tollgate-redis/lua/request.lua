@@ -29,10 +29,10 @@ local function request_now(given)
   return redis_now
 end
 
--- The state means nothing once the budget is full again, so it lives exactly that long (rounded
--- up to whole ms); an idle key vanishes on its own.
-local function expire(rule, reset_after)
-  local ttl_ms = idiv(reset_after + 999, 1000)
+-- The state means nothing once the budget is full again and no offense count is remembered, so
+-- it lives exactly that long (rounded up to whole ms); an idle key vanishes on its own.
+local function expire(rule, reset_after, keep_for)
+  local ttl_ms = idiv(math.max(reset_after, keep_for or 0) + 999, 1000)
   for _, key in ipairs({rule.state, rule.log}) do
     if ttl_ms > 0 then
       redis.call('PEXPIRE', key, ttl_ms)
@@ -48,7 +48,7 @@ local function decide_request(rules, now, mode)
   local outcomes = {}
   local function commit(i)
     outcomes[i] = {decide(rules[i], now, true)}
-    expire(rules[i], outcomes[i][3])
+    expire(rules[i], outcomes[i][3], outcomes[i][5])
   end
 
   if #rules == 1 then

@@ -120,5 +120,33 @@ ALGORITHMS.sliding_log = function()
     save(rule, {n = math.max(stored.n - given, 0)})
   end
 
+  -- A refund asked for by the caller: port of SlidingLog::refund. Newest entries first, while
+  -- they are still in the window.
+  function sliding_log.give_back(rule, stored, now, cost)
+    if not stored.n then
+      return
+    end
+    local LOG, left, total = rule.log, cost, stored.n
+    while left > 0 do
+      local last = redis.call('ZRANGE', LOG, -1, -1, 'WITHSCORES')
+      if #last < 2 then
+        break
+      end
+      local member, t = last[1], tonumber(last[2])
+      if t + rule.window <= now then
+        break
+      end
+      local n = member_cost(member)
+      local given = math.min(left, n)
+      redis.call('ZREM', LOG, member)
+      if n > given then
+        redis.call('ZADD', LOG, num(t), num(t) .. ':' .. num(n - given))
+      end
+      total = total - given
+      left = left - given
+    end
+    save(rule, {n = math.max(total, 0)})
+  end
+
   return sliding_log
 end

@@ -75,5 +75,24 @@ ALGORITHMS.sliding_window = function()
     save(rule, {s = stored.s, p = previous, c = current})
   end
 
+  -- A refund asked for by the caller: port of SlidingWindow::refund. Newest spends first: the
+  -- stored window's count while it weighs, then the count before it while that weighs.
+  function sliding_window.give_back(rule, stored, now, cost)
+    if not stored.s then
+      return
+    end
+    local start = idiv(now, rule.window_us) * rule.window_us
+    if stored.s + rule.window_us < start then
+      return
+    end
+    local previous, current = stored.p or 0, stored.c or 0
+    local from_current = math.min(cost, current)
+    current = current - from_current
+    if stored.s >= start then
+      previous = previous - math.min(cost - from_current, previous)
+    end
+    save(rule, {s = stored.s, p = previous, c = current})
+  end
+
   return sliding_window
 end

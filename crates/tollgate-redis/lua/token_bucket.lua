@@ -53,5 +53,10 @@ ALGORITHMS.token_bucket = function()
     end
   end
 
+  -- A refund asked for by the caller: port of TokenBucket::refund, the same as above.
+  function token_bucket.give_back(rule, stored, _, cost)
+    token_bucket.refund(rule, stored, cost, 0)
+  end
+
   return token_bucket
 end

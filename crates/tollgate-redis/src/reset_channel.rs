@@ -2,7 +2,8 @@
 //! a Redis pub/sub channel (`<prefix>resets`), and every store listens on it and drops the key's
 //! cached denial and lease. A message whose first byte is [`DROP_LEASE`] (never the first byte
 //! of a key name, which starts with a text prefix) drops only the lease: a penalty started on
-//! another instance.
+//! another instance. One whose first byte is [`DROP_DENIAL`] drops only the cached denial: a
+//! refund gave the key budget back, and the leases of it are still good.
 //!
 //! Without this, an instance that cached "denied until T" keeps denying after an operator reset
 //! the key on another instance, until T (a `block_for` penalty can make that hours).
@@ -23,6 +24,10 @@ use crate::connection::{ConnectOptions, Target};
 use crate::deny_cache::DenyCache;
 use crate::lease::{DROP_LEASE, Leases};
 
+/// The first byte of a reset-channel message that asks every instance to drop its cached denial
+/// of a key (a refund gave budget back); not a text byte, like [`DROP_LEASE`].
+pub(crate) const DROP_DENIAL: u8 = 0xfe;
+
 /// What a reset message makes this instance forget. The listener ends once the store that owns
 /// them is gone.
 pub(crate) struct Forgets {
@@ -38,6 +43,11 @@ impl Forgets {
         };
         match payload.split_first() {
             Some((&DROP_LEASE, state)) => leases.forget(state),
+            Some((&DROP_DENIAL, state)) => {
+                if let Some(cache) = self.deny_cache.as_ref().and_then(Weak::upgrade) {
+                    cache.remove(state);
+                }
+            }
             _ => {
                 leases.forget(payload);
                 if let Some(cache) = self.deny_cache.as_ref().and_then(Weak::upgrade) {

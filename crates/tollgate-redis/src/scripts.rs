@@ -33,6 +33,8 @@ macro_rules! library {
             include_str!("../lua/leaky_bucket.lua"),
             "\n",
             include_str!("../lua/gcra.lua"),
+            "\n",
+            include_str!("../lua/calendar_quota.lua"),
             $("\n", include_str!(concat!("../lua/", $driver)),)+
         )
     };
@@ -93,6 +95,8 @@ pub(crate) enum Mode {
     Reserve,
     /// Give back reserved spends (the refund script).
     Refund,
+    /// Give back what the caller asks, without marks (the refund script: `Store::refund`).
+    GiveBack,
     /// Give back a lease's unused units and take a new lease (the lease script).
     Lease,
 }
@@ -104,6 +108,7 @@ impl Mode {
             Mode::Commit => "commit",
             Mode::Reserve => "reserve",
             Mode::Refund => "refund",
+            Mode::GiveBack => "give_back",
             Mode::Lease => "lease",
         }
     }
@@ -117,6 +122,9 @@ pub(crate) fn call_args<'r>(
     mode: Mode,
     rules: impl ExactSizeIterator<Item = (&'r Rule<'r>, u64)>,
 ) -> Vec<String> {
+    // Calendar periods are computed here, around the call's time (the test clock's, or this
+    // instance's for Redis time); the script picks the one that holds its own time.
+    let around_us = now.parse::<u64>().unwrap_or_else(|_| system_now_us());
     let mut args = Vec::with_capacity(3 + rules.len() * RULE_FIELDS);
     args.push(now);
     args.push(rules.len().to_string());
@@ -127,9 +135,9 @@ pub(crate) fn call_args<'r>(
         args.push(rule.cost.to_string());
         // The role: 1 for a shadow rule, plus 2 for a question (never spent).
         args.push((u8::from(rule.shadow) + 2 * u8::from(rule.question)).to_string());
-        args.push(rule.policy.block_for_us().unwrap_or(0).to_string());
+        args.push(rule.policy.penalty().map_or_else(|| "0".to_owned(), |p| p.wire()));
         args.push(mark.to_string());
-        args.extend(params(algorithm));
+        args.extend(params(algorithm, around_us));
     }
     args
 }
@@ -137,8 +145,16 @@ pub(crate) fn call_args<'r>(
 /// Values per rule record.
 pub(crate) const RULE_FIELDS: usize = 8;
 
+/// This instance's time, µs since the Unix epoch.
+fn system_now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
 /// The algorithm's three parameters, as listed at the top of its file ("" when unused).
-fn params(algorithm: &Algorithm) -> [String; 3] {
+/// `around_us` places a calendar quota's periods.
+fn params(algorithm: &Algorithm, around_us: u64) -> [String; 3] {
     use tollgate::Anchor;
     match algorithm {
         Algorithm::FixedWindow(p) => [
@@ -164,6 +180,15 @@ fn params(algorithm: &Algorithm) -> [String; 3] {
         Algorithm::Gcra(p) => [
             p.rate().interval_us().to_string(),
             p.burst().to_string(),
+            String::new(),
+        ],
+        Algorithm::CalendarQuota(p) => [
+            p.limit().to_string(),
+            p.boundaries_around(around_us)
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
             String::new(),
         ],
     }

@@ -1074,6 +1074,29 @@ impl Store for RedisStore {
         }
     }
 
+    /// One call of the refund script in its `give_back` mode (a port of
+    /// [`tollgate::algorithm::refund`]), on the key's own slot. Then, with the deny cache on,
+    /// this instance's cached denial of the key is dropped and the others are told on the reset
+    /// channel (one `PUBLISH`), so no instance keeps denying a key whose budget came back.
+    /// Leases of the key stay: their units are still good.
+    async fn refund(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
+        core_store::validate_check(policy, key, cost)?;
+        let state = self.inner.keys.state(policy.hash_tag(), policy.name(), key);
+        let keys = call_keys(policy, state.clone());
+        let rule = Rule::new(policy, key, cost);
+        let args = call_args(self.script_now(), Mode::GiveBack, [(&rule, 0)].into_iter());
+        let reply: Vec<u64> = self.call(&self.inner.scripts.refund, &keys, &args).await?;
+        let outcome = outcomes(&reply, 1)?[0];
+        if let Some(cache) = &self.inner.deny_cache {
+            cache.remove(&state);
+            let mut message = Vec::with_capacity(state.len() + 1);
+            message.push(crate::reset_channel::DROP_DENIAL);
+            message.extend_from_slice(&state);
+            self.publish_reset(&message).await;
+        }
+        Ok(Decision::from_outcome(outcome, policy.max_cost()))
+    }
+
     async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {
         core_store::validate_key(key)?;
         let state = self.inner.keys.state(policy.hash_tag(), policy.name(), key);

@@ -1,6 +1,6 @@
 //! Memory, standalone Redis and Redis Cluster give exactly the same decisions: the shared
-//! vectors (one rule and many), then random traffic compared step by step, one rule per request
-//! and several.
+//! vectors (one rule and many), then random traffic (checks, peeks, resets and refunds) compared
+//! step by step, one rule per request and several.
 
 mod common;
 
@@ -66,7 +66,17 @@ async fn random_traffic_gives_the_same_decisions_on_memory_and_redis() {
                 Store::reset(&clustered, &policy, key.as_bytes()).await.unwrap();
                 continue;
             }
-            let (want, got, got_cluster) = if op < 3 {
+            let (want, got, got_cluster) = if op == 3 {
+                (
+                    memory.refund(&policy, &key, cost).unwrap(),
+                    Store::refund(&redis, &policy, key.as_bytes(), cost)
+                        .await
+                        .unwrap(),
+                    Store::refund(&clustered, &policy, key.as_bytes(), cost)
+                        .await
+                        .unwrap(),
+                )
+            } else if op < 3 {
                 (
                     memory.peek(&policy, &key, cost).unwrap(),
                     redis.peek(&policy, key.as_bytes(), cost).await.unwrap(),

@@ -5,6 +5,7 @@
 //! | `POST /v1/check` `{"policy", "key", "cost"?}` | decide and record: 200 allowed, 429 denied |
 //! | `POST /v1/check` `{"rules": [{"policy", "key", "cost"?}, ...]}` | the same for several policies at once, all or nothing |
 //! | `GET /v1/limits/{policy}/{key}?cost=N` | the same answer, recording nothing (peek) |
+//! | `POST /v1/refund` `{"policy", "key", "cost"?}` | give back what an admitted request spent (it failed on the caller's side) |
 //! | `DELETE /v1/limits/{policy}/{key}` | forget the key's state (admin) |
 //! | `POST /v1/attempts/{purpose}/{key}` `{"ttl_seconds"}` | count a failed attempt |
 //! | `GET /v1/attempts/{purpose}/{key}` | the count and its TTL |
@@ -89,6 +90,7 @@ const PROBLEM_JSON: &str = "application/problem+json";
 pub fn router(state: SharedState) -> Router {
     Router::new()
         .route("/v1/check", post(check))
+        .route("/v1/refund", post(refund))
         .route("/v1/limits/{policy}/{key}", get(peek).delete(reset))
         .route(
             "/v1/attempts/{purpose}/{key}",
@@ -381,6 +383,58 @@ pub(crate) async fn peek(
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     decide_one(&state, &policy, &key, query.cost, false).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/refund",
+    tag = "decisions",
+    summary = "Refund",
+    description = "Give back up to `cost` of what the key spent under the policy, for an admitted \
+                   request that then failed on the caller's side, within the algorithm's meaning: a \
+                   window's count while that window is current, a log's newest entries, a bucket's or \
+                   GCRA's budget up to full. A penalty already started stays. The answer is what a \
+                   check of cost 1 would get now. Open to the same callers as a check (no admin \
+                   token): it can only give back, never lift a block nor raise a budget past full.",
+    request_body(content = OneRule, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Refunded; what a check of cost 1 would get now", body = Decision),
+        (status = 400, description = "Unusable input", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed: nothing may have been given back", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn refund(
+    State(state): State<SharedState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let one: OneRule = json_body(body)?;
+    let limits = state.limits.load_full();
+    let named = limits
+        .policy(&one.policy)
+        .ok_or_else(|| unknown_policy(&one.policy))?;
+    check_key(&state, &one.key)?;
+    let cost = one.cost.unwrap_or(1);
+    let started = Instant::now();
+    let refunded = state
+        .engine
+        .refund(named.policy(), one.key.as_bytes(), cost)
+        .await;
+    metrics::store_latency(started.elapsed());
+    let decision = refunded?;
+    metrics::refund(named.policy().name(), cost);
+    let body = Decision {
+        allowed: decision.allowed,
+        limit: decision.limit,
+        remaining: decision.remaining,
+        reset_after_ms: millis_up(decision.reset_after),
+        retry_after_ms: decision.retry_after.filter(|_| !decision.allowed).map(millis_up),
+        degraded: decision.degraded,
+        shadow: false,
+        listed: None,
+    };
+    Ok((StatusCode::OK, Json(body)).into_response())
 }
 
 #[utoipa::path(

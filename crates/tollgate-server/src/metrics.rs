@@ -192,6 +192,12 @@ fn label_value(text: &str) -> String {
 
 static BLOCKED_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
+/// A refund (`POST /v1/refund`) the store carried out: one per call, and the cost given back.
+pub fn refund(policy: &str, cost: u64) {
+    metrics::counter!("tollgate_refunds_total", "policy" => policy.to_owned()).increment(1);
+    metrics::counter!("tollgate_refunded_cost_total", "policy" => policy.to_owned()).increment(cost);
+}
+
 /// A decision a failure mode took because the store could not.
 pub fn degraded(policy: &str) {
     metrics::counter!("tollgate_degraded_decisions_total", "policy" => policy.to_owned()).increment(1);

@@ -161,13 +161,14 @@ pub(crate) struct Problem {
 #[openapi(
     info(
         title = "tollgate",
-        description = "Rate limit decisions over HTTP/JSON: check, peek and reset per (policy, key), \
+        description = "Rate limit decisions over HTTP/JSON: check, peek, refund and reset per (policy, key), \
                        attempts counters for login protection, health and metrics. Every error is \
                        an RFC 9457 problem (application/problem+json)."
     ),
     paths(
         crate::http::check,
         crate::http::peek,
+        crate::http::refund,
         crate::http::reset,
         crate::http::count_attempt,
         crate::http::attempts,
@@ -207,7 +208,7 @@ pub(crate) struct Problem {
     )),
     modifiers(&AdminToken),
     tags(
-        (name = "decisions", description = "Check, peek and reset"),
+        (name = "decisions", description = "Check, peek, refund and reset"),
         (name = "attempts", description = "Failed-attempt counters"),
         (name = "operations", description = "Health, readiness, metrics, this document"),
         (name = "admin", description = "Allow and deny lists, top offenders"),
@@ -273,6 +274,7 @@ mod tests {
         );
         for path in [
             "/v1/check",
+            "/v1/refund",
             "/v1/limits/{policy}/{key}",
             "/v1/attempts/{purpose}/{key}",
             "/v1/attempts/{purpose}/{key}/check",

@@ -232,6 +232,10 @@ impl Store for AnyStore {
     async fn peek(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
         dispatch!(Store, self, peek(policy, key, cost))
     }
+
+    async fn refund(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
+        dispatch!(Store, self, refund(policy, key, cost))
+    }
 }
 
 impl AttemptsStore for AnyStore {

@@ -11,7 +11,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use tollgate::{Algorithm, Anchor, Decision, Error, HashTag, Policy, Rate, Rule, Store};
+use tollgate::algorithm::calendar_quota::{Period, Weekday};
+use tollgate::{Algorithm, Anchor, Decision, Error, HashTag, Penalty, Policy, Rate, Rule, Store};
 
 /// A multiple of every window used here, so epoch-aligned windows start at offset 0.
 pub const T0_US: u64 = 28_333_333 * 60_000_000;
@@ -25,6 +26,8 @@ pub enum Op {
     Peek,
     /// `reset(policy, key)`; expects nothing.
     Reset,
+    /// `refund(policy, key, cost)`; expects what a peek of cost 1 says after it.
+    Refund,
 }
 
 /// One step: at `T0_US + at_ms`, do `op` on `key` with `cost`; expect `(allowed, remaining,
@@ -72,6 +75,27 @@ const fn no(at_ms: u64, cost: u64, remaining: u64, retry_ms: u64) -> Step {
         cost,
         expect: (false, remaining, Some(retry_ms)),
     }
+}
+
+/// A refund of `cost` at `at_ms`, expecting a peek of cost 1 after it to say `expect`.
+const fn refund(at_ms: u64, cost: u64, expect: (bool, u64, Option<u64>)) -> Step {
+    Step {
+        at_ms,
+        key: b"k",
+        op: Op::Refund,
+        cost,
+        expect,
+    }
+}
+
+/// Milliseconds from `T0_US` to a UTC time written as RFC 3339, for the calendar vectors.
+fn utc(text: &str) -> u64 {
+    let at: jiff::Timestamp = text.parse().expect("vector time");
+    (at.as_microsecond() as u64 - T0_US) / 1000
+}
+
+fn calendar(name: &str, limit: u64, period: Period, zone: &str) -> Policy {
+    policy(name, Algorithm::calendar_quota(limit, period, zone))
 }
 
 const fn peek(step: Step) -> Step {
@@ -239,6 +263,186 @@ pub fn all() -> Vec<Vector> {
             ],
         },
         Vector {
+            name: "escalating penalty: each repeat offense within the memory takes the next step, then the last",
+            policy: policy("escalating", Algorithm::fixed_window(1, s(1), Anchor::Epoch)).with_penalty(
+                Penalty::sequence([s(1), s(10), s(60)])
+                    .and_then(|p| p.remember_for(s(30)))
+                    .expect("vector penalty"),
+            ),
+            steps: vec![
+                ok(0, 1, 0),
+                no(100, 1, 0, 1_000),
+                no(500, 1, 0, 600),
+                ok(1_100, 1, 0),
+                // A peek tells the block a repeat would get, and starts nothing.
+                peek(no(1_150, 1, 0, 10_000)),
+                no(1_200, 1, 0, 10_000),
+                on(b"other", ok(1_300, 1, 0)),
+                on(b"other", no(1_400, 1, 0, 1_000)),
+                ok(11_200, 1, 0),
+                no(11_300, 1, 0, 60_000),
+                ok(71_300, 1, 0),
+                no(71_400, 1, 0, 60_000),
+                // 30 s after the last block ended the offenses are forgotten: the first step again.
+                ok(161_400, 1, 0),
+                no(161_500, 1, 0, 1_000),
+            ],
+        },
+        Vector {
+            name: "escalating penalty by growth: reset forgets the offense count",
+            policy: policy("growing", Rate::per_second(1).and_then(|r| Algorithm::gcra(r, 1)))
+                .with_penalty(Penalty::growth(s(1), 3, s(9)).expect("vector penalty")),
+            steps: vec![
+                ok(0, 1, 0),
+                no(100, 1, 0, 1_000),
+                ok(1_100, 1, 0),
+                no(1_200, 1, 0, 3_000),
+                ok(4_200, 1, 0),
+                no(4_300, 1, 0, 9_000),
+                reset(4_400),
+                ok(4_500, 1, 0),
+                no(4_600, 1, 0, 1_000),
+            ],
+        },
+        Vector {
+            name: "refund, fixed window: the count goes down while its window is current",
+            policy: policy("refund-fw", Algorithm::fixed_window(3, s(1), Anchor::Epoch)),
+            steps: vec![
+                ok(0, 3, 0),
+                refund(100, 2, (true, 1, None)),
+                ok(200, 2, 0),
+                no(300, 1, 0, 700),
+                // The window has passed: nothing to give back, and a fresh window anyway.
+                refund(1_000, 3, (true, 2, None)),
+                ok(1_100, 3, 0),
+            ],
+        },
+        Vector {
+            name: "refund, sliding log: newest entries first, expired ones untouched",
+            policy: policy("refund-log", Algorithm::sliding_log(3, s(1))),
+            steps: vec![
+                ok(0, 1, 2),
+                ok(100, 2, 0),
+                refund(200, 1, (true, 0, None)),
+                ok(300, 1, 0),
+                no(400, 1, 0, 600),
+                refund(1_050, 3, (true, 2, None)),
+                ok(1_100, 3, 0),
+            ],
+        },
+        Vector {
+            name: "refund, sliding window: the newest count first while it weighs",
+            policy: policy("refund-sw", Algorithm::sliding_window(4, s(1))),
+            steps: vec![
+                ok(0, 4, 0),
+                refund(500, 1, (true, 0, None)),
+                ok(600, 1, 0),
+                refund(1_500, 2, (true, 2, None)),
+                // The previous window's 2 still weigh 0.4 here: 0.8 + 2 used.
+                ok(1_600, 2, 1),
+                // 2 from the current count, the other 2 from the previous one.
+                refund(1_700, 4, (true, 3, None)),
+            ],
+        },
+        Vector {
+            name: "refund, buckets and gcra: the cost comes back, never past full",
+            policy: policy(
+                "refund-tb",
+                Rate::per_second(1).and_then(|r| Algorithm::token_bucket(3, r)),
+            ),
+            steps: vec![
+                ok(0, 2, 1),
+                // 1 + 3 tokens, clamped to the capacity of 3.
+                refund(100, 3, (true, 2, None)),
+                ok(200, 3, 0),
+                refund(300, 1, (true, 0, None)),
+            ],
+        },
+        Vector {
+            name: "refund, leaky bucket",
+            policy: policy(
+                "refund-lb",
+                Rate::per_second(1).and_then(|r| Algorithm::leaky_bucket(3, r)),
+            ),
+            steps: vec![ok(0, 3, 0), refund(100, 2, (true, 1, None)), ok(200, 2, 0)],
+        },
+        Vector {
+            name: "refund, gcra",
+            policy: policy(
+                "refund-gcra",
+                Rate::per_second(10).and_then(|r| Algorithm::gcra(r, 5)),
+            ),
+            steps: vec![
+                ok(0, 5, 0),
+                refund(10, 2, (true, 1, None)),
+                ok(20, 2, 0),
+                refund(30, 5, (true, 4, None)),
+            ],
+        },
+        Vector {
+            name: "refund gives budget back but never lifts a block",
+            policy: blocking(
+                policy("refund-blocked", Algorithm::fixed_window(1, s(1), Anchor::Epoch)),
+                s(10),
+            ),
+            steps: vec![
+                ok(0, 1, 0),
+                no(100, 1, 0, 10_000),
+                refund(200, 1, (false, 0, Some(9_900))),
+                ok(10_100, 1, 0),
+            ],
+        },
+        Vector {
+            name: "calendar quota, daily in Paris across the spring clock change (a 23-hour day)",
+            policy: calendar("daily-paris", 2, Period::Day, "Europe/Paris"),
+            steps: vec![
+                ok(utc("2024-03-30T22:30:00Z"), 2, 0),
+                // Midnight in Paris is 23:00 UTC in winter time.
+                no(utc("2024-03-30T22:45:00Z"), 1, 0, 15 * 60_000),
+                ok(utc("2024-03-30T23:00:00Z"), 1, 1),
+                ok(utc("2024-03-31T21:59:59Z"), 1, 0),
+                // The next midnight is 22:00 UTC in summer time: 23 hours later.
+                no(utc("2024-03-31T21:59:59.5Z"), 1, 0, 500),
+                ok(utc("2024-03-31T22:00:00Z"), 2, 0),
+            ],
+        },
+        Vector {
+            name: "calendar quota, monthly in UTC at the end of a leap February, with a refund",
+            policy: calendar("monthly-utc", 1, Period::Month, "UTC"),
+            steps: vec![
+                ok(utc("2024-02-29T23:59:59Z"), 1, 0),
+                no(utc("2024-02-29T23:59:59.9Z"), 1, 0, 100),
+                ok(utc("2024-03-01T00:00:00Z"), 1, 0),
+                refund(utc("2024-03-01T00:00:00.1Z"), 1, (true, 0, None)),
+                ok(utc("2024-03-01T00:00:00.2Z"), 1, 0),
+                no(utc("2024-03-31T23:59:59Z"), 1, 0, 1_000),
+            ],
+        },
+        Vector {
+            name: "calendar quota, weekly from Sunday in New York across the fall clock change (169 hours)",
+            policy: policy(
+                "weekly-new-york",
+                Algorithm::calendar_quota(1, Period::Week, "America/New_York").map(|a| match a {
+                    Algorithm::CalendarQuota(q) => Algorithm::CalendarQuota(q.week_starts(Weekday::Sunday)),
+                    other => other,
+                }),
+            ),
+            steps: vec![
+                ok(utc("2024-11-03T04:00:00Z"), 1, 0),
+                no(utc("2024-11-09T12:00:00Z"), 1, 0, 17 * 3_600_000),
+                ok(utc("2024-11-10T05:00:00Z"), 1, 0),
+            ],
+        },
+        Vector {
+            name: "calendar quota, yearly in Tokyo: the year ends at 15:00 UTC",
+            policy: calendar("yearly-tokyo", 3, Period::Year, "Asia/Tokyo"),
+            steps: vec![
+                ok(utc("2024-12-31T14:59:59Z"), 3, 0),
+                no(utc("2024-12-31T14:59:59.5Z"), 1, 0, 500),
+                ok(utc("2024-12-31T15:00:00Z"), 3, 0),
+            ],
+        },
+        Vector {
             name: "keys with any bytes are separate",
             policy: policy("bytes", Algorithm::sliding_log(1, s(60))),
             steps: vec![
@@ -266,6 +470,7 @@ impl<S: tollgate::Store> Subject for S {
             Op::Check => self.check(policy, step.key, step.cost).await.map(Some),
             Op::Peek => self.peek(policy, step.key, step.cost).await.map(Some),
             Op::Reset => self.reset(policy, step.key).await.map(|()| None),
+            Op::Refund => self.refund(policy, step.key, step.cost).await.map(Some),
         }
     }
 }

@@ -17,10 +17,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use tollgate::{
-    Clock, Engine, Error, ManualClock, MemoryStore, Rule, Store, StoreErrorKind, SystemClock, Verdict,
+    Clock, Decision, Engine, Error, ManualClock, MemoryStore, Policy, Rule, Store, StoreErrorKind,
+    SystemClock, Verdict,
 };
 
 type VerdictFuture<'a> = Pin<Box<dyn Future<Output = Result<Verdict, Error>> + Send + 'a>>;
+type RefundFuture<'a> = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + 'a>>;
 
 /// The engine operations the layer needs, object safe.
 pub(crate) trait SharedEngine: Send + Sync {
@@ -34,6 +36,13 @@ pub(crate) trait SharedEngine: Send + Sync {
 
     /// The verdict for `rules`, as a boxed future.
     fn check_all<'a>(&'a self, rules: &'a [Rule<'a>]) -> VerdictFuture<'a>;
+
+    /// [`Engine::refund`], without waiting: for an engine that [decides at
+    /// once](Self::decides_at_once).
+    fn refund_now(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error>;
+
+    /// [`Engine::refund`], boxed.
+    fn refund<'a>(&'a self, policy: &'a Policy, key: &'a [u8], cost: u64) -> RefundFuture<'a>;
 }
 
 impl<S: Store + 'static> SharedEngine for Engine<S> {
@@ -58,6 +67,23 @@ impl<S: Store + 'static> SharedEngine for Engine<S> {
 
     fn check_all<'a>(&'a self, rules: &'a [Rule<'a>]) -> VerdictFuture<'a> {
         Box::pin(Engine::check_all(self, rules))
+    }
+
+    fn refund_now(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
+        if !decides_at_once::<S>() {
+            return Err(not_at_once("this store has to be waited for"));
+        }
+        let future = pin!(Engine::refund(self, policy, key, cost));
+        match future.poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(decision) => decision,
+            Poll::Pending => Err(not_at_once(
+                "the memory store's refund was not ready at its first poll",
+            )),
+        }
+    }
+
+    fn refund<'a>(&'a self, policy: &'a Policy, key: &'a [u8], cost: u64) -> RefundFuture<'a> {
+        Box::pin(Engine::refund(self, policy, key, cost))
     }
 }
 

@@ -75,3 +75,8 @@ pub use stats::{Stats, StatsSnapshot};
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The examples of `docs/refunds.md`, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/refunds.md")]
+struct RefundsDoc;

@@ -34,6 +34,8 @@ struct Counters {
     degraded: AtomicU64,
     no_peer_address: AtomicU64,
     blocked: AtomicU64,
+    refunds: AtomicU64,
+    refund_failures: AtomicU64,
 }
 
 /// The counts at one moment; see each field for what it counts.
@@ -67,6 +69,11 @@ pub struct StatsSnapshot {
     /// Requests answered `403 Forbidden`: a key on a deny list
     /// ([`Blocked`](tollgate::Outcome::Blocked)).
     pub blocked: u64,
+    /// Rules given back their cost because the inner service answered 5xx, with
+    /// [`refund_on_server_error`](crate::RateLimitLayerBuilder::refund_on_server_error).
+    pub refunds: u64,
+    /// Such refunds the store failed to carry out (the spend stays).
+    pub refund_failures: u64,
 }
 
 impl Stats {
@@ -84,6 +91,8 @@ impl Stats {
             degraded: load(&c.degraded),
             no_peer_address: load(&c.no_peer_address),
             blocked: load(&c.blocked),
+            refunds: load(&c.refunds),
+            refund_failures: load(&c.refund_failures),
         }
     }
 
@@ -99,6 +108,8 @@ impl Stats {
             Counter::Degraded => &c.degraded,
             Counter::NoPeerAddress => &c.no_peer_address,
             Counter::Blocked => &c.blocked,
+            Counter::Refund => &c.refunds,
+            Counter::RefundFailed => &c.refund_failures,
         };
         target.fetch_add(1, Ordering::Relaxed);
     }
@@ -116,4 +127,6 @@ pub(crate) enum Counter {
     Degraded,
     NoPeerAddress,
     Blocked,
+    Refund,
+    RefundFailed,
 }

@@ -75,6 +75,34 @@ pub enum PolicyError {
         /// The policy's algorithm.
         algorithm: &'static str,
     },
+    /// A number is outside its accepted range.
+    #[error("{field} is {value}, outside the accepted range {min} to {max}")]
+    OutOfRange {
+        /// The parameter, e.g. `block_for.factor`.
+        field: &'static str,
+        /// The value given.
+        value: u64,
+        /// The smallest accepted value.
+        min: u64,
+        /// The largest accepted value.
+        max: u64,
+    },
+    /// An escalating penalty has a step shorter than the one before it.
+    #[error("block_for step {step} ({value:?}) is shorter than the step before it ({before:?})")]
+    PenaltyShrinks {
+        /// The step, counted from 1.
+        step: usize,
+        /// Its length.
+        value: Duration,
+        /// The length of the step before it.
+        before: Duration,
+    },
+    /// A calendar quota names a time zone the tz database does not know.
+    #[error("unknown time zone \"{name}\": expected an IANA name like \"Europe/Paris\"")]
+    UnknownTimeZone {
+        /// The name given.
+        name: String,
+    },
     /// The policy name is empty or too long.
     #[error("policy name must be 1 to {max} bytes, got {len}")]
     BadName {
@@ -125,6 +153,12 @@ pub enum Error {
         min: Duration,
         /// The longest accepted TTL.
         max: Duration,
+    },
+    /// The store cannot give budget back.
+    #[error("this store cannot refund (policy `{policy}`)")]
+    RefundUnsupported {
+        /// The policy of the refund.
+        policy: String,
     },
     /// The memory store is at its key bound and every key in the way is currently limited or
     /// blocked. Forgetting one of them would hand its owner a fresh budget, so the new key is

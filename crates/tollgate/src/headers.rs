@@ -96,6 +96,8 @@ fn window(algorithm: &Algorithm) -> Duration {
         Algorithm::TokenBucket(p) => Duration::from_micros(p.refill().interval_us() * p.capacity()),
         Algorithm::LeakyBucket(p) => Duration::from_micros(p.leak().interval_us() * p.capacity()),
         Algorithm::Gcra(p) => Duration::from_micros(p.tolerance_us()),
+        // Calendar periods vary in length; the header announces the longest.
+        Algorithm::CalendarQuota(p) => p.longest_period(),
     }
 }
 

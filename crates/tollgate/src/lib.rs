@@ -25,6 +25,7 @@
 //!   optional `block_for` penalty, and the [`HashTag`] that places its keys in a cluster.
 //! - [`algorithm`]: one module per algorithm, each a pure step function on integer
 //!   microseconds, and [`algorithm::decide`], which adds penalties.
+//! - [`penalty`]: [`Penalty`], the block after a denial, growing for repeat offenders.
 //! - [`lease`]: [`LeaseOptions`], how a networked store may lease a hot key's budget to one
 //!   instance (opt-in per policy, with [`Policy::with_lease`]).
 //! - [`access`]: allow and deny lists (CIDR ranges, keys, key prefixes; global or per policy),
@@ -66,6 +67,7 @@ pub mod guide;
 pub mod headers;
 pub mod lease;
 pub mod memory;
+pub mod penalty;
 pub mod policy;
 pub mod rule;
 pub mod store;
@@ -78,6 +80,17 @@ pub use engine::{Engine, EngineBuilder, Outcome, RuleVerdict, Verdict};
 pub use error::{Error, PolicyError, StoreErrorKind};
 pub use lease::LeaseOptions;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
+pub use penalty::Penalty;
 pub use policy::{Algorithm, Anchor, FailureMode, HashTag, Policy, Rate};
 pub use rule::Rule;
 pub use store::{AttemptsStore, Store};
+
+/// The examples of `docs/penalties.md`, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/penalties.md")]
+struct PenaltiesDoc;
+
+/// The examples of `docs/calendar-quotas.md`, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/calendar-quotas.md")]
+struct CalendarQuotasDoc;

@@ -10,12 +10,18 @@ use std::time::Duration;
 
 use crate::PolicyError;
 use crate::algorithm::{
-    fixed_window::FixedWindow, gcra::Gcra, leaky_bucket::LeakyBucket, sliding_log::SlidingLog,
-    sliding_window::SlidingWindow, token_bucket::TokenBucket,
+    calendar_quota::{CalendarQuota, Period},
+    fixed_window::FixedWindow,
+    gcra::Gcra,
+    leaky_bucket::LeakyBucket,
+    sliding_log::SlidingLog,
+    sliding_window::SlidingWindow,
+    token_bucket::TokenBucket,
 };
 use crate::bounds::{self, MAX_NAME_LEN};
 use crate::enforcement::Enforcement;
 use crate::lease::LeaseOptions;
+use crate::penalty::Penalty;
 
 /// A rate: `count` requests per `per`, e.g. 10 per second.
 ///
@@ -180,6 +186,8 @@ pub enum Algorithm {
     LeakyBucket(LeakyBucket),
     /// Generic cell rate algorithm; see [`Gcra`].
     Gcra(Gcra),
+    /// Count per calendar day, week, month or year in a time zone; see [`CalendarQuota`].
+    CalendarQuota(CalendarQuota),
 }
 
 impl Algorithm {
@@ -258,6 +266,21 @@ impl Algorithm {
         Gcra::new(rate, burst).map(Algorithm::Gcra)
     }
 
+    /// A calendar quota of `limit` requests per `period` in the IANA zone `time_zone`, weeks
+    /// starting on Monday (see [`CalendarQuota::week_starts`]).
+    ///
+    /// ```
+    /// use tollgate::Algorithm;
+    /// use tollgate::algorithm::calendar_quota::Period;
+    ///
+    /// let monthly = Algorithm::calendar_quota(1_000, Period::Month, "Europe/Paris")?;
+    /// assert_eq!(monthly.name(), "calendar_quota");
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn calendar_quota(limit: u64, period: Period, time_zone: &str) -> Result<Self, PolicyError> {
+        CalendarQuota::new(limit, period, time_zone).map(Algorithm::CalendarQuota)
+    }
+
     /// The most this algorithm admits at once: the limit, capacity or burst. It is also the
     /// largest cost a single check may ask for.
     ///
@@ -275,6 +298,7 @@ impl Algorithm {
             Algorithm::TokenBucket(p) => p.capacity(),
             Algorithm::LeakyBucket(p) => p.capacity(),
             Algorithm::Gcra(p) => p.burst(),
+            Algorithm::CalendarQuota(p) => p.limit(),
         }
     }
 
@@ -305,12 +329,14 @@ impl Algorithm {
                 .slowed(n)
                 .and_then(|rate| Gcra::new(rate, share(p.burst())))
                 .map(Self::Gcra),
+            Algorithm::CalendarQuota(p) => CalendarQuota::new(share(p.limit()), p.period(), p.time_zone())
+                .map(|q| Self::CalendarQuota(q.week_starts(p.week_start()))),
         };
         divided.unwrap_or_else(|_| self.clone())
     }
 
     /// A short lower-case name: `fixed_window`, `sliding_log`, `sliding_window`,
-    /// `token_bucket`, `leaky_bucket` or `gcra`.
+    /// `token_bucket`, `leaky_bucket`, `gcra` or `calendar_quota`.
     ///
     /// ```
     /// let algorithm = tollgate::Algorithm::sliding_log(5, std::time::Duration::from_secs(1))?;
@@ -325,6 +351,7 @@ impl Algorithm {
             Algorithm::TokenBucket(_) => "token_bucket",
             Algorithm::LeakyBucket(_) => "leaky_bucket",
             Algorithm::Gcra(_) => "gcra",
+            Algorithm::CalendarQuota(_) => "calendar_quota",
         }
     }
 }
@@ -350,7 +377,7 @@ impl Algorithm {
 pub struct Policy {
     name: Arc<PolicyName>,
     algorithm: Algorithm,
-    block_for_us: Option<u64>,
+    penalty: Option<Penalty>,
     on_store_failure: FailureMode,
     hash_tag: HashTag,
     lease: Option<LeaseOptions>,
@@ -447,7 +474,7 @@ impl Policy {
         Ok(Policy {
             name: Arc::new(PolicyName::new(name)),
             algorithm,
-            block_for_us: None,
+            penalty: None,
             on_store_failure: FailureMode::default(),
             hash_tag: HashTag::default(),
             lease: None,
@@ -468,8 +495,46 @@ impl Policy {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn with_block_for(mut self, block_for: Duration) -> Result<Self, PolicyError> {
-        self.block_for_us = Some(bounds::period_us("block_for", block_for)?);
+        self.penalty = Some(Penalty::fixed(block_for)?);
         Ok(self)
+    }
+
+    /// Adds a penalty that can grow for repeat offenders: see [`Penalty`]. A one-step penalty
+    /// is [`with_block_for`](Self::with_block_for).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, MemoryStore, ManualClock, Penalty, Policy};
+    ///
+    /// let minute = Duration::from_secs(60);
+    /// let policy = Policy::new("login", Algorithm::sliding_log(1, Duration::from_secs(1))?)?
+    ///     .with_penalty(Penalty::sequence([minute, 10 * minute, 60 * minute])?.remember_for(24 * 60 * minute)?);
+    /// let clock = ManualClock::new(0);
+    /// let store = MemoryStore::builder().clock(clock.clone()).build();
+    /// assert!(store.check(&policy, "bob", 1)?.allowed);
+    /// assert_eq!(store.check(&policy, "bob", 1)?.retry_after, Some(minute));
+    /// clock.advance(minute);
+    /// // The first block is over; the next offense is a repeat and blocks for 10 minutes.
+    /// assert!(store.check(&policy, "bob", 1)?.allowed);
+    /// assert_eq!(store.check(&policy, "bob", 1)?.retry_after, Some(10 * minute));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_penalty(mut self, penalty: Penalty) -> Self {
+        self.penalty = Some(penalty);
+        self
+    }
+
+    /// The penalty, if any.
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?
+    ///     .with_block_for(std::time::Duration::from_secs(2))?;
+    /// assert_eq!(policy.penalty().map(|p| p.steps().len()), Some(1));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    pub fn penalty(&self) -> Option<&Penalty> {
+        self.penalty.as_ref()
     }
 
     /// Sets what a networked store does when it cannot decide; see [`FailureMode`].
@@ -659,7 +724,7 @@ impl Policy {
         &self.algorithm
     }
 
-    /// The penalty, if any.
+    /// The block of a first offense, if the policy has a penalty.
     ///
     /// ```
     /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?;
@@ -667,10 +732,10 @@ impl Policy {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn block_for(&self) -> Option<Duration> {
-        self.block_for_us.map(Duration::from_micros)
+        self.block_for_us().map(Duration::from_micros)
     }
 
-    /// The penalty in microseconds, if any.
+    /// The block of a first offense in microseconds, if the policy has a penalty.
     ///
     /// ```
     /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?
@@ -680,7 +745,7 @@ impl Policy {
     /// ```
     #[inline]
     pub fn block_for_us(&self) -> Option<u64> {
-        self.block_for_us
+        self.penalty.as_ref().map(|p| p.block_for_us(1))
     }
 
     /// The most one check may cost: the algorithm's limit, capacity or burst.

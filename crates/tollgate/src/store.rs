@@ -94,9 +94,25 @@ pub trait Store: Send + Sync {
             Ok(only(decisions))
         }
     }
+    /// Gives back up to `cost` of what `key` spent under `policy` (a request that was admitted
+    /// and then failed on the caller's side, say), within the algorithm's meaning (see
+    /// [`algorithm::refund`](crate::algorithm::refund)), and answers what a check of cost 1
+    /// would get now. A penalty already started stays. `cost` is 1 to the policy's limit.
+    ///
+    /// The default refuses with [`Error::RefundUnsupported`], for stores that cannot give back.
+    fn refund(
+        &self,
+        policy: &Policy,
+        key: &[u8],
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        let _ = (key, cost);
+        let policy = policy.name().to_owned();
+        async move { Err(Error::RefundUnsupported { policy }) }
+    }
 }
 
-/// A store shared with the rest of an application (say, to reset a key after a login) is a
+// A store shared with the rest of an application (say, to reset a key after a login) is a
 /// store too, so an [`Engine`](crate::Engine) can own an `Arc` of it.
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     fn decide(
@@ -127,6 +143,15 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         cost: u64,
     ) -> impl Future<Output = Result<Decision, Error>> + Send {
         (**self).peek(policy, key, cost)
+    }
+
+    fn refund(
+        &self,
+        policy: &Policy,
+        key: &[u8],
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        (**self).refund(policy, key, cost)
     }
 }
 

@@ -36,6 +36,13 @@ pub(crate) fn describe(policy: &Policy) -> String {
             per(p.rate().count(), p.rate().period()),
             p.burst()
         ),
+        Algorithm::CalendarQuota(p) => format!(
+            "calendar_quota {} per {} in {}, weeks from {:?}",
+            p.limit(),
+            p.period().as_str(),
+            p.time_zone(),
+            p.week_start()
+        ),
     };
     if let Some(block_for) = policy.block_for() {
         text += &format!("; block_for {block_for:?}");

@@ -44,7 +44,7 @@ impl Rng {
 /// a test runs, however slow the machine.
 pub const UNIT: Duration = Duration::from_secs(60);
 
-/// A random policy of every algorithm in turn (`i % 6`), sometimes with a penalty; durations
+/// A random policy of every algorithm in turn (`i % 7`), sometimes with a penalty; durations
 /// are 1 to 80 [`UNIT`]s.
 pub fn random_policy(i: u64, rng: &mut Rng) -> Policy {
     random_named_policy(format!("random-{i}"), i, rng)
@@ -55,7 +55,7 @@ pub fn random_named_policy(name: String, i: u64, rng: &mut Rng) -> Policy {
     let limit = rng.between(1, 8);
     let window = UNIT * rng.between(1, 50) as u32;
     let rate = Rate::new(rng.between(1, 5), UNIT * rng.between(1, 60) as u32).expect("rate");
-    let algorithm = match i % 6 {
+    let algorithm = match i % 7 {
         0 => {
             let anchor = if rng.below(2) == 0 {
                 Anchor::Epoch
@@ -68,15 +68,28 @@ pub fn random_named_policy(name: String, i: u64, rng: &mut Rng) -> Policy {
         2 => Algorithm::sliding_window(limit, window),
         3 => Algorithm::token_bucket(limit, rate),
         4 => Algorithm::leaky_bucket(limit, rate),
-        _ => Algorithm::gcra(rate, limit),
+        5 => Algorithm::gcra(rate, limit),
+        // Daily, in a zone with daylight saving time: the random steps cross a few midnights.
+        _ => Algorithm::calendar_quota(
+            limit,
+            tollgate::algorithm::calendar_quota::Period::Day,
+            "Europe/Paris",
+        ),
     }
     .expect("algorithm");
     let policy = Policy::new(name, algorithm).expect("policy");
-    if rng.below(3) == 0 {
-        policy
+    match rng.below(6) {
+        0 => policy
             .with_block_for(UNIT * rng.between(1, 80) as u32)
-            .expect("block_for")
-    } else {
-        policy
+            .expect("block_for"),
+        // Escalating: repeat offenses within the memory block longer.
+        1 => {
+            let initial = UNIT * rng.between(1, 20) as u32;
+            let penalty = tollgate::Penalty::growth(initial, rng.between(2, 4), initial * 20)
+                .and_then(|p| p.remember_for(UNIT * rng.between(1, 100) as u32))
+                .expect("penalty");
+            policy.with_penalty(penalty)
+        }
+        _ => policy,
     }
 }

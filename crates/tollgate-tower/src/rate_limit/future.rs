@@ -16,6 +16,9 @@ use axum::body::{Body, Bytes, HttpBody};
 use axum::http::Response;
 use pin_project_lite::pin_project;
 
+use std::sync::Arc;
+
+use super::limiter::{Limiter, Spent};
 use crate::problem::RateLimitHeaders;
 
 type Boxed<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
@@ -38,6 +41,7 @@ pin_project! {
             #[pin]
             future: F,
             headers: Option<RateLimitHeaders>,
+            refund: Option<(Arc<Limiter>, Spent)>,
         },
         /// Answered by the layer; `None` once taken.
         Answer {
@@ -51,9 +55,17 @@ pin_project! {
 }
 
 impl<F, E> ResponseFuture<F, E> {
-    pub(crate) fn inner(future: F, headers: Option<RateLimitHeaders>) -> Self {
+    pub(crate) fn inner(
+        future: F,
+        headers: Option<RateLimitHeaders>,
+        refund: Option<(Arc<Limiter>, Spent)>,
+    ) -> Self {
         ResponseFuture {
-            kind: Kind::Inner { future, headers },
+            kind: Kind::Inner {
+                future,
+                headers,
+                refund,
+            },
         }
     }
 
@@ -84,12 +96,22 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            KindProj::Inner { future, headers } => {
+            KindProj::Inner {
+                future,
+                headers,
+                refund,
+            } => {
                 let response = match future.poll(cx) {
                     Poll::Ready(Ok(response)) => response,
                     Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
                     Poll::Pending => return Poll::Pending,
                 };
+                // Only a store that decides at once takes this road, so the refund is done now.
+                if let Some((limiter, spent)) = refund.take()
+                    && response.status().is_server_error()
+                {
+                    limiter.refund_now(&spent);
+                }
                 let (mut head, body) = response.into_parts();
                 if let Some(headers) = headers.take() {
                     headers.append_to(&mut head.headers);

@@ -81,6 +81,7 @@ impl RateLimitLayer {
                 stats: Stats::default(),
                 problems: Problems::default(),
                 told_no_peer: AtomicBool::new(false),
+                refund_on_server_error: false,
             }),
         }
     }
@@ -156,6 +157,7 @@ impl RateLimitLayer {
             rules: Vec::new(),
             problems: Problems::default(),
             stats: Stats::default(),
+            refund_on_server_error: false,
         }
     }
 
@@ -202,6 +204,7 @@ pub struct RateLimitLayerBuilder {
     rules: Vec<Rule>,
     problems: Problems,
     stats: Stats,
+    refund_on_server_error: bool,
 }
 
 impl RateLimitLayerBuilder {
@@ -241,6 +244,30 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// Gives an admitted request's cost back (see [`tollgate::Store::refund`]) when the inner
+    /// service answers with a 5xx status: the failure was on this side, so it should not use up
+    /// the client's budget. Off by default. Every rule the store allowed is refunded, once the
+    /// response head is known and before it is returned; a refund that fails is counted
+    /// ([`StatsSnapshot::refund_failures`](crate::StatsSnapshot::refund_failures)) and logged,
+    /// and the response goes out unchanged.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, MemoryStore, Policy, Rate};
+    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+    ///
+    /// let policy = Policy::new("exports", Algorithm::gcra(Rate::per_minute(5)?, 5)?)?;
+    /// let layer = RateLimitLayer::builder(MemoryStore::new())
+    ///     .rule(Rule::new(policy, KeyExtractor::peer_ip()))
+    ///     .refund_on_server_error(true)
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund_on_server_error(mut self, refund: bool) -> Self {
+        self.refund_on_server_error = refund;
+        self
+    }
+
     /// Builds the layer. Fails without rules, or when two rules use one policy name for two
     /// different policies (they would count into the same state by different settings).
     ///
@@ -269,6 +296,7 @@ impl RateLimitLayerBuilder {
                 stats: self.stats,
                 problems: self.problems,
                 told_no_peer: AtomicBool::new(false),
+                refund_on_server_error: self.refund_on_server_error,
             }),
         })
     }

@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::http::Response;
 use axum::http::request::Parts;
 use tollgate::bounds::MAX_KEY_LEN;
-use tollgate::{Decision, Error, FailureMode, Outcome, Verdict};
+use tollgate::{Decision, Error, FailureMode, Outcome, Policy, Verdict};
 
 use crate::engine::SharedEngine;
 use crate::key::Key;
@@ -29,12 +29,19 @@ pub(crate) struct Limiter {
     /// Whether the missing peer address has been logged: once per layer, since it repeats on
     /// every request until the app is fixed.
     pub(crate) told_no_peer: AtomicBool,
+    /// Give an admitted request's cost back when the inner service answers 5xx.
+    pub(crate) refund_on_server_error: bool,
 }
+
+/// What an admitted request spent, per rule: kept (only with `refund_on_server_error`) to give
+/// back if the inner service fails.
+pub(crate) struct Spent(Vec<(Policy, Box<[u8]>, u64)>);
 
 /// What to do with a request.
 pub(crate) enum Action {
-    /// Pass it on; add these headers (if any) to the response.
-    Pass(Option<RateLimitHeaders>),
+    /// Pass it on; add these headers (if any) to the response, and give back what it spent
+    /// (if kept) should the response be a 5xx.
+    Pass(Option<RateLimitHeaders>, Option<Spent>),
     /// Answer with this response instead.
     Answer(Response<Body>),
 }
@@ -114,7 +121,40 @@ impl Limiter {
     /// No rule applies (every key missing, every rule skipped): the request passes as is.
     fn unlimited(&self) -> Action {
         self.stats.bump(Counter::Allowed);
-        Action::Pass(None)
+        Action::Pass(None, None)
+    }
+
+    /// Gives back what a request spent, now, for a store that [decides at
+    /// once](Self::decides_at_once).
+    pub(crate) fn refund_now(&self, spent: &Spent) {
+        for (policy, key, cost) in &spent.0 {
+            self.refunded(policy, self.engine.refund_now(policy, key, *cost));
+        }
+    }
+
+    /// Gives back what a request spent.
+    pub(crate) async fn refund(&self, spent: &Spent) {
+        for (policy, key, cost) in &spent.0 {
+            let result = self.engine.refund(policy, key, *cost).await;
+            self.refunded(policy, result);
+        }
+    }
+
+    fn refunded(&self, policy: &Policy, result: Result<Decision, Error>) {
+        match result {
+            Ok(_) => self.stats.bump(Counter::Refund),
+            Err(err) => {
+                self.stats.bump(Counter::RefundFailed);
+                if REFUND_ERROR_LOG.due() {
+                    tracing::warn!(
+                        policy = policy.name(),
+                        class = err.class().unwrap_or("other"),
+                        error = %err,
+                        "refund after a server error failed; the spend stays (sampled: at most one line a second)",
+                    );
+                }
+            }
+        }
     }
 
     /// `rule`'s key in `parts`: `None` to skip the rule, the 400 for a missing or oversized
@@ -178,7 +218,11 @@ impl Limiter {
         match verdict.outcome() {
             Outcome::Allowed | Outcome::ShadowDenied | Outcome::Degraded => {
                 self.stats.bump(Counter::Allowed);
-                Action::Pass(RateLimitHeaders::new(reported(applied, bound, &verdict)))
+                let spent = self
+                    .refund_on_server_error
+                    .then(|| spent(bound, &verdict))
+                    .filter(|spent| !spent.0.is_empty());
+                Action::Pass(RateLimitHeaders::new(reported(applied, bound, &verdict)), spent)
             }
             Outcome::Denied => {
                 self.stats.bump(Counter::Denied);
@@ -265,6 +309,20 @@ fn bind<'a>(keyed: &'a [(&'a Rule, Key<'_>)]) -> (Vec<&'a Rule>, Vec<tollgate::R
         .unzip()
 }
 
+/// What the rules of an admitted request spent in the store: every rule the store allowed (a
+/// shadow rule that would have denied spent nothing; a rule a failure mode decided was not
+/// spent in the store).
+fn spent(bound: &[tollgate::Rule<'_>], verdict: &Verdict) -> Spent {
+    Spent(
+        bound
+            .iter()
+            .zip(verdict.rules())
+            .filter(|(_, r)| r.outcome == Outcome::Allowed && !r.decision.degraded)
+            .map(|(rule, _)| (rule.policy.clone(), rule.key.into(), rule.cost))
+            .collect(),
+    )
+}
+
 /// The decisions for the headers, in rule order: enforced rules only (shadow rules stay
 /// invisible), not those that failed closed, not those a failure mode let through without a
 /// budget (only `Local` has one to report), and each budget once (two rules with the same
@@ -295,3 +353,4 @@ fn reported<'a>(
 static STORE_ERROR_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 static SHADOW_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 static BLOCKED_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
+static REFUND_ERROR_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));

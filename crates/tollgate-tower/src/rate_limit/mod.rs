@@ -32,6 +32,11 @@
 //! Shadow rules are decided and recorded like the others but never deny and never show in
 //! headers; their would-be denials are counted and logged, on every request they apply to.
 //!
+//! With [`refund_on_server_error`](RateLimitLayerBuilder::refund_on_server_error), a request
+//! that passed and then got a 5xx from the inner service gives back what each rule spent
+//! ([`Engine::refund`](tollgate::Engine::refund)), once the response head is known: a failure on
+//! this side does not use up the client's budget.
+//!
 //! # When the decision is made
 //!
 //! Over a memory store, whose decisions are ready at once, all of this happens in

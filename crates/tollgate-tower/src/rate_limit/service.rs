@@ -106,9 +106,11 @@ where
             let (parts, body) = request.into_parts();
             return match self.limiter.decide_now(&parts) {
                 Action::Answer(response) => ResponseFuture::answer(response),
-                Action::Pass(headers) => {
-                    ResponseFuture::inner(self.inner.call(Request::from_parts(parts, body)), headers)
-                }
+                Action::Pass(headers, spent) => ResponseFuture::inner(
+                    self.inner.call(Request::from_parts(parts, body)),
+                    headers,
+                    spent.map(|spent| (self.limiter.clone(), spent)),
+                ),
             };
         }
         // The service that was polled ready goes into the future; `self` keeps a fresh clone.
@@ -119,8 +121,13 @@ where
             let (parts, body) = request.into_parts();
             match limiter.decide(&parts).await {
                 Action::Answer(response) => Ok(response),
-                Action::Pass(headers) => {
+                Action::Pass(headers, spent) => {
                     let response = inner.call(Request::from_parts(parts, body)).await?;
+                    if let Some(spent) = spent
+                        && response.status().is_server_error()
+                    {
+                        limiter.refund(&spent).await;
+                    }
                     let (mut head, body) = response.into_parts();
                     if let Some(headers) = headers {
                         headers.append_to(&mut head.headers);

@@ -159,6 +159,32 @@ impl FixedWindow {
         }
     }
 
+    /// Gives back up to `cost` of what the window admitted: while the window the key counted in
+    /// is still current, its count goes down by `cost` (not below zero); once that window has
+    /// passed, the spend went with it and there is nothing to give back.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Anchor;
+    /// use tollgate::algorithm::fixed_window::FixedWindow;
+    ///
+    /// let params = FixedWindow::new(2, Duration::from_secs(1), Anchor::Epoch)?;
+    /// let mut state = None;
+    /// params.step(&mut state, 0, 2, true);
+    /// params.refund(&mut state, 500_000, 1);
+    /// assert_eq!(params.step(&mut state, 600_000, 1, false).remaining, 0);
+    /// assert!(params.step(&mut state, 600_000, 1, false).allowed);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn refund(&self, state: &mut Option<State>, now_us: u64, cost: u64) {
+        if let Some(s) = state
+            && s.count > 0
+            && now_us < s.window_start_us + self.window_us
+        {
+            s.count = s.count.saturating_sub(cost);
+        }
+    }
+
     /// The window `now_us` falls in, with the count carried over when it is the stored one.
     #[inline]
     fn current_window(&self, state: Option<&State>, now_us: u64) -> State {

@@ -134,4 +134,26 @@ impl Gcra {
             retry_after_us: (!allowed).then(|| pushed - now_us - tolerance),
         }
     }
+
+    /// Gives back `cost` requests: the TAT moves back by `cost` intervals (a TAT in the past is a
+    /// full burst, so the budget never goes past full).
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::gcra::Gcra;
+    ///
+    /// let params = Gcra::new(Rate::per_second(10)?, 5)?;
+    /// let mut state = None;
+    /// params.step(&mut state, 0, 5, true);
+    /// params.refund(&mut state, 0, 2);
+    /// assert_eq!(params.step(&mut state, 0, 1, false).remaining, 1);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn refund(&self, state: &mut Option<State>, _now_us: u64, cost: u64) {
+        if let Some(s) = state {
+            s.tat_us = s
+                .tat_us
+                .saturating_sub(cost.saturating_mul(self.rate.interval_us()));
+        }
+    }
 }

@@ -131,4 +131,23 @@ impl LeakyBucket {
             leaked_at_us: s.leaked_at_us + leaked * interval,
         }
     }
+
+    /// Takes up to `cost` units back out of the bucket, never below empty.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::leaky_bucket::LeakyBucket;
+    ///
+    /// let params = LeakyBucket::new(3, Rate::per_second(1)?)?;
+    /// let mut state = None;
+    /// params.step(&mut state, 0, 3, true);
+    /// params.refund(&mut state, 0, 2);
+    /// assert_eq!(state.map(|s| s.level), Some(1));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn refund(&self, state: &mut Option<State>, _now_us: u64, cost: u64) {
+        if let Some(s) = state {
+            s.level = s.level.saturating_sub(cost);
+        }
+    }
 }

@@ -9,6 +9,7 @@
 //! Steps expect a cost of 1 to the policy's limit; stores check that before calling. Given
 //! anything else they still return without panicking.
 
+pub mod calendar_quota;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
@@ -51,17 +52,25 @@ pub enum AlgorithmState {
     LeakyBucket(leaky_bucket::State),
     /// See [`gcra`].
     Gcra(gcra::State),
+    /// See [`calendar_quota`]: a fixed window's state on calendar periods.
+    CalendarQuota(fixed_window::State),
 }
 
 /// Everything stored for one (policy, key): the algorithm's state and the penalty.
+///
+/// The penalty is one word: the end of the block in its low 56 bits (µs since the Unix epoch,
+/// enough until the year 4253; the Lua port's integers stop at 2^53 anyway) and the offense count
+/// in its top 8 (a penalty has at most 64 steps). One word keeps the memory store's slot at one
+/// 64-byte cache line.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct KeyState {
     /// The algorithm's state.
     pub algorithm: AlgorithmState,
-    /// Denied until this time (µs since the Unix epoch) because of `block_for`; 0 when never
-    /// blocked.
-    pub blocked_until_us: u64,
+    penalty: u64,
 }
+
+const BLOCK_BITS: u32 = 56;
+const BLOCK_MASK: u64 = (1 << BLOCK_BITS) - 1;
 
 impl KeyState {
     /// Back to no state, keeping a sliding log's allocation for reuse.
@@ -69,23 +78,65 @@ impl KeyState {
     /// ```
     /// use tollgate::algorithm::KeyState;
     ///
-    /// let mut state = KeyState { blocked_until_us: 5, ..KeyState::default() };
+    /// let mut state = KeyState::default();
+    /// state.set_penalty(5, 1);
     /// state.clear();
     /// assert_eq!(state, KeyState::default());
     /// ```
     pub fn clear(&mut self) {
-        self.blocked_until_us = 0;
+        self.penalty = 0;
         match &mut self.algorithm {
             AlgorithmState::SlidingLog(log) => log.clear(),
             other => *other = AlgorithmState::Empty,
         }
     }
+
+    /// Denied until this time (µs since the Unix epoch) because of a penalty; 0 when never
+    /// blocked.
+    ///
+    /// ```
+    /// assert_eq!(tollgate::algorithm::KeyState::default().blocked_until_us(), 0);
+    /// ```
+    #[inline]
+    pub fn blocked_until_us(&self) -> u64 {
+        self.penalty & BLOCK_MASK
+    }
+
+    /// Offenses in a row under an escalating [`Penalty`](crate::Penalty): the step the current
+    /// (or last) block took, counted from 1; 0 when none is kept. Only meaningful while the
+    /// penalty's memory has not passed since [`blocked_until_us`](Self::blocked_until_us): see
+    /// [`remembered_offenses`].
+    ///
+    /// ```
+    /// let mut state = tollgate::algorithm::KeyState::default();
+    /// state.set_penalty(1_000, 3);
+    /// assert_eq!((state.blocked_until_us(), state.offenses()), (1_000, 3));
+    /// ```
+    #[inline]
+    pub fn offenses(&self) -> u64 {
+        self.penalty >> BLOCK_BITS
+    }
+
+    /// Sets the end of the block and the offense count (times past 2^56 µs and counts past 255
+    /// saturate).
+    ///
+    /// ```
+    /// let mut state = tollgate::algorithm::KeyState::default();
+    /// state.set_penalty(u64::MAX, 300);
+    /// assert_eq!(state.offenses(), 255);
+    /// ```
+    #[inline]
+    pub fn set_penalty(&mut self, blocked_until_us: u64, offenses: u64) {
+        self.penalty = blocked_until_us.min(BLOCK_MASK) | (offenses.min(255) << BLOCK_BITS);
+    }
 }
 
 /// Decides a request of `cost` at `now_us` for `policy`, penalty included: a blocked key is
 /// denied until the block ends, and a denial by the algorithm starts a block when the policy has
-/// `block_for`. With `commit` the state is updated; without it nothing changes (a peek gives the
-/// answer a check would give).
+/// a [`Penalty`](crate::Penalty), as long as the step of this offense (the offense count goes up
+/// by one when the previous offense is still remembered, and back to 1 when it is not). With
+/// `commit` the state is updated; without it nothing changes (a peek gives the answer a check
+/// would give).
 ///
 /// ```
 /// use std::time::Duration;
@@ -104,8 +155,8 @@ impl KeyState {
 /// ```
 #[inline]
 pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, commit: bool) -> Outcome {
-    if state.blocked_until_us > now_us {
-        let blocked_for = state.blocked_until_us - now_us;
+    if state.blocked_until_us() > now_us {
+        let blocked_for = state.blocked_until_us() - now_us;
         let outcome = step(policy.algorithm(), &mut state.algorithm, now_us, cost, false);
         return Outcome {
             allowed: false,
@@ -115,15 +166,122 @@ pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, com
         };
     }
     let mut outcome = step(policy.algorithm(), &mut state.algorithm, now_us, cost, commit);
-    if let (false, Some(block_for)) = (outcome.allowed, policy.block_for_us()) {
-        if commit {
-            state.blocked_until_us = now_us + block_for;
+    let remembered = remembered_offenses(policy, state, now_us);
+    match (outcome.allowed, policy.penalty()) {
+        (false, Some(penalty)) => {
+            // One more offense in a row, or a first one; never past the last step.
+            let offense = (remembered + 1).min(penalty.steps_us().len() as u64);
+            let block_for = penalty.block_for_us(offense);
+            if commit {
+                state.set_penalty(now_us + block_for, if penalty.escalates() { offense } else { 0 });
+            }
+            outcome.remaining = 0;
+            outcome.reset_after_us = outcome.reset_after_us.max(block_for);
+            outcome.retry_after_us = outcome.retry_after_us.map(|r| r.max(block_for));
         }
-        outcome.remaining = 0;
-        outcome.reset_after_us = outcome.reset_after_us.max(block_for);
-        outcome.retry_after_us = outcome.retry_after_us.map(|r| r.max(block_for));
+        _ if commit && remembered == 0 => state.set_penalty(state.blocked_until_us(), 0),
+        _ => {}
     }
     outcome
+}
+
+/// The offenses in a row `state` still remembers at `now_us` under `policy`'s penalty: its count
+/// while the penalty's memory has not passed since the last block ended, 0 after that (and for
+/// a penalty that does not escalate).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::algorithm::{KeyState, remembered_offenses};
+/// use tollgate::{Algorithm, Penalty, Policy};
+///
+/// let s = Duration::from_secs;
+/// let policy = Policy::new("p", Algorithm::sliding_log(1, s(1))?)?
+///     .with_penalty(Penalty::sequence([s(1), s(2)])?.remember_for(s(10))?);
+/// let mut state = KeyState::default();
+/// state.set_penalty(1_000_000, 1);
+/// assert_eq!(remembered_offenses(&policy, &state, 10_999_999), 1);
+/// assert_eq!(remembered_offenses(&policy, &state, 11_000_000), 0);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[inline]
+pub fn remembered_offenses(policy: &Policy, state: &KeyState, now_us: u64) -> u64 {
+    match policy.penalty() {
+        Some(p) if p.escalates() && now_us < state.blocked_until_us().saturating_add(p.memory_us()) => {
+            state.offenses()
+        }
+        _ => 0,
+    }
+}
+
+/// Until when (µs) the state must be kept for its offense count, 0 when it has none to keep. A
+/// store keeps a key at least this long even when its budget is full again, or a repeat offender
+/// would start from the first step.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::algorithm::{KeyState, keep_until_us};
+/// use tollgate::{Algorithm, Penalty, Policy};
+///
+/// let s = Duration::from_secs;
+/// let policy = Policy::new("p", Algorithm::sliding_log(1, s(1))?)?
+///     .with_penalty(Penalty::sequence([s(1), s(2)])?.remember_for(s(10))?);
+/// let mut state = KeyState::default();
+/// state.set_penalty(1_000_000, 1);
+/// assert_eq!(keep_until_us(&policy, &state, 0), 11_000_000);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+#[inline]
+pub fn keep_until_us(policy: &Policy, state: &KeyState, now_us: u64) -> u64 {
+    match (remembered_offenses(policy, state, now_us), policy.penalty()) {
+        (0, _) | (_, None) => 0,
+        (_, Some(p)) => state.blocked_until_us() + p.memory_us(),
+    }
+}
+
+/// Gives back up to `cost` of what `policy` admitted for this key, within the algorithm's
+/// meaning (a fixed window's count while its window is current, a log's newest entries still in
+/// the window, a sliding window's newest counts while they weigh, a bucket's or GCRA's budget up
+/// to full). A block stays as it is: a refund returns budget, not a pardon.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::algorithm::{KeyState, decide, refund};
+/// use tollgate::{Algorithm, Policy};
+///
+/// let policy = Policy::new("export", Algorithm::sliding_log(2, Duration::from_secs(60))?)?;
+/// let mut state = KeyState::default();
+/// decide(&policy, &mut state, 0, 2, true);
+/// assert!(!decide(&policy, &mut state, 1, 1, false).allowed);
+/// refund(&policy, &mut state, 2, 1);
+/// assert!(decide(&policy, &mut state, 3, 1, false).allowed);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+pub fn refund(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64) {
+    let slot = &mut state.algorithm;
+    macro_rules! copy_state {
+        ($params:expr, $variant:ident) => {{
+            if let AlgorithmState::$variant(s) = slot {
+                let mut state = Some(*s);
+                $params.refund(&mut state, now_us, cost);
+                if let Some(s) = state {
+                    *slot = AlgorithmState::$variant(s);
+                }
+            }
+        }};
+    }
+    match policy.algorithm() {
+        Algorithm::FixedWindow(p) => copy_state!(p, FixedWindow),
+        Algorithm::SlidingWindow(p) => copy_state!(p, SlidingWindow),
+        Algorithm::TokenBucket(p) => copy_state!(p, TokenBucket),
+        Algorithm::LeakyBucket(p) => copy_state!(p, LeakyBucket),
+        Algorithm::Gcra(p) => copy_state!(p, Gcra),
+        Algorithm::CalendarQuota(p) => copy_state!(p, CalendarQuota),
+        Algorithm::SlidingLog(p) => {
+            if let AlgorithmState::SlidingLog(log) = slot {
+                p.refund(log, now_us, cost);
+            }
+        }
+    }
 }
 
 /// Runs the policy's algorithm on `slot`, treating a state of another algorithm as empty.
@@ -148,6 +306,7 @@ fn step(algorithm: &Algorithm, slot: &mut AlgorithmState, now_us: u64, cost: u64
         Algorithm::TokenBucket(p) => copy_state!(p, TokenBucket),
         Algorithm::LeakyBucket(p) => copy_state!(p, LeakyBucket),
         Algorithm::Gcra(p) => copy_state!(p, Gcra),
+        Algorithm::CalendarQuota(p) => copy_state!(p, CalendarQuota),
         Algorithm::SlidingLog(p) => match slot {
             AlgorithmState::SlidingLog(log) => p.step(log, now_us, cost, commit),
             _ if commit => {
@@ -178,8 +337,8 @@ fn step(algorithm: &Algorithm, slot: &mut AlgorithmState, now_us: u64, cost: u64
 /// ```
 #[inline]
 pub fn hot_until_us(policy: &Policy, state: &mut KeyState, now_us: u64) -> u64 {
-    if state.blocked_until_us > now_us {
-        return state.blocked_until_us;
+    if state.blocked_until_us() > now_us {
+        return state.blocked_until_us();
     }
     let outcome = step(policy.algorithm(), &mut state.algorithm, now_us, 1, false);
     now_us + outcome.retry_after_us.unwrap_or(0)

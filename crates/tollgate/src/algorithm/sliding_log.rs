@@ -191,6 +191,41 @@ impl SlidingLog {
         }
     }
 
+    /// Gives back up to `cost` from the newest entries still in the window, newest first (a
+    /// refund undoes the latest spends); entries that have left the window weigh nothing any more
+    /// and are not touched.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::algorithm::sliding_log::{Log, SlidingLog};
+    ///
+    /// let params = SlidingLog::new(3, Duration::from_secs(10))?;
+    /// let mut log = Log::default();
+    /// params.step(&mut log, 0, 2, true);
+    /// params.step(&mut log, 1_000_000, 1, true);
+    /// params.refund(&mut log, 2_000_000, 2);
+    /// assert_eq!(log.entries().collect::<Vec<_>>(), [(0, 1)]);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn refund(&self, log: &mut Log, now_us: u64, cost: u64) {
+        let mut left = cost;
+        while left > 0 {
+            let Some((t, n)) = log.entries.back_mut() else {
+                break;
+            };
+            if *t + self.window_us <= now_us {
+                break;
+            }
+            let given = left.min(*n);
+            *n -= given;
+            log.total -= given;
+            left -= given;
+            if *n == 0 {
+                log.entries.pop_back();
+            }
+        }
+    }
+
     fn expired(&self, t: u64, now_us: u64) -> bool {
         t + self.window_us <= now_us
     }

@@ -188,6 +188,38 @@ impl SlidingWindow {
     }
 
     /// The counters as of `now_us`: rolled forward one window, or cleared after two.
+    /// Gives back up to `cost`, newest spends first: from the stored window's count while it
+    /// still weighs (it is the current window, or the one before), then from the count before it
+    /// while that still weighs (the stored window is the current one). What has stopped weighing
+    /// is not touched.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::algorithm::sliding_window::SlidingWindow;
+    ///
+    /// let params = SlidingWindow::new(10, Duration::from_secs(10))?;
+    /// let mut state = None;
+    /// params.step(&mut state, 0, 10, true);
+    /// params.refund(&mut state, 1_000_000, 4);
+    /// assert_eq!(params.step(&mut state, 1_000_000, 1, false).remaining, 3);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn refund(&self, state: &mut Option<State>, now_us: u64, cost: u64) {
+        let Some(s) = state else {
+            return;
+        };
+        let start = now_us - now_us % self.window_us;
+        if s.window_start_us + self.window_us < start {
+            return;
+        }
+        let from_current = cost.min(u64::from(s.current));
+        s.current -= from_current as u32;
+        if s.window_start_us >= start {
+            let from_previous = (cost - from_current).min(u64::from(s.previous));
+            s.previous -= from_previous as u32;
+        }
+    }
+
     fn current_windows(&self, state: Option<&State>, now_us: u64) -> Counts {
         let w = self.window_us;
         let start = now_us - now_us % w;

@@ -119,6 +119,25 @@ impl TokenBucket {
         }
     }
 
+    /// Gives back up to `cost` tokens, never past a full bucket.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::token_bucket::TokenBucket;
+    ///
+    /// let params = TokenBucket::new(2, Rate::per_second(1)?)?;
+    /// let mut state = None;
+    /// params.step(&mut state, 0, 2, true);
+    /// params.refund(&mut state, 0, 5);
+    /// assert_eq!(state.map(|s| s.tokens), Some(2));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn refund(&self, state: &mut Option<State>, _now_us: u64, cost: u64) {
+        if let Some(s) = state {
+            s.tokens = s.tokens.saturating_add(cost).min(self.capacity);
+        }
+    }
+
     /// The bucket as of `now_us`. A missing key has a full bucket. A full bucket does not
     /// accrue, so its refill clock restarts at `now_us`.
     #[inline]

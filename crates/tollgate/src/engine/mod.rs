@@ -365,6 +365,40 @@ impl<S: Store> Engine<S> {
         self.store.reset(policy, key).await
     }
 
+    /// Gives back up to `cost` of what `key` spent under `policy`; see [`Store::refund`]. A
+    /// failing store is an `Err` (a refund has no failure mode: there is nothing to admit or
+    /// deny), and the `Local` limiter is refunded too, so a key limited there while the store
+    /// was away gets its budget back as well.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Engine, MemoryStore, Policy};
+    ///
+    /// # futures_lite_block_on(async {
+    /// let engine = Engine::new(MemoryStore::new());
+    /// let export = Policy::new("export", Algorithm::sliding_log(1, Duration::from_secs(60))?)?;
+    /// assert!(engine.check(&export, b"tenant-a", 1).await?.allowed());
+    /// assert!(engine.refund(&export, b"tenant-a", 1).await?.allowed);
+    /// assert!(engine.check(&export, b"tenant-a", 1).await?.allowed());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    /// #     match std::pin::pin!(f).poll(&mut cx) { std::task::Poll::Ready(v) => v, _ => unreachable!() }
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn refund(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
+        store::validate_check(policy, key, cost)?;
+        if let crate::FailureMode::Local { instances } = policy.failure_mode() {
+            // The local limiter decides on the policy's share; a cost above the share's limit
+            // gives back the whole share.
+            let share = policy.local_share(instances);
+            let _ = self.fallback.refund(&share, key, cost.min(share.max_cost()));
+        }
+        self.store.refund(policy, key, cost).await
+    }
+
     async fn run(&self, rules: &[Rule<'_>], commit: bool) -> Result<Verdict, Error> {
         for rule in rules {
             store::validate_check(rule.policy, rule.key, rule.cost)?;

@@ -311,7 +311,48 @@ impl<C: Clock> MemoryStore<C> {
         Ok(())
     }
 
-    /// Counts a failed attempt; see [`AttemptsStore::increment_attempts`].
+    /// Gives back up to `cost` of what `key` spent under `policy`, within the algorithm's meaning
+    /// (see [`algorithm::refund`]), and answers what a check of cost 1 would get now (as
+    /// [`peek`](Self::peek) with cost 1: `remaining` counts after that one request). A key with
+    /// nothing stored has nothing to give back. `cost` is 1 to the policy's limit.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Anchor, MemoryStore, Policy};
+    ///
+    /// let store = MemoryStore::new();
+    /// let export = Policy::new("export", Algorithm::fixed_window(3, Duration::from_secs(3600), Anchor::Epoch)?)?;
+    /// store.check(&export, "tenant-a", 3)?;
+    /// // The export failed on our side: give its cost back. The answer is a peek of cost 1.
+    /// let after = store.refund(&export, "tenant-a", 3)?;
+    /// assert!(after.allowed);
+    /// assert_eq!(after.remaining, 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refund(&self, policy: &Policy, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, Error> {
+        let key = key.as_ref();
+        store::validate_check(policy, key, cost)?;
+        let lookup = Lookup::limit(policy.shared_name(), key);
+        let hash = lookup.hash(&self.hasher);
+        let mut shard = self.shard(hash).write();
+        let now_us = self.clock.now_us();
+        if let Some(slot) = shard.find_mut(hash, lookup) {
+            // A cell (or a hot key's cell) back to a plain state: the write lock is held, so no
+            // compare-and-swap races this, and memos of a hot cell stop deciding.
+            slot.thaw();
+            if !slot.expired(now_us)
+                && let Value::Limit(state) = &mut slot.value
+            {
+                algorithm::refund(policy, state, now_us, cost);
+            }
+        }
+        // The answer is a peek, which also hands the state back to the lock-free path.
+        let outcome =
+            decide_in(&mut shard, hash, lookup, policy, 1, false, now_us).map_err(|_| self.full())?;
+        Ok(Decision::from_outcome(outcome, policy.max_cost()))
+    }
+
+    /// Counts a failed attempt; see [`AttemptsStore::increment_attempts`](crate::AttemptsStore::increment_attempts).
     ///
     /// ```
     /// use std::time::Duration;
@@ -653,8 +694,9 @@ fn decide_in(
             return Ok(outcome);
         }
         let next_hot_us = next_hot_until_us(policy, state, now_us, &outcome, hot_until_us);
+        let keep_until_us = algorithm::keep_until_us(policy, state, now_us);
         slot.set_hot_until_us(next_hot_us);
-        let expires_at_us = now_us + outcome.reset_after_us;
+        let expires_at_us = (now_us + outcome.reset_after_us).max(keep_until_us);
         slot.set_expires_at_us(expires_at_us);
         let cooled = hot_until_us > now_us && next_hot_us <= now_us;
         slot.freeze(policy.algorithm(), now_us);
@@ -666,14 +708,11 @@ fn decide_in(
     }
     let mut state = KeyState::default();
     let outcome = algorithm::decide(policy, &mut state, now_us, cost, commit);
-    if commit && outcome.reset_after_us > 0 {
+    let expires_at_us =
+        (now_us + outcome.reset_after_us).max(algorithm::keep_until_us(policy, &state, now_us));
+    if commit && expires_at_us > now_us {
         let hot_until_us = next_hot_until_us(policy, &mut state, now_us, &outcome, 0);
-        let mut slot = Slot::new(
-            lookup,
-            Value::Limit(state),
-            now_us + outcome.reset_after_us,
-            hot_until_us,
-        );
+        let mut slot = Slot::new(lookup, Value::Limit(state), expires_at_us, hot_until_us);
         slot.freeze(policy.algorithm(), now_us);
         shard.insert(hash, slot, now_us)?;
     }
@@ -695,8 +734,8 @@ fn next_hot_until_us(
     outcome: &algorithm::Outcome,
     hot_until_us: u64,
 ) -> u64 {
-    if state.blocked_until_us > now_us {
-        return state.blocked_until_us;
+    if state.blocked_until_us() > now_us {
+        return state.blocked_until_us();
     }
     if outcome.remaining > 0 {
         return 0;
@@ -722,6 +761,10 @@ impl<C: Clock> Store for MemoryStore<C> {
 
     async fn peek(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
         MemoryStore::peek(self, policy, key, cost)
+    }
+
+    async fn refund(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
+        MemoryStore::refund(self, policy, key, cost)
     }
 }
 

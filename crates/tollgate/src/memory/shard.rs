@@ -140,10 +140,9 @@ impl Slot {
             Value::Hot(shared) => shared.cell().take(),
             _ => return,
         };
-        self.value = Value::Limit(KeyState {
-            algorithm,
-            blocked_until_us: 0,
-        });
+        let mut state = KeyState::default();
+        state.algorithm = algorithm;
+        self.value = Value::Limit(state);
     }
 
     /// Moves a cell into its own allocation, so threads can decide it without the lock.
@@ -163,13 +162,14 @@ impl Slot {
 
     /// Hands a GCRA or token bucket state with no active penalty to the lock-free path. A
     /// blocked key stays a plain state until its block is over, so the penalty is always decided
-    /// under the lock.
+    /// under the lock. So does a key with an offense count (cells keep none): escalating
+    /// penalties are decided under the lock until the count is forgotten.
     #[inline]
     pub(crate) fn freeze(&mut self, algorithm: &Algorithm, now_us: u64) {
         let Value::Limit(state) = &self.value else {
             return;
         };
-        if state.blocked_until_us > now_us {
+        if state.blocked_until_us() > now_us || state.offenses() > 0 {
             return;
         }
         let cell = match (algorithm, &state.algorithm) {

@@ -1,0 +1,144 @@
+//! `POST /v1/refund` on memory, Redis and Redis Cluster: an admitted request's cost comes back,
+//! the next check sees it, a block stays, and bad input is a problem.
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use serde_json::{Value, json};
+use tollgate_server::state::{AppState, Settings, SharedState};
+use tollgate_server::store::AnyStore;
+use tower::ServiceExt;
+
+const POLICIES: &str = "\
+policies:
+  exports: {algorithm: fixed_window, limit: 3, window: 1h}
+  uploads: {algorithm: token_bucket, capacity: 2, refill: 1/h}
+  signin: {algorithm: sliding_log, limit: 1, window: 1h, block_for: 1h}
+";
+
+fn state(store: AnyStore) -> SharedState {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("policies.yaml"), POLICIES).expect("write policies");
+    let limits = tollgate_config::load(dir.path()).expect("config loads");
+    AppState::new(limits, store, Settings::default())
+}
+
+async fn post(state: &SharedState, uri: &str, body: Value) -> (StatusCode, Value) {
+    let request = Request::builder()
+        .method("POST")
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("request");
+    let response = tollgate_server::http::router(state.clone())
+        .oneshot(request)
+        .await
+        .expect("infallible");
+    let (parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX).await.expect("body");
+    (parts.status, serde_json::from_slice(&bytes).expect("json"))
+}
+
+async fn check(state: &SharedState, policy: &str, key: &str, cost: u64) -> StatusCode {
+    post(
+        state,
+        "/v1/check",
+        json!({"policy": policy, "key": key, "cost": cost}),
+    )
+    .await
+    .0
+}
+
+async fn refunds_give_the_budget_back(store: AnyStore) {
+    let state = state(store);
+    // A window: spend it all, refund two, and two more pass.
+    assert_eq!(check(&state, "exports", "tenant-a", 3).await, StatusCode::OK);
+    assert_eq!(
+        check(&state, "exports", "tenant-a", 1).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let (status, body) = post(
+        &state,
+        "/v1/refund",
+        json!({"policy": "exports", "key": "tenant-a", "cost": 2}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["allowed"], true);
+    assert_eq!(body["remaining"], 1, "what a check of cost 1 would leave");
+    assert_eq!(check(&state, "exports", "tenant-a", 2).await, StatusCode::OK);
+    assert_eq!(
+        check(&state, "exports", "tenant-a", 1).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // A bucket: never past full. The cost defaults to 1.
+    assert_eq!(check(&state, "uploads", "bob", 1).await, StatusCode::OK);
+    for _ in 0..3 {
+        let (status, body) = post(&state, "/v1/refund", json!({"policy": "uploads", "key": "bob"})).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["remaining"], 1);
+    }
+    assert_eq!(check(&state, "uploads", "bob", 2).await, StatusCode::OK);
+    assert_eq!(
+        check(&state, "uploads", "bob", 1).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // A block stays.
+    assert_eq!(check(&state, "signin", "eve", 1).await, StatusCode::OK);
+    assert_eq!(
+        check(&state, "signin", "eve", 1).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let (status, body) = post(&state, "/v1/refund", json!({"policy": "signin", "key": "eve"})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["allowed"], false);
+    assert!(body["retry_after_ms"].as_u64().unwrap() > 3_000_000, "{body}");
+    assert_eq!(
+        check(&state, "signin", "eve", 1).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+
+    // Bad input.
+    let (status, body) = post(&state, "/v1/refund", json!({"policy": "nope", "key": "k"})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let (status, body) = post(
+        &state,
+        "/v1/refund",
+        json!({"policy": "exports", "key": "k", "cost": 4}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        body["detail"],
+        "cost 4 is above 3, the most policy `exports` can ever admit at once"
+    );
+    let (status, body) = post(
+        &state,
+        "/v1/refund",
+        json!({"policy": "exports", "key": "k", "cost": 0}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, _) = post(&state, "/v1/refund", json!({"policy": "exports"})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn refunds_on_memory() {
+    refunds_give_the_budget_back(AnyStore::memory()).await;
+}
+
+#[tokio::test]
+async fn refunds_on_redis() {
+    let redis = tollgate_testkit::RedisServer::start();
+    refunds_give_the_budget_back(AnyStore::redis(&redis.url()).await.expect("redis store")).await;
+}
+
+#[tokio::test]
+async fn refunds_on_a_cluster() {
+    let cluster = tollgate_testkit::RedisCluster::start();
+    let nodes: Vec<String> = cluster.ports().iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let url = format!("redis+cluster://{}", nodes.join(","));
+    refunds_give_the_budget_back(AnyStore::redis(&url).await.expect("cluster store")).await;
+}
