@@ -7,7 +7,7 @@
 -- ARGV[3]  "refund"
 -- ARGV[4..] N rule records (see prelude.lua), each with the cost it spent and the mark the
 --          reserve reported
--- Returns  4 integers per rule, as the decision script: what a peek says after the refund
+-- Returns  5 integers per rule, as the decision script: what a peek says after the refund
 --
 -- Counters and logs lose exactly the spend (when the spend's window or entry has already passed,
 -- there is nothing left to undo); buckets and GCRA get the cost back, clamped to a full budget.
@@ -22,6 +22,6 @@ end
 
 local reply = {}
 for _, rule in ipairs(rules) do
-  answer(reply, decide(rule, NOW, false))
+  answer(reply, rule, decide(rule, NOW, false))
 end
 return reply

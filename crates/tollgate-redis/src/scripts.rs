@@ -47,6 +47,8 @@ pub(crate) struct Scripts {
     pub(crate) lease: Script,
     pub(crate) attempts: Script,
     pub(crate) reset: Script,
+    /// Writes a key override with its expiry (see `overrides`).
+    pub(crate) set_override: Script,
 }
 
 impl Scripts {
@@ -62,12 +64,14 @@ impl Scripts {
                 include_str!("../lua/attempts.lua")
             )),
             reset: Script::new(include_str!("../lua/reset.lua")),
+            set_override: Script::new(include_str!("../lua/override.lua")),
         }
     }
 
     /// Every script, for `SCRIPT LOAD` ahead of traffic.
-    pub(crate) fn all(&self) -> [&Script; 6] {
+    pub(crate) fn all(&self) -> [&Script; 7] {
         [
+            &self.set_override,
             &self.decide,
             &self.batch,
             &self.refund,
@@ -134,7 +138,7 @@ pub(crate) fn call_args<'r>(
 pub(crate) const RULE_FIELDS: usize = 8;
 
 /// The algorithm's three parameters, as listed at the top of its file ("" when unused).
-fn params(algorithm: &Algorithm) -> [String; 3] {
+pub(crate) fn params(algorithm: &Algorithm) -> [String; 3] {
     use tollgate::Anchor;
     match algorithm {
         Algorithm::FixedWindow(p) => [

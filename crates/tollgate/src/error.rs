@@ -126,6 +126,24 @@ pub enum Error {
         /// The longest accepted TTL.
         max: Duration,
     },
+    /// An override was given another algorithm than its policy's.
+    #[error("an override of policy `{policy}` must use its algorithm {expected}, not {got}")]
+    OverrideAlgorithm {
+        /// The policy's name.
+        policy: String,
+        /// The policy's algorithm.
+        expected: &'static str,
+        /// The override's algorithm.
+        got: &'static str,
+    },
+    /// The store holds as many overrides of this kind (`key` or `prefix`) as it may.
+    #[error("too many {kind} overrides: at most {max}")]
+    TooManyOverrides {
+        /// `key` or `prefix`.
+        kind: &'static str,
+        /// The bound.
+        max: usize,
+    },
     /// The memory store is at its key bound and every key in the way is currently limited or
     /// blocked. Forgetting one of them would hand its owner a fresh budget, so the new key is
     /// refused instead; the caller's failure policy decides what to do.

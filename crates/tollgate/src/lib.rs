@@ -27,6 +27,8 @@
 //!   microseconds, and [`algorithm::decide`], which adds penalties.
 //! - [`lease`]: [`LeaseOptions`], how a networked store may lease a hot key's budget to one
 //!   instance (opt-in per policy, with [`Policy::with_lease`]).
+//! - [`overrides`]: [`Override`] and the [`OverrideStore`] trait: another limit for one key or
+//!   key prefix of a policy, set at run time, kept in the store so every instance applies it.
 //! - [`attempts`]: the attempts counter for brute-force protection.
 //! - [`decision`]: [`Decision`] and [`AttemptsStatus`], the answers.
 //! - [`rule`]: a [`Rule`] is one limit of a request: a policy, a key, a cost, shadow or not.
@@ -56,6 +58,7 @@ pub mod error;
 pub mod headers;
 pub mod lease;
 pub mod memory;
+pub mod overrides;
 pub mod policy;
 pub mod rule;
 pub mod store;
@@ -67,6 +70,7 @@ pub use engine::{Engine, EngineBuilder, Outcome, RuleVerdict, Verdict};
 pub use error::{Error, PolicyError, StoreErrorKind};
 pub use lease::LeaseOptions;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
+pub use overrides::{Override, OverrideStore, OverrideTarget};
 pub use policy::{Algorithm, Anchor, FailureMode, HashTag, Policy, Rate};
 pub use rule::Rule;
 pub use store::{AttemptsStore, Store};
