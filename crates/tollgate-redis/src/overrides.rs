@@ -11,13 +11,15 @@
 //! A **prefix override** cannot be read that way: the keys it covers hash to any slot. Every
 //! prefix override of every policy lives in one hash (`<prefix>{:}prefixes`), bounded by
 //! [`MAX_PREFIX_OVERRIDES`](tollgate::overrides::MAX_PREFIX_OVERRIDES), that each instance keeps
-//! a copy of and reloads whole (one `HGETALL`) when a decision finds its copy older than the
+//! a copy of and reloads whole (one `HGETALL`, by a task of its own: no decision waits for it,
+//! except the very first one of the store) when a decision finds its copy older than the
 //! store's refresh interval ([`RedisStoreBuilder::override_refresh`](crate::RedisStoreBuilder::override_refresh),
 //! 1 s by default). The instance resolves a key's longest prefix override from its copy and
 //! sends those parameters in the rule record; a key override read by the script still wins.
 //! The bound: a prefix override set, changed or removed on one instance applies on another
-//! within one refresh interval (at once on the instance that set it, which drops its copy);
-//! decisions stay one round trip, plus one `HGETALL` per interval per instance.
+//! within one refresh interval plus the reload's round trip (at once on the instance that set
+//! it, which changes its copy in place); decisions stay one round trip, and each instance adds
+//! one `HGETALL` per interval while it decides.
 //!
 //! Each policy's key overrides are also listed in `<prefix>{:}keys:<policy>` for
 //! [`list_overrides`](tollgate::OverrideStore::list_overrides): on a cluster that hash is in
@@ -40,16 +42,26 @@ use crate::store::RedisStore;
 
 /// Each instance's copy of the prefix overrides, and when it was loaded (µs, local clock).
 pub(crate) struct PrefixCache {
-    copy: RwLock<Option<(OverrideTable, u64)>>,
-    /// At most one reload at a time; the others decide with the copy they have.
+    copy: RwLock<Copy>,
+    /// At most one reload at a time.
     reloading: tokio::sync::Mutex<()>,
     max_age_us: u64,
+}
+
+#[derive(Default)]
+struct Copy {
+    table: OverrideTable,
+    /// When it was loaded; `None` before the first load.
+    loaded_at_us: Option<u64>,
+    /// Bumped by every change made here, so that a reload that read Redis before the change
+    /// does not install what it read over it.
+    generation: u64,
 }
 
 impl PrefixCache {
     pub(crate) fn new(max_age: Duration) -> Self {
         PrefixCache {
-            copy: RwLock::new(None),
+            copy: RwLock::new(Copy::default()),
             reloading: tokio::sync::Mutex::new(()),
             max_age_us: max_age.as_micros() as u64,
         }
@@ -58,31 +70,33 @@ impl PrefixCache {
     fn fresh(&self, now_us: u64) -> bool {
         self.copy
             .read()
-            .as_ref()
-            .is_some_and(|(_, at)| now_us.saturating_sub(*at) < self.max_age_us)
+            .loaded_at_us
+            .is_some_and(|at| now_us.saturating_sub(at) < self.max_age_us)
+    }
+
+    fn loaded(&self) -> bool {
+        self.copy.read().loaded_at_us.is_some()
     }
 
     /// Whether the copy holds any prefix override.
     pub(crate) fn any(&self) -> bool {
-        self.copy
-            .read()
-            .as_ref()
-            .is_some_and(|(table, _)| !table.is_empty())
+        !self.copy.read().table.is_empty()
     }
 
-    /// Forgets the copy: the next decision reloads it.
-    pub(crate) fn invalidate(&self) {
-        *self.copy.write() = None;
+    /// Applies a change made by this instance to the copy at once.
+    fn change(&self, apply: impl FnOnce(&mut OverrideTable)) {
+        let mut copy = self.copy.write();
+        apply(&mut copy.table);
+        copy.generation += 1;
     }
 
     /// `policy` with the longest prefix override of `key` from the copy, if any.
     pub(crate) fn in_force(&self, policy: &Policy, key: &[u8], now_us: u64) -> Option<Policy> {
         let copy = self.copy.read();
-        let (table, _) = copy.as_ref()?;
-        if table.is_empty() {
+        if copy.table.is_empty() {
             return None;
         }
-        table
+        copy.table
             .find_prefix(policy.name(), key, now_us)
             .filter(|o| o.algorithm.name() == policy.algorithm().name())
             .map(|o| o.apply_to(policy))
@@ -90,30 +104,58 @@ impl PrefixCache {
 
     /// The longest prefix override of `key` from the copy.
     fn find(&self, policy: &Policy, key: &[u8], now_us: u64) -> Option<Override> {
-        let copy = self.copy.read();
-        copy.as_ref()?.0.find_prefix(policy.name(), key, now_us)
+        self.copy.read().table.find_prefix(policy.name(), key, now_us)
     }
 }
 
 impl RedisStore {
-    /// Reloads the prefix overrides when the copy is older than the refresh interval. A reload
-    /// that fails keeps the old copy (the decision that follows meets the same Redis and fails
-    /// or not on its own).
+    /// Keeps this instance's copy of the prefix overrides fresh. Before the first load the
+    /// caller waits for it (one `HGETALL`); after that a copy older than the refresh interval is
+    /// reloaded by a task of its own while decisions go on with the copy they have, so no
+    /// decision ever waits for a reload. A reload that fails keeps the old copy.
     pub(crate) async fn refresh_prefix_overrides(&self) {
         let inner = self.inner();
         let now_us = inner.local_clock.now_us();
         if inner.prefix_overrides.fresh(now_us) {
             return;
         }
-        let Ok(_reloading) = inner.prefix_overrides.reloading.try_lock() else {
+        if inner.prefix_overrides.loaded() {
+            // One reload at a time: while one is under way, there is nothing to start.
+            if inner.prefix_overrides.reloading.try_lock().is_err() {
+                return;
+            }
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let store = self.clone();
+                runtime.spawn(async move { store.reload_prefix_overrides().await });
+            }
+            return;
+        }
+        self.reload_prefix_overrides().await;
+    }
+
+    /// Reads every prefix override from Redis into the copy (unless another reload is under
+    /// way, or this instance changed the copy meanwhile).
+    pub(crate) async fn reload_prefix_overrides(&self) {
+        let cache = &self.inner().prefix_overrides;
+        let Ok(_reloading) = cache.reloading.try_lock() else {
             return;
         };
-        if inner.prefix_overrides.fresh(now_us) {
+        let now_us = self.inner().local_clock.now_us();
+        if cache.fresh(now_us) {
             return;
         }
-        if let Ok(table) = self.load_prefix_overrides(now_us).await {
-            *inner.prefix_overrides.copy.write() = Some((table, now_us));
+        let generation = cache.copy.read().generation;
+        let loaded = self.load_prefix_overrides(now_us).await;
+        let mut copy = cache.copy.write();
+        match loaded {
+            Ok(table) if copy.generation == generation => copy.table = table,
+            // Changed here meanwhile: what was read may miss the change; read again soon.
+            Ok(_) => return,
+            // Redis is away: keep the copy, and try again after an interval rather than on
+            // every decision.
+            Err(_) => {}
         }
+        copy.loaded_at_us = Some(now_us);
     }
 
     async fn load_prefix_overrides(&self, now_us: u64) -> Result<OverrideTable, Error> {
@@ -212,7 +254,15 @@ impl OverrideStore for RedisStore {
                 }
                 self.command::<u64>(redis::cmd("HSET").arg(&hash).arg(&field).arg(&encoded))
                     .await?;
-                self.inner().prefix_overrides.invalidate();
+                self.inner().prefix_overrides.change(|table| {
+                    let _ = table.set(
+                        policy.name(),
+                        checked.target.clone(),
+                        checked.algorithm.clone(),
+                        expires_at_us,
+                        now_us,
+                    );
+                });
             }
         }
         Ok(())
@@ -302,7 +352,10 @@ impl OverrideStore for RedisStore {
                 let field = join_field(policy.name(), prefix);
                 self.command::<u64>(redis::cmd("HDEL").arg(&hash).arg(&field))
                     .await?;
-                self.inner().prefix_overrides.invalidate();
+                let now_us = self.inner().local_clock.now_us();
+                self.inner().prefix_overrides.change(|table| {
+                    table.remove(policy.name(), target, now_us);
+                });
                 Ok(live)
             }
         }

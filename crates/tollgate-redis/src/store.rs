@@ -224,7 +224,7 @@ impl RedisStoreBuilder {
             !lazy,
         )
         .await;
-        Ok(RedisStore {
+        let store = RedisStore {
             inner: Arc::new(Inner {
                 connection,
                 keys: KeyNames::new(&self.prefix),
@@ -241,7 +241,12 @@ impl RedisStoreBuilder {
                 lanes: (self.calls_in_flight > 0).then(|| Lanes::new(self.calls_in_flight)),
                 prefix_overrides: PrefixCache::new(self.override_refresh),
             }),
-        })
+        };
+        if !lazy {
+            // Decisions apply prefix overrides from the first one on.
+            store.reload_prefix_overrides().await;
+        }
+        Ok(store)
     }
 }
 
@@ -396,7 +401,7 @@ impl RedisStore {
     ///
     /// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 5)?)?;
     /// let (keys, args) = tollgate_redis::RedisStore::script_call("tollgate:", &policy, b"k", 1);
-    /// assert_eq!(keys, vec![b"tollgate:{api:k}".to_vec()]);
+    /// assert_eq!(keys, vec![b"tollgate:{api:k}".to_vec(), b"tollgate:{api:k}:ovr".to_vec()]);
     /// assert_eq!(args, ["", "1", "commit", "gcra", "1", "0", "0", "0", "100000", "5", ""]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

@@ -10,6 +10,9 @@
 //! | `GET /v1/attempts/{purpose}/{key}` | the count and its TTL |
 //! | `GET /v1/attempts/{purpose}/{key}/check?max=N` | whether another attempt is allowed |
 //! | `DELETE /v1/attempts/{purpose}/{key}` | clear the counter (after a success; admin) |
+//! | `GET /v1/overrides/{policy}` | the policy's runtime overrides (admin; see [`crate::overrides`]) |
+//! | `PUT`/`GET`/`DELETE /v1/overrides/{policy}/keys/{key}` | set, read, remove one key's override (admin) |
+//! | `PUT`/`GET`/`DELETE /v1/overrides/{policy}/prefixes/{prefix}` | the same for every key under a prefix (admin) |
 //! | `GET /metrics`, `/healthz`, `/readyz` | Prometheus, liveness, store health: JSON naming the failure class |
 //! | `GET /openapi.json` | this API as an OpenAPI 3.1 document (see [`crate::openapi`]) |
 //!
@@ -96,6 +99,7 @@ pub fn router(state: SharedState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(ready))
         .route("/openapi.json", get(openapi_json))
+        .merge(crate::overrides::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(axum::middleware::from_fn(crate::problem::bare_errors))
         .layer(DefaultBodyLimit::max(state.settings.listeners.max_body_bytes))
@@ -110,14 +114,14 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
             message: message.into(),
         }
     }
 
-    fn bad_request(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
 
@@ -166,7 +170,13 @@ impl From<Error> for ApiError {
 
 /// Parses a JSON body, turning every way it can be wrong into a 4xx naming the problem.
 fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    let bytes = body.map_err(|rejection| {
+    let bytes = body_bytes(body)?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// A body's bytes, or the 4xx for a body that was too large, too slow or unreadable.
+pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
         if let Some(cut) = crate::listener::BodyLimitError::find(&rejection) {
             if matches!(cut, crate::listener::BodyLimitError::TimedOut(_)) {
                 metrics::connection_timed_out("http", "body");
@@ -180,8 +190,7 @@ fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result
             rejection.body_text()
         };
         ApiError::new(status, message)
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    })
 }
 
 /// The body of `POST /v1/check` for one rule.
@@ -803,7 +812,7 @@ fn attempts_key(state: &SharedState, purpose: &str, key: &str) -> Result<Vec<u8>
     Ok(format!("{}:{purpose}{key}", purpose.len()).into_bytes())
 }
 
-fn check_key(state: &SharedState, key: &str) -> Result<(), ApiError> {
+pub(crate) fn check_key(state: &SharedState, key: &str) -> Result<(), ApiError> {
     let max = state.settings.max_key_len;
     if key.is_empty() {
         return Err(ApiError::bad_request("key must not be empty"));
@@ -817,7 +826,7 @@ fn check_key(state: &SharedState, key: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn unknown_policy(name: &str) -> ApiError {
+pub(crate) fn unknown_policy(name: &str) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, format!("unknown policy `{name}`"))
 }
 
@@ -852,7 +861,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Milliseconds, rounded up, so a client waiting that long is never early.
-fn millis_up(duration: Duration) -> u64 {
+pub(crate) fn millis_up(duration: Duration) -> u64 {
     let micros = duration.as_micros();
     u64::try_from(micros.div_ceil(1000)).unwrap_or(u64::MAX)
 }

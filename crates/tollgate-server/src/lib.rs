@@ -40,6 +40,8 @@
 //!   completes, and [`serve::serve`], which loads the config, opens the store, binds, reloads and
 //!   stops on ctrl-c or SIGTERM, as `tollgate serve` does.
 //! - [`http`]: the HTTP/JSON API ([`http::router`]).
+//! - [`overrides`]: the admin API of runtime overrides (`/v1/overrides/...`), part of that
+//!   router.
 //! - [`grpc`]: the Envoy rate limit service (`ShouldRateLimit`), answered as envoyproxy/ratelimit
 //!   does ([`grpc::service`], [`grpc::serve`]), and its HTTP door `POST /json` ([`grpc::json`]).
 //! - [`health`]: the gRPC health service and `/healthcheck`, following the store's health.
@@ -66,6 +68,7 @@ pub mod http;
 pub mod listener;
 pub mod metrics;
 pub mod openapi;
+pub mod overrides;
 pub mod problem;
 pub mod proxy;
 pub mod reload;

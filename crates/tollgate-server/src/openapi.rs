@@ -148,7 +148,7 @@ pub(crate) struct Problem {
     info(
         title = "tollgate",
         description = "Rate limit decisions over HTTP/JSON: check, peek and reset per (policy, key), \
-                       attempts counters for login protection, health and metrics. Every error is \
+                       runtime overrides, attempts counters for login protection, health and metrics. Every error is \
                        an RFC 9457 problem (application/problem+json)."
     ),
     paths(
@@ -163,6 +163,13 @@ pub(crate) struct Problem {
         crate::http::healthz,
         crate::http::ready,
         crate::http::openapi_json,
+        crate::overrides::list,
+        crate::overrides::set_key,
+        crate::overrides::get_key,
+        crate::overrides::remove_key,
+        crate::overrides::set_prefix,
+        crate::overrides::get_prefix,
+        crate::overrides::remove_prefix,
     ),
     components(schemas(
         Decision,
@@ -179,12 +186,16 @@ pub(crate) struct Problem {
         AttemptsCheck,
         Breaker,
         Readiness,
-        Problem
+        Problem,
+        crate::overrides::OverrideRequest,
+        crate::overrides::OverrideAnswer,
+        crate::overrides::OverrideList
     )),
     modifiers(&AdminToken),
     tags(
         (name = "decisions", description = "Check, peek and reset"),
         (name = "attempts", description = "Failed-attempt counters"),
+        (name = "overrides", description = "Runtime overrides: another limit for a key or key prefix of a policy"),
         (name = "operations", description = "Health, readiness, metrics, this document"),
     )
 )]
