@@ -6,6 +6,7 @@
 //! | `POST /v1/check` `{"rules": [{"policy", "key", "cost"?}, ...]}` | the same for several policies at once, all or nothing |
 //! | `GET /v1/limits/{policy}/{key}?cost=N` | the same answer, recording nothing (peek) |
 //! | `DELETE /v1/limits/{policy}/{key}` | forget the key's state (admin) |
+//! | `GET /v1/explain?policy&key&cost` or `?domain&descriptor=k=v,...` (or `POST` with JSON) | what a check would decide and why, spending nothing (see [`crate::explain`]) |
 //! | `POST /v1/attempts/{purpose}/{key}` `{"ttl_seconds"}` | count a failed attempt |
 //! | `GET /v1/attempts/{purpose}/{key}` | the count and its TTL |
 //! | `GET /v1/attempts/{purpose}/{key}/check?max=N` | whether another attempt is allowed |
@@ -100,6 +101,7 @@ pub fn router(state: SharedState) -> Router {
         .route("/readyz", get(ready))
         .route("/openapi.json", get(openapi_json))
         .merge(crate::overrides::routes())
+        .merge(crate::explain::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(axum::middleware::from_fn(crate::problem::bare_errors))
         .layer(DefaultBodyLimit::max(state.settings.listeners.max_body_bytes))
@@ -249,6 +251,13 @@ pub(crate) struct RuleBody {
 
 fn one() -> u64 {
     1
+}
+
+impl RuleBody {
+    /// Its policy, key and cost.
+    pub(crate) fn parts(self) -> (String, String, u64) {
+        (self.policy, self.key, self.cost)
+    }
 }
 
 #[derive(Deserialize)]

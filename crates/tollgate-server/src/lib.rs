@@ -40,6 +40,8 @@
 //!   completes, and [`serve::serve`], which loads the config, opens the store, binds, reloads and
 //!   stops on ctrl-c or SIGTERM, as `tollgate serve` does.
 //! - [`http`]: the HTTP/JSON API ([`http::router`]).
+//! - [`explain`]: what a check would decide and why, spending nothing ([`explain::explain`],
+//!   `GET /v1/explain`, `tollgate explain`).
 //! - [`overrides`]: the admin API of runtime overrides (`/v1/overrides/...`), part of that
 //!   router.
 //! - [`grpc`]: the Envoy rate limit service (`ShouldRateLimit`), answered as envoyproxy/ratelimit
@@ -62,6 +64,7 @@
 pub mod dashboard;
 pub mod debug;
 pub mod envoy_env;
+pub mod explain;
 pub mod grpc;
 pub mod health;
 pub mod http;

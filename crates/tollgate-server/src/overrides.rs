@@ -81,7 +81,7 @@ pub(crate) struct OverrideRequest {
 
 /// One override, as stored.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
-pub(crate) struct OverrideAnswer {
+pub struct OverrideAnswer {
     /// The policy.
     pub policy: String,
     /// `key` (this key only) or `prefix` (every key starting with it).
