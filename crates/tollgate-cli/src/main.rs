@@ -300,7 +300,9 @@ fn main() -> ExitCode {
         } => {
             use tollgate_server::explain::{self, AskedRule, ExplainRequest};
             let request = match (policy, key, domain) {
-                (Some(policy), Some(key), None) => ExplainRequest::Rules(vec![AskedRule { policy, key, cost }]),
+                (Some(policy), Some(key), None) => {
+                    ExplainRequest::Rules(vec![AskedRule { policy, key, cost }])
+                }
                 (None, None, Some(domain)) => {
                     let parsed: Result<Vec<_>, String> =
                         descriptors.iter().map(|d| explain::parse_descriptor(d)).collect();

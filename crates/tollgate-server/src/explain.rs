@@ -204,14 +204,16 @@ pub async fn explain<S: Store + OverrideStore>(
                 return Err(ExplainError::Empty("rules must not be empty"));
             }
             for (i, rule) in asked.iter().enumerate() {
-                let named = limits.policy(&rule.policy).ok_or_else(|| ExplainError::UnknownPolicy {
-                    at: if asked.len() > 1 {
-                        format!("rules[{i}]: ")
-                    } else {
-                        String::new()
-                    },
-                    policy: rule.policy.clone(),
-                })?;
+                let named = limits
+                    .policy(&rule.policy)
+                    .ok_or_else(|| ExplainError::UnknownPolicy {
+                        at: if asked.len() > 1 {
+                            format!("rules[{i}]: ")
+                        } else {
+                            String::new()
+                        },
+                        policy: rule.policy.clone(),
+                    })?;
                 limited.push(Limited {
                     slot: rules.len(),
                     policy: named.policy(),
@@ -256,8 +258,14 @@ pub async fn explain<S: Store + OverrideStore>(
                 let mut rule = unexplained(Some(i), matched, shown, *cost);
                 rule.decision = decision;
                 if matched == "deny_all" {
-                    rule.policy = resolved.as_ref().and_then(|r| r.deny_all()).map(|(_, name)| name.to_owned());
-                    rule.retry_after_ms = resolved.as_ref().and_then(|r| r.deny_all()).map(|(period, _)| millis_up(period));
+                    rule.policy = resolved
+                        .as_ref()
+                        .and_then(|r| r.deny_all())
+                        .map(|(_, name)| name.to_owned());
+                    rule.retry_after_ms = resolved
+                        .as_ref()
+                        .and_then(|r| r.deny_all())
+                        .map(|(period, _)| millis_up(period));
                 }
                 if let Some(resolved) = resolved
                     && let Some(policy) = resolved.policy()
@@ -279,7 +287,12 @@ pub async fn explain<S: Store + OverrideStore>(
     // The overrides in force, then every limited rule asked at once, as the check would ask.
     let mut overrides: Vec<Option<Override>> = Vec::with_capacity(limited.len());
     for one in &limited {
-        overrides.push(engine.store().override_for(one.policy, one.key.as_bytes()).await?);
+        overrides.push(
+            engine
+                .store()
+                .override_for(one.policy, one.key.as_bytes())
+                .await?,
+        );
     }
     let questions: Vec<Rule<'_>> = limited
         .iter()
@@ -333,7 +346,12 @@ pub async fn explain<S: Store + OverrideStore>(
     })
 }
 
-fn unexplained(descriptor: Option<usize>, matched: &'static str, entries: Vec<ExplainedEntry>, cost: u64) -> ExplainedRule {
+fn unexplained(
+    descriptor: Option<usize>,
+    matched: &'static str,
+    entries: Vec<ExplainedEntry>,
+    cost: u64,
+) -> ExplainedRule {
     ExplainedRule {
         descriptor,
         matched,
@@ -568,9 +586,9 @@ pub(crate) async fn explain_query(
             "key" => once(&mut body.key)?,
             "domain" => once(&mut body.domain)?,
             "cost" => {
-                let cost = value
-                    .parse()
-                    .map_err(|_| ApiError::bad_request(format!("cost: expected a whole number, got `{value}`")))?;
+                let cost = value.parse().map_err(|_| {
+                    ApiError::bad_request(format!("cost: expected a whole number, got `{value}`"))
+                })?;
                 body.cost = Some(cost);
             }
             "descriptor" => {
