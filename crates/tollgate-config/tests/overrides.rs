@@ -57,3 +57,30 @@ fn a_fixed_window_override_keeps_the_policy_anchor_unless_given() {
         Algorithm::fixed_window(9, std::time::Duration::from_secs(120), Anchor::Epoch).unwrap()
     );
 }
+
+#[test]
+fn every_override_field_has_a_row_in_the_reference_and_every_row_a_field() {
+    let api = gcra();
+    let err = message(&api, "{zzz: 1}");
+    let (_, expected) = err.split_once("expected ").expect("the refusal names the fields");
+    let accepted: std::collections::BTreeSet<&str> = expected.split('`').skip(1).step_by(2).collect();
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/config.md"),
+    )
+    .unwrap();
+    let section = doc
+        .split_once("\n## Runtime overrides (admin API body)\n")
+        .expect("the section")
+        .1
+        .split("\n## ")
+        .next()
+        .unwrap();
+    let documented: std::collections::BTreeSet<&str> = section
+        .lines()
+        .skip_while(|l| !l.starts_with("| field |"))
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|rest| rest.split_once('`').map(|(field, _)| field))
+        .collect();
+    assert_eq!(documented, accepted);
+}

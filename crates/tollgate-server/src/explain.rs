@@ -639,3 +639,8 @@ async fn answer(state: &SharedState, body: ExplainBody) -> Result<Json<Explanati
     let limits = state.limits.load_full();
     Ok(Json(explain(&limits, &state.engine, &request).await?))
 }
+
+/// The examples of `docs/explain.md`, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/explain.md")]
+struct ExplainDoc;

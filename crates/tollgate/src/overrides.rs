@@ -555,3 +555,8 @@ mod tests {
         );
     }
 }
+
+/// The examples of `docs/overrides.md`, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/overrides.md")]
+struct OverridesDoc;
