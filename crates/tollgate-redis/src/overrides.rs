@@ -28,7 +28,9 @@
 //!
 //! Setting or removing a key override also drops the key's cached denial here and, through the
 //! reset channel, on the other instances, so a raised limit is not hidden behind a denial cached
-//! under the old one.
+//! under the old one. Setting a prefix override drops every cached denial of this instance; the
+//! other instances' cached denials of keys under the prefix last until their wait ends (they are
+//! only ever kept until then).
 
 use std::time::Duration;
 
@@ -254,6 +256,11 @@ impl OverrideStore for RedisStore {
                 }
                 self.command::<u64>(redis::cmd("HSET").arg(&hash).arg(&field).arg(&encoded))
                     .await?;
+                // Cached denials here may be of keys the prefix covers: drop them all. Other
+                // instances keep theirs until their wait ends.
+                if let Some(cache) = &self.inner().deny_cache {
+                    cache.clear();
+                }
                 self.inner().prefix_overrides.change(|table| {
                     let _ = table.set(
                         policy.name(),

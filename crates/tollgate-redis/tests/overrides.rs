@@ -161,6 +161,18 @@ async fn a_raised_limit_is_not_hidden_behind_a_cached_denial() {
         .await
         .unwrap();
     assert!(store.check(&policy, b"k", 1).await.unwrap().allowed);
+
+    // The same through a prefix override.
+    assert!(store.check(&policy, b"p:1", 1).await.unwrap().allowed);
+    assert!(!store.check(&policy, b"p:1", 1).await.unwrap().allowed);
+    let hits = store.stats().deny_cache_hits;
+    assert!(!store.check(&policy, b"p:1", 1).await.unwrap().allowed);
+    assert_eq!(store.stats().deny_cache_hits, hits + 1, "the denial is cached");
+    store
+        .set_override(&policy, &more(&policy, OverrideTarget::prefix("p:"), 2, None))
+        .await
+        .unwrap();
+    assert!(store.check(&policy, b"p:1", 1).await.unwrap().allowed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
