@@ -1015,6 +1015,10 @@ impl Store for RedisStore {
         self.decide_in_force(rules, commit).await
     }
 
+    async fn penalty_left(&self, policy: &Policy, key: &[u8]) -> Result<Option<Duration>, Error> {
+        self.read_penalty(policy, key).await
+    }
+
     async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {
         core_store::validate_key(key)?;
         let state = self.inner.keys.state(policy.hash_tag(), policy.name(), key);
@@ -1030,6 +1034,38 @@ impl Store for RedisStore {
 }
 
 impl RedisStore {
+    /// Reads the state's penalty (`b`, µs since the Unix epoch) against the scripts' clock.
+    async fn read_penalty(&self, policy: &Policy, key: &[u8]) -> Result<Option<Duration>, Error> {
+        core_store::validate_key(key)?;
+        let state = self.inner.keys.state(policy.hash_tag(), policy.name(), key);
+        let mut conn = self.inner.connection.clone();
+        let timeout = self.inner.timeout;
+        let read = async {
+            let until: Option<u64> = redis::cmd("HGET")
+                .arg(&state)
+                .arg("b")
+                .query_async(&mut conn)
+                .await?;
+            let now_us = match &self.inner.script_clock {
+                Some(clock) => clock.now_us(),
+                None => {
+                    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
+                    secs * 1_000_000 + micros
+                }
+            };
+            Ok::<_, redis::RedisError>(
+                until
+                    .filter(|&u| u > now_us)
+                    .map(|u| Duration::from_micros(u - now_us)),
+            )
+        };
+        match tokio::time::timeout(timeout, read).await {
+            Ok(Ok(left)) => Ok(left),
+            Ok(Err(err)) => Err(error::store_error(err)),
+            Err(_) => Err(error::store_error(error::deadline(timeout))),
+        }
+    }
+
     /// Decides rules whose prefix overrides are already applied.
     async fn decide_in_force(&self, rules: &[Rule<'_>], commit: bool) -> Result<Decisions, Error> {
         // A leasing policy's key may be decided from this instance's lease (see `lease`).

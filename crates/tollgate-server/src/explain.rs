@@ -10,8 +10,8 @@
 //!   `unlimited`, `deny_all` (`requests_per_unit: 0`) or `no_match`;
 //! - the runtime override in force for its key, if any ([`tollgate::overrides`]);
 //! - the algorithm and the parameters in force (the override's, else the policy's);
-//! - the budget as it stands: the limit, what is left, what is used, and the time until it is
-//!   whole again;
+//! - the budget as it stands: the limit, what is left, what is used, the time until it is
+//!   whole again, and the time left on a `block_for` penalty ([`Store::penalty_left`]);
 //! - what the check would decide: the rule's outcome and how long to wait when denied (a
 //!   `block_for` penalty shows as a denial whose wait is the penalty's).
 //!
@@ -160,6 +160,9 @@ pub struct BudgetState {
     /// Milliseconds until the budget is whole again if nothing else arrives (a penalty
     /// included).
     pub reset_after_ms: u64,
+    /// When the key is blocked by the policy's `block_for` penalty: milliseconds until the
+    /// block ends (every check is denied until then, whatever the budget).
+    pub penalty_left_ms: Option<u64>,
 }
 
 /// A rule the store will be asked about, with what is explained around it.
@@ -286,7 +289,17 @@ pub async fn explain<S: Store + OverrideStore>(
 
     // The overrides in force, then every limited rule asked at once, as the check would ask.
     let mut overrides: Vec<Option<Override>> = Vec::with_capacity(limited.len());
+    let mut penalties: Vec<Option<std::time::Duration>> = Vec::with_capacity(limited.len());
     for one in &limited {
+        penalties.push(match one.policy.block_for() {
+            Some(_) => {
+                engine
+                    .store()
+                    .penalty_left(one.policy, one.key.as_bytes())
+                    .await?
+            }
+            None => None,
+        });
         overrides.push(
             engine
                 .store()
@@ -311,7 +324,9 @@ pub async fn explain<S: Store + OverrideStore>(
     if let Some(verdict) = &verdict {
         outcome = verdict.outcome();
         degraded = verdict.degraded();
-        for ((one, found), result) in limited.iter().zip(overrides).zip(verdict.rules()) {
+        for (((one, found), penalty), result) in
+            limited.iter().zip(overrides).zip(penalties).zip(verdict.rules())
+        {
             let rule = &mut rules[one.slot];
             let in_force = found
                 .as_ref()
@@ -328,6 +343,7 @@ pub async fn explain<S: Store + OverrideStore>(
                 remaining: d.remaining,
                 used: d.limit.saturating_sub(d.remaining),
                 reset_after_ms: millis_up(d.reset_after),
+                penalty_left_ms: penalty.map(millis_up),
             });
             rule.decision = result.outcome.as_str();
             rule.retry_after_ms = d.retry_after.filter(|_| !d.allowed).map(millis_up);

@@ -233,6 +233,10 @@ impl Store for AnyStore {
     async fn peek(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
         dispatch!(Store, self, peek(policy, key, cost))
     }
+
+    async fn penalty_left(&self, policy: &Policy, key: &[u8]) -> Result<Option<Duration>, Error> {
+        dispatch!(Store, self, penalty_left(policy, key))
+    }
 }
 
 impl OverrideStore for AnyStore {

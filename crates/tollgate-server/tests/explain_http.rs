@@ -130,7 +130,7 @@ async fn explain_tells_why(store: AnyStore, snapshot: impl Fn() -> Vec<String>) 
     assert_eq!(rule["parameters"], json!({"limit": 2, "window": "1h"}));
     assert_eq!(
         rule["state"],
-        json!({"limit": 2, "remaining": 2, "used": 0, "reset_after_ms": 0})
+        json!({"limit": 2, "remaining": 2, "used": 0, "reset_after_ms": 0, "penalty_left_ms": null})
     );
     assert_eq!(rule["decision"], "allowed");
 
@@ -147,10 +147,17 @@ async fn explain_tells_why(store: AnyStore, snapshot: impl Fn() -> Vec<String>) 
             .as_u64()
             .is_some_and(|ms| ms <= 3_600_000)
     );
+    assert_eq!(
+        spent["rules"][0]["state"]["penalty_left_ms"],
+        Value::Null,
+        "not blocked yet"
+    );
     // A check denies and starts the 10 min penalty: explain shows the wait.
     assert_eq!(check(&state, "login", "ann").await["allowed"], false);
     let blocked = explain_changes_nothing(&state, "policy=login&key=ann", &snapshot).await;
     assert_eq!(blocked["rules"][0]["decision"], "denied");
+    let left = blocked["rules"][0]["state"]["penalty_left_ms"].as_u64();
+    assert!(left.is_some_and(|ms| ms > 0 && ms <= 600_000), "{blocked}");
 
     // An override in force: named, and its parameters are the ones shown and decided.
     let (status, _) = call(

@@ -511,6 +511,39 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
+    /// How long `key` stays blocked by a `block_for` penalty; see [`Store::penalty_left`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, ManualClock, MemoryStore, Policy};
+    ///
+    /// let clock = ManualClock::new(0);
+    /// let store = MemoryStore::builder().clock(clock.clone()).build();
+    /// let login = Policy::new("login", Algorithm::sliding_log(1, Duration::from_secs(60))?)?
+    ///     .with_block_for(Duration::from_secs(600))?;
+    /// store.check(&login, "ann", 1)?;
+    /// assert_eq!(store.penalty_left(&login, "ann")?, None);
+    /// store.check(&login, "ann", 1)?;
+    /// clock.advance(Duration::from_secs(100));
+    /// assert_eq!(store.penalty_left(&login, "ann")?, Some(Duration::from_secs(500)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn penalty_left(&self, policy: &Policy, key: impl AsRef<[u8]>) -> Result<Option<Duration>, Error> {
+        let key = key.as_ref();
+        store::validate_key(key)?;
+        let lookup = Lookup::limit(policy.shared_name(), key);
+        let hash = lookup.hash(&self.hasher);
+        let shard = self.shard(hash).read();
+        let now_us = self.clock.now_us();
+        // A blocked key is always a plain state: cells never hold a penalty.
+        Ok(match shard.find(hash, lookup).map(|slot| &slot.value) {
+            Some(Value::Limit(state)) if state.blocked_until_us > now_us => {
+                Some(Duration::from_micros(state.blocked_until_us - now_us))
+            }
+            _ => None,
+        })
+    }
+
     /// Sets an override; see [`OverrideStore::set_override`].
     ///
     /// ```
@@ -828,6 +861,10 @@ impl<C: Clock> Store for MemoryStore<C> {
 
     async fn peek(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
         MemoryStore::peek(self, policy, key, cost)
+    }
+
+    async fn penalty_left(&self, policy: &Policy, key: &[u8]) -> Result<Option<Duration>, Error> {
+        MemoryStore::penalty_left(self, policy, key)
     }
 }
 
