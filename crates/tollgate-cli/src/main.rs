@@ -5,7 +5,7 @@
 //! # Layout
 //!
 //! - `listener_args`: the timeout and limit flags every listener has (`serve` and `proxy`).
-//! - `main.rs` (this file): the subcommands (`serve`, `proxy`, `check-config`,
+//! - `main.rs` (this file): the subcommands (`serve`, `proxy`, `explain`, `check-config`,
 //!   `bench`, `completions`, `man`), each turned into the options of the library call that does the work, and the
 //!   runtime the server calls run on (with envoyproxy/ratelimit's environment variables, read by
 //!   `tollgate_server::envoy_env`, filling in what no flag gives), and the log set-up: `tracing` events (a failing store, a
@@ -114,6 +114,36 @@ enum Command {
         listener: ListenerArgs,
         #[command(flatten)]
         upstream_deadlines: UpstreamArgs,
+    },
+    /// Explain what a check would decide and why, against a config, spending nothing: the
+    /// limit each rule or descriptor reaches and how it matched, the runtime override in force,
+    /// the parameters, the budget as it stands (on --store; an empty memory store otherwise).
+    ///
+    /// Give --policy and --key (and --cost), or --domain and one --descriptor per descriptor,
+    /// written `key=value,key=value`. Prints JSON, as `GET /v1/explain` answers.
+    Explain {
+        /// The config file or directory.
+        #[arg(long)]
+        config: PathBuf,
+        /// A Redis store to read the state and overrides from (`redis://host:port`,
+        /// `redis+cluster://host:port,...`).
+        #[arg(long)]
+        store: Option<String>,
+        /// A tollgate policy.
+        #[arg(long, requires = "key", conflicts_with_all = ["domain", "descriptors"])]
+        policy: Option<String>,
+        /// The key, with --policy.
+        #[arg(long, requires = "policy")]
+        key: Option<String>,
+        /// What the request costs.
+        #[arg(long, default_value_t = 1)]
+        cost: u64,
+        /// An envoyproxy/ratelimit domain.
+        #[arg(long, requires = "descriptors")]
+        domain: Option<String>,
+        /// A descriptor of --domain: `key=value,key=value`; repeat for several.
+        #[arg(long = "descriptor", requires = "domain")]
+        descriptors: Vec<String>,
     },
     /// Validate a config file or directory without serving; exits non-zero on the first error.
     CheckConfig {
@@ -259,6 +289,47 @@ fn main() -> ExitCode {
             listeners: listener.options(tollgate_server::listener::ListenerOptions::PROXY_MAX_BODY_BYTES),
             forward: upstream_deadlines.options(),
         })),
+        Command::Explain {
+            config,
+            store,
+            policy,
+            key,
+            cost,
+            domain,
+            descriptors,
+        } => {
+            use tollgate_server::explain::{self, AskedRule, ExplainRequest};
+            let request = match (policy, key, domain) {
+                (Some(policy), Some(key), None) => {
+                    ExplainRequest::Rules(vec![AskedRule { policy, key, cost }])
+                }
+                (None, None, Some(domain)) => {
+                    let parsed: Result<Vec<_>, String> =
+                        descriptors.iter().map(|d| explain::parse_descriptor(d)).collect();
+                    match parsed {
+                        Ok(descriptors) => ExplainRequest::Envoy {
+                            domain,
+                            descriptors,
+                            cost,
+                        },
+                        Err(err) => {
+                            eprintln!("tollgate: --descriptor: {err}");
+                            return ExitCode::FAILURE;
+                        }
+                    }
+                }
+                _ => {
+                    eprintln!("tollgate: explain needs --policy and --key, or --domain and --descriptor");
+                    return ExitCode::FAILURE;
+                }
+            };
+            run(async move {
+                let options = tollgate_server::store::StoreOptions::default();
+                let answer = explain::run_cli(&config, store.as_deref(), &options, &request).await?;
+                println!("{}", answer.to_pretty_json());
+                Ok(())
+            })
+        }
         Command::CheckConfig { path } => match tollgate_config::load(&path) {
             Ok(limits) => {
                 let policies = limits.policies().count();

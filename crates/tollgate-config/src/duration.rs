@@ -112,6 +112,41 @@ pub fn parse_rate(text: &str) -> Result<Rate, ConfigErrorKind> {
     Rate::new(count, per).map_err(ConfigErrorKind::Policy)
 }
 
+/// Writes a duration the way [`parse_duration`] reads it, in its largest whole unit (`"90s"`,
+/// `"2h"`, `"1500ms"`); a duration that is not a whole number of milliseconds is rounded up.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate_config::duration::{format_duration, parse_duration};
+///
+/// assert_eq!(format_duration(Duration::from_secs(5400)), "90m");
+/// assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+/// assert_eq!(parse_duration(&format_duration(Duration::from_secs(86_400)))?, Duration::from_secs(86_400));
+/// # Ok::<(), tollgate_config::ConfigErrorKind>(())
+/// ```
+pub fn format_duration(duration: Duration) -> String {
+    let ms = u64::try_from(duration.as_micros().div_ceil(1000))
+        .unwrap_or(u64::MAX)
+        .max(1);
+    let (unit, size) = [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)]
+        .into_iter()
+        .find(|&(_, size)| ms % size == 0)
+        .unwrap_or(("ms", 1));
+    format!("{}{unit}", ms / size)
+}
+
+/// Writes a rate the way [`parse_rate`] reads it: `"<count>/<period>"`.
+///
+/// ```
+/// use tollgate_config::duration::format_rate;
+///
+/// assert_eq!(format_rate(tollgate::Rate::per_minute(30)?), "30/1m");
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+pub fn format_rate(rate: Rate) -> String {
+    format!("{}/{}", rate.count(), format_duration(rate.period()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,7 +41,8 @@ impl ConfigError {
     pub(crate) fn new(file: impl Into<String>, path: Option<String>, kind: ConfigErrorKind) -> Self {
         ConfigError {
             file: file.into(),
-            path,
+            // A field at the top level of a text with no path (an override's body) is no path.
+            path: path.filter(|p| !p.is_empty()),
             kind,
         }
     }

@@ -218,6 +218,49 @@ impl Limits {
         })
     }
 
+    /// How each entry of a descriptor matched `domain`'s tree, in order, as far as the walk
+    /// got: for explaining a decision ([`resolve`](Self::resolve) finds the limit itself). An
+    /// empty list when the domain is unknown or the first entry matched nothing; a list shorter
+    /// than `entries` when the walk stopped before the end.
+    ///
+    /// ```
+    /// use tollgate_config::limits::EntryMatch;
+    ///
+    /// let limits = tollgate_config::parse(
+    ///     "edge.yaml",
+    ///     r#"
+    /// domain: edge
+    /// descriptors:
+    ///   - key: path
+    ///     value: /api/*
+    ///     descriptors:
+    ///       - key: user
+    ///         rate_limit: {unit: second, requests_per_unit: 10}
+    /// "#,
+    /// )?;
+    /// let entries = [("path".to_owned(), "/api/x".to_owned()), ("user".to_owned(), "ann".to_owned())];
+    /// assert_eq!(
+    ///     limits.explain_entries("edge", &entries),
+    ///     [EntryMatch::Wildcard { pattern: "/api/*".to_owned() }, EntryMatch::Default]
+    /// );
+    /// # Ok::<(), tollgate_config::ConfigError>(())
+    /// ```
+    pub fn explain_entries(&self, domain: &str, entries: &[(String, String)]) -> Vec<EntryMatch> {
+        let mut matches = Vec::with_capacity(entries.len());
+        if let Some(tree) = self.domains.get(domain) {
+            tree.walk(entries, |_, _, matched| {
+                matches.push(match matched {
+                    Matched::Exact => EntryMatch::Exact,
+                    Matched::Wildcard { pattern } => EntryMatch::Wildcard {
+                        pattern: pattern.to_owned(),
+                    },
+                    Matched::Any => EntryMatch::Default,
+                })
+            });
+        }
+        matches
+    }
+
     /// The routes of `tollgate proxy`, in the order the files list them; see [`crate::routes`].
     ///
     /// ```
@@ -652,6 +695,36 @@ impl Domain {
             level = &node.children;
         }
         None
+    }
+}
+
+/// How one entry of a request's descriptor matched the config's descriptor at its level; see
+/// [`Limits::explain_entries`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryMatch {
+    /// A descriptor with this very value.
+    Exact,
+    /// A descriptor whose value is a pattern (`*`) that the value matches.
+    Wildcard {
+        /// The descriptor's value as written.
+        pattern: String,
+    },
+    /// A descriptor without a value: any value of the key.
+    Default,
+}
+
+impl EntryMatch {
+    /// `exact`, `wildcard` or `default`.
+    ///
+    /// ```
+    /// assert_eq!(tollgate_config::limits::EntryMatch::Default.as_str(), "default");
+    /// ```
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            EntryMatch::Exact => "exact",
+            EntryMatch::Wildcard { .. } => "wildcard",
+            EntryMatch::Default => "default",
+        }
     }
 }
 

@@ -1,15 +1,15 @@
 -- tollgate decision: every rule of one request, decided in one atomic call (request.lua says
 -- how).
 --
--- KEYS     for each rule, in order: its state hash, and for a sliding log its sorted set next
---          to it (see prelude.lua)
+-- KEYS     for each rule, in order: its state hash, for a sliding log its sorted set next to
+--          it, then its override hash (see prelude.lua)
 -- ARGV[1]  now in µs since the Unix epoch, or "" to use Redis TIME
 -- ARGV[2]  the number of rules, N (at least 1)
 -- ARGV[3]  "peek" (change nothing), "commit", or "reserve" (commit, and also report where each
 --          spend went, so that a refund can undo it exactly)
 -- ARGV[4..] N rule records of 8 values (see prelude.lua)
--- Returns  4 integers per rule, in order: allowed (1 or 0), remaining, reset_after_us,
---          retry_after_us (0 when allowed); with "reserve", then one mark per rule (where its
+-- Returns  5 integers per rule, in order: allowed (1 or 0), remaining, reset_after_us,
+--          retry_after_us (0 when allowed), the limit in force; with "reserve", then one mark per rule (where its
 --          spend went, 0 when it spent nothing)
 
 local rules = read_rules()

@@ -3,7 +3,7 @@
 -- common.lua, prelude.lua and the algorithm files. Only for the fixed window, the token bucket
 -- and GCRA, where a debit of n units is exactly n requests of cost 1.
 --
--- KEYS      the rule's state hash
+-- KEYS      the rule's state hash, then its override hash (see prelude.lua)
 -- ARGV[1]   now in µs since the Unix epoch, or "" to use Redis TIME
 -- ARGV[2]   "1"
 -- ARGV[3]   "lease"
@@ -11,8 +11,8 @@
 -- ARGV[12]  want: the units to take, at least the cost
 -- ARGV[13]  give back: the unused units of the previous lease (0 for none)
 -- ARGV[14]  the previous lease's mark (for a fixed window, the start of the window it counted in)
--- Returns   allowed (1 or 0), remaining, reset_after_us, retry_after_us (as the decision
---           script, for the request), then granted (the units taken, cost included; 0 when
+-- Returns   allowed (1 or 0), remaining, reset_after_us, retry_after_us, limit (as the
+--           decision script, for the request), then granted (the units taken, cost included; 0 when
 --           denied) and the mark of the grant
 --
 -- The grant is the smaller of `want` and what the budget holds, and never less than the cost:
@@ -56,7 +56,7 @@ else
 end
 
 local reply = {}
-answer(reply, allowed, remaining, reset_after, retry_after)
+answer(reply, rule, allowed, remaining, reset_after, retry_after)
 if allowed then
   reply[#reply + 1] = rule.cost
   reply[#reply + 1] = rule.impl.mark(rule)

@@ -21,9 +21,15 @@
 --   Penalty::wire), mark (what a
 --   reserve reported; "0" when deciding), then three parameters (listed in the algorithm's
 --   file, "" when unused)
--- and one key in KEYS, in the same order (two for a sliding log: its state hash, then its set).
+-- and its keys in KEYS, in the same order: its state hash, a sliding log's set next, then its
+-- override hash (always: whether a key has an override is only known by reading it).
+-- An override hash (written by the store's set_override, see src/overrides.rs) holds "a" = the
+-- algorithm name and "p1", "p2", "p3" = parameters in the record's format; when its algorithm is
+-- the rule's, they replace the record's parameters (the port of Override::apply_to). Otherwise
+-- (no override, or one left by an algorithm the policy no longer uses) the record's stand.
 -- A state hash holds the algorithm's fields, "a" = the algorithm name, "b" = blocked until
--- (µs since the Unix epoch) and, under an escalating penalty, "o" = offenses in a row. A key holding another type makes Redis answer WRONGTYPE, which the
+-- (µs since the Unix epoch) and, under an escalating penalty, "o" = offenses in a row. A key
+-- holding another type makes Redis answer WRONGTYPE, which the
 -- store reports as a corrupt value.
 
 local ALGORITHMS = {}
@@ -112,12 +118,21 @@ local function read_request_rules(a, k)
       rule.log = KEYS[k]
       k = k + 1
     end
-    if not rule.state or (impl.log and not rule.log) then
+    rule.override = KEYS[k]
+    k = k + 1
+    if not rule.state or (impl.log and not rule.log) or not rule.override then
       error('TOLLGATE_BAD_CALL too few keys for ' .. count .. ' rules')
     end
     rule.steps, rule.memory = penalty(ARGV[at + 4])
     rule.block_for = rule.steps[1]
-    impl.params(rule, ARGV[at + 6], ARGV[at + 7], ARGV[at + 8])
+    local o = redis.call('HMGET', rule.override, 'a', 'p1', 'p2', 'p3')
+    if o[1] == rule.algorithm then
+      impl.params(rule, o[2], o[3] or '', o[4] or '')
+    else
+      impl.params(rule, ARGV[at + 6], ARGV[at + 7], ARGV[at + 8])
+    end
+    -- The limit in force, reported with every answer: the limit, capacity or burst.
+    rule.max = rule.limit or rule.capacity or rule.burst
     rules[i] = rule
   end
   return rules, a + 3 + count * RULE_FIELDS, k
@@ -191,8 +206,8 @@ local function decide(rule, now, commit)
 end
 
 -- Appends one rule's answer to a reply: {allowed (1 or 0), remaining, reset_after_us,
--- retry_after_us (0 when allowed)}.
-local function answer(reply, allowed, remaining, reset_after, retry_after)
+-- retry_after_us (0 when allowed), limit (the limit, capacity or burst in force)}.
+local function answer(reply, rule, allowed, remaining, reset_after, retry_after)
   if allowed then
     reply[#reply + 1], retry_after = 1, 0
   else
@@ -201,4 +216,5 @@ local function answer(reply, allowed, remaining, reset_after, retry_after)
   reply[#reply + 1] = remaining
   reply[#reply + 1] = reset_after
   reply[#reply + 1] = retry_after
+  reply[#reply + 1] = rule.max
 end

@@ -8,7 +8,7 @@
 --          caller asked for: Store::refund, port of algorithm::refund; no marks)
 -- ARGV[4..] N rule records (see prelude.lua), each with the cost to give back and, for
 --          "refund", the mark the reserve reported
--- Returns  4 integers per rule, as the decision script: what a peek says after the refund (of
+-- Returns  5 integers per rule, as the decision script: what a peek says after the refund (of
 --          the rule's cost for "refund", of cost 1 for "give_back")
 --
 -- Counters and logs lose exactly the spend (when the spend's window or entry has already passed,
@@ -33,6 +33,6 @@ end
 
 local reply = {}
 for _, rule in ipairs(rules) do
-  answer(reply, decide(rule, NOW, false))
+  answer(reply, rule, decide(rule, NOW, false))
 end
 return reply

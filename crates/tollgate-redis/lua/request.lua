@@ -7,8 +7,8 @@
 -- of rules N (at least 1), the mode, then N rule records (see prelude.lua); and its keys from
 -- KEYS[k] on. The mode is "peek" (change nothing), "commit", or "reserve" (commit, and also
 -- report where each spend went, so that a refund can undo it exactly).
--- Its answer: 4 integers per rule, in order: allowed (1 or 0), remaining, reset_after_us,
--- retry_after_us (0 when allowed); with "reserve", then one mark per rule (where its spend went,
+-- Its answer: 5 integers per rule, in order: allowed (1 or 0), remaining, reset_after_us,
+-- retry_after_us (0 when allowed), the limit in force (the policy's or its override's); with "reserve", then one mark per rule (where its spend went,
 -- 0 when it spent nothing).
 --
 -- With a commit: if an enforced (non-shadow) rule denies, nothing is spent on any rule and only
@@ -79,7 +79,7 @@ local function decide_request(rules, now, mode)
 
   local reply = {}
   for i = 1, #rules do
-    answer(reply, unpack(outcomes[i]))
+    answer(reply, rules[i], unpack(outcomes[i]))
   end
   if mode == 'reserve' then
     for i, rule in ipairs(rules) do

@@ -23,6 +23,14 @@
 //!   `:log`, so a log never meets a state of a policy named `...:log`.
 //!
 //! Escaping is injective, so one name decodes to exactly one (layout, policy, key, kind).
+//!
+//! Overrides (see `overrides`): a key's override hash is its state name plus `:ovr` (same hash
+//! tag, so the decision script reads it in the same slot; like `:log`, the one raw `:` after the
+//! braces). The lists of overrides live under the tag `{:}`, which no state or attempts name
+//! can have (a policy name is never empty, nor is an attempts key):
+//! `<prefix>{:}keys:<policy>` (a hash of the policy's key overrides) and
+//! `<prefix>{:}prefixes` (one hash of every policy's prefix overrides, read whole by each
+//! instance).
 
 use tollgate::HashTag;
 
@@ -74,6 +82,28 @@ impl KeyNames {
     pub(crate) fn access_lists(&self) -> Vec<u8> {
         let mut name = self.prefix.clone();
         name.extend_from_slice(b"{access-lists}");
+        name
+    }
+
+    /// The override hash of the rule whose state is `state`, next to it.
+    pub(crate) fn override_of(state: &[u8]) -> Vec<u8> {
+        let mut name = state.to_vec();
+        name.extend_from_slice(b":ovr");
+        name
+    }
+
+    /// The hash listing the key overrides of the policy named `policy`.
+    pub(crate) fn key_overrides(&self, policy: &str) -> Vec<u8> {
+        let mut name = self.prefix.clone();
+        name.extend_from_slice(b"{:}keys:");
+        escape(&mut name, policy.as_bytes());
+        name
+    }
+
+    /// The hash of every policy's prefix overrides.
+    pub(crate) fn prefix_overrides(&self) -> Vec<u8> {
+        let mut name = self.prefix.clone();
+        name.extend_from_slice(b"{:}prefixes");
         name
     }
 
@@ -206,10 +236,27 @@ mod tests {
                 );
             }
         }
+        for tag in [HashTag::PolicyAndKey, HashTag::Key] {
+            for (policy, key) in pairs {
+                let state = n.state(tag, policy, key);
+                assert!(
+                    seen.insert(KeyNames::override_of(&state)),
+                    "override of {tag:?} {policy:?} {key:?}"
+                );
+            }
+        }
         let keys: std::collections::BTreeSet<&[u8]> = pairs.iter().map(|&(_, key)| key).collect();
         for key in keys {
             assert!(seen.insert(n.attempts(key)), "attempts {key:?}");
         }
+        let policies: std::collections::BTreeSet<&str> = pairs.iter().map(|&(policy, _)| policy).collect();
+        for policy in policies {
+            assert!(
+                seen.insert(n.key_overrides(policy)),
+                "key overrides of {policy:?}"
+            );
+        }
+        assert!(seen.insert(n.prefix_overrides()));
     }
 
     #[test]

@@ -384,7 +384,11 @@ pub(crate) async fn decide(
         call.mark.to_string(),
     ]);
     let reply = store
-        .call::<Vec<u64>>(&inner.scripts.lease, std::slice::from_ref(&state), &args)
+        .call::<Vec<u64>>(
+            &inner.scripts.lease,
+            &[state.clone(), crate::keys::KeyNames::override_of(&state)],
+            &args,
+        )
         .await;
     let reply = match reply.and_then(|r| parse(&r)) {
         Ok(reply) => reply,
@@ -440,7 +444,15 @@ pub(crate) async fn decide(
 /// The request's outcome, the units granted and the grant's mark (see `lua/lease.lua`).
 fn parse(reply: &[u64]) -> Result<(Outcome, u64, u64), Error> {
     match reply {
-        &[allowed, remaining, reset_after_us, retry_after_us, granted, mark] => Ok((
+        &[
+            allowed,
+            remaining,
+            reset_after_us,
+            retry_after_us,
+            _limit,
+            granted,
+            mark,
+        ] => Ok((
             Outcome {
                 allowed: allowed == 1,
                 remaining,

@@ -136,6 +136,7 @@ mod deny_cache;
 mod error;
 mod keys;
 mod lease;
+mod overrides;
 mod reset_channel;
 mod scripts;
 mod store;

@@ -51,6 +51,8 @@ pub(crate) struct Scripts {
     pub(crate) reset: Script,
     /// The fleet's allow and deny list entries (see `access`).
     pub(crate) access: Script,
+    /// Writes a key override with its expiry (see `overrides`).
+    pub(crate) set_override: Script,
 }
 
 impl Scripts {
@@ -67,13 +69,15 @@ impl Scripts {
             )),
             reset: Script::new(include_str!("../lua/reset.lua")),
             access: Script::new(include_str!("../lua/access.lua")),
+            set_override: Script::new(include_str!("../lua/override.lua")),
         }
     }
 
     /// Every script, for `SCRIPT LOAD` ahead of traffic.
-    pub(crate) fn all(&self) -> [&Script; 7] {
+    pub(crate) fn all(&self) -> [&Script; 8] {
         [
             &self.access,
+            &self.set_override,
             &self.decide,
             &self.batch,
             &self.refund,
@@ -154,7 +158,7 @@ fn system_now_us() -> u64 {
 
 /// The algorithm's three parameters, as listed at the top of its file ("" when unused).
 /// `around_us` places a calendar quota's periods.
-fn params(algorithm: &Algorithm, around_us: u64) -> [String; 3] {
+pub(crate) fn params(algorithm: &Algorithm, around_us: u64) -> [String; 3] {
     use tollgate::Anchor;
     match algorithm {
         Algorithm::FixedWindow(p) => [

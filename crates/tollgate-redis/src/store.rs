@@ -26,7 +26,6 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use redis::Script;
-use tollgate::algorithm::Outcome;
 use tollgate::attempts::Attempts;
 use tollgate::store::{self as core_store, AttemptsStore, Store};
 use tollgate::{AttemptsStatus, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
@@ -38,6 +37,7 @@ use crate::deny_cache::{Denial, DenyCache};
 use crate::error::{self, ConnectError};
 use crate::keys::{self, KeyNames};
 use crate::lease::{self, LeaseStats, Leases};
+use crate::overrides::PrefixCache;
 use crate::reset_channel::{self, Listener};
 use crate::scripts::{Mode, Scripts, call_args};
 
@@ -65,12 +65,30 @@ pub struct RedisStoreBuilder {
     clock: Option<Arc<dyn Clock>>,
     options: ConnectOptions,
     calls_in_flight: usize,
+    override_refresh: Duration,
 }
 
 impl RedisStoreBuilder {
     /// Prefix of every key (default `tollgate:`). Must not contain braces.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// How old this instance's copy of the prefix overrides may get before a decision reloads
+    /// it (default 1 s): the bound on how long a prefix override set on another instance takes
+    /// to apply here. Zero reloads it on every decision (an extra round trip each; for tests).
+    /// Key overrides are read by the decision script and apply at once everywhere.
+    ///
+    /// ```
+    /// let builder = tollgate_redis::RedisStore::builder(tollgate_redis::Target::Standalone(
+    ///     "redis://127.0.0.1:6379".into(),
+    /// ))
+    /// .override_refresh(std::time::Duration::from_millis(250));
+    /// # drop(builder);
+    /// ```
+    pub fn override_refresh(mut self, max_age: Duration) -> Self {
+        self.override_refresh = max_age;
         self
     }
 
@@ -206,7 +224,7 @@ impl RedisStoreBuilder {
             !lazy,
         )
         .await;
-        Ok(RedisStore {
+        let store = RedisStore {
             inner: Arc::new(Inner {
                 connection,
                 keys: KeyNames::new(&self.prefix),
@@ -221,8 +239,14 @@ impl RedisStoreBuilder {
                 stats: Counters::default(),
                 leases,
                 lanes: (self.calls_in_flight > 0).then(|| Lanes::new(self.calls_in_flight)),
+                prefix_overrides: PrefixCache::new(self.override_refresh),
             }),
-        })
+        };
+        if !lazy {
+            // Decisions apply prefix overrides from the first one on.
+            store.reload_prefix_overrides().await;
+        }
+        Ok(store)
     }
 }
 
@@ -234,10 +258,10 @@ pub struct RedisStore {
 }
 
 pub(crate) struct Inner {
-    connection: Connection,
+    pub(crate) connection: Connection,
     pub(crate) keys: KeyNames,
     pub(crate) scripts: Scripts,
-    timeout: Duration,
+    pub(crate) timeout: Duration,
     /// One circuit breaker per Redis node.
     breakers: Breakers,
     pub(crate) deny_cache: Option<Arc<DenyCache>>,
@@ -254,6 +278,8 @@ pub(crate) struct Inner {
     pub(crate) leases: Arc<Leases>,
     /// The decisions waiting to go out together, per node or slot (`None`: one call each).
     lanes: Option<Lanes>,
+    /// This instance's copy of the prefix overrides (see `overrides`).
+    pub(crate) prefix_overrides: PrefixCache,
 }
 
 /// Running totals since the store was built, for metrics and tests.
@@ -316,6 +342,7 @@ impl RedisStore {
             clock: None,
             options: ConnectOptions::default(),
             calls_in_flight: batch::DEFAULT_CALLS_IN_FLIGHT,
+            override_refresh: Duration::from_secs(1),
         }
     }
 
@@ -374,7 +401,7 @@ impl RedisStore {
     ///
     /// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 5)?)?;
     /// let (keys, args) = tollgate_redis::RedisStore::script_call("tollgate:", &policy, b"k", 1);
-    /// assert_eq!(keys, vec![b"tollgate:{api:k}".to_vec()]);
+    /// assert_eq!(keys, vec![b"tollgate:{api:k}".to_vec(), b"tollgate:{api:k}:ovr".to_vec()]);
     /// assert_eq!(args, ["", "1", "commit", "gcra", "1", "0", "0", "0", "100000", "5", ""]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -478,13 +505,12 @@ impl RedisStore {
         let args = call_args(self.script_now(), mode, [(&rule, 0)].into_iter());
         match self.decide_call(keys, args).await {
             Ok(reply) => {
-                let outcome = outcomes(&reply, 1)?[0];
-                let decision = Decision::from_outcome(outcome, policy.max_cost());
-                if let (Some(cache), Some(retry_us)) = (&inner.deny_cache, outcome.retry_after_us) {
+                let decision = outcomes(&reply, 1)?[0];
+                if let (Some(cache), Some(retry)) = (&inner.deny_cache, decision.retry_after) {
                     let denial = Denial {
                         min_cost: cost,
-                        retry_at_us: local_now + retry_us,
-                        reset_at_us: local_now + outcome.reset_after_us,
+                        retry_at_us: local_now + retry.as_micros() as u64,
+                        reset_at_us: local_now + decision.reset_after.as_micros() as u64,
                     };
                     cache.insert(&state, denial, local_now);
                 }
@@ -498,7 +524,7 @@ impl RedisStore {
     /// rule's keys share a cluster slot; otherwise one call per slot, made all or nothing by
     /// reserve-then-refund (see the crate docs for what that guarantees). A failed call is
     /// returned as it is: the [`Engine`](tollgate::Engine) applies each rule's failure mode.
-    async fn decide_many(&self, rules: &[Rule<'_>], commit: bool) -> Result<Vec<Outcome>, Error> {
+    async fn decide_many(&self, rules: &[Rule<'_>], commit: bool) -> Result<Vec<Decision>, Error> {
         let inner = &self.inner;
         let keys: Vec<Vec<Vec<u8>>> = rules
             .iter()
@@ -527,7 +553,7 @@ impl RedisStore {
                     .map(|g| self.decide_group(rules, &keys, g, &now, mode)),
             )
             .await;
-            let mut outcomes = vec![UNDECIDED; rules.len()];
+            let mut outcomes = vec![Decision::default(); rules.len()];
             for (group, reply) in groups.iter().zip(replies) {
                 let (group_outcomes, _) = reply?;
                 for (&i, outcome) in group.iter().zip(group_outcomes) {
@@ -549,14 +575,14 @@ impl RedisStore {
         keys: &[Vec<Vec<u8>>],
         groups: &[Vec<usize>],
         now: &str,
-    ) -> Result<Vec<Outcome>, Error> {
+    ) -> Result<Vec<Decision>, Error> {
         let replies = join_all(
             groups
                 .iter()
                 .map(|g| self.decide_group(rules, keys, g, now, Mode::Reserve)),
         )
         .await;
-        let mut outcomes = vec![UNDECIDED; rules.len()];
+        let mut outcomes = vec![Decision::default(); rules.len()];
         let mut failure = None;
         let mut denied = false;
         // The allowed rules of groups that spent, with their marks.
@@ -614,13 +640,15 @@ impl RedisStore {
         group: &[usize],
         now: &str,
         mode: Mode,
-    ) -> Result<(Vec<Outcome>, Vec<u64>), Error> {
+    ) -> Result<(Vec<Decision>, Vec<u64>), Error> {
         let call_keys: Vec<Vec<u8>> = group.iter().flat_map(|&i| keys[i].iter().cloned()).collect();
         let args = call_args(now.to_string(), mode, group.iter().map(|&i| (&rules[i], 0)));
         let reply = self.decide_call(call_keys, args).await?;
         let outcomes = outcomes(&reply, group.len())?;
         let marks = match mode {
-            Mode::Reserve if reply.len() == 5 * group.len() => reply[4 * group.len()..].to_vec(),
+            Mode::Reserve if reply.len() == (ANSWER + 1) * group.len() => {
+                reply[ANSWER * group.len()..].to_vec()
+            }
             Mode::Reserve => return Err(bad_reply(&reply)),
             _ => vec![0; group.len()],
         };
@@ -635,7 +663,7 @@ impl RedisStore {
         keys: &[Vec<Vec<u8>>],
         spends: &[(usize, u64)],
         now: &str,
-    ) -> Result<Vec<Outcome>, Error> {
+    ) -> Result<Vec<Decision>, Error> {
         bump(&self.inner.stats.refunds);
         let call_keys: Vec<Vec<u8>> = spends
             .iter()
@@ -868,40 +896,40 @@ impl Drop for Handover<'_> {
     }
 }
 
-/// KEYS of a decision script: the state hash, and the sliding log's set next to it.
+/// KEYS of a decision script: the state hash, the sliding log's set next to it, then the key's
+/// override hash.
 fn call_keys(policy: &Policy, state: Vec<u8>) -> Vec<Vec<u8>> {
+    let over = KeyNames::override_of(&state);
     if matches!(policy.algorithm(), tollgate::Algorithm::SlidingLog(_)) {
         let log = KeyNames::log(&state);
-        vec![state, log]
+        vec![state, log, over]
     } else {
-        vec![state]
+        vec![state, over]
     }
 }
 
-/// The decisions of `count` rules in a reply (4 integers each, as `lua/decide.lua` says), and
-/// what follows them (the marks of a reserve).
-fn outcomes(reply: &[u64], count: usize) -> Result<Vec<Outcome>, Error> {
-    if reply.len() < 4 * count {
+/// Integers per rule in a decision script's reply (see `lua/decide.lua`).
+const ANSWER: usize = 5;
+
+/// The decisions of `count` rules in a reply ([`ANSWER`] integers each, as `lua/decide.lua`
+/// says: the limit in force is the script's, which read the key's override), and what follows
+/// them (the marks of a reserve).
+fn outcomes(reply: &[u64], count: usize) -> Result<Vec<Decision>, Error> {
+    if reply.len() < ANSWER * count {
         return Err(bad_reply(reply));
     }
-    Ok(reply[..4 * count]
-        .chunks_exact(4)
-        .map(|r| Outcome {
+    Ok(reply[..ANSWER * count]
+        .chunks_exact(ANSWER)
+        .map(|r| Decision {
             allowed: r[0] == 1,
+            limit: r[4],
             remaining: r[1],
-            reset_after_us: r[2],
-            retry_after_us: (r[0] != 1).then_some(r[3]),
+            reset_after: Duration::from_micros(r[2]),
+            retry_after: (r[0] != 1).then_some(Duration::from_micros(r[3])),
+            degraded: false,
         })
         .collect())
 }
-
-/// A placeholder for an outcome not yet known; every one is overwritten before it is returned.
-const UNDECIDED: Outcome = Outcome {
-    allowed: false,
-    remaining: 0,
-    reset_after_us: 0,
-    retry_after_us: None,
-};
 
 /// Rule indices grouped by the cluster slot of their keys (a rule's keys share one), in the
 /// order the slots first appear.
@@ -1045,6 +1073,107 @@ impl Store for RedisStore {
         for rule in rules {
             core_store::validate_rule(rule)?;
         }
+        // Prefix overrides come from this instance's copy (see `overrides`); key overrides are
+        // read by the script.
+        self.refresh_prefix_overrides().await;
+        let cache = &self.inner.prefix_overrides;
+        if cache.any() {
+            let now_us = self.inner.local_clock.now_us();
+            let policies: Vec<Option<Policy>> = rules
+                .iter()
+                .map(|r| cache.in_force(r.policy, r.key, now_us))
+                .collect();
+            if policies.iter().any(Option::is_some) {
+                let rules: Vec<Rule<'_>> = rules
+                    .iter()
+                    .zip(&policies)
+                    .map(|(rule, policy)| match policy {
+                        Some(policy) => Rule { policy, ..*rule },
+                        None => *rule,
+                    })
+                    .collect();
+                return self.decide_in_force(&rules, commit).await;
+            }
+        }
+        self.decide_in_force(rules, commit).await
+    }
+
+    async fn penalty_left(&self, policy: &Policy, key: &[u8]) -> Result<Option<Duration>, Error> {
+        self.read_penalty(policy, key).await
+    }
+
+    /// One call of the refund script in its `give_back` mode (a port of
+    /// [`tollgate::algorithm::refund`]), on the key's own slot. Then, with the deny cache on,
+    /// this instance's cached denial of the key is dropped and the others are told on the reset
+    /// channel (one `PUBLISH`), so no instance keeps denying a key whose budget came back.
+    /// Leases of the key stay: their units are still good.
+    async fn refund(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
+        core_store::validate_check(policy, key, cost)?;
+        let state = self.inner.keys.state(policy.hash_tag(), policy.name(), key);
+        let keys = call_keys(policy, state.clone());
+        let rule = Rule::new(policy, key, cost);
+        let args = call_args(self.script_now(), Mode::GiveBack, [(&rule, 0)].into_iter());
+        let reply: Vec<u64> = self.call(&self.inner.scripts.refund, &keys, &args).await?;
+        let decision = outcomes(&reply, 1)?[0];
+        if let Some(cache) = &self.inner.deny_cache {
+            cache.remove(&state);
+            let mut message = Vec::with_capacity(state.len() + 1);
+            message.push(crate::reset_channel::DROP_DENIAL);
+            message.extend_from_slice(&state);
+            self.publish_reset(&message).await;
+        }
+        Ok(decision)
+    }
+
+    async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {
+        core_store::validate_key(key)?;
+        let state = self.inner.keys.state(policy.hash_tag(), policy.name(), key);
+        if let Some(cache) = &self.inner.deny_cache {
+            cache.remove(&state);
+        }
+        self.inner.leases.forget(&state);
+        let log = KeyNames::log(&state);
+        self.delete(&[state.clone(), log]).await?;
+        self.publish_reset(&state).await;
+        Ok(())
+    }
+}
+
+impl RedisStore {
+    /// Reads the state's penalty (`b`, µs since the Unix epoch) against the scripts' clock.
+    async fn read_penalty(&self, policy: &Policy, key: &[u8]) -> Result<Option<Duration>, Error> {
+        core_store::validate_key(key)?;
+        let state = self.inner.keys.state(policy.hash_tag(), policy.name(), key);
+        let mut conn = self.inner.connection.clone();
+        let timeout = self.inner.timeout;
+        let read = async {
+            let until: Option<u64> = redis::cmd("HGET")
+                .arg(&state)
+                .arg("b")
+                .query_async(&mut conn)
+                .await?;
+            let now_us = match &self.inner.script_clock {
+                Some(clock) => clock.now_us(),
+                None => {
+                    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
+                    secs * 1_000_000 + micros
+                }
+            };
+            Ok::<_, redis::RedisError>(
+                until
+                    .filter(|&u| u > now_us)
+                    .map(|u| Duration::from_micros(u - now_us)),
+            )
+        };
+        match tokio::time::timeout(timeout, read).await {
+            Ok(Ok(left)) => Ok(left),
+            Ok(Err(err)) => Err(error::store_error(err)),
+            Err(_) => Err(error::store_error(error::deadline(timeout))),
+        }
+    }
+
+    /// Decides rules whose prefix overrides are already applied.
+    async fn decide_in_force(&self, rules: &[Rule<'_>], commit: bool) -> Result<Decisions, Error> {
         // A leasing policy's key may be decided from this instance's lease (see `lease`).
         if let [rule] = rules
             && commit
@@ -1061,53 +1190,13 @@ impl Store for RedisStore {
                 self.decide_one(rule.policy, rule.key, rule.cost, commit).await?,
             )),
             _ => {
-                let outcomes = self.decide_many(rules, commit).await?;
-                let mut decisions = rules
-                    .iter()
-                    .zip(outcomes)
-                    .map(|(rule, outcome)| Decision::from_outcome(outcome, rule.policy.max_cost()));
+                let decisions = self.decide_many(rules, commit).await?;
                 Ok(match rules.len() {
-                    1 => Decisions::One(decisions.next().unwrap_or_default()),
-                    _ => Decisions::Many(decisions.collect()),
+                    1 => Decisions::One(decisions.first().copied().unwrap_or_default()),
+                    _ => Decisions::Many(decisions),
                 })
             }
         }
-    }
-
-    /// One call of the refund script in its `give_back` mode (a port of
-    /// [`tollgate::algorithm::refund`]), on the key's own slot. Then, with the deny cache on,
-    /// this instance's cached denial of the key is dropped and the others are told on the reset
-    /// channel (one `PUBLISH`), so no instance keeps denying a key whose budget came back.
-    /// Leases of the key stay: their units are still good.
-    async fn refund(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
-        core_store::validate_check(policy, key, cost)?;
-        let state = self.inner.keys.state(policy.hash_tag(), policy.name(), key);
-        let keys = call_keys(policy, state.clone());
-        let rule = Rule::new(policy, key, cost);
-        let args = call_args(self.script_now(), Mode::GiveBack, [(&rule, 0)].into_iter());
-        let reply: Vec<u64> = self.call(&self.inner.scripts.refund, &keys, &args).await?;
-        let outcome = outcomes(&reply, 1)?[0];
-        if let Some(cache) = &self.inner.deny_cache {
-            cache.remove(&state);
-            let mut message = Vec::with_capacity(state.len() + 1);
-            message.push(crate::reset_channel::DROP_DENIAL);
-            message.extend_from_slice(&state);
-            self.publish_reset(&message).await;
-        }
-        Ok(Decision::from_outcome(outcome, policy.max_cost()))
-    }
-
-    async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {
-        core_store::validate_key(key)?;
-        let state = self.inner.keys.state(policy.hash_tag(), policy.name(), key);
-        if let Some(cache) = &self.inner.deny_cache {
-            cache.remove(&state);
-        }
-        self.inner.leases.forget(&state);
-        let log = KeyNames::log(&state);
-        self.delete(&[state.clone(), log]).await?;
-        self.publish_reset(&state).await;
-        Ok(())
     }
 }
 

@@ -188,3 +188,26 @@ async fn attempts_agree_on_memory_and_redis() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overrides_give_the_same_decisions_on_every_store() {
+    let clock = ManualClock::new(T0_US);
+    let memory = MemoryStore::builder().clock(clock.clone()).build();
+    let expected = vectors::run_overrides(&memory, &clock).await;
+
+    let server = RedisServer::start();
+    let redis = exact_store(Target::Standalone(server.url()), &clock).await;
+    assert_eq!(
+        vectors::run_overrides(&redis, &clock).await,
+        expected,
+        "standalone redis"
+    );
+
+    let cluster = RedisCluster::start();
+    let clustered = exact_store(Target::Cluster(cluster.urls()), &clock).await;
+    assert_eq!(
+        vectors::run_overrides(&clustered, &clock).await,
+        expected,
+        "redis cluster"
+    );
+}

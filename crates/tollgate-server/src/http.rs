@@ -7,12 +7,16 @@
 //! | `GET /v1/limits/{policy}/{key}?cost=N` | the same answer, recording nothing (peek) |
 //! | `POST /v1/refund` `{"policy", "key", "cost"?}` | give back what an admitted request spent (it failed on the caller's side) |
 //! | `DELETE /v1/limits/{policy}/{key}` | forget the key's state (admin) |
+//! | `GET /v1/explain?policy&key&cost` or `?domain&descriptor=k=v,...` (or `POST` with JSON) | what a check would decide and why, spending nothing (see [`crate::explain`]) |
 //! | `POST /v1/attempts/{purpose}/{key}` `{"ttl_seconds"}` | count a failed attempt |
 //! | `GET /v1/attempts/{purpose}/{key}` | the count and its TTL |
 //! | `GET /v1/attempts/{purpose}/{key}/check?max=N` | whether another attempt is allowed |
 //! | `DELETE /v1/attempts/{purpose}/{key}` | clear the counter (after a success; admin) |
 //! | `GET, POST, DELETE /v1/admin/access` | allow and deny list entries (admin; see [`crate::admin`]) |
 //! | `GET /v1/admin/top-offenders?policy=&n=` | the most denied keys per policy (admin) |
+//! | `GET /v1/overrides/{policy}` | the policy's runtime overrides (admin; see [`crate::overrides`]) |
+//! | `PUT`/`GET`/`DELETE /v1/overrides/{policy}/keys/{key}` | set, read, remove one key's override (admin) |
+//! | `PUT`/`GET`/`DELETE /v1/overrides/{policy}/prefixes/{prefix}` | the same for every key under a prefix (admin) |
 //! | `GET /metrics`, `/healthz`, `/readyz` | Prometheus, liveness, store health: JSON naming the failure class |
 //! | `GET /openapi.json` | this API as an OpenAPI 3.1 document (see [`crate::openapi`]) |
 //!
@@ -108,6 +112,8 @@ pub fn router(state: SharedState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(ready))
         .route("/openapi.json", get(openapi_json))
+        .merge(crate::overrides::routes())
+        .merge(crate::explain::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(axum::middleware::from_fn(crate::problem::bare_errors))
         .layer(DefaultBodyLimit::max(state.settings.listeners.max_body_bytes))
@@ -216,7 +222,13 @@ impl From<Error> for ApiError {
 
 /// Parses a JSON body, turning every way it can be wrong into a 4xx naming the problem.
 pub(crate) fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    let bytes = body.map_err(|rejection| {
+    let bytes = body_bytes(body)?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// A body's bytes, or the 4xx for a body that was too large, too slow or unreadable.
+pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
         if let Some(cut) = crate::listener::BodyLimitError::find(&rejection) {
             if matches!(cut, crate::listener::BodyLimitError::TimedOut(_)) {
                 metrics::connection_timed_out("http", "body");
@@ -230,8 +242,7 @@ pub(crate) fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>
             rejection.body_text()
         };
         ApiError::new(status, message)
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+    })
 }
 
 /// The body of `POST /v1/check` for one rule.
@@ -290,6 +301,13 @@ pub(crate) struct RuleBody {
 
 fn one() -> u64 {
     1
+}
+
+impl RuleBody {
+    /// Its policy, key and cost.
+    pub(crate) fn parts(self) -> (String, String, u64) {
+        (self.policy, self.key, self.cost)
+    }
 }
 
 #[derive(Deserialize)]
@@ -916,7 +934,7 @@ fn attempts_key(state: &SharedState, purpose: &str, key: &str) -> Result<Vec<u8>
     Ok(format!("{}:{purpose}{key}", purpose.len()).into_bytes())
 }
 
-fn check_key(state: &SharedState, key: &str) -> Result<(), ApiError> {
+pub(crate) fn check_key(state: &SharedState, key: &str) -> Result<(), ApiError> {
     let max = state.settings.max_key_len;
     if key.is_empty() {
         return Err(ApiError::bad_request("key must not be empty"));
@@ -930,7 +948,7 @@ fn check_key(state: &SharedState, key: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn unknown_policy(name: &str) -> ApiError {
+pub(crate) fn unknown_policy(name: &str) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, format!("unknown policy `{name}`"))
 }
 
@@ -965,7 +983,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Milliseconds, rounded up, so a client waiting that long is never early.
-fn millis_up(duration: Duration) -> u64 {
+pub(crate) fn millis_up(duration: Duration) -> u64 {
     let micros = duration.as_micros();
     u64::try_from(micros.div_ceil(1000)).unwrap_or(u64::MAX)
 }

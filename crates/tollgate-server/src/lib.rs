@@ -43,6 +43,10 @@
 //! - [`admin`]: its admin routes for allow and deny list entries and the top offenders.
 //! - [`access`]: the allow and deny lists in force: the config's and the admin API's entries,
 //!   kept in the store for the fleet and compiled into the engine.
+//! - [`explain`]: what a check would decide and why, spending nothing ([`explain::explain`],
+//!   `GET /v1/explain`, `tollgate explain`).
+//! - [`overrides`]: the admin API of runtime overrides (`/v1/overrides/...`), part of that
+//!   router.
 //! - [`grpc`]: the Envoy rate limit service (`ShouldRateLimit`), answered as envoyproxy/ratelimit
 //!   does ([`grpc::service`], [`grpc::serve`]), and its HTTP door `POST /json` ([`grpc::json`]).
 //! - [`health`]: the gRPC health service and `/healthcheck`, following the store's health.
@@ -65,12 +69,14 @@ pub mod admin;
 pub mod dashboard;
 pub mod debug;
 pub mod envoy_env;
+pub mod explain;
 pub mod grpc;
 pub mod health;
 pub mod http;
 pub mod listener;
 pub mod metrics;
 pub mod openapi;
+pub mod overrides;
 pub mod problem;
 pub mod proxy;
 pub mod reload;

@@ -162,7 +162,7 @@ pub(crate) struct Problem {
     info(
         title = "tollgate",
         description = "Rate limit decisions over HTTP/JSON: check, peek, refund and reset per (policy, key), \
-                       attempts counters for login protection, health and metrics. Every error is \
+                       runtime overrides, attempts counters for login protection, health and metrics. Every error is \
                        an RFC 9457 problem (application/problem+json)."
     ),
     paths(
@@ -182,6 +182,15 @@ pub(crate) struct Problem {
         crate::admin::add,
         crate::admin::remove,
         crate::admin::top_offenders,
+        crate::explain::explain_query,
+        crate::explain::explain_body,
+        crate::overrides::list,
+        crate::overrides::set_key,
+        crate::overrides::get_key,
+        crate::overrides::remove_key,
+        crate::overrides::set_prefix,
+        crate::overrides::get_prefix,
+        crate::overrides::remove_prefix,
     ),
     components(schemas(
         Decision,
@@ -204,12 +213,23 @@ pub(crate) struct Problem {
         crate::admin::EntryList,
         crate::admin::Offender,
         crate::admin::PolicyOffenders,
-        crate::admin::TopOffenders
+        crate::admin::TopOffenders,
+        crate::overrides::OverrideRequest,
+        crate::overrides::OverrideAnswer,
+        crate::overrides::OverrideList,
+        crate::explain::ExplainBody,
+        crate::explain::ExplainDescriptor,
+        crate::explain::ExplainEntryBody,
+        crate::explain::Explanation,
+        crate::explain::ExplainedRule,
+        crate::explain::ExplainedEntry,
+        crate::explain::BudgetState
     )),
     modifiers(&AdminToken),
     tags(
-        (name = "decisions", description = "Check, peek, refund and reset"),
+        (name = "decisions", description = "Check, peek, explain, refund and reset"),
         (name = "attempts", description = "Failed-attempt counters"),
+        (name = "overrides", description = "Runtime overrides: another limit for a key or key prefix of a policy"),
         (name = "operations", description = "Health, readiness, metrics, this document"),
         (name = "admin", description = "Allow and deny lists, top offenders"),
     )

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use tollgate::overrides::{Override, OverrideStore, OverrideTarget};
 use tollgate::{AttemptsStatus, AttemptsStore, Decision, Decisions, Error, MemoryStore, Policy, Rule, Store};
 use tollgate_redis::{RedisStore, Target};
 
@@ -235,6 +236,36 @@ impl Store for AnyStore {
 
     async fn refund(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
         dispatch!(Store, self, refund(policy, key, cost))
+    }
+
+    async fn penalty_left(&self, policy: &Policy, key: &[u8]) -> Result<Option<Duration>, Error> {
+        dispatch!(Store, self, penalty_left(policy, key))
+    }
+}
+
+impl OverrideStore for AnyStore {
+    async fn set_override(&self, policy: &Policy, value: &Override) -> Result<(), Error> {
+        dispatch!(OverrideStore, self, set_override(policy, value))
+    }
+
+    async fn get_override(
+        &self,
+        policy: &Policy,
+        target: &OverrideTarget,
+    ) -> Result<Option<Override>, Error> {
+        dispatch!(OverrideStore, self, get_override(policy, target))
+    }
+
+    async fn list_overrides(&self, policy: &Policy) -> Result<Vec<Override>, Error> {
+        dispatch!(OverrideStore, self, list_overrides(policy))
+    }
+
+    async fn remove_override(&self, policy: &Policy, target: &OverrideTarget) -> Result<bool, Error> {
+        dispatch!(OverrideStore, self, remove_override(policy, target))
+    }
+
+    async fn override_for(&self, policy: &Policy, key: &[u8]) -> Result<Option<Override>, Error> {
+        dispatch!(OverrideStore, self, override_for(policy, key))
     }
 }
 

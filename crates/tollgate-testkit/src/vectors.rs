@@ -1,6 +1,7 @@
 //! Conformance vectors: (time, key, cost) -> expected decision, shared by every store; and
 //! multi-rule vectors: (time, rules) -> expected decision of each rule, for
-//! [`tollgate::Store::decide`]'s all-or-nothing.
+//! [`tollgate::Store::decide`]'s all-or-nothing; and override vectors: overrides set and removed
+//! between decisions, for [`tollgate::OverrideStore`].
 //!
 //! The same vectors run against the memory store, standalone Redis and Redis Cluster, on a
 //! manual clock (the Redis store passes that clock's time to its scripts), and every store must
@@ -12,6 +13,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use tollgate::algorithm::calendar_quota::{Period, Weekday};
+use tollgate::overrides::{Override, OverrideStore, OverrideTarget};
 use tollgate::{Algorithm, Anchor, Decision, Error, HashTag, Penalty, Policy, Rate, Rule, Store};
 
 /// A multiple of every window used here, so epoch-aligned windows start at offset 0.
@@ -762,4 +764,200 @@ pub async fn run_multi(store: &impl Store, clock: &tollgate::ManualClock) -> Vec
         }
     }
     all_decisions
+}
+
+/// What an override step does.
+#[derive(Debug, Clone)]
+pub enum OverrideOp {
+    /// `set_override` of the vector's policy.
+    Set(OverrideTarget, Algorithm, Option<Duration>),
+    /// `remove_override`; expects whether there was one in `expect.0`.
+    Remove(OverrideTarget),
+    /// `check(policy, key, cost)`.
+    Check(&'static [u8], u64),
+    /// `peek(policy, key, cost)`.
+    Peek(&'static [u8], u64),
+    /// Two enforced rules of the vector's policy decided together (on a cluster, two slots).
+    Both(&'static [u8], &'static [u8]),
+}
+
+/// One override step at `T0_US + at_ms`, expecting each decision's `(allowed, remaining,
+/// limit, retry_after in ms)` (one for a check, two for `Both`, none for a set; for a remove,
+/// `allowed` says whether there was an override).
+#[derive(Debug, Clone)]
+pub struct OverrideStep {
+    /// Milliseconds after `T0_US`.
+    pub at_ms: u64,
+    /// The operation.
+    pub op: OverrideOp,
+    /// The expected decisions.
+    pub expect: Vec<(bool, u64, u64, Option<u64>)>,
+}
+
+/// A policy and its override steps.
+#[derive(Debug, Clone)]
+pub struct OverrideVector {
+    /// What the vector shows.
+    pub name: &'static str,
+    /// The policy.
+    pub policy: Policy,
+    /// The steps, in time order.
+    pub steps: Vec<OverrideStep>,
+}
+
+fn at(at_ms: u64, op: OverrideOp, expect: Vec<(bool, u64, u64, Option<u64>)>) -> OverrideStep {
+    OverrideStep { at_ms, op, expect }
+}
+
+/// Every override vector. Expiries are given to prefix overrides only: a key override's
+/// expiry is the Redis hash's own TTL, on Redis's clock rather than the test's.
+pub fn overrides() -> Vec<OverrideVector> {
+    use OverrideOp::{Both, Check, Peek, Remove, Set};
+    let s = Duration::from_secs;
+    let rate = |n| Rate::per_second(n).expect("vector rate");
+    let key = |k: &str| OverrideTarget::key(k);
+    let prefix = |p: &str| OverrideTarget::prefix(p);
+    let log = |n| Algorithm::sliding_log(n, s(10)).expect("vector algorithm");
+    let window = |n| Algorithm::fixed_window(n, s(10), Anchor::Epoch).expect("vector algorithm");
+    vec![
+        OverrideVector {
+            name: "a key override raises one key's limit, keeps its spend; removing it restores the policy",
+            policy: policy("ov-log", Algorithm::sliding_log(2, s(10))),
+            steps: vec![
+                at(0, Check(b"k", 1), vec![(true, 1, 2, None)]),
+                at(0, Check(b"k", 1), vec![(true, 0, 2, None)]),
+                at(0, Check(b"k", 1), vec![(false, 0, 2, Some(10_000))]),
+                at(1_000, Set(key("k"), log(5), None), vec![]),
+                at(1_000, Peek(b"k", 1), vec![(true, 2, 5, None)]),
+                at(1_000, Check(b"k", 1), vec![(true, 2, 5, None)]),
+                at(1_000, Check(b"other", 1), vec![(true, 1, 2, None)]),
+                at(2_000, Remove(key("k")), vec![(true, 0, 0, None)]),
+                at(2_000, Remove(key("k")), vec![(false, 0, 0, None)]),
+                at(2_000, Check(b"k", 1), vec![(false, 0, 2, Some(8_000))]),
+            ],
+        },
+        OverrideVector {
+            name: "the key beats the longest prefix, which beats a shorter one; a prefix override lapses",
+            policy: policy("ov-fw", Algorithm::fixed_window(2, s(10), Anchor::Epoch)),
+            steps: vec![
+                at(0, Set(prefix("t:"), window(4), None), vec![]),
+                at(0, Set(prefix("t:1"), window(6), Some(s(5))), vec![]),
+                at(0, Set(key("t:1x"), window(1), None), vec![]),
+                at(0, Check(b"t:1a", 1), vec![(true, 5, 6, None)]),
+                at(0, Check(b"t:2a", 1), vec![(true, 3, 4, None)]),
+                at(0, Check(b"t:1x", 1), vec![(true, 0, 1, None)]),
+                at(0, Check(b"t:1x", 1), vec![(false, 0, 1, Some(10_000))]),
+                at(0, Check(b"u", 1), vec![(true, 1, 2, None)]),
+                // A cost is bounded by the policy's own limit, whatever the override.
+                at(4_999, Check(b"t:1a", 2), vec![(true, 3, 6, None)]),
+                at(5_000, Check(b"t:1a", 1), vec![(true, 0, 4, None)]),
+                at(5_000, Check(b"t:1a", 1), vec![(false, 0, 4, Some(5_000))]),
+                at(5_000, Remove(prefix("t:1")), vec![(false, 0, 0, None)]),
+                at(5_000, Remove(prefix("t:")), vec![(true, 0, 0, None)]),
+                at(5_000, Check(b"t:2a", 1), vec![(true, 0, 2, None)]),
+            ],
+        },
+        OverrideVector {
+            name: "a bucket override changes capacity and rate; rules decided together each get theirs",
+            policy: policy("ov-tb", Algorithm::token_bucket(2, rate(1))),
+            steps: vec![
+                at(
+                    0,
+                    Set(
+                        key("a"),
+                        Algorithm::token_bucket(10, rate(10)).expect("vector"),
+                        None,
+                    ),
+                    vec![],
+                ),
+                at(0, Check(b"a", 2), vec![(true, 8, 10, None)]),
+                at(0, Both(b"a", b"b"), vec![(true, 7, 10, None), (true, 1, 2, None)]),
+                at(0, Both(b"a", b"b"), vec![(true, 6, 10, None), (true, 0, 2, None)]),
+                // b is out: nothing is spent on a either (the store reports a as if it had
+                // spent; the engine gives its cost back in what it reports).
+                at(
+                    0,
+                    Both(b"a", b"b"),
+                    vec![(true, 5, 10, None), (false, 0, 2, Some(1_000))],
+                ),
+                // 100 ms at 10/s: one more token.
+                at(100, Peek(b"a", 1), vec![(true, 6, 10, None)]),
+                at(
+                    100,
+                    Set(
+                        key("a"),
+                        Algorithm::token_bucket(3, rate(10)).expect("vector"),
+                        None,
+                    ),
+                    vec![],
+                ),
+                at(100, Check(b"a", 1), vec![(true, 2, 3, None)]),
+            ],
+        },
+    ]
+}
+
+/// Runs every override vector on `store`, setting `clock` before each step. Panics naming the
+/// vector and step on the first answer that differs from the expectation; returns every
+/// decision, so stores can be compared field by field.
+pub async fn run_overrides<S: Store + OverrideStore>(
+    store: &S,
+    clock: &tollgate::ManualClock,
+) -> Vec<Decision> {
+    let mut all = vec![];
+    for vector in overrides() {
+        for (i, step) in vector.steps.iter().enumerate() {
+            clock.set_us(T0_US + step.at_ms * 1000);
+            let fail = |e: Error| -> ! { panic!("{}: step {i} failed: {e}", vector.name) };
+            let p = &vector.policy;
+            let decisions: Vec<Decision> = match &step.op {
+                OverrideOp::Set(target, algorithm, ttl) => {
+                    let value =
+                        Override::new(p, target.clone(), algorithm.clone(), *ttl).unwrap_or_else(|e| fail(e));
+                    store.set_override(p, &value).await.unwrap_or_else(|e| fail(e));
+                    vec![]
+                }
+                OverrideOp::Remove(target) => {
+                    let removed = store.remove_override(p, target).await.unwrap_or_else(|e| fail(e));
+                    vec![Decision {
+                        allowed: removed,
+                        ..Decision::default()
+                    }]
+                }
+                OverrideOp::Check(key, cost) => {
+                    vec![store.check(p, key, *cost).await.unwrap_or_else(|e| fail(e))]
+                }
+                OverrideOp::Peek(key, cost) => {
+                    vec![store.peek(p, key, *cost).await.unwrap_or_else(|e| fail(e))]
+                }
+                OverrideOp::Both(a, b) => store
+                    .decide(&[Rule::new(p, *a, 1), Rule::new(p, *b, 1)], true)
+                    .await
+                    .unwrap_or_else(|e| fail(e))
+                    .as_slice()
+                    .to_vec(),
+            };
+            let got: Vec<_> = decisions
+                .iter()
+                .map(|d| {
+                    (
+                        d.allowed,
+                        d.remaining,
+                        d.limit,
+                        d.retry_after.map(|r| r.as_micros() as u64),
+                    )
+                })
+                .collect();
+            let want: Vec<_> = step
+                .expect
+                .iter()
+                .map(|&(allowed, remaining, limit, retry_ms)| {
+                    (allowed, remaining, limit, retry_ms.map(|ms| ms * 1000))
+                })
+                .collect();
+            assert_eq!(got, want, "{}: step {i} at {} ms", vector.name, step.at_ms);
+            all.extend(decisions);
+        }
+    }
+    all
 }

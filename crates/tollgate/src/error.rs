@@ -160,6 +160,33 @@ pub enum Error {
         /// The policy of the refund.
         policy: String,
     },
+    /// The policy's algorithm takes no runtime overrides (a calendar quota: its periods are
+    /// placed by the policy's time zone, which an override could not move on every store alike).
+    #[error("policy `{policy}` uses {algorithm}, which takes no runtime overrides")]
+    OverrideUnsupported {
+        /// The policy's name.
+        policy: String,
+        /// The policy's algorithm.
+        algorithm: &'static str,
+    },
+    /// An override was given another algorithm than its policy's.
+    #[error("an override of policy `{policy}` must use its algorithm {expected}, not {got}")]
+    OverrideAlgorithm {
+        /// The policy's name.
+        policy: String,
+        /// The policy's algorithm.
+        expected: &'static str,
+        /// The override's algorithm.
+        got: &'static str,
+    },
+    /// The store holds as many overrides of this kind (`key` or `prefix`) as it may.
+    #[error("too many {kind} overrides: at most {max}")]
+    TooManyOverrides {
+        /// `key` or `prefix`.
+        kind: &'static str,
+        /// The bound.
+        max: usize,
+    },
     /// The memory store is at its key bound and every key in the way is currently limited or
     /// blocked. Forgetting one of them would hand its owner a fresh budget, so the new key is
     /// refused instead; the caller's failure policy decides what to do.

@@ -32,6 +32,8 @@
 //!   compiled for a lookup on every request; the [`Engine`] applies them.
 //! - [`enforcement`]: gradual enforcement, a policy enforced for a stable share of its keys and
 //!   shadowed for the rest ([`Policy::with_enforcement`]).
+//! - [`overrides`]: [`Override`] and the [`OverrideStore`] trait: another limit for one key or
+//!   key prefix of a policy, set at run time, kept in the store so every instance applies it.
 //! - [`attempts`]: the attempts counter for brute-force protection.
 //! - [`decision`]: [`Decision`] and [`AttemptsStatus`], the answers.
 //! - [`rule`]: a [`Rule`] is one limit of a request: a policy, a key, a cost, shadow or not.
@@ -67,6 +69,7 @@ pub mod guide;
 pub mod headers;
 pub mod lease;
 pub mod memory;
+pub mod overrides;
 pub mod penalty;
 pub mod policy;
 pub mod rule;
@@ -80,6 +83,7 @@ pub use engine::{Engine, EngineBuilder, Outcome, RuleVerdict, Verdict};
 pub use error::{Error, PolicyError, StoreErrorKind};
 pub use lease::LeaseOptions;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
+pub use overrides::{Override, OverrideStore, OverrideTarget};
 pub use penalty::Penalty;
 pub use policy::{Algorithm, Anchor, FailureMode, HashTag, Policy, Rate};
 pub use rule::Rule;

@@ -695,6 +695,28 @@ impl Policy {
         }
     }
 
+    /// This policy with `algorithm`'s parameters: the same name (so the same state), penalty,
+    /// failure mode and hash tag. Used for [overrides](crate::overrides), which check first that
+    /// `algorithm` is this policy's algorithm. A lease is kept only when it still fits the new
+    /// limit.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Policy, Rate};
+    ///
+    /// let api = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 10)?)?;
+    /// let vip = api.with_parameters(Algorithm::gcra(Rate::per_second(100)?, 50)?);
+    /// assert_eq!((vip.name(), vip.max_cost()), ("api", 50));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn with_parameters(&self, algorithm: Algorithm) -> Policy {
+        let lease = self.lease.filter(|l| l.max_units() <= algorithm.limit());
+        Policy {
+            algorithm,
+            lease,
+            ..self.clone()
+        }
+    }
+
     /// The name, which namespaces this policy's state in a store.
     ///
     /// ```

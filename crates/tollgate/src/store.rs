@@ -81,6 +81,17 @@ pub trait Store: Send + Sync {
         }
     }
 
+    /// How long `key` stays blocked by its policy's `block_for` penalty, `None` when it is not
+    /// blocked (or the store cannot tell: the default). Reads only; for explaining a denial.
+    fn penalty_left(
+        &self,
+        policy: &Policy,
+        key: &[u8],
+    ) -> impl Future<Output = Result<Option<Duration>, Error>> + Send {
+        let _ = (policy, key);
+        async { Ok(None) }
+    }
+
     /// The answer `check` would give now, changing nothing.
     fn peek(
         &self,
@@ -152,6 +163,14 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         cost: u64,
     ) -> impl Future<Output = Result<Decision, Error>> + Send {
         (**self).refund(policy, key, cost)
+    }
+
+    fn penalty_left(
+        &self,
+        policy: &Policy,
+        key: &[u8],
+    ) -> impl Future<Output = Result<Option<Duration>, Error>> + Send {
+        (**self).penalty_left(policy, key)
     }
 }
 

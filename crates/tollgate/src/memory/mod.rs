@@ -20,8 +20,10 @@ mod hot;
 mod key;
 mod shard;
 
+use std::borrow::Cow;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use parking_lot::{RwLock, RwLockWriteGuard};
@@ -32,6 +34,7 @@ use self::shard::{Full, Shard, Slot, Value};
 use crate::Algorithm;
 use crate::algorithm::{self, KeyState, Outcome};
 use crate::attempts::{self, Attempts};
+use crate::overrides::{Override, OverrideStore, OverrideTable, OverrideTarget};
 use crate::store::{self, AttemptsStore, Store};
 use crate::{AttemptsStatus, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
 
@@ -67,6 +70,10 @@ pub struct MemoryStore<C: Clock = SystemClock> {
     hasher: RandomState,
     clock: C,
     max_keys: usize,
+    /// Runtime overrides ([`crate::overrides`]); `any_overrides` lets a store without any skip
+    /// the lock on every check.
+    overrides: RwLock<OverrideTable>,
+    any_overrides: AtomicBool,
 }
 
 /// Configures a [`MemoryStore`].
@@ -165,6 +172,8 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             hasher,
             clock: self.clock,
             max_keys: self.max_keys,
+            overrides: RwLock::new(OverrideTable::default()),
+            any_overrides: AtomicBool::new(false),
         }
     }
 }
@@ -237,7 +246,7 @@ impl<C: Clock> MemoryStore<C> {
     pub fn check(&self, policy: &Policy, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, Error> {
         let key = key.as_ref();
         store::validate_check(policy, key, cost)?;
-        self.decide_one(policy, key, cost, true)
+        self.decide_one(&self.in_force(policy, key), key, cost, true)
     }
 
     /// The answer [`check`](Self::check) would give now, changing nothing.
@@ -254,7 +263,7 @@ impl<C: Clock> MemoryStore<C> {
     pub fn peek(&self, policy: &Policy, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, Error> {
         let key = key.as_ref();
         store::validate_check(policy, key, cost)?;
-        self.decide_one(policy, key, cost, false)
+        self.decide_one(&self.in_force(policy, key), key, cost, false)
     }
 
     /// Decides the rules of one request together, as [`Store::decide`] describes: all or
@@ -279,10 +288,20 @@ impl<C: Clock> MemoryStore<C> {
         for rule in rules {
             store::validate_rule(rule)?;
         }
+        if self.any_overrides.load(Ordering::Acquire) && rules.len() > 1 {
+            let policies: Vec<Cow<'_, Policy>> =
+                rules.iter().map(|r| self.in_force(r.policy, r.key)).collect();
+            let rules: Vec<Rule<'_>> = rules
+                .iter()
+                .zip(&policies)
+                .map(|(rule, policy)| Rule { policy, ..*rule })
+                .collect();
+            return self.decide_many(&rules, commit).map(Decisions::Many);
+        }
         match rules {
             [] => Ok(Decisions::None),
             [rule] => Ok(Decisions::One(self.decide_one(
-                rule.policy,
+                &self.in_force(rule.policy, rule.key),
                 rule.key,
                 rule.cost,
                 commit && !rule.question,
@@ -515,6 +534,126 @@ impl<C: Clock> MemoryStore<C> {
         let outcome =
             decide_in(&mut shard, hash, lookup, policy, cost, commit, now_us).map_err(|_| self.full())?;
         Ok(Decision::from_outcome(outcome, policy.max_cost()))
+    }
+
+    /// `policy` as it applies to `key`: with the key's override, if one is set.
+    #[inline]
+    fn in_force<'p>(&self, policy: &'p Policy, key: &[u8]) -> Cow<'p, Policy> {
+        if !self.any_overrides.load(Ordering::Acquire) {
+            return Cow::Borrowed(policy);
+        }
+        let found = self
+            .overrides
+            .read()
+            .find(policy.name(), key, self.clock.now_us());
+        match found {
+            Some(o) if o.algorithm.name() == policy.algorithm().name() => Cow::Owned(o.apply_to(policy)),
+            _ => Cow::Borrowed(policy),
+        }
+    }
+
+    /// How long `key` stays blocked by a `block_for` penalty; see [`Store::penalty_left`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, ManualClock, MemoryStore, Policy};
+    ///
+    /// let clock = ManualClock::new(0);
+    /// let store = MemoryStore::builder().clock(clock.clone()).build();
+    /// let login = Policy::new("login", Algorithm::sliding_log(1, Duration::from_secs(60))?)?
+    ///     .with_block_for(Duration::from_secs(600))?;
+    /// store.check(&login, "ann", 1)?;
+    /// assert_eq!(store.penalty_left(&login, "ann")?, None);
+    /// store.check(&login, "ann", 1)?;
+    /// clock.advance(Duration::from_secs(100));
+    /// assert_eq!(store.penalty_left(&login, "ann")?, Some(Duration::from_secs(500)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn penalty_left(&self, policy: &Policy, key: impl AsRef<[u8]>) -> Result<Option<Duration>, Error> {
+        let key = key.as_ref();
+        store::validate_key(key)?;
+        let lookup = Lookup::limit(policy.shared_name(), key);
+        let hash = lookup.hash(&self.hasher);
+        let shard = self.shard(hash).read();
+        let now_us = self.clock.now_us();
+        // A blocked key is always a plain state: cells never hold a penalty.
+        Ok(match shard.find(hash, lookup).map(|slot| &slot.value) {
+            Some(Value::Limit(state)) if state.blocked_until_us() > now_us => {
+                Some(Duration::from_micros(state.blocked_until_us() - now_us))
+            }
+            _ => None,
+        })
+    }
+
+    /// Sets an override; see [`OverrideStore::set_override`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::overrides::{Override, OverrideTarget};
+    /// use tollgate::{Algorithm, MemoryStore, Policy};
+    ///
+    /// let store = MemoryStore::new();
+    /// let export = Policy::new("export", Algorithm::sliding_log(1, Duration::from_secs(60))?)?;
+    /// let more = Algorithm::sliding_log(3, Duration::from_secs(60))?;
+    /// store.set_override(&export, &Override::new(&export, OverrideTarget::prefix("tenant-7:"), more, None)?)?;
+    /// assert_eq!(store.check(&export, "tenant-7:bob", 1)?.remaining, 2);
+    /// assert_eq!(store.check(&export, "tenant-8:eve", 1)?.remaining, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_override(&self, policy: &Policy, value: &Override) -> Result<(), Error> {
+        let checked = Override::new(
+            policy,
+            value.target.clone(),
+            value.algorithm.clone(),
+            value.expires_in,
+        )?;
+        let now_us = self.clock.now_us();
+        let expires_at_us = checked
+            .expires_in
+            .map(|ttl| now_us.saturating_add(ttl.as_micros() as u64));
+        self.overrides.write().set(
+            policy.name(),
+            checked.target,
+            checked.algorithm,
+            expires_at_us,
+            now_us,
+        )?;
+        self.any_overrides.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// The override for exactly `target`; see [`OverrideStore::get_override`].
+    pub fn get_override(&self, policy: &Policy, target: &OverrideTarget) -> Result<Option<Override>, Error> {
+        target.validate()?;
+        Ok(self
+            .overrides
+            .read()
+            .get(policy.name(), target, self.clock.now_us()))
+    }
+
+    /// Every live override of `policy`; see [`OverrideStore::list_overrides`].
+    pub fn list_overrides(&self, policy: &Policy) -> Result<Vec<Override>, Error> {
+        Ok(self.overrides.read().list(policy.name(), self.clock.now_us()))
+    }
+
+    /// Removes an override; see [`OverrideStore::remove_override`].
+    pub fn remove_override(&self, policy: &Policy, target: &OverrideTarget) -> Result<bool, Error> {
+        target.validate()?;
+        let mut table = self.overrides.write();
+        let removed = table.remove(policy.name(), target, self.clock.now_us());
+        if table.is_empty() {
+            self.any_overrides.store(false, Ordering::Release);
+        }
+        Ok(removed)
+    }
+
+    /// The override in force for `key`; see [`OverrideStore::override_for`].
+    pub fn override_for(&self, policy: &Policy, key: &[u8]) -> Result<Option<Override>, Error> {
+        store::validate_key(key)?;
+        Ok(self
+            .overrides
+            .read()
+            .find(policy.name(), key, self.clock.now_us()))
     }
 
     /// Several rules: every shard they touch is locked, in shard order, then the rules are
@@ -765,6 +904,36 @@ impl<C: Clock> Store for MemoryStore<C> {
 
     async fn refund(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
         MemoryStore::refund(self, policy, key, cost)
+    }
+
+    async fn penalty_left(&self, policy: &Policy, key: &[u8]) -> Result<Option<Duration>, Error> {
+        MemoryStore::penalty_left(self, policy, key)
+    }
+}
+
+impl<C: Clock> OverrideStore for MemoryStore<C> {
+    async fn set_override(&self, policy: &Policy, value: &Override) -> Result<(), Error> {
+        MemoryStore::set_override(self, policy, value)
+    }
+
+    async fn get_override(
+        &self,
+        policy: &Policy,
+        target: &OverrideTarget,
+    ) -> Result<Option<Override>, Error> {
+        MemoryStore::get_override(self, policy, target)
+    }
+
+    async fn list_overrides(&self, policy: &Policy) -> Result<Vec<Override>, Error> {
+        MemoryStore::list_overrides(self, policy)
+    }
+
+    async fn remove_override(&self, policy: &Policy, target: &OverrideTarget) -> Result<bool, Error> {
+        MemoryStore::remove_override(self, policy, target)
+    }
+
+    async fn override_for(&self, policy: &Policy, key: &[u8]) -> Result<Option<Override>, Error> {
+        MemoryStore::override_for(self, policy, key)
     }
 }
 

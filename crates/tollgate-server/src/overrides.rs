@@ -1,0 +1,440 @@
+//! The admin API of runtime overrides: another limit for one key, or for every key under a
+//! prefix, of a configured policy, kept in the store so every server sharing it applies it (see
+//! [`tollgate::overrides`] and, for Redis, how fast each kind reaches the fleet).
+//!
+//! | route | does |
+//! |---|---|
+//! | `GET /v1/overrides/{policy}` | every live override of the policy, keys then prefixes |
+//! | `PUT /v1/overrides/{policy}/keys/{key}` | set the key's override (body: the parameters, `ttl`) |
+//! | `GET /v1/overrides/{policy}/keys/{key}` | read it (404 when there is none) |
+//! | `DELETE /v1/overrides/{policy}/keys/{key}` | remove it (404 when there was none) |
+//! | `PUT`/`GET`/`DELETE /v1/overrides/{policy}/prefixes/{prefix}` | the same for every key starting with `prefix` |
+//!
+//! Keys and prefixes are separate routes so that one can never be taken for the other. Every
+//! route needs the admin token when the server has one. A `PUT` body is the policy's algorithm
+//! fields as in a config file (`{"rate": "100/s", "burst": 50}`, `{"limit": 500, "window":
+//! "1m"}`) and an optional `ttl` (`"1h"`), validated exactly as the config is (errors name the
+//! field: `body: burst: burst must be at least 1`). Setting and removing are logged as `info`
+//! events with the policy, the target and the parameters, for an audit trail.
+//!
+//! Overrides are kept per policy name, so they survive a reload that keeps the policy's name
+//! and algorithm; a policy that changes algorithm ignores its old overrides until they are
+//! removed or lapse.
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::get;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tollgate::overrides::{Override, OverrideStore, OverrideTarget};
+use tollgate::{Algorithm, Anchor, Policy};
+use tollgate_config::duration::{format_duration, format_rate};
+
+use crate::http::{ApiError, authorize_admin, body_bytes, check_key, millis_up, unknown_policy};
+use crate::state::SharedState;
+
+/// The override routes, merged into [`crate::http::router`].
+pub(crate) fn routes() -> Router<SharedState> {
+    Router::new()
+        .route("/v1/overrides/{policy}", get(list))
+        .route(
+            "/v1/overrides/{policy}/keys/{key}",
+            get(get_key).put(set_key).delete(remove_key),
+        )
+        .route(
+            "/v1/overrides/{policy}/prefixes/{prefix}",
+            get(get_prefix).put(set_prefix).delete(remove_prefix),
+        )
+}
+
+/// The body of a `PUT`: the fields the policy's algorithm takes, as in a config file, and an
+/// optional `ttl`. Only the policy's own fields are accepted.
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // parsed by `tollgate_config::ours::parse_override`; this is its documented shape
+pub(crate) struct OverrideRequest {
+    /// `fixed_window`, `sliding_log`, `sliding_window`: requests per window.
+    #[schema(minimum = 1)]
+    limit: Option<u64>,
+    /// `fixed_window`, `sliding_log`, `sliding_window`: the window, such as `"1m"`.
+    window: Option<String>,
+    /// `fixed_window`: `epoch` or `first_hit` (default: the policy's).
+    anchor: Option<String>,
+    /// `token_bucket`, `leaky_bucket`: the bucket's size.
+    #[schema(minimum = 1)]
+    capacity: Option<u64>,
+    /// `token_bucket`: the refill rate, such as `"10/s"`.
+    refill: Option<String>,
+    /// `leaky_bucket`: the drain rate.
+    leak: Option<String>,
+    /// `gcra`: the rate, such as `"100/s"`.
+    rate: Option<String>,
+    /// `gcra`: the burst.
+    #[schema(minimum = 1)]
+    burst: Option<u64>,
+    /// How long the override lasts, such as `"1h"`; without it, until removed.
+    ttl: Option<String>,
+}
+
+/// One override, as stored.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct OverrideAnswer {
+    /// The policy.
+    pub policy: String,
+    /// `key` (this key only) or `prefix` (every key starting with it).
+    pub kind: &'static str,
+    /// The key, for a key override.
+    pub key: Option<String>,
+    /// The prefix, for a prefix override.
+    pub prefix: Option<String>,
+    /// The policy's algorithm.
+    pub algorithm: &'static str,
+    /// The parameters in force for the keys it covers, in the config's fields and units.
+    #[schema(value_type = Object)]
+    pub parameters: Value,
+    /// Milliseconds until it lapses; null when it lasts until removed.
+    pub expires_in_ms: Option<u64>,
+}
+
+/// A policy's overrides, from `GET /v1/overrides/{policy}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(crate) struct OverrideList {
+    /// The policy.
+    pub policy: String,
+    /// The policy's algorithm.
+    pub algorithm: &'static str,
+    /// The policy's own parameters, for comparison.
+    #[schema(value_type = Object)]
+    pub parameters: Value,
+    /// Every live override, keys first then prefixes, each in byte order.
+    pub overrides: Vec<OverrideAnswer>,
+}
+
+/// An algorithm's parameters as a config file writes them.
+pub(crate) fn parameters(algorithm: &Algorithm) -> Value {
+    match algorithm {
+        Algorithm::FixedWindow(p) => json!({
+            "limit": p.limit(),
+            "window": format_duration(p.window()),
+            "anchor": match p.anchor() {
+                Anchor::Epoch => "epoch",
+                Anchor::FirstHit => "first_hit",
+            },
+        }),
+        Algorithm::SlidingLog(p) => json!({"limit": p.limit(), "window": format_duration(p.window())}),
+        Algorithm::SlidingWindow(p) => json!({"limit": p.limit(), "window": format_duration(p.window())}),
+        Algorithm::TokenBucket(p) => json!({"capacity": p.capacity(), "refill": format_rate(p.refill())}),
+        Algorithm::LeakyBucket(p) => json!({"capacity": p.capacity(), "leak": format_rate(p.leak())}),
+        Algorithm::Gcra(p) => json!({"rate": format_rate(p.rate()), "burst": p.burst()}),
+        Algorithm::CalendarQuota(p) => json!({
+            "limit": p.limit(),
+            "period": p.period().as_str(),
+            "time_zone": p.time_zone(),
+            "week_starts": format!("{:?}", p.week_start()).to_lowercase(),
+        }),
+    }
+}
+
+pub(crate) fn answer(policy: &Policy, value: &Override) -> OverrideAnswer {
+    let text = String::from_utf8_lossy(value.target.bytes()).into_owned();
+    let (key, prefix) = match value.target {
+        OverrideTarget::Key(_) => (Some(text), None),
+        OverrideTarget::Prefix(_) => (None, Some(text)),
+    };
+    OverrideAnswer {
+        policy: policy.name().to_owned(),
+        kind: value.target.kind(),
+        key,
+        prefix,
+        algorithm: value.algorithm.name(),
+        parameters: parameters(&value.algorithm),
+        expires_in_ms: value.expires_in.map(millis_up),
+    }
+}
+
+fn configured(state: &SharedState, name: &str) -> Result<Policy, ApiError> {
+    let limits = state.limits.load();
+    limits
+        .policy(name)
+        .map(|named| named.policy().clone())
+        .ok_or_else(|| unknown_policy(name))
+}
+
+fn no_override(target: &OverrideTarget) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no override for {} `{}`",
+            target.kind(),
+            String::from_utf8_lossy(target.bytes())
+        ),
+    )
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/overrides/{policy}",
+    tag = "overrides",
+    summary = "List a policy's overrides",
+    description = "Every live override of the policy, keys first then prefixes. Needs \
+                   `Authorization: Bearer <token>` when the server has an admin token.",
+    params(("policy" = String, Path, description = "A configured policy")),
+    responses(
+        (status = 200, description = "The overrides", body = OverrideList),
+        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security((), ("admin_token" = []))
+)]
+pub(crate) async fn list(
+    State(state): State<SharedState>,
+    Path(policy): Path<String>,
+    request_headers: HeaderMap,
+) -> Result<Json<OverrideList>, ApiError> {
+    authorize_admin(&state, &request_headers)?;
+    let policy = configured(&state, &policy)?;
+    let overrides = state.store.list_overrides(&policy).await?;
+    Ok(Json(OverrideList {
+        policy: policy.name().to_owned(),
+        algorithm: policy.algorithm().name(),
+        parameters: parameters(policy.algorithm()),
+        overrides: overrides.iter().map(|o| answer(&policy, o)).collect(),
+    }))
+}
+
+async fn set(
+    state: &SharedState,
+    policy: &str,
+    target: OverrideTarget,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<OverrideAnswer>, ApiError> {
+    let policy = configured(state, policy)?;
+    let bytes = body_bytes(body)?;
+    let text = std::str::from_utf8(&bytes).map_err(|_| ApiError::bad_request("the body is not UTF-8"))?;
+    let parsed = tollgate_config::ours::parse_override("body", text, &policy)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let value = Override::new(&policy, target, parsed.algorithm, parsed.ttl)?;
+    state.store.set_override(&policy, &value).await?;
+    let answer = answer(&policy, &value);
+    tracing::info!(
+        action = "set",
+        policy = %answer.policy,
+        kind = answer.kind,
+        target = %String::from_utf8_lossy(value.target.bytes()),
+        algorithm = answer.algorithm,
+        parameters = %answer.parameters,
+        ttl_ms = answer.expires_in_ms,
+        "override changed"
+    );
+    Ok(Json(answer))
+}
+
+async fn read(
+    state: &SharedState,
+    policy: &str,
+    target: OverrideTarget,
+) -> Result<Json<OverrideAnswer>, ApiError> {
+    let policy = configured(state, policy)?;
+    match state.store.get_override(&policy, &target).await? {
+        Some(value) => Ok(Json(answer(&policy, &value))),
+        None => Err(no_override(&target)),
+    }
+}
+
+async fn remove(state: &SharedState, policy: &str, target: OverrideTarget) -> Result<StatusCode, ApiError> {
+    let policy = configured(state, policy)?;
+    if !state.store.remove_override(&policy, &target).await? {
+        return Err(no_override(&target));
+    }
+    tracing::info!(
+        action = "remove",
+        policy = %policy.name(),
+        kind = target.kind(),
+        target = %String::from_utf8_lossy(target.bytes()),
+        "override changed"
+    );
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(
+    put,
+    path = "/v1/overrides/{policy}/keys/{key}",
+    tag = "overrides",
+    summary = "Set a key's override",
+    description = "This key gets these parameters of the policy's algorithm (validated as in the \
+                   config), on every server sharing the store, until `ttl` or removal. Needs \
+                   `Authorization: Bearer <token>` when the server has an admin token.",
+    params(
+        ("policy" = String, Path, description = "A configured policy"),
+        ("key" = String, Path, description = "The key"),
+    ),
+    request_body(content = OverrideRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Set", body = OverrideAnswer),
+        (status = 400, description = "Unusable parameters", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security((), ("admin_token" = []))
+)]
+pub(crate) async fn set_key(
+    State(state): State<SharedState>,
+    Path((policy, key)): Path<(String, String)>,
+    request_headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<OverrideAnswer>, ApiError> {
+    authorize_admin(&state, &request_headers)?;
+    check_key(&state, &key)?;
+    set(&state, &policy, OverrideTarget::key(key), body).await
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/overrides/{policy}/keys/{key}",
+    tag = "overrides",
+    summary = "Read a key's override",
+    description = "Needs `Authorization: Bearer <token>` when the server has an admin token.",
+    params(
+        ("policy" = String, Path, description = "A configured policy"),
+        ("key" = String, Path, description = "The key"),
+    ),
+    responses(
+        (status = 200, description = "The override", body = OverrideAnswer),
+        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy, or no override", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security((), ("admin_token" = []))
+)]
+pub(crate) async fn get_key(
+    State(state): State<SharedState>,
+    Path((policy, key)): Path<(String, String)>,
+    request_headers: HeaderMap,
+) -> Result<Json<OverrideAnswer>, ApiError> {
+    authorize_admin(&state, &request_headers)?;
+    check_key(&state, &key)?;
+    read(&state, &policy, OverrideTarget::key(key)).await
+}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/overrides/{policy}/keys/{key}",
+    tag = "overrides",
+    summary = "Remove a key's override",
+    description = "The policy's own parameters apply again. Needs `Authorization: Bearer <token>` \
+                   when the server has an admin token.",
+    params(
+        ("policy" = String, Path, description = "A configured policy"),
+        ("key" = String, Path, description = "The key"),
+    ),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy, or no override", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security((), ("admin_token" = []))
+)]
+pub(crate) async fn remove_key(
+    State(state): State<SharedState>,
+    Path((policy, key)): Path<(String, String)>,
+    request_headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    authorize_admin(&state, &request_headers)?;
+    check_key(&state, &key)?;
+    remove(&state, &policy, OverrideTarget::key(key)).await
+}
+
+#[utoipa::path(
+    put,
+    path = "/v1/overrides/{policy}/prefixes/{prefix}",
+    tag = "overrides",
+    summary = "Set a prefix override",
+    description = "Every key starting with `prefix` (unless it has a key override, or a longer \
+                   prefix covers it) gets these parameters. Needs `Authorization: Bearer <token>` \
+                   when the server has an admin token.",
+    params(
+        ("policy" = String, Path, description = "A configured policy"),
+        ("prefix" = String, Path, description = "The key prefix"),
+    ),
+    request_body(content = OverrideRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Set", body = OverrideAnswer),
+        (status = 400, description = "Unusable parameters, or too many prefix overrides", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security((), ("admin_token" = []))
+)]
+pub(crate) async fn set_prefix(
+    State(state): State<SharedState>,
+    Path((policy, prefix)): Path<(String, String)>,
+    request_headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<OverrideAnswer>, ApiError> {
+    authorize_admin(&state, &request_headers)?;
+    check_key(&state, &prefix)?;
+    set(&state, &policy, OverrideTarget::prefix(prefix), body).await
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/overrides/{policy}/prefixes/{prefix}",
+    tag = "overrides",
+    summary = "Read a prefix override",
+    description = "Needs `Authorization: Bearer <token>` when the server has an admin token.",
+    params(
+        ("policy" = String, Path, description = "A configured policy"),
+        ("prefix" = String, Path, description = "The key prefix"),
+    ),
+    responses(
+        (status = 200, description = "The override", body = OverrideAnswer),
+        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy, or no override", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security((), ("admin_token" = []))
+)]
+pub(crate) async fn get_prefix(
+    State(state): State<SharedState>,
+    Path((policy, prefix)): Path<(String, String)>,
+    request_headers: HeaderMap,
+) -> Result<Json<OverrideAnswer>, ApiError> {
+    authorize_admin(&state, &request_headers)?;
+    check_key(&state, &prefix)?;
+    read(&state, &policy, OverrideTarget::prefix(prefix)).await
+}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/overrides/{policy}/prefixes/{prefix}",
+    tag = "overrides",
+    summary = "Remove a prefix override",
+    description = "Needs `Authorization: Bearer <token>` when the server has an admin token.",
+    params(
+        ("policy" = String, Path, description = "A configured policy"),
+        ("prefix" = String, Path, description = "The key prefix"),
+    ),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy, or no override", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    ),
+    security((), ("admin_token" = []))
+)]
+pub(crate) async fn remove_prefix(
+    State(state): State<SharedState>,
+    Path((policy, prefix)): Path<(String, String)>,
+    request_headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    authorize_admin(&state, &request_headers)?;
+    check_key(&state, &prefix)?;
+    remove(&state, &policy, OverrideTarget::prefix(prefix)).await
+}
