@@ -27,6 +27,9 @@
 //!   microseconds, and [`algorithm::decide`], which adds penalties.
 //! - [`lease`]: [`LeaseOptions`], how a networked store may lease a hot key's budget to one
 //!   instance (opt-in per policy, with [`Policy::with_lease`]).
+//! - [`concurrency`]: [`ConcurrencyPolicy`](concurrency::ConcurrencyPolicy) and the
+//!   [`ConcurrencyStore`](concurrency::ConcurrencyStore) trait: at most `n` requests of a key in
+//!   flight, with leases that are released or expire.
 //! - [`attempts`]: the attempts counter for brute-force protection.
 //! - [`decision`]: [`Decision`] and [`AttemptsStatus`], the answers.
 //! - [`rule`]: a [`Rule`] is one limit of a request: a policy, a key, a cost, shadow or not.
@@ -50,6 +53,7 @@ pub mod algorithm;
 pub mod attempts;
 pub mod bounds;
 pub mod clock;
+pub mod concurrency;
 pub mod decision;
 pub mod engine;
 pub mod error;
