@@ -6,7 +6,7 @@
 //! driver (`decide.lua`: one request), so one script decides any mix of algorithms in one call.
 //! The batch script is the same with another driver (`batch.lua`: many requests in turn, each
 //! as the decision script would decide it alone). The refund script is the same library with
-//! its own driver. The attempts script is the common helpers and its own body.
+//! its own driver. The attempts and concurrency scripts are the common helpers and their own bodies.
 //!
 //! `redis::Script` sends EVALSHA and, on NOSCRIPT (restart, `SCRIPT FLUSH`, failover, a node that
 //! never saw it), loads the script on the node that answered and retries, so callers never see
@@ -47,6 +47,8 @@ pub(crate) struct Scripts {
     pub(crate) lease: Script,
     pub(crate) attempts: Script,
     pub(crate) reset: Script,
+    /// Concurrency leases: acquire and release (see `concurrency`).
+    pub(crate) concurrency: Script,
 }
 
 impl Scripts {
@@ -62,11 +64,16 @@ impl Scripts {
                 include_str!("../lua/attempts.lua")
             )),
             reset: Script::new(include_str!("../lua/reset.lua")),
+            concurrency: Script::new(concat!(
+                include_str!("../lua/common.lua"),
+                "\n",
+                include_str!("../lua/concurrency.lua")
+            )),
         }
     }
 
     /// Every script, for `SCRIPT LOAD` ahead of traffic.
-    pub(crate) fn all(&self) -> [&Script; 6] {
+    pub(crate) fn all(&self) -> [&Script; 7] {
         [
             &self.decide,
             &self.batch,
@@ -74,6 +81,7 @@ impl Scripts {
             &self.lease,
             &self.attempts,
             &self.reset,
+            &self.concurrency,
         ]
     }
 }

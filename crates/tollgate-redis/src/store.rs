@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use redis::Script;
 use tollgate::algorithm::Outcome;
 use tollgate::attempts::Attempts;
+use tollgate::concurrency::LeaseIds;
 use tollgate::store::{self as core_store, AttemptsStore, Store};
 use tollgate::{AttemptsStatus, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
 
@@ -221,6 +222,7 @@ impl RedisStoreBuilder {
                 stats: Counters::default(),
                 leases,
                 lanes: (self.calls_in_flight > 0).then(|| Lanes::new(self.calls_in_flight)),
+                lease_ids: LeaseIds::new(),
             }),
         })
     }
@@ -254,6 +256,8 @@ pub(crate) struct Inner {
     pub(crate) leases: Arc<Leases>,
     /// The decisions waiting to go out together, per node or slot (`None`: one call each).
     lanes: Option<Lanes>,
+    /// Ids of the concurrency leases this instance grants (see `concurrency`).
+    pub(crate) lease_ids: LeaseIds,
 }
 
 /// Running totals since the store was built, for metrics and tests.
