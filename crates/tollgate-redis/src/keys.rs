@@ -185,7 +185,10 @@ mod tests {
                     "log of {tag:?} {policy:?} {key:?}"
                 );
                 let leases = n.leases(tag, policy, key);
-                assert_eq!(slot(&leases), slot(&state));
+                if !key.is_empty() {
+                    // An empty key is refused before any call; `{}` is no hash tag.
+                    assert_eq!(slot(&leases), slot(&state));
+                }
                 assert!(seen.insert(leases), "leases of {tag:?} {policy:?} {key:?}");
             }
         }
