@@ -28,6 +28,23 @@
 //! | `token_bucket` | `capacity`, `refill` (a rate) |
 //! | `leaky_bucket` | `capacity`, `leak` (a rate) |
 //! | `gcra` | `rate`, `burst` |
+//! | `concurrency` | `max_in_flight`, `lease_timeout` (see below) |
+//!
+//! `algorithm: concurrency` is not a rate but a bound on requests in flight per key, acquired
+//! and released through `POST /v1/concurrency/{policy}/{key}/acquire` and `.../release` (see
+//! `docs/concurrency.md` and [`tollgate::concurrency`]). It takes `max_in_flight` (1 to
+//! 100 000) and `lease_timeout` (how long a lease that is never released lives, whole
+//! milliseconds), and `on_store_failure`, `instances` and `hash_tag`; `block_for`, `shadow` and
+//! `lease` mean nothing for it and are refused. It cannot be used in `/v1/check`, in a route or
+//! in an envoyproxy/ratelimit descriptor.
+//!
+//! ```yaml
+//! policies:
+//!   exports:
+//!     algorithm: concurrency
+//!     max_in_flight: 5
+//!     lease_timeout: 30s
+//! ```
 //!
 //! A file may also list `routes` for `tollgate proxy`: see [`crate::routes`].
 //!
@@ -58,6 +75,7 @@ use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 
 use serde::Deserialize;
+use tollgate::concurrency::ConcurrencyPolicy;
 use tollgate::{Algorithm, Anchor, LeaseOptions, Policy, PolicyError};
 
 use crate::fields::{
@@ -112,6 +130,10 @@ struct PolicySpec {
     #[serde(default)]
     shadow: bool,
     lease: Option<LeaseSpec>,
+    /// `concurrency` only.
+    max_in_flight: Option<u64>,
+    /// `concurrency` only.
+    lease_timeout: Option<Scalar>,
 }
 
 /// The `lease` map of a policy, as written.
@@ -154,22 +176,30 @@ const SPECIFIC_FIELDS: [&str; 8] = [
 /// A compiled file: its policies in name order, and its routes in file order.
 pub(crate) struct Compiled {
     pub(crate) policies: Vec<(String, NamedPolicy)>,
+    /// The `algorithm: concurrency` policies, in name order.
+    pub(crate) concurrency: Vec<(String, ConcurrencyPolicy)>,
     pub(crate) routes: Vec<Route>,
+}
+
+/// One compiled entry of `policies`: a rate limit or a concurrency limit.
+enum Kind {
+    Rate(NamedPolicy),
+    Concurrency(ConcurrencyPolicy),
 }
 
 impl OursFile {
     /// Builds every policy and route of the file. Route policy names are checked later, against
     /// every file of the config.
     pub(crate) fn compile(self, file: &str) -> Result<Compiled, ConfigError> {
-        let policies = self
-            .policies
-            .into_iter()
-            .map(|(name, spec)| {
-                let at = format!("policies.{name}");
-                let policy = spec.compile(file, &at, &name)?;
-                Ok((name, policy))
-            })
-            .collect::<Result<_, ConfigError>>()?;
+        let mut policies = Vec::with_capacity(self.policies.len());
+        let mut concurrency = Vec::new();
+        for (name, spec) in self.policies {
+            let at = format!("policies.{name}");
+            match spec.compile(file, &at, &name)? {
+                Kind::Rate(policy) => policies.push((name, policy)),
+                Kind::Concurrency(policy) => concurrency.push((name, policy)),
+            }
+        }
         let mut routes: Vec<Route> = Vec::with_capacity(self.routes.len());
         for (i, spec) in self.routes.into_iter().enumerate() {
             let at = format!("routes[{i}]");
@@ -210,7 +240,11 @@ impl OursFile {
                 key,
             });
         }
-        Ok(Compiled { policies, routes })
+        Ok(Compiled {
+            policies,
+            concurrency,
+            routes,
+        })
     }
 }
 
@@ -223,7 +257,7 @@ fn is_header_name(name: &str) -> bool {
 }
 
 impl PolicySpec {
-    fn compile(self, file: &str, at: &str, name: &str) -> Result<NamedPolicy, ConfigError> {
+    fn compile(self, file: &str, at: &str, name: &str) -> Result<Kind, ConfigError> {
         let err = |field: Option<&str>, kind| {
             ConfigError::new(
                 file,
@@ -240,6 +274,26 @@ impl PolicySpec {
             ));
         }
         let algorithm_name = self.algorithm;
+        if algorithm_name == AlgorithmName::Concurrency {
+            return self.compile_concurrency(file, at, name).map(Kind::Concurrency);
+        }
+        for (field, present) in [
+            ("max_in_flight", self.max_in_flight.is_some()),
+            ("lease_timeout", self.lease_timeout.is_some()),
+        ] {
+            if present {
+                return Err(err(
+                    Some(field),
+                    ConfigErrorKind::FieldNotAllowed {
+                        field,
+                        why: format!(
+                            "is not used by {}; only `algorithm: concurrency` takes it",
+                            algorithm_name.as_str()
+                        ),
+                    },
+                ));
+            }
+        }
         let (takes, needed): (&[&str], &str) = match algorithm_name {
             AlgorithmName::FixedWindow => (&["limit", "window", "anchor"], "`limit` and `window`"),
             AlgorithmName::SlidingLog | AlgorithmName::SlidingWindow => {
@@ -248,6 +302,7 @@ impl PolicySpec {
             AlgorithmName::TokenBucket => (&["capacity", "refill"], "`capacity` and `refill`"),
             AlgorithmName::LeakyBucket => (&["capacity", "leak"], "`capacity` and `leak`"),
             AlgorithmName::Gcra => (&["rate", "burst"], "`rate` and `burst`"),
+            AlgorithmName::Concurrency => (&[], "`max_in_flight` and `lease_timeout`"),
         };
         let present = [
             self.limit.is_some(),
@@ -335,6 +390,9 @@ impl PolicySpec {
                 let rate = rate("rate", &self.rate)?;
                 Algorithm::gcra(rate, self.burst.ok_or_else(|| missing("burst"))?)
             }
+            AlgorithmName::Concurrency => {
+                return self.compile_concurrency(file, at, name).map(Kind::Concurrency);
+            }
         }
         .map_err(policy_err)?;
 
@@ -362,6 +420,100 @@ impl PolicySpec {
                 err(Some(field), ConfigErrorKind::Policy(e))
             })?;
         }
-        Ok(NamedPolicy::new(policy, self.shadow))
+        Ok(Kind::Rate(NamedPolicy::new(policy, self.shadow)))
+    }
+
+    /// An `algorithm: concurrency` entry: `max_in_flight` and `lease_timeout`, plus the fields
+    /// every policy takes that mean something for it (`on_store_failure`, `instances`,
+    /// `hash_tag`).
+    fn compile_concurrency(self, file: &str, at: &str, name: &str) -> Result<ConcurrencyPolicy, ConfigError> {
+        let err = |field: Option<&str>, kind| {
+            ConfigError::new(
+                file,
+                Some(field.map_or_else(|| at.to_owned(), |f| join(at, f))),
+                kind,
+            )
+        };
+        let needed = "`max_in_flight` and `lease_timeout`";
+        let present = [
+            self.limit.is_some(),
+            self.window.is_some(),
+            self.anchor.is_some(),
+            self.capacity.is_some(),
+            self.refill.is_some(),
+            self.leak.is_some(),
+            self.rate.is_some(),
+            self.burst.is_some(),
+        ];
+        for (field, present) in SPECIFIC_FIELDS.into_iter().zip(present) {
+            if present {
+                return Err(err(
+                    Some(field),
+                    ConfigErrorKind::FieldNotAllowed {
+                        field,
+                        why: format!("is not used by concurrency, which takes {needed}"),
+                    },
+                ));
+            }
+        }
+        let refused: [(&'static str, bool, &str); 3] = [
+            (
+                "block_for",
+                self.block_for.is_some(),
+                "is not used by concurrency: a lease frees its slot when the request ends, there is no penalty",
+            ),
+            (
+                "shadow",
+                self.shadow,
+                "is not used by concurrency: a lease is held or it is not, so it cannot be shadowed",
+            ),
+            (
+                "lease",
+                self.lease.is_some(),
+                "is not used by concurrency: hot-key leases are for rate limits (a concurrency limit sets `lease_timeout`)",
+            ),
+        ];
+        for (field, present, why) in refused {
+            if present {
+                return Err(err(
+                    Some(field),
+                    ConfigErrorKind::FieldNotAllowed {
+                        field,
+                        why: why.to_owned(),
+                    },
+                ));
+            }
+        }
+        let missing = |field: &'static str| {
+            err(
+                None,
+                ConfigErrorKind::MissingField {
+                    field,
+                    why: format!("concurrency takes {needed}"),
+                },
+            )
+        };
+        let max_in_flight = self.max_in_flight.ok_or_else(|| missing("max_in_flight"))?;
+        let lease_timeout = self
+            .lease_timeout
+            .as_ref()
+            .ok_or_else(|| missing("lease_timeout"))?
+            .duration()
+            .map_err(|kind| err(Some("lease_timeout"), kind))?;
+        let mut policy = ConcurrencyPolicy::new(name, max_in_flight, lease_timeout).map_err(|e| {
+            let field = match policy_error_field(&e) {
+                Some("max_in_flight") => Some("max_in_flight"),
+                Some("lease_timeout") => Some("lease_timeout"),
+                _ => None,
+            };
+            err(field, ConfigErrorKind::Policy(e))
+        })?;
+        if let Some(mode) = failure_mode(file, at, self.on_store_failure, self.instances)? {
+            policy = policy.with_failure_mode(mode);
+        }
+        if let Some(tag) = self.hash_tag {
+            policy = policy.with_hash_tag(tag.into());
+        }
+        Ok(policy)
     }
 }
