@@ -6,6 +6,8 @@
 //! | `POST /v1/check` `{"rules": [{"policy", "key", "cost"?}, ...]}` | the same for several policies at once, all or nothing |
 //! | `GET /v1/limits/{policy}/{key}?cost=N` | the same answer, recording nothing (peek) |
 //! | `DELETE /v1/limits/{policy}/{key}` | forget the key's state (admin) |
+//! | `POST /v1/concurrency/{policy}/{key}/acquire` | take a lease of a concurrency policy: 200 with its id, 429 when full (see [`crate::concurrency`]) |
+//! | `POST /v1/concurrency/{policy}/{key}/release` `{"lease_id"}` | give the lease back |
 //! | `POST /v1/attempts/{purpose}/{key}` `{"ttl_seconds"}` | count a failed attempt |
 //! | `GET /v1/attempts/{purpose}/{key}` | the count and its TTL |
 //! | `GET /v1/attempts/{purpose}/{key}/check?max=N` | whether another attempt is allowed |
@@ -88,6 +90,14 @@ pub fn router(state: SharedState) -> Router {
         .route("/v1/check", post(check))
         .route("/v1/limits/{policy}/{key}", get(peek).delete(reset))
         .route(
+            "/v1/concurrency/{policy}/{key}/acquire",
+            post(crate::concurrency::acquire),
+        )
+        .route(
+            "/v1/concurrency/{policy}/{key}/release",
+            post(crate::concurrency::release),
+        )
+        .route(
             "/v1/attempts/{purpose}/{key}",
             post(count_attempt).get(attempts).delete(clear_attempts),
         )
@@ -110,14 +120,14 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         ApiError {
             status,
             message: message.into(),
         }
     }
 
-    fn bad_request(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
 
@@ -165,7 +175,7 @@ impl From<Error> for ApiError {
 }
 
 /// Parses a JSON body, turning every way it can be wrong into a 4xx naming the problem.
-fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+pub(crate) fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
     let bytes = body.map_err(|rejection| {
         if let Some(cut) = crate::listener::BodyLimitError::find(&rejection) {
             if matches!(cut, crate::listener::BodyLimitError::TimedOut(_)) {
@@ -362,7 +372,9 @@ pub(crate) async fn reset(
 ) -> Result<StatusCode, ApiError> {
     authorize_admin(&state, &request_headers)?;
     let limits = state.limits.load_full();
-    let named = limits.policy(&policy).ok_or_else(|| unknown_policy(&policy))?;
+    let named = limits
+        .policy(&policy)
+        .ok_or_else(|| not_a_rate_policy(&limits, &policy))?;
     check_key(&state, &key)?;
     state.engine.reset(named.policy(), key.as_bytes()).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -401,7 +413,9 @@ async fn decide_one(
     commit: bool,
 ) -> Result<Response, ApiError> {
     let limits = state.limits.load_full();
-    let named = limits.policy(policy).ok_or_else(|| unknown_policy(policy))?;
+    let named = limits
+        .policy(policy)
+        .ok_or_else(|| not_a_rate_policy(&limits, policy))?;
     check_key(state, key)?;
     let rules = [rule(named, key, cost)];
     let verdict = decide(state, &rules, commit).await?;
@@ -453,7 +467,7 @@ async fn check_list(state: &SharedState, bodies: &[RuleBody]) -> Result<Response
     for (i, body) in bodies.iter().enumerate() {
         let named = limits
             .policy(&body.policy)
-            .ok_or_else(|| unknown_policy(&body.policy).at(i))?;
+            .ok_or_else(|| not_a_rate_policy(&limits, &body.policy).at(i))?;
         check_key(state, &body.key).map_err(|e| e.at(i))?;
         tollgate::store::validate_check(named.policy(), body.key.as_bytes(), body.cost)
             .map_err(|e| ApiError::from(e).at(i))?;
@@ -571,7 +585,7 @@ fn unavailable(rules: &[Rule<'_>], verdict: &Verdict) -> Response {
     response
 }
 
-fn insert(map: &mut HeaderMap, name: &'static str, value: String) {
+pub(crate) fn insert(map: &mut HeaderMap, name: &'static str, value: String) {
     if let Ok(value) = HeaderValue::from_str(&value) {
         map.insert(name, value);
     }
@@ -803,7 +817,7 @@ fn attempts_key(state: &SharedState, purpose: &str, key: &str) -> Result<Vec<u8>
     Ok(format!("{}:{purpose}{key}", purpose.len()).into_bytes())
 }
 
-fn check_key(state: &SharedState, key: &str) -> Result<(), ApiError> {
+pub(crate) fn check_key(state: &SharedState, key: &str) -> Result<(), ApiError> {
     let max = state.settings.max_key_len;
     if key.is_empty() {
         return Err(ApiError::bad_request("key must not be empty"));
@@ -815,6 +829,12 @@ fn check_key(state: &SharedState, key: &str) -> Result<(), ApiError> {
         )));
     }
     Ok(())
+}
+
+/// Why `name` is not a rate policy: a concurrency policy (400, saying where to go) or nothing
+/// (404).
+fn not_a_rate_policy(limits: &tollgate_config::Limits, name: &str) -> ApiError {
+    crate::concurrency::not_checkable(limits, name).unwrap_or_else(|| unknown_policy(name))
 }
 
 fn unknown_policy(name: &str) -> ApiError {
@@ -852,7 +872,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Milliseconds, rounded up, so a client waiting that long is never early.
-fn millis_up(duration: Duration) -> u64 {
+pub(crate) fn millis_up(duration: Duration) -> u64 {
     let micros = duration.as_micros();
     u64::try_from(micros.div_ceil(1000)).unwrap_or(u64::MAX)
 }

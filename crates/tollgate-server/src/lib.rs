@@ -40,6 +40,7 @@
 //!   completes, and [`serve::serve`], which loads the config, opens the store, binds, reloads and
 //!   stops on ctrl-c or SIGTERM, as `tollgate serve` does.
 //! - [`http`]: the HTTP/JSON API ([`http::router`]).
+//! - [`concurrency`]: the HTTP routes of concurrency limits: acquire and release a lease.
 //! - [`grpc`]: the Envoy rate limit service (`ShouldRateLimit`), answered as envoyproxy/ratelimit
 //!   does ([`grpc::service`], [`grpc::serve`]), and its HTTP door `POST /json` ([`grpc::json`]).
 //! - [`health`]: the gRPC health service and `/healthcheck`, following the store's health.
@@ -57,6 +58,7 @@
 //! - [`problem`]: RFC 9457 problem answers, the shape of every error.
 //! - [`metrics`]: Prometheus metric names and the recorder.
 
+pub mod concurrency;
 pub mod dashboard;
 pub mod debug;
 pub mod envoy_env;

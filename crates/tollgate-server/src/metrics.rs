@@ -118,6 +118,35 @@ pub fn verdict(rules: &[Rule<'_>], verdict: &Verdict) {
     }
 }
 
+/// An acquisition of a concurrency policy: `outcome` is `granted`, `denied`, `degraded` (the
+/// store failed and the failure mode granted or denied) or `error` (the store failed under
+/// `fail_closed`).
+pub fn concurrency_acquire(policy: &str, outcome: &'static str) {
+    metrics::counter!("tollgate_concurrency_acquisitions_total", "policy" => policy.to_owned(), "outcome" => outcome)
+        .increment(1);
+}
+
+/// A release of a concurrency lease: `outcome` is `released`, `not_held` (released before,
+/// expired, or never granted) or `failed` (the store failed: the lease ends at its timeout).
+/// A failed release is also logged at `warn`, at most once a second.
+pub fn concurrency_release(policy: &str, outcome: &'static str, err: Option<&Error>) {
+    metrics::counter!("tollgate_concurrency_releases_total", "policy" => policy.to_owned(), "outcome" => outcome)
+        .increment(1);
+    if let Some(err) = err {
+        store_error(err);
+        if RELEASE_LOG.due() {
+            tracing::warn!(
+                policy,
+                class = err.class().unwrap_or("input"),
+                error = %err,
+                "concurrency release failed; the lease ends at its lease_timeout (sampled: at most one line a second)"
+            );
+        }
+    }
+}
+
+static RELEASE_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
+
 /// A decision a failure mode took because the store could not.
 pub fn degraded(policy: &str) {
     metrics::counter!("tollgate_degraded_decisions_total", "policy" => policy.to_owned()).increment(1);

@@ -125,6 +125,55 @@ pub(crate) struct Readiness {
     pub breakers: Vec<Breaker>,
 }
 
+/// The answer of `POST /v1/concurrency/{policy}/{key}/acquire` when a slot was granted.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct LeaseGranted {
+    /// What to send to `.../release`: 32 hexadecimal digits.
+    pub lease_id: String,
+    /// Milliseconds until the lease ends by itself, if it is not released before.
+    pub expires_in_ms: u64,
+    /// Leases of the key live now, this one included.
+    pub in_flight: u64,
+    /// The policy's `max_in_flight` (this instance's share, when degraded under `local`).
+    pub limit: u64,
+    /// The store failed and the policy's failure mode granted the lease.
+    pub degraded: bool,
+}
+
+/// The 429 of an acquisition: an RFC 9457 problem with the wait and the count.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct LeaseDenied {
+    /// Always `about:blank`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// `Too Many Requests`.
+    pub title: &'static str,
+    /// 429.
+    pub status: u16,
+    /// How many leases are in flight, of how many.
+    pub detail: String,
+    /// The concurrency policy.
+    pub policy: String,
+    /// Milliseconds until the oldest lease expires: a slot is free by then at the latest.
+    pub retry_after_ms: u64,
+    /// Leases of the key live now.
+    pub in_flight: u64,
+    /// The policy's `max_in_flight`.
+    pub limit: u64,
+    /// The store failed and the policy's failure mode (`local`) denied.
+    pub degraded: bool,
+}
+
+/// The answer of `POST /v1/concurrency/{policy}/{key}/release`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct LeaseReleased {
+    /// True when the lease was live and its slot is free now; false when it was not held
+    /// (released before, expired, or never granted).
+    pub released: bool,
+    /// When released: leases of the key still live.
+    pub in_flight: Option<u64>,
+}
+
 /// An RFC 9457 problem: every error answer's body (`application/problem+json`).
 #[derive(Debug, Serialize, ToSchema)]
 #[allow(dead_code)] // written by `http::problem`; this is its documented shape
@@ -148,7 +197,7 @@ pub(crate) struct Problem {
     info(
         title = "tollgate",
         description = "Rate limit decisions over HTTP/JSON: check, peek and reset per (policy, key), \
-                       attempts counters for login protection, health and metrics. Every error is \
+                       concurrency leases (acquire and release), attempts counters for login protection, health and metrics. Every error is \
                        an RFC 9457 problem (application/problem+json)."
     ),
     paths(
@@ -163,6 +212,8 @@ pub(crate) struct Problem {
         crate::http::healthz,
         crate::http::ready,
         crate::http::openapi_json,
+        crate::concurrency::acquire,
+        crate::concurrency::release,
     ),
     components(schemas(
         Decision,
@@ -179,12 +230,17 @@ pub(crate) struct Problem {
         AttemptsCheck,
         Breaker,
         Readiness,
+        LeaseGranted,
+        LeaseDenied,
+        LeaseReleased,
+        crate::concurrency::ReleaseBody,
         Problem
     )),
     modifiers(&AdminToken),
     tags(
         (name = "decisions", description = "Check, peek and reset"),
         (name = "attempts", description = "Failed-attempt counters"),
+        (name = "concurrency", description = "Concurrency limits: acquire and release leases"),
         (name = "operations", description = "Health, readiness, metrics, this document"),
     )
 )]
@@ -255,6 +311,8 @@ mod tests {
             "/healthz",
             "/readyz",
             "/openapi.json",
+            "/v1/concurrency/{policy}/{key}/acquire",
+            "/v1/concurrency/{policy}/{key}/release",
         ] {
             assert!(document["paths"][path].is_object(), "no {path}");
         }

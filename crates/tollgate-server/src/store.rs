@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, LeaseId, Release};
 use tollgate::{AttemptsStatus, AttemptsStore, Decision, Decisions, Error, MemoryStore, Policy, Rule, Store};
 use tollgate_redis::{RedisStore, Target};
 
@@ -231,6 +232,21 @@ impl Store for AnyStore {
 
     async fn peek(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
         dispatch!(Store, self, peek(policy, key, cost))
+    }
+}
+
+impl ConcurrencyStore for AnyStore {
+    async fn acquire(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<Acquire, Error> {
+        dispatch!(ConcurrencyStore, self, acquire(policy, key))
+    }
+
+    async fn release(
+        &self,
+        policy: &ConcurrencyPolicy,
+        key: &[u8],
+        lease: LeaseId,
+    ) -> Result<Release, Error> {
+        dispatch!(ConcurrencyStore, self, release(policy, key, lease))
     }
 }
 
