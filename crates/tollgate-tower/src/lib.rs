@@ -77,3 +77,8 @@ pub use stats::{Stats, StatsSnapshot};
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The examples of `docs/concurrency.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/concurrency.md")]
+pub struct ConcurrencyDoctests;

@@ -301,9 +301,10 @@ impl FromStr for LeaseId {
     }
 }
 
-/// Makes lease ids: the low 64 bits count up (unique for this source), the high 64 are a keyed
-/// hash of the count (unpredictable, and different for every source, so two instances sharing a
-/// Redis meet with probability 2^-64 per pair of ids).
+/// Makes lease ids: the low 64 bits are a count masked with a random word (a bijection, so
+/// unique for this source), the high 64 a keyed hash of the count (unpredictable, and different
+/// for every source, so two instances sharing a Redis meet with probability 2^-64 per pair of
+/// ids).
 ///
 /// ```
 /// use tollgate::concurrency::LeaseIds;
@@ -311,10 +312,22 @@ impl FromStr for LeaseId {
 /// let ids = LeaseIds::new();
 /// assert_ne!(ids.next(), ids.next());
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct LeaseIds {
     hasher: std::collections::hash_map::RandomState,
+    mask: u64,
     next: AtomicU64,
+}
+
+impl Default for LeaseIds {
+    fn default() -> Self {
+        let hasher = std::collections::hash_map::RandomState::new();
+        LeaseIds {
+            mask: hasher.hash_one("lease id mask"),
+            hasher,
+            next: AtomicU64::new(0),
+        }
+    }
 }
 
 impl LeaseIds {
@@ -326,7 +339,7 @@ impl LeaseIds {
     /// The next id.
     pub fn next(&self) -> LeaseId {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
-        LeaseId((u128::from(self.hasher.hash_one(n)) << 64) | u128::from(n))
+        LeaseId((u128::from(self.hasher.hash_one(n)) << 64) | u128::from(n ^ self.mask))
     }
 }
 
