@@ -332,7 +332,7 @@ fn main() -> ExitCode {
         }
         Command::CheckConfig { path } => match tollgate_config::load(&path) {
             Ok(limits) => {
-                let policies = limits.policies().count();
+                let policies = limits.policies().count() + limits.concurrency_policies().count();
                 let domains = limits.domains().len();
                 println!(
                     "{}: ok ({policies} policies, {domains} envoy domains)",

@@ -37,10 +37,13 @@ fn schemathesis() -> PathBuf {
 fn schemathesis_finds_no_answer_that_breaks_the_served_document() {
     let server = Server::start(&[]);
     let work = tempfile::tempdir().unwrap();
-    // Path parameters that reach the demo policy instead of a 404.
+    // Path parameters that reach the demo policies instead of a 404: the rate policy `demo`,
+    // and the concurrency policy `downloads` on the concurrency routes.
     std::fs::write(
         work.path().join("schemathesis.toml"),
-        "[parameters]\n\"path.policy\" = \"demo\"\n",
+        "[parameters]\n\"path.policy\" = \"demo\"\n\n\
+         [[operations]]\ninclude-path-regex = \"^/v1/concurrency/\"\n\
+         parameters = { \"path.policy\" = \"downloads\" }\n",
     )
     .unwrap();
     let log_path = work.path().join("schemathesis.log");
@@ -76,7 +79,7 @@ fn schemathesis_finds_no_answer_that_breaks_the_served_document() {
         "schemathesis found failures ({status}):\n{output}"
     );
     assert!(
-        output.contains("Operations:") && output.contains("14 selected"),
+        output.contains("Operations:") && output.contains("26 selected"),
         "{output}"
     );
 }

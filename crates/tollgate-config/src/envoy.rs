@@ -485,6 +485,16 @@ impl RateLimitSpec {
             AlgorithmName::TokenBucket => rate().and_then(|rate| Algorithm::token_bucket(burst, rate)),
             AlgorithmName::LeakyBucket => rate().and_then(|rate| Algorithm::leaky_bucket(burst, rate)),
             AlgorithmName::Gcra => rate().and_then(|rate| Algorithm::gcra(rate, burst)),
+            AlgorithmName::Concurrency => {
+                // A descriptor is decided by a check, which spends and forgets; a concurrency
+                // limit needs an acquire and a release.
+                return Err(field_err(
+                    "algorithm",
+                    ConfigErrorKind::Value(
+                        "concurrency is not a rate limit: declare it under `policies:` in tollgate's format and use the acquire and release endpoints".to_owned(),
+                    ),
+                ));
+            }
             AlgorithmName::CalendarQuota => {
                 return Err(field_err(
                     "algorithm",

@@ -105,6 +105,8 @@ pub(crate) enum AlgorithmName {
     TokenBucket,
     LeakyBucket,
     Gcra,
+    /// A concurrency limit: not a rate, so only tollgate's format takes it.
+    Concurrency,
     CalendarQuota,
 }
 
@@ -117,6 +119,7 @@ impl AlgorithmName {
             AlgorithmName::TokenBucket => "token_bucket",
             AlgorithmName::LeakyBucket => "leaky_bucket",
             AlgorithmName::Gcra => "gcra",
+            AlgorithmName::Concurrency => "concurrency",
             AlgorithmName::CalendarQuota => "calendar_quota",
         }
     }

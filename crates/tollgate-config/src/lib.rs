@@ -310,8 +310,23 @@ impl Loader {
                     self.route_origins.push((file.to_owned(), i));
                     self.limits.insert_route(route);
                 }
+                for (name, policy) in compiled.concurrency {
+                    if self.limits.has_policy(&name) || self.limits.has_concurrency(&name) {
+                        return Err(ConfigError::new(
+                            file,
+                            Some(format!("policies.{name}")),
+                            ConfigErrorKind::Duplicate {
+                                what: "policy",
+                                first: format!("in {}", self.policy_files[&name]),
+                                name,
+                            },
+                        ));
+                    }
+                    self.policy_files.insert(name.clone(), file.to_owned());
+                    self.limits.insert_concurrency(name, policy);
+                }
                 for (name, policy) in compiled.policies {
-                    if self.limits.has_policy(&name) {
+                    if self.limits.has_policy(&name) || self.limits.has_concurrency(&name) {
                         return Err(ConfigError::new(
                             file,
                             Some(format!("policies.{name}")),
@@ -359,6 +374,15 @@ impl Loader {
     fn finish(self) -> Result<Limits, ConfigError> {
         for (route, (file, index)) in self.limits.routes().iter().zip(&self.route_origins) {
             for (j, name) in route.policies().iter().enumerate() {
+                if self.limits.has_concurrency(name) {
+                    return Err(ConfigError::new(
+                        file.as_str(),
+                        Some(format!("routes[{index}].policies[{j}]")),
+                        ConfigErrorKind::Value(format!(
+                            "`{name}` is a concurrency policy: a route applies rate limits only"
+                        )),
+                    ));
+                }
                 if !self.limits.has_policy(name) {
                     return Err(ConfigError::new(
                         file.as_str(),

@@ -62,6 +62,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use tollgate::Policy;
+use tollgate::concurrency::ConcurrencyPolicy;
 
 use crate::metadata::Metadata;
 use crate::pattern::Pattern;
@@ -98,6 +99,7 @@ pub const ENVOY_POLICY_PREFIX: &str = "envoy:";
 #[derive(Debug, Default)]
 pub struct Limits {
     policies: BTreeMap<String, NamedPolicy>,
+    concurrency: BTreeMap<String, ConcurrencyPolicy>,
     domains: HashMap<String, Domain>,
     routes: Vec<Route>,
     access: Vec<tollgate::access::AccessEntry>,
@@ -131,6 +133,48 @@ impl Limits {
     /// ```
     pub fn policies(&self) -> impl Iterator<Item = (&str, &NamedPolicy)> {
         self.policies.iter().map(|(name, policy)| (name.as_str(), policy))
+    }
+
+    /// The `algorithm: concurrency` policy `name` of a tollgate-format file. Concurrency
+    /// policies are not in [`policy`](Self::policy): they are acquired and released, never
+    /// checked.
+    ///
+    /// ```
+    /// let limits = tollgate_config::parse(
+    ///     "a.yaml",
+    ///     "policies:\n  exports:\n    algorithm: concurrency\n    max_in_flight: 5\n    lease_timeout: 30s\n",
+    /// )?;
+    /// let exports = limits.concurrency_policy("exports").unwrap();
+    /// assert_eq!(exports.max_in_flight(), 5);
+    /// assert!(limits.policy("exports").is_none());
+    /// # Ok::<(), tollgate_config::ConfigError>(())
+    /// ```
+    pub fn concurrency_policy(&self, name: &str) -> Option<&ConcurrencyPolicy> {
+        self.concurrency.get(name)
+    }
+
+    /// Every concurrency policy, by name in byte order.
+    ///
+    /// ```
+    /// let limits = tollgate_config::parse(
+    ///     "a.yaml",
+    ///     "policies:\n  b:\n    algorithm: concurrency\n    max_in_flight: 1\n    lease_timeout: 1s\n",
+    /// )?;
+    /// assert_eq!(limits.concurrency_policies().map(|(name, _)| name).collect::<Vec<_>>(), ["b"]);
+    /// # Ok::<(), tollgate_config::ConfigError>(())
+    /// ```
+    pub fn concurrency_policies(&self) -> impl Iterator<Item = (&str, &ConcurrencyPolicy)> {
+        self.concurrency
+            .iter()
+            .map(|(name, policy)| (name.as_str(), policy))
+    }
+
+    pub(crate) fn insert_concurrency(&mut self, name: String, policy: ConcurrencyPolicy) {
+        self.concurrency.insert(name, policy);
+    }
+
+    pub(crate) fn has_concurrency(&self, name: &str) -> bool {
+        self.concurrency.contains_key(name)
     }
 
     /// Every envoyproxy/ratelimit domain, sorted.

@@ -29,6 +29,23 @@
 //! | `leaky_bucket` | `capacity`, `leak` (a rate) |
 //! | `gcra` | `rate`, `burst` |
 //! | `calendar_quota` | `limit`, `period` (`day`, `week`, `month`, `year`), `time_zone` (an IANA name, default `UTC`), `week_starts` (`monday`, the default, to `sunday`; `period: week` only) |
+//! | `concurrency` | `max_in_flight`, `lease_timeout` (see below) |
+//!
+//! `algorithm: concurrency` is not a rate but a bound on requests in flight per key, acquired
+//! and released through `POST /v1/concurrency/{policy}/{key}/acquire` and `.../release` (see
+//! `docs/concurrency.md` and [`tollgate::concurrency`]). It takes `max_in_flight` (1 to
+//! 100 000) and `lease_timeout` (how long a lease that is never released lives, whole
+//! milliseconds), and `on_store_failure`, `instances` and `hash_tag`; `block_for`, `shadow` and
+//! `lease` mean nothing for it and are refused. It cannot be used in `/v1/check`, in a route or
+//! in an envoyproxy/ratelimit descriptor.
+//!
+//! ```yaml
+//! policies:
+//!   exports:
+//!     algorithm: concurrency
+//!     max_in_flight: 5
+//!     lease_timeout: 30s
+//! ```
 //!
 //! A file may also list `routes` for `tollgate proxy`: see [`crate::routes`].
 //!
@@ -91,6 +108,7 @@ use std::num::NonZeroU32;
 
 use serde::Deserialize;
 use tollgate::access::{AccessEntry, EntryKind, Listed};
+use tollgate::concurrency::ConcurrencyPolicy;
 use tollgate::{Algorithm, Anchor, Enforcement, LeaseOptions, Policy, PolicyError};
 
 use crate::fields::{
@@ -156,6 +174,10 @@ struct PolicySpec {
     lease: Option<LeaseSpec>,
     enforce_percent: Option<Scalar>,
     access: Option<AccessSpec>,
+    /// `concurrency` only.
+    max_in_flight: Option<u64>,
+    /// `concurrency` only.
+    lease_timeout: Option<Scalar>,
 }
 
 /// The `lease` map of a policy, as written.
@@ -283,9 +305,17 @@ const SPECIFIC_FIELDS: [&str; 11] = [
 /// A compiled file: its policies in name order, and its routes in file order.
 pub(crate) struct Compiled {
     pub(crate) policies: Vec<(String, NamedPolicy)>,
+    /// The `algorithm: concurrency` policies, in name order.
+    pub(crate) concurrency: Vec<(String, ConcurrencyPolicy)>,
     pub(crate) routes: Vec<Route>,
     /// Allow and deny list entries, global and per policy.
     pub(crate) access: Vec<AccessEntry>,
+}
+
+/// One compiled entry of `policies`: a rate limit or a concurrency limit.
+enum Kind {
+    Rate(NamedPolicy),
+    Concurrency(ConcurrencyPolicy),
 }
 
 impl OursFile {
@@ -296,18 +326,28 @@ impl OursFile {
             Some(spec) => spec.compile(file, "access", None)?,
             None => Vec::new(),
         };
-        let policies = self
-            .policies
-            .into_iter()
-            .map(|(name, mut spec)| {
-                let at = format!("policies.{name}");
-                if let Some(lists) = spec.access.take() {
-                    access.extend(lists.compile(file, &join(&at, "access"), Some(&name))?);
+        let mut policies = Vec::with_capacity(self.policies.len());
+        let mut concurrency = Vec::new();
+        for (name, mut spec) in self.policies {
+            let at = format!("policies.{name}");
+            if let Some(lists) = spec.access.take() {
+                if spec.algorithm == AlgorithmName::Concurrency {
+                    return Err(ConfigError::new(
+                        file,
+                        Some(join(&at, "access")),
+                        ConfigErrorKind::FieldNotAllowed {
+                            field: "access",
+                            why: "is not used by concurrency: give allow and deny lists at the top level or on a rate policy".to_owned(),
+                        },
+                    ));
                 }
-                let policy = spec.compile(file, &at, &name)?;
-                Ok((name, policy))
-            })
-            .collect::<Result<_, ConfigError>>()?;
+                access.extend(lists.compile(file, &join(&at, "access"), Some(&name))?);
+            }
+            match spec.compile(file, &at, &name)? {
+                Kind::Rate(policy) => policies.push((name, policy)),
+                Kind::Concurrency(policy) => concurrency.push((name, policy)),
+            }
+        }
         let mut routes: Vec<Route> = Vec::with_capacity(self.routes.len());
         for (i, spec) in self.routes.into_iter().enumerate() {
             let at = format!("routes[{i}]");
@@ -350,6 +390,7 @@ impl OursFile {
         }
         Ok(Compiled {
             policies,
+            concurrency,
             routes,
             access,
         })
@@ -365,7 +406,7 @@ fn is_header_name(name: &str) -> bool {
 }
 
 impl PolicySpec {
-    fn compile(self, file: &str, at: &str, name: &str) -> Result<NamedPolicy, ConfigError> {
+    fn compile(self, file: &str, at: &str, name: &str) -> Result<Kind, ConfigError> {
         let err = |field: Option<&str>, kind| {
             ConfigError::new(
                 file,
@@ -382,6 +423,26 @@ impl PolicySpec {
             ));
         }
         let algorithm_name = self.algorithm;
+        if algorithm_name == AlgorithmName::Concurrency {
+            return self.compile_concurrency(file, at, name).map(Kind::Concurrency);
+        }
+        for (field, present) in [
+            ("max_in_flight", self.max_in_flight.is_some()),
+            ("lease_timeout", self.lease_timeout.is_some()),
+        ] {
+            if present {
+                return Err(err(
+                    Some(field),
+                    ConfigErrorKind::FieldNotAllowed {
+                        field,
+                        why: format!(
+                            "is not used by {}; only `algorithm: concurrency` takes it",
+                            algorithm_name.as_str()
+                        ),
+                    },
+                ));
+            }
+        }
         let (takes, needed): (&[&str], &str) = match algorithm_name {
             AlgorithmName::FixedWindow => (&["limit", "window", "anchor"], "`limit` and `window`"),
             AlgorithmName::SlidingLog | AlgorithmName::SlidingWindow => {
@@ -394,6 +455,7 @@ impl PolicySpec {
                 &["limit", "period", "time_zone", "week_starts"],
                 "`limit` and `period`",
             ),
+            AlgorithmName::Concurrency => (&[], "`max_in_flight` and `lease_timeout`"),
         };
         let present = [
             self.limit.is_some(),
@@ -507,6 +569,9 @@ impl PolicySpec {
                     Err(e) => Err(e),
                 }
             }
+            AlgorithmName::Concurrency => {
+                return self.compile_concurrency(file, at, name).map(Kind::Concurrency);
+            }
         }
         .map_err(policy_err)?;
 
@@ -549,7 +614,114 @@ impl PolicySpec {
                 .map_err(|message| err(Some("enforce_percent"), ConfigErrorKind::Value(message)))?;
             policy = policy.with_enforcement(share);
         }
-        Ok(NamedPolicy::new(policy, self.shadow))
+        Ok(Kind::Rate(NamedPolicy::new(policy, self.shadow)))
+    }
+
+    /// An `algorithm: concurrency` entry: `max_in_flight` and `lease_timeout`, plus the fields
+    /// every policy takes that mean something for it (`on_store_failure`, `instances`,
+    /// `hash_tag`).
+    fn compile_concurrency(self, file: &str, at: &str, name: &str) -> Result<ConcurrencyPolicy, ConfigError> {
+        let err = |field: Option<&str>, kind| {
+            ConfigError::new(
+                file,
+                Some(field.map_or_else(|| at.to_owned(), |f| join(at, f))),
+                kind,
+            )
+        };
+        let needed = "`max_in_flight` and `lease_timeout`";
+        let present = [
+            self.limit.is_some(),
+            self.window.is_some(),
+            self.anchor.is_some(),
+            self.capacity.is_some(),
+            self.refill.is_some(),
+            self.leak.is_some(),
+            self.rate.is_some(),
+            self.burst.is_some(),
+            self.period.is_some(),
+            self.time_zone.is_some(),
+            self.week_starts.is_some(),
+        ];
+        for (field, present) in SPECIFIC_FIELDS.into_iter().zip(present) {
+            if present {
+                return Err(err(
+                    Some(field),
+                    ConfigErrorKind::FieldNotAllowed {
+                        field,
+                        why: format!("is not used by concurrency, which takes {needed}"),
+                    },
+                ));
+            }
+        }
+        let refused: [(&'static str, bool, &str); 5] = [
+            (
+                "block_for",
+                self.block_for.is_some(),
+                "is not used by concurrency: a lease frees its slot when the request ends, there is no penalty",
+            ),
+            (
+                "shadow",
+                self.shadow,
+                "is not used by concurrency: a lease is held or it is not, so it cannot be shadowed",
+            ),
+            (
+                "block_memory",
+                self.block_memory.is_some(),
+                "is not used by concurrency: there is no penalty to remember",
+            ),
+            (
+                "enforce_percent",
+                self.enforce_percent.is_some(),
+                "is not used by concurrency: a lease is held or it is not, so it cannot be enforced for a share of keys",
+            ),
+            (
+                "lease",
+                self.lease.is_some(),
+                "is not used by concurrency: hot-key leases are for rate limits (a concurrency limit sets `lease_timeout`)",
+            ),
+        ];
+        for (field, present, why) in refused {
+            if present {
+                return Err(err(
+                    Some(field),
+                    ConfigErrorKind::FieldNotAllowed {
+                        field,
+                        why: why.to_owned(),
+                    },
+                ));
+            }
+        }
+        let missing = |field: &'static str| {
+            err(
+                None,
+                ConfigErrorKind::MissingField {
+                    field,
+                    why: format!("concurrency takes {needed}"),
+                },
+            )
+        };
+        let max_in_flight = self.max_in_flight.ok_or_else(|| missing("max_in_flight"))?;
+        let lease_timeout = self
+            .lease_timeout
+            .as_ref()
+            .ok_or_else(|| missing("lease_timeout"))?
+            .duration()
+            .map_err(|kind| err(Some("lease_timeout"), kind))?;
+        let mut policy = ConcurrencyPolicy::new(name, max_in_flight, lease_timeout).map_err(|e| {
+            let field = match policy_error_field(&e) {
+                Some("max_in_flight") => Some("max_in_flight"),
+                Some("lease_timeout") => Some("lease_timeout"),
+                _ => None,
+            };
+            err(field, ConfigErrorKind::Policy(e))
+        })?;
+        if let Some(mode) = failure_mode(file, at, self.on_store_failure, self.instances)? {
+            policy = policy.with_failure_mode(mode);
+        }
+        if let Some(tag) = self.hash_tag {
+            policy = policy.with_hash_tag(tag.into());
+        }
+        Ok(policy)
     }
 }
 
@@ -673,9 +845,18 @@ pub fn parse_override(file: &str, text: &str, policy: &Policy) -> Result<ParsedO
         lease: None,
         enforce_percent: None,
         access: None,
+        max_in_flight: None,
+        lease_timeout: None,
     };
-    // Compiled as a policy at the top level, so errors name the field alone.
-    let compiled = as_policy.compile(file, "", "override")?;
+    // Compiled as a policy at the top level, so errors name the field alone. The algorithm is
+    // the rate policy's own, so this is a rate policy.
+    let Kind::Rate(compiled) = as_policy.compile(file, "", "override")? else {
+        return Err(ConfigError::new(
+            file,
+            None,
+            ConfigErrorKind::Schema("a concurrency policy takes no runtime overrides".to_owned()),
+        ));
+    };
     Ok(ParsedOverride {
         algorithm: compiled.policy().algorithm().clone(),
         ttl,

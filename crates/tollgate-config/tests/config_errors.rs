@@ -34,6 +34,18 @@ macro_rules! error_fixtures {
 }
 
 error_fixtures! {
+    // tollgate's format: concurrency limits
+    concurrency_missing_max_in_flight => "concurrency_missing_max_in_flight.yaml: policies.exports: missing field `max_in_flight`, concurrency takes `max_in_flight` and `lease_timeout`",
+    concurrency_missing_lease_timeout => "concurrency_missing_lease_timeout.yaml: policies.exports: missing field `lease_timeout`, concurrency takes `max_in_flight` and `lease_timeout`",
+    concurrency_zero_max_in_flight => "concurrency_zero_max_in_flight.yaml: policies.exports.max_in_flight: max_in_flight must be at least 1",
+    concurrency_oversized_max_in_flight => "concurrency_oversized_max_in_flight.yaml: policies.exports.max_in_flight: max_in_flight is 100001, above the maximum of 100000",
+    concurrency_bad_lease_timeout => r#"concurrency_bad_lease_timeout.yaml: policies.exports.lease_timeout: expected a duration like "1m", got "a while""#,
+    concurrency_with_limit => "concurrency_with_limit.yaml: policies.exports.limit: `limit` is not used by concurrency, which takes `max_in_flight` and `lease_timeout`",
+    concurrency_with_block_for => "concurrency_with_block_for.yaml: policies.exports.block_for: `block_for` is not used by concurrency: a lease frees its slot when the request ends, there is no penalty",
+    concurrency_shadow => "concurrency_shadow.yaml: policies.exports.shadow: `shadow` is not used by concurrency: a lease is held or it is not, so it cannot be shadowed",
+    max_in_flight_on_gcra => "max_in_flight_on_gcra.yaml: policies.api.max_in_flight: `max_in_flight` is not used by gcra; only `algorithm: concurrency` takes it",
+    route_concurrency_policy => "route_concurrency_policy.yaml: routes[0].policies[0]: `exports` is a concurrency policy: a route applies rate limits only",
+    envoy_concurrency_algorithm => "envoy_concurrency_algorithm.yaml: descriptors[0].rate_limit.algorithm: concurrency is not a rate limit: declare it under `policies:` in tollgate's format and use the acquire and release endpoints",
     // tollgate's format: routes of `tollgate proxy`
     route_bad_prefix => r#"route_bad_prefix.yaml: routes[0].prefix: a path prefix starts with `/`, got "movies""#,
     route_duplicate_prefix => r#"route_duplicate_prefix.yaml: routes[1].prefix: duplicate route prefix "/v4", first defined at routes[0]"#,

@@ -194,6 +194,61 @@ fn a_policy_may_lease_its_hot_keys() {
 }
 
 #[test]
+fn a_concurrency_policy_loads_with_its_fields_and_apart_from_rate_policies() {
+    let limits = tollgate_config::parse(
+        "exports.yaml",
+        "policies:
+  exports:
+    algorithm: concurrency
+    max_in_flight: 5
+    lease_timeout: 30s
+    on_store_failure: local
+    instances: 2
+    hash_tag: key
+  api:
+    algorithm: gcra
+    rate: 10/s
+    burst: 10
+",
+    )
+    .unwrap();
+    let exports = limits.concurrency_policy("exports").expect("loaded");
+    assert_eq!(exports.name(), "exports");
+    assert_eq!(exports.max_in_flight(), 5);
+    assert_eq!(exports.lease_timeout(), std::time::Duration::from_secs(30));
+    assert_eq!(exports.hash_tag(), tollgate::HashTag::Key);
+    assert_eq!(
+        exports.failure_mode(),
+        tollgate::FailureMode::Local {
+            instances: std::num::NonZeroU32::new(2).unwrap()
+        }
+    );
+    assert!(limits.policy("exports").is_none(), "not a rate policy");
+    assert!(limits.concurrency_policy("api").is_none());
+    assert_eq!(limits.policies().count(), 1);
+}
+
+#[test]
+fn a_concurrency_policy_name_cannot_repeat_a_rate_policy_of_another_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("a.yaml"),
+        "policies:\n  exports: {algorithm: gcra, rate: 1/s, burst: 1}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("b.yaml"),
+        "policies:\n  exports: {algorithm: concurrency, max_in_flight: 1, lease_timeout: 1s}\n",
+    )
+    .unwrap();
+    let err = tollgate_config::load(dir.path()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        r#"b.yaml: policies.exports: duplicate policy "exports", first defined in a.yaml"#
+    );
+}
+
+#[test]
 fn access_lists_and_enforce_percent_load_from_any_file_of_a_directory() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(

@@ -19,8 +19,9 @@
 //!   attempts counters (`<prefix>{:<key>}`, an empty policy, which no policy can have) too, and
 //!   `Key` names none: the layouts can never meet, and `("a:b", "c")` and `("a", "b:c")` stay
 //!   apart;
-//! - after the braces, a state name has no raw `:` and a log name ends with the one raw `:` of
-//!   `:log`, so a log never meets a state of a policy named `...:log`.
+//! - after the braces, a state name has no raw `:`, a log name ends with the one raw `:` of
+//!   `:log`, and a concurrency policy's leases with the one of `:leases`, so none meets
+//!   another (a log never meets a state of a policy named `...:log`).
 //!
 //! Escaping is injective, so one name decodes to exactly one (layout, policy, key, kind).
 //!
@@ -104,6 +105,15 @@ impl KeyNames {
     pub(crate) fn prefix_overrides(&self) -> Vec<u8> {
         let mut name = self.prefix.clone();
         name.extend_from_slice(b"{:}prefixes");
+        name
+    }
+
+    /// The sorted set of a concurrency policy's leases of `key`, next to where a rate policy of
+    /// the same name keeps its state: `:leases` after the braces, so it meets neither a state
+    /// (no raw `:` there) nor a log (`:log`).
+    pub(crate) fn leases(&self, tag: HashTag, policy: &str, key: &[u8]) -> Vec<u8> {
+        let mut name = self.state(tag, policy, key);
+        name.extend_from_slice(b":leases");
         name
     }
 
@@ -234,6 +244,12 @@ mod tests {
                     seen.insert(KeyNames::log(&state)),
                     "log of {tag:?} {policy:?} {key:?}"
                 );
+                let leases = n.leases(tag, policy, key);
+                if !key.is_empty() {
+                    // An empty key is refused before any call; `{}` is no hash tag.
+                    assert_eq!(slot(&leases), slot(&state));
+                }
+                assert!(seen.insert(leases), "leases of {tag:?} {policy:?} {key:?}");
             }
         }
         for tag in [HashTag::PolicyAndKey, HashTag::Key] {

@@ -80,6 +80,8 @@
 //!   one call of the batch script.
 //! - `connection`: [`Target`], the shared multiplexed connection, and at-most-once script calls.
 //! - `breaker`: the circuit breakers, one per node.
+//! - `concurrency`: the core's `ConcurrencyStore`: concurrency leases in a sorted set per key,
+//!   one script call per acquire and per release (`lua/concurrency.lua`).
 //! - `deny_cache`: the local deny cache.
 //! - `lease`: hot-key leases: the local lease table and the lease path of a decision.
 //! - `reset_channel`: resets reaching every instance's deny cache and leases.
@@ -131,6 +133,7 @@
 mod access;
 mod batch;
 mod breaker;
+mod concurrency;
 mod connection;
 mod deny_cache;
 mod error;

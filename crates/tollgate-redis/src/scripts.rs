@@ -6,7 +6,7 @@
 //! driver (`decide.lua`: one request), so one script decides any mix of algorithms in one call.
 //! The batch script is the same with another driver (`batch.lua`: many requests in turn, each
 //! as the decision script would decide it alone). The refund script is the same library with
-//! its own driver. The attempts script is the common helpers and its own body.
+//! its own driver. The attempts and concurrency scripts are the common helpers and their own bodies.
 //!
 //! `redis::Script` sends EVALSHA and, on NOSCRIPT (restart, `SCRIPT FLUSH`, failover, a node that
 //! never saw it), loads the script on the node that answered and retries, so callers never see
@@ -53,6 +53,8 @@ pub(crate) struct Scripts {
     pub(crate) access: Script,
     /// Writes a key override with its expiry (see `overrides`).
     pub(crate) set_override: Script,
+    /// Concurrency leases: acquire and release (see `concurrency`).
+    pub(crate) concurrency: Script,
 }
 
 impl Scripts {
@@ -70,11 +72,16 @@ impl Scripts {
             reset: Script::new(include_str!("../lua/reset.lua")),
             access: Script::new(include_str!("../lua/access.lua")),
             set_override: Script::new(include_str!("../lua/override.lua")),
+            concurrency: Script::new(concat!(
+                include_str!("../lua/common.lua"),
+                "\n",
+                include_str!("../lua/concurrency.lua")
+            )),
         }
     }
 
     /// Every script, for `SCRIPT LOAD` ahead of traffic.
-    pub(crate) fn all(&self) -> [&Script; 8] {
+    pub(crate) fn all(&self) -> [&Script; 9] {
         [
             &self.access,
             &self.set_override,
@@ -84,6 +91,7 @@ impl Scripts {
             &self.lease,
             &self.attempts,
             &self.reset,
+            &self.concurrency,
         ]
     }
 }

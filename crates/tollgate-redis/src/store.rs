@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 use tollgate::attempts::Attempts;
+use tollgate::concurrency::LeaseIds;
 use tollgate::store::{self as core_store, AttemptsStore, Store};
 use tollgate::{AttemptsStatus, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
 
@@ -239,6 +240,7 @@ impl RedisStoreBuilder {
                 stats: Counters::default(),
                 leases,
                 lanes: (self.calls_in_flight > 0).then(|| Lanes::new(self.calls_in_flight)),
+                lease_ids: LeaseIds::new(),
                 prefix_overrides: PrefixCache::new(self.override_refresh),
             }),
         };
@@ -278,6 +280,8 @@ pub(crate) struct Inner {
     pub(crate) leases: Arc<Leases>,
     /// The decisions waiting to go out together, per node or slot (`None`: one call each).
     lanes: Option<Lanes>,
+    /// Ids of the concurrency leases this instance grants (see `concurrency`).
+    pub(crate) lease_ids: LeaseIds,
     /// This instance's copy of the prefix overrides (see `overrides`).
     pub(crate) prefix_overrides: PrefixCache,
 }

@@ -8,6 +8,8 @@
 //! | `POST /v1/refund` `{"policy", "key", "cost"?}` | give back what an admitted request spent (it failed on the caller's side) |
 //! | `DELETE /v1/limits/{policy}/{key}` | forget the key's state (admin) |
 //! | `GET /v1/explain?policy&key&cost` or `?domain&descriptor=k=v,...` (or `POST` with JSON) | what a check would decide and why, spending nothing (see [`crate::explain`]) |
+//! | `POST /v1/concurrency/{policy}/{key}/acquire` | take a lease of a concurrency policy: 200 with its id, 429 when full (see [`crate::concurrency`]) |
+//! | `POST /v1/concurrency/{policy}/{key}/release` `{"lease_id"}` | give the lease back |
 //! | `POST /v1/attempts/{purpose}/{key}` `{"ttl_seconds"}` | count a failed attempt |
 //! | `GET /v1/attempts/{purpose}/{key}` | the count and its TTL |
 //! | `GET /v1/attempts/{purpose}/{key}/check?max=N` | whether another attempt is allowed |
@@ -96,6 +98,14 @@ pub fn router(state: SharedState) -> Router {
         .route("/v1/check", post(check))
         .route("/v1/refund", post(refund))
         .route("/v1/limits/{policy}/{key}", get(peek).delete(reset))
+        .route(
+            "/v1/concurrency/{policy}/{key}/acquire",
+            post(crate::concurrency::acquire),
+        )
+        .route(
+            "/v1/concurrency/{policy}/{key}/release",
+            post(crate::concurrency::release),
+        )
         .route(
             "/v1/attempts/{purpose}/{key}",
             post(count_attempt).get(attempts).delete(clear_attempts),
@@ -482,7 +492,9 @@ pub(crate) async fn reset(
 ) -> Result<StatusCode, ApiError> {
     authorize_admin(&state, &request_headers)?;
     let limits = state.limits.load_full();
-    let named = limits.policy(&policy).ok_or_else(|| unknown_policy(&policy))?;
+    let named = limits
+        .policy(&policy)
+        .ok_or_else(|| not_a_rate_policy(&limits, &policy))?;
     check_key(&state, &key)?;
     state.engine.reset(named.policy(), key.as_bytes()).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -521,7 +533,9 @@ async fn decide_one(
     commit: bool,
 ) -> Result<Response, ApiError> {
     let limits = state.limits.load_full();
-    let named = limits.policy(policy).ok_or_else(|| unknown_policy(policy))?;
+    let named = limits
+        .policy(policy)
+        .ok_or_else(|| not_a_rate_policy(&limits, policy))?;
     check_key(state, key)?;
     let rules = [rule(named, key, cost)];
     let verdict = decide(state, &rules, commit).await?;
@@ -578,7 +592,7 @@ async fn check_list(state: &SharedState, bodies: &[RuleBody]) -> Result<Response
     for (i, body) in bodies.iter().enumerate() {
         let named = limits
             .policy(&body.policy)
-            .ok_or_else(|| unknown_policy(&body.policy).at(i))?;
+            .ok_or_else(|| not_a_rate_policy(&limits, &body.policy).at(i))?;
         check_key(state, &body.key).map_err(|e| e.at(i))?;
         tollgate::store::validate_check(named.policy(), body.key.as_bytes(), body.cost)
             .map_err(|e| ApiError::from(e).at(i))?;
@@ -700,7 +714,7 @@ fn unavailable(rules: &[Rule<'_>], verdict: &Verdict) -> Response {
     response
 }
 
-fn insert(map: &mut HeaderMap, name: &'static str, value: String) {
+pub(crate) fn insert(map: &mut HeaderMap, name: &'static str, value: String) {
     if let Ok(value) = HeaderValue::from_str(&value) {
         map.insert(name, value);
     }
@@ -946,6 +960,12 @@ pub(crate) fn check_key(state: &SharedState, key: &str) -> Result<(), ApiError> 
         )));
     }
     Ok(())
+}
+
+/// Why `name` is not a rate policy: a concurrency policy (400, saying where to go) or nothing
+/// (404).
+fn not_a_rate_policy(limits: &tollgate_config::Limits, name: &str) -> ApiError {
+    crate::concurrency::not_checkable(limits, name).unwrap_or_else(|| unknown_policy(name))
 }
 
 pub(crate) fn unknown_policy(name: &str) -> ApiError {

@@ -40,6 +40,7 @@
 //!   completes, and [`serve::serve`], which loads the config, opens the store, binds, reloads and
 //!   stops on ctrl-c or SIGTERM, as `tollgate serve` does.
 //! - [`http`]: the HTTP/JSON API ([`http::router`]).
+//! - [`concurrency`]: the HTTP routes of concurrency limits: acquire and release a lease.
 //! - [`admin`]: its admin routes for allow and deny list entries and the top offenders.
 //! - [`access`]: the allow and deny lists in force: the config's and the admin API's entries,
 //!   kept in the store for the fleet and compiled into the engine.
@@ -66,6 +67,7 @@
 
 pub mod access;
 pub mod admin;
+pub mod concurrency;
 pub mod dashboard;
 pub mod debug;
 pub mod envoy_env;

@@ -72,6 +72,35 @@ fn sampled() {
     }
 }
 
+/// An acquisition of a concurrency policy: `outcome` is `granted`, `denied`, `degraded` (the
+/// store failed and the failure mode granted or denied) or `error` (the store failed under
+/// `fail_closed`).
+pub fn concurrency_acquire(policy: &str, outcome: &'static str) {
+    metrics::counter!("tollgate_concurrency_acquisitions_total", "policy" => policy.to_owned(), "outcome" => outcome)
+        .increment(1);
+}
+
+/// A release of a concurrency lease: `outcome` is `released`, `not_held` (released before,
+/// expired, or never granted) or `failed` (the store failed: the lease ends at its timeout).
+/// A failed release is also logged at `warn`, at most once a second.
+pub fn concurrency_release(policy: &str, outcome: &'static str, err: Option<&Error>) {
+    metrics::counter!("tollgate_concurrency_releases_total", "policy" => policy.to_owned(), "outcome" => outcome)
+        .increment(1);
+    if let Some(err) = err {
+        store_error(err);
+        if RELEASE_LOG.due() {
+            tracing::warn!(
+                policy,
+                class = err.class().unwrap_or("input"),
+                error = %err,
+                "concurrency release failed; the lease ends at its lease_timeout (sampled: at most one line a second)"
+            );
+        }
+    }
+}
+
+static RELEASE_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
+
 /// One rule's decision, labelled with the engine's [`Outcome`]: `allowed`, `shadow_denied`,
 /// `degraded`, `denied` or `error`, the same names at every door. Also counted for the
 /// [dashboard](crate::dashboard).

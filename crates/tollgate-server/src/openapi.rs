@@ -136,6 +136,55 @@ pub(crate) struct Readiness {
     pub breakers: Vec<Breaker>,
 }
 
+/// The answer of `POST /v1/concurrency/{policy}/{key}/acquire` when a slot was granted.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct LeaseGranted {
+    /// What to send to `.../release`: 32 hexadecimal digits.
+    pub lease_id: String,
+    /// Milliseconds until the lease ends by itself, if it is not released before.
+    pub expires_in_ms: u64,
+    /// Leases of the key live now, this one included.
+    pub in_flight: u64,
+    /// The policy's `max_in_flight` (this instance's share, when degraded under `local`).
+    pub limit: u64,
+    /// The store failed and the policy's failure mode granted the lease.
+    pub degraded: bool,
+}
+
+/// The 429 of an acquisition: an RFC 9457 problem with the wait and the count.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct LeaseDenied {
+    /// Always `about:blank`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// `Too Many Requests`.
+    pub title: &'static str,
+    /// 429.
+    pub status: u16,
+    /// How many leases are in flight, of how many.
+    pub detail: String,
+    /// The concurrency policy.
+    pub policy: String,
+    /// Milliseconds until the oldest lease expires: a slot is free by then at the latest.
+    pub retry_after_ms: u64,
+    /// Leases of the key live now.
+    pub in_flight: u64,
+    /// The policy's `max_in_flight`.
+    pub limit: u64,
+    /// The store failed and the policy's failure mode (`local`) denied.
+    pub degraded: bool,
+}
+
+/// The answer of `POST /v1/concurrency/{policy}/{key}/release`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct LeaseReleased {
+    /// True when the lease was live and its slot is free now; false when it was not held
+    /// (released before, expired, or never granted).
+    pub released: bool,
+    /// When released: leases of the key still live.
+    pub in_flight: Option<u64>,
+}
+
 /// An RFC 9457 problem: every error answer's body (`application/problem+json`).
 #[derive(Debug, Serialize, ToSchema)]
 #[allow(dead_code)] // written by `http::problem`; this is its documented shape
@@ -162,7 +211,7 @@ pub(crate) struct Problem {
     info(
         title = "tollgate",
         description = "Rate limit decisions over HTTP/JSON: check, peek, refund and reset per (policy, key), \
-                       runtime overrides, attempts counters for login protection, health and metrics. Every error is \
+                       runtime overrides, concurrency leases (acquire and release), attempts counters for login protection, health and metrics. Every error is \
                        an RFC 9457 problem (application/problem+json)."
     ),
     paths(
@@ -191,6 +240,8 @@ pub(crate) struct Problem {
         crate::overrides::set_prefix,
         crate::overrides::get_prefix,
         crate::overrides::remove_prefix,
+        crate::concurrency::acquire,
+        crate::concurrency::release,
     ),
     components(schemas(
         Decision,
@@ -223,13 +274,18 @@ pub(crate) struct Problem {
         crate::explain::Explanation,
         crate::explain::ExplainedRule,
         crate::explain::ExplainedEntry,
-        crate::explain::BudgetState
+        crate::explain::BudgetState,
+        LeaseGranted,
+        LeaseDenied,
+        LeaseReleased,
+        crate::concurrency::ReleaseBody
     )),
     modifiers(&AdminToken),
     tags(
         (name = "decisions", description = "Check, peek, explain, refund and reset"),
         (name = "attempts", description = "Failed-attempt counters"),
         (name = "overrides", description = "Runtime overrides: another limit for a key or key prefix of a policy"),
+        (name = "concurrency", description = "Concurrency limits: acquire and release leases"),
         (name = "operations", description = "Health, readiness, metrics, this document"),
         (name = "admin", description = "Allow and deny lists, top offenders"),
     )
@@ -304,6 +360,8 @@ mod tests {
             "/openapi.json",
             "/v1/admin/access",
             "/v1/admin/top-offenders",
+            "/v1/concurrency/{policy}/{key}/acquire",
+            "/v1/concurrency/{policy}/{key}/release",
         ] {
             assert!(document["paths"][path].is_object(), "no {path}");
         }

@@ -241,7 +241,10 @@ pub async fn serve(options: Options) -> anyhow::Result<()> {
     }
     let (policies, domains) = {
         let limits = state.limits.load();
-        (limits.policies().count(), limits.domains().len())
+        (
+            limits.policies().count() + limits.concurrency_policies().count(),
+            limits.domains().len(),
+        )
     };
     println!(
         "tollgate: {} store, {} ({policies} policies, {domains} envoy domains)",

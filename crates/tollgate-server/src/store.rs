@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, LeaseId, Release};
 use tollgate::overrides::{Override, OverrideStore, OverrideTarget};
 use tollgate::{AttemptsStatus, AttemptsStore, Decision, Decisions, Error, MemoryStore, Policy, Rule, Store};
 use tollgate_redis::{RedisStore, Target};
@@ -288,5 +289,20 @@ impl AttemptsStore for AnyStore {
 
     async fn check_limit(&self, key: &[u8], max_attempts: u64) -> Result<AttemptsStatus, Error> {
         dispatch!(AttemptsStore, self, check_limit(key, max_attempts))
+    }
+}
+
+impl ConcurrencyStore for AnyStore {
+    async fn acquire(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<Acquire, Error> {
+        dispatch!(ConcurrencyStore, self, acquire(policy, key))
+    }
+
+    async fn release(
+        &self,
+        policy: &ConcurrencyPolicy,
+        key: &[u8],
+        lease: LeaseId,
+    ) -> Result<Release, Error> {
+        dispatch!(ConcurrencyStore, self, release(policy, key, lease))
     }
 }

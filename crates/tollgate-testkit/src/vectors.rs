@@ -766,6 +766,178 @@ pub async fn run_multi(store: &impl Store, clock: &tollgate::ManualClock) -> Vec
     all_decisions
 }
 
+/// What a concurrency step does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseOp {
+    /// `acquire(policy, key)`.
+    Acquire,
+    /// `release(policy, key, id)` of the lease granted by step `n` of the same vector.
+    Release(usize),
+    /// `release` of an id no store ever granted.
+    ReleaseUnknown,
+}
+
+/// One concurrency step: at `T0_US + at_ms`, do `op` on `key`; expect `(granted or released,
+/// in_flight, ms)`, where ms is the lease's `expires_in` when granted, the `retry_after` when
+/// denied, and `None` for a release.
+#[derive(Debug, Clone)]
+pub struct LeaseStep {
+    /// Milliseconds after `T0_US`.
+    pub at_ms: u64,
+    /// The key.
+    pub key: &'static [u8],
+    /// The operation.
+    pub op: LeaseOp,
+    /// Expected `(granted or released, in_flight, expires_in or retry_after in ms)`.
+    pub expect: (bool, u64, Option<u64>),
+}
+
+/// A concurrency policy and its steps.
+#[derive(Debug, Clone)]
+pub struct LeaseVector {
+    /// What the vector shows.
+    pub name: &'static str,
+    /// The policy.
+    pub policy: tollgate::concurrency::ConcurrencyPolicy,
+    /// The steps, in time order.
+    pub steps: Vec<LeaseStep>,
+}
+
+const fn take(at_ms: u64, in_flight: u64, expires_in_ms: u64) -> LeaseStep {
+    LeaseStep {
+        at_ms,
+        key: b"k",
+        op: LeaseOp::Acquire,
+        expect: (true, in_flight, Some(expires_in_ms)),
+    }
+}
+
+const fn full(at_ms: u64, in_flight: u64, retry_ms: u64) -> LeaseStep {
+    LeaseStep {
+        at_ms,
+        key: b"k",
+        op: LeaseOp::Acquire,
+        expect: (false, in_flight, Some(retry_ms)),
+    }
+}
+
+const fn give_back(at_ms: u64, step: usize, released: bool, in_flight: u64) -> LeaseStep {
+    LeaseStep {
+        at_ms,
+        key: b"k",
+        op: LeaseOp::Release(step),
+        expect: (released, in_flight, None),
+    }
+}
+
+/// Every concurrency vector: acquire, deny with the earliest expiry as the hint, release,
+/// expiry exactly at the timeout, releases of expired and unknown leases, keys apart.
+pub fn concurrency() -> Vec<LeaseVector> {
+    use tollgate::concurrency::ConcurrencyPolicy;
+    let s = Duration::from_secs;
+    let policy = |name: &str, max: u64, timeout: Duration, tag: HashTag| {
+        ConcurrencyPolicy::new(name, max, timeout)
+            .expect("vector policy")
+            .with_hash_tag(tag)
+    };
+    vec![
+        LeaseVector {
+            name: "two in flight: the third waits for the earliest expiry; a release frees a slot",
+            policy: policy("exports", 2, s(30), HashTag::PolicyAndKey),
+            steps: vec![
+                take(0, 1, 30_000),
+                take(10_000, 2, 30_000),
+                full(10_001, 2, 19_999),
+                give_back(12_000, 1, true, 1),
+                take(12_000, 2, 30_000),
+                full(12_000, 2, 18_000),
+                give_back(12_500, 1, false, 0),
+            ],
+        },
+        LeaseVector {
+            name: "a lease never released ends at its timeout, and cannot be released after",
+            policy: policy("jobs", 1, s(5), HashTag::Key),
+            steps: vec![
+                take(0, 1, 5_000),
+                full(4_999, 1, 1),
+                take(5_000, 1, 5_000),
+                give_back(5_001, 0, false, 0),
+                give_back(5_002, 2, true, 0),
+                take(5_003, 1, 5_000),
+            ],
+        },
+        LeaseVector {
+            name: "keys are apart; an unknown lease is not held",
+            policy: policy("uploads", 1, Duration::from_millis(1_500), HashTag::PolicyAndKey),
+            steps: vec![
+                take(0, 1, 1_500),
+                LeaseStep {
+                    key: b"other",
+                    ..take(1, 1, 1_500)
+                },
+                LeaseStep {
+                    op: LeaseOp::ReleaseUnknown,
+                    ..give_back(2, 0, false, 0)
+                },
+                full(3, 1, 1_497),
+                LeaseStep {
+                    key: b"other",
+                    ..give_back(4, 1, true, 0)
+                },
+                full(4, 1, 1_496),
+            ],
+        },
+    ]
+}
+
+/// Drives `store` through every concurrency vector on `clock`, asserting each step, and returns
+/// each step's answer as `(granted or released, in_flight, µs)` so stores can be compared.
+pub async fn run_concurrency(
+    store: &impl tollgate::concurrency::ConcurrencyStore,
+    clock: &tollgate::ManualClock,
+) -> Vec<(bool, u64, Option<u64>)> {
+    use tollgate::concurrency::{Acquire, LeaseId, Release};
+    let mut answers = vec![];
+    for vector in concurrency() {
+        let mut granted: Vec<Option<LeaseId>> = vec![];
+        for (i, step) in vector.steps.iter().enumerate() {
+            clock.set_us(T0_US + step.at_ms * 1000);
+            let context = format!("{}: step {i} at {} ms", vector.name, step.at_ms);
+            let (got, id) = match step.op {
+                LeaseOp::Acquire => match store.acquire(&vector.policy, step.key).await {
+                    Ok(Acquire::Granted(lease)) => (
+                        (true, lease.in_flight, Some(lease.expires_in.as_micros() as u64)),
+                        Some(lease.id),
+                    ),
+                    Ok(Acquire::Denied(full)) => (
+                        (false, full.in_flight, Some(full.retry_after.as_micros() as u64)),
+                        None,
+                    ),
+                    Err(e) => panic!("{context}: {e}"),
+                },
+                LeaseOp::Release(_) | LeaseOp::ReleaseUnknown => {
+                    let id = match step.op {
+                        LeaseOp::Release(n) => {
+                            granted[n].unwrap_or_else(|| panic!("{context}: step {n} granted nothing"))
+                        }
+                        _ => LeaseId::new(u128::MAX),
+                    };
+                    match store.release(&vector.policy, step.key, id).await {
+                        Ok(Release::Released { in_flight }) => ((true, in_flight, None), None),
+                        Ok(Release::NotHeld) => ((false, 0, None), None),
+                        Err(e) => panic!("{context}: {e}"),
+                    }
+                }
+            };
+            let (ok, in_flight, ms) = step.expect;
+            assert_eq!(got, (ok, in_flight, ms.map(|ms| ms * 1000)), "{context}");
+            granted.push(id);
+            answers.push(got);
+        }
+    }
+    answers
+}
+
 /// What an override step does.
 #[derive(Debug, Clone)]
 pub enum OverrideOp {

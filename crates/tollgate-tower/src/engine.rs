@@ -93,7 +93,7 @@ fn not_at_once(what: &'static str) -> Error {
 
 /// Whether `S` is a memory store (with one of the core's clocks), alone or in an `Arc`: a store
 /// whose `decide` future is ready at its first poll.
-fn decides_at_once<S: 'static>() -> bool {
+pub(crate) fn decides_at_once<S: 'static>() -> bool {
     fn memory<C: Clock + 'static>(id: TypeId) -> bool {
         id == TypeId::of::<MemoryStore<C>>() || id == TypeId::of::<Arc<MemoryStore<C>>>()
     }

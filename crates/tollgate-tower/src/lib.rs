@@ -29,6 +29,9 @@
 //! - [`rate_limit`]: the middleware: [`RateLimitLayer`] (configuration, `Clone`) and its
 //!   builder, the [`RateLimit`] service and its [`ResponseFuture`]; how several rules are
 //!   decided together and what a store failure does.
+//! - [`concurrency_limit`]: the concurrency limit middleware: [`ConcurrencyLimitLayer`] and
+//!   the [`ConcurrencyLimit`] service, which acquire a lease before the inner service and
+//!   release it when the response body ends ([`LeaseBody`]), fails or is dropped.
 //! - [`rule`]: [`Rule`], a policy with its key, cost, shadow mode and [`MissingKey`] choice.
 //! - [`key`]: [`KeyExtractor`] (client address, header, route and address, custom function), and
 //!   [`ClientIp`] with [`Cidr`] and [`ProxyHeader`] for clients behind trusted proxies.
@@ -53,6 +56,7 @@
 //!   `FailOpen` lets the request through, `Local` limits on the engine's in-memory limiter.
 //! - Shadow rules are checked and counted but never deny and add no headers.
 
+pub mod concurrency_limit;
 mod engine;
 pub mod error;
 pub mod key;
@@ -62,6 +66,7 @@ pub mod rule;
 mod sampler;
 pub mod stats;
 
+pub use concurrency_limit::{ConcurrencyLimit, ConcurrencyLimitLayer, LeaseBody};
 pub use error::Error;
 pub use key::{Cidr, ClientIp, KeyExtractor, ProxyHeader};
 pub use rate_limit::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
@@ -75,6 +80,11 @@ pub use stats::{Stats, StatsSnapshot};
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The examples of `docs/concurrency.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/concurrency.md")]
+pub struct ConcurrencyDoctests;
 
 /// The examples of `docs/refunds.md`, run as doc tests.
 #[cfg(doctest)]

@@ -274,7 +274,7 @@ impl RateLimitHeaders {
     }
 }
 
-fn object(value: Value) -> Map<String, Value> {
+pub(crate) fn object(value: Value) -> Map<String, Value> {
     match value {
         Value::Object(map) => map,
         _ => Map::new(),
@@ -282,7 +282,7 @@ fn object(value: Value) -> Map<String, Value> {
 }
 
 /// Milliseconds, rounded up, so a client waiting that long is never early.
-fn millis_up(duration: Duration) -> u64 {
+pub(crate) fn millis_up(duration: Duration) -> u64 {
     u64::try_from(duration.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
 }
 

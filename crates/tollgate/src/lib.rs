@@ -34,6 +34,9 @@
 //!   shadowed for the rest ([`Policy::with_enforcement`]).
 //! - [`overrides`]: [`Override`] and the [`OverrideStore`] trait: another limit for one key or
 //!   key prefix of a policy, set at run time, kept in the store so every instance applies it.
+//! - [`concurrency`]: [`ConcurrencyPolicy`](concurrency::ConcurrencyPolicy) and the
+//!   [`ConcurrencyStore`](concurrency::ConcurrencyStore) trait: at most `n` requests of a key in
+//!   flight, with leases that are released or expire.
 //! - [`attempts`]: the attempts counter for brute-force protection.
 //! - [`decision`]: [`Decision`] and [`AttemptsStatus`], the answers.
 //! - [`rule`]: a [`Rule`] is one limit of a request: a policy, a key, a cost, shadow or not.
@@ -61,6 +64,7 @@ pub mod algorithm;
 pub mod attempts;
 pub mod bounds;
 pub mod clock;
+pub mod concurrency;
 pub mod decision;
 pub mod enforcement;
 pub mod engine;

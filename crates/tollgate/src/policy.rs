@@ -788,27 +788,44 @@ impl Policy {
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct PolicyName {
     text: Box<str>,
-    /// FNV-1a of `text`: not keyed, since names come from the operator, not from clients; the
-    /// store mixes it into its keyed hash of the client's key.
+    /// FNV-1a of `text` (and of the kind): not keyed, since names come from the operator, not
+    /// from clients; the store mixes it into its keyed hash of the client's key.
     pub(crate) hash: u64,
+    /// A concurrency policy's name: its slots never meet a rate policy's of the same text.
+    concurrency: bool,
 }
 
 impl PolicyName {
     fn new(text: &str) -> Self {
+        Self::of_kind(text, false)
+    }
+
+    /// The name of a [`ConcurrencyPolicy`](crate::concurrency::ConcurrencyPolicy).
+    pub(crate) fn concurrency(text: &str) -> Self {
+        Self::of_kind(text, true)
+    }
+
+    fn of_kind(text: &str, concurrency: bool) -> Self {
         let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, b| {
             (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
         });
         PolicyName {
             text: text.into(),
-            hash,
+            hash: hash ^ (u64::from(concurrency) << 1),
+            concurrency,
         }
     }
 
+    pub(crate) fn text(&self) -> &str {
+        &self.text
+    }
+
     /// True when `other` names the same policy: the same allocation (the common case, one
-    /// pointer compare) or the same text (a policy rebuilt by a reload).
+    /// pointer compare) or the same text and kind (a policy rebuilt by a reload).
     #[inline]
     pub(crate) fn same(self: &Arc<Self>, other: &Arc<Self>) -> bool {
-        Arc::ptr_eq(self, other) || (self.hash == other.hash && self.text == other.text)
+        Arc::ptr_eq(self, other)
+            || (self.hash == other.hash && self.concurrency == other.concurrency && self.text == other.text)
     }
 }
 

@@ -49,6 +49,8 @@
 mod failure;
 mod verdict;
 
+pub(crate) use self::failure::FAIL_CLOSED_RETRY;
+
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,9 +60,10 @@ use parking_lot::RwLock;
 use self::verdict::Rules;
 pub use self::verdict::{Outcome, RuleVerdict, Verdict};
 use crate::access::{AccessLists, Listed};
+use crate::concurrency::{self, Acquisition, ConcurrencyPolicy, ConcurrencyStore, LeaseId, Release};
 use crate::memory::DEFAULT_MAX_KEYS;
 use crate::store::{self, Store};
-use crate::{Clock, Decision, Decisions, Error, MemoryStore, Policy, Rule, SystemClock};
+use crate::{Clock, Decision, Decisions, Error, FailureMode, MemoryStore, Policy, Rule, SystemClock};
 
 /// Decides requests against a store, with failure modes and outcome labels.
 ///
@@ -455,6 +458,99 @@ impl<S: Store> Engine<S> {
                 Some(err),
             )),
         }
+    }
+}
+
+impl<S: ConcurrencyStore> Engine<S> {
+    /// Takes a slot of `key` under a concurrency `policy`, applying the policy's failure mode
+    /// when the store fails: `FailOpen` grants a lease held nowhere, `FailClosed` denies, and
+    /// `Local` acquires from the engine's own in-memory limiter with the policy's
+    /// [`local_share`](ConcurrencyPolicy::local_share) (a full limiter grants). Answers decided
+    /// this way are `degraded` and carry the store's error. `Err` only for a bad key.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::concurrency::ConcurrencyPolicy;
+    /// use tollgate::{Engine, MemoryStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let engine = Engine::new(MemoryStore::new());
+    /// let exports = ConcurrencyPolicy::new("exports", 1, Duration::from_secs(30))?;
+    /// let first = engine.acquire(&exports, b"alice").await?;
+    /// assert!(first.acquire.is_granted() && first.store_error.is_none());
+    /// assert!(!engine.acquire(&exports, b"alice").await?.acquire.is_granted());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn acquire(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<Acquisition, Error> {
+        store::validate_key(key)?;
+        match self.store.acquire(policy, key).await {
+            Ok(acquire) => Ok(Acquisition {
+                acquire,
+                store_error: None,
+            }),
+            Err(err) if err.is_bad_input() => Err(err),
+            Err(err) => {
+                let acquire = match concurrency::failed(policy, self.fallback.lease_ids()) {
+                    Some(acquire) => acquire,
+                    None => {
+                        let FailureMode::Local { instances } = policy.failure_mode() else {
+                            unreachable!("the other modes answered above")
+                        };
+                        let share = policy.local_share(instances);
+                        match self.fallback.acquire(&share, key) {
+                            Ok(acquire) => acquire.degraded(),
+                            // Full of live leases: let it through, as a full limiter does for checks.
+                            Err(_) => concurrency::failed(
+                                &policy.clone().with_failure_mode(FailureMode::FailOpen),
+                                self.fallback.lease_ids(),
+                            )
+                            .unwrap_or_else(|| unreachable!("fail_open always answers")),
+                        }
+                    }
+                };
+                Ok(Acquisition {
+                    acquire,
+                    store_error: Some(err),
+                })
+            }
+        }
+    }
+
+    /// Frees the slot of `lease`: in the engine's `Local` limiter if it was granted there while
+    /// the store was away, else in the store. A store error is returned as it is: the caller
+    /// logs it, and the lease ends by itself after the policy's `lease_timeout`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::concurrency::{Acquire, ConcurrencyPolicy, Release};
+    /// use tollgate::{Engine, MemoryStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let engine = Engine::new(MemoryStore::new());
+    /// let exports = ConcurrencyPolicy::new("exports", 1, Duration::from_secs(30))?;
+    /// let Acquire::Granted(lease) = engine.acquire(&exports, b"alice").await?.acquire else { unreachable!() };
+    /// assert_eq!(engine.release(&exports, b"alice", lease.id).await?, Release::Released { in_flight: 0 });
+    /// assert_eq!(engine.release(&exports, b"alice", lease.id).await?, Release::NotHeld);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn release(
+        &self,
+        policy: &ConcurrencyPolicy,
+        key: &[u8],
+        lease: LeaseId,
+    ) -> Result<Release, Error> {
+        store::validate_key(key)?;
+        if let FailureMode::Local { instances } = policy.failure_mode()
+            && let Ok(released @ Release::Released { .. }) =
+                self.fallback.release(&policy.local_share(instances), key, lease)
+        {
+            return Ok(released);
+        }
+        self.store.release(policy, key, lease).await
     }
 }
 

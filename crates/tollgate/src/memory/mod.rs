@@ -34,6 +34,9 @@ use self::shard::{Full, Shard, Slot, Value};
 use crate::Algorithm;
 use crate::algorithm::{self, KeyState, Outcome};
 use crate::attempts::{self, Attempts};
+use crate::concurrency::{
+    self, Acquire, ConcurrencyPolicy, ConcurrencyStore, Lease, LeaseId, LeaseIds, Release,
+};
 use crate::overrides::{Override, OverrideStore, OverrideTable, OverrideTarget};
 use crate::store::{self, AttemptsStore, Store};
 use crate::{AttemptsStatus, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
@@ -70,6 +73,7 @@ pub struct MemoryStore<C: Clock = SystemClock> {
     hasher: RandomState,
     clock: C,
     max_keys: usize,
+    lease_ids: LeaseIds,
     /// Runtime overrides ([`crate::overrides`]); `any_overrides` lets a store without any skip
     /// the lock on every check.
     overrides: RwLock<OverrideTable>,
@@ -172,6 +176,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             hasher,
             clock: self.clock,
             max_keys: self.max_keys,
+            lease_ids: LeaseIds::new(),
             overrides: RwLock::new(OverrideTable::default()),
             any_overrides: AtomicBool::new(false),
         }
@@ -476,6 +481,126 @@ impl<C: Clock> MemoryStore<C> {
         Ok(Attempts::status(counter.as_ref(), now_us, max_attempts))
     }
 
+    /// Takes a slot of `key` under a concurrency `policy` if one is free; see
+    /// [`ConcurrencyStore::acquire`]. The key's leases live in its slot, which counts toward
+    /// `max_keys` and is never evicted while a lease is live.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::concurrency::{Acquire, ConcurrencyPolicy};
+    /// use tollgate::{ManualClock, MemoryStore};
+    ///
+    /// let clock = ManualClock::new(0);
+    /// let store = MemoryStore::builder().clock(clock.clone()).build();
+    /// let exports = ConcurrencyPolicy::new("exports", 1, Duration::from_secs(30))?;
+    /// assert!(store.acquire(&exports, "alice")?.is_granted());
+    /// let Acquire::Denied(full) = store.acquire(&exports, "alice")? else { unreachable!() };
+    /// assert_eq!(full.retry_after, Duration::from_secs(30));
+    /// // Never released: the lease ends by itself.
+    /// clock.advance(Duration::from_secs(30));
+    /// assert!(store.acquire(&exports, "alice")?.is_granted());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn acquire(&self, policy: &ConcurrencyPolicy, key: impl AsRef<[u8]>) -> Result<Acquire, Error> {
+        let key = key.as_ref();
+        store::validate_key(key)?;
+        let lookup = Lookup::limit(policy.shared_name(), key);
+        let hash = lookup.hash(&self.hasher);
+        let id = self.lease_ids.next();
+        let (max, timeout_us) = (policy.max_in_flight(), policy.lease_timeout_us());
+        let mut shard = self.shard(hash).write();
+        let now_us = self.clock.now_us();
+        let step = match shard.find_mut(hash, lookup) {
+            Some(slot) => {
+                if !matches!(slot.value, Value::Leases(_)) {
+                    slot.value = Value::Leases(Box::default());
+                }
+                let Value::Leases(leases) = &mut slot.value else {
+                    unreachable!("set to leases just above")
+                };
+                let step = concurrency::step::acquire(leases, now_us, max, timeout_us, id);
+                let last_us = leases.last_expiry_us();
+                slot.set_expires_at_us(last_us);
+                slot.set_hot_until_us(last_us);
+                shard.note_expiry(last_us);
+                step
+            }
+            None => {
+                let mut leases = Box::<concurrency::step::Leases>::default();
+                let step = concurrency::step::acquire(&mut leases, now_us, max, timeout_us, id);
+                let last_us = leases.last_expiry_us();
+                let slot = Slot::new(lookup, Value::Leases(leases), last_us, last_us);
+                shard.insert(hash, slot, now_us).map_err(|_| self.full())?;
+                step
+            }
+        };
+        let wait = std::time::Duration::from_micros(step.at_us.saturating_sub(now_us));
+        Ok(match step.granted {
+            true => Acquire::Granted(Lease {
+                id,
+                expires_in: wait,
+                in_flight: step.in_flight,
+                limit: max,
+                degraded: false,
+            }),
+            false => Acquire::Denied(concurrency::Full {
+                in_flight: step.in_flight,
+                limit: max,
+                retry_after: wait,
+                degraded: false,
+            }),
+        })
+    }
+
+    /// Frees the slot of `lease`; see [`ConcurrencyStore::release`]. A key left without leases
+    /// gives its slot back at once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::concurrency::{Acquire, ConcurrencyPolicy, LeaseId, Release};
+    ///
+    /// let store = tollgate::MemoryStore::new();
+    /// let exports = ConcurrencyPolicy::new("exports", 1, Duration::from_secs(30))?;
+    /// let Acquire::Granted(lease) = store.acquire(&exports, "alice")? else { unreachable!() };
+    /// assert_eq!(store.release(&exports, "alice", lease.id)?, Release::Released { in_flight: 0 });
+    /// assert!(store.is_empty());
+    /// assert_eq!(store.release(&exports, "alice", LeaseId::new(1))?, Release::NotHeld);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn release(
+        &self,
+        policy: &ConcurrencyPolicy,
+        key: impl AsRef<[u8]>,
+        lease: LeaseId,
+    ) -> Result<Release, Error> {
+        let key = key.as_ref();
+        store::validate_key(key)?;
+        let lookup = Lookup::limit(policy.shared_name(), key);
+        let hash = lookup.hash(&self.hasher);
+        let mut shard = self.shard(hash).write();
+        let now_us = self.clock.now_us();
+        let Some(slot) = shard.find_mut(hash, lookup) else {
+            return Ok(Release::NotHeld);
+        };
+        let Value::Leases(leases) = &mut slot.value else {
+            return Ok(Release::NotHeld);
+        };
+        let (released, in_flight) = concurrency::step::release(leases, now_us, lease);
+        if in_flight == 0 {
+            shard.remove(hash, lookup);
+        } else {
+            let last_us = leases.last_expiry_us();
+            slot.set_expires_at_us(last_us);
+            slot.set_hot_until_us(last_us);
+        }
+        // The slot's hot time may have moved earlier: the shard may have a victim sooner.
+        shard.note_cooled();
+        Ok(match released {
+            true => Release::Released { in_flight },
+            false => Release::NotHeld,
+        })
+    }
+
     /// One rule: the key hashed once, one shard lock, no allocation. A stored GCRA or token
     /// bucket key without an active penalty is decided under the shard's read lock by compare-and-swap (see
     /// [`cell`]); everything else (a first insert, a penalty, another algorithm) under its write
@@ -776,10 +901,30 @@ impl<C: Clock> MemoryStore<C> {
         (hash >> 50) as usize & (self.shards.len() - 1)
     }
 
+    /// The store's lease id source, shared with the engine's failure modes.
+    pub(crate) fn lease_ids(&self) -> &LeaseIds {
+        &self.lease_ids
+    }
+
     fn full(&self) -> Error {
         Error::StoreFull {
             max_keys: self.max_keys,
         }
+    }
+}
+
+impl<C: Clock> ConcurrencyStore for MemoryStore<C> {
+    async fn acquire(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<Acquire, Error> {
+        MemoryStore::acquire(self, policy, key)
+    }
+
+    async fn release(
+        &self,
+        policy: &ConcurrencyPolicy,
+        key: &[u8],
+        lease: LeaseId,
+    ) -> Result<Release, Error> {
+        MemoryStore::release(self, policy, key, lease)
     }
 }
 

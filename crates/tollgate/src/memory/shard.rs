@@ -25,6 +25,7 @@ use super::key::{self, KeyBytes, Lookup, Owner};
 use crate::Algorithm;
 use crate::algorithm::{AlgorithmState, KeyState, gcra};
 use crate::attempts::Attempts;
+use crate::concurrency::step::Leases;
 
 /// Occupied slots sampled per eviction.
 const EVICTION_SAMPLES: usize = 8;
@@ -41,6 +42,10 @@ pub(crate) enum Value {
     /// the lock (see [`super::hot`]).
     Hot(Shared),
     Attempts(Attempts),
+    /// A concurrency policy's live leases (see [`crate::concurrency`]). The slot expires with
+    /// the last lease and is hot until then: forgetting live leases would admit more than the
+    /// policy's `max_in_flight`.
+    Leases(Box<Leases>),
 }
 
 /// A stored key and value with the times eviction needs: exactly one 64-byte cache line, so a

@@ -1,0 +1,233 @@
+//! The HTTP routes of concurrency limits (`algorithm: concurrency`): acquire a lease before the
+//! work, release it after.
+//!
+//! | route | does |
+//! |---|---|
+//! | `POST /v1/concurrency/{policy}/{key}/acquire` | 200 `{"lease_id", "expires_in_ms", "in_flight", "limit", "degraded"}`, or 429 (a problem with `retry_after_ms`, `in_flight` and `limit`) when every slot is taken |
+//! | `POST /v1/concurrency/{policy}/{key}/release` `{"lease_id"}` | 200 `{"released", "in_flight"}`; a lease already released, expired or never granted is `"released": false`, not an error |
+//!
+//! Both go through the [`Engine`](tollgate::Engine): an acquisition the store cannot answer is
+//! decided by the policy's `on_store_failure` (`fail_closed` answers 503, `fail_open` grants a
+//! lease held nowhere, `local` decides on this instance's share); a release the store cannot
+//! answer is 503, counted and logged, and the lease ends by itself at its `lease_timeout`.
+//!
+//! Concurrency policies are not rate limits: `POST /v1/check` and the gRPC service never decide
+//! them. A check naming one is a 400 that says where to go; the Envoy rate limit protocol has a
+//! single call per request and no release, so a descriptor cannot hold a lease (the config
+//! refuses `algorithm: concurrency` in a descriptor).
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use tollgate::concurrency::{Acquire, ConcurrencyPolicy, LeaseId, Release};
+use tollgate::{FailureMode, headers};
+use tollgate_config::Limits;
+
+use crate::http::{ApiError, check_key, insert, json_body, millis_up, problem};
+use crate::metrics;
+use crate::openapi::{LeaseDenied, LeaseGranted, LeaseReleased};
+use crate::state::SharedState;
+
+/// The body of `POST /v1/concurrency/{policy}/{key}/release`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReleaseBody {
+    /// The `lease_id` the acquisition answered: 32 hexadecimal digits.
+    #[schema(min_length = 32, max_length = 32, pattern = "^[0-9a-fA-F]{32}$")]
+    lease_id: String,
+}
+
+/// The concurrency policy `name`, or the error that explains why there is none.
+fn concurrency_policy<'a>(limits: &'a Limits, name: &str) -> Result<&'a ConcurrencyPolicy, ApiError> {
+    if let Some(policy) = limits.concurrency_policy(name) {
+        return Ok(policy);
+    }
+    if limits.policy(name).is_some() {
+        return Err(ApiError::bad_request(format!(
+            "`{name}` is a rate policy, not a concurrency policy: check it with POST /v1/check"
+        )));
+    }
+    Err(ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("unknown policy `{name}`"),
+    ))
+}
+
+/// The 400 of a check that names a concurrency policy, if it does.
+pub(crate) fn not_checkable(limits: &Limits, name: &str) -> Option<ApiError> {
+    limits.concurrency_policy(name).map(|_| {
+        ApiError::bad_request(format!(
+            "`{name}` is a concurrency policy, not a rate limit: acquire a lease with \
+             POST /v1/concurrency/{name}/{{key}}/acquire and give it back with .../release"
+        ))
+    })
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/concurrency/{policy}/{key}/acquire",
+    tag = "concurrency",
+    summary = "Acquire a lease",
+    description = "Takes one of the key's `max_in_flight` slots until it is released or its \
+                   `lease_timeout` passes. A full key answers 429 with `Retry-After`: the time until \
+                   the oldest lease expires (a slot may free sooner, when its holder releases).",
+    params(
+        ("policy" = String, Path, description = "A configured concurrency policy"),
+        ("key" = String, Path, description = "The key: a user, a tenant"),
+    ),
+    responses(
+        (status = 200, description = "Granted", body = LeaseGranted),
+        (status = 429, description = "Every slot is taken", body = LeaseDenied, content_type = "application/problem+json",
+            headers(("Retry-After" = u64, description = "Whole seconds until the oldest lease expires"))),
+        (status = 400, description = "Unusable input, or a rate policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed and the policy fails closed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn acquire(
+    State(state): State<SharedState>,
+    Path((policy, key)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let limits = state.limits.load_full();
+    let policy = concurrency_policy(&limits, &policy)?;
+    check_key(&state, &key)?;
+    let acquisition = state.engine.acquire(policy, key.as_bytes()).await?;
+    if let Some(err) = &acquisition.store_error {
+        metrics::store_error(err);
+        metrics::degraded(policy.name());
+    }
+    match acquisition.acquire {
+        Acquire::Granted(lease) => {
+            let outcome = if lease.degraded { "degraded" } else { "granted" };
+            metrics::concurrency_acquire(policy.name(), outcome);
+            let body = LeaseGranted {
+                lease_id: lease.id.to_string(),
+                expires_in_ms: millis_up(lease.expires_in),
+                in_flight: lease.in_flight,
+                limit: lease.limit,
+                degraded: lease.degraded,
+            };
+            Ok((StatusCode::OK, Json(body)).into_response())
+        }
+        Acquire::Denied(full) if full.degraded && policy.failure_mode() == FailureMode::FailClosed => {
+            metrics::concurrency_acquire(policy.name(), "error");
+            let cause = acquisition
+                .store_error
+                .map_or_else(|| "the store failed".to_owned(), |e| e.to_string());
+            let mut response = problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("{cause}; policy `{}` fails closed", policy.name()),
+                Some(policy.name()),
+            );
+            retry_after(&mut response, full.retry_after);
+            Ok(response)
+        }
+        Acquire::Denied(full) => {
+            let outcome = if full.degraded { "degraded" } else { "denied" };
+            metrics::concurrency_acquire(policy.name(), outcome);
+            let body = LeaseDenied {
+                kind: "about:blank",
+                title: "Too Many Requests",
+                status: StatusCode::TOO_MANY_REQUESTS.as_u16(),
+                detail: format!(
+                    "{} of {} leases of this key are in flight under policy `{}`",
+                    full.in_flight,
+                    full.limit,
+                    policy.name()
+                ),
+                policy: policy.name().to_owned(),
+                retry_after_ms: millis_up(full.retry_after),
+                in_flight: full.in_flight,
+                limit: full.limit,
+                degraded: full.degraded,
+            };
+            let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(crate::problem::PROBLEM_JSON),
+            );
+            retry_after(&mut response, full.retry_after);
+            Ok(response)
+        }
+    }
+}
+
+fn retry_after(response: &mut Response, wait: Duration) {
+    insert(
+        response.headers_mut(),
+        header::RETRY_AFTER.as_str(),
+        headers::seconds_up(wait).max(1).to_string(),
+    );
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/concurrency/{policy}/{key}/release",
+    tag = "concurrency",
+    summary = "Release a lease",
+    description = "Frees the slot of `lease_id`. A lease that is not held (released before, expired, \
+                   never granted) answers `released: false`: not an error, since it holds no slot. \
+                   When the store fails the answer is 503 and the lease ends at its `lease_timeout`.",
+    params(
+        ("policy" = String, Path, description = "A configured concurrency policy"),
+        ("key" = String, Path, description = "The key the lease was acquired for"),
+    ),
+    request_body(content = ReleaseBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Released, or not held", body = LeaseReleased),
+        (status = 400, description = "Unusable input, or a rate policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed; the lease ends at its timeout", body = crate::openapi::Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn release(
+    State(state): State<SharedState>,
+    Path((policy, key)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let limits = state.limits.load_full();
+    let policy = concurrency_policy(&limits, &policy)?;
+    check_key(&state, &key)?;
+    let body: ReleaseBody = json_body(body)?;
+    let lease: LeaseId = body
+        .lease_id
+        .parse()
+        .map_err(|e: tollgate::concurrency::BadLeaseId| ApiError::bad_request(format!("lease_id: {e}")))?;
+    match state.engine.release(policy, key.as_bytes(), lease).await {
+        Ok(Release::Released { in_flight }) => {
+            metrics::concurrency_release(policy.name(), "released", None);
+            Ok(Json(LeaseReleased {
+                released: true,
+                in_flight: Some(in_flight),
+            })
+            .into_response())
+        }
+        Ok(Release::NotHeld) => {
+            metrics::concurrency_release(policy.name(), "not_held", None);
+            Ok(Json(LeaseReleased {
+                released: false,
+                in_flight: None,
+            })
+            .into_response())
+        }
+        Err(err) if err.is_bad_input() => Err(err.into()),
+        Err(err) => {
+            metrics::concurrency_release(policy.name(), "failed", Some(&err));
+            Ok(problem(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "{err}; the lease was not released and ends by itself within {} ms",
+                    millis_up(policy.lease_timeout())
+                ),
+                Some(policy.name()),
+            ))
+        }
+    }
+}
