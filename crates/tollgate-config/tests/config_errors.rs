@@ -95,8 +95,8 @@ error_fixtures! {
     lease_hold_too_long => "lease_hold_too_long.yaml: policies.api.lease.hold: lease.hold is 120s, outside the supported range 1ms to 60s",
     lease_unknown_field => "lease_unknown_field.yaml: policies.api.lease.units: unknown field `units`, expected one of `max_units`, `hot_per_second`, `hold`",
     // tollgate's format: fields
-    unknown_field => "unknown_field.yaml: policies.login.windw: unknown field `windw`, expected one of `algorithm`, `limit`, `window`, `anchor`, `capacity`, `refill`, `leak`, `rate`, `burst`, `period`, `time_zone`, `week_starts`, `block_for`, `block_memory`, `on_store_failure`, `instances`, `hash_tag`, `shadow`, `lease`, `enforce_percent`, `access`",
-    unknown_algorithm => "unknown_algorithm.yaml: policies.login.algorithm: unknown variant `gcr`, expected one of `fixed_window`, `sliding_log`, `sliding_window`, `token_bucket`, `leaky_bucket`, `gcra`, `calendar_quota`",
+    unknown_field => "unknown_field.yaml: policies.login.windw: unknown field `windw`, expected one of `algorithm`, `limit`, `window`, `anchor`, `capacity`, `refill`, `leak`, `rate`, `burst`, `period`, `time_zone`, `week_starts`, `block_for`, `block_memory`, `on_store_failure`, `instances`, `hash_tag`, `shadow`, `lease`, `enforce_percent`, `access`, `max_in_flight`, `lease_timeout`",
+    unknown_algorithm => "unknown_algorithm.yaml: policies.login.algorithm: unknown variant `gcr`, expected one of `fixed_window`, `sliding_log`, `sliding_window`, `token_bucket`, `leaky_bucket`, `gcra`, `concurrency`, `calendar_quota`",
     missing_algorithm => "missing_algorithm.yaml: policies.login: missing field `algorithm`",
     field_not_used => "field_not_used.yaml: policies.login.window: `window` is not used by gcra, which takes `rate` and `burst`",
     missing_burst => "missing_burst.yaml: policies.login: missing field `burst`, gcra takes `rate` and `burst`",

@@ -344,6 +344,7 @@ pub(crate) struct CostQuery {
             ("RateLimit" = String, description = "Each enforced rule's remaining budget and reset (IETF draft)"),
             ("Retry-After" = u64, description = "Whole seconds to wait"))),
         (status = 400, description = "Unusable input", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A key is on a deny list", body = crate::openapi::Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = crate::openapi::Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store failed and a policy fails closed", body = crate::openapi::Problem, content_type = "application/problem+json"),
@@ -400,6 +401,7 @@ fn from_json_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, A
     responses(
         (status = 200, description = "The decision, with `allowed` false when the check would be denied", body = Decision),
         (status = 400, description = "Unusable input", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The key is on a deny list", body = crate::openapi::Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store failed and the policy fails closed", body = crate::openapi::Problem, content_type = "application/problem+json"),
     )

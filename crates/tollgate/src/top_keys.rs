@@ -236,7 +236,13 @@ mod tests {
         assert_eq!(top.len(), 64);
         assert_eq!(top.counters.capacity(), 64);
         // The index never grows past the room it was made with: memory is fixed by the capacity.
-        assert_eq!(top.index.capacity(), index_room);
+        // (`capacity()` is what is left before a rehash, so replaced keys' tombstones lower it
+        // between rehashes; a table that had grown would show more room, never less.)
+        assert!(
+            top.index.capacity() <= index_room,
+            "{} > {index_room}",
+            top.index.capacity()
+        );
         assert_eq!(top.index.len(), 64);
         let first = top.top()[0];
         assert_eq!(&*first.key, b"bot");
