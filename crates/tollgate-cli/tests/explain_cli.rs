@@ -3,7 +3,7 @@
 
 use std::process::{Command, Output};
 
-use tollgate::{Algorithm, Policy, Store};
+use tollgate::{Algorithm, Policy};
 use tollgate_testkit::RedisServer;
 
 const CONFIG: &str = "\
