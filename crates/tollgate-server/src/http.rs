@@ -206,7 +206,7 @@ fn blocked(rules: &[Rule<'_>], verdict: &Verdict) -> Response {
         .and_then(|(i, _)| rules.get(i))
         .map(|rule| rule.policy.name());
     let detail = match policy {
-        Some(name) => format!("the key is on a deny list of policy `{name}`"),
+        Some(name) => format!("the key of policy `{name}` is on a deny list"),
         None => "the key is on a deny list".to_owned(),
     };
     problem_typed(
