@@ -457,19 +457,7 @@ impl PolicySpec {
             ),
             AlgorithmName::Concurrency => (&[], "`max_in_flight` and `lease_timeout`"),
         };
-        let present = [
-            self.limit.is_some(),
-            self.window.is_some(),
-            self.anchor.is_some(),
-            self.capacity.is_some(),
-            self.refill.is_some(),
-            self.leak.is_some(),
-            self.rate.is_some(),
-            self.burst.is_some(),
-            self.period.is_some(),
-            self.time_zone.is_some(),
-            self.week_starts.is_some(),
-        ];
+        let present = self.specific_fields_present();
         for (field, present) in SPECIFIC_FIELDS.into_iter().zip(present) {
             if present && !takes.contains(&field) {
                 return Err(err(
@@ -617,6 +605,23 @@ impl PolicySpec {
         Ok(Kind::Rate(NamedPolicy::new(policy, self.shadow)))
     }
 
+    /// Which of [`SPECIFIC_FIELDS`] this entry gives, in that order.
+    fn specific_fields_present(&self) -> [bool; SPECIFIC_FIELDS.len()] {
+        [
+            self.limit.is_some(),
+            self.window.is_some(),
+            self.anchor.is_some(),
+            self.capacity.is_some(),
+            self.refill.is_some(),
+            self.leak.is_some(),
+            self.rate.is_some(),
+            self.burst.is_some(),
+            self.period.is_some(),
+            self.time_zone.is_some(),
+            self.week_starts.is_some(),
+        ]
+    }
+
     /// An `algorithm: concurrency` entry: `max_in_flight` and `lease_timeout`, plus the fields
     /// every policy takes that mean something for it (`on_store_failure`, `instances`,
     /// `hash_tag`).
@@ -629,19 +634,7 @@ impl PolicySpec {
             )
         };
         let needed = "`max_in_flight` and `lease_timeout`";
-        let present = [
-            self.limit.is_some(),
-            self.window.is_some(),
-            self.anchor.is_some(),
-            self.capacity.is_some(),
-            self.refill.is_some(),
-            self.leak.is_some(),
-            self.rate.is_some(),
-            self.burst.is_some(),
-            self.period.is_some(),
-            self.time_zone.is_some(),
-            self.week_starts.is_some(),
-        ];
+        let present = self.specific_fields_present();
         for (field, present) in SPECIFIC_FIELDS.into_iter().zip(present) {
             if present {
                 return Err(err(
