@@ -227,7 +227,7 @@ async fn the_lease_is_held_until_the_body_ends_on_redis() {
     assert!(next_frame(&mut body).await.is_none());
     // The release runs on the runtime: wait for it, a bounded number of times.
     let mut freed = false;
-    for _ in 0..200 {
+    for _ in 0..500 {
         if redis
             .cli(&["ZCARD", "tollgate:{exports:192.0.2.7}:leases"])
             .trim()
