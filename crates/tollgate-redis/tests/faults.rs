@@ -48,8 +48,7 @@ async fn script_flush_during_a_run_is_invisible() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_on_every_cluster_node_is_invisible() {
     let cluster = RedisCluster::start();
-    let nodes: Vec<String> = cluster.ports().iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let store = patient(Target::parse(&format!("redis+cluster://{}", nodes.join(","))).unwrap()).await;
+    let store = patient(Target::parse(&cluster.store_url()).unwrap()).await;
     let p = policy("flush", FailureMode::FailClosed);
     for round in 0..10 {
         cluster.script_flush_all();

@@ -94,7 +94,6 @@ async fn daily_quota_on_redis() {
 #[tokio::test]
 async fn daily_quota_on_a_cluster() {
     let cluster = tollgate_testkit::RedisCluster::start();
-    let nodes: Vec<String> = cluster.ports().iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let url = format!("redis+cluster://{}", nodes.join(","));
+    let url = cluster.store_url();
     the_day_ends_at_midnight_in_the_zone(AnyStore::redis(&url).await.expect("cluster store")).await;
 }

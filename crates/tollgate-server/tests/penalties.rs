@@ -97,7 +97,6 @@ async fn repeat_offenses_block_longer_on_redis() {
 #[tokio::test]
 async fn repeat_offenses_block_longer_on_a_cluster() {
     let cluster = tollgate_testkit::RedisCluster::start();
-    let nodes: Vec<String> = cluster.ports().iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let url = format!("redis+cluster://{}", nodes.join(","));
+    let url = cluster.store_url();
     repeat_offenses_block_longer(AnyStore::redis(&url).await.expect("cluster store")).await;
 }

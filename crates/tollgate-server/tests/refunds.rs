@@ -138,7 +138,6 @@ async fn refunds_on_redis() {
 #[tokio::test]
 async fn refunds_on_a_cluster() {
     let cluster = tollgate_testkit::RedisCluster::start();
-    let nodes: Vec<String> = cluster.ports().iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let url = format!("redis+cluster://{}", nodes.join(","));
+    let url = cluster.store_url();
     refunds_give_the_budget_back(AnyStore::redis(&url).await.expect("cluster store")).await;
 }

@@ -126,6 +126,18 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
+    /// The one address tollgate's `--store` takes for this cluster:
+    /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,...`, the nodes in start order.
+    ///
+    /// ```no_run
+    /// let cluster = tollgate_testkit::RedisCluster::start();
+    /// assert!(cluster.store_url().starts_with("redis+cluster://127.0.0.1:"));
+    /// ```
+    pub fn store_url(&self) -> String {
+        let nodes: Vec<String> = self.ports().iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        format!("redis+cluster://{}", nodes.join(","))
+    }
+
     /// Removes every cached Lua script on every node (`SCRIPT FLUSH`), so the next `EVALSHA`
     /// on any node gets `NOSCRIPT`.
     ///
