@@ -7,21 +7,38 @@
 --
 -- KEYS     every request's keys, one request after the other (as for decide.lua)
 -- ARGV[1]  the number of requests, M (at least 1)
--- ARGV[2..] M requests one after the other, each exactly the ARGV of decide.lua: now ("" for
---          Redis TIME), the number of rules N, the mode, N rule records (see prelude.lua)
+-- ARGV[2]  the number of distinct rule records, R (at least 1); then those R records (see
+--          prelude.lua), the same record written once however many requests use it
+-- then     M requests one after the other, each: now ("" for Redis TIME), the number of rules
+--          N, the mode (as decide.lua's ARGV[1..3]), then N record numbers (1 to R), in order
 -- Returns  M answers in order: each the reply decide.lua would give that request alone (an array
 --          of integers), or for a request that failed, its error as a string, code first
 
-local count = tonumber(ARGV[1])
-if not count or count < 1 then
-  error('TOLLGATE_BAD_CALL expected a number of requests, got ' .. tostring(ARGV[1]))
+local count, record_count = tonumber(ARGV[1]), tonumber(ARGV[2])
+if not count or count < 1 or not record_count or record_count < 1 then
+  error('TOLLGATE_BAD_CALL expected numbers of requests and records, got ' .. tostring(ARGV[1]) .. ' and ' .. tostring(ARGV[2]))
 end
--- Every request is read first, so a malformed call changes nothing.
-local requests, a, k = {}, 2, 1
+-- Every record and request is read first, so a malformed call changes nothing.
+local records = {}
+for j = 1, record_count do
+  records[j] = read_record(2 + (j - 1) * RULE_FIELDS)
+end
+local requests, a, k = {}, 3 + record_count * RULE_FIELDS, 1
 for i = 1, count do
-  local rules, next_a, next_k = read_request_rules(a, k)
+  local rule_count = tonumber(ARGV[a + 1])
+  if not rule_count or rule_count < 1 then
+    error('TOLLGATE_BAD_CALL request ' .. i .. ' has ' .. tostring(ARGV[a + 1]) .. ' rules')
+  end
+  local rules = {}
+  for r = 1, rule_count do
+    local record = records[tonumber(ARGV[a + 2 + r])]
+    if not record then
+      error('TOLLGATE_BAD_CALL request ' .. i .. ' names record ' .. tostring(ARGV[a + 2 + r]))
+    end
+    rules[r], k = rule_of(record, k)
+  end
   requests[i] = {rules = rules, now = ARGV[a], mode = ARGV[a + 2]}
-  a, k = next_a, next_k
+  a = a + 3 + rule_count
 end
 if a ~= #ARGV + 1 or k ~= #KEYS + 1 then
   error('TOLLGATE_BAD_CALL ' .. #ARGV .. ' arguments and ' .. #KEYS .. ' keys for ' .. count .. ' requests')

@@ -8,9 +8,10 @@ local function idiv(a, b)
   return math.floor(a / b)
 end
 
--- An integer as Redis should store it: all digits, no exponent.
+-- An integer as Redis should store it: all digits, no exponent (%d is exact below 2^53, where
+-- every value stays, and cheaper than %.0f).
 local function num(n)
-  return string.format('%.0f', n)
+  return string.format('%d', n)
 end
 
 local function corrupt(what)

@@ -14,8 +14,10 @@ ALGORITHMS.fixed_window = function()
   function fixed_window.step(rule, stored, now, cost, commit)
     local limit, window, first_hit = rule.limit, rule.window, rule.first_hit
     local start, count = stored.s, stored.c
-    -- Still inside the stored window (or the clock stepped back into it or before it)?
-    if not (count and count > 0 and now < start + window) then
+    -- Still inside the stored window (or the clock stepped back into it or before it)? Then the
+    -- state already lives at least until the window ends (see expire in request.lua).
+    local continued = count and count > 0 and now < start + window
+    if not continued then
       if first_hit then
         start = now
       else
@@ -27,8 +29,10 @@ ALGORITHMS.fixed_window = function()
     local allowed = count + cost <= limit
     if allowed then
       count = count + cost
-      if commit then
-        save(rule, {s = start, c = count})
+      if commit and continued then
+        redis.call('HSET', rule.state, 'c', count)
+      elseif commit then
+        redis.call('HSET', rule.state, 'a', 'fixed_window', 'v', rule.overridden and '1' or '0', 's', start, 'c', count)
       end
     end
     local reset_after = 0
@@ -39,7 +43,7 @@ ALGORITHMS.fixed_window = function()
     if not allowed then
       retry_after = math.max(window_end - now, 0)
     end
-    return allowed, math.max(limit - count, 0), reset_after, retry_after
+    return allowed, math.max(limit - count, 0), reset_after, retry_after, continued
   end
 
   function fixed_window.mark(rule)

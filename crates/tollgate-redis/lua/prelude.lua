@@ -22,15 +22,18 @@
 --   reserve reported; "0" when deciding), then three parameters (listed in the algorithm's
 --   file, "" when unused)
 -- and its keys in KEYS, in the same order: its state hash, a sliding log's set next, then its
--- override hash (always: whether a key has an override is only known by reading it).
+-- override hash (always: whether a key has an override is only known in Redis).
 -- An override hash (written by the store's set_override, see src/overrides.rs) holds "a" = the
 -- algorithm name and "p1", "p2", "p3" = parameters in the record's format; when its algorithm is
 -- the rule's, they replace the record's parameters (the port of Override::apply_to). Otherwise
 -- (no override, or one left by an algorithm the policy no longer uses) the record's stand.
 -- A state hash holds the algorithm's fields, "a" = the algorithm name, "b" = blocked until
--- (µs since the Unix epoch) and, under an escalating penalty, "o" = offenses in a row. A key
--- holding another type makes Redis answer WRONGTYPE, which the
--- store reports as a corrupt value.
+-- (µs since the Unix epoch), under an escalating penalty "o" = offenses in a row, and "v" =
+-- whether the key had an override hash when the state was written ("0" or "1"; override.lua
+-- sets it to "1" on a state that exists). A state of the rule's algorithm with "v" = "0" proves
+-- the key has no override, so the override hash is read only for a new state, a state of
+-- another algorithm, or "v" = "1": most decisions of a busy key skip that read. A key holding
+-- another type makes Redis answer WRONGTYPE, which the store reports as a corrupt value.
 
 local ALGORITHMS = {}
 local BUILT = {}
@@ -45,9 +48,29 @@ local function algorithm(name)
       error('TOLLGATE_BAD_CALL unknown algorithm ' .. tostring(name))
     end
     built = build()
+    -- What load reads: the penalty, the override mark, then the algorithm's fields.
+    built.read = {'a', 'b', 'o', 'v', unpack(built.fields)}
     BUILT[name] = built
   end
   return built
+end
+
+-- The rule's parameters, once per call, on its first load (raw is what load read): an
+-- override's when the key has one of the rule's algorithm; else the record's stand (see
+-- read_record). The limit in force (limit, capacity or burst) is reported with every answer.
+local function resolve(rule, raw)
+  local found = nil
+  if raw[1] ~= rule.algorithm or raw[4] ~= '0' then
+    if redis.call('EXISTS', rule.override) == 1 then
+      found = redis.call('HMGET', rule.override, 'a', 'p1', 'p2', 'p3')
+    end
+  end
+  rule.overridden = found ~= nil
+  if found and found[1] == rule.algorithm then
+    rule.impl.params(rule, found[2], found[3] or '', found[4] or '')
+    rule.max = rule.limit or rule.capacity or rule.burst
+  end
+  rule.resolved = true
 end
 
 -- Reads the penalty and the algorithm's fields in one call; a state written by another
@@ -55,11 +78,15 @@ end
 -- offense count.
 local function load(rule)
   local fields = rule.impl.fields
-  local raw = redis.call('HMGET', rule.state, 'a', 'b', 'o', unpack(fields))
+  local raw = redis.call('HMGET', rule.state, unpack(rule.impl.read))
+  if not rule.resolved then
+    resolve(rule, raw)
+  end
   local state = {}
   if raw[1] == rule.algorithm then
-    for i, name in ipairs(fields) do
-      state[name] = int(raw[i + 3], name)
+    for i = 1, #fields do
+      local name = fields[i]
+      state[name] = int(raw[i + 4], name)
     end
   end
   return state, int(raw[2], 'b') or 0, int(raw[3], 'o') or 0
@@ -67,7 +94,12 @@ end
 
 -- A rule's penalty field: the block of each offense (µs), and the memory (µs, 0 when the
 -- penalty does not escalate). "0" is no penalty: one step of 0.
+local PENALTIES = {}
 local function penalty(spec)
+  local known = PENALTIES[spec]
+  if known then
+    return known[1], known[2]
+  end
   local list, memory = string.match(spec, '^([%d,]+)/(%d+)$')
   if not list then
     list, memory = spec, '0'
@@ -79,12 +111,14 @@ local function penalty(spec)
   if #steps == 0 then
     error('TOLLGATE_BAD_CALL bad penalty ' .. tostring(spec))
   end
-  return steps, tonumber(memory)
+  memory = tonumber(memory)
+  PENALTIES[spec] = {steps, memory}
+  return steps, memory
 end
 
--- Writes the algorithm's fields (a table of name -> integer).
+-- Writes the algorithm's fields (a table of name -> integer), with the override mark.
 local function save(rule, state)
-  local args = {'a', rule.algorithm}
+  local args = {'a', rule.algorithm, 'v', rule.overridden and '1' or '0'}
   for name, value in pairs(state) do
     args[#args + 1] = name
     args[#args + 1] = num(value)
@@ -92,9 +126,48 @@ local function save(rule, state)
   redis.call('HSET', rule.state, unpack(args))
 end
 
+-- The rule record whose values start at ARGV[at + 1], read: what every rule of a call that
+-- uses it shares. Its parameters are read here once; a rule whose key has an override of the
+-- same algorithm replaces them with the override's (see resolve).
+local function read_record(at)
+  local name, role = ARGV[at + 1], ARGV[at + 3]
+  local impl = algorithm(name)
+  local record = {
+    algorithm = name,
+    impl = impl,
+    cost = tonumber(ARGV[at + 2]),
+    shadow = role == '1' or role == '3',
+    question = role == '2' or role == '3',
+    mark = tonumber(ARGV[at + 5]),
+  }
+  record.steps, record.memory = penalty(ARGV[at + 4])
+  record.block_for = record.steps[1]
+  impl.params(record, ARGV[at + 6], ARGV[at + 7], ARGV[at + 8])
+  record.max = record.limit or record.capacity or record.burst
+  record.rule = {__index = record}
+  return record
+end
+
+-- A rule: its record's values, its keys from KEYS[k] on (its state hash, a sliding log's set,
+-- its override hash), and what its own call sets on it (an override's parameters, whether it
+-- has one). Returns the rule and the index of KEYS just past its keys.
+local function rule_of(record, k)
+  local rule = setmetatable({state = KEYS[k]}, record.rule)
+  k = k + 1
+  if record.impl.log then
+    rule.log = KEYS[k]
+    k = k + 1
+  end
+  rule.override = KEYS[k]
+  if not rule.state or (record.impl.log and not rule.log) or not rule.override then
+    error('TOLLGATE_BAD_CALL too few keys for the rules')
+  end
+  return rule, k + 1
+end
+
 -- The rules of one request: its record count at ARGV[a + 1] and its records from ARGV[a + 3]
 -- on (ARGV[a] is its now, ARGV[a + 2] its mode), its keys from KEYS[k] on. Returns the rules and
--- the ARGV and KEYS indices just past the request, where the next request of a batch starts.
+-- the ARGV and KEYS indices just past the request, where the next request starts.
 local function read_request_rules(a, k)
   local count = tonumber(ARGV[a + 1])
   if not count or count < 1 or #ARGV < a + 2 + count * RULE_FIELDS then
@@ -102,38 +175,7 @@ local function read_request_rules(a, k)
   end
   local rules = {}
   for i = 1, count do
-    local at = a + 2 + (i - 1) * RULE_FIELDS
-    local impl = algorithm(ARGV[at + 1])
-    local rule = {
-      algorithm = ARGV[at + 1],
-      impl = impl,
-      cost = tonumber(ARGV[at + 2]),
-      shadow = ARGV[at + 3] == '1' or ARGV[at + 3] == '3',
-      question = ARGV[at + 3] == '2' or ARGV[at + 3] == '3',
-      mark = tonumber(ARGV[at + 5]),
-      state = KEYS[k],
-    }
-    k = k + 1
-    if impl.log then
-      rule.log = KEYS[k]
-      k = k + 1
-    end
-    rule.override = KEYS[k]
-    k = k + 1
-    if not rule.state or (impl.log and not rule.log) or not rule.override then
-      error('TOLLGATE_BAD_CALL too few keys for ' .. count .. ' rules')
-    end
-    rule.steps, rule.memory = penalty(ARGV[at + 4])
-    rule.block_for = rule.steps[1]
-    local o = redis.call('HMGET', rule.override, 'a', 'p1', 'p2', 'p3')
-    if o[1] == rule.algorithm then
-      impl.params(rule, o[2], o[3] or '', o[4] or '')
-    else
-      impl.params(rule, ARGV[at + 6], ARGV[at + 7], ARGV[at + 8])
-    end
-    -- The limit in force, reported with every answer: the limit, capacity or burst.
-    rule.max = rule.limit or rule.capacity or rule.burst
-    rules[i] = rule
+    rules[i], k = rule_of(read_record(a + 2 + (i - 1) * RULE_FIELDS), k)
   end
   return rules, a + 3 + count * RULE_FIELDS, k
 end
@@ -159,26 +201,31 @@ local function remembered_offenses(rule, blocked_until, offenses, now)
   return 0
 end
 
+-- How long the state must be kept for its offense count: port of algorithm::keep_until_us,
+-- relative to now (0 when it has none).
+local function keep_for(rule, blocked_until, offenses, now)
+  if remembered_offenses(rule, blocked_until, offenses, now) > 0 then
+    return blocked_until + rule.memory - now
+  end
+  return 0
+end
+
 -- One rule, penalty included: port of algorithm::decide. A blocked key is denied until the
 -- block ends; a denial by the algorithm starts a block when the rule has a penalty, as long as
--- the step of this offense. Returns allowed, remaining, reset_after_us, retry_after_us, and how
--- long the state must be kept for its offense count (0 when it has none: port of
--- algorithm::keep_until_us, relative to now).
+-- the step of this offense. Returns allowed, remaining, reset_after_us, retry_after_us, how long
+-- the state must be kept for its offense count (see keep_for), and whether the state's expiry
+-- already covers this answer (a step that continued a window it counts in, with no penalty
+-- involved: then there is no expiry to move).
 local function decide(rule, now, commit)
   local stored, blocked_until, offenses = load(rule)
   local step = rule.impl.step
-  local function keep_for()
-    if remembered_offenses(rule, blocked_until, offenses, now) > 0 then
-      return blocked_until + rule.memory - now
-    end
-    return 0
-  end
   if blocked_until > now then
     local blocked_for = blocked_until - now
     local _, _, reset, retry = step(rule, stored, now, rule.cost, false)
-    return false, 0, math.max(reset, blocked_for), math.max(retry, blocked_for), keep_for()
+    return false, 0, math.max(reset, blocked_for), math.max(retry, blocked_for),
+      keep_for(rule, blocked_until, offenses, now), false
   end
-  local allowed, remaining, reset_after, retry_after = step(rule, stored, now, rule.cost, commit)
+  local allowed, remaining, reset_after, retry_after, continued = step(rule, stored, now, rule.cost, commit)
   local remembered = remembered_offenses(rule, blocked_until, offenses, now)
   if not allowed and rule.block_for > 0 then
     -- One more offense in a row, or a first one; never past the last step.
@@ -198,23 +245,26 @@ local function decide(rule, now, commit)
     remaining = 0
     reset_after = math.max(reset_after, block_for)
     retry_after = math.max(retry_after, block_for)
+    continued = false
   elseif commit and remembered == 0 and offenses > 0 then
     offenses = 0
     redis.call('HDEL', rule.state, 'o')
   end
-  return allowed, remaining, reset_after, retry_after, keep_for()
+  local keep = keep_for(rule, blocked_until, offenses, now)
+  return allowed, remaining, reset_after, retry_after, keep, continued and keep == 0
 end
 
 -- Appends one rule's answer to a reply: {allowed (1 or 0), remaining, reset_after_us,
 -- retry_after_us (0 when allowed), limit (the limit, capacity or burst in force)}.
 local function answer(reply, rule, allowed, remaining, reset_after, retry_after)
+  local n = #reply
   if allowed then
-    reply[#reply + 1], retry_after = 1, 0
+    reply[n + 1], retry_after = 1, 0
   else
-    reply[#reply + 1] = 0
+    reply[n + 1] = 0
   end
-  reply[#reply + 1] = remaining
-  reply[#reply + 1] = reset_after
-  reply[#reply + 1] = retry_after
-  reply[#reply + 1] = rule.max
+  reply[n + 2] = remaining
+  reply[n + 3] = reset_after
+  reply[n + 4] = retry_after
+  reply[n + 5] = rule.max
 end

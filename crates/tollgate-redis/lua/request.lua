@@ -30,54 +30,74 @@ local function request_now(given)
 end
 
 -- The state means nothing once the budget is full again and no offense count is remembered, so
--- it lives exactly that long (rounded up to whole ms); an idle key vanishes on its own.
-local function expire(rule, reset_after, keep_for)
+-- it lives exactly that long (rounded up to whole ms); an idle key vanishes on its own. A state
+-- whose expiry already covers the answer (same_expiry: see decide) keeps it.
+local function expire(rule, reset_after, keep_for, same_expiry)
+  if same_expiry then
+    return
+  end
   local ttl_ms = idiv(math.max(reset_after, keep_for or 0) + 999, 1000)
-  for _, key in ipairs({rule.state, rule.log}) do
-    if ttl_ms > 0 then
-      redis.call('PEXPIRE', key, ttl_ms)
-    else
-      redis.call('DEL', key)
+  if ttl_ms > 0 then
+    redis.call('PEXPIRE', rule.state, ttl_ms)
+    if rule.log then
+      redis.call('PEXPIRE', rule.log, ttl_ms)
+    end
+  else
+    redis.call('DEL', rule.state)
+    if rule.log then
+      redis.call('DEL', rule.log)
     end
   end
+end
+
+-- Decides one rule and spends on it, with its expiry; returns what decide returns, up to the
+-- expiry's inputs.
+local function commit_rule(rule, now)
+  local allowed, remaining, reset_after, retry_after, keep, same_expiry = decide(rule, now, true)
+  expire(rule, reset_after, keep, same_expiry)
+  return allowed, remaining, reset_after, retry_after
 end
 
 -- Decides the rules of one request and returns its answer (see above).
 local function decide_request(rules, now, mode)
   local committing = mode ~= 'peek'
-  local outcomes = {}
-  local function commit(i)
-    outcomes[i] = {decide(rules[i], now, true)}
-    expire(rules[i], outcomes[i][3], outcomes[i][5])
-  end
+  local reply = {}
 
   if #rules == 1 then
     -- One rule: a denial changes nothing but the penalty, so there is no need to look first.
-    if committing and not rules[1].question then
-      commit(1)
+    local rule = rules[1]
+    local spends = committing and not rule.question
+    local allowed, remaining, reset_after, retry_after
+    if spends then
+      allowed, remaining, reset_after, retry_after = commit_rule(rule, now)
     else
-      outcomes[1] = {decide(rules[1], now, false)}
+      allowed, remaining, reset_after, retry_after = decide(rule, now, false)
     end
-  else
-    -- Phase 1: look at every rule.
-    local denied = false
+    answer(reply, rule, allowed, remaining, reset_after, retry_after)
+    if mode == 'reserve' then
+      reply[6] = (allowed and spends) and rule.impl.mark(rule) or 0
+    end
+    return reply
+  end
+
+  -- Phase 1: look at every rule.
+  local outcomes = {}
+  local denied = false
+  for i, rule in ipairs(rules) do
+    outcomes[i] = {decide(rule, now, false)}
+    if not rule.shadow and not outcomes[i][1] then
+      denied = true
+    end
+  end
+  -- Phase 2: allowed, every rule spends; denied, only the rules that denied start a penalty.
+  if committing then
     for i, rule in ipairs(rules) do
-      outcomes[i] = {decide(rule, now, false)}
-      if not rule.shadow and not outcomes[i][1] then
-        denied = true
-      end
-    end
-    -- Phase 2: allowed, every rule spends; denied, only the rules that denied start a penalty.
-    if committing then
-      for i, rule in ipairs(rules) do
-        if not rule.question and (not denied or (not outcomes[i][1] and rule.block_for > 0)) then
-          commit(i)
-        end
+      if not rule.question and (not denied or (not outcomes[i][1] and rule.block_for > 0)) then
+        outcomes[i] = {commit_rule(rule, now)}
       end
     end
   end
 
-  local reply = {}
   for i = 1, #rules do
     answer(reply, rules[i], unpack(outcomes[i]))
   end

@@ -40,6 +40,7 @@ use tokio::sync::oneshot;
 use tollgate::Error;
 
 use crate::error::{self, BreakerOpen};
+use crate::scripts::RULE_FIELDS;
 
 /// At most this many decisions per batch call: a bound on the time one call holds Redis (other
 /// clients wait while a script runs) and on the size of its reply.
@@ -167,15 +168,36 @@ fn take(queue: &mut Vec<Job>) -> Vec<Job> {
 }
 
 /// KEYS and ARGV of the batch script for `jobs`, as `lua/batch.lua` says: the number of
-/// requests, then each request's own ARGV, and every request's keys in the same order.
-pub(crate) fn call(jobs: &[Job]) -> (Vec<Vec<u8>>, Vec<String>) {
+/// requests, the distinct rule records (each written once: under load most requests of a batch
+/// share their policy's record, and the script reads each record once), then each request as
+/// its now, rule count, mode and record numbers; and every request's keys in the same order. The
+/// keys are moved out of the jobs, which are left to be answered.
+pub(crate) fn call(jobs: &mut [Job]) -> (Vec<Vec<u8>>, Vec<String>) {
     let mut keys = Vec::with_capacity(jobs.iter().map(|j| j.keys.len()).sum());
-    let mut args = Vec::with_capacity(1 + jobs.iter().map(|j| j.args.len()).sum::<usize>());
-    args.push(jobs.len().to_string());
-    for job in jobs {
-        keys.extend(job.keys.iter().cloned());
-        args.extend(job.args.iter().cloned());
+    let mut numbers: HashMap<&[String], usize> = HashMap::new();
+    let mut records: Vec<&[String]> = vec![];
+    let mut requests = Vec::with_capacity(jobs.iter().map(|j| 3 + j.args.len() / RULE_FIELDS).sum());
+    for job in jobs.iter_mut() {
+        keys.append(&mut job.keys);
     }
+    for job in jobs.iter() {
+        let (head, rules) = job.args.split_at(job.args.len().min(3));
+        requests.extend(head.iter().cloned());
+        for record in rules.chunks(RULE_FIELDS) {
+            let number = *numbers.entry(record).or_insert_with(|| {
+                records.push(record);
+                records.len()
+            });
+            requests.push(number.to_string());
+        }
+    }
+    let mut args = Vec::with_capacity(2 + records.len() * RULE_FIELDS + requests.len());
+    args.push(jobs.len().to_string());
+    args.push(records.len().to_string());
+    for record in records {
+        args.extend(record.iter().cloned());
+    }
+    args.append(&mut requests);
     (keys, args)
 }
 
@@ -301,17 +323,35 @@ mod tests {
     }
 
     #[test]
-    fn the_batch_call_is_each_request_in_turn() {
+    fn the_batch_call_writes_each_record_once_and_each_request_in_turn() {
         let later = Instant::now() + Duration::from_secs(60);
-        let (a, _a) = job(later);
-        let (b, _b) = Job::new(
-            vec![b"s".to_vec(), b"l".to_vec()],
-            vec!["".into(), "1".into(), "peek".into()],
+        let record = |name: &str, limit: &str| -> Vec<String> {
+            [name, "1", "0", "0", "0", limit, "1000000", ""]
+                .map(String::from)
+                .to_vec()
+        };
+        let request = |mode: &str, records: &[Vec<String>]| -> Vec<String> {
+            let mut args = vec![String::new(), records.len().to_string(), mode.to_string()];
+            args.extend(records.iter().flatten().cloned());
+            args
+        };
+        let (a, _a) = Job::new(
+            vec![b"k".to_vec()],
+            request("commit", &[record("gcra", "5")]),
             later,
         );
-        let (keys, args) = call(&[a, b]);
-        assert_eq!(keys, [b"k".to_vec(), b"s".to_vec(), b"l".to_vec()]);
-        assert_eq!(args, ["2", "", "1", "commit", "", "1", "peek"]);
+        let (b, _b) = Job::new(
+            vec![b"s".to_vec(), b"l".to_vec(), b"t".to_vec()],
+            request("peek", &[record("sliding_log", "9"), record("gcra", "5")]),
+            later,
+        );
+        let (keys, args) = call(&mut [a, b]);
+        assert_eq!(keys, [b"k".to_vec(), b"s".to_vec(), b"l".to_vec(), b"t".to_vec()]);
+        let mut expected = vec!["2".to_string(), "2".to_string()];
+        expected.extend(record("gcra", "5"));
+        expected.extend(record("sliding_log", "9"));
+        expected.extend(["", "1", "commit", "1", "", "2", "peek", "2", "1"].map(String::from));
+        assert_eq!(args, expected);
     }
 
     #[tokio::test]

@@ -402,21 +402,16 @@ impl Connection {
         keys: &[Vec<u8>],
         args: &[String],
     ) -> RedisResult<T> {
-        let mut invocation = script.prepare_invoke();
-        for key in keys {
-            invocation.key(key.as_slice());
-        }
-        for arg in args {
-            invocation.arg(arg.as_str());
-        }
         match self {
-            // `invoke_async` sends EVALSHA, and on NOSCRIPT loads the script and sends it again.
-            Connection::Standalone { manager, .. } => invocation.invoke_async(&mut manager.clone()).await,
+            Connection::Standalone { manager, .. } => {
+                let mut conn = manager.clone();
+                evalsha(script, keys, args, &mut conn).await
+            }
             Connection::Cluster(cluster) => {
                 let mut conn = cluster.get().await?;
                 let mut attempt = 0;
                 loop {
-                    match invocation.invoke_async(&mut conn).await {
+                    match evalsha(script, keys, args, &mut conn).await {
                         Err(err) if attempt < MAX_REDIRECTIONS && did_not_run(&err) => {
                             if matches!(
                                 err.kind(),
@@ -459,6 +454,33 @@ impl Connection {
             }
             Connection::Cluster(_) => Ok(false),
         }
+    }
+}
+
+/// EVALSHA of `script` with its keys and arguments written straight into one command buffer
+/// (no copy per argument); on NOSCRIPT (a restart, `SCRIPT FLUSH`, a failover, a node that never
+/// saw it, all answers that say it did not run) `redis::Script` loads the script on the node that
+/// answered and sends it again.
+async fn evalsha<T: redis::FromRedisValue>(
+    script: &Script,
+    keys: &[Vec<u8>],
+    args: &[String],
+    conn: &mut impl ConnectionLike,
+) -> RedisResult<T> {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys).arg(args);
+    match cmd.query_async(conn).await {
+        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            let mut invocation = script.prepare_invoke();
+            for key in keys {
+                invocation.key(key.as_slice());
+            }
+            for arg in args {
+                invocation.arg(arg.as_str());
+            }
+            invocation.invoke_async(conn).await
+        }
+        other => other,
     }
 }
 

@@ -234,7 +234,7 @@ impl OverrideStore for RedisStore {
                     encoded.clone(),
                     ttl_ms,
                 ];
-                self.call::<u64>(&self.inner().scripts.set_override, &[name], &args)
+                self.call::<u64>(&self.inner().scripts.set_override, &[name, state.clone()], &args)
                     .await?;
                 let list = self.inner().keys.key_overrides(policy.name());
                 self.command::<u64>(redis::cmd("HSET").arg(&list).arg(key.as_slice()).arg(&encoded))

@@ -754,7 +754,7 @@ impl RedisStore {
                     .stats
                     .batched_decisions
                     .fetch_add(count as u64, Ordering::Relaxed);
-                let (keys, args) = batch::call(&jobs);
+                let (keys, args) = batch::call(&mut jobs);
                 let reply = self
                     .try_call::<redis::Value>(&inner.scripts.batch, &keys, &args, within)
                     .await;

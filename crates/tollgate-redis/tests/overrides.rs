@@ -215,3 +215,67 @@ async fn prefix_overrides_are_bounded_in_redis_too() {
     assert_eq!(err.to_string(), "too many prefix overrides: at most 1024");
     assert!(err.is_bad_input());
 }
+
+/// A fixed window of 2 per hour on key "k", with a key override of `limit` per hour.
+fn window_override(policy: &Policy, limit: u64) -> Override {
+    Override::new(
+        policy,
+        OverrideTarget::key("k"),
+        Algorithm::fixed_window(limit, Duration::from_secs(3600), tollgate::Anchor::Epoch).unwrap(),
+        None,
+    )
+    .unwrap()
+}
+
+/// A key's state records whether the key had an override when it was written (`v`), so the
+/// decisions of a busy key skip reading the override hash. An override set while the state
+/// exists marks it, so the very next decision reads the override; a removed override leaves the
+/// mark (the next decisions read, find nothing and use the policy); and a state without the mark,
+/// as written before it existed, is read as "may have one".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_says_whether_its_key_has_an_override() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US);
+    let store = exact_store(Target::Standalone(server.url()), &clock).await;
+    let policy = Policy::new(
+        "marked",
+        Algorithm::fixed_window(2, Duration::from_secs(3600), tollgate::Anchor::Epoch).unwrap(),
+    )
+    .unwrap();
+    let state = "tollgate:{marked:k}";
+    let mark = || server.cli(&["HGET", state, "v"]);
+
+    assert_eq!(store.check(&policy, b"k", 1).await.unwrap().limit, 2);
+    assert_eq!(mark(), "0", "written while the key had no override");
+
+    store
+        .set_override(&policy, &window_override(&policy, 5))
+        .await
+        .unwrap();
+    assert_eq!(mark(), "1", "setting an override marks the existing state");
+    let d = store.check(&policy, b"k", 1).await.unwrap();
+    assert!(d.allowed && d.limit == 5 && d.remaining == 3, "{d:?}");
+
+    assert!(
+        store
+            .remove_override(&policy, &OverrideTarget::key("k"))
+            .await
+            .unwrap()
+    );
+    let d = store.check(&policy, b"k", 1).await.unwrap();
+    assert!(!d.allowed && d.limit == 2, "the policy's limit again: {d:?}");
+
+    // A state without the mark, with an override beside it: the override is read.
+    store
+        .set_override(&policy, &window_override(&policy, 9))
+        .await
+        .unwrap();
+    server.cli(&["HDEL", state, "v"]);
+    let d = store.check(&policy, b"k", 1).await.unwrap();
+    assert!(d.allowed && d.limit == 9, "{d:?}");
+
+    // Without the override's hash, a marked state must not keep the override's limit.
+    server.cli(&["DEL", &format!("{state}:ovr")]);
+    let d = store.check(&policy, b"k", 1).await.unwrap();
+    assert!(!d.allowed && d.limit == 2, "{d:?}");
+}
