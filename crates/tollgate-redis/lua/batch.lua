@@ -11,8 +11,9 @@
 --          prelude.lua), the same record written once however many requests use it
 -- then     M requests one after the other, each: now ("" for Redis TIME), the number of rules
 --          N, the mode (as decide.lua's ARGV[1..3]), then N record numbers (1 to R), in order
--- Returns  M answers in order: each the reply decide.lua would give that request alone (an array
---          of integers), or for a request that failed, its error as a string, code first
+-- Returns  M answers in order, in one flat array: each the integers decide.lua would reply for
+--          that request alone, or for a request that failed, its error as one string, code
+--          first (the caller knows how many integers each request has)
 
 local count, record_count = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not count or count < 1 or not record_count or record_count < 1 then
@@ -23,7 +24,9 @@ local records = {}
 for j = 1, record_count do
   records[j] = read_record(2 + (j - 1) * RULE_FIELDS)
 end
-local requests, a, k = {}, 3 + record_count * RULE_FIELDS, 1
+-- Each request's rules, now and mode, by its number.
+local rules_of, now_of, mode_of = {}, {}, {}
+local a, k = 3 + record_count * RULE_FIELDS, 1
 for i = 1, count do
   local rule_count = tonumber(ARGV[a + 1])
   if not rule_count or rule_count < 1 then
@@ -37,7 +40,7 @@ for i = 1, count do
     end
     rules[r], k = rule_of(record, k)
   end
-  requests[i] = {rules = rules, now = ARGV[a], mode = ARGV[a + 2]}
+  rules_of[i], now_of[i], mode_of[i] = rules, ARGV[a], ARGV[a + 2]
   a = a + 3 + rule_count
 end
 if a ~= #ARGV + 1 or k ~= #KEYS + 1 then
@@ -58,13 +61,18 @@ local function error_text(err)
   return 'ERR ' .. text
 end
 
-local replies = {}
-for i, request in ipairs(requests) do
-  local ok, reply = pcall(decide_request, request.rules, request_now(request.now), request.mode)
-  if ok then
-    replies[i] = reply
-  else
-    replies[i] = error_text(reply)
+-- One flat reply, each request's integers in turn (an array per request would cost Redis more
+-- to turn into a reply than deciding does); a failed request leaves its error text in their
+-- place, one string.
+local reply = {}
+for i = 1, count do
+  local start = #reply
+  local ok, err = pcall(decide_request, rules_of[i], request_now(now_of[i]), mode_of[i], reply)
+  if not ok then
+    for j = #reply, start + 1, -1 do
+      reply[j] = nil
+    end
+    reply[start + 1] = error_text(err)
   end
 end
-return replies
+return reply

@@ -73,6 +73,10 @@ local function resolve(rule, raw)
   rule.resolved = true
 end
 
+-- The state of a key that has none of the rule's algorithm; never written to (no step writes
+-- to the state it is given).
+local NO_STATE = {}
+
 -- Reads the penalty and the algorithm's fields in one call; a state written by another
 -- algorithm reads as empty (its penalty still holds). Returns the state, blocked until, and the
 -- offense count.
@@ -82,12 +86,13 @@ local function load(rule)
   if not rule.resolved then
     resolve(rule, raw)
   end
+  if raw[1] ~= rule.algorithm then
+    return NO_STATE, int(raw[2], 'b') or 0, int(raw[3], 'o') or 0
+  end
   local state = {}
-  if raw[1] == rule.algorithm then
-    for i = 1, #fields do
-      local name = fields[i]
-      state[name] = int(raw[i + 4], name)
-    end
+  for i = 1, #fields do
+    local name = fields[i]
+    state[name] = int(raw[i + 4], name)
   end
   return state, int(raw[2], 'b') or 0, int(raw[3], 'o') or 0
 end

@@ -58,10 +58,11 @@ local function commit_rule(rule, now)
   return allowed, remaining, reset_after, retry_after
 end
 
--- Decides the rules of one request and returns its answer (see above).
-local function decide_request(rules, now, mode)
+-- Decides the rules of one request and returns its answer (see above), appended to reply when
+-- given (the batch script's one reply for every request).
+local function decide_request(rules, now, mode, reply)
   local committing = mode ~= 'peek'
-  local reply = {}
+  reply = reply or {}
 
   if #rules == 1 then
     -- One rule: a denial changes nothing but the penalty, so there is no need to look first.
@@ -75,7 +76,7 @@ local function decide_request(rules, now, mode)
     end
     answer(reply, rule, allowed, remaining, reset_after, retry_after)
     if mode == 'reserve' then
-      reply[6] = (allowed and spends) and rule.impl.mark(rule) or 0
+      reply[#reply + 1] = (allowed and spends) and rule.impl.mark(rule) or 0
     end
     return reply
   end

@@ -40,7 +40,7 @@ use tokio::sync::oneshot;
 use tollgate::Error;
 
 use crate::error::{self, BreakerOpen};
-use crate::scripts::RULE_FIELDS;
+use crate::scripts::{RULE_FIELDS, reply_len};
 
 /// At most this many decisions per batch call: a bound on the time one call holds Redis (other
 /// clients wait while a script runs) and on the size of its reply.
@@ -75,6 +75,8 @@ pub(crate) struct Job {
     pub(crate) keys: Vec<Vec<u8>>,
     pub(crate) args: Vec<String>,
     pub(crate) deadline: Instant,
+    /// How many integers the decision script answers it with (see `scripts::reply_len`).
+    reply_len: usize,
     answer: oneshot::Sender<Answer>,
 }
 
@@ -87,6 +89,7 @@ impl Job {
         let (answer, receiver) = oneshot::channel();
         (
             Job {
+                reply_len: reply_len(&args),
                 keys,
                 args,
                 deadline,
@@ -201,31 +204,54 @@ pub(crate) fn call(jobs: &mut [Job]) -> (Vec<Vec<u8>>, Vec<String>) {
     (keys, args)
 }
 
-/// Gives each job its part of the batch script's reply (or the failure of the whole call).
+/// Gives each job its part of the batch script's reply (or the failure of the whole call): the
+/// reply is every request's integers in turn, or in place of a failed request's, its error text.
 pub(crate) fn answer(jobs: Vec<Job>, reply: Result<Value, Failure>) {
     let parts = match reply {
-        Ok(Value::Array(parts)) if parts.len() == jobs.len() => parts,
-        Ok(other) => {
-            let failure = Failure::Redis(bad_reply(&other));
-            for job in jobs {
-                job.answer(Err(failure.clone()));
-            }
-            return;
-        }
-        Err(failure) => {
-            for job in jobs {
-                job.answer(Err(failure.clone()));
-            }
-            return;
-        }
+        Ok(Value::Array(parts)) => parts,
+        Ok(other) => return fail_all(jobs, &Failure::Redis(bad_reply(&other))),
+        Err(failure) => return fail_all(jobs, &failure),
     };
-    for (job, part) in jobs.into_iter().zip(parts) {
-        let answer = match part {
-            Value::BulkString(text) => Err(Failure::Redis(request_error(&text))),
-            part => redis::from_redis_value::<Vec<u64>>(part)
-                .map_err(|e| Failure::Redis(bad_reply_text(e.to_string()))),
+    let mut parts = parts.into_iter();
+    let mut jobs = jobs.into_iter();
+    while let Some(job) = jobs.next() {
+        let answer = match parts.next() {
+            Some(Value::BulkString(text)) => Err(Failure::Redis(request_error(&text))),
+            Some(first) => match integers(first, &mut parts, job.reply_len) {
+                Some(answer) => Ok(answer),
+                None => {
+                    // Out of step from here on: no later part can be trusted either.
+                    let failure =
+                        Failure::Redis(bad_reply_text("a request's answer is not its integers".into()));
+                    job.answer(Err(failure.clone()));
+                    return fail_all(jobs.collect(), &failure);
+                }
+            },
+            None => {
+                let failure = Failure::Redis(bad_reply_text("fewer answers than requests".into()));
+                job.answer(Err(failure.clone()));
+                return fail_all(jobs.collect(), &failure);
+            }
         };
         job.answer(answer);
+    }
+}
+
+/// `first` and the parts after it: `len` non-negative integers, or `None`.
+fn integers(first: Value, rest: &mut impl Iterator<Item = Value>, len: usize) -> Option<Vec<u64>> {
+    let answer = std::iter::once(first)
+        .chain(rest.take(len - 1))
+        .map(|part| match part {
+            Value::Int(n) => u64::try_from(n).ok(),
+            _ => None,
+        })
+        .collect::<Option<Vec<u64>>>()?;
+    (answer.len() == len).then_some(answer)
+}
+
+fn fail_all(jobs: Vec<Job>, failure: &Failure) {
+    for job in jobs {
+        job.answer(Err(failure.clone()));
     }
 }
 
@@ -357,18 +383,32 @@ mod tests {
     #[tokio::test]
     async fn each_request_gets_its_own_part_of_the_reply() {
         let later = Instant::now() + Duration::from_secs(60);
-        let (a, ra) = job(later);
-        let (b, rb) = job(later);
+        let one_rule = || ["", "1", "commit"].map(String::from).to_vec();
+        let (a, ra) = Job::new(vec![b"k".to_vec()], one_rule(), later);
+        let (b, rb) = Job::new(vec![b"k".to_vec()], one_rule(), later);
+        let (c, rc) = Job::new(vec![b"k".to_vec()], one_rule(), later);
         let failed = Value::BulkString(b"WRONGTYPE wrong kind".to_vec());
-        answer(
-            vec![a, b],
-            Ok(Value::Array(vec![
-                Value::Array(vec![Value::Int(1), Value::Int(4), Value::Int(10), Value::Int(0)]),
-                failed,
-            ])),
-        );
-        assert_eq!(ra.await.expect("answered").expect("decided"), [1, 4, 10, 0]);
+        let ints = |values: [i64; 5]| values.map(Value::Int);
+        let mut flat = ints([1, 4, 10, 0, 5]).to_vec();
+        flat.push(failed);
+        flat.extend(ints([0, 0, 10, 3, 5]));
+        answer(vec![a, b, c], Ok(Value::Array(flat)));
+        assert_eq!(ra.await.expect("answered").expect("decided"), [1, 4, 10, 0, 5]);
         let err = rb.await.expect("answered").expect_err("its own error");
         assert_eq!(err.into_error().class(), Some("corrupt"));
+        assert_eq!(rc.await.expect("answered").expect("decided"), [0, 0, 10, 3, 5]);
+    }
+
+    #[tokio::test]
+    async fn a_reply_out_of_step_fails_every_request_from_there() {
+        let later = Instant::now() + Duration::from_secs(60);
+        let one_rule = || ["", "1", "commit"].map(String::from).to_vec();
+        let (a, ra) = Job::new(vec![b"k".to_vec()], one_rule(), later);
+        let (b, rb) = Job::new(vec![b"k".to_vec()], one_rule(), later);
+        let mut flat = [1, 4, 10, 0, 5].map(Value::Int).to_vec();
+        flat.extend([Value::Int(1), Value::Nil]);
+        answer(vec![a, b], Ok(Value::Array(flat)));
+        assert!(ra.await.expect("answered").is_ok());
+        assert!(rb.await.expect("answered").is_err());
     }
 }

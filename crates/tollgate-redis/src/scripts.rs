@@ -157,6 +157,21 @@ pub(crate) fn call_args<'r>(
 /// Values per rule record.
 pub(crate) const RULE_FIELDS: usize = 8;
 
+/// Integers per rule in a decision script's reply (see `lua/decide.lua`).
+pub(crate) const ANSWER: usize = 5;
+
+/// How many integers the decision script answers the call `args` with: [`ANSWER`] per rule,
+/// and with "reserve" one mark per rule more.
+pub(crate) fn reply_len(args: &[String]) -> usize {
+    let rules = args.get(1).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
+    let marks = if args.get(2).map(String::as_str) == Some(Mode::Reserve.as_str()) {
+        rules
+    } else {
+        0
+    };
+    (ANSWER * rules + marks).max(1)
+}
+
 /// This instance's time, µs since the Unix epoch.
 fn system_now_us() -> u64 {
     std::time::SystemTime::now()

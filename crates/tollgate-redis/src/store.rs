@@ -40,7 +40,7 @@ use crate::keys::{self, KeyNames};
 use crate::lease::{self, LeaseStats, Leases};
 use crate::overrides::PrefixCache;
 use crate::reset_channel::{self, Listener};
-use crate::scripts::{Mode, Scripts, call_args};
+use crate::scripts::{ANSWER, Mode, Scripts, call_args};
 
 /// Configures and connects a [`RedisStore`].
 ///
@@ -911,9 +911,6 @@ fn call_keys(policy: &Policy, state: Vec<u8>) -> Vec<Vec<u8>> {
         vec![state, over]
     }
 }
-
-/// Integers per rule in a decision script's reply (see `lua/decide.lua`).
-const ANSWER: usize = 5;
 
 /// The decisions of `count` rules in a reply ([`ANSWER`] integers each, as `lua/decide.lua`
 /// says: the limit in force is the script's, which read the key's override), and what follows
