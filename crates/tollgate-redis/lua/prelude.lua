@@ -99,8 +99,12 @@ end
 
 -- A rule's penalty field: the block of each offense (µs), and the memory (µs, 0 when the
 -- penalty does not escalate). "0" is no penalty: one step of 0.
+local NO_PENALTY = {0}
 local PENALTIES = {}
 local function penalty(spec)
+  if spec == '0' then
+    return NO_PENALTY, 0
+  end
   local known = PENALTIES[spec]
   if known then
     return known[1], known[2]

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use parking_lot::RwLock;
 use tokio::sync::OnceCell;
 
+use crate::scripts::Library;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -398,6 +399,7 @@ impl Connection {
     /// module docs).
     pub(crate) async fn invoke<T: redis::FromRedisValue>(
         &self,
+        library: &Library,
         script: &Script,
         keys: &[Vec<u8>],
         args: &[String],
@@ -405,13 +407,13 @@ impl Connection {
         match self {
             Connection::Standalone { manager, .. } => {
                 let mut conn = manager.clone();
-                evalsha(script, keys, args, &mut conn).await
+                run(library, script, keys, args, &mut conn).await
             }
             Connection::Cluster(cluster) => {
                 let mut conn = cluster.get().await?;
                 let mut attempt = 0;
                 loop {
-                    match evalsha(script, keys, args, &mut conn).await {
+                    match run(library, script, keys, args, &mut conn).await {
                         Err(err) if attempt < MAX_REDIRECTIONS && did_not_run(&err) => {
                             if matches!(
                                 err.kind(),
@@ -455,6 +457,66 @@ impl Connection {
             Connection::Cluster(_) => Ok(false),
         }
     }
+}
+
+/// `script`'s call: its function in the library while the server has functions for us, else
+/// the script itself.
+async fn run<T: redis::FromRedisValue>(
+    library: &Library,
+    script: &Script,
+    keys: &[Vec<u8>],
+    args: &[String],
+    conn: &mut impl ConnectionLike,
+) -> RedisResult<T> {
+    let Some(function) = library.function_of(script) else {
+        return evalsha(script, keys, args, conn).await;
+    };
+    match fcall(library, function, keys, args, conn).await {
+        // FCALL unknown (Redis 6) or refused to this user: nothing ran; scripts from now on.
+        Err(err) if no_functions(&err) => {
+            library.unusable();
+            evalsha(script, keys, args, conn).await
+        }
+        other => other,
+    }
+}
+
+/// FCALL of `function` with the call's keys and arguments in one command buffer; on "Function
+/// not found" (a restart, `FUNCTION FLUSH`, a node that never had it: the call did not run), the
+/// library is loaded and the call sent again.
+async fn fcall<T: redis::FromRedisValue>(
+    library: &Library,
+    function: &str,
+    keys: &[Vec<u8>],
+    args: &[String],
+    conn: &mut impl ConnectionLike,
+) -> RedisResult<T> {
+    let mut cmd = redis::cmd("FCALL");
+    cmd.arg(function).arg(keys.len()).arg(keys).arg(args);
+    match cmd.query_async(conn).await {
+        Err(err) if err.detail().is_some_and(|d| d.contains("Function not found")) => {
+            load_library(library, conn).await?;
+            cmd.query_async(conn).await
+        }
+        other => other,
+    }
+}
+
+/// `FUNCTION LOAD REPLACE` of the library (on a cluster, on every master).
+pub(crate) async fn load_library(library: &Library, conn: &mut impl ConnectionLike) -> RedisResult<()> {
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(&library.code)
+        .query_async::<Value>(conn)
+        .await
+        .map(drop)
+}
+
+/// Whether an answer says this server will not run our functions for us: no such command
+/// (before Redis 7), or not allowed to this user.
+pub(crate) fn no_functions(err: &RedisError) -> bool {
+    err.code() == Some("NOPERM") || err.detail().is_some_and(|d| d.starts_with("unknown command"))
 }
 
 /// EVALSHA of `script` with its keys and arguments written straight into one command buffer

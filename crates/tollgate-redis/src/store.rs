@@ -205,6 +205,11 @@ impl RedisStoreBuilder {
             for script in scripts.all() {
                 script.load_async(&mut conn).await?;
             }
+            match crate::connection::load_library(&scripts.library, &mut conn).await {
+                Ok(()) => {}
+                Err(err) if crate::connection::no_functions(&err) => scripts.library.unusable(),
+                Err(err) => return Err(err.into()),
+            }
         }
         let local_clock: Arc<dyn Clock> = match &self.clock {
             Some(clock) => clock.clone(),
@@ -815,7 +820,9 @@ impl RedisStore {
         };
         bump(&inner.stats.redis_calls);
         // On the deadline the call is dropped, not sent again: it may have run already.
-        let call = inner.connection.invoke::<T>(script, keys, args);
+        let call = inner
+            .connection
+            .invoke::<T>(&inner.scripts.library, script, keys, args);
         let err = match tokio::time::timeout(within, call).await {
             Ok(Ok(value)) => {
                 breaker.succeeded();

@@ -30,17 +30,6 @@ fn names(policy: &Policy, key: &str) -> Vec<String> {
         .collect()
 }
 
-/// The `calls=` count of `cmdstat_evalsha` in `INFO commandstats`.
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|calls| calls.parse().ok())
-        .unwrap_or(0)
-}
-
 fn five_policies() -> Vec<Policy> {
     vec![
         policy("one-fw", Algorithm::fixed_window(10, HOUR, Anchor::Epoch)),
@@ -63,14 +52,14 @@ async fn a_standalone_multi_rule_request_is_one_script_call() {
     let rules: Vec<Rule<'_>> = policies.iter().map(|p| Rule::new(p, "user-1", 4)).collect();
     for (round, want_allowed) in [(0, true), (1, true), (2, false), (3, false)] {
         let calls = store.stats().redis_calls;
-        let evalsha = evalsha_calls(&server);
+        let script_calls = server.script_calls();
         let decisions = store.decide(&rules, true).await.expect("decide");
         assert!(
             decisions.as_slice().iter().all(|d| d.allowed == want_allowed),
             "round {round}: {decisions:?}"
         );
         assert_eq!(store.stats().redis_calls - calls, 1, "round {round}");
-        assert_eq!(evalsha_calls(&server) - evalsha, 1, "round {round}");
+        assert_eq!(server.script_calls() - script_calls, 1, "round {round}");
     }
     let calls = store.stats().redis_calls;
     store.decide(&rules, false).await.expect("peek");

@@ -85,13 +85,7 @@ fn redis_and_redis_cluster_are_measured() {
         .filter(|c| c.store == StoreKind::Redis)
         .map(|c| c.decisions)
         .sum();
-    let stats = redis.cli(&["INFO", "commandstats"]);
-    let calls: u64 = stats
-        .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no EVALSHA in {stats}"));
+    let calls = redis.script_calls();
     assert!(
         calls > 0 && calls * 128 >= decisions,
         "{calls} script calls for {decisions} decisions"

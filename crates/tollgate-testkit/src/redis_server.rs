@@ -406,20 +406,46 @@ impl RedisServer {
         run_redis_cli(&full)
     }
 
-    /// Removes every cached Lua script (`SCRIPT FLUSH`), so the next `EVALSHA` gets `NOSCRIPT`.
+    /// Removes every cached Lua script and every function library (`SCRIPT FLUSH`, `FUNCTION
+    /// FLUSH`), so the next `EVALSHA` gets `NOSCRIPT` and the next `FCALL` "Function not found".
     ///
     /// # Panics
     ///
-    /// When the server does not accept the command.
+    /// When the server does not accept the commands.
     ///
     /// ```
     /// let redis = tollgate_testkit::RedisServer::start();
     /// let sha = redis.cli(&["SCRIPT", "LOAD", "return 1"]);
+    /// redis.cli(&["FUNCTION", "LOAD", "#!lua name=lib\nredis.register_function('f', function() return 1 end)"]);
     /// redis.script_flush();
     /// assert_eq!(redis.cli(&["SCRIPT", "EXISTS", &sha]), "0");
+    /// assert_eq!(redis.cli(&["FUNCTION", "LIST"]), "");
     /// ```
     pub fn script_flush(&self) {
         self.command(&["SCRIPT", "FLUSH"]);
+        self.command(&["FUNCTION", "FLUSH"]);
+    }
+
+    /// How many script calls (`EVALSHA` and `FCALL`) the server has run, from `INFO commandstats`.
+    ///
+    /// ```
+    /// let redis = tollgate_testkit::RedisServer::start();
+    /// let sha = redis.cli(&["SCRIPT", "LOAD", "return 1"]);
+    /// redis.cli(&["EVALSHA", &sha, "0"]);
+    /// assert_eq!(redis.script_calls(), 1);
+    /// ```
+    pub fn script_calls(&self) -> u64 {
+        let stats = self.cli(&["INFO", "commandstats"]);
+        ["cmdstat_evalsha:calls=", "cmdstat_fcall:calls="]
+            .iter()
+            .filter_map(|prefix| {
+                stats
+                    .lines()
+                    .find_map(|line| line.strip_prefix(prefix))
+                    .and_then(|rest| rest.split(',').next())
+                    .and_then(|calls| calls.parse::<u64>().ok())
+            })
+            .sum()
     }
 
     /// Sends one command with the testkit's own client and returns the text reply.

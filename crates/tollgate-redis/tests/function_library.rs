@@ -1,0 +1,91 @@
+//! The decision and batch scripts as a Redis function library: called with `FCALL` where the
+//! server has functions, loaded again when a node has lost them, and replaced by the scripts
+//! (`EVALSHA`) on a server without them, with every decision made exactly once either way.
+
+mod common;
+
+use std::time::Duration;
+
+use common::exact_store;
+use tollgate::{Algorithm, Anchor, ManualClock, Policy};
+use tollgate_redis::{RedisStore, Target};
+use tollgate_testkit::RedisServer;
+use tollgate_testkit::vectors::T0_US;
+
+fn window() -> Policy {
+    Policy::new(
+        "lib",
+        Algorithm::fixed_window(5, Duration::from_secs(3600), Anchor::Epoch).unwrap(),
+    )
+    .unwrap()
+}
+
+/// The `calls=` count of one command in `INFO commandstats` (0 when never called).
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]);
+    let prefix = format!("cmdstat_{command}:calls=");
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Checks `key` `times` times; returns how many were allowed.
+async fn allowed(store: &RedisStore, key: &[u8], times: u64) -> u64 {
+    let mut allowed = 0;
+    for _ in 0..times {
+        allowed += u64::from(store.check(&window(), key, 1).await.unwrap().allowed);
+    }
+    allowed
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_are_function_calls_that_survive_a_flush() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US);
+    let store = exact_store(Target::Standalone(server.url()), &clock).await;
+    assert!(
+        server.cli(&["FUNCTION", "LIST"]).contains("tollgate_"),
+        "loaded on connect"
+    );
+    assert_eq!(allowed(&store, b"a", 3).await, 3);
+    assert_eq!(calls(&server, "fcall"), 3);
+    assert_eq!(calls(&server, "evalsha"), 0);
+
+    // Forgotten (as after a restart without persistence): the next call loads it and runs once.
+    server.cli(&["FUNCTION", "FLUSH"]);
+    assert_eq!(allowed(&store, b"a", 4).await, 2, "5 per window, 3 spent before");
+    assert!(server.cli(&["FUNCTION", "LIST"]).contains("tollgate_"));
+    assert_eq!(server.cli(&["HGET", "tollgate:{lib:a}", "c"]), "5");
+}
+
+/// A server that will not run functions (here `FCALL` and `FUNCTION` renamed away, as on Redis 6)
+/// gets the scripts, from connect on; a lazily connected store finds out on its first call, which
+/// still decides, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_functions_gets_the_scripts() {
+    let server = RedisServer::start_with_args(&[
+        "--rename-command",
+        "FCALL",
+        "",
+        "--rename-command",
+        "FUNCTION",
+        "",
+    ]);
+    let clock = ManualClock::new(T0_US);
+    let store = exact_store(Target::Standalone(server.url()), &clock).await;
+    assert_eq!(allowed(&store, b"a", 7).await, 5);
+    assert_eq!(calls(&server, "evalsha"), 7);
+
+    let lazy = RedisStore::builder(Target::Standalone(server.url()))
+        .clock(clock.clone())
+        .deny_cache(false)
+        .timeout(Duration::from_secs(2))
+        .connect_lazy()
+        .await
+        .unwrap();
+    assert_eq!(allowed(&lazy, b"b", 7).await, 5);
+    assert_eq!(server.cli(&["HGET", "tollgate:{lib:b}", "c"]), "5");
+}
