@@ -109,13 +109,25 @@ async fn run_checks(store: &RedisStore, policy: &Policy, concurrency: u64, keys:
 
 /// `redis-benchmark` calling the decision script on one gcra rule on 100 000 random keys; requests per second.
 fn ceiling(server: &RedisServer, pipeline: u32) -> f64 {
-    ceiling_of(server, pipeline, 400_000)
+    ceiling_of(server, pipeline, 400_000, Call::Script)
 }
 
-fn ceiling_of(server: &RedisServer, pipeline: u32, requests: u64) -> f64 {
+/// How `redis-benchmark` calls the decision: the script (`EVALSHA`), or the function the store
+/// calls where the server has functions (`FCALL`; the library must be loaded, as a store does on
+/// connect).
+#[derive(Clone, Copy)]
+enum Call {
+    Script,
+    Function,
+}
+
+fn ceiling_of(server: &RedisServer, pipeline: u32, requests: u64, call: Call) -> f64 {
     let gcra = policies().pop().expect("gcra");
     let (keys, args) = RedisStore::script_call("tollgate:", &gcra, b"user-__rand_int__", 1);
-    let sha = RedisStore::script_sha();
+    let (command_name, target) = match call {
+        Call::Script => ("EVALSHA", RedisStore::script_sha()),
+        Call::Function => ("FCALL", RedisStore::function_name()),
+    };
     let port = server.port().to_string();
     let pipeline = pipeline.to_string();
     let mut command = Command::new("redis-benchmark");
@@ -138,8 +150,8 @@ fn ceiling_of(server: &RedisServer, pipeline: u32, requests: u64) -> f64 {
         "-r",
         &KEYS.to_string(),
         "--csv",
-        "EVALSHA",
-        &sha,
+        command_name,
+        &target,
         &keys.len().to_string(),
     ]);
     command.args(
@@ -197,21 +209,22 @@ async fn batching(server: &RedisServer, single: &RedisStore) {
          (20 000 checks): decisions/s and p50 µs\n"
     );
     println!(
-        "| round | `-P 16` | `-P 1` | one call each, 64 | batched 1 / 2 / 4 in flight, 64 | one call each, 1 task | batched (2), 1 task |"
+        "| round | `-P 16` | `-P 1` | `FCALL -P 16` | one call each, 64 | batched 1 / 2 / 4 in flight, 64 | one call each, 1 task | batched (2), 1 task |"
     );
-    println!("|---|---|---|---|---|---|---|");
-    let mut ratios: Vec<Vec<f64>> = vec![vec![]; 8];
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut ratios: Vec<Vec<f64>> = vec![vec![]; 9];
     for round in 0..ROUNDS {
-        let mut order: Vec<usize> = (0..6).collect();
+        let mut order: Vec<usize> = (0..7).collect();
         if round % 2 == 1 {
             order.reverse();
         }
-        let (mut p16, mut p1, mut one64, mut one1, mut two1) = (0.0, 0.0, 0.0, None, None);
+        let (mut p16, mut p1, mut f16, mut one64, mut one1, mut two1) = (0.0, 0.0, 0.0, 0.0, None, None);
         let mut many = [0.0; 3];
         for step in order {
             match step {
-                0 => p16 = ceiling_of(server, 16, 200_000),
-                1 => p1 = ceiling_of(server, 1, 200_000),
+                0 => p16 = ceiling_of(server, 16, 200_000, Call::Script),
+                1 => p1 = ceiling_of(server, 1, 200_000, Call::Script),
+                6 => f16 = ceiling_of(server, 16, 200_000, Call::Function),
                 2 => one64 = run_checks(single, &gcra, 64, KEYS, 3_125).await.per_second,
                 3 => {
                     for (i, (_, store)) in batched.iter().enumerate() {
@@ -224,7 +237,7 @@ async fn batching(server: &RedisServer, single: &RedisStore) {
         }
         let (one1, two1) = (one1.expect("ran"), two1.expect("ran"));
         println!(
-            "| {} | {p16:.0} | {p1:.0} | {one64:.0} | {:.0} / {:.0} / {:.0} | {:.0}, p50 {:.0} | {:.0}, p50 {:.0} |",
+            "| {} | {p16:.0} | {p1:.0} | {f16:.0} | {one64:.0} | {:.0} / {:.0} / {:.0} | {:.0}, p50 {:.0} | {:.0}, p50 {:.0} |",
             round + 1,
             many[0],
             many[1],
@@ -242,6 +255,7 @@ async fn batching(server: &RedisServer, single: &RedisStore) {
         ratios[5].push(two1.per_second / one1.per_second);
         ratios[6].push(two1.p50_us / one1.p50_us);
         ratios[7].push(one64 / p16);
+        ratios[8].push(many[1] / f16);
     }
     println!("\nMedians of the per-round ratios:\n");
     println!("| ratio | median | per round |\n|---|---|---|");
@@ -254,6 +268,7 @@ async fn batching(server: &RedisServer, single: &RedisStore) {
         "one task: batched / one call each, decisions/s",
         "one task: batched / one call each, p50",
         "one call each / `-P 16` (before batching)",
+        "batched (2 in flight) / `redis-benchmark -c 64 -P 16` of the function (`FCALL`)",
     ];
     for (name, values) in names.iter().zip(ratios) {
         let rounds: Vec<String> = values.iter().map(|v| format!("{v:.2}")).collect();

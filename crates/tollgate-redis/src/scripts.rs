@@ -133,6 +133,11 @@ impl Library {
             .map(|(_, function)| function.as_str())
     }
 
+    /// The name of the decision script's function.
+    pub(crate) fn decide_function(&self) -> &str {
+        &self.functions[0].1
+    }
+
     /// From now on, scripts instead of functions.
     pub(crate) fn unusable(&self) {
         self.usable.store(false, Ordering::Relaxed);

@@ -391,6 +391,18 @@ impl RedisStore {
         }
     }
 
+    /// The name of the decision function in tollgate's Redis function library (what `FCALL` is
+    /// called with where the server has functions: see `FUNCTION LIST`), for operators and for
+    /// benchmarking the bare function. The library and its functions are named after a hash of
+    /// their code, so each version of tollgate calls its own.
+    ///
+    /// ```
+    /// assert!(tollgate_redis::RedisStore::function_name().starts_with("tollgate_"));
+    /// ```
+    pub fn function_name() -> String {
+        Scripts::new().library.decide_function().to_owned()
+    }
+
     /// The SHA1 of the decision script (what `EVALSHA` is called with; one script decides every
     /// algorithm), for operators looking at `SCRIPT EXISTS` or `SLOWLOG`, and for benchmarking
     /// the bare script.
