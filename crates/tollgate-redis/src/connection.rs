@@ -13,7 +13,8 @@
 //! after sending cannot tell "ran, answer lost" from "never ran". The cluster client is built
 //! without retries of its own (it would retry a dropped connection and its own response
 //! timeouts), and [`Connection::invoke`] sends a call again only on answers that say the node
-//! did not run it: `NOSCRIPT` (load, then call again; `redis::Script` does this), `MOVED`, `ASK`,
+//! did not run it: "Function not found" and `NOSCRIPT` (load, then call again), an unknown
+//! `FCALL` (the script instead: see `scripts::Library`), `MOVED`, `ASK`,
 //! `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, and a node the client has no connection to yet. The
 //! standalone client never sends a command twice (its reconnection only serves later calls).
 //!
@@ -460,7 +461,10 @@ impl Connection {
 }
 
 /// `script`'s call: its function in the library while the server has functions for us, else
-/// the script itself.
+/// the script itself. Every answer that leads to another command proves nothing ran: FCALL
+/// unknown or refused (Redis 6, an ACL), "Function not found" (a restart, `FUNCTION FLUSH`, a
+/// new node: the library is loaded, then called again), and a library that cannot be loaded now
+/// (`FUNCTION LOAD` refused out of memory, say: the script, this once).
 async fn run<T: redis::FromRedisValue>(
     library: &Library,
     script: &Script,
@@ -471,35 +475,32 @@ async fn run<T: redis::FromRedisValue>(
     let Some(function) = library.function_of(script) else {
         return evalsha(script, keys, args, conn).await;
     };
-    match fcall(library, function, keys, args, conn).await {
-        // FCALL unknown (Redis 6) or refused to this user: nothing ran; scripts from now on.
+    let mut fcall = redis::cmd("FCALL");
+    fcall.arg(function).arg(keys.len()).arg(keys).arg(args);
+    match fcall.query_async(conn).await {
         Err(err) if no_functions(&err) => {
             library.unusable();
             evalsha(script, keys, args, conn).await
         }
+        Err(err) if function_missing(&err) => match load_library(library, conn).await {
+            Ok(()) => match fcall.query_async(conn).await {
+                Err(err) if function_missing(&err) => evalsha(script, keys, args, conn).await,
+                other => other,
+            },
+            Err(err) => {
+                if no_functions(&err) {
+                    library.unusable();
+                }
+                evalsha(script, keys, args, conn).await
+            }
+        },
         other => other,
     }
 }
 
-/// FCALL of `function` with the call's keys and arguments in one command buffer; on "Function
-/// not found" (a restart, `FUNCTION FLUSH`, a node that never had it: the call did not run), the
-/// library is loaded and the call sent again.
-async fn fcall<T: redis::FromRedisValue>(
-    library: &Library,
-    function: &str,
-    keys: &[Vec<u8>],
-    args: &[String],
-    conn: &mut impl ConnectionLike,
-) -> RedisResult<T> {
-    let mut cmd = redis::cmd("FCALL");
-    cmd.arg(function).arg(keys.len()).arg(keys).arg(args);
-    match cmd.query_async(conn).await {
-        Err(err) if err.detail().is_some_and(|d| d.contains("Function not found")) => {
-            load_library(library, conn).await?;
-            cmd.query_async(conn).await
-        }
-        other => other,
-    }
+/// Whether an answer says the node has no such function (it ran nothing).
+fn function_missing(err: &RedisError) -> bool {
+    err.detail().is_some_and(|d| d.contains("Function not found"))
 }
 
 /// `FUNCTION LOAD REPLACE` of the library (on a cluster, on every master).
@@ -657,5 +658,26 @@ mod tests {
         assert!(!did_not_run(&io(std::io::ErrorKind::TimedOut)));
         assert!(!did_not_run(&io(std::io::ErrorKind::ConnectionReset)));
         assert!(!did_not_run(&reply(b"-OOM no memory\r\n")));
+    }
+
+    #[test]
+    fn only_a_server_without_functions_for_us_turns_them_off() {
+        let reply = |text: &[u8]| {
+            redis::parse_redis_value(text)
+                .expect("a reply")
+                .extract_error()
+                .expect_err("an error reply")
+        };
+        assert!(no_functions(&reply(
+            b"-ERR unknown command 'FCALL', with args beginning with: 'f'\r\n"
+        )));
+        assert!(no_functions(&reply(
+            b"-NOPERM this user has no permissions to run the 'fcall' command\r\n"
+        )));
+        assert!(!no_functions(&reply(b"-ERR Function not found\r\n")));
+        assert!(!no_functions(&reply(
+            b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
+        )));
+        assert!(!no_functions(&reply(b"-WRONGTYPE Operation against a key\r\n")));
     }
 }

@@ -89,3 +89,37 @@ async fn a_server_without_functions_gets_the_scripts() {
     assert_eq!(allowed(&lazy, b"b", 7).await, 5);
     assert_eq!(server.cli(&["HGET", "tollgate:{lib:b}", "c"]), "5");
 }
+
+/// A user allowed to call functions but not to load them, connected lazily: the first call finds
+/// no function, cannot load the library, and is made by the script; later calls go straight to
+/// the script. Every decision once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_who_may_not_load_functions_gets_the_scripts() {
+    let server = RedisServer::start();
+    server.cli(&[
+        "ACL",
+        "SETUSER",
+        "limited",
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-function",
+    ]);
+    let clock = ManualClock::new(T0_US);
+    let url = format!("redis://limited:pw@127.0.0.1:{}", server.port());
+    let lazy = RedisStore::builder(Target::Standalone(url))
+        .clock(clock.clone())
+        .deny_cache(false)
+        .timeout(Duration::from_secs(2))
+        .connect_lazy()
+        .await
+        .unwrap();
+    assert_eq!(allowed(&lazy, b"c", 7).await, 5);
+    assert_eq!(server.cli(&["HGET", "tollgate:{lib:c}", "c"]), "5");
+    assert_eq!(calls(&server, "fcall"), 1, "tried once, then the scripts");
+    // Seven decisions, plus the scripts' own first NOSCRIPT answers.
+    assert!(calls(&server, "evalsha") >= 7);
+    assert_eq!(server.cli(&["FUNCTION", "LIST"]), "");
+}
