@@ -17,36 +17,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use redis::Script;
 use tollgate::{Algorithm, Rule};
 
-/// The common helpers, the rule helpers, every algorithm and the request: what the decision
-/// and batch drivers run on.
-macro_rules! core {
-    () => {
-        concat!(
-            include_str!("../lua/common.lua"),
-            "\n",
-            include_str!("../lua/prelude.lua"),
-            "\n",
-            include_str!("../lua/fixed_window.lua"),
-            "\n",
-            include_str!("../lua/sliding_log.lua"),
-            "\n",
-            include_str!("../lua/sliding_window.lua"),
-            "\n",
-            include_str!("../lua/token_bucket.lua"),
-            "\n",
-            include_str!("../lua/leaky_bucket.lua"),
-            "\n",
-            include_str!("../lua/gcra.lua"),
-            "\n",
-            include_str!("../lua/calendar_quota.lua"),
-            "\n",
-            include_str!("../lua/request.lua"),
-        )
-    };
-}
-
+/// The common helpers, the rule helpers and every algorithm, then the given files (the request
+/// and a driver, say) from `lua/`.
 macro_rules! library {
-    ($($driver:literal),+) => {
+    ($($file:literal),*) => {
         concat!(
             include_str!("../lua/common.lua"),
             "\n",
@@ -65,7 +39,7 @@ macro_rules! library {
             include_str!("../lua/gcra.lua"),
             "\n",
             include_str!("../lua/calendar_quota.lua"),
-            $("\n", include_str!(concat!("../lua/", $driver)),)+
+            $("\n", include_str!(concat!("../lua/", $file)),)*
         )
     };
 }
@@ -94,7 +68,8 @@ pub(crate) struct Library {
 
 impl Library {
     fn new(decide: &Script, batch: &Script) -> Self {
-        let core = core!();
+        // What the decision and batch drivers run on.
+        let core = library!("request.lua");
         let hash = Script::new(&format!("{core}{}{}", decide.get_hash(), batch.get_hash()))
             .get_hash()
             .to_owned();
