@@ -60,6 +60,29 @@ async fn script_flush_on_every_cluster_node_is_invisible() {
             assert!(decision.allowed, "round {round}: {decision:?}");
         }
     }
+    // The function library was loaded again on every master, not given up for the scripts.
+    for node in cluster.nodes() {
+        let functions = node.cli(&["FUNCTION", "LIST"]);
+        assert!(functions.contains("tollgate_"), "{}: {functions:?}", node.port());
+    }
+    let calls = cluster.nodes().iter().map(RedisServer::script_calls).sum::<u64>();
+    let fcalls: u64 = cluster
+        .nodes()
+        .iter()
+        .map(|node| {
+            let stats = node.cli(&["INFO", "commandstats"]);
+            stats
+                .lines()
+                .find_map(|line| line.strip_prefix("cmdstat_fcall:calls="))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(
+        fcalls >= 300 && fcalls <= calls,
+        "{fcalls} FCALL of {calls} script calls"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
