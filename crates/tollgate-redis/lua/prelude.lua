@@ -4,17 +4,18 @@
 -- Each algorithm file registers, in ALGORITHMS under its name (the core's Algorithm::name), a
 -- function that builds its table: only the algorithms a call uses are built (a script runs from
 -- the top on every call, and defining every algorithm's functions each time would cost more than
--- deciding). The table has:
+-- deciding; in the function library, a table is built once per load). The table has:
 --   fields  its hash fields
 --   log     true when it also keeps a sorted set (one more key)
 --   params(rule, p1, p2, p3)  reads its parameters from the rule's record into the rule
 --   step(rule, stored, now, cost, commit)  the port of its core step function; returns allowed
---           (boolean), remaining, reset_after_us, retry_after_us
+--           (boolean), remaining, reset_after_us, retry_after_us, and optionally whether it
+--           continued a window the state already counts in (so its expiry already covers it)
 --   mark(rule)  after a committed spend: where it went (read back from the state), for a refund
 --   refund(rule, stored, cost, mark)  gives back a spend of cost made at mark
 --
--- A rule is one record of RULE_FIELDS values in ARGV, from ARGV[4] on (from its request's fourth
--- value on, in a batch):
+-- A rule is one record of RULE_FIELDS values in ARGV, from ARGV[4] on (in a batch, the call's
+-- distinct records come first and each request names its records by number: see batch.lua):
 --   algorithm name, cost, role (1 for a shadow rule, plus 2 for a question, which is decided but
 --   never spent: "0" to "3"), the penalty ("0" for none; else the block of each offense in
 --   µs joined by commas, then for an escalating penalty "/" and its memory in µs: see
