@@ -69,15 +69,7 @@ async fn script_flush_on_every_cluster_node_is_invisible() {
     let fcalls: u64 = cluster
         .nodes()
         .iter()
-        .map(|node| {
-            let stats = node.cli(&["INFO", "commandstats"]);
-            stats
-                .lines()
-                .find_map(|line| line.strip_prefix("cmdstat_fcall:calls="))
-                .and_then(|rest| rest.split(',').next())
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0)
-        })
+        .map(|node| node.command_calls("fcall"))
         .sum();
     assert!(
         fcalls >= 300 && fcalls <= calls,

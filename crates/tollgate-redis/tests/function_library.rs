@@ -20,16 +20,15 @@ fn window() -> Policy {
     .unwrap()
 }
 
-/// The `calls=` count of one command in `INFO commandstats` (0 when never called).
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    let stats = server.cli(&["INFO", "commandstats"]);
-    let prefix = format!("cmdstat_{command}:calls=");
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix(prefix.as_str()))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+/// A store connected on first use, with the test clock and no deny cache.
+async fn lazy_store(url: String, clock: &ManualClock) -> RedisStore {
+    RedisStore::builder(Target::Standalone(url))
+        .clock(clock.clone())
+        .deny_cache(false)
+        .timeout(Duration::from_secs(2))
+        .connect_lazy()
+        .await
+        .unwrap()
 }
 
 /// Checks `key` `times` times; returns how many were allowed.
@@ -51,8 +50,8 @@ async fn decisions_are_function_calls_that_survive_a_flush() {
         "loaded on connect"
     );
     assert_eq!(allowed(&store, b"a", 3).await, 3);
-    assert_eq!(calls(&server, "fcall"), 3);
-    assert_eq!(calls(&server, "evalsha"), 0);
+    assert_eq!(server.command_calls("fcall"), 3);
+    assert_eq!(server.command_calls("evalsha"), 0);
 
     // Forgotten (as after a restart without persistence): the next call loads it and runs once.
     server.cli(&["FUNCTION", "FLUSH"]);
@@ -77,15 +76,9 @@ async fn a_server_without_functions_gets_the_scripts() {
     let clock = ManualClock::new(T0_US);
     let store = exact_store(Target::Standalone(server.url()), &clock).await;
     assert_eq!(allowed(&store, b"a", 7).await, 5);
-    assert_eq!(calls(&server, "evalsha"), 7);
+    assert_eq!(server.command_calls("evalsha"), 7);
 
-    let lazy = RedisStore::builder(Target::Standalone(server.url()))
-        .clock(clock.clone())
-        .deny_cache(false)
-        .timeout(Duration::from_secs(2))
-        .connect_lazy()
-        .await
-        .unwrap();
+    let lazy = lazy_store(server.url(), &clock).await;
     assert_eq!(allowed(&lazy, b"b", 7).await, 5);
     assert_eq!(server.cli(&["HGET", "tollgate:{lib:b}", "c"]), "5");
 }
@@ -109,17 +102,11 @@ async fn a_user_who_may_not_load_functions_gets_the_scripts() {
     ]);
     let clock = ManualClock::new(T0_US);
     let url = format!("redis://limited:pw@127.0.0.1:{}", server.port());
-    let lazy = RedisStore::builder(Target::Standalone(url))
-        .clock(clock.clone())
-        .deny_cache(false)
-        .timeout(Duration::from_secs(2))
-        .connect_lazy()
-        .await
-        .unwrap();
+    let lazy = lazy_store(url, &clock).await;
     assert_eq!(allowed(&lazy, b"c", 7).await, 5);
     assert_eq!(server.cli(&["HGET", "tollgate:{lib:c}", "c"]), "5");
-    assert_eq!(calls(&server, "fcall"), 1, "tried once, then the scripts");
+    assert_eq!(server.command_calls("fcall"), 1, "tried once, then the scripts");
     // Seven decisions, plus the scripts' own first NOSCRIPT answers.
-    assert!(calls(&server, "evalsha") >= 7);
+    assert!(server.command_calls("evalsha") >= 7);
     assert_eq!(server.cli(&["FUNCTION", "LIST"]), "");
 }

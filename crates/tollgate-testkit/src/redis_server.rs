@@ -435,17 +435,27 @@ impl RedisServer {
     /// assert_eq!(redis.script_calls(), 1);
     /// ```
     pub fn script_calls(&self) -> u64 {
+        self.command_calls("evalsha") + self.command_calls("fcall")
+    }
+
+    /// How many times the server has run `command` (lower case, as `INFO commandstats` names
+    /// it), 0 when never.
+    ///
+    /// ```
+    /// let redis = tollgate_testkit::RedisServer::start();
+    /// redis.cli(&["SET", "k", "v"]);
+    /// assert_eq!(redis.command_calls("set"), 1);
+    /// assert_eq!(redis.command_calls("fcall"), 0);
+    /// ```
+    pub fn command_calls(&self, command: &str) -> u64 {
         let stats = self.cli(&["INFO", "commandstats"]);
-        ["cmdstat_evalsha:calls=", "cmdstat_fcall:calls="]
-            .iter()
-            .filter_map(|prefix| {
-                stats
-                    .lines()
-                    .find_map(|line| line.strip_prefix(prefix))
-                    .and_then(|rest| rest.split(',').next())
-                    .and_then(|calls| calls.parse::<u64>().ok())
-            })
-            .sum()
+        let prefix = format!("cmdstat_{command}:calls=");
+        stats
+            .lines()
+            .find_map(|line| line.strip_prefix(prefix.as_str()))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|calls| calls.parse().ok())
+            .unwrap_or(0)
     }
 
     /// Sends one command with the testkit's own client and returns the text reply.
