@@ -5,8 +5,11 @@
 //! algorithm is a line-for-line port of the core's step function, and the script's driver ports
 //! the core's all-or-nothing (if an enforced rule denies, nothing is spent and only the rules that
 //! denied start their penalty). Scripts run on Redis's own clock (`TIME`) so app servers with
-//! skewed clocks agree. A rule's keys share one hash tag, so a cluster never answers CROSSSLOT;
-//! NOSCRIPT is reloaded and retried; a deadline and a circuit breaker bound what a slow or dead
+//! skewed clocks agree. On Redis 7 and later the decision and batch drivers are functions of one
+//! library, called with `FCALL`, so Redis does not run the library's whole text on every call
+//! (older servers get the same code as scripts). A rule's keys share one hash tag, so a cluster
+//! never answers CROSSSLOT; a node that lost the library or a script (NOSCRIPT) gets it again and
+//! the call is retried; a deadline and a circuit breaker bound what a slow or dead
 //! Redis costs (every failure is a typed error, and the [`Engine`](tollgate::Engine) answers it
 //! with each policy's [`FailureMode`](tollgate::FailureMode)); and a local deny cache answers a
 //! single enforced rule already denied without a round trip.
@@ -104,8 +107,9 @@
 //! A decision script (alone or in a batch) that may have reached Redis is never sent again: not
 //! after the store's deadline, not after a dropped connection, not by the cluster client (built
 //! without retries of its own). Only answers that prove the call did not run are followed by another attempt:
-//! `NOSCRIPT` (the script is loaded, then called again), `MOVED`, `ASK`, `TRYAGAIN`,
-//! `CLUSTERDOWN`, `MASTERDOWN`. So, for every key:
+//! "Function not found" and `NOSCRIPT` (the library or the script is loaded, then called again),
+//! an unknown `FCALL` (the script is called instead), `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`,
+//! `MASTERDOWN`. So, for every key:
 //!
 //! > admitted ≤ what Redis counts ≤ admitted + calls that failed with a timeout or connection
 //! > error

@@ -93,7 +93,7 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Deadline of each call, NOSCRIPT reload included (default 50 ms).
+    /// Deadline of each call, a reload of the library or a script included (default 50 ms).
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
