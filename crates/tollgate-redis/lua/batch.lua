@@ -19,22 +19,24 @@ local count, record_count = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not count or count < 1 or not record_count or record_count < 1 then
   error('TOLLGATE_BAD_CALL expected numbers of requests and records, got ' .. tostring(ARGV[1]) .. ' and ' .. tostring(ARGV[2]))
 end
--- Every record and request is read first, so a malformed call changes nothing.
+-- Every record and request is read first, so a malformed call changes nothing. Records are
+-- found by their number as written ("1", "2", ...): turning text into a number is the costliest
+-- thing Lua does here (strtod), so each request's numbers are compared as text.
 local records = {}
 for j = 1, record_count do
-  records[j] = read_record(2 + (j - 1) * RULE_FIELDS)
+  records[tostring(j)] = read_record(2 + (j - 1) * RULE_FIELDS)
 end
 -- Each request's rules, now and mode, by its number.
 local rules_of, now_of, mode_of = {}, {}, {}
 local a, k = 3 + record_count * RULE_FIELDS, 1
 for i = 1, count do
-  local rule_count = tonumber(ARGV[a + 1])
+  local rule_count = ARGV[a + 1] == '1' and 1 or tonumber(ARGV[a + 1])
   if not rule_count or rule_count < 1 then
     error('TOLLGATE_BAD_CALL request ' .. i .. ' has ' .. tostring(ARGV[a + 1]) .. ' rules')
   end
   local rules = {}
   for r = 1, rule_count do
-    local record = records[tonumber(ARGV[a + 2 + r])]
+    local record = records[ARGV[a + 2 + r]]
     if not record then
       error('TOLLGATE_BAD_CALL request ' .. i .. ' names record ' .. tostring(ARGV[a + 2 + r]))
     end
