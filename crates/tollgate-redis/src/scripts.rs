@@ -68,31 +68,30 @@ pub(crate) struct Library {
 
 impl Library {
     fn new(decide: &Script, batch: &Script) -> Self {
-        // What the decision and batch drivers run on.
-        let core = library!("request.lua");
-        let hash = Script::new(&format!("{core}{}{}", decide.get_hash(), batch.get_hash()))
-            .get_hash()
-            .to_owned();
-        let name = format!("tollgate_{}", &hash[..16]);
+        // The code is written with `NAME` for the library's name, then named after a hash of
+        // all of it: any change to it, the wrapping included, is a library of its own.
+        const NAME: &str = "tollgate_LIBRARY";
         let mut code = format!(
-            "#!lua name={name}\n-- The call's keys and arguments, set by each function before it runs.\nlocal KEYS, ARGV\n{core}\n"
+            "#!lua name={NAME}\n-- The call's keys and arguments, set by each function before it runs.\nlocal KEYS, ARGV\n{}\n",
+            library!("request.lua")
         );
         let mut function = |script: &Script, driver: &str, lua: &str| {
             // The driver is the body of a function of the call's keys and arguments; each call
             // reads Redis TIME afresh.
-            let function = format!("{name}_{driver}");
             code.push_str(&format!(
-                "redis.register_function('{function}', function(keys, args)\nKEYS, ARGV, redis_now = keys, args, nil\n{lua}\nend)\n"
+                "redis.register_function('{NAME}_{driver}', function(keys, args)\nKEYS, ARGV, redis_now = keys, args, nil\n{lua}\nend)\n"
             ));
-            (script.get_hash().to_owned(), function)
+            (script.get_hash().to_owned(), format!("{NAME}_{driver}"))
         };
         let functions = [
             function(decide, "decide", include_str!("../lua/decide.lua")),
             function(batch, "batch", include_str!("../lua/batch.lua")),
         ];
+        let hash = Script::new(&code).get_hash().to_owned();
+        let name = format!("tollgate_{}", &hash[..16]);
         Library {
-            code,
-            functions,
+            code: code.replace(NAME, &name),
+            functions: functions.map(|(script, function)| (script, function.replace(NAME, &name))),
             usable: AtomicBool::new(true),
         }
     }
