@@ -42,6 +42,9 @@ fi
 export TOLLGATE_SCHEMATHESIS="$schemathesis"
 "$schemathesis" --version
 
+# A one-off build keeps no incremental cache: on a fresh clone it would be the largest thing on disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # Every publishable crate packs: manifest fields, a version beside each path dependency, only
