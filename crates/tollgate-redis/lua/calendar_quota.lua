@@ -47,7 +47,7 @@ ALGORITHMS.calendar_quota = function()
     if allowed then
       count = count + cost
       if commit then
-        save(rule, {s = start, c = count})
+        save(rule, 's', start, 'c', count)
       end
     end
     -- Every answer tells when the period ends, even with nothing spent in it.
@@ -66,7 +66,7 @@ ALGORITHMS.calendar_quota = function()
   -- Undoing a reserve: once the period has moved on, the spend went with it.
   function calendar_quota.refund(rule, stored, cost, mark)
     if stored.c and stored.s == mark then
-      save(rule, {s = stored.s, c = math.max(stored.c - cost, 0)})
+      save(rule, 's', stored.s, 'c', math.max(stored.c - cost, 0))
     end
   end
 
@@ -75,7 +75,7 @@ ALGORITHMS.calendar_quota = function()
   function calendar_quota.give_back(rule, stored, now, cost)
     local start = period(rule, now)
     if stored.c and stored.c > 0 and stored.s == start then
-      save(rule, {s = stored.s, c = math.max(stored.c - cost, 0)})
+      save(rule, 's', stored.s, 'c', math.max(stored.c - cost, 0))
     end
   end
 

@@ -35,15 +35,23 @@ ALGORITHMS.fixed_window = function()
         redis.call('HSET', rule.state, 'a', 'fixed_window', 'v', rule.overridden and '1' or '0', 's', start, 'c', count)
       end
     end
-    local reset_after = 0
+    -- (Comparisons are written out rather than math.max: a call costs Lua more than the step.)
+    local left = window_end - now
+    if left < 0 then
+      left = 0
+    end
+    local reset_after, retry_after = 0, 0
     if count > 0 then
-      reset_after = math.max(window_end - now, 0)
+      reset_after = left
     end
-    local retry_after = 0
     if not allowed then
-      retry_after = math.max(window_end - now, 0)
+      retry_after = left
     end
-    return allowed, math.max(limit - count, 0), reset_after, retry_after, continued
+    local remaining = limit - count
+    if remaining < 0 then
+      remaining = 0
+    end
+    return allowed, remaining, reset_after, retry_after, continued
   end
 
   function fixed_window.mark(rule)
@@ -53,7 +61,7 @@ ALGORITHMS.fixed_window = function()
   -- Once the window has moved on, the spend went with it: nothing is left to undo.
   function fixed_window.refund(rule, stored, cost, mark)
     if stored.c and stored.s == mark then
-      save(rule, {s = stored.s, c = math.max(stored.c - cost, 0)})
+      save(rule, 's', stored.s, 'c', math.max(stored.c - cost, 0))
     end
   end
 
@@ -61,7 +69,7 @@ ALGORITHMS.fixed_window = function()
   -- window is current; once it has passed, the spend went with it.
   function fixed_window.give_back(rule, stored, now, cost)
     if stored.c and stored.c > 0 and now < stored.s + rule.window then
-      save(rule, {s = stored.s, c = math.max(stored.c - cost, 0)})
+      save(rule, 's', stored.s, 'c', math.max(stored.c - cost, 0))
     end
   end
 

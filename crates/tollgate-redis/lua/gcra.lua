@@ -13,15 +13,19 @@ ALGORITHMS.gcra = function()
     rule.tolerance = rule.burst * rule.interval
   end
 
+  -- (Comparisons are written out rather than math.max: a call costs Lua more than the step.)
   function gcra.step(rule, stored, now, cost, commit)
     local interval, tolerance = rule.interval, rule.tolerance
-    local tat = math.max(stored.t or now, now)
+    local tat = stored.t or now
+    if tat < now then
+      tat = now
+    end
     local pushed = tat + cost * interval
     local allowed = pushed - now <= tolerance
     if allowed then
       tat = pushed
       if commit then
-        save(rule, {t = tat})
+        save(rule, 't', tat)
       end
     end
     local ahead = tat - now
@@ -29,7 +33,11 @@ ALGORITHMS.gcra = function()
     if not allowed then
       retry_after = pushed - now - tolerance
     end
-    return allowed, idiv(math.max(tolerance - ahead, 0), interval), ahead, retry_after
+    local room = tolerance - ahead
+    if room < 0 then
+      room = 0
+    end
+    return allowed, idiv(room, interval), ahead, retry_after
   end
 
   function gcra.mark(_)
@@ -38,7 +46,7 @@ ALGORITHMS.gcra = function()
 
   function gcra.refund(rule, stored, cost, _)
     if stored.t then
-      save(rule, {t = math.max(stored.t - cost * rule.interval, 0)})
+      save(rule, 't', math.max(stored.t - cost * rule.interval, 0))
     end
   end
 

@@ -7,6 +7,11 @@
 ALGORITHMS.leaky_bucket = function()
   local leaky_bucket = {fields = {'l', 'd'}}
 
+  -- How long until n more units have drained, counting from leaked_at.
+  local function drain(leaked_at, n, interval, now)
+    return math.max(leaked_at + n * interval - now, 0)
+  end
+
   function leaky_bucket.params(rule, capacity, interval)
     rule.capacity, rule.interval = tonumber(capacity), tonumber(interval)
   end
@@ -26,17 +31,14 @@ ALGORITHMS.leaky_bucket = function()
     if allowed then
       filled = level + cost
       if commit then
-        save(rule, {l = filled, d = leaked_at})
+        save(rule, 'l', filled, 'd', leaked_at)
       end
-    end
-    local function drain(n)
-      return math.max(leaked_at + n * interval - now, 0)
     end
     local retry_after = 0
     if not allowed then
-      retry_after = drain(level + cost - capacity)
+      retry_after = drain(leaked_at, level + cost - capacity, interval, now)
     end
-    return allowed, math.max(capacity - filled, 0), drain(filled), retry_after
+    return allowed, math.max(capacity - filled, 0), drain(leaked_at, filled, interval, now), retry_after
   end
 
   function leaky_bucket.mark(_)
@@ -45,7 +47,7 @@ ALGORITHMS.leaky_bucket = function()
 
   function leaky_bucket.refund(rule, stored, cost, _)
     if stored.l and stored.d then
-      save(rule, {l = math.max(stored.l - cost, 0), d = stored.d})
+      save(rule, 'l', math.max(stored.l - cost, 0), 'd', stored.d)
     end
   end
 

@@ -87,15 +87,19 @@ local function load(rule)
   if not rule.resolved then
     resolve(rule, raw)
   end
+  -- Most states carry no penalty: their absent fields are not parsed.
+  local blocked_until, offenses = raw[2], raw[3]
+  blocked_until = blocked_until and int(blocked_until, 'b') or 0
+  offenses = offenses and int(offenses, 'o') or 0
   if raw[1] ~= rule.algorithm then
-    return NO_STATE, int(raw[2], 'b') or 0, int(raw[3], 'o') or 0
+    return NO_STATE, blocked_until, offenses
   end
   local state = {}
   for i = 1, #fields do
     local name = fields[i]
     state[name] = int(raw[i + 4], name)
   end
-  return state, int(raw[2], 'b') or 0, int(raw[3], 'o') or 0
+  return state, blocked_until, offenses
 end
 
 -- A rule's penalty field: the block of each offense (µs), and the memory (µs, 0 when the
@@ -126,14 +130,18 @@ local function penalty(spec)
   return steps, memory
 end
 
--- Writes the algorithm's fields (a table of name -> integer), with the override mark.
-local function save(rule, state)
-  local args = {'a', rule.algorithm, 'v', rule.overridden and '1' or '0'}
-  for name, value in pairs(state) do
-    args[#args + 1] = name
-    args[#args + 1] = num(value)
+-- Writes the algorithm's fields, given as name and integer pairs (one to three: no algorithm
+-- has more), with the algorithm's name and the override mark. Spelled out for each count: a
+-- table of the fields, walked and unpacked, costs more than the write itself.
+local function save(rule, f1, v1, f2, v2, f3, v3)
+  local mark = rule.overridden and '1' or '0'
+  if f3 then
+    redis.call('HSET', rule.state, 'a', rule.algorithm, 'v', mark, f1, num(v1), f2, num(v2), f3, num(v3))
+  elseif f2 then
+    redis.call('HSET', rule.state, 'a', rule.algorithm, 'v', mark, f1, num(v1), f2, num(v2))
+  else
+    redis.call('HSET', rule.state, 'a', rule.algorithm, 'v', mark, f1, num(v1))
   end
-  redis.call('HSET', rule.state, unpack(args))
 end
 
 -- The rule record whose values start at ARGV[at + 1], read: what every rule of a call that
@@ -236,6 +244,10 @@ local function decide(rule, now, commit)
       keep_for(rule, blocked_until, offenses, now), false
   end
   local allowed, remaining, reset_after, retry_after, continued = step(rule, stored, now, rule.cost, commit)
+  if offenses == 0 and rule.block_for == 0 then
+    -- No penalty and no offense remembered (most rules): nothing to start, forget or keep.
+    return allowed, remaining, reset_after, retry_after, 0, continued
+  end
   local remembered = remembered_offenses(rule, blocked_until, offenses, now)
   if not allowed and rule.block_for > 0 then
     -- One more offense in a row, or a first one; never past the last step.

@@ -36,7 +36,11 @@ local function expire(rule, reset_after, keep_for, same_expiry)
   if same_expiry then
     return
   end
-  local ttl_ms = idiv(math.max(reset_after, keep_for or 0) + 999, 1000)
+  local longest = reset_after
+  if keep_for and keep_for > longest then
+    longest = keep_for
+  end
+  local ttl_ms = idiv(longest + 999, 1000)
   if ttl_ms > 0 then
     redis.call('PEXPIRE', rule.state, ttl_ms)
     if rule.log then

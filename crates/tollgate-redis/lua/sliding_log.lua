@@ -80,7 +80,7 @@ ALGORITHMS.sliding_log = function()
           newest = now
         end
       end
-      save(rule, {n = total})
+      save(rule, 'n', total)
     elseif allowed then
       newest = math.max(newest or now, now)
     end
@@ -117,7 +117,7 @@ ALGORITHMS.sliding_log = function()
     if member_cost(member) > given then
       redis.call('ZADD', LOG, num(mark), num(mark) .. ':' .. num(member_cost(member) - given))
     end
-    save(rule, {n = math.max(stored.n - given, 0)})
+    save(rule, 'n', math.max(stored.n - given, 0))
   end
 
   -- A refund asked for by the caller: port of SlidingLog::refund. Newest entries first, while
@@ -145,7 +145,7 @@ ALGORITHMS.sliding_log = function()
       total = total - given
       left = left - given
     end
-    save(rule, {n = math.max(total, 0)})
+    save(rule, 'n', math.max(total, 0))
   end
 
   return sliding_log

@@ -30,7 +30,7 @@ ALGORITHMS.sliding_window = function()
       current = current + cost
       used = used + cost * w
       if commit then
-        save(rule, {s = s, p = previous, c = current})
+        save(rule, 's', s, 'p', previous, 'c', current)
       end
     end
     local window_end = s + window_us
@@ -72,7 +72,7 @@ ALGORITHMS.sliding_window = function()
     else
       return
     end
-    save(rule, {s = stored.s, p = previous, c = current})
+    save(rule, 's', stored.s, 'p', previous, 'c', current)
   end
 
   -- A refund asked for by the caller: port of SlidingWindow::refund. Newest spends first: the
@@ -91,7 +91,7 @@ ALGORITHMS.sliding_window = function()
     if stored.s >= start then
       previous = previous - math.min(cost - from_current, previous)
     end
-    save(rule, {s = stored.s, p = previous, c = current})
+    save(rule, 's', stored.s, 'p', previous, 'c', current)
   end
 
   return sliding_window

@@ -7,6 +7,11 @@
 ALGORITHMS.token_bucket = function()
   local token_bucket = {fields = {'t', 'r'}}
 
+  -- How long until n more tokens have accrued, counting from refilled_at.
+  local function accrue(refilled_at, n, interval, now)
+    return math.max(refilled_at + n * interval - now, 0)
+  end
+
   function token_bucket.params(rule, capacity, interval)
     rule.capacity, rule.interval = tonumber(capacity), tonumber(interval)
   end
@@ -26,19 +31,16 @@ ALGORITHMS.token_bucket = function()
     if allowed then
       left = tokens - cost
       if commit then
-        save(rule, {t = left, r = refilled_at})
+        save(rule, 't', left, 'r', refilled_at)
       end
-    end
-    local function accrue(n)
-      return math.max(refilled_at + n * interval - now, 0)
     end
     local reset_after = 0
     if left < capacity then
-      reset_after = accrue(capacity - left)
+      reset_after = accrue(refilled_at, capacity - left, interval, now)
     end
     local retry_after = 0
     if not allowed then
-      retry_after = accrue(cost - tokens)
+      retry_after = accrue(refilled_at, cost - tokens, interval, now)
     end
     return allowed, left, reset_after, retry_after
   end
@@ -49,7 +51,7 @@ ALGORITHMS.token_bucket = function()
 
   function token_bucket.refund(rule, stored, cost, _)
     if stored.t and stored.r then
-      save(rule, {t = math.min(stored.t + cost, rule.capacity), r = stored.r})
+      save(rule, 't', math.min(stored.t + cost, rule.capacity), 'r', stored.r)
     end
   end
 
