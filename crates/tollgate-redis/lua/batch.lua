@@ -34,7 +34,7 @@ for i = 1, count do
   if not rule_count or rule_count < 1 then
     error('TOLLGATE_BAD_CALL request ' .. i .. ' has ' .. tostring(ARGV[a + 1]) .. ' rules')
   end
-  local rules = {}
+  local rules = {false} -- made with room for one rule, the common case, so it need not grow
   for r = 1, rule_count do
     local record = records[ARGV[a + 2 + r]]
     if not record then

@@ -5,7 +5,8 @@
 -- distance from a / b to the next integer whenever a < 2^53).
 
 local function idiv(a, b)
-  return math.floor(a / b)
+  -- a % b is floor division's remainder, computed by the VM: cheaper than a call to math.floor.
+  return (a - a % b) / b
 end
 
 -- An integer as Redis should store it: all digits, no exponent (%d is exact below 2^53, where
@@ -25,7 +26,7 @@ local function int(value, name)
     return nil
   end
   local n = tonumber(value)
-  if not n or n < 0 or n ~= math.floor(n) or n >= 9007199254740992 then
+  if not n or n < 0 or n % 1 ~= 0 or n >= 9007199254740992 then
     corrupt('field ' .. name .. ' holds ' .. tostring(value))
   end
   return n

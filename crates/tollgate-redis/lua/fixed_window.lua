@@ -21,7 +21,7 @@ ALGORITHMS.fixed_window = function()
       if first_hit then
         start = now
       else
-        start = idiv(now, window) * window
+        start = now - now % window
       end
       count = 0
     end

@@ -170,17 +170,19 @@ end
 -- its override hash), and what its own call sets on it (an override's parameters, whether it
 -- has one). Returns the rule and the index of KEYS just past its keys.
 local function rule_of(record, k)
-  local rule = setmetatable({state = KEYS[k]}, record.rule)
+  local state, log = KEYS[k], nil
   k = k + 1
   if record.impl.log then
-    rule.log = KEYS[k]
+    log = KEYS[k]
     k = k + 1
   end
-  rule.override = KEYS[k]
-  if not rule.state or (record.impl.log and not rule.log) or not rule.override then
+  local override = KEYS[k]
+  if not state or (record.impl.log and not log) or not override then
     error('TOLLGATE_BAD_CALL too few keys for the rules')
   end
-  return rule, k + 1
+  -- Made with every field its call sets (see resolve): a table that grows is rebuilt as it does.
+  local rule = {state = state, log = log, override = override, overridden = false, resolved = false}
+  return setmetatable(rule, record.rule), k + 1
 end
 
 -- The rules of one request: its record count at ARGV[a + 1] and its records from ARGV[a + 3]
