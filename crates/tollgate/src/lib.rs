@@ -90,7 +90,7 @@ pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use overrides::{Override, OverrideStore, OverrideTarget};
 pub use penalty::Penalty;
 pub use policy::{Algorithm, Anchor, FailureMode, HashTag, Policy, Rate};
-pub use rule::Rule;
+pub use rule::{Apart, Rule};
 pub use store::{AttemptsStore, Store};
 
 /// The examples of `docs/penalties.md`, run as doc tests.

@@ -36,6 +36,50 @@ pub struct Rule<'a> {
     /// not the one an operator lists (the gRPC door counts a descriptor's encoded path, and
     /// lists its client address). `None`: `key`.
     pub list_key: Option<&'a [u8]>,
+    /// Decided on its own, not all or nothing with the request's other rules; `None` for the
+    /// usual rule. Ignored on a shadow rule (it never denies anyway).
+    pub apart: Option<Apart>,
+}
+
+/// How a rule decided on its own weighs on its request.
+///
+/// The store decides such a rule as it decides a shadow rule (it spends when it fits, and its
+/// denial stops nothing else from spending); the [`Engine`](crate::Engine) then labels its
+/// denial [`Outcome::Denied`](crate::Outcome::Denied) and lets it deny the request:
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Algorithm, Apart, Engine, MemoryStore, Outcome, Policy, Rule};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let engine = Engine::new(MemoryStore::new());
+/// let one = Policy::new("one", Algorithm::sliding_log(1, Duration::from_secs(60))?)?;
+/// let ten = Policy::new("ten", Algorithm::sliding_log(10, Duration::from_secs(60))?)?;
+/// let rules = [Rule::new(&one, "k", 1).apart(Apart::Alone), Rule::new(&ten, "k", 1).apart(Apart::Alone)];
+/// assert!(engine.check_all(&rules).await?.allowed());
+/// let second = engine.check_all(&rules).await?;
+/// assert_eq!(second.outcome(), Outcome::Denied);
+/// // The rule that fitted spent anyway: 10 - 2 left.
+/// assert_eq!(second.rules()[1].decision.remaining, 8);
+///
+/// // Quota rules deny the request only all together.
+/// let quota = [Rule::new(&one, "q", 1).apart(Apart::Quota), Rule::new(&ten, "q", 1).apart(Apart::Quota)];
+/// engine.check_all(&quota).await?;
+/// let verdict = engine.check_all(&quota).await?;
+/// assert_eq!(verdict.rules()[0].outcome, Outcome::Denied);
+/// assert!(verdict.allowed(), "the other quota rule still fits");
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Apart {
+    /// Its denial denies the request, and the other rules spend anyway: every rule counts on
+    /// its own (envoyproxy/ratelimit's way of counting descriptors).
+    Alone,
+    /// The request is denied when every quota rule of it is denied; one quota rule over is only
+    /// reported (Envoy's quota mode).
+    Quota,
 }
 
 impl<'a> Rule<'a> {
@@ -55,6 +99,7 @@ impl<'a> Rule<'a> {
             shadow: false,
             question: false,
             list_key: None,
+            apart: None,
         }
     }
 
@@ -62,6 +107,13 @@ impl<'a> Rule<'a> {
     #[inline]
     pub fn as_shadow(mut self) -> Self {
         self.shadow = true;
+        self
+    }
+
+    /// The same rule, decided on its own as `apart` says.
+    #[inline]
+    pub fn apart(mut self, apart: Apart) -> Self {
+        self.apart = Some(apart);
         self
     }
 
@@ -96,6 +148,13 @@ impl<'a> Rule<'a> {
     #[inline]
     pub fn listed_key(&self) -> &'a [u8] {
         self.list_key.unwrap_or(self.key)
+    }
+
+    /// Whether a denial of this rule is only reported (a shadow rule, or a rule decided apart
+    /// once the store has decided it as one).
+    #[inline]
+    pub(crate) fn never_denies(&self) -> bool {
+        self.shadow && self.apart.is_none()
     }
 
     /// Whether `other` spends from the same budget (same policy name, same key), so that the

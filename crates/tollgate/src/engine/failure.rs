@@ -32,7 +32,7 @@ pub(crate) fn decide(
             _ => RuleVerdict {
                 decision: admitted(rule),
                 outcome: Outcome::Degraded,
-                shadow: rule.shadow,
+                shadow: rule.never_denies(),
                 listed: None,
             },
         })
@@ -64,10 +64,10 @@ pub(crate) fn decide(
                 ..*decision
             };
             verdicts[*i].decision = decision;
-            verdicts[*i].outcome = match (decision.allowed, rules[*i].shadow) {
-                (true, _) => Outcome::Degraded,
-                (false, true) => Outcome::ShadowDenied,
-                (false, false) => Outcome::Denied,
+            verdicts[*i].outcome = if decision.allowed {
+                Outcome::Degraded
+            } else {
+                super::denial(&rules[*i])
             };
         }
     }

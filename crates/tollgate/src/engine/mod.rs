@@ -14,6 +14,14 @@
 //!    auth, script, a full memory store), applies each rule's [`FailureMode`](crate::FailureMode) here, once;
 //! 6. labels every rule and the request with an [`Outcome`].
 //!
+//! # Rules decided apart
+//!
+//! A rule with [`Rule::apart`] set is decided on its own: the store decides it as a shadow rule
+//! (it spends when it fits, and its denial stops no other rule from spending), and the engine
+//! labels its denial [`Outcome::Denied`]. An [`Apart::Alone`] denial denies the request; an
+//! [`Apart::Quota`] denial does only when every quota rule of the request is denied. A request
+//! denied only by rules apart has still spent on the rules that fitted.
+//!
 //! # Allow and deny lists, gradual enforcement
 //!
 //! With [`AccessLists`] set ([`EngineBuilder::access_lists`], [`Engine::set_access_lists`]),
@@ -63,7 +71,7 @@ use crate::access::{AccessLists, Listed};
 use crate::concurrency::{self, Acquisition, ConcurrencyPolicy, ConcurrencyStore, LeaseId, Release};
 use crate::memory::DEFAULT_MAX_KEYS;
 use crate::store::{self, Store};
-use crate::{Clock, Decision, Decisions, Error, FailureMode, MemoryStore, Policy, Rule, SystemClock};
+use crate::{Apart, Clock, Decision, Decisions, Error, FailureMode, MemoryStore, Policy, Rule, SystemClock};
 
 /// Decides requests against a store, with failure modes and outcome labels.
 ///
@@ -217,7 +225,18 @@ impl<S> Engine<S> {
                 && !rule.shadow
                 && !share.enforces(rule.policy.name(), rule.key)
             {
-                adjusted.to_mut()[i].shadow = true;
+                let rule = &mut adjusted.to_mut()[i];
+                rule.shadow = true;
+                rule.apart = None;
+            } else if rule.apart.is_some() {
+                // The store decides a rule apart as a shadow rule: its denial stops nothing
+                // else. A shadow rule stays one (it never denies, apart or not).
+                let rule = &mut adjusted.to_mut()[i];
+                if rule.shadow {
+                    rule.apart = None;
+                } else {
+                    rule.shadow = true;
+                }
             }
         }
         if !self.listing.load(Ordering::Acquire) {
@@ -240,6 +259,7 @@ impl<S> Engine<S> {
             let rule = &mut adjusted.to_mut()[i];
             rule.shadow = true;
             rule.question = true;
+            rule.apart = None;
         }
         Adjusted::Rules(adjusted, allowed)
     }
@@ -290,7 +310,8 @@ fn blocked(
 
 /// Allow-listed rules (by index) were decided as shadow questions: they are allowed, whatever
 /// the budget said, and the request's outcome is taken again without their would-be denials.
-fn relabel_allowed(verdict: &mut Verdict, allowed: &[usize], rules: &[Rule<'_>]) {
+/// `rules` are the caller's, `adjusted` the store's.
+fn relabel_allowed(verdict: &mut Verdict, allowed: &[usize], rules: &[Rule<'_>], adjusted: &[Rule<'_>]) {
     if allowed.is_empty() {
         return;
     }
@@ -311,7 +332,27 @@ fn relabel_allowed(verdict: &mut Verdict, allowed: &[usize], rules: &[Rule<'_>])
             r.listed = Some(Listed::Allow);
         }
     }
-    verdict.outcome = slice.iter().map(|r| r.outcome).max().unwrap_or(Outcome::Allowed);
+    verdict.outcome = request_outcome(adjusted, slice);
+}
+
+/// The request's outcome: the most severe of its rules', where a quota rule's denial counts
+/// only when every quota rule of the request is denied. `rules` are the store's (a rule apart
+/// has `apart` set only when it is not a shadow rule).
+fn request_outcome(rules: &[Rule<'_>], verdicts: &[RuleVerdict]) -> Outcome {
+    let quota = |rule: &Rule<'_>| rule.apart == Some(Apart::Quota);
+    let mut quotas = rules
+        .iter()
+        .zip(verdicts)
+        .filter(|(rule, _)| quota(rule))
+        .peekable();
+    let quota_over = quotas.peek().is_some() && quotas.all(|(_, r)| r.outcome == Outcome::Denied);
+    rules
+        .iter()
+        .zip(verdicts)
+        .filter(|(rule, r)| quota_over || !quota(rule) || r.outcome != Outcome::Denied)
+        .map(|(_, r)| r.outcome)
+        .max()
+        .unwrap_or(Outcome::Allowed)
 }
 
 impl<S: Store> Engine<S> {
@@ -411,7 +452,7 @@ impl<S: Store> Engine<S> {
             Adjusted::Blocked(blocked) => return Ok(blocked),
         };
         let mut verdict = self.decide(&adjusted, commit).await?;
-        relabel_allowed(&mut verdict, &allowed, rules);
+        relabel_allowed(&mut verdict, &allowed, rules, &adjusted);
         Ok(verdict)
     }
 
@@ -559,13 +600,23 @@ impl<S: ConcurrencyStore> Engine<S> {
 fn labelled(rule: &Rule<'_>, decision: Decision) -> RuleVerdict {
     RuleVerdict {
         decision,
-        outcome: match (decision.allowed, rule.shadow) {
-            (true, _) => Outcome::Allowed,
-            (false, true) => Outcome::ShadowDenied,
-            (false, false) => Outcome::Denied,
+        outcome: if decision.allowed {
+            Outcome::Allowed
+        } else {
+            denial(rule)
         },
-        shadow: rule.shadow,
+        shadow: rule.never_denies(),
         listed: None,
+    }
+}
+
+/// How a denial of `rule` (as the store decided it) is labelled.
+#[inline]
+pub(crate) fn denial(rule: &Rule<'_>) -> Outcome {
+    if rule.never_denies() {
+        Outcome::ShadowDenied
+    } else {
+        Outcome::Denied
     }
 }
 
@@ -580,8 +631,16 @@ fn verdict(
         Rules::One(r) => std::slice::from_mut(r),
         Rules::Many(v) => v.as_mut_slice(),
     };
-    let outcome = slice.iter().map(|r| r.outcome).max().unwrap_or(Outcome::Allowed);
-    let spent = outcome.allows();
+    let outcome = request_outcome(rules, slice);
+    // The store spent unless a rule decided with the others denied: rules apart spend on
+    // their own whatever their outcome.
+    let spent = rules
+        .iter()
+        .zip(slice.iter())
+        .filter(|(rule, _)| rule.apart.is_none())
+        .map(|(_, r)| r.outcome)
+        .max()
+        .is_none_or(Outcome::allows);
     // Nothing was spent (a denied request, or a question): a rule that would have allowed
     // reports its budget as it stands.
     for (rule, r) in rules.iter().zip(slice.iter_mut()) {
@@ -634,8 +693,15 @@ impl<'a> Merged<'a> {
         for rule in rules {
             match unique.iter().position(|u| u.same_budget(rule)) {
                 Some(u) => {
-                    unique[u].cost = unique[u].cost.saturating_add(rule.cost);
-                    unique[u].shadow &= rule.shadow;
+                    let merged = &mut unique[u];
+                    merged.cost = merged.cost.saturating_add(rule.cost);
+                    merged.shadow &= rule.shadow;
+                    // Decided with the others if any part is; else apart as its parts are.
+                    merged.apart = if merged.shadow {
+                        merged.apart.or(rule.apart)
+                    } else {
+                        None
+                    };
                     index.push(u);
                 }
                 None => {
@@ -671,6 +737,38 @@ mod tests {
         assert!(
             engine.check(&policy, b"k", 1).await.unwrap().allowed(),
             "nothing was spent"
+        );
+    }
+
+    #[tokio::test]
+    async fn every_quota_rule_over_denies_the_request_and_the_plain_rules_that_fit_still_spent() {
+        let engine = Engine::new(MemoryStore::new());
+        let log = |name: &str, limit| {
+            Policy::new(
+                name,
+                Algorithm::sliding_log(limit, Duration::from_secs(60)).unwrap(),
+            )
+            .unwrap()
+        };
+        let (quota, plain) = (log("quota", 1), log("plain", 5));
+        let rules = [
+            Rule::new(&quota, "k", 1).apart(Apart::Quota),
+            Rule::new(&plain, "k", 1),
+        ];
+        assert_eq!(
+            engine.check_all(&rules).await.unwrap().outcome(),
+            Outcome::Allowed
+        );
+        let over = engine.check_all(&rules).await.unwrap();
+        assert_eq!(over.outcome(), Outcome::Denied);
+        assert_eq!(over.rules()[0].outcome, Outcome::Denied);
+        assert!(!over.rules()[0].shadow, "a rule apart is not a shadow rule");
+        assert_eq!(over.rules()[1].decision.remaining, 3, "the plain rule spent");
+        // A shadow rule apart is a shadow rule.
+        let shadow = [Rule::new(&quota, "k", 1).apart(Apart::Alone).as_shadow()];
+        assert_eq!(
+            engine.check_all(&shadow).await.unwrap().outcome(),
+            Outcome::ShadowDenied
         );
     }
 }
