@@ -305,6 +305,7 @@ fn blocked(
         },
         store_error: None,
         blocked_by: Some((first, entry)),
+        spends: false,
     }
 }
 
@@ -667,6 +668,7 @@ fn verdict(
         rules: verdicts,
         store_error,
         blocked_by: None,
+        spends: spent,
     }
 }
 
@@ -764,6 +766,7 @@ mod tests {
         assert_eq!(over.rules()[0].outcome, Outcome::Denied);
         assert!(!over.rules()[0].shadow, "a rule apart is not a shadow rule");
         assert_eq!(over.rules()[1].decision.remaining, 3, "the plain rule spent");
+        assert!(over.spends());
         // A shadow rule apart is a shadow rule.
         let shadow = [Rule::new(&quota, "k", 1).apart(Apart::Alone).as_shadow()];
         assert_eq!(

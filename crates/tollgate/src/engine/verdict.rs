@@ -114,6 +114,8 @@ pub struct Verdict {
     pub(crate) store_error: Option<Error>,
     /// For a blocked request: the first deny-listed rule and the entry it matched.
     pub(crate) blocked_by: Option<(usize, Arc<AccessEntry>)>,
+    /// Whether the rules that fitted spent (or, for a peek, would spend).
+    pub(crate) spends: bool,
 }
 
 /// The rules' verdicts, one inline.
@@ -169,6 +171,14 @@ impl Verdict {
                 .filter(|(_, r)| r.outcome == blocking)
                 .max_by_key(|(_, r)| r.decision.retry_after.unwrap_or(r.decision.reset_after))
         }
+    }
+
+    /// Whether the rules that fitted spent their cost (for a peek: would spend it). The same as
+    /// [`allowed`](Self::allowed) unless rules decided apart ([`Rule::apart`](crate::Rule))
+    /// denied: they deny the request, and the others have spent all the same.
+    #[inline]
+    pub fn spends(&self) -> bool {
+        self.spends
     }
 
     /// When denied, how long until a retry can pass; `None` when allowed.
