@@ -19,19 +19,8 @@ use std::time::Duration;
 
 use tollgate::{Algorithm, Policy};
 
-use crate::Limits;
 use crate::limits::{Node, Quota};
-
-/// Upstream's units, longest first, with their length in seconds.
-const UNITS: [(u64, &str); 7] = [
-    (365 * 86_400, "YEAR"),
-    (30 * 86_400, "MONTH"),
-    (7 * 86_400, "WEEK"),
-    (86_400, "DAY"),
-    (3_600, "HOUR"),
-    (60, "MINUTE"),
-    (1, "SECOND"),
-];
+use crate::{Limits, Unit};
 
 impl Limits {
     /// Every envoyproxy/ratelimit rate limit, one line each, as upstream's `/rlconfig` prints
@@ -82,10 +71,11 @@ fn line(node: &Node) -> Option<String> {
     let limit = node.limit.as_ref()?;
     let (unit, requests_per_unit) = match &limit.quota {
         Quota::Unlimited => ("UNKNOWN", 0),
-        Quota::DenyAll { period, .. } => (in_unit(1, *period).0, 0),
+        Quota::DenyAll { period, .. } => (Unit::scaled(1, *period).1.name(), 0),
         Quota::Limited(policy) => {
             let (count, period) = per_period(policy);
-            in_unit(count, period)
+            let (requests_per_unit, unit) = Unit::scaled(count, period);
+            (unit.name(), requests_per_unit)
         }
     };
     Some(format!(
@@ -126,19 +116,6 @@ pub fn per_period(policy: &Policy) -> (u64, Duration) {
             (p.limit(), Duration::from_secs(days * 86_400))
         }
     }
-}
-
-/// `count` per `period` in the longest unit not longer than `period` (seconds when shorter),
-/// rounded down, at least 1: the same reading the gRPC answer's `current_limit` gives.
-fn in_unit(count: u64, period: Duration) -> (&'static str, u128) {
-    let period_us = period.as_micros().max(1);
-    let (unit_secs, unit) = UNITS
-        .iter()
-        .copied()
-        .find(|(secs, _)| u128::from(*secs) * 1_000_000 <= period_us)
-        .unwrap_or((1, "SECOND"));
-    let scaled = u128::from(count) * u128::from(unit_secs) * 1_000_000 / period_us;
-    (unit, scaled.max(1))
 }
 
 #[cfg(test)]

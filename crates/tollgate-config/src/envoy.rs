@@ -72,7 +72,7 @@ use crate::fields::{
     AlgorithmName, FailureName, HashTagName, PenaltySpec, Scalar, failure_mode, join, policy_error_field,
 };
 use crate::limits::{DescriptorLimit, Domain, Level, Node, Quota, descriptor_policy_name};
-use crate::{ConfigError, ConfigErrorKind};
+use crate::{ConfigError, ConfigErrorKind, Unit};
 
 /// A file in the envoyproxy/ratelimit format.
 #[derive(Debug, Deserialize)]
@@ -129,17 +129,6 @@ struct RateLimitSpec {
 struct ReplacesSpec {
     name: Option<Scalar>,
 }
-
-/// Upstream's units, with their length.
-const UNITS: [(&str, u64); 7] = [
-    ("second", 1),
-    ("minute", 60),
-    ("hour", 3_600),
-    ("day", 86_400),
-    ("week", 7 * 86_400),
-    ("month", 30 * 86_400),
-    ("year", 365 * 86_400),
-];
 
 /// Where a config error is: the file, and a way to build errors at paths in it.
 struct At<'a> {
@@ -536,10 +525,8 @@ impl RateLimitSpec {
 /// Parses a `unit` as upstream does: the name of a unit in any case.
 fn parse_unit(unit: &Scalar) -> Result<Duration, ConfigErrorKind> {
     let text = unit.text();
-    UNITS
-        .iter()
-        .find(|(name, _)| name.eq_ignore_ascii_case(&text))
-        .map(|&(_, seconds)| Duration::from_secs(seconds))
+    Unit::from_name(&text)
+        .map(Unit::length)
         .ok_or_else(|| ConfigErrorKind::BadUnit {
             got: text.into_owned(),
         })

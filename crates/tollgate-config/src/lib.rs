@@ -39,6 +39,11 @@
 //! - [`ours`]: tollgate's format (`policies:` and `routes:`).
 //! - [`envoy`]: envoyproxy/ratelimit's format (`domain:` and `descriptors:`), with tollgate's
 //!   extensions.
+//! - [`envoy_plan`]: what a `ShouldRateLimit` request means: the engine rules of its
+//!   descriptors and, from the engine's verdict, the answer. The gRPC door, `/json` and explain
+//!   all plan with it, so they give one answer.
+//! - `unit` (private): [`Unit`], upstream's units, which the config, the planner and
+//!   `/rlconfig` share.
 //! - `dump` (private): [`Limits::dump`], the loaded descriptors one per line, as
 //!   envoyproxy/ratelimit's `/rlconfig` prints them.
 //! - [`duration`]: the duration and rate grammar both formats share.
@@ -85,6 +90,7 @@
 mod dump;
 pub mod duration;
 pub mod envoy;
+pub mod envoy_plan;
 mod error;
 mod fields;
 pub mod limits;
@@ -93,6 +99,7 @@ pub mod ours;
 mod pattern;
 mod read;
 pub mod routes;
+mod unit;
 
 use std::collections::HashMap;
 use std::fs;
@@ -106,6 +113,7 @@ pub use limits::{ENVOY_POLICY_PREFIX, Limits, NamedPolicy, Resolved, apply_repla
 pub use metadata::{Metadata, MetadataValue};
 pub use read::{MAX_FILE_BYTES, READ_TIMEOUT};
 pub use routes::{Route, RouteKey, route_for};
+pub use unit::Unit;
 
 use envoy::EnvoyFile;
 use ours::OursFile;

@@ -113,10 +113,11 @@ pub fn decision(policy: &str, outcome: Outcome) {
 /// Records what the engine decided for `rules` (a committed check, not a peek): each rule's
 /// outcome under its policy, the rules a failure mode decided, and the store failure if any.
 ///
-/// In a refused request, a rule that would have allowed spent nothing and decided nothing, so it
-/// is not counted; denials, would-be (shadow) denials and errors are.
+/// In a request that spent nothing, a rule that would have allowed decided nothing, so it is
+/// not counted; denials, would-be (shadow) denials and errors are. (Rules decided apart spend
+/// on their own: a request they deny has still spent on the others, which are counted.)
 pub fn verdict(rules: &[Rule<'_>], verdict: &Verdict) {
-    let refused = !verdict.allowed();
+    let refused = !verdict.spends();
     if let Some((at, entry)) = verdict.blocked_by()
         && BLOCKED_LOG.due()
     {

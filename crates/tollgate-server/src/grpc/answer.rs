@@ -1,80 +1,64 @@
-//! The parts of a `ShouldRateLimit` answer that look at all its descriptors at once, as
-//! envoyproxy/ratelimit builds them: the overall code (with quota mode), the rate limit headers
-//! of the descriptor closest to its limit, and the dynamic metadata.
+//! Writing a planned answer on the wire: a descriptor's status, upstream's rate limit headers
+//! and the dynamic metadata.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
-use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
-use tollgate_config::{Metadata, MetadataValue};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as WireUnit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit as WireLimit,
+};
+use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, ListValue, Struct, Value, value::Kind};
+use tollgate_config::envoy_plan::{CurrentLimit, DescriptorAnswer};
+use tollgate_config::{Metadata, MetadataValue, Unit};
 
-use super::{ResponseHeaders, UNITS};
+use super::ResponseHeaders;
 
-/// What the answer needs to know about one descriptor besides its status.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Role {
-    /// `unlimited: true`: left out of the overall code, as upstream leaves it out.
-    pub(crate) unlimited: bool,
-    /// In quota mode (its own `quota_mode` or the global setting).
-    pub(crate) quota: bool,
-}
-
-/// Upstream's overall code: `OVER_LIMIT` when a descriptor not in quota mode is over its limit,
-/// or when the request has quota-mode descriptors and every one of them is over.
-pub(crate) fn overall(statuses: &[DescriptorStatus], roles: &[Role]) -> Code {
-    let (mut failed, mut quota, mut quota_failed) = (0, 0, 0);
-    for (status, role) in statuses.iter().zip(roles) {
-        if role.unlimited {
-            continue;
-        }
-        let over = status.code == i32::from(Code::OverLimit);
-        if role.quota {
-            quota += 1;
-            quota_failed += usize::from(over);
-        } else {
-            failed += usize::from(over);
-        }
-    }
-    if failed > 0 || (quota > 0 && quota == quota_failed) {
-        Code::OverLimit
-    } else {
-        Code::Ok
+/// One descriptor's status.
+pub(crate) fn status(answer: &DescriptorAnswer<'_>) -> DescriptorStatus {
+    DescriptorStatus {
+        code: if answer.over { Code::OverLimit } else { Code::Ok }.into(),
+        current_limit: answer.current_limit.map(wire_limit),
+        limit_remaining: u32::try_from(answer.remaining).unwrap_or(u32::MAX),
+        duration_until_reset: answer.reset.map(whole_seconds),
+        quota: None,
     }
 }
 
-/// The rate limit headers, for the descriptor upstream picks: the last one over its limit that
-/// is not in quota mode, else the first with the least budget left among those with a limit.
-/// Empty when no descriptor has a limit.
+fn wire_limit(limit: CurrentLimit<'_>) -> WireLimit {
+    WireLimit {
+        name: limit.name.to_owned(),
+        requests_per_unit: limit.requests_per_unit,
+        unit: wire_unit(limit.unit).into(),
+    }
+}
+
+fn wire_unit(unit: Unit) -> WireUnit {
+    WireUnit::from_str_name(unit.name()).unwrap_or(WireUnit::Unknown)
+}
+
+/// `duration`, rounded up to whole seconds.
+fn whole_seconds(duration: Duration) -> ProtoDuration {
+    let seconds = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
+    ProtoDuration {
+        seconds: i64::try_from(seconds).unwrap_or(i64::MAX),
+        nanos: 0,
+    }
+}
+
+/// The rate limit headers of the `headline` descriptor (the planner picks it as upstream does);
+/// empty without one. A descriptor with no reset time is given the end of its unit.
 pub(crate) fn headers(
     names: &ResponseHeaders,
-    statuses: &[DescriptorStatus],
-    roles: &[Role],
+    headline: Option<&DescriptorAnswer<'_>>,
+    since_epoch: Duration,
 ) -> Vec<HeaderValue> {
-    let mut least = u32::MAX;
-    let mut chosen: Option<&DescriptorStatus> = None;
-    for (status, role) in statuses.iter().zip(roles) {
-        if status.current_limit.is_some() && status.limit_remaining < least {
-            chosen = Some(status);
-            least = status.limit_remaining;
-        }
-        if !role.unlimited && !role.quota && status.code == i32::from(Code::OverLimit) {
-            chosen = Some(status);
-            least = 0;
-        }
-    }
-    let Some(status) = chosen else {
+    let Some((answer, limit)) = headline.and_then(|d| Some((d, d.current_limit?))) else {
         return Vec::new();
     };
-    let Some(limit) = status.current_limit.as_ref() else {
-        return Vec::new();
-    };
-    let reset = match &status.duration_until_reset {
-        Some(reset) => reset.seconds,
-        None => until_unit_ends(limit.unit),
-    };
+    let reset = answer.reset.unwrap_or_else(|| limit.unit.until_end(since_epoch));
     let header = |key: &str, value: String| HeaderValue {
         key: key.to_owned(),
         value,
@@ -82,21 +66,9 @@ pub(crate) fn headers(
     };
     vec![
         header(&names.limit, limit.requests_per_unit.to_string()),
-        header(&names.remaining, status.limit_remaining.to_string()),
-        header(&names.reset, reset.to_string()),
+        header(&names.remaining, status(answer).limit_remaining.to_string()),
+        header(&names.reset, whole_seconds(reset).seconds.to_string()),
     ]
-}
-
-/// Seconds to the end of the current `unit` (a wire value), counted from the epoch.
-fn until_unit_ends(unit: i32) -> i64 {
-    let seconds = UNITS
-        .iter()
-        .find(|(_, u)| i32::from(*u) == unit)
-        .map_or(1, |(seconds, _)| *seconds);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    i64::try_from(seconds - now % seconds).unwrap_or(i64::MAX)
 }
 
 /// Upstream's dynamic metadata: the domain, each descriptor (its entries as `key=value`, its
@@ -206,78 +178,19 @@ fn structure(fields: HashMap<String, Value>) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::RateLimit;
 
-    fn status(over: bool, remaining: u32, limit: Option<u32>) -> DescriptorStatus {
-        DescriptorStatus {
-            code: if over { Code::OverLimit } else { Code::Ok }.into(),
-            current_limit: limit.map(|requests_per_unit| RateLimit {
-                requests_per_unit,
-                unit: 2,
-                name: String::new(),
-            }),
-            limit_remaining: remaining,
-            ..Default::default()
+    #[test]
+    fn reset_is_rounded_up_to_whole_seconds() {
+        assert_eq!(whole_seconds(Duration::from_millis(1)).seconds, 1);
+        assert_eq!(whole_seconds(Duration::from_secs(2)).seconds, 2);
+        assert_eq!(whole_seconds(Duration::ZERO).seconds, 0);
+    }
+
+    #[test]
+    fn every_unit_has_its_wire_value() {
+        for unit in Unit::LONGEST_FIRST {
+            assert_eq!(wire_unit(unit).as_str_name(), unit.name());
         }
-    }
-
-    const PLAIN: Role = Role {
-        unlimited: false,
-        quota: false,
-    };
-    const QUOTA: Role = Role {
-        unlimited: false,
-        quota: true,
-    };
-
-    #[test]
-    fn one_plain_descriptor_over_is_enough() {
-        let statuses = [status(false, 3, Some(5)), status(true, 0, Some(5))];
-        assert_eq!(overall(&statuses, &[PLAIN, PLAIN]), Code::OverLimit);
-    }
-
-    #[test]
-    fn quota_descriptors_deny_only_all_together() {
-        let statuses = [status(true, 0, Some(1)), status(false, 1, Some(2))];
-        assert_eq!(overall(&statuses, &[QUOTA, QUOTA]), Code::Ok);
-        let statuses = [status(true, 0, Some(1)), status(true, 0, Some(2))];
-        assert_eq!(overall(&statuses, &[QUOTA, QUOTA]), Code::OverLimit);
-        // A plain descriptor over still denies on its own.
-        let statuses = [status(false, 1, Some(1)), status(true, 0, Some(2))];
-        assert_eq!(overall(&statuses, &[QUOTA, PLAIN]), Code::OverLimit);
-    }
-
-    #[test]
-    fn headers_follow_the_descriptor_closest_to_its_limit() {
-        let names = ResponseHeaders::default();
-        let statuses = [
-            status(false, 7, Some(10)),
-            status(false, 2, Some(5)),
-            status(false, 2, Some(9)),
-        ];
-        let headers = headers(&names, &statuses, &[PLAIN; 3]);
-        let values: Vec<(&str, &str)> = headers
-            .iter()
-            .map(|h| (h.key.as_str(), h.value.as_str()))
-            .collect();
-        assert_eq!(
-            values[..2],
-            [("RateLimit-Limit", "5"), ("RateLimit-Remaining", "2")]
-        );
-        assert_eq!(values[2].0, "RateLimit-Reset");
-    }
-
-    #[test]
-    fn headers_follow_the_last_plain_descriptor_over_its_limit() {
-        let names = ResponseHeaders::default();
-        let statuses = [
-            status(true, 0, Some(3)),
-            status(true, 0, Some(4)),
-            status(false, 0, Some(6)),
-        ];
-        let headers = headers(&names, &statuses, &[PLAIN; 3]);
-        assert_eq!(headers[0].value, "4");
-        assert!(super::headers(&names, &[status(false, 0, None)], &[PLAIN]).is_empty());
     }
 
     #[test]

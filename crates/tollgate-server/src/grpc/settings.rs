@@ -45,6 +45,17 @@ pub struct EnvoySettings {
     pub max_stats_keys: usize,
 }
 
+impl EnvoySettings {
+    /// The settings that change what a request means, for the planner.
+    pub fn modes(&self) -> tollgate_config::envoy_plan::Modes {
+        tollgate_config::envoy_plan::Modes::new(
+            self.global_shadow_mode,
+            self.global_quota_mode,
+            self.count_every_descriptor,
+        )
+    }
+}
+
 impl Default for EnvoySettings {
     fn default() -> Self {
         EnvoySettings {

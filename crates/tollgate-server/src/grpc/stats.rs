@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use metrics::Counter;
+use tollgate_config::envoy_plan::Hit;
 
 /// The `key` label of hits whose own key came past the cap.
 pub const OVERFLOW_KEY: &str = "_other";
@@ -60,21 +61,6 @@ impl KeyCounters {
     }
 }
 
-/// Where one descriptor's hit landed.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Hit {
-    /// The descriptor's cost (`hits_addend`).
-    pub(crate) cost: u64,
-    /// The limit's requests (0 for a deny-all limit).
-    pub(crate) limit: u64,
-    /// The count before the hit.
-    pub(crate) before: u64,
-    /// Whether the descriptor was over the limit.
-    pub(crate) over: bool,
-    /// Whether the descriptor is in `shadow_mode` (its own flag, not the global one).
-    pub(crate) shadow: bool,
-}
-
 /// How a hit splits between upstream's stats.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Split {
@@ -84,38 +70,35 @@ pub(crate) struct Split {
     pub(crate) shadow: u64,
 }
 
-impl Hit {
-    /// Upstream's arithmetic: of the hits that took the count from `before` to `before + cost`,
-    /// those past the limit are over it, those between the near-limit threshold and the limit
-    /// are near it; a hit within the limit counts all its cost as within, some of it also as
-    /// near.
-    pub(crate) fn split(&self, near_limit_ratio: f32) -> Split {
-        let near_at = (self.limit as f64 * f64::from(near_limit_ratio)).floor() as u64;
-        let after = self.before.saturating_add(self.cost);
-        let mut split = Split::default();
-        if self.over {
-            let over_part = if self.before >= self.limit {
-                self.cost
-            } else {
-                split.near = self.limit.saturating_sub(near_at.max(self.before));
-                after.saturating_sub(self.limit)
-            };
-            split.over = over_part;
-            if self.shadow {
-                split.shadow = over_part;
-            }
+/// Upstream's arithmetic: of the hits that took the count from `before` to `before + cost`,
+/// those past the limit are over it, those between the near-limit threshold and the limit are
+/// near it; a hit within the limit counts all its cost as within, some of it also as near.
+pub(crate) fn split(hit: &Hit, near_limit_ratio: f32) -> Split {
+    let near_at = (hit.limit as f64 * f64::from(near_limit_ratio)).floor() as u64;
+    let after = hit.before.saturating_add(hit.cost);
+    let mut split = Split::default();
+    if hit.over {
+        let over_part = if hit.before >= hit.limit {
+            hit.cost
         } else {
-            split.within = self.cost;
-            if after > near_at {
-                split.near = if self.before >= near_at {
-                    self.cost
-                } else {
-                    after - near_at
-                };
-            }
+            split.near = hit.limit.saturating_sub(near_at.max(hit.before));
+            after.saturating_sub(hit.limit)
+        };
+        split.over = over_part;
+        if hit.shadow {
+            split.shadow = over_part;
         }
-        split
+    } else {
+        split.within = hit.cost;
+        if after > near_at {
+            split.near = if hit.before >= near_at {
+                hit.cost
+            } else {
+                after - near_at
+            };
+        }
     }
+    split
 }
 
 impl StatsKeys {
@@ -159,7 +142,7 @@ impl StatsKeys {
     /// Counts one descriptor's hit under its stats key.
     pub(crate) fn record(&self, key: &str, hit: Hit, near_limit_ratio: f32) {
         let counters = self.counters(key);
-        let split = hit.split(near_limit_ratio);
+        let split = split(&hit, near_limit_ratio);
         counters.total_hits.increment(hit.cost);
         counters.over_limit.increment(split.over);
         counters.near_limit.increment(split.near);
@@ -179,14 +162,14 @@ mod tests {
     use super::*;
 
     fn split(before: u64, cost: u64, over: bool) -> Split {
-        Hit {
+        let hit = Hit {
             cost,
             limit: 10,
             before,
             over,
             shadow: false,
-        }
-        .split(0.8)
+        };
+        super::split(&hit, 0.8)
     }
 
     #[test]
@@ -259,7 +242,7 @@ mod tests {
             shadow: true,
         };
         assert_eq!(
-            hit.split(0.8),
+            super::split(&hit, 0.8),
             Split {
                 over: 2,
                 shadow: 2,
@@ -279,7 +262,7 @@ mod tests {
                     over,
                     shadow: false,
                 };
-                let split = hit.split(ratio);
+                let split = super::split(&hit, ratio);
                 assert!(split.near <= 10, "{ratio}: {split:?}");
             }
         }
@@ -295,7 +278,7 @@ mod tests {
             shadow: false,
         };
         assert_eq!(
-            hit.split(0.8),
+            super::split(&hit, 0.8),
             Split {
                 over: 1,
                 ..Split::default()

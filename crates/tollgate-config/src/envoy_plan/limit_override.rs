@@ -12,80 +12,85 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use tollgate::{Algorithm, Anchor, Policy};
 
-use super::UNITS;
-use tollgate_config::ENVOY_POLICY_PREFIX;
+use crate::{ENVOY_POLICY_PREFIX, Unit};
 
 /// How many distinct overrides the cache keeps; past that, it starts over.
-pub(crate) const CACHED_OVERRIDES: usize = 1024;
+pub const CACHED_OVERRIDES: usize = 1024;
+
+/// A request's own limit for one descriptor: `requests_per_unit` per `unit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitOverride {
+    /// What the unit admits; 0 denies every request.
+    pub requests_per_unit: u32,
+    /// The unit, aligned to the epoch.
+    pub unit: Unit,
+}
 
 /// What an override admits.
 #[derive(Debug, Clone)]
-pub(crate) enum Override {
+pub(crate) enum Admits {
     /// `requests_per_unit: 0`: nothing, per `period`.
-    DenyAll { period: Duration, policy_name: String },
+    Nothing { unit: Unit, policy_name: String },
     /// A fixed window the store decides.
-    Limited(Policy),
+    Window(Policy),
 }
 
-/// Why an override cannot be applied; the message is the gRPC status message.
+/// Why an override cannot be applied.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum OverrideError {
+#[non_exhaustive]
+pub enum OverrideError {
+    /// The unit is not one of upstream's; the door names what it got.
     #[error("limit override unit must be one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR; got {0}")]
-    Unit(i32),
+    Unit(String),
+    /// The numbers make no policy (a limit above the core's maximum).
     #[error("limit override of {requests} per {unit}: {source}")]
     Policy {
+        /// `requests_per_unit`.
         requests: u32,
-        unit: &'static str,
+        /// The unit.
+        unit: Unit,
+        /// Why the policy was refused.
         source: tollgate::PolicyError,
     },
-}
-
-impl OverrideError {
-    /// The status for descriptor `index`: the caller's mistake.
-    pub(crate) fn status(&self, index: usize) -> tonic::Status {
-        tonic::Status::invalid_argument(format!("descriptors[{index}]: {self}"))
-    }
 }
 
 /// The policies of recent overrides.
 #[derive(Debug, Default)]
 pub(crate) struct OverridePolicies {
-    seen: Mutex<HashMap<(u32, Unit), Override>>,
+    seen: Mutex<HashMap<LimitOverrideKey, Admits>>,
 }
 
+type LimitOverrideKey = (u32, Unit);
+
 impl OverridePolicies {
-    /// The override of `requests` per the wire `unit`.
-    pub(crate) fn get(&self, requests: u32, unit: i32) -> Result<Override, OverrideError> {
-        let (seconds, unit) = UNITS
-            .iter()
-            .copied()
-            .find(|(_, u)| i32::from(*u) == unit)
-            .ok_or(OverrideError::Unit(unit))?;
+    /// What `limit` admits.
+    pub(crate) fn get(&self, limit: LimitOverride) -> Result<Admits, OverrideError> {
+        let LimitOverride {
+            requests_per_unit: requests,
+            unit,
+        } = limit;
         // Nothing here can panic while the lock is held, but a poisoned map is still whole.
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(found) = seen.get(&(requests, unit)) {
             return Ok(found.clone());
         }
-        let period = Duration::from_secs(seconds);
         // No `.` in the name, so it can never equal a configured descriptor's policy name
         // (`envoy:` then `domain.key...`).
-        let policy_name = format!("{ENVOY_POLICY_PREFIX}override/{requests}/{}", unit.as_str_name());
+        let policy_name = format!("{ENVOY_POLICY_PREFIX}override/{requests}/{unit}");
         let made = if requests == 0 {
-            Override::DenyAll { period, policy_name }
+            Admits::Nothing { unit, policy_name }
         } else {
             let policy_error = |source| OverrideError::Policy {
                 requests,
-                unit: unit.as_str_name(),
+                unit,
                 source,
             };
-            let algorithm =
-                Algorithm::fixed_window(u64::from(requests), period, Anchor::Epoch).map_err(policy_error)?;
-            Override::Limited(Policy::new(policy_name, algorithm).map_err(policy_error)?)
+            let algorithm = Algorithm::fixed_window(u64::from(requests), unit.length(), Anchor::Epoch)
+                .map_err(policy_error)?;
+            Admits::Window(Policy::new(policy_name, algorithm).map_err(policy_error)?)
         };
         if seen.len() >= CACHED_OVERRIDES {
             // Simpler than LRU and as good here: the few overrides in real use are back in the
@@ -101,13 +106,20 @@ impl OverridePolicies {
 mod tests {
     use super::*;
 
+    fn per(requests_per_unit: u32, unit: Unit) -> LimitOverride {
+        LimitOverride {
+            requests_per_unit,
+            unit,
+        }
+    }
+
     #[test]
     fn equal_overrides_share_one_policy() {
         let overrides = OverridePolicies::default();
-        let Ok(Override::Limited(a)) = overrides.get(5, Unit::Minute.into()) else {
+        let Ok(Admits::Window(a)) = overrides.get(per(5, Unit::Minute)) else {
             panic!("a limited override")
         };
-        let Ok(Override::Limited(b)) = overrides.get(5, Unit::Minute.into()) else {
+        let Ok(Admits::Window(b)) = overrides.get(per(5, Unit::Minute)) else {
             panic!("a limited override")
         };
         assert_eq!(a, b);
@@ -119,21 +131,17 @@ mod tests {
     fn zero_requests_deny_everything() {
         let overrides = OverridePolicies::default();
         assert!(matches!(
-            overrides.get(0, Unit::Hour.into()),
-            Ok(Override::DenyAll { period, .. }) if period == Duration::from_secs(3_600)
+            overrides.get(per(0, Unit::Hour)),
+            Ok(Admits::Nothing { unit: Unit::Hour, .. })
         ));
     }
 
     #[test]
-    fn bad_units_and_limits_are_errors() {
+    fn limits_past_the_maximum_are_errors() {
         let overrides = OverridePolicies::default();
         assert_eq!(
-            overrides.get(5, 0).unwrap_err().to_string(),
-            "limit override unit must be one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR; got 0"
-        );
-        assert_eq!(
             overrides
-                .get(u32::MAX, Unit::Second.into())
+                .get(per(u32::MAX, Unit::Second))
                 .unwrap_err()
                 .to_string(),
             "limit override of 4294967295 per SECOND: limit is 4294967295, above the maximum of 1000000000"
@@ -145,7 +153,7 @@ mod tests {
         let overrides = OverridePolicies::default();
         let count = CACHED_OVERRIDES as u32 * 2;
         for requests in 1..=count {
-            let Ok(Override::Limited(policy)) = overrides.get(requests, Unit::Day.into()) else {
+            let Ok(Admits::Window(policy)) = overrides.get(per(requests, Unit::Day)) else {
                 panic!("override {requests} is a limited override")
             };
             assert_eq!(policy.max_cost(), u64::from(requests));
@@ -158,7 +166,7 @@ mod tests {
         assert!(held <= CACHED_OVERRIDES, "the cache holds {held}");
         // Built again after being dropped from the cache, an override is the same policy: the
         // same name, so the same budget in the store.
-        let Ok(Override::Limited(again)) = overrides.get(1, Unit::Day.into()) else {
+        let Ok(Admits::Window(again)) = overrides.get(per(1, Unit::Day)) else {
             panic!("a limited override")
         };
         assert_eq!(again.name(), "envoy:override/1/DAY");

@@ -1,0 +1,466 @@
+//! The Envoy planner: what a `ShouldRateLimit` request means, as envoyproxy/ratelimit answers
+//! it, in one pure place. The gRPC door, `POST /json` and explain all plan with it, so they
+//! cannot disagree; they only read their input into [`Asked`] descriptors, ask the
+//! [`Engine`](tollgate::Engine) about [`Plan::rules`], and write [`Plan::answer`] back in their
+//! protocol. No I/O here: the engine call is the caller's, and so is the clock.
+//!
+//! # One request
+//!
+//! A request names a `domain` and carries descriptors, each a list of `(key, value)` entries.
+//! Each descriptor is matched on its own with [`Limits::resolve`], then [`apply_replaces`]
+//! drops the rate limits that another matched rate limit of the same request `replaces`. Each
+//! descriptor then answers:
+//!
+//! - no rate limit applies (unknown domain, no descriptor matched, or the limit was replaced):
+//!   `OK`, without a current limit;
+//! - `unlimited: true`: `OK` with `u32::MAX` left, as upstream;
+//! - `requests_per_unit: 0`: over the limit without asking the store, with the time to the end
+//!   of the current unit;
+//! - a cost above what the policy can ever admit: over the limit, with no reset time (no wait
+//!   makes it pass);
+//! - otherwise the engine decides the descriptor's rule: its key is the descriptor's encoded
+//!   path, and allow and deny lists match its `remote_address` value (else its last entry's).
+//!
+//! A descriptor that carries its own limit ([`LimitOverride`]) is not matched against the
+//! config: for any descriptor of a known domain it is a fixed window of `requests_per_unit` per
+//! `unit` aligned to the unit (0 denies everything), never in shadow mode, kept apart from the
+//! configured limit of the same descriptor.
+//!
+//! The cost of a descriptor is its own `hits_addend` when set, else the request's (0 meaning 1).
+//! A descriptor asked with a cost of 0 is a question ([`Rule::question`](tollgate::Rule)):
+//! answered as the budget stands before the request, never spent.
+//!
+//! # Modes, as engine rules
+//!
+//! Every limited descriptor is one rule of one engine request, decided all or nothing: a
+//! request over the limit spends nothing anywhere. The modes only say how each rule weighs:
+//!
+//! - a descriptor in `shadow_mode`, and every descriptor under global shadow mode
+//!   ([`Modes::global_shadow`]), is a shadow rule: decided and counted, never denying. Its own
+//!   shadow mode answers `OK`; the global one keeps the descriptor's code and answers the
+//!   request `OK` overall;
+//! - a descriptor in quota mode (its own `quota_mode`, or [`Modes::global_quota`]) is a rule
+//!   [`Apart::Quota`]: the request is over only when every quota descriptor is;
+//! - under upstream's counting ([`Modes::count_every`]) every other descriptor is a rule
+//!   [`Apart::Alone`]: each spends when it fits, whatever the others say, and a charge larger
+//!   than the budget left spends what is left ([`Plan::overcharged`]).
+//!
+//! A refusal without the store (an enforced deny-all descriptor, a cost no budget admits, or
+//! every quota descriptor over at once) refuses the request: then [`Plan::spends`] is false and
+//! the rules are only looked at ([`Engine::peek_all`](tollgate::Engine::peek_all)).
+//!
+//! # The answer
+//!
+//! [`Plan::answer`] turns the engine's verdict into one [`DescriptorAnswer`] per descriptor and
+//! the request's code: over when a descriptor not in quota mode is over, or when the request
+//! has quota-mode descriptors and all of them are over; `OK` under global shadow mode; over
+//! whenever a key is deny-listed, whatever the modes.
+
+mod answer;
+mod limit_override;
+
+use std::borrow::Cow;
+
+use tollgate::{Apart, Policy, Rule};
+
+pub use self::answer::{Answer, CurrentLimit, DescriptorAnswer, Hit, Kind};
+use self::limit_override::{Admits, OverridePolicies};
+pub use self::limit_override::{CACHED_OVERRIDES, LimitOverride, OverrideError};
+use crate::{Limits, Metadata, Resolved, Unit, apply_replaces, override_key};
+
+/// Upstream's global settings that change what a request means.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Modes {
+    /// `SHADOW_MODE`: every descriptor is a shadow rule, and the request is answered `OK`.
+    pub global_shadow: bool,
+    /// `QUOTA_MODE`: every descriptor is in quota mode.
+    pub global_quota: bool,
+    /// Upstream's counting: every descriptor spends on its own.
+    pub count_every: bool,
+}
+
+impl Modes {
+    /// The modes, from upstream's settings.
+    pub fn new(global_shadow: bool, global_quota: bool, count_every: bool) -> Self {
+        Modes {
+            global_shadow,
+            global_quota,
+            count_every,
+        }
+    }
+}
+
+/// One descriptor of a request, as the door read it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Asked {
+    /// Its `(key, value)` entries, in order.
+    pub entries: Vec<(String, String)>,
+    /// What it costs: its own `hits_addend`, else the request's; 0 asks without spending.
+    pub cost: u64,
+    /// Its own limit, instead of the config's.
+    pub limit: Option<LimitOverride>,
+}
+
+/// Why a request cannot be planned: the caller's mistake.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// Upstream's message for an empty domain.
+    #[error("rate limit domain must not be empty")]
+    NoDomain,
+    /// Upstream's message for a request without descriptors.
+    #[error("rate limit descriptor list must not be empty")]
+    NoDescriptors,
+    /// A descriptor's limit override makes no policy.
+    #[error("descriptors[{index}]: {source}")]
+    Override {
+        /// The descriptor.
+        index: usize,
+        /// Why.
+        source: OverrideError,
+    },
+    /// A descriptor's key is one the store refuses (past the core's key length).
+    #[error("descriptors[{index}]: {source}")]
+    Key {
+        /// The descriptor.
+        index: usize,
+        /// Why.
+        source: tollgate::Error,
+    },
+}
+
+/// Plans requests; holds the policies of recent limit overrides, so share one per server.
+///
+/// ```
+/// use tollgate::{Engine, MemoryStore};
+/// use tollgate_config::envoy_plan::{Asked, Modes, Planner};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limits = tollgate_config::parse(
+///     "edge.yaml",
+///     "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+/// )?;
+/// let planner = Planner::default();
+/// let engine = Engine::new(MemoryStore::new());
+/// let asked = || vec![Asked { entries: vec![("ip".into(), "192.0.2.7".into())], cost: 1, limit: None }];
+/// for expect_over in [false, true] {
+///     let plan = planner.plan(&limits, Modes::default(), "edge", asked())?;
+///     let verdict = engine.check_all(&plan.rules()).await?;
+///     let answer = plan.answer(Some(&verdict), std::time::Duration::ZERO);
+///     assert_eq!(answer.over, expect_over);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Default)]
+pub struct Planner {
+    overrides: OverridePolicies,
+}
+
+impl Planner {
+    /// Plans `asked` under `domain` against `limits`; see the [module docs](self).
+    pub fn plan<'l>(
+        &self,
+        limits: &'l Limits,
+        modes: Modes,
+        domain: &str,
+        asked: Vec<Asked>,
+    ) -> Result<Plan<'l>, PlanError> {
+        if domain.is_empty() {
+            return Err(PlanError::NoDomain);
+        }
+        if asked.is_empty() {
+            return Err(PlanError::NoDescriptors);
+        }
+        // A descriptor with an override takes no part in matching, `unlimited` or `replaces`.
+        let mut resolved: Vec<Option<Resolved<'l>>> = asked
+            .iter()
+            .map(|asked| match asked.limit {
+                Some(_) => None,
+                None => limits.resolve(domain, &asked.entries),
+            })
+            .collect();
+        let found: Vec<bool> = resolved.iter().map(Option::is_some).collect();
+        // Upstream decides "unlimited" before `replaces`: a replaced unlimited limit still
+        // answers as unlimited.
+        let unlimited: Vec<bool> = resolved
+            .iter()
+            .map(|r| r.as_ref().is_some_and(Resolved::is_unlimited))
+            .collect();
+        apply_replaces(&mut resolved);
+        let mut slots = Vec::with_capacity(asked.len());
+        for (index, (asked, resolved)) in asked.into_iter().zip(resolved).enumerate() {
+            let none = Slot::None {
+                quota: modes.global_quota,
+                replaced: found[index],
+            };
+            let slot = match (asked.limit, resolved) {
+                (Some(limit), _) if limits.has_domain(domain) => {
+                    let admits = self
+                        .overrides
+                        .get(limit)
+                        .map_err(|source| PlanError::Override { index, source })?;
+                    let matched = Matched::overridden(domain, asked, modes.global_quota);
+                    match admits {
+                        Admits::Nothing { unit, policy_name } => Slot::DenyAll {
+                            matched,
+                            unit,
+                            policy_name: Cow::Owned(policy_name),
+                        },
+                        Admits::Window(policy) => Slot::limited(matched, Cow::Owned(policy)),
+                    }
+                }
+                (Some(_), _) => none,
+                _ if unlimited[index] => Slot::Unlimited,
+                (None, None) => none,
+                (None, Some(resolved)) => match (resolved.policy(), resolved.deny_all()) {
+                    (Some(policy), _) => Slot::limited(
+                        Matched::configured(resolved, &asked, modes.global_quota),
+                        Cow::Borrowed(policy),
+                    ),
+                    (None, Some((period, policy_name))) => Slot::DenyAll {
+                        matched: Matched::configured(resolved, &asked, modes.global_quota),
+                        unit: Unit::scaled(1, period).1,
+                        policy_name: Cow::Borrowed(policy_name),
+                    },
+                    (None, None) => Slot::Unlimited,
+                },
+            };
+            if let Slot::Limited { matched, .. } = &slot {
+                tollgate::store::validate_key(matched.key.as_bytes())
+                    .map_err(|source| PlanError::Key { index, source })?;
+            }
+            slots.push(slot);
+        }
+        Ok(Plan { slots, modes })
+    }
+}
+
+/// A planned request: the engine rules to decide, and how to answer from the verdict.
+#[derive(Debug)]
+pub struct Plan<'l> {
+    slots: Vec<Slot<'l>>,
+    modes: Modes,
+}
+
+impl Plan<'_> {
+    /// The engine rules of the limited descriptors, in request order (questions, a cost of 0,
+    /// included); empty when no descriptor needs the store.
+    pub fn rules(&self) -> Vec<Rule<'_>> {
+        self.slots
+            .iter()
+            .filter_map(|slot| match slot {
+                Slot::Limited { matched, policy } => Some(matched.rule(policy, self.modes)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether the rules are to be decided and spent
+    /// ([`check_all`](tollgate::Engine::check_all)); false when the request is refused without
+    /// the store, so they are only looked at ([`peek_all`](tollgate::Engine::peek_all)).
+    pub fn spends(&self) -> bool {
+        let modes = self.modes;
+        let enforced_refusal = self
+            .slots
+            .iter()
+            .any(|slot| slot.over_at_door() && slot.matched().is_some_and(|m| !m.apart(modes)));
+        if enforced_refusal {
+            return false;
+        }
+        if modes.global_shadow || modes.count_every {
+            return true;
+        }
+        // Every quota-mode descriptor over at the door (and none of them in shadow mode, which
+        // answers OK): the request is over whatever the store says.
+        let mut quota = self.slots.iter().filter(|slot| slot.quota()).peekable();
+        let all_over = quota.peek().is_some()
+            && quota.all(|slot| slot.over_at_door() && slot.matched().is_some_and(|m| !m.shadow));
+        !all_over
+    }
+
+    /// Upstream's counting of a charge larger than the budget left: its counter goes past the
+    /// limit, tollgate's stop at it, so what is left is spent instead and the next request
+    /// finds nothing left, as it would upstream. The shadow rules to decide after `answer`,
+    /// only under [`Modes::count_every`] and when the request spent.
+    pub fn overcharged(&self, answer: &Answer) -> Vec<Rule<'_>> {
+        if !self.modes.count_every || !self.spends() {
+            return Vec::new();
+        }
+        self.slots
+            .iter()
+            .zip(&answer.descriptors)
+            .filter_map(|(slot, answer)| {
+                let (Slot::Limited { matched, policy }, Some(verdict), Some((_, hit))) =
+                    (slot, answer.verdict, answer.stats)
+                else {
+                    return None;
+                };
+                let left = verdict.decision.limit.saturating_sub(hit.before);
+                let over = !verdict.decision.allowed && matched.cost > 1 && left > 0;
+                over.then(|| Rule::new(policy.as_ref(), matched.key.as_bytes(), left).as_shadow())
+            })
+            .collect()
+    }
+}
+
+/// What applies to one descriptor.
+#[derive(Debug)]
+enum Slot<'l> {
+    /// No rate limit; `quota` under global quota mode; `replaced` when one matched but another
+    /// descriptor's `replaces` dropped it.
+    None { quota: bool, replaced: bool },
+    /// `unlimited: true`.
+    Unlimited,
+    /// `requests_per_unit: 0`, stated per `unit`, counted under `policy_name`.
+    DenyAll {
+        matched: Matched<'l>,
+        unit: Unit,
+        policy_name: Cow<'l, str>,
+    },
+    /// A cost above what the policy can ever admit.
+    TooLarge {
+        matched: Matched<'l>,
+        policy: Cow<'l, Policy>,
+    },
+    /// Decided by the engine.
+    Limited {
+        matched: Matched<'l>,
+        policy: Cow<'l, Policy>,
+    },
+}
+
+impl<'l> Slot<'l> {
+    fn limited(matched: Matched<'l>, policy: Cow<'l, Policy>) -> Self {
+        if matched.cost > policy.max_cost() {
+            Slot::TooLarge { matched, policy }
+        } else {
+            Slot::Limited { matched, policy }
+        }
+    }
+
+    fn matched(&self) -> Option<&Matched<'l>> {
+        match self {
+            Slot::DenyAll { matched, .. }
+            | Slot::TooLarge { matched, .. }
+            | Slot::Limited { matched, .. } => Some(matched),
+            Slot::None { .. } | Slot::Unlimited => None,
+        }
+    }
+
+    fn over_at_door(&self) -> bool {
+        matches!(self, Slot::DenyAll { .. } | Slot::TooLarge { .. })
+    }
+
+    fn quota(&self) -> bool {
+        match self {
+            Slot::None { quota, .. } => *quota,
+            Slot::Unlimited => false,
+            _ => self.matched().is_some_and(|m| m.quota),
+        }
+    }
+}
+
+/// The rate limit a descriptor matched (or its override): where its counter lives and how it is
+/// reported.
+#[derive(Debug)]
+struct Matched<'l> {
+    /// The store key.
+    key: String,
+    /// What allow and deny lists match: the `remote_address` value, else the last entry's.
+    list_key: Option<String>,
+    /// The rate limit's `name`.
+    name: Option<&'l str>,
+    /// The descriptor's own `shadow_mode`.
+    shadow: bool,
+    /// Quota mode: the descriptor's own or the global one.
+    quota: bool,
+    /// Upstream's stats key.
+    stats_key: String,
+    metadata: Option<&'l Metadata>,
+    /// What the descriptor spends; 0 asks.
+    cost: u64,
+    /// How the descriptor matched, for explain.
+    kind: Kind,
+}
+
+impl<'l> Matched<'l> {
+    fn configured(resolved: Resolved<'l>, asked: &Asked, global_quota: bool) -> Self {
+        Matched {
+            list_key: list_key(&asked.entries),
+            name: resolved.name(),
+            shadow: resolved.shadow_mode(),
+            quota: global_quota || resolved.quota_mode(),
+            stats_key: resolved.stats_key().to_owned(),
+            metadata: resolved.metadata(),
+            cost: asked.cost,
+            kind: Kind::Configured,
+            key: resolved.into_key(),
+        }
+    }
+
+    fn overridden(domain: &str, asked: Asked, global_quota: bool) -> Self {
+        Matched {
+            list_key: list_key(&asked.entries),
+            stats_key: override_stats_key(domain, &asked.entries),
+            key: override_key(domain, &asked.entries),
+            name: None,
+            shadow: false,
+            quota: global_quota,
+            metadata: None,
+            cost: asked.cost,
+            kind: Kind::LimitOverride,
+        }
+    }
+
+    /// Whether its denial leaves the rest of the request to be decided on its own.
+    fn apart(&self, modes: Modes) -> bool {
+        self.shadow || self.quota || modes.global_shadow || modes.count_every
+    }
+
+    /// The descriptor as an engine rule; a question (cost 0) asks about a cost of 1.
+    fn rule<'p>(&'p self, policy: &'p Policy, modes: Modes) -> Rule<'p> {
+        let mut rule = Rule::new(policy, self.key.as_bytes(), self.cost.max(1));
+        if let Some(listed) = &self.list_key {
+            rule = rule.with_list_key(listed.as_bytes());
+        }
+        rule.question = self.cost == 0;
+        if self.shadow || modes.global_shadow {
+            rule.as_shadow()
+        } else if self.quota {
+            rule.apart(Apart::Quota)
+        } else if modes.count_every {
+            rule.apart(Apart::Alone)
+        } else {
+            rule
+        }
+    }
+}
+
+/// What allow and deny lists match for a descriptor: its `remote_address` value, else its last
+/// entry's value (`None` for an empty value).
+fn list_key(entries: &[(String, String)]) -> Option<String> {
+    entries
+        .iter()
+        .find(|(key, _)| key == "remote_address")
+        .or_else(|| entries.last())
+        .map(|(_, value)| value.clone())
+        .filter(|value| !value.is_empty())
+}
+
+/// Upstream's stats key of a limit override: the domain, then each entry as `key_value` (or
+/// `key` for an empty value), joined by `.`.
+fn override_stats_key(domain: &str, entries: &[(String, String)]) -> String {
+    let mut out = domain.to_owned();
+    for (key, value) in entries {
+        out.push('.');
+        out.push_str(key);
+        if !value.is_empty() {
+            out.push('_');
+            out.push_str(value);
+        }
+    }
+    out
+}
