@@ -309,8 +309,14 @@ fn main() -> ExitCode {
                     match parsed {
                         Ok(descriptors) => ExplainRequest::Envoy {
                             domain,
-                            descriptors,
-                            cost,
+                            descriptors: descriptors
+                                .into_iter()
+                                .map(|entries| tollgate_config::envoy_plan::Asked {
+                                    entries,
+                                    cost,
+                                    limit: None,
+                                })
+                                .collect(),
                         },
                         Err(err) => {
                             eprintln!("tollgate: --descriptor: {err}");
@@ -323,9 +329,19 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
+            // Upstream's SHADOW_MODE and QUOTA_MODE change the answer, as they do the server's.
+            let mut settings = Settings::default();
+            match EnvoyEnv::from_env() {
+                Ok(upstream) => upstream.compat.apply(&mut settings),
+                Err(err) => {
+                    eprintln!("tollgate: {err}");
+                    return ExitCode::FAILURE;
+                }
+            }
+            let modes = settings.envoy.modes();
             run(async move {
                 let options = tollgate_server::store::StoreOptions::default();
-                let answer = explain::run_cli(&config, store.as_deref(), &options, &request).await?;
+                let answer = explain::run_cli(&config, store.as_deref(), &options, modes, &request).await?;
                 println!("{}", answer.to_pretty_json());
                 Ok(())
             })

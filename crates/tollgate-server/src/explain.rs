@@ -15,16 +15,23 @@
 //! - what the check would decide: the rule's outcome and how long to wait when denied (a
 //!   `block_for` penalty shows as a denial whose wait is the penalty's).
 //!
-//! Every limited rule is asked as a question ([`Rule::as_question`]) in one
-//! [`Engine::peek_all`]: the store decides it as the check would (overrides included) and
-//! records nothing, on every store. Explain is read only: nothing is spent, no penalty starts,
-//! no override is loaded into a cache it was not already in.
+//! An Envoy descriptor set is planned by the same planner as `ShouldRateLimit` and `POST /json`
+//! ([`tollgate_config::envoy_plan`]), with the server's global modes (shadow, quota, upstream's
+//! counting), and its rules are looked at with [`Engine::peek_all`]: the answer is the one the
+//! gRPC door would give now, allow and deny lists included. tollgate rules are asked as
+//! questions ([`Rule::as_question`]) in one `peek_all`. Either way the store decides as the
+//! check would (overrides included) and records nothing, on every store. Explain is read only:
+//! nothing is spent, no penalty starts, no override is loaded into a cache it was not already
+//! in.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use tollgate::overrides::{Override, OverrideStore};
-use tollgate::{Engine, Error, Outcome, Policy, Rule, Store};
+use tollgate::{Engine, Error, Outcome, Policy, Rule, RuleVerdict, Store};
+use tollgate_config::Limits;
+use tollgate_config::envoy_plan::{Asked, DescriptorAnswer, Kind, Modes, PlanError, Planner};
 use tollgate_config::limits::EntryMatch;
-use tollgate_config::{Limits, Resolved, apply_replaces};
 
 use crate::http::millis_up;
 use crate::overrides::{OverrideAnswer, answer as override_answer, parameters};
@@ -34,15 +41,23 @@ use crate::overrides::{OverrideAnswer, answer as override_answer, parameters};
 pub enum ExplainRequest {
     /// tollgate rules, decided together as `POST /v1/check` decides them.
     Rules(Vec<AskedRule>),
-    /// An Envoy descriptor set, as `ShouldRateLimit` gets it.
+    /// An Envoy descriptor set, as `ShouldRateLimit` gets it: each descriptor's entries, cost
+    /// (Envoy's `hits_addend`) and limit override.
     Envoy {
         /// The domain.
         domain: String,
-        /// Each descriptor's `(key, value)` entries, in order.
-        descriptors: Vec<Vec<(String, String)>>,
-        /// What the request costs under each descriptor (Envoy's `hits_addend`, default 1).
-        cost: u64,
+        /// The descriptors, in order.
+        descriptors: Vec<Asked>,
     },
+}
+
+/// How the server plans Envoy requests, for explain to plan them the same way.
+#[derive(Debug, Clone, Copy)]
+pub struct EnvoyContext<'a> {
+    /// The planner (it keeps the policies of recent limit overrides).
+    pub planner: &'a Planner,
+    /// The global modes in force.
+    pub modes: Modes,
 }
 
 /// One tollgate rule to explain.
@@ -74,6 +89,9 @@ pub enum ExplainError {
     /// Nothing to explain.
     #[error("{0}")]
     Empty(&'static str),
+    /// The planner refused a descriptor (a bad limit override or key).
+    #[error(transparent)]
+    Plan(#[from] PlanError),
     /// The engine refused the input (a bad key or cost) or the store failed.
     #[error(transparent)]
     Store(#[from] Error),
@@ -84,7 +102,8 @@ pub enum ExplainError {
 pub struct Explanation {
     /// Whether the check would let the request pass.
     pub allowed: bool,
-    /// The request's outcome: `allowed`, `denied`, `shadow_denied`, `degraded` or `error`.
+    /// The request's outcome: `allowed`, `denied`, `shadow_denied`, `degraded`, `error` or
+    /// `blocked` (a key is on a deny list).
     pub outcome: &'static str,
     /// The store could not answer and the failure modes did; the state shown is theirs.
     pub degraded: bool,
@@ -104,8 +123,8 @@ impl Explanation {
 pub struct ExplainedRule {
     /// The descriptor's index, for an Envoy descriptor set.
     pub descriptor: Option<usize>,
-    /// Why this limit applies: `policy`, `exact`, `wildcard`, `default`, `replaced`,
-    /// `unlimited`, `deny_all` or `no_match`.
+    /// Why this limit applies: `policy`, `exact`, `wildcard`, `default`, `limit_override` (the
+    /// descriptor's own limit), `replaced`, `unlimited`, `deny_all` or `no_match`.
     pub matched: &'static str,
     /// For a descriptor: how each entry matched, as far as the match got.
     pub entries: Vec<ExplainedEntry>,
@@ -127,8 +146,8 @@ pub struct ExplainedRule {
     /// The budget as it stands, before this request.
     pub state: Option<BudgetState>,
     /// What the check would decide for this rule: `allowed`, `denied`, `shadow_denied`,
-    /// `degraded`, or `unlimited` / `deny_all` / `no_match` for a descriptor the store never
-    /// sees.
+    /// `degraded`, `blocked`, or `unlimited` / `deny_all` / `no_match` for a descriptor the
+    /// store never sees.
     pub decision: &'static str,
     /// When it would deny: milliseconds until a request of this cost could pass.
     pub retry_after_ms: Option<u64>,
@@ -165,201 +184,237 @@ pub struct BudgetState {
     pub penalty_left_ms: Option<u64>,
 }
 
-/// A rule the store will be asked about, with what is explained around it.
-struct Limited<'a> {
-    slot: usize,
-    policy: &'a Policy,
-    key: String,
-    cost: u64,
-    shadow: bool,
-}
-
-/// Explains `request` against `limits` on `engine`'s store; see the [module docs](self).
+/// Explains `request` against `limits` on `engine`'s store, planning Envoy descriptors as
+/// `envoy` says; see the [module docs](self).
 ///
 /// ```
 /// use tollgate::{Engine, MemoryStore};
-/// use tollgate_server::explain::{AskedRule, ExplainRequest, explain};
+/// use tollgate_config::envoy_plan::{Modes, Planner};
+/// use tollgate_server::explain::{AskedRule, EnvoyContext, ExplainRequest, explain};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let limits = tollgate_config::parse("a.yaml", "policies:\n  api: {algorithm: sliding_log, limit: 2, window: 1m}\n")?;
 /// let engine = Engine::new(MemoryStore::new());
+/// let planner = Planner::default();
+/// let envoy = EnvoyContext { planner: &planner, modes: Modes::default() };
 /// let asked = ExplainRequest::Rules(vec![AskedRule { policy: "api".into(), key: "ann".into(), cost: 1 }]);
-/// let answer = explain(&limits, &engine, &asked).await?;
+/// let answer = explain(&limits, &engine, envoy, &asked).await?;
 /// assert!(answer.allowed);
 /// assert_eq!(answer.rules[0].matched, "policy");
 /// assert_eq!(answer.rules[0].state.as_ref().map(|s| s.remaining), Some(2));
 /// // Nothing was spent: asking again gives the same answer.
-/// assert_eq!(explain(&limits, &engine, &asked).await?.rules[0].state.as_ref().map(|s| s.remaining), Some(2));
+/// let again = explain(&limits, &engine, envoy, &asked).await?;
+/// assert_eq!(again.rules[0].state.as_ref().map(|s| s.remaining), Some(2));
 /// # Ok(())
 /// # }
 /// ```
 pub async fn explain<S: Store + OverrideStore>(
     limits: &Limits,
     engine: &Engine<S>,
+    envoy: EnvoyContext<'_>,
     request: &ExplainRequest,
 ) -> Result<Explanation, ExplainError> {
-    let mut rules: Vec<ExplainedRule> = vec![];
-    let mut limited: Vec<Limited<'_>> = vec![];
     match request {
-        ExplainRequest::Rules(asked) => {
-            if asked.is_empty() {
-                return Err(ExplainError::Empty("rules must not be empty"));
-            }
-            for (i, rule) in asked.iter().enumerate() {
-                let named = limits
-                    .policy(&rule.policy)
-                    .ok_or_else(|| ExplainError::UnknownPolicy {
-                        at: if asked.len() > 1 {
-                            format!("rules[{i}]: ")
-                        } else {
-                            String::new()
-                        },
-                        policy: rule.policy.clone(),
-                    })?;
-                limited.push(Limited {
-                    slot: rules.len(),
-                    policy: named.policy(),
-                    key: rule.key.clone(),
-                    cost: rule.cost,
-                    shadow: named.shadow(),
-                });
-                rules.push(unexplained(None, "policy", vec![], rule.cost));
-            }
-        }
-        ExplainRequest::Envoy {
-            domain,
-            descriptors,
-            cost,
-        } => {
-            if !limits.has_domain(domain) {
-                return Err(ExplainError::UnknownDomain(domain.clone()));
-            }
-            if descriptors.is_empty() {
-                return Err(ExplainError::Empty("descriptors must not be empty"));
-            }
-            let mut resolved: Vec<Option<Resolved<'_>>> =
-                descriptors.iter().map(|d| limits.resolve(domain, d)).collect();
-            let found: Vec<bool> = resolved.iter().map(Option::is_some).collect();
-            let unlimited: Vec<bool> = resolved
-                .iter()
-                .map(|r| r.as_ref().is_some_and(Resolved::is_unlimited))
-                .collect();
-            apply_replaces(&mut resolved);
-            for (i, (entries, resolved)) in descriptors.iter().zip(resolved).enumerate() {
-                let matches = limits.explain_entries(domain, entries);
-                let last = matches.last().map_or("no_match", EntryMatch::as_str);
-                let shown = explained_entries(entries, &matches);
-                let slot = rules.len();
-                let (matched, decision) = match (found[i], unlimited[i], &resolved) {
-                    (false, _, _) => ("no_match", "no_match"),
-                    (_, true, _) => ("unlimited", "unlimited"),
-                    (true, false, None) => ("replaced", "no_match"),
-                    (true, false, Some(r)) if r.deny_all().is_some() => ("deny_all", "deny_all"),
-                    (true, false, Some(_)) => (last, "allowed"),
-                };
-                let mut rule = unexplained(Some(i), matched, shown, *cost);
-                rule.decision = decision;
-                if matched == "deny_all" {
-                    rule.policy = resolved
-                        .as_ref()
-                        .and_then(|r| r.deny_all())
-                        .map(|(_, name)| name.to_owned());
-                    rule.retry_after_ms = resolved
-                        .as_ref()
-                        .and_then(|r| r.deny_all())
-                        .map(|(period, _)| millis_up(period));
-                }
-                if let Some(resolved) = resolved
-                    && let Some(policy) = resolved.policy()
-                {
-                    rule.shadow = resolved.shadow_mode();
-                    limited.push(Limited {
-                        slot,
-                        policy,
-                        shadow: resolved.shadow_mode(),
-                        key: resolved.into_key(),
-                        cost: *cost,
-                    });
-                }
-                rules.push(rule);
-            }
+        ExplainRequest::Rules(asked) => explain_rules(limits, engine, asked).await,
+        ExplainRequest::Envoy { domain, descriptors } => {
+            explain_descriptors(limits, engine, envoy, domain, descriptors).await
         }
     }
+}
 
-    // The overrides in force, then every limited rule asked at once, as the check would ask.
-    let mut overrides: Vec<Option<Override>> = Vec::with_capacity(limited.len());
-    let mut penalties: Vec<Option<std::time::Duration>> = Vec::with_capacity(limited.len());
-    for one in &limited {
-        penalties.push(match one.policy.block_for() {
-            Some(_) => {
-                engine
-                    .store()
-                    .penalty_left(one.policy, one.key.as_bytes())
-                    .await?
-            }
-            None => None,
-        });
-        overrides.push(
-            engine
-                .store()
-                .override_for(one.policy, one.key.as_bytes())
-                .await?,
-        );
+/// tollgate rules, asked as questions.
+async fn explain_rules<S: Store + OverrideStore>(
+    limits: &Limits,
+    engine: &Engine<S>,
+    asked: &[AskedRule],
+) -> Result<Explanation, ExplainError> {
+    if asked.is_empty() {
+        return Err(ExplainError::Empty("rules must not be empty"));
     }
-    let questions: Vec<Rule<'_>> = limited
+    let mut named = Vec::with_capacity(asked.len());
+    for (i, rule) in asked.iter().enumerate() {
+        let found = limits
+            .policy(&rule.policy)
+            .ok_or_else(|| ExplainError::UnknownPolicy {
+                at: if asked.len() > 1 {
+                    format!("rules[{i}]: ")
+                } else {
+                    String::new()
+                },
+                policy: rule.policy.clone(),
+            })?;
+        named.push(found);
+    }
+    let questions: Vec<Rule<'_>> = asked
         .iter()
-        .map(|one| {
-            let rule = Rule::new(one.policy, &one.key, one.cost).as_question();
-            if one.shadow { rule.as_shadow() } else { rule }
+        .zip(&named)
+        .map(|(rule, named)| {
+            let question = Rule::new(named.policy(), &rule.key, rule.cost).as_question();
+            if named.shadow() {
+                question.as_shadow()
+            } else {
+                question
+            }
         })
         .collect();
-    let verdict = if questions.is_empty() {
-        None
-    } else {
-        Some(engine.peek_all(&questions).await?)
-    };
-    let mut outcome = Outcome::Allowed;
-    let mut degraded = false;
-    if let Some(verdict) = &verdict {
-        outcome = verdict.outcome();
-        degraded = verdict.degraded();
-        for (((one, found), penalty), result) in
-            limited.iter().zip(overrides).zip(penalties).zip(verdict.rules())
-        {
-            let rule = &mut rules[one.slot];
-            let in_force = found
-                .as_ref()
-                .filter(|o| o.algorithm.name() == one.policy.algorithm().name())
-                .map_or_else(|| one.policy.algorithm().clone(), |o| o.algorithm.clone());
-            let d = &result.decision;
-            rule.policy = Some(one.policy.name().to_owned());
-            rule.key = Some(one.key.clone());
-            rule.r#override = found.as_ref().map(|o| override_answer(one.policy, o));
-            rule.algorithm = Some(in_force.name());
-            rule.parameters = Some(parameters(&in_force));
-            rule.state = Some(BudgetState {
-                limit: d.limit,
-                remaining: d.remaining,
-                used: d.limit.saturating_sub(d.remaining),
-                reset_after_ms: millis_up(d.reset_after),
-                penalty_left_ms: penalty.map(millis_up),
-            });
-            rule.decision = result.outcome.as_str();
-            rule.retry_after_ms = d.retry_after.filter(|_| !d.allowed).map(millis_up);
-        }
-    }
-    // A descriptor that denies every request denies the request, as the check would.
-    let deny_all = rules.iter().any(|r| r.decision == "deny_all" && !r.shadow);
-    if deny_all && outcome.allows() {
-        outcome = Outcome::Denied;
+    let verdict = engine.peek_all(&questions).await?;
+    let mut rules = Vec::with_capacity(asked.len());
+    for ((rule, named), result) in asked.iter().zip(&named).zip(verdict.rules()) {
+        let mut explained = unexplained(None, "policy", vec![], rule.cost);
+        explained.shadow = named.shadow();
+        let d = &result.decision;
+        let standing = Standing {
+            remaining: d.remaining,
+            reset_after: d.reset_after,
+        };
+        budget(
+            engine,
+            &mut explained,
+            named.policy(),
+            &rule.key,
+            result,
+            standing,
+        )
+        .await?;
+        rules.push(explained);
     }
     Ok(Explanation {
-        allowed: outcome.allows(),
-        outcome: outcome.as_str(),
-        degraded,
+        allowed: verdict.allowed(),
+        outcome: verdict.outcome().as_str(),
+        degraded: verdict.degraded(),
         rules,
     })
+}
+
+/// An Envoy descriptor set, planned as the gRPC door plans it and looked at with `peek_all`.
+async fn explain_descriptors<S: Store + OverrideStore>(
+    limits: &Limits,
+    engine: &Engine<S>,
+    envoy: EnvoyContext<'_>,
+    domain: &str,
+    descriptors: &[Asked],
+) -> Result<Explanation, ExplainError> {
+    if !limits.has_domain(domain) {
+        return Err(ExplainError::UnknownDomain(domain.to_owned()));
+    }
+    if descriptors.is_empty() {
+        return Err(ExplainError::Empty("descriptors must not be empty"));
+    }
+    let plan = envoy
+        .planner
+        .plan(limits, envoy.modes, domain, descriptors.to_vec())?;
+    let rules = plan.rules();
+    let verdict = match rules.is_empty() {
+        true => None,
+        false => Some(engine.peek_all(&rules).await?),
+    };
+    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let answer = plan.answer(verdict.as_ref(), false, since_epoch);
+    let mut explained = Vec::with_capacity(descriptors.len());
+    for (i, (asked, d)) in descriptors.iter().zip(&answer.descriptors).enumerate() {
+        explained.push(explain_descriptor(limits, engine, domain, i, asked, d).await?);
+    }
+    Ok(Explanation {
+        allowed: !answer.over && answer.outcome.allows(),
+        outcome: answer.outcome.as_str(),
+        degraded: verdict.as_ref().is_some_and(tollgate::Verdict::degraded),
+        rules: explained,
+    })
+}
+
+/// One descriptor of a planned answer.
+async fn explain_descriptor<S: Store + OverrideStore>(
+    limits: &Limits,
+    engine: &Engine<S>,
+    domain: &str,
+    index: usize,
+    asked: &Asked,
+    d: &DescriptorAnswer<'_>,
+) -> Result<ExplainedRule, ExplainError> {
+    let (entries, last) = match d.kind {
+        Kind::LimitOverride => (vec![], "limit_override"),
+        _ => {
+            let matches = limits.explain_entries(domain, &asked.entries);
+            let last = matches.last().map_or("no_match", EntryMatch::as_str);
+            (explained_entries(&asked.entries, &matches), last)
+        }
+    };
+    let (matched, decision) = match d.kind {
+        Kind::NoMatch => ("no_match", "no_match"),
+        Kind::Replaced => ("replaced", "no_match"),
+        Kind::Unlimited => ("unlimited", "unlimited"),
+        Kind::DenyAll => ("deny_all", "deny_all"),
+        _ => (last, d.refusal.map_or("allowed", Outcome::as_str)),
+    };
+    let mut rule = unexplained(Some(index), matched, entries, asked.cost);
+    rule.decision = decision;
+    rule.shadow = d.shadow;
+    rule.policy = d.policy_name.map(str::to_owned);
+    rule.key = d.key.map(str::to_owned);
+    if d.kind == Kind::DenyAll {
+        rule.retry_after_ms = d.current_limit.map(|limit| millis_up(limit.unit.length()));
+    }
+    if let (Some(policy), Some(key), Some(result), Some(standing)) = (d.policy, d.key, &d.verdict, d.standing)
+    {
+        let decision = &result.decision;
+        // The reset of a budget untouched by this request: none when it is whole; else the
+        // decision's, an upper bound.
+        let reset_after = if standing >= decision.limit {
+            Duration::ZERO
+        } else {
+            decision.reset_after
+        };
+        let standing = Standing {
+            remaining: standing,
+            reset_after,
+        };
+        budget(engine, &mut rule, policy, key, result, standing).await?;
+    }
+    Ok(rule)
+}
+
+/// A budget as it stands before the request.
+struct Standing {
+    remaining: u64,
+    reset_after: Duration,
+}
+
+/// Fills in what the store says of a limited rule: the override in force, its parameters, the
+/// budget as it stands, the penalty left and the decision.
+async fn budget<S: Store + OverrideStore>(
+    engine: &Engine<S>,
+    rule: &mut ExplainedRule,
+    policy: &Policy,
+    key: &str,
+    result: &RuleVerdict,
+    standing: Standing,
+) -> Result<(), ExplainError> {
+    let penalty = match policy.block_for() {
+        Some(_) => engine.store().penalty_left(policy, key.as_bytes()).await?,
+        None => None,
+    };
+    let found: Option<Override> = engine.store().override_for(policy, key.as_bytes()).await?;
+    let in_force = found
+        .as_ref()
+        .filter(|o| o.algorithm.name() == policy.algorithm().name())
+        .map_or_else(|| policy.algorithm().clone(), |o| o.algorithm.clone());
+    let d = &result.decision;
+    rule.policy = Some(policy.name().to_owned());
+    rule.key = Some(key.to_owned());
+    rule.r#override = found.as_ref().map(|o| override_answer(policy, o));
+    rule.algorithm = Some(in_force.name());
+    rule.parameters = Some(parameters(&in_force));
+    rule.state = Some(BudgetState {
+        limit: d.limit,
+        remaining: standing.remaining,
+        used: d.limit.saturating_sub(standing.remaining),
+        reset_after_ms: millis_up(standing.reset_after),
+        penalty_left_ms: penalty.map(millis_up),
+    });
+    rule.decision = result.outcome.as_str();
+    rule.retry_after_ms = d.retry_after.filter(|_| !d.allowed).map(millis_up);
+    Ok(())
 }
 
 fn unexplained(
@@ -431,16 +486,25 @@ pub fn parse_descriptor(text: &str) -> Result<Vec<(String, String)>, String> {
 /// `tollgate explain`: loads the config at `config`, opens the store at `store` (the memory
 /// store, empty, when `None`: the answer then shows matching and parameters on a fresh budget)
 /// and explains `request`.
+///
+/// `modes` are the Envoy modes the server runs with (upstream's `SHADOW_MODE`, `QUOTA_MODE`), so
+/// a descriptor set is explained as that server would answer it.
 pub async fn run_cli(
     config: &std::path::Path,
     store: Option<&str>,
     options: &crate::store::StoreOptions,
+    modes: Modes,
     request: &ExplainRequest,
 ) -> anyhow::Result<Explanation> {
     let limits = tollgate_config::load(config)?;
     let store = crate::store::AnyStore::open(store, options).await?;
     let engine = Engine::new(store);
-    Ok(explain(&limits, &engine, request).await?)
+    let planner = Planner::default();
+    let envoy = EnvoyContext {
+        planner: &planner,
+        modes,
+    };
+    Ok(explain(&limits, &engine, envoy, request).await?)
 }
 
 // The HTTP door: `GET /v1/explain` with the input in the query, `POST /v1/explain` with it in a
@@ -455,6 +519,9 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use serde::Deserialize;
 
+use tollgate_config::Unit;
+use tollgate_config::envoy_plan::{LimitOverride, OverrideError};
+
 use crate::http::ApiError;
 use crate::state::SharedState;
 
@@ -467,6 +534,7 @@ impl From<ExplainError> for ApiError {
     fn from(err: ExplainError) -> Self {
         match err {
             ExplainError::Store(err) => ApiError::from(err),
+            ExplainError::Plan(err) => ApiError::bad_request(err.to_string()),
             err @ (ExplainError::UnknownPolicy { .. } | ExplainError::UnknownDomain(_)) => {
                 ApiError::new(StatusCode::NOT_FOUND, err.to_string())
             }
@@ -485,8 +553,8 @@ pub(crate) struct ExplainBody {
     policy: Option<String>,
     /// One tollgate rule: its key.
     key: Option<String>,
-    /// What the request costs (default 1), for one rule or every descriptor.
-    #[schema(minimum = 1)]
+    /// What the request costs (default 1), for one rule or every descriptor; 0 asks an Envoy
+    /// descriptor without spending (`hits_addend: 0`).
     cost: Option<u64>,
     /// An Envoy domain (with `descriptors`).
     domain: Option<String>,
@@ -500,6 +568,18 @@ pub(crate) struct ExplainBody {
 pub(crate) struct ExplainDescriptor {
     /// The entries, in order.
     entries: Vec<ExplainEntryBody>,
+    /// The descriptor's own limit (Envoy's `limit`), instead of the config's.
+    limit: Option<ExplainLimit>,
+}
+
+/// A descriptor's own limit: `requests_per_unit` per `unit`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExplainLimit {
+    /// What the unit admits; 0 denies every request.
+    requests_per_unit: u32,
+    /// `SECOND`, `MINUTE`, `HOUR`, `DAY`, `WEEK`, `MONTH` or `YEAR` (any case).
+    unit: String,
 }
 
 /// One entry of a descriptor.
@@ -534,14 +614,35 @@ impl ExplainBody {
                 crate::http::check_key(state, &key)?;
                 Ok(ExplainRequest::Rules(vec![AskedRule { policy, key, cost }]))
             }
-            (None, None, None, Some(domain), Some(descriptors)) => Ok(ExplainRequest::Envoy {
-                domain,
-                descriptors: descriptors
-                    .into_iter()
-                    .map(|d| d.entries.into_iter().map(|e| (e.key, e.value)).collect())
-                    .collect(),
-                cost,
-            }),
+            (None, None, None, Some(domain), Some(descriptors)) => {
+                let mut asked = Vec::with_capacity(descriptors.len());
+                for (i, d) in descriptors.into_iter().enumerate() {
+                    let limit = d
+                        .limit
+                        .map(|limit| {
+                            let unit = Unit::from_name(&limit.unit).ok_or_else(|| {
+                                ApiError::bad_request(format!(
+                                    "descriptors[{i}].limit.unit: {}",
+                                    OverrideError::Unit(format!("`{}`", limit.unit))
+                                ))
+                            })?;
+                            Ok::<_, ApiError>(LimitOverride {
+                                requests_per_unit: limit.requests_per_unit,
+                                unit,
+                            })
+                        })
+                        .transpose()?;
+                    asked.push(Asked {
+                        entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
+                        cost,
+                        limit,
+                    });
+                }
+                Ok(ExplainRequest::Envoy {
+                    domain,
+                    descriptors: asked,
+                })
+            }
             _ => Err(ApiError::bad_request(
                 "explain takes `rules`, or `policy` and `key`, or `domain` and `descriptors` (each with an optional `cost`)",
             )),
@@ -564,7 +665,7 @@ impl ExplainBody {
     params(
         ("policy" = Option<String>, Query, description = "A configured policy"),
         ("key" = Option<String>, Query, description = "The key"),
-        ("cost" = Option<u64>, Query, minimum = 1, maximum = 1_000_000_000, description = "The cost (default 1)"),
+        ("cost" = Option<u64>, Query, minimum = 0, maximum = 1_000_000_000, description = "The cost (default 1; 0 asks an Envoy descriptor without spending)"),
         ("domain" = Option<String>, Query, description = "An Envoy domain"),
         ("descriptor" = Option<Vec<String>>, Query, description = "An Envoy descriptor: `key=value,key=value`; repeat for several"),
     ),
@@ -613,7 +714,7 @@ pub(crate) async fn explain_query(
                     .into_iter()
                     .map(|(key, value)| ExplainEntryBody { key, value })
                     .collect();
-                descriptors.push(ExplainDescriptor { entries });
+                descriptors.push(ExplainDescriptor { entries, limit: None });
             }
             other => return Err(ApiError::bad_request(format!("unknown parameter `{other}`"))),
         }
@@ -653,7 +754,11 @@ pub(crate) async fn explain_body(
 async fn answer(state: &SharedState, body: ExplainBody) -> Result<Json<Explanation>, ApiError> {
     let request = body.into_request(state)?;
     let limits = state.limits.load_full();
-    Ok(Json(explain(&limits, &state.engine, &request).await?))
+    let envoy = EnvoyContext {
+        planner: &state.planner,
+        modes: state.settings.envoy.modes(),
+    };
+    Ok(Json(explain(&limits, &state.engine, envoy, &request).await?))
 }
 
 /// The examples of `docs/explain.md`, run as doc tests.

@@ -60,7 +60,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tollgate::{Rule, Verdict};
 use tollgate_config::Unit;
-use tollgate_config::envoy_plan::{Answer, Asked, LimitOverride, OverrideError, PlanError, Planner};
+use tollgate_config::envoy_plan::{Answer, Asked, LimitOverride, OverrideError, PlanError};
 use tonic::{Request, Response, Status};
 
 use crate::listener::ListenerOptions;
@@ -105,8 +105,6 @@ use stats::StatsKeys;
 #[derive(Clone)]
 pub struct RlsService {
     state: SharedState,
-    /// What requests mean; it keeps the policies of recent limit overrides.
-    planner: Arc<Planner>,
     /// The stats keys that have per-stats-key counters of their own.
     stats: Arc<StatsKeys>,
 }
@@ -137,8 +135,8 @@ pub fn service(state: SharedState) -> RateLimitServiceServer<RlsService> {
 
 impl RlsService {
     /// The handler over `state`, for a door other than gRPC (an HTTP endpoint taking the same
-    /// request as JSON) to answer exactly as the gRPC service does. Clones share the limit
-    /// override cache and the per-stats-key counters.
+    /// request as JSON) to answer exactly as the gRPC service does. Clones share the
+    /// per-stats-key counters.
     ///
     /// ```
     /// use tollgate_server::grpc::RlsService;
@@ -168,11 +166,7 @@ impl RlsService {
     /// ```
     pub fn new(state: SharedState) -> Self {
         let stats = Arc::new(StatsKeys::new(state.settings.envoy.max_stats_keys));
-        RlsService {
-            state,
-            planner: Arc::new(Planner::default()),
-            stats,
-        }
+        RlsService { state, stats }
     }
 
     /// Answers one `ShouldRateLimit` request; the error is the gRPC status the service sends.
@@ -263,7 +257,7 @@ async fn should_rate_limit(
     let asked = read_descriptors(request.descriptors, hits_addend)?;
     // An owned handle, not a guard: it is held across store round trips.
     let limits = state.limits.load_full();
-    let plan = service
+    let plan = state
         .planner
         .plan(&limits, settings.modes(), &request.domain, asked)
         .map_err(plan_status)?;

@@ -77,6 +77,8 @@ pub struct AppState {
     /// The allow and deny list entries added through the admin API, and the compiling of the
     /// engine's lists (see [`crate::access`]).
     pub access: crate::access::AccessAdmin,
+    /// What Envoy requests mean, for every door that takes them (gRPC, `/json`, explain).
+    pub planner: tollgate_config::envoy_plan::Planner,
 }
 
 /// The handle handlers receive.
@@ -104,6 +106,7 @@ impl AppState {
             store,
             settings,
             access: crate::access::AccessAdmin::default(),
+            planner: tollgate_config::envoy_plan::Planner::default(),
         });
         state.access.apply(&state);
         state
