@@ -11,6 +11,12 @@
 //!
 //! The limits are sliding logs, not fixed windows: a window aligned to the clock could roll over
 //! in the middle of a scenario and hand out a fresh budget, which would make the test flaky.
+//!
+//! The Envoy doors (gRPC, `POST /json` and explain) are compared on Envoy's own semantics in
+//! `envoy_doors`.
+
+#[path = "four_doors/envoy_doors.rs"]
+mod envoy_doors;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
