@@ -376,7 +376,7 @@ impl<C: Clock> MemoryStore<C> {
         Ok(Decision::from_outcome(outcome, policy.max_cost()))
     }
 
-    /// Counts a failed attempt; see [`AttemptsStore::increment_attempts`](crate::AttemptsStore::increment_attempts).
+    /// Counts a failed attempt; see [`AttemptsStore::increment_attempts`].
     ///
     /// ```
     /// use std::time::Duration;
