@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tollgate::algorithm::Outcome;
+use tollgate::algorithm::StepDecision;
 use tollgate::{Algorithm, Clock, Decision, Error, LeaseOptions, Policy, Rule};
 
 use crate::deny_cache::{Denial, DenyCache};
@@ -424,7 +424,7 @@ pub(crate) async fn decide(
         });
         claim.settle(grant);
     }
-    let mut decision = Decision::from_outcome(outcome, policy.max_cost());
+    let mut decision = Decision::from_step(outcome, policy.max_cost());
     decision.remaining = decision.remaining.saturating_add(kept);
     if let Some(retry_us) = outcome.retry_after_us {
         if let Some(cache) = deny_cache {
@@ -448,7 +448,7 @@ pub(crate) async fn decide(
 }
 
 /// The request's outcome, the units granted and the grant's mark (see `lua/lease.lua`).
-fn parse(reply: &[u64]) -> Result<(Outcome, u64, u64), Error> {
+fn parse(reply: &[u64]) -> Result<(StepDecision, u64, u64), Error> {
     match reply {
         &[
             allowed,
@@ -459,7 +459,7 @@ fn parse(reply: &[u64]) -> Result<(Outcome, u64, u64), Error> {
             granted,
             mark,
         ] => Ok((
-            Outcome {
+            StepDecision {
                 allowed: allowed == 1,
                 remaining,
                 reset_after_us,
