@@ -14,7 +14,7 @@
 use tollgate::access::{AccessEntry, Added};
 use tollgate::{Error, StoreErrorKind};
 
-use crate::RedisStore;
+use crate::transport::Transport;
 
 /// The most entries the hash holds: every instance compiles all of them, so their number is
 /// bounded like any other memory.
@@ -24,53 +24,52 @@ use crate::RedisStore;
 /// ```
 pub const MAX_ACCESS_ENTRIES: usize = 100_000;
 
-impl RedisStore {
-    /// Every entry in the store with when it was added (ms since the Unix epoch). Fields that
-    /// do not decode (written by another version) are skipped.
-    pub async fn access_entries(&self) -> Result<Vec<(AccessEntry, u64)>, Error> {
-        let name = self.inner().keys.access_lists();
-        let flat: Vec<Vec<u8>> = self
-            .call(&self.inner().scripts.access, &[name], &["list".to_owned()])
-            .await?;
-        Ok(flat
-            .chunks_exact(2)
-            .filter_map(|pair| {
-                let entry = AccessEntry::decode(std::str::from_utf8(&pair[0]).ok()?).ok()?;
-                let at_ms = std::str::from_utf8(&pair[1]).ok()?.parse().ok()?;
-                Some((entry, at_ms))
-            })
-            .collect())
-    }
+/// Every entry in the hash `name` with when it was added (ms since the Unix epoch). Fields that
+/// do not decode (written by another version) are skipped.
+pub(crate) async fn entries(transport: &Transport, name: Vec<u8>) -> Result<Vec<(AccessEntry, u64)>, Error> {
+    let flat: Vec<Vec<u8>> = transport
+        .call(&transport.scripts().access, &[name], &["list".to_owned()])
+        .await?;
+    Ok(flat
+        .chunks_exact(2)
+        .filter_map(|pair| {
+            let entry = AccessEntry::decode(std::str::from_utf8(&pair[0]).ok()?).ok()?;
+            let at_ms = std::str::from_utf8(&pair[1]).ok()?.parse().ok()?;
+            Some((entry, at_ms))
+        })
+        .collect())
+}
 
-    /// Adds `entry` (an entry already there keeps its time), unless the store holds
-    /// [`MAX_ACCESS_ENTRIES`] already.
-    pub async fn add_access_entry(&self, entry: &AccessEntry) -> Result<Added, Error> {
-        let name = self.inner().keys.access_lists();
-        let args = [
-            "add".to_owned(),
-            entry.encode(),
-            MAX_ACCESS_ENTRIES.to_string(),
-            ttl_ms(),
-        ];
-        let reply: Vec<u64> = self.call(&self.inner().scripts.access, &[name], &args).await?;
-        match reply[..] {
-            [1, _] => Ok(Added::New),
-            [0, _] => Ok(Added::AlreadyThere),
-            [2, held] => Ok(Added::Full { held }),
-            _ => Err(Error::store(
-                StoreErrorKind::Script,
-                format!("unexpected reply from the access script: {reply:?}"),
-            )),
-        }
+/// Adds `entry` to the hash `name` (an entry already there keeps its time), unless it holds
+/// [`MAX_ACCESS_ENTRIES`] already.
+pub(crate) async fn add(transport: &Transport, name: Vec<u8>, entry: &AccessEntry) -> Result<Added, Error> {
+    let args = [
+        "add".to_owned(),
+        entry.encode(),
+        MAX_ACCESS_ENTRIES.to_string(),
+        ttl_ms(),
+    ];
+    let reply: Vec<u64> = transport
+        .call(&transport.scripts().access, &[name], &args)
+        .await?;
+    match reply[..] {
+        [1, _] => Ok(Added::New),
+        [0, _] => Ok(Added::AlreadyThere),
+        [2, held] => Ok(Added::Full { held }),
+        _ => Err(Error::store(
+            StoreErrorKind::Script,
+            format!("unexpected reply from the access script: {reply:?}"),
+        )),
     }
+}
 
-    /// Removes `entry`; `false` when it was not there.
-    pub async fn remove_access_entry(&self, entry: &AccessEntry) -> Result<bool, Error> {
-        let name = self.inner().keys.access_lists();
-        let args = ["remove".to_owned(), entry.encode(), String::new(), ttl_ms()];
-        let reply: Vec<u64> = self.call(&self.inner().scripts.access, &[name], &args).await?;
-        Ok(reply.first() == Some(&1))
-    }
+/// Removes `entry` from the hash `name`; `false` when it was not there.
+pub(crate) async fn remove(transport: &Transport, name: Vec<u8>, entry: &AccessEntry) -> Result<bool, Error> {
+    let args = ["remove".to_owned(), entry.encode(), String::new(), ttl_ms()];
+    let reply: Vec<u64> = transport
+        .call(&transport.scripts().access, &[name], &args)
+        .await?;
+    Ok(reply.first() == Some(&1))
 }
 
 fn ttl_ms() -> String {

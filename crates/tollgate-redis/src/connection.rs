@@ -72,7 +72,7 @@ impl Target {
     /// assert!(Target::parse("http://x").is_err());
     /// # Ok::<(), tollgate_redis::ConnectError>(())
     /// ```
-    pub fn parse(url: &str) -> Result<Self, crate::ConnectError> {
+    pub fn parse(url: &str) -> Result<Self, crate::error::ConnectError> {
         let cluster = [
             ("redis+cluster://", "redis://"),
             ("rediss+cluster://", "rediss://"),
@@ -91,7 +91,7 @@ impl Target {
                 .map(|n| format!("{scheme}{userinfo}{n}"))
                 .collect();
             if nodes.is_empty() {
-                return Err(crate::ConnectError::BadUrl {
+                return Err(crate::error::ConnectError::BadUrl {
                     url: redact(url),
                     why: "no cluster nodes given".into(),
                 });
@@ -101,7 +101,7 @@ impl Target {
         if url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://") {
             return Ok(Target::Standalone(url.into()));
         }
-        Err(crate::ConnectError::BadUrl {
+        Err(crate::error::ConnectError::BadUrl {
             url: redact(url),
             why: "expected redis://host:port, rediss://host:port or redis+cluster://host:port,host:port"
                 .into(),

@@ -13,8 +13,11 @@
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use parking_lot::Mutex;
+use tollgate::{Decision, Policy};
 
 const SHARDS: usize = 16;
 
@@ -28,10 +31,26 @@ pub(crate) struct Denial {
     pub(crate) reset_at_us: u64,
 }
 
+impl Denial {
+    /// The decision this denial answers at local time `now_us` (before its retry time).
+    pub(crate) fn decision(&self, policy: &Policy, now_us: u64) -> Decision {
+        Decision {
+            allowed: false,
+            limit: policy.max_cost(),
+            remaining: 0,
+            reset_after: Duration::from_micros(self.reset_at_us.saturating_sub(now_us)),
+            retry_after: Some(Duration::from_micros(self.retry_at_us - now_us)),
+            degraded: false,
+        }
+    }
+}
+
 pub(crate) struct DenyCache {
     shards: Vec<Mutex<HashMap<Vec<u8>, Denial>>>,
     hasher: RandomState,
     per_shard: usize,
+    /// Requests answered from the cache.
+    hits: AtomicU64,
 }
 
 impl DenyCache {
@@ -40,14 +59,25 @@ impl DenyCache {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
             per_shard: (max_entries / SHARDS).max(1),
+            hits: AtomicU64::new(0),
         }
     }
 
-    /// The cached denial covering a request of `cost` for `name` at `now_us`, if any.
+    /// The cached denial covering a request of `cost` for `name` at `now_us`, if any: the
+    /// request's answer, counted as a hit.
     pub(crate) fn get(&self, name: &[u8], cost: u64, now_us: u64) -> Option<Denial> {
         let shard = self.shard(name).lock();
         let denial = shard.get(name)?;
-        (denial.retry_at_us > now_us && cost >= denial.min_cost).then_some(*denial)
+        let hit = (denial.retry_at_us > now_us && cost >= denial.min_cost).then_some(*denial);
+        if hit.is_some() {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+        }
+        hit
+    }
+
+    /// Requests answered from the cache since it was built.
+    pub(crate) fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
     }
 
     pub(crate) fn insert(&self, name: &[u8], denial: Denial, now_us: u64) {

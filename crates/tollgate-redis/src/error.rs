@@ -11,7 +11,7 @@ use std::time::Duration;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tollgate::{Error, StoreErrorKind};
 
-/// Setting up a [`RedisStore`](crate::RedisStore) failed.
+/// Setting up a `RedisStore` failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectError {
@@ -106,6 +106,15 @@ fn is_cluster_support_disabled(err: &RedisError) -> bool {
 /// The core's store error for a Redis failure, with the Redis error as its source.
 pub(crate) fn store_error(err: RedisError) -> Error {
     Error::store(classify(&err), err)
+}
+
+/// The store error for a script reply of the wrong shape.
+pub(crate) fn bad_reply(reply: &[u64]) -> Error {
+    store_error(RedisError::from((
+        ErrorKind::UnexpectedReturnType,
+        "unexpected script reply",
+        format!("{reply:?}"),
+    )))
 }
 
 /// The Redis error for a call the store's deadline cut short: an I/O timeout, as the driver

@@ -45,12 +45,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tollgate::algorithm::Outcome;
-use tollgate::{Algorithm, Decision, Error, LeaseOptions, Policy, Rule};
+use tollgate::algorithm::StepDecision;
+use tollgate::{Algorithm, Clock, Decision, Error, LeaseOptions, Policy, Rule};
 
 use crate::deny_cache::{Denial, DenyCache};
+use crate::error::bad_reply;
+use crate::keys::KeyNames;
 use crate::scripts::{Mode, call_args};
-use crate::store::RedisStore;
+use crate::transport::Transport;
 
 const SHARDS: usize = 16;
 
@@ -343,31 +345,35 @@ struct Grant {
     reset_at_us: u64,
 }
 
+/// What a decision on the lease path uses besides the lease table.
+pub(crate) struct Context<'a> {
+    pub(crate) transport: &'a Transport,
+    pub(crate) keys: &'a KeyNames,
+    pub(crate) deny_cache: Option<&'a DenyCache>,
+    /// Local time, for the leases and the deny cache.
+    pub(crate) clock: &'a dyn Clock,
+}
+
 /// Decides one enforced, spending rule of a leasing policy; see the module docs.
 pub(crate) async fn decide(
-    store: &RedisStore,
+    leases: &Leases,
+    context: Context<'_>,
     rule: &Rule<'_>,
     options: &LeaseOptions,
 ) -> Result<Decision, Error> {
-    let inner = store.inner();
+    let Context {
+        transport,
+        keys,
+        deny_cache,
+        clock,
+    } = context;
     let policy = rule.policy;
     let cost = rule.cost;
-    let state = inner.keys.state(policy.hash_tag(), policy.name(), rule.key);
-    let sent_at_us = inner.local_clock.now_us();
-    let leases = &inner.leases;
-    let call = match leases.plan(
-        &state,
-        policy,
-        options,
-        cost,
-        sent_at_us,
-        inner.deny_cache.as_deref(),
-    ) {
+    let state = keys.state(policy.hash_tag(), policy.name(), rule.key);
+    let sent_at_us = clock.now_us();
+    let call = match leases.plan(&state, policy, options, cost, sent_at_us, deny_cache) {
         Plan::Spent(decision) => return Ok(decision),
-        Plan::Cached(denial) => {
-            store.count_deny_cache_hit();
-            return Ok(crate::store::cached_denial(policy, denial, sent_at_us));
-        }
+        Plan::Cached(denial) => return Ok(denial.decision(policy, sent_at_us)),
         Plan::Call(call) => call,
     };
     let claim = Claim {
@@ -377,16 +383,16 @@ pub(crate) async fn decide(
     };
     add(&leases.stats.calls, 1);
     add(&leases.stats.units_given_back, call.give_back);
-    let mut args = call_args(store.script_now(), Mode::Lease, [(rule, 0)].into_iter());
+    let mut args = call_args(transport.script_now(), Mode::Lease, [(rule, 0)].into_iter());
     args.extend([
         call.want.to_string(),
         call.give_back.to_string(),
         call.mark.to_string(),
     ]);
-    let reply = store
+    let reply = transport
         .call::<Vec<u64>>(
-            &inner.scripts.lease,
-            &[state.clone(), crate::keys::KeyNames::override_of(&state)],
+            &transport.scripts().lease,
+            &[state.clone(), KeyNames::override_of(&state)],
             &args,
         )
         .await;
@@ -418,10 +424,10 @@ pub(crate) async fn decide(
         });
         claim.settle(grant);
     }
-    let mut decision = Decision::from_outcome(outcome, policy.max_cost());
+    let mut decision = Decision::from_step(outcome, policy.max_cost());
     decision.remaining = decision.remaining.saturating_add(kept);
     if let Some(retry_us) = outcome.retry_after_us {
-        if let Some(cache) = &inner.deny_cache {
+        if let Some(cache) = deny_cache {
             let denial = Denial {
                 min_cost: cost,
                 retry_at_us: sent_at_us + retry_us,
@@ -435,14 +441,14 @@ pub(crate) async fn decide(
             let mut message = Vec::with_capacity(state.len() + 1);
             message.push(DROP_LEASE);
             message.extend_from_slice(&state);
-            store.publish_reset(&message).await;
+            transport.publish(&message).await;
         }
     }
     Ok(decision)
 }
 
 /// The request's outcome, the units granted and the grant's mark (see `lua/lease.lua`).
-fn parse(reply: &[u64]) -> Result<(Outcome, u64, u64), Error> {
+fn parse(reply: &[u64]) -> Result<(StepDecision, u64, u64), Error> {
     match reply {
         &[
             allowed,
@@ -453,7 +459,7 @@ fn parse(reply: &[u64]) -> Result<(Outcome, u64, u64), Error> {
             granted,
             mark,
         ] => Ok((
-            Outcome {
+            StepDecision {
                 allowed: allowed == 1,
                 remaining,
                 reset_after_us,
@@ -462,7 +468,7 @@ fn parse(reply: &[u64]) -> Result<(Outcome, u64, u64), Error> {
             granted,
             mark,
         )),
-        _ => Err(crate::store::bad_reply(reply)),
+        _ => Err(bad_reply(reply)),
     }
 }
 

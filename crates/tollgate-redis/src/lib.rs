@@ -75,20 +75,38 @@
 //!
 //! # Layout
 //!
-//! - `store`: [`RedisStore`] and its builder: the layers around each call.
-//! - `scripts` and `lua/`: the decision script (every algorithm, one driver), the refund script,
-//!   the lease script, the attempts counter and reset.
-//! - `keys`: key names in both hash tag layouts, escaping, and cluster slots.
-//! - `batch`: the queues that gather the decisions waiting for one node (or cluster slot) into
-//!   one call of the batch script.
-//! - `connection`: [`Target`], the shared multiplexed connection, and at-most-once script calls.
-//! - `breaker`: the circuit breakers, one per node.
-//! - `concurrency`: the core's `ConcurrencyStore`: concurrency leases in a sorted set per key,
-//!   one script call per acquire and per release (`lua/concurrency.lua`).
-//! - `deny_cache`: the local deny cache.
-//! - `lease`: hot-key leases: the local lease table and the lease path of a decision.
-//! - `reset_channel`: resets reaching every instance's deny cache and leases.
-//! - `error`: [`ConnectError`] and the classes of Redis failures, from error kinds and codes.
+//! - `store`: [`RedisStore`] and its builder. It composes the transport and the features below
+//!   and implements the core's traits by calling them; the deny cache, multi-slot decisions
+//!   (reserve then refund), attempts and resets are its own.
+//! - `transport`: every call to Redis: the shared connection and scripts, the deadline of each
+//!   call, the circuit breaker of each node, the batch lanes of decisions, and publishing on
+//!   the reset channel.
+//! - The features, each on the transport alone, none knowing the store:
+//!   - `lease`: hot-key leases: the local lease table and the lease path of a decision;
+//!   - `overrides`: runtime overrides, and this instance's copy of the prefix overrides;
+//!   - `concurrency`: the core's `ConcurrencyStore`: concurrency leases in a sorted set per
+//!     key, one script call per acquire and per release (`lua/concurrency.lua`);
+//!   - `access`: allow and deny list entries shared by the fleet (`lua/access.lua`);
+//!   - `reset_channel`: the listener that makes resets reach every instance's deny cache and
+//!     leases (it publishes nothing: the transport does).
+//! - The parts below them:
+//!   - `batch`: the queues that gather the decisions waiting for one node (or cluster slot)
+//!     into one call of the batch script, and that call's layout;
+//!   - `breaker`: the circuit breakers, one per node;
+//!   - `connection`: [`Target`], the shared multiplexed connection, and at-most-once script
+//!     calls;
+//!   - `scripts` and `lua/`: the decision script (every algorithm, one driver), the refund
+//!     script, the lease script, the attempts counter and reset;
+//!   - `deny_cache`: the local deny cache;
+//!   - `keys`: key names in both hash tag layouts, escaping, and cluster slots;
+//!   - `error`: [`ConnectError`] and the classes of Redis failures, from error kinds and codes.
+//!
+//! Imports point one way, down this list, and never back: `store` imports the features and
+//! `transport`; the features import `transport` and the parts (`reset_channel` also `lease`,
+//! for its lease table); `transport` imports `batch`, `breaker`, `connection`, `scripts`,
+//! `keys` and `error`; `batch` and `connection` import only `scripts`, `keys` and `error`; the
+//! rest import no module of this crate. No module imports `store`, and no module imports the
+//! crate root's re-exports.
 //!
 //! # When Redis fails
 //!
@@ -147,6 +165,7 @@ mod overrides;
 mod reset_channel;
 mod scripts;
 mod store;
+mod transport;
 
 pub use access::MAX_ACCESS_ENTRIES;
 pub use connection::Target;

@@ -13,9 +13,9 @@
 //! [`MAX_PREFIX_OVERRIDES`](tollgate::overrides::MAX_PREFIX_OVERRIDES), that each instance keeps
 //! a copy of and reloads whole (one `HGETALL`, by a task of its own: no decision waits for it,
 //! except the very first one of the store) when a decision finds its copy older than the
-//! store's refresh interval ([`RedisStoreBuilder::override_refresh`](crate::RedisStoreBuilder::override_refresh),
-//! 1 s by default). The instance resolves a key's longest prefix override from its copy and
-//! sends those parameters in the rule record; a key override read by the script still wins.
+//! store's refresh interval (`RedisStoreBuilder::override_refresh`, 1 s by default). The
+//! instance resolves a key's longest prefix override from its copy and sends those parameters
+//! in the rule record; a key override read by the script still wins.
 //! The bound: a prefix override set, changed or removed on one instance applies on another
 //! within one refresh interval plus the reload's round trip (at once on the instance that set
 //! it, which changes its copy in place); decisions stay one round trip, and each instance adds
@@ -32,15 +32,17 @@
 //! other instances' cached denials of keys under the prefix last until their wait ends (they are
 //! only ever kept until then).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
-use tollgate::overrides::{Override, OverrideStore, OverrideTable, OverrideTarget};
-use tollgate::{Algorithm, Anchor, Error, Policy, Rate, StoreErrorKind};
+use tollgate::overrides::{Override, OverrideTable, OverrideTarget};
+use tollgate::{Algorithm, Anchor, Clock, Error, Policy, Rate, StoreErrorKind};
 
+use crate::deny_cache::DenyCache;
 use crate::keys::KeyNames;
 use crate::scripts::params;
-use crate::store::RedisStore;
+use crate::transport::Transport;
 
 /// Each instance's copy of the prefix overrides, and when it was loaded (µs, local clock).
 pub(crate) struct PrefixCache {
@@ -110,44 +112,76 @@ impl PrefixCache {
     }
 }
 
-impl RedisStore {
+/// Runtime overrides in Redis, for one store: the core's
+/// [`OverrideStore`](tollgate::OverrideStore) operations, and this instance's copy of the prefix
+/// overrides that decisions read.
+pub(crate) struct Overrides {
+    transport: Arc<Transport>,
+    keys: KeyNames,
+    deny_cache: Option<Arc<DenyCache>>,
+    /// Local time, for expiries and the copy's age.
+    clock: Arc<dyn Clock>,
+    prefixes: PrefixCache,
+}
+
+impl Overrides {
+    pub(crate) fn new(
+        transport: Arc<Transport>,
+        keys: KeyNames,
+        deny_cache: Option<Arc<DenyCache>>,
+        clock: Arc<dyn Clock>,
+        max_age: Duration,
+    ) -> Self {
+        Overrides {
+            transport,
+            keys,
+            deny_cache,
+            clock,
+            prefixes: PrefixCache::new(max_age),
+        }
+    }
+
+    /// This instance's copy of the prefix overrides.
+    pub(crate) fn prefixes(&self) -> &PrefixCache {
+        &self.prefixes
+    }
+
     /// Keeps this instance's copy of the prefix overrides fresh. Before the first load the
     /// caller waits for it (one `HGETALL`); after that a copy older than the refresh interval is
     /// reloaded by a task of its own while decisions go on with the copy they have, so no
     /// decision ever waits for a reload. A reload that fails keeps the old copy.
-    pub(crate) async fn refresh_prefix_overrides(&self) {
-        let inner = self.inner();
-        let now_us = inner.local_clock.now_us();
-        if inner.prefix_overrides.fresh(now_us) {
+    pub(crate) async fn refresh_prefixes(self: &Arc<Self>) {
+        let now_us = self.clock.now_us();
+        if self.prefixes.fresh(now_us) {
             return;
         }
-        if inner.prefix_overrides.loaded() {
+        if self.prefixes.loaded() {
             // One reload at a time: while one is under way, there is nothing to start.
-            if inner.prefix_overrides.reloading.try_lock().is_err() {
+            if self.prefixes.reloading.try_lock().is_err() {
                 return;
             }
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                let store = self.clone();
-                runtime.spawn(async move { store.reload_prefix_overrides().await });
+                let overrides = self.clone();
+                runtime.spawn(async move { overrides.reload_prefixes().await });
             }
             return;
         }
-        self.reload_prefix_overrides().await;
+        self.reload_prefixes().await;
     }
 
     /// Reads every prefix override from Redis into the copy (unless another reload is under
     /// way, or this instance changed the copy meanwhile).
-    pub(crate) async fn reload_prefix_overrides(&self) {
-        let cache = &self.inner().prefix_overrides;
+    pub(crate) async fn reload_prefixes(&self) {
+        let cache = &self.prefixes;
         let Ok(_reloading) = cache.reloading.try_lock() else {
             return;
         };
-        let now_us = self.inner().local_clock.now_us();
+        let now_us = self.clock.now_us();
         if cache.fresh(now_us) {
             return;
         }
         let generation = cache.copy.read().generation;
-        let loaded = self.load_prefix_overrides(now_us).await;
+        let loaded = self.load_prefixes(now_us).await;
         let mut copy = cache.copy.write();
         match loaded {
             Ok(table) if copy.generation == generation => copy.table = table,
@@ -160,8 +194,8 @@ impl RedisStore {
         copy.loaded_at_us = Some(now_us);
     }
 
-    async fn load_prefix_overrides(&self, now_us: u64) -> Result<OverrideTable, Error> {
-        let name = self.inner().keys.prefix_overrides();
+    async fn load_prefixes(&self, now_us: u64) -> Result<OverrideTable, Error> {
+        let name = self.keys.prefix_overrides();
         let entries: Vec<(Vec<u8>, String)> = self.command(redis::cmd("HGETALL").arg(&name)).await?;
         let mut table = OverrideTable::default();
         for (field, value) in entries {
@@ -182,38 +216,31 @@ impl RedisStore {
     }
 
     /// One plain command, bounded by the store's deadline.
-    async fn command<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> Result<T, Error> {
-        let inner = self.inner();
-        let mut conn = inner.connection.clone();
-        match tokio::time::timeout(inner.timeout, cmd.query_async::<T>(&mut conn)).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(err)) => Err(crate::error::store_error(err)),
-            Err(_) => Err(crate::error::store_error(crate::error::deadline(inner.timeout))),
-        }
+    async fn command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
+        self.transport.command(cmd).await
     }
 
     fn state_name(&self, policy: &Policy, key: &[u8]) -> Vec<u8> {
-        self.inner().keys.state(policy.hash_tag(), policy.name(), key)
+        self.keys.state(policy.hash_tag(), policy.name(), key)
     }
 
     /// Drops every cached denial of the key here and on the other instances.
     async fn forget_denials(&self, state: &[u8]) {
-        if let Some(cache) = &self.inner().deny_cache {
+        if let Some(cache) = &self.deny_cache {
             cache.remove(state);
         }
-        self.publish_reset(state).await;
+        self.transport.publish(state).await;
     }
-}
 
-impl OverrideStore for RedisStore {
-    async fn set_override(&self, policy: &Policy, value: &Override) -> Result<(), Error> {
+    /// [`OverrideStore::set_override`](tollgate::OverrideStore::set_override).
+    pub(crate) async fn set(&self, policy: &Policy, value: &Override) -> Result<(), Error> {
         let checked = Override::new(
             policy,
             value.target.clone(),
             value.algorithm.clone(),
             value.expires_in,
         )?;
-        let now_us = self.inner().local_clock.now_us();
+        let now_us = self.clock.now_us();
         let expires_at_us = checked
             .expires_in
             .map(|ttl| now_us.saturating_add(ttl.as_micros() as u64));
@@ -234,15 +261,20 @@ impl OverrideStore for RedisStore {
                     encoded.clone(),
                     ttl_ms,
                 ];
-                self.call::<u64>(&self.inner().scripts.set_override, &[name, state.clone()], &args)
+                self.transport
+                    .call::<u64>(
+                        &self.transport.scripts().set_override,
+                        &[name, state.clone()],
+                        &args,
+                    )
                     .await?;
-                let list = self.inner().keys.key_overrides(policy.name());
+                let list = self.keys.key_overrides(policy.name());
                 self.command::<u64>(redis::cmd("HSET").arg(&list).arg(key.as_slice()).arg(&encoded))
                     .await?;
                 self.forget_denials(&state).await;
             }
             OverrideTarget::Prefix(prefix) => {
-                let hash = self.inner().keys.prefix_overrides();
+                let hash = self.keys.prefix_overrides();
                 let field = join_field(policy.name(), prefix);
                 let exists: bool = self.command(redis::cmd("HEXISTS").arg(&hash).arg(&field)).await?;
                 if !exists {
@@ -258,10 +290,10 @@ impl OverrideStore for RedisStore {
                     .await?;
                 // Cached denials here may be of keys the prefix covers: drop them all. Other
                 // instances keep theirs until their wait ends.
-                if let Some(cache) = &self.inner().deny_cache {
+                if let Some(cache) = &self.deny_cache {
                     cache.clear();
                 }
-                self.inner().prefix_overrides.change(|table| {
+                self.prefixes.change(|table| {
                     let _ = table.set(
                         policy.name(),
                         checked.target.clone(),
@@ -275,13 +307,14 @@ impl OverrideStore for RedisStore {
         Ok(())
     }
 
-    async fn get_override(
+    /// [`OverrideStore::get_override`](tollgate::OverrideStore::get_override).
+    pub(crate) async fn get(
         &self,
         policy: &Policy,
         target: &OverrideTarget,
     ) -> Result<Option<Override>, Error> {
         target.validate()?;
-        let now_us = self.inner().local_clock.now_us();
+        let now_us = self.clock.now_us();
         match target {
             OverrideTarget::Key(key) => {
                 let name = KeyNames::override_of(&self.state_name(policy, key));
@@ -298,7 +331,7 @@ impl OverrideStore for RedisStore {
                 }))
             }
             OverrideTarget::Prefix(prefix) => {
-                let hash = self.inner().keys.prefix_overrides();
+                let hash = self.keys.prefix_overrides();
                 let field = join_field(policy.name(), prefix);
                 let value: Option<String> = self.command(redis::cmd("HGET").arg(&hash).arg(&field)).await?;
                 Ok(value
@@ -314,10 +347,11 @@ impl OverrideStore for RedisStore {
         }
     }
 
-    async fn list_overrides(&self, policy: &Policy) -> Result<Vec<Override>, Error> {
-        let now_us = self.inner().local_clock.now_us();
+    /// [`OverrideStore::list_overrides`](tollgate::OverrideStore::list_overrides).
+    pub(crate) async fn list(&self, policy: &Policy) -> Result<Vec<Override>, Error> {
+        let now_us = self.clock.now_us();
         let mut table = OverrideTable::default();
-        let list = self.inner().keys.key_overrides(policy.name());
+        let list = self.keys.key_overrides(policy.name());
         let keys: Vec<(Vec<u8>, String)> = self.command(redis::cmd("HGETALL").arg(&list)).await?;
         let mut lapsed = vec![];
         for (key, value) in keys {
@@ -332,13 +366,14 @@ impl OverrideStore for RedisStore {
             self.command::<u64>(redis::cmd("HDEL").arg(&list).arg(lapsed))
                 .await?;
         }
-        let prefixes = self.load_prefix_overrides(now_us).await?;
+        let prefixes = self.load_prefixes(now_us).await?;
         let mut listed = table.list(policy.name(), now_us);
         listed.extend(prefixes.list(policy.name(), now_us));
         Ok(listed)
     }
 
-    async fn remove_override(&self, policy: &Policy, target: &OverrideTarget) -> Result<bool, Error> {
+    /// [`OverrideStore::remove_override`](tollgate::OverrideStore::remove_override).
+    pub(crate) async fn remove(&self, policy: &Policy, target: &OverrideTarget) -> Result<bool, Error> {
         target.validate()?;
         match target {
             OverrideTarget::Key(key) => {
@@ -346,21 +381,21 @@ impl OverrideStore for RedisStore {
                 let removed: u64 = self
                     .command(redis::cmd("DEL").arg(KeyNames::override_of(&state)))
                     .await?;
-                let list = self.inner().keys.key_overrides(policy.name());
+                let list = self.keys.key_overrides(policy.name());
                 self.command::<u64>(redis::cmd("HDEL").arg(&list).arg(key.as_slice()))
                     .await?;
                 self.forget_denials(&state).await;
                 Ok(removed > 0)
             }
             OverrideTarget::Prefix(prefix) => {
-                let hash = self.inner().keys.prefix_overrides();
+                let hash = self.keys.prefix_overrides();
                 // Removing a lapsed override removes nothing that was in force.
-                let live = self.get_override(policy, target).await?.is_some();
+                let live = self.get(policy, target).await?.is_some();
                 let field = join_field(policy.name(), prefix);
                 self.command::<u64>(redis::cmd("HDEL").arg(&hash).arg(&field))
                     .await?;
-                let now_us = self.inner().local_clock.now_us();
-                self.inner().prefix_overrides.change(|table| {
+                let now_us = self.clock.now_us();
+                self.prefixes.change(|table| {
                     table.remove(policy.name(), target, now_us);
                 });
                 Ok(live)
@@ -368,14 +403,19 @@ impl OverrideStore for RedisStore {
         }
     }
 
-    async fn override_for(&self, policy: &Policy, key: &[u8]) -> Result<Option<Override>, Error> {
+    /// [`OverrideStore::override_for`](tollgate::OverrideStore::override_for).
+    pub(crate) async fn of_key(
+        self: &Arc<Self>,
+        policy: &Policy,
+        key: &[u8],
+    ) -> Result<Option<Override>, Error> {
         tollgate::store::validate_key(key)?;
-        if let Some(exact) = self.get_override(policy, &OverrideTarget::key(key)).await? {
+        if let Some(exact) = self.get(policy, &OverrideTarget::key(key)).await? {
             return Ok(Some(exact));
         }
-        self.refresh_prefix_overrides().await;
-        let now_us = self.inner().local_clock.now_us();
-        Ok(self.inner().prefix_overrides.find(policy, key, now_us))
+        self.refresh_prefixes().await;
+        let now_us = self.clock.now_us();
+        Ok(self.prefixes.find(policy, key, now_us))
     }
 }
 

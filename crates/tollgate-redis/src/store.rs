@@ -1,15 +1,12 @@
-//! `RedisStore`: the core's `Store` on Redis or Redis Cluster.
+//! `RedisStore`: the core's `Store` on Redis or Redis Cluster, composed of the transport and the
+//! features.
 //!
 //! Every operation is one script call (see `scripts`); a request's rules spanning several cluster
-//! slots are one call per slot, reserve-then-refund (see the crate docs). Calls are wrapped in
-//! three layers:
-//!
-//! 1. the deny cache answers a single enforced rule Redis already denied, without a round trip;
-//! 2. the circuit breaker refuses calls at once while Redis is known to be down;
-//! 3. a deadline bounds each call, and a call that missed it is never sent again (it may have
-//!    run; a decision is applied at most once);
-//! 4. decisions waiting for the same node (or cluster slot) while calls are out there go out
-//!    together as one batch call, each keeping its own deadline (see `batch`).
+//! slots are one call per slot, reserve-then-refund (see the crate docs). The deny cache answers
+//! a single enforced rule Redis already denied, without a round trip; every other call goes
+//! through the `transport` (circuit breaker, deadline, batch lanes). Leases, overrides,
+//! concurrency limits and access lists live in modules of their own, which use the transport
+//! and never this module: the store builds them and calls them.
 //!
 //! A failure is returned as a typed store error with the Redis error as its source; the store
 //! never decides by itself without Redis. The core's `Engine` applies the policy's failure mode
@@ -23,24 +20,27 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use redis::Script;
+use tollgate::access::{AccessEntry, Added};
 use tollgate::attempts::Attempts;
-use tollgate::concurrency::LeaseIds;
+use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, LeaseId, LeaseIds, Release};
+use tollgate::overrides::{Override, OverrideStore, OverrideTarget};
 use tollgate::store::{self as core_store, AttemptsStore, Store};
 use tollgate::{AttemptsStatus, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
 
-use crate::batch::{self, Failure, Job, Lanes};
-use crate::breaker::{Admission, Breakers};
-use crate::connection::{ConnectOptions, Connection, Target};
+use crate::access;
+use crate::batch;
+use crate::concurrency;
+use crate::connection::{ConnectOptions, Target};
 use crate::deny_cache::{Denial, DenyCache};
-use crate::error::{self, ConnectError};
+use crate::error::{ConnectError, bad_reply};
 use crate::keys::{self, KeyNames};
 use crate::lease::{self, LeaseStats, Leases};
-use crate::overrides::PrefixCache;
+use crate::overrides::Overrides;
 use crate::reset_channel::{self, Listener};
 use crate::scripts::{ANSWER, Mode, Scripts, call_args};
+use crate::transport::{self, Transport};
 
 /// Configures and connects a [`RedisStore`].
 ///
@@ -192,36 +192,33 @@ impl RedisStoreBuilder {
         if self.prefix.contains(['{', '}']) {
             return Err(ConnectError::BadPrefix(self.prefix));
         }
-        let connection = Connection::open(
-            &self.target,
-            self.timeout.max(Duration::from_millis(1)),
-            lazy,
-            &self.options,
-        )
-        .await?;
-        let scripts = Scripts::new();
-        if !lazy {
-            let mut conn = connection.clone();
-            for script in scripts.all() {
-                script.load_async(&mut conn).await?;
-            }
-            match crate::connection::load_library(&scripts.library, &mut conn).await {
-                Ok(()) => {}
-                Err(err) if crate::connection::no_functions(&err) => scripts.library.unusable(),
-                Err(err) => return Err(err.into()),
-            }
-        }
         let local_clock: Arc<dyn Clock> = match &self.clock {
             Some(clock) => clock.clone(),
             None => Arc::new(SystemClock::new()),
         };
         let channel = reset_channel::channel(&self.prefix);
+        let transport = Arc::new(
+            Transport::open(
+                &self.target,
+                &self.options,
+                transport::Settings {
+                    timeout: self.timeout,
+                    first_probe_after: self.first_probe_after,
+                    probe_interval: self.probe_interval,
+                    calls_in_flight: self.calls_in_flight,
+                    script_clock: self.clock,
+                    reset_channel: channel.clone(),
+                },
+                lazy,
+            )
+            .await?,
+        );
         let deny_cache = self.deny_cache.then(|| Arc::new(DenyCache::new(100_000)));
         let leases = Arc::new(Leases::new(100_000));
         let listener = reset_channel::start_listener(
             &self.target,
             &self.options,
-            channel.clone(),
+            channel,
             reset_channel::Forgets {
                 deny_cache: deny_cache.as_ref().map(Arc::downgrade),
                 leases: Arc::downgrade(&leases),
@@ -230,29 +227,31 @@ impl RedisStoreBuilder {
             !lazy,
         )
         .await;
+        let keys = KeyNames::new(&self.prefix);
+        let overrides = Arc::new(Overrides::new(
+            transport.clone(),
+            keys.clone(),
+            deny_cache.clone(),
+            local_clock.clone(),
+            self.override_refresh,
+        ));
+        if !lazy {
+            // Decisions apply prefix overrides from the first one on.
+            overrides.reload_prefixes().await;
+        }
         let store = RedisStore {
             inner: Arc::new(Inner {
-                connection,
-                keys: KeyNames::new(&self.prefix),
-                scripts,
-                timeout: self.timeout,
-                breakers: Breakers::new(self.first_probe_after, self.probe_interval),
+                transport,
+                keys,
                 deny_cache,
-                reset_channel: channel,
                 _listener: listener,
-                script_clock: self.clock,
                 local_clock,
                 stats: Counters::default(),
                 leases,
-                lanes: (self.calls_in_flight > 0).then(|| Lanes::new(self.calls_in_flight)),
                 lease_ids: LeaseIds::new(),
-                prefix_overrides: PrefixCache::new(self.override_refresh),
+                overrides,
             }),
         };
-        if !lazy {
-            // Decisions apply prefix overrides from the first one on.
-            store.reload_prefix_overrides().await;
-        }
         Ok(store)
     }
 }
@@ -264,31 +263,22 @@ pub struct RedisStore {
     inner: Arc<Inner>,
 }
 
-pub(crate) struct Inner {
-    pub(crate) connection: Connection,
-    pub(crate) keys: KeyNames,
-    pub(crate) scripts: Scripts,
-    pub(crate) timeout: Duration,
-    /// One circuit breaker per Redis node.
-    breakers: Breakers,
-    pub(crate) deny_cache: Option<Arc<DenyCache>>,
-    /// Where resets are published, for the other instances' deny caches.
-    reset_channel: String,
+struct Inner {
+    /// Every call to Redis (see `transport`).
+    transport: Arc<Transport>,
+    keys: KeyNames,
+    deny_cache: Option<Arc<DenyCache>>,
     /// Listens for the other instances' resets while the store lives.
     _listener: Option<Listener>,
-    /// Time passed to scripts; `None` means Redis `TIME`.
-    script_clock: Option<Arc<dyn Clock>>,
     /// Time for the deny cache and the leases.
-    pub(crate) local_clock: Arc<dyn Clock>,
+    local_clock: Arc<dyn Clock>,
     stats: Counters,
     /// This instance's hot-key leases (see `lease`).
-    pub(crate) leases: Arc<Leases>,
-    /// The decisions waiting to go out together, per node or slot (`None`: one call each).
-    lanes: Option<Lanes>,
+    leases: Arc<Leases>,
     /// Ids of the concurrency leases this instance grants (see `concurrency`).
-    pub(crate) lease_ids: LeaseIds,
-    /// This instance's copy of the prefix overrides (see `overrides`).
-    pub(crate) prefix_overrides: PrefixCache,
+    lease_ids: LeaseIds,
+    /// Runtime overrides, with this instance's copy of the prefix overrides (see `overrides`).
+    overrides: Arc<Overrides>,
 }
 
 /// Running totals since the store was built, for metrics and tests.
@@ -321,17 +311,11 @@ pub struct StoreStats {
     pub batched_decisions: u64,
 }
 
+/// The store's own totals; the transport and the deny cache keep the others.
 #[derive(Default)]
 struct Counters {
-    redis_calls: AtomicU64,
-    redis_unavailable: AtomicU64,
-    breaker_refusals: AtomicU64,
-    deny_cache_hits: AtomicU64,
     refunds: AtomicU64,
     refund_failures: AtomicU64,
-    reset_publish_failures: AtomicU64,
-    batch_calls: AtomicU64,
-    batched_decisions: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -366,28 +350,21 @@ impl RedisStore {
         self.inner.leases.stats()
     }
 
-    pub(crate) fn inner(&self) -> &Inner {
-        &self.inner
-    }
-
-    pub(crate) fn count_deny_cache_hit(&self) {
-        bump(&self.inner.stats.deny_cache_hits);
-    }
-
     /// Running totals: calls, failures, breaker refusals, deny cache hits. Degraded decisions
     /// are the `Engine`'s to count (`Verdict::degraded`): the store only reports failures.
     pub fn stats(&self) -> StoreStats {
         let c = &self.inner.stats;
+        let calls = self.inner.transport.counts();
         StoreStats {
-            redis_calls: c.redis_calls.load(Ordering::Relaxed),
-            redis_unavailable: c.redis_unavailable.load(Ordering::Relaxed),
-            breaker_refusals: c.breaker_refusals.load(Ordering::Relaxed),
-            deny_cache_hits: c.deny_cache_hits.load(Ordering::Relaxed),
+            redis_calls: calls.redis_calls,
+            redis_unavailable: calls.redis_unavailable,
+            breaker_refusals: calls.breaker_refusals,
+            deny_cache_hits: self.inner.deny_cache.as_ref().map_or(0, |cache| cache.hits()),
             refunds: c.refunds.load(Ordering::Relaxed),
             refund_failures: c.refund_failures.load(Ordering::Relaxed),
-            reset_publish_failures: c.reset_publish_failures.load(Ordering::Relaxed),
-            batch_calls: c.batch_calls.load(Ordering::Relaxed),
-            batched_decisions: c.batched_decisions.load(Ordering::Relaxed),
+            reset_publish_failures: calls.publish_failures,
+            batch_calls: calls.batch_calls,
+            batched_decisions: calls.batched_decisions,
         }
     }
 
@@ -438,28 +415,23 @@ impl RedisStore {
 
     /// True while a circuit breaker is open (a Redis node recently unavailable).
     pub fn is_degraded(&self) -> bool {
-        self.inner.breakers.any_open()
+        self.inner.transport.any_breaker_open()
     }
 
     /// Each Redis node called so far (`host:port`; `cluster` for calls made before the cluster's
     /// slot map was known) and whether its circuit breaker is open, sorted by node: for a gauge.
     pub fn breaker_states(&self) -> Vec<(String, bool)> {
-        self.inner.breakers.states()
+        self.inner.transport.breaker_states()
     }
 
     /// The deadline of each call.
     pub fn deadline(&self) -> Duration {
-        self.inner.timeout
+        self.inner.transport.timeout()
     }
 
     /// Whether Redis answers a PING within the timeout, bypassing the breaker.
     pub async fn ping(&self) -> Result<(), Error> {
-        let conn = self.inner.connection.clone();
-        match tokio::time::timeout(self.inner.timeout, conn.ping()).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(error::store_error(e)),
-            Err(_) => Err(error::store_error(error::deadline(self.inner.timeout))),
-        }
+        self.inner.transport.ping().await
     }
 
     /// Whether the store can decide now, bypassing the breaker, within `within`: Redis answers
@@ -480,25 +452,7 @@ impl RedisStore {
     /// # Ok(()) }
     /// ```
     pub async fn health(&self, within: Duration) -> Result<(), Error> {
-        let conn = self.inner.connection.clone();
-        let checked = tokio::time::timeout(within, async {
-            conn.ping().await.map_err(error::store_error)?;
-            if conn
-                .standalone_is_cluster_node()
-                .await
-                .map_err(error::store_error)?
-            {
-                return Err(error::wrong_mode(
-                    "the standalone address points at a redis cluster node; use redis+cluster://",
-                ));
-            }
-            Ok(())
-        })
-        .await;
-        match checked {
-            Ok(result) => result,
-            Err(_) => Err(error::store_error(error::deadline(within))),
-        }
+        self.inner.transport.health(within).await
     }
 
     async fn decide_one(
@@ -517,14 +471,13 @@ impl RedisStore {
             .as_ref()
             .and_then(|c| c.get(&state, cost, local_now))
         {
-            bump(&inner.stats.deny_cache_hits);
-            return Ok(cached_denial(policy, denial, local_now));
+            return Ok(denial.decision(policy, local_now));
         }
         let keys = call_keys(policy, state.clone());
         let rule = Rule::new(policy, key, cost);
         let mode = if commit { Mode::Commit } else { Mode::Peek };
-        let args = call_args(self.script_now(), mode, [(&rule, 0)].into_iter());
-        match self.decide_call(keys, args).await {
+        let args = call_args(inner.transport.script_now(), mode, [(&rule, 0)].into_iter());
+        match inner.transport.decide_call(keys, args).await {
             Ok(reply) => {
                 let decision = outcomes(&reply, 1)?[0];
                 if let (Some(cache), Some(retry)) = (&inner.deny_cache, decision.retry_after) {
@@ -556,9 +509,9 @@ impl RedisStore {
                 call_keys(rule.policy, state)
             })
             .collect();
-        let now = self.script_now();
+        let now = inner.transport.script_now();
         let mode = if commit { Mode::Commit } else { Mode::Peek };
-        let groups = match inner.connection.is_cluster() {
+        let groups = match inner.transport.is_cluster() {
             true => slot_groups(&keys),
             false => vec![(0..rules.len()).collect()],
         };
@@ -664,7 +617,7 @@ impl RedisStore {
     ) -> Result<(Vec<Decision>, Vec<u64>), Error> {
         let call_keys: Vec<Vec<u8>> = group.iter().flat_map(|&i| keys[i].iter().cloned()).collect();
         let args = call_args(now.to_string(), mode, group.iter().map(|&i| (&rules[i], 0)));
-        let reply = self.decide_call(call_keys, args).await?;
+        let reply = self.inner.transport.decide_call(call_keys, args).await?;
         let outcomes = outcomes(&reply, group.len())?;
         let marks = match mode {
             Mode::Reserve if reply.len() == (ANSWER + 1) * group.len() => {
@@ -695,177 +648,22 @@ impl RedisStore {
             Mode::Refund,
             spends.iter().map(|&(i, mark)| (&rules[i], mark)),
         );
-        let reply: Vec<u64> = self.call(&self.inner.scripts.refund, &call_keys, &args).await?;
+        let transport = &self.inner.transport;
+        let reply: Vec<u64> = transport
+            .call(&transport.scripts().refund, &call_keys, &args)
+            .await?;
         outcomes(&reply, spends.len())
-    }
-
-    /// One call of the decision script: sent with the other decisions waiting for the same
-    /// node (or cluster slot) as one batch call when calls are already in flight there (see
-    /// `batch`), alone otherwise. The deadline counts from now, whenever the call goes out.
-    async fn decide_call(&self, keys: Vec<Vec<u8>>, args: Vec<String>) -> Result<Vec<u64>, Error> {
-        let inner = &self.inner;
-        let Some(lanes) = &inner.lanes else {
-            return self.call(&inner.scripts.decide, &keys, &args).await;
-        };
-        let lane = self.slot_of(&keys);
-        let deadline = Instant::now() + inner.timeout;
-        let (job, answer) = Job::new(keys, args, deadline);
-        match lanes.push(lane, job) {
-            // A free place and nothing queued: this caller sends its own call, as without
-            // batching, and hands the lane on to a sender for whatever queued meanwhile (also
-            // when its future is dropped mid-call).
-            Some(mut jobs) if jobs.len() == 1 => {
-                let Some(job) = jobs.pop() else {
-                    return Err(error::store_error(error::deadline(inner.timeout)));
-                };
-                let _handover = Handover { store: self, lane };
-                return self
-                    .try_call::<Vec<u64>>(&inner.scripts.decide, &job.keys, &job.args, inner.timeout)
-                    .await
-                    .map_err(Failure::into_error);
-            }
-            Some(jobs) => {
-                let store = self.clone();
-                tokio::spawn(async move { store.send_batches(lane, jobs).await });
-            }
-            None => {}
-        }
-        match tokio::time::timeout_at(deadline.into(), answer).await {
-            Ok(Ok(answer)) => answer.map_err(Failure::into_error),
-            // Not sent: the deadline passed while it waited in the queue.
-            Ok(Err(_)) | Err(_) => Err(error::store_error(error::deadline(inner.timeout))),
-        }
-    }
-
-    /// A lane's sender: sends `jobs`, then whatever queued meanwhile, until the queue is empty.
-    async fn send_batches(&self, lane: u16, mut jobs: Vec<Job>) {
-        let Some(lanes) = &self.inner.lanes else { return };
-        loop {
-            let now = Instant::now();
-            // A decision past its deadline, or whose caller left, is never sent.
-            jobs.retain(|job| job.is_live(now));
-            self.send_batch(jobs, now).await;
-            match lanes.next(lane) {
-                Some(next) => jobs = next,
-                None => return,
-            }
-        }
-    }
-
-    /// One call for `jobs`: the decision script for one, the batch script for more.
-    async fn send_batch(&self, mut jobs: Vec<Job>, now: Instant) {
-        let inner = &self.inner;
-        let within = batch::time_left(&jobs, now);
-        match jobs.len() {
-            0 => {}
-            1 => {
-                let Some(job) = jobs.pop() else { return };
-                let reply = self
-                    .try_call::<Vec<u64>>(&inner.scripts.decide, &job.keys, &job.args, within)
-                    .await;
-                job.answer(reply);
-            }
-            count => {
-                bump(&inner.stats.batch_calls);
-                inner
-                    .stats
-                    .batched_decisions
-                    .fetch_add(count as u64, Ordering::Relaxed);
-                let (keys, args) = batch::call(&mut jobs);
-                let reply = self
-                    .try_call::<redis::Value>(&inner.scripts.batch, &keys, &args, within)
-                    .await;
-                if let Err(Failure::Refused(_)) = reply {
-                    // Counted per decision, as unbatched refusals are.
-                    inner
-                        .stats
-                        .breaker_refusals
-                        .fetch_add(count as u64 - 1, Ordering::Relaxed);
-                }
-                batch::answer(jobs, reply);
-            }
-        }
-    }
-
-    /// The cluster slot of a call's keys (they share one); 0 on standalone Redis.
-    fn slot_of(&self, keys: &[Vec<u8>]) -> u16 {
-        match self.inner.connection.is_cluster() {
-            true => keys.first().map_or(0, |name| keys::slot(name)),
-            false => 0,
-        }
-    }
-
-    /// Runs a script through its node's breaker and the deadline, at most once (see
-    /// `connection`).
-    pub(crate) async fn call<T: redis::FromRedisValue>(
-        &self,
-        script: &Script,
-        keys: &[Vec<u8>],
-        args: &[String],
-    ) -> Result<T, Error> {
-        self.try_call(script, keys, args, self.inner.timeout)
-            .await
-            .map_err(Failure::into_error)
-    }
-
-    /// [`call`](Self::call) with a deadline `within` from now, failing with a [`Failure`] that
-    /// every decision of a batch can get a copy of.
-    async fn try_call<T: redis::FromRedisValue>(
-        &self,
-        script: &Script,
-        keys: &[Vec<u8>],
-        args: &[String],
-        within: Duration,
-    ) -> Result<T, Failure> {
-        let inner = &self.inner;
-        let slot = self.slot_of(keys);
-        let breaker = inner.breakers.node(&inner.connection.node_of(slot));
-        let probe = match breaker.admit() {
-            Admission::Call { probe } => probe,
-            Admission::Refuse(next_probe_in) => {
-                bump(&inner.stats.breaker_refusals);
-                return Err(Failure::Refused(error::BreakerOpen {
-                    next_probe_in,
-                    cause: breaker.cause(),
-                }));
-            }
-        };
-        bump(&inner.stats.redis_calls);
-        // On the deadline the call is dropped, not sent again: it may have run already.
-        let call = inner
-            .connection
-            .invoke::<T>(&inner.scripts.library, script, keys, args);
-        let err = match tokio::time::timeout(within, call).await {
-            Ok(Ok(value)) => {
-                breaker.succeeded();
-                return Ok(value);
-            }
-            Ok(Err(e)) => e,
-            Err(_) => error::deadline(inner.timeout),
-        };
-        if error::is_unavailable(error::classify(&err)) {
-            bump(&inner.stats.redis_unavailable);
-            breaker.failed(err.clone(), probe);
-        } else {
-            // Redis answered, if with an error: it is there.
-            breaker.succeeded();
-        }
-        Err(Failure::Redis(err))
-    }
-
-    pub(crate) fn script_now(&self) -> String {
-        match &self.inner.script_clock {
-            Some(clock) => clock.now_us().to_string(),
-            None => String::new(),
-        }
     }
 
     /// Runs the attempts script: the live counter (if any) and the time the script used.
     async fn attempts(&self, key: &[u8], op: &str, ttl_us: u64) -> Result<(Option<Attempts>, u64), Error> {
         core_store::validate_key(key)?;
         let name = self.inner.keys.attempts(key);
-        let args = [self.script_now(), op.to_string(), ttl_us.to_string()];
-        let reply: Vec<u64> = self.call(&self.inner.scripts.attempts, &[name], &args).await?;
+        let transport = &self.inner.transport;
+        let args = [transport.script_now(), op.to_string(), ttl_us.to_string()];
+        let reply: Vec<u64> = transport
+            .call(&transport.scripts().attempts, &[name], &args)
+            .await?;
         match reply[..] {
             [0, _, now_us] => Ok((None, now_us)),
             [count, expires_at_us, now_us] => Ok((Some(Attempts { count, expires_at_us }), now_us)),
@@ -873,49 +671,13 @@ impl RedisStore {
         }
     }
 
-    /// Tells every instance's deny cache that `state` was reset (see `reset_channel`). The reset
-    /// itself is done; if the message cannot be sent, the other instances' cached denials of this
-    /// key last until they expire, which is what they did before resets were published.
-    pub(crate) async fn publish_reset(&self, state: &[u8]) {
-        let mut conn = self.inner.connection.clone();
-        let publish = redis::cmd("PUBLISH")
-            .arg(&self.inner.reset_channel)
-            .arg(state)
-            .clone();
-        let sent = tokio::time::timeout(self.inner.timeout, publish.query_async::<u64>(&mut conn)).await;
-        if !matches!(sent, Ok(Ok(_))) {
-            bump(&self.inner.stats.reset_publish_failures);
-        }
-    }
-
     /// Deletes keys with the reset script.
     async fn delete(&self, keys: &[Vec<u8>]) -> Result<(), Error> {
-        self.call::<u64>(&self.inner.scripts.reset, keys, &[])
+        let transport = &self.inner.transport;
+        transport
+            .call::<u64>(&transport.scripts().reset, keys, &[])
             .await
             .map(|_| ())
-    }
-}
-
-/// Frees a lane's place taken by a caller sending its own call: what queued meanwhile goes to
-/// a sender task.
-struct Handover<'a> {
-    store: &'a RedisStore,
-    lane: u16,
-}
-
-impl Drop for Handover<'_> {
-    fn drop(&mut self) {
-        let Some(lanes) = &self.store.inner.lanes else {
-            return;
-        };
-        if let Some(jobs) = lanes.next(self.lane) {
-            // Outside a runtime (one shutting down) the jobs are dropped unsent: their callers
-            // see their deadline.
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                let (store, lane) = (self.store.clone(), self.lane);
-                runtime.spawn(async move { store.send_batches(lane, jobs).await });
-            }
-        }
     }
 }
 
@@ -984,25 +746,6 @@ async fn join_all<F: Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
     })
     .await;
     outputs.into_iter().flatten().collect()
-}
-
-pub(crate) fn bad_reply(reply: &[u64]) -> Error {
-    error::store_error(redis::RedisError::from((
-        redis::ErrorKind::UnexpectedReturnType,
-        "unexpected script reply",
-        format!("{reply:?}"),
-    )))
-}
-
-pub(crate) fn cached_denial(policy: &Policy, denial: Denial, now_us: u64) -> Decision {
-    Decision {
-        allowed: false,
-        limit: policy.max_cost(),
-        remaining: 0,
-        reset_after: Duration::from_micros(denial.reset_at_us.saturating_sub(now_us)),
-        retry_after: Some(Duration::from_micros(denial.retry_at_us - now_us)),
-        degraded: false,
-    }
 }
 
 /// The same calls as [`MemoryStore`](tollgate::MemoryStore)'s, with the same key type (anything
@@ -1095,8 +838,8 @@ impl Store for RedisStore {
         }
         // Prefix overrides come from this instance's copy (see `overrides`); key overrides are
         // read by the script.
-        self.refresh_prefix_overrides().await;
-        let cache = &self.inner.prefix_overrides;
+        self.inner.overrides.refresh_prefixes().await;
+        let cache = self.inner.overrides.prefixes();
         if cache.any() {
             let now_us = self.inner.local_clock.now_us();
             let policies: Vec<Option<Policy>> = rules
@@ -1132,15 +875,16 @@ impl Store for RedisStore {
         let state = self.inner.keys.state(policy.hash_tag(), policy.name(), key);
         let keys = call_keys(policy, state.clone());
         let rule = Rule::new(policy, key, cost);
-        let args = call_args(self.script_now(), Mode::GiveBack, [(&rule, 0)].into_iter());
-        let reply: Vec<u64> = self.call(&self.inner.scripts.refund, &keys, &args).await?;
+        let transport = &self.inner.transport;
+        let args = call_args(transport.script_now(), Mode::GiveBack, [(&rule, 0)].into_iter());
+        let reply: Vec<u64> = transport.call(&transport.scripts().refund, &keys, &args).await?;
         let decision = outcomes(&reply, 1)?[0];
         if let Some(cache) = &self.inner.deny_cache {
             cache.remove(&state);
             let mut message = Vec::with_capacity(state.len() + 1);
             message.push(crate::reset_channel::DROP_DENIAL);
             message.extend_from_slice(&state);
-            self.publish_reset(&message).await;
+            transport.publish(&message).await;
         }
         Ok(decision)
     }
@@ -1154,7 +898,7 @@ impl Store for RedisStore {
         self.inner.leases.forget(&state);
         let log = KeyNames::log(&state);
         self.delete(&[state.clone(), log]).await?;
-        self.publish_reset(&state).await;
+        self.inner.transport.publish(&state).await;
         Ok(())
     }
 }
@@ -1164,32 +908,20 @@ impl RedisStore {
     async fn read_penalty(&self, policy: &Policy, key: &[u8]) -> Result<Option<Duration>, Error> {
         core_store::validate_key(key)?;
         let state = self.inner.keys.state(policy.hash_tag(), policy.name(), key);
-        let mut conn = self.inner.connection.clone();
-        let timeout = self.inner.timeout;
-        let read = async {
-            let until: Option<u64> = redis::cmd("HGET")
-                .arg(&state)
-                .arg("b")
-                .query_async(&mut conn)
-                .await?;
-            let now_us = match &self.inner.script_clock {
-                Some(clock) => clock.now_us(),
-                None => {
-                    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
-                    secs * 1_000_000 + micros
-                }
-            };
-            Ok::<_, redis::RedisError>(
-                until
+        let transport = &self.inner.transport;
+        transport
+            .within_deadline(|mut conn| async move {
+                let until: Option<u64> = redis::cmd("HGET")
+                    .arg(&state)
+                    .arg("b")
+                    .query_async(&mut conn)
+                    .await?;
+                let now_us = transport.script_time_us(&mut conn).await?;
+                Ok(until
                     .filter(|&u| u > now_us)
-                    .map(|u| Duration::from_micros(u - now_us)),
-            )
-        };
-        match tokio::time::timeout(timeout, read).await {
-            Ok(Ok(left)) => Ok(left),
-            Ok(Err(err)) => Err(error::store_error(err)),
-            Err(_) => Err(error::store_error(error::deadline(timeout))),
-        }
+                    .map(|u| Duration::from_micros(u - now_us)))
+            })
+            .await
     }
 
     /// Decides rules whose prefix overrides are already applied.
@@ -1201,7 +933,16 @@ impl RedisStore {
             && !rule.question
             && let Some(options) = rule.policy.lease()
         {
-            return Ok(Decisions::One(lease::decide(self, rule, options).await?));
+            let inner = &self.inner;
+            let context = lease::Context {
+                transport: &inner.transport,
+                keys: &inner.keys,
+                deny_cache: inner.deny_cache.as_deref(),
+                clock: &*inner.local_clock,
+            };
+            return Ok(Decisions::One(
+                lease::decide(&inner.leases, context, rule, options).await?,
+            ));
         }
         match rules {
             [] => Ok(Decisions::None),
@@ -1254,4 +995,69 @@ fn validate_ttl(ttl: Duration) -> Result<u64, Error> {
         return Err(Error::TtlOutOfRange { value: ttl, min, max });
     }
     Ok(ttl.as_micros() as u64)
+}
+
+/// Allow and deny list entries kept in Redis for the whole fleet (see `access`).
+impl RedisStore {
+    /// Every entry in the store with when it was added (ms since the Unix epoch). Fields that
+    /// do not decode (written by another version) are skipped.
+    pub async fn access_entries(&self) -> Result<Vec<(AccessEntry, u64)>, Error> {
+        access::entries(&self.inner.transport, self.inner.keys.access_lists()).await
+    }
+
+    /// Adds `entry` (an entry already there keeps its time), unless the store holds
+    /// [`MAX_ACCESS_ENTRIES`](access::MAX_ACCESS_ENTRIES) already.
+    pub async fn add_access_entry(&self, entry: &AccessEntry) -> Result<Added, Error> {
+        access::add(&self.inner.transport, self.inner.keys.access_lists(), entry).await
+    }
+
+    /// Removes `entry`; `false` when it was not there.
+    pub async fn remove_access_entry(&self, entry: &AccessEntry) -> Result<bool, Error> {
+        access::remove(&self.inner.transport, self.inner.keys.access_lists(), entry).await
+    }
+}
+
+/// Concurrency limits in a sorted set per key (see `concurrency`).
+impl ConcurrencyStore for RedisStore {
+    async fn acquire(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<Acquire, Error> {
+        let inner = &self.inner;
+        concurrency::acquire(&inner.transport, &inner.keys, &inner.lease_ids, policy, key).await
+    }
+
+    async fn release(
+        &self,
+        policy: &ConcurrencyPolicy,
+        key: &[u8],
+        lease: LeaseId,
+    ) -> Result<Release, Error> {
+        concurrency::release(&self.inner.transport, &self.inner.keys, policy, key, lease).await
+    }
+}
+
+/// Runtime overrides: key overrides read by the decision script, prefix overrides from this
+/// instance's copy (see `overrides`).
+impl OverrideStore for RedisStore {
+    async fn set_override(&self, policy: &Policy, value: &Override) -> Result<(), Error> {
+        self.inner.overrides.set(policy, value).await
+    }
+
+    async fn get_override(
+        &self,
+        policy: &Policy,
+        target: &OverrideTarget,
+    ) -> Result<Option<Override>, Error> {
+        self.inner.overrides.get(policy, target).await
+    }
+
+    async fn list_overrides(&self, policy: &Policy) -> Result<Vec<Override>, Error> {
+        self.inner.overrides.list(policy).await
+    }
+
+    async fn remove_override(&self, policy: &Policy, target: &OverrideTarget) -> Result<bool, Error> {
+        self.inner.overrides.remove(policy, target).await
+    }
+
+    async fn override_for(&self, policy: &Policy, key: &[u8]) -> Result<Option<Override>, Error> {
+        self.inner.overrides.of_key(policy, key).await
+    }
 }

@@ -41,7 +41,7 @@ use tollgate_server::proxy::{self, Forward};
 use tollgate_server::state::{AppState, Settings, SharedState};
 use tollgate_server::store::AnyStore;
 use tollgate_testkit::{AppServer, RedisServer};
-use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+use tollgate_tower::{KeyExtractor, KeyedPolicy, RateLimitLayer};
 use tonic::transport::Channel;
 use tower::ServiceExt;
 
@@ -379,7 +379,7 @@ fn tower_app(limits: &Limits, store: AnyStore) -> Router {
         for name in route.policies() {
             let named = limits.policy(name).expect("a configured policy");
             let key = KeyExtractor::header(HeaderName::from_static(KEY_HEADER));
-            layer = layer.rule(Rule::new(named.policy().clone(), key).shadow(named.shadow()));
+            layer = layer.policy(KeyedPolicy::new(named.policy().clone(), key).shadow(named.shadow()));
         }
         let layer = layer.build().expect("layer");
         app = app.merge(

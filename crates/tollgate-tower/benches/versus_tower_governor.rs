@@ -22,7 +22,7 @@ use axum::extract::ConnectInfo;
 use axum::http::Request;
 use axum::routing::get;
 use tollgate::{Algorithm, MemoryStore, Policy, Rate};
-use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+use tollgate_tower::{KeyExtractor, KeyedPolicy, RateLimitLayer};
 use tower::ServiceExt;
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -43,7 +43,7 @@ fn tollgate_app() -> Router {
     .expect("policy");
     app().layer(RateLimitLayer::new(
         MemoryStore::new(),
-        Rule::new(policy, KeyExtractor::peer_ip()),
+        KeyedPolicy::new(policy, KeyExtractor::peer_ip()),
     ))
 }
 

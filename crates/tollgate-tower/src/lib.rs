@@ -7,13 +7,13 @@
 //! use std::time::Duration;
 //! use axum::{Router, routing::get};
 //! use tollgate::{Algorithm, MemoryStore, Policy};
-//! use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+//! use tollgate_tower::{KeyExtractor, RateLimitLayer, KeyedPolicy};
 //!
 //! // 100 requests per minute per client address.
 //! let per_ip = Policy::new("api", Algorithm::sliding_window(100, Duration::from_secs(60))?)?;
 //! let app: Router = Router::new()
 //!     .route("/", get(|| async { "hello" }))
-//!     .layer(RateLimitLayer::new(MemoryStore::new(), Rule::new(per_ip, KeyExtractor::peer_ip())));
+//!     .layer(RateLimitLayer::new(MemoryStore::new(), KeyedPolicy::new(per_ip, KeyExtractor::peer_ip())));
 //! // Serve with `app.into_make_service_with_connect_info::<std::net::SocketAddr>()`.
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -32,7 +32,9 @@
 //! - [`concurrency_limit`]: the concurrency limit middleware: [`ConcurrencyLimitLayer`] and
 //!   the [`ConcurrencyLimit`] service, which acquire a lease before the inner service and
 //!   release it when the response body ends ([`LeaseBody`]), fails or is dropped.
-//! - [`rule`]: [`Rule`], a policy with its key, cost, shadow mode and [`MissingKey`] choice.
+//! - [`keyed_policy`]: [`KeyedPolicy`], a policy with the key extractor it counts against, its
+//!   cost, shadow mode and [`MissingKey`] choice: each request makes one core
+//!   [`Rule`](tollgate::Rule) of it.
 //! - [`key`]: [`KeyExtractor`] (client address, header, route and address, custom function), and
 //!   [`ClientIp`] with [`Cidr`] and [`ProxyHeader`] for clients behind trusted proxies.
 //! - [`problem`]: the 429, 400 and 503 problem responses and the rate limit headers.
@@ -60,17 +62,17 @@ pub mod concurrency_limit;
 mod engine;
 pub mod error;
 pub mod key;
+pub mod keyed_policy;
 pub mod problem;
 pub mod rate_limit;
-pub mod rule;
 mod sampler;
 pub mod stats;
 
 pub use concurrency_limit::{ConcurrencyLimit, ConcurrencyLimitLayer, LeaseBody};
 pub use error::Error;
 pub use key::{Cidr, ClientIp, KeyExtractor, ProxyHeader};
+pub use keyed_policy::{KeyedPolicy, MissingKey};
 pub use rate_limit::{RateLimit, RateLimitLayer, RateLimitLayerBuilder, ResponseFuture};
-pub use rule::{MissingKey, Rule};
 pub use sampler::LogSampler;
 pub use stats::{Stats, StatsSnapshot};
 

@@ -30,7 +30,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use serde_json::{Map, Value, json};
 use tollgate::{Decision, Policy, headers};
 
-use crate::Rule;
+use crate::KeyedPolicy;
 
 /// The media type of every problem body.
 pub const CONTENT_TYPE_PROBLEM: &str = "application/problem+json";
@@ -190,7 +190,7 @@ impl Problems {
 
 /// A rule's constant parts of the rate limit headers, rendered when the rule is made.
 #[derive(Debug, Clone)]
-pub(crate) struct RuleHeaders {
+pub(crate) struct PolicyHeaders {
     /// The `RateLimit-Policy` entry, e.g. `"movies";q=20;w=60`.
     policy: String,
     /// The same as a field value, for a response that reports this rule alone.
@@ -199,14 +199,14 @@ pub(crate) struct RuleHeaders {
     limit_prefix: String,
 }
 
-impl RuleHeaders {
+impl PolicyHeaders {
     pub(crate) fn new(policy: &Policy) -> Self {
         let rendered = headers::ratelimit_policy(policy);
         // The core renders an entry as the quoted name and its parameters; the name part is
         // what a decision with zero everywhere renders before `;r=0;t=0`.
         let zero = headers::ratelimit(policy, &Decision::default());
         let name = zero.strip_suffix(";r=0;t=0").unwrap_or(&zero);
-        RuleHeaders {
+        PolicyHeaders {
             policy_value: HeaderValue::try_from(rendered.as_str()).ok(),
             policy: rendered,
             limit_prefix: format!("{name};r="),
@@ -236,7 +236,7 @@ pub(crate) struct RateLimitHeaders {
 
 impl RateLimitHeaders {
     /// The two fields for `decided` (one entry each, in order); `None` when there is none.
-    pub(crate) fn new<'a>(decided: impl IntoIterator<Item = (&'a Rule, Decision)>) -> Option<Self> {
+    pub(crate) fn new<'a>(decided: impl IntoIterator<Item = (&'a KeyedPolicy, Decision)>) -> Option<Self> {
         let mut decided = decided.into_iter();
         let (first, decision) = decided.next()?;
         // Sized exactly: a `Vec` with spare capacity would cost `Bytes` a second allocation.
@@ -305,7 +305,7 @@ mod tests {
         use tollgate::{Algorithm, Rate};
         for name in ["movies", r#"a"b\c;r=0;t=0"#, "café", "x;q=1"] {
             let policy = Policy::new(name, Algorithm::gcra(Rate::per_second(10)?, 5)?)?;
-            let rule = RuleHeaders::new(&policy);
+            let rule = PolicyHeaders::new(&policy);
             assert_eq!(rule.policy, headers::ratelimit_policy(&policy));
             for (remaining, reset_after) in [
                 (0, Duration::ZERO),

@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 ///
 /// ```
 /// use tollgate::{Algorithm, MemoryStore, Policy, Rate};
-/// use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+/// use tollgate_tower::{KeyExtractor, RateLimitLayer, KeyedPolicy};
 ///
 /// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 10)?)?;
-/// let layer = RateLimitLayer::new(MemoryStore::new(), Rule::new(policy, KeyExtractor::peer_ip()));
+/// let layer = RateLimitLayer::new(MemoryStore::new(), KeyedPolicy::new(policy, KeyExtractor::peer_ip()));
 /// let stats = layer.stats();
 /// assert_eq!(stats.snapshot().allowed, 0);
 /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -9,11 +9,11 @@ use axum::Router;
 use axum::http::StatusCode;
 use common::{policy, request, routes, send};
 use tollgate::MemoryStore;
-use tollgate_tower::{Cidr, ClientIp, KeyExtractor, ProxyHeader, RateLimitLayer, Rule};
+use tollgate_tower::{Cidr, ClientIp, KeyExtractor, KeyedPolicy, ProxyHeader, RateLimitLayer};
 
 /// An app allowing one request per minute per client as `ip` finds it.
 fn app(ip: ClientIp) -> Router {
-    let rule = Rule::new(
+    let rule = KeyedPolicy::new(
         policy("per-client", 1, Duration::from_secs(60)),
         KeyExtractor::client_ip(ip),
     );

@@ -14,7 +14,7 @@ use axum::body::Body;
 use axum::http::{HeaderName, Request, StatusCode};
 use common::{policy, routes, send};
 use tollgate::MemoryStore;
-use tollgate_tower::{ClientIp, KeyExtractor, MissingKey, RateLimitLayer, Rule};
+use tollgate_tower::{ClientIp, KeyExtractor, KeyedPolicy, MissingKey, RateLimitLayer};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -59,7 +59,10 @@ impl Captured {
 async fn a_missing_peer_address_is_a_500_naming_the_fix_logged_once() {
     let (log, _guard) = Captured::start();
     let layer = RateLimitLayer::builder(MemoryStore::new())
-        .rule(Rule::new(policy("per-ip", 5, MINUTE), KeyExtractor::peer_ip()))
+        .policy(KeyedPolicy::new(
+            policy("per-ip", 5, MINUTE),
+            KeyExtractor::peer_ip(),
+        ))
         .problem_type_base("https://api.example/problems/")
         .build()
         .expect("valid layer");
@@ -99,7 +102,7 @@ async fn a_missing_peer_address_is_a_500_naming_the_fix_logged_once() {
 /// and silently turn the limit off, so it is a 500 as well.
 #[tokio::test]
 async fn skip_does_not_hide_a_missing_peer_address() {
-    let rule = Rule::new(
+    let rule = KeyedPolicy::new(
         policy("route", 5, MINUTE),
         KeyExtractor::route_and_ip(ClientIp::peer()),
     )
@@ -117,11 +120,11 @@ async fn each_layer_logs_its_first_missing_peer_address() {
     let (log, _guard) = Captured::start();
     let one = routes().layer(RateLimitLayer::new(
         MemoryStore::new(),
-        Rule::new(policy("one", 5, MINUTE), KeyExtractor::peer_ip()),
+        KeyedPolicy::new(policy("one", 5, MINUTE), KeyExtractor::peer_ip()),
     ));
     let two = routes().layer(RateLimitLayer::new(
         MemoryStore::new(),
-        Rule::new(policy("two", 5, MINUTE), KeyExtractor::peer_ip()),
+        KeyedPolicy::new(policy("two", 5, MINUTE), KeyExtractor::peer_ip()),
     ));
     for _ in 0..2 {
         send(&one, bare("/")).await;
@@ -140,7 +143,10 @@ async fn each_layer_logs_its_first_missing_peer_address() {
 #[tokio::test]
 async fn a_missing_header_is_still_the_clients_400() {
     let api_key = KeyExtractor::header(HeaderName::from_static("x-api-key"));
-    let layer = RateLimitLayer::new(MemoryStore::new(), Rule::new(policy("keys", 5, MINUTE), api_key));
+    let layer = RateLimitLayer::new(
+        MemoryStore::new(),
+        KeyedPolicy::new(policy("keys", 5, MINUTE), api_key),
+    );
     let stats = layer.stats();
     let app = routes().layer(layer);
     let answer = send(&app, bare("/")).await;
@@ -160,7 +166,7 @@ async fn a_missing_header_is_still_the_clients_400() {
 async fn a_plain_socket_address_extension_is_enough() {
     let app = routes().layer(RateLimitLayer::new(
         MemoryStore::new(),
-        Rule::new(policy("per-ip", 1, MINUTE), KeyExtractor::peer_ip()),
+        KeyedPolicy::new(policy("per-ip", 1, MINUTE), KeyExtractor::peer_ip()),
     ));
     let request = || {
         Request::get("/")

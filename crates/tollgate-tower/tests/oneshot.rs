@@ -13,7 +13,7 @@ use axum::extract::ConnectInfo;
 use axum::http::{HeaderName, Request, Response, StatusCode};
 use common::{Answer, policy, request, routes, send};
 use tollgate::{Engine, FailureMode, ManualClock, MemoryStore};
-use tollgate_tower::{ClientIp, KeyExtractor, MissingKey, RateLimitLayer, Rule};
+use tollgate_tower::{ClientIp, KeyExtractor, KeyedPolicy, MissingKey, RateLimitLayer};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -30,7 +30,7 @@ fn count(answers: &[Answer], status: StatusCode) -> usize {
 async fn the_limit_holds_across_every_clone_of_layer_and_service() {
     let layer = RateLimitLayer::new(
         MemoryStore::new(),
-        Rule::new(policy("api", 7, MINUTE), KeyExtractor::peer_ip()),
+        KeyedPolicy::new(policy("api", 7, MINUTE), KeyExtractor::peer_ip()),
     );
     let handler =
         tower::service_fn(|_: Request<Body>| async { Ok::<_, Infallible>(Response::new(Body::from("ok"))) });
@@ -61,7 +61,7 @@ async fn the_limit_holds_across_every_clone_of_layer_and_service() {
 async fn concurrent_requests_through_an_axum_router_admit_exactly_the_limit() {
     let app = routes().layer(RateLimitLayer::new(
         MemoryStore::new(),
-        Rule::new(policy("api", 10, MINUTE), KeyExtractor::peer_ip()),
+        KeyedPolicy::new(policy("api", 10, MINUTE), KeyExtractor::peer_ip()),
     ));
     let tasks: Vec<_> = (0..50)
         .map(|i| {
@@ -84,7 +84,7 @@ async fn concurrent_requests_through_an_axum_router_admit_exactly_the_limit() {
 async fn allowed_responses_carry_the_ratelimit_headers() {
     let app = routes().layer(RateLimitLayer::new(
         MemoryStore::new(),
-        Rule::new(policy("api", 5, MINUTE), KeyExtractor::peer_ip()),
+        KeyedPolicy::new(policy("api", 5, MINUTE), KeyExtractor::peer_ip()),
     ));
     for remaining in (0..5).rev() {
         let answer = send(&app, request("/", "192.0.2.1:1", &[])).await;
@@ -105,7 +105,7 @@ async fn a_denial_is_problem_json_with_retry_after_rounded_up_to_whole_seconds()
     let store = MemoryStore::builder().clock(clock.clone()).build();
     let app = routes().layer(RateLimitLayer::new(
         store,
-        Rule::new(
+        KeyedPolicy::new(
             policy("search", 1, Duration::from_millis(1_500)),
             KeyExtractor::peer_ip(),
         ),
@@ -161,7 +161,7 @@ async fn a_denial_is_problem_json_with_retry_after_rounded_up_to_whole_seconds()
 #[tokio::test]
 async fn a_problem_type_base_names_each_problem() {
     let layer = RateLimitLayer::builder(MemoryStore::new())
-        .rule(Rule::new(policy("api", 1, MINUTE), api_key()))
+        .policy(KeyedPolicy::new(policy("api", 1, MINUTE), api_key()))
         .problem_type_base("https://api.example/problems/")
         .build()
         .expect("valid layer");
@@ -177,7 +177,7 @@ async fn a_problem_type_base_names_each_problem() {
 async fn a_header_key_limits_each_value_and_a_missing_header_is_rejected_by_default() {
     let layer = RateLimitLayer::new(
         MemoryStore::new(),
-        Rule::new(policy("per-key", 2, MINUTE), api_key()),
+        KeyedPolicy::new(policy("per-key", 2, MINUTE), api_key()),
     );
     let stats = layer.stats();
     let app = routes().layer(layer);
@@ -212,7 +212,7 @@ async fn a_header_key_limits_each_value_and_a_missing_header_is_rejected_by_defa
 
 #[tokio::test]
 async fn a_missing_key_can_skip_the_rule() {
-    let rule = Rule::new(policy("per-key", 1, MINUTE), api_key()).on_missing_key(MissingKey::Skip);
+    let rule = KeyedPolicy::new(policy("per-key", 1, MINUTE), api_key()).on_missing_key(MissingKey::Skip);
     let app = routes().layer(RateLimitLayer::new(MemoryStore::new(), rule));
     for _ in 0..5 {
         let answer = send(&app, request("/", "192.0.2.1:1", &[])).await;
@@ -237,7 +237,7 @@ async fn a_missing_key_can_skip_the_rule() {
 async fn without_connection_info_the_peer_key_is_the_apps_500_naming_the_fix() {
     let app = routes().layer(RateLimitLayer::new(
         MemoryStore::new(),
-        Rule::new(policy("api", 5, MINUTE), KeyExtractor::peer_ip()),
+        KeyedPolicy::new(policy("api", 5, MINUTE), KeyExtractor::peer_ip()),
     ));
     let answer = send(&app, Request::get("/").body(Body::empty()).expect("request")).await;
     assert_eq!(answer.status, StatusCode::INTERNAL_SERVER_ERROR);
@@ -253,7 +253,7 @@ async fn without_connection_info_the_peer_key_is_the_apps_500_naming_the_fix() {
 async fn a_key_longer_than_the_store_accepts_is_a_clear_400() {
     let layer = RateLimitLayer::new(
         MemoryStore::new(),
-        Rule::new(policy("per-key", 2, MINUTE), api_key()),
+        KeyedPolicy::new(policy("per-key", 2, MINUTE), api_key()),
     );
     let stats = layer.stats();
     let app = routes().layer(layer);
@@ -281,7 +281,7 @@ async fn a_custom_key_function_decides_the_key() {
         let segment = parts.uri.path().split('/').nth(1)?;
         Some(format!("tenant:{segment}"))
     });
-    let rule = Rule::new(policy("tenant", 1, MINUTE), tenant).on_missing_key(MissingKey::Skip);
+    let rule = KeyedPolicy::new(policy("tenant", 1, MINUTE), tenant).on_missing_key(MissingKey::Skip);
     let app = routes().layer(RateLimitLayer::new(MemoryStore::new(), rule));
     assert_eq!(
         send(&app, request("/users/1", "192.0.2.1:1", &[])).await.status,
@@ -300,7 +300,7 @@ async fn a_custom_key_function_decides_the_key() {
 #[tokio::test]
 async fn route_and_ip_keys_group_by_matched_route_inside_a_router() {
     let rule = || {
-        Rule::new(
+        KeyedPolicy::new(
             policy("route", 1, MINUTE),
             KeyExtractor::route_and_ip(ClientIp::peer()),
         )
@@ -357,8 +357,11 @@ async fn route_and_ip_keys_group_by_matched_route_inside_a_router() {
 #[tokio::test]
 async fn every_rule_must_allow_and_a_denied_request_spends_no_other_budget() {
     let layer = RateLimitLayer::builder(MemoryStore::new())
-        .rule(Rule::new(policy("per-ip", 3, MINUTE), KeyExtractor::peer_ip()))
-        .rule(Rule::new(policy("per-key", 10, MINUTE), api_key()))
+        .policy(KeyedPolicy::new(
+            policy("per-ip", 3, MINUTE),
+            KeyExtractor::peer_ip(),
+        ))
+        .policy(KeyedPolicy::new(policy("per-key", 10, MINUTE), api_key()))
         .build()
         .expect("valid layer");
     let app = routes().layer(layer);
@@ -403,9 +406,9 @@ async fn a_denied_request_spends_nothing_on_any_rule() {
     );
     let everyone = KeyExtractor::custom(|_| Some("all"));
     let layer = RateLimitLayer::builder_engine(engine.clone())
-        .rule(Rule::new(per_ip.clone(), KeyExtractor::peer_ip()))
-        .rule(Rule::new(per_key.clone(), api_key()))
-        .rule(Rule::new(global.clone(), everyone))
+        .policy(KeyedPolicy::new(per_ip.clone(), KeyExtractor::peer_ip()))
+        .policy(KeyedPolicy::new(per_key.clone(), api_key()))
+        .policy(KeyedPolicy::new(global.clone(), everyone))
         .build()
         .expect("valid layer");
     let app = routes().layer(layer);
@@ -440,9 +443,9 @@ async fn a_penalty_starts_on_every_rule_that_denied() {
         .expect("valid penalty");
     let global = policy("global", 1_000, MINUTE);
     let layer = RateLimitLayer::builder_engine(engine.clone())
-        .rule(Rule::new(login.clone(), KeyExtractor::peer_ip()))
-        .rule(Rule::new(account.clone(), api_key()))
-        .rule(Rule::new(global.clone(), api_key()))
+        .policy(KeyedPolicy::new(login.clone(), KeyExtractor::peer_ip()))
+        .policy(KeyedPolicy::new(account.clone(), api_key()))
+        .policy(KeyedPolicy::new(global.clone(), api_key()))
         .build()
         .expect("valid layer");
     let app = routes().layer(layer);
@@ -480,9 +483,9 @@ async fn one_policy_and_key_in_two_rules_spend_the_sum_from_one_budget() {
     let engine = Arc::new(Engine::new(MemoryStore::new()));
     let api = policy("api", 5, MINUTE);
     let layer = RateLimitLayer::builder_engine(engine.clone())
-        .rule(Rule::new(api.clone(), KeyExtractor::peer_ip()))
-        .rule(
-            Rule::new(api.clone(), KeyExtractor::peer_ip())
+        .policy(KeyedPolicy::new(api.clone(), KeyExtractor::peer_ip()))
+        .policy(
+            KeyedPolicy::new(api.clone(), KeyExtractor::peer_ip())
                 .cost(2)
                 .expect("cost"),
         )
@@ -512,8 +515,11 @@ async fn one_policy_and_key_in_two_rules_spend_the_sum_from_one_budget() {
 #[test]
 fn one_name_for_two_different_policies_is_refused() {
     let built = RateLimitLayer::builder(MemoryStore::new())
-        .rule(Rule::new(policy("api", 5, MINUTE), KeyExtractor::peer_ip()))
-        .rule(Rule::new(policy("api", 6, MINUTE), api_key()))
+        .policy(KeyedPolicy::new(
+            policy("api", 5, MINUTE),
+            KeyExtractor::peer_ip(),
+        ))
+        .policy(KeyedPolicy::new(policy("api", 6, MINUTE), api_key()))
         .build();
     assert_eq!(
         built.map(|_| ()).unwrap_err(),
@@ -524,11 +530,14 @@ fn one_name_for_two_different_policies_is_refused() {
 #[tokio::test]
 async fn the_rule_that_denies_longest_speaks_for_the_request() {
     let layer = RateLimitLayer::builder(MemoryStore::new())
-        .rule(Rule::new(
+        .policy(KeyedPolicy::new(
             policy("short", 1, Duration::from_secs(10)),
             KeyExtractor::peer_ip(),
         ))
-        .rule(Rule::new(policy("long", 1, Duration::from_secs(300)), api_key()))
+        .policy(KeyedPolicy::new(
+            policy("long", 1, Duration::from_secs(300)),
+            api_key(),
+        ))
         .build()
         .expect("valid layer");
     let app = routes().layer(layer);
@@ -542,11 +551,11 @@ async fn the_rule_that_denies_longest_speaks_for_the_request() {
 #[tokio::test]
 async fn shadow_rules_count_would_be_denials_but_never_deny_or_show() {
     let layer = RateLimitLayer::builder(MemoryStore::new())
-        .rule(Rule::new(
+        .policy(KeyedPolicy::new(
             policy("enforced", 100, MINUTE),
             KeyExtractor::peer_ip(),
         ))
-        .rule(Rule::new(policy("trial", 2, MINUTE), KeyExtractor::peer_ip()).shadow(true))
+        .policy(KeyedPolicy::new(policy("trial", 2, MINUTE), KeyExtractor::peer_ip()).shadow(true))
         .build()
         .expect("valid layer");
     let stats = layer.stats();
@@ -570,8 +579,11 @@ async fn shadow_rules_count_would_be_denials_but_never_deny_or_show() {
 #[tokio::test]
 async fn a_shadow_denial_is_counted_on_denied_requests_too_and_never_speaks_for_them() {
     let layer = RateLimitLayer::builder(MemoryStore::new())
-        .rule(Rule::new(policy("trial", 1, MINUTE), KeyExtractor::peer_ip()).shadow(true))
-        .rule(Rule::new(policy("enforced", 2, MINUTE), KeyExtractor::peer_ip()))
+        .policy(KeyedPolicy::new(policy("trial", 1, MINUTE), KeyExtractor::peer_ip()).shadow(true))
+        .policy(KeyedPolicy::new(
+            policy("enforced", 2, MINUTE),
+            KeyExtractor::peer_ip(),
+        ))
         .build()
         .expect("valid layer");
     let stats = layer.stats();
@@ -598,7 +610,7 @@ async fn a_shadow_denial_is_counted_on_denied_requests_too_and_never_speaks_for_
 
 #[tokio::test]
 async fn a_lone_shadow_rule_passes_everything_without_headers() {
-    let rule = Rule::new(policy("trial", 1, MINUTE), KeyExtractor::peer_ip()).shadow(true);
+    let rule = KeyedPolicy::new(policy("trial", 1, MINUTE), KeyExtractor::peer_ip()).shadow(true);
     let layer = RateLimitLayer::new(MemoryStore::new(), rule);
     let stats = layer.stats();
     let app = routes().layer(layer);
@@ -615,7 +627,7 @@ async fn a_lone_shadow_rule_passes_everything_without_headers() {
 /// policy's failure mode, as it does for a stopped Redis.
 async fn full_store_app(mode: FailureMode, shadow: bool) -> (axum::Router, tollgate_tower::Stats) {
     let store = MemoryStore::builder().max_keys(1).build();
-    let rule = Rule::new(policy("tiny", 1, MINUTE).with_failure_mode(mode), api_key()).shadow(shadow);
+    let rule = KeyedPolicy::new(policy("tiny", 1, MINUTE).with_failure_mode(mode), api_key()).shadow(shadow);
     let layer = RateLimitLayer::new(store, rule);
     let stats = layer.stats();
     let app = routes().layer(layer);
@@ -730,7 +742,7 @@ async fn a_shadow_rule_never_denies_even_when_it_fails_closed() {
 async fn a_plain_socket_addr_extension_is_a_peer_address_too() {
     let app = routes().layer(RateLimitLayer::new(
         MemoryStore::new(),
-        Rule::new(policy("api", 1, MINUTE), KeyExtractor::peer_ip()),
+        KeyedPolicy::new(policy("api", 1, MINUTE), KeyExtractor::peer_ip()),
     ));
     let plain = || {
         let socket: SocketAddr = "[::ffff:192.0.2.1]:1".parse().expect("address");
@@ -756,8 +768,11 @@ async fn when_the_store_fails_every_rule_follows_its_own_failure_mode() {
     // Room for one key: a request with two new keys cannot place both, so the store refuses the
     // whole request and every rule is decided by its own failure mode.
     let layer = RateLimitLayer::builder(MemoryStore::builder().max_keys(1).build())
-        .rule(Rule::new(policy("per-ip", 1, MINUTE), KeyExtractor::peer_ip()))
-        .rule(Rule::new(
+        .policy(KeyedPolicy::new(
+            policy("per-ip", 1, MINUTE),
+            KeyExtractor::peer_ip(),
+        ))
+        .policy(KeyedPolicy::new(
             policy("per-key", 5, MINUTE).with_failure_mode(FailureMode::FailOpen),
             api_key(),
         ))
@@ -786,8 +801,8 @@ async fn of_two_racing_requests_that_only_one_budget_fits_exactly_one_passes() {
         let engine = Arc::new(Engine::new(MemoryStore::new()));
         let (per_ip, per_key) = (policy("per-ip", 5, MINUTE), policy("per-key", 1, MINUTE));
         let layer = RateLimitLayer::builder_engine(engine.clone())
-            .rule(Rule::new(per_ip.clone(), KeyExtractor::peer_ip()))
-            .rule(Rule::new(per_key.clone(), api_key()))
+            .policy(KeyedPolicy::new(per_ip.clone(), KeyExtractor::peer_ip()))
+            .policy(KeyedPolicy::new(per_key.clone(), api_key()))
             .build()
             .expect("valid layer");
         let app = routes().layer(layer);
@@ -835,7 +850,10 @@ async fn a_deny_listed_peer_gets_a_403_problem_and_an_allowed_one_is_never_limit
     ]);
     let engine = Engine::builder(MemoryStore::new()).access_lists(lists).build();
     let layer = RateLimitLayer::builder_engine(engine)
-        .rule(Rule::new(policy("api", 1, MINUTE), KeyExtractor::peer_ip()))
+        .policy(KeyedPolicy::new(
+            policy("api", 1, MINUTE),
+            KeyExtractor::peer_ip(),
+        ))
         .problem_type_base("https://example.com/problems/")
         .build()
         .unwrap();

@@ -13,7 +13,7 @@ use common::{fresh_client, policy, request, routes, send};
 use tollgate::FailureMode;
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::{AppServer, RedisServer};
-use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule, Stats};
+use tollgate_tower::{KeyExtractor, KeyedPolicy, RateLimitLayer, Stats};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -27,7 +27,7 @@ async fn connect(redis: &RedisServer) -> RedisStore {
 
 /// `/` limited to 3 per minute per client under `mode`.
 fn app(store: RedisStore, name: &str, mode: FailureMode) -> (Router, Stats) {
-    let rule = Rule::new(
+    let rule = KeyedPolicy::new(
         policy(name, 3, MINUTE).with_failure_mode(mode),
         KeyExtractor::peer_ip(),
     );
@@ -106,7 +106,7 @@ async fn two_app_instances_on_one_redis_share_one_limit() {
     let mut all_stats = Vec::new();
     for _ in 0..2 {
         // Each instance connects on its own and builds its own layer and router.
-        let rule = Rule::new(policy("shared", 6, MINUTE), KeyExtractor::peer_ip());
+        let rule = KeyedPolicy::new(policy("shared", 6, MINUTE), KeyExtractor::peer_ip());
         let layer = RateLimitLayer::new(connect(&redis).await, rule);
         all_stats.push(layer.stats());
         servers.push(AppServer::start(routes().layer(layer)).await);

@@ -13,14 +13,14 @@ use common::{policy, request, send};
 use tollgate::{MemoryStore, Store};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::RedisServer;
-use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule, Stats};
+use tollgate_tower::{KeyExtractor, KeyedPolicy, RateLimitLayer, Stats};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
 /// `/fail` answers 500, `/missing` 404, `/ok` 200; 2 requests an hour per client.
 fn app<S: Store + 'static>(store: S, refund: bool) -> (Router, Stats) {
     let layer = RateLimitLayer::builder(store)
-        .rule(Rule::new(policy("api", 2, HOUR), KeyExtractor::peer_ip()))
+        .policy(KeyedPolicy::new(policy("api", 2, HOUR), KeyExtractor::peer_ip()))
         .refund_on_server_error(refund)
         .build()
         .expect("layer");

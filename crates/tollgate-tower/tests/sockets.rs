@@ -15,7 +15,7 @@ use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tollgate::MemoryStore;
 use tollgate_testkit::AppServer;
-use tollgate_tower::{ClientIp, KeyExtractor, RateLimitLayer, Rule};
+use tollgate_tower::{ClientIp, KeyExtractor, KeyedPolicy, RateLimitLayer};
 use tower::ServiceBuilder;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -49,7 +49,7 @@ fn count(statuses: &[StatusCode], status: StatusCode) -> usize {
 async fn exactly_the_limit_passes_across_many_connections() {
     let layer = RateLimitLayer::new(
         MemoryStore::new(),
-        Rule::new(policy("api", 10, MINUTE), KeyExtractor::peer_ip()),
+        KeyedPolicy::new(policy("api", 10, MINUTE), KeyExtractor::peer_ip()),
     );
     let stats = layer.stats();
     let server = AppServer::start(routes().layer(layer)).await;
@@ -65,7 +65,7 @@ async fn exactly_the_limit_passes_across_many_connections() {
 async fn a_real_429_carries_problem_json_and_headers() {
     let layer = RateLimitLayer::new(
         MemoryStore::new(),
-        Rule::new(policy("api", 1, MINUTE), KeyExtractor::peer_ip()),
+        KeyedPolicy::new(policy("api", 1, MINUTE), KeyExtractor::peer_ip()),
     );
     let server = AppServer::start(routes().layer(layer)).await;
     let addr = server.addr();
@@ -90,7 +90,7 @@ async fn a_real_429_carries_problem_json_and_headers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarded_clients_behind_a_trusted_loopback_proxy_each_get_their_own_budget() {
     let trusting = ClientIp::peer().trust_proxies(["127.0.0.0/8".parse().expect("block")]);
-    let rule = Rule::new(policy("api", 2, MINUTE), KeyExtractor::client_ip(trusting));
+    let rule = KeyedPolicy::new(policy("api", 2, MINUTE), KeyExtractor::client_ip(trusting));
     let server = AppServer::start(routes().layer(RateLimitLayer::new(MemoryStore::new(), rule))).await;
     let addr = server.addr();
     let url = format!("http://{addr}/");
@@ -100,7 +100,7 @@ async fn forwarded_clients_behind_a_trusted_loopback_proxy_each_get_their_own_bu
     }
 
     // The same headers sent to a server that trusts no proxy are ignored: one budget for all.
-    let rule = Rule::new(policy("api", 2, MINUTE), KeyExtractor::peer_ip());
+    let rule = KeyedPolicy::new(policy("api", 2, MINUTE), KeyExtractor::peer_ip());
     let server = AppServer::start(routes().layer(RateLimitLayer::new(MemoryStore::new(), rule))).await;
     let addr = server.addr();
     let url = format!("http://{addr}/");
@@ -118,7 +118,7 @@ async fn forwarded_clients_behind_a_trusted_loopback_proxy_each_get_their_own_bu
 async fn a_bare_hyper_server_can_serve_the_layer_with_a_socket_addr_extension() {
     let layer = RateLimitLayer::new(
         MemoryStore::new(),
-        Rule::new(policy("api", 3, MINUTE), KeyExtractor::peer_ip()),
+        KeyedPolicy::new(policy("api", 3, MINUTE), KeyExtractor::peer_ip()),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");

@@ -34,12 +34,12 @@ impl Store for Waiting {
 fn app<S: Store + 'static>(store: S) -> Router {
     let api_key = KeyExtractor::header(HeaderName::from_static("x-api-key"));
     let layer = RateLimitLayer::builder(store)
-        .rule(tollgate_tower::Rule::new(
+        .policy(tollgate_tower::KeyedPolicy::new(
             policy("ip", 4, MINUTE),
             KeyExtractor::peer_ip(),
         ))
-        .rule(
-            tollgate_tower::Rule::new(policy("key", 2, MINUTE), api_key)
+        .policy(
+            tollgate_tower::KeyedPolicy::new(policy("key", 2, MINUTE), api_key)
                 .on_missing_key(tollgate_tower::MissingKey::Skip),
         )
         .build()
@@ -50,7 +50,7 @@ fn app<S: Store + 'static>(store: S) -> Router {
 fn one_rule_app<S: Store + 'static>(store: S) -> Router {
     routes().layer(RateLimitLayer::new(
         store,
-        tollgate_tower::Rule::new(policy("api", 3, MINUTE), KeyExtractor::peer_ip()),
+        tollgate_tower::KeyedPolicy::new(policy("api", 3, MINUTE), KeyExtractor::peer_ip()),
     ))
 }
 

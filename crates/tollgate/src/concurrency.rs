@@ -366,20 +366,6 @@ impl Acquire {
     pub fn is_granted(&self) -> bool {
         matches!(self, Acquire::Granted(_))
     }
-
-    /// The same answer marked as decided by the failure mode.
-    pub(crate) fn degraded(self) -> Acquire {
-        match self {
-            Acquire::Granted(lease) => Acquire::Granted(Lease {
-                degraded: true,
-                ..lease
-            }),
-            Acquire::Denied(full) => Acquire::Denied(Full {
-                degraded: true,
-                ..full
-            }),
-        }
-    }
 }
 
 /// A granted lease.
@@ -490,27 +476,6 @@ pub struct Acquisition {
     pub acquire: Acquire,
     /// The store's error, when it failed and the failure mode answered (for logs and metrics).
     pub store_error: Option<Error>,
-}
-
-/// The answer of a failure mode that needs no limiter: `None` for `Local`.
-pub(crate) fn failed(policy: &ConcurrencyPolicy, ids: &LeaseIds) -> Option<Acquire> {
-    match policy.failure_mode() {
-        FailureMode::FailOpen => Some(Acquire::Granted(Lease {
-            // Held nowhere: its release answers `NotHeld`.
-            id: ids.next(),
-            expires_in: policy.lease_timeout(),
-            in_flight: 0,
-            limit: policy.max_in_flight(),
-            degraded: true,
-        })),
-        FailureMode::FailClosed => Some(Acquire::Denied(Full {
-            in_flight: 0,
-            limit: policy.max_in_flight(),
-            retry_after: crate::engine::FAIL_CLOSED_RETRY,
-            degraded: true,
-        })),
-        FailureMode::Local { .. } => None,
-    }
 }
 
 /// The two operations as pure functions on a key's leases; the memory store runs them under the

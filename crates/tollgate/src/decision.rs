@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::algorithm::Outcome;
+use crate::algorithm::StepDecision;
 
 /// The answer to a check or peek. Being denied is a normal answer, not an error.
 ///
@@ -39,24 +39,24 @@ pub struct Decision {
 }
 
 impl Decision {
-    /// Builds a decision from a step's outcome and the policy's limit.
+    /// Builds a decision from what a step decided and the policy's limit.
     ///
     /// ```
     /// use tollgate::Decision;
-    /// use tollgate::algorithm::Outcome;
+    /// use tollgate::algorithm::StepDecision;
     ///
-    /// let outcome = Outcome { allowed: true, remaining: 4, reset_after_us: 1_500, retry_after_us: None };
-    /// let decision = Decision::from_outcome(outcome, 5);
+    /// let step = StepDecision { allowed: true, remaining: 4, reset_after_us: 1_500, retry_after_us: None };
+    /// let decision = Decision::from_step(step, 5);
     /// assert_eq!(decision.reset_after, std::time::Duration::from_micros(1_500));
     /// ```
     #[inline]
-    pub fn from_outcome(outcome: Outcome, limit: u64) -> Self {
+    pub fn from_step(step: StepDecision, limit: u64) -> Self {
         Decision {
-            allowed: outcome.allowed,
+            allowed: step.allowed,
             limit,
-            remaining: outcome.remaining,
-            reset_after: Duration::from_micros(outcome.reset_after_us),
-            retry_after: outcome.retry_after_us.map(Duration::from_micros),
+            remaining: step.remaining,
+            reset_after: Duration::from_micros(step.reset_after_us),
+            retry_after: step.retry_after_us.map(Duration::from_micros),
             degraded: false,
         }
     }

@@ -20,7 +20,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
 use tollgate::{Algorithm, Policy, Store};
-use tollgate_tower::{ClientIp, KeyExtractor, RateLimitLayer, Rule};
+use tollgate_tower::{ClientIp, KeyExtractor, KeyedPolicy, RateLimitLayer};
 
 /// Requests each client may make to `/v4/movies` in any [`WINDOW`].
 pub const LIMIT: u64 = 20;
@@ -99,7 +99,10 @@ pub fn policy() -> Policy {
 /// # Ok::<(), tollgate_tower::Error>(())
 /// ```
 pub fn app<S: Store + 'static>(store: S, client_ip: ClientIp) -> Router {
-    let limit = RateLimitLayer::new(store, Rule::new(policy(), KeyExtractor::client_ip(client_ip)));
+    let limit = RateLimitLayer::new(
+        store,
+        KeyedPolicy::new(policy(), KeyExtractor::client_ip(client_ip)),
+    );
     // `layer` wraps only the routes added before it, so `/healthz`, merged in after, is free.
     let limited = Router::new().route("/v4/movies", get(list_movies)).layer(limit);
     Router::new()

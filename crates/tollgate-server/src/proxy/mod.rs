@@ -45,7 +45,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderName, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use tollgate_tower::{Cidr, ClientIp, KeyExtractor, RateLimit, RateLimitLayer, Rule};
+use tollgate_tower::{Cidr, ClientIp, KeyExtractor, KeyedPolicy, RateLimit, RateLimitLayer};
 use tower::{Layer, ServiceExt};
 
 pub use forward::{Forward, ForwardOptions, UpstreamError};
@@ -154,7 +154,7 @@ impl Gates {
                             .with_context(|| format!("route {}: header {header:?}", route.prefix()))?,
                     ),
                 };
-                layer = layer.rule(Rule::new(named.policy().clone(), key).shadow(named.shadow()));
+                layer = layer.policy(KeyedPolicy::new(named.policy().clone(), key).shadow(named.shadow()));
             }
             let layer = layer
                 .stats(self.stats.clone())

@@ -11,9 +11,9 @@ use super::limiter::Limiter;
 use super::service::RateLimit;
 use crate::engine::SharedEngine;
 use crate::problem::Problems;
-use crate::{Error, Rule, Stats};
+use crate::{Error, KeyedPolicy, Stats};
 
-/// Rate limits the requests of the services it wraps, by one or more [`Rule`]s over any
+/// Rate limits the requests of the services it wraps, by one or more [`KeyedPolicy`]s over any
 /// tollgate [`Store`], decided by a tollgate [`Engine`].
 ///
 /// Cloning is cheap and every clone, and every [`RateLimit`] service made from any of them,
@@ -25,10 +25,10 @@ use crate::{Error, Rule, Stats};
 /// use std::time::Duration;
 /// use axum::{Router, routing::get};
 /// use tollgate::{Algorithm, MemoryStore, Policy};
-/// use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+/// use tollgate_tower::{KeyExtractor, RateLimitLayer, KeyedPolicy};
 ///
 /// let policy = Policy::new("api", Algorithm::sliding_window(100, Duration::from_secs(60))?)?;
-/// let layer = RateLimitLayer::new(MemoryStore::new(), Rule::new(policy, KeyExtractor::peer_ip()));
+/// let layer = RateLimitLayer::new(MemoryStore::new(), KeyedPolicy::new(policy, KeyExtractor::peer_ip()));
 /// let app: Router = Router::new().route("/", get(|| async { "hi" })).layer(layer);
 /// # let _ = app;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -43,14 +43,14 @@ impl RateLimitLayer {
     ///
     /// ```
     /// use tollgate::{Algorithm, MemoryStore, Policy, Rate};
-    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, KeyedPolicy};
     ///
     /// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 20)?)?;
-    /// let layer = RateLimitLayer::new(MemoryStore::new(), Rule::new(policy, KeyExtractor::peer_ip()));
-    /// assert_eq!(layer.rules().len(), 1);
+    /// let layer = RateLimitLayer::new(MemoryStore::new(), KeyedPolicy::new(policy, KeyExtractor::peer_ip()));
+    /// assert_eq!(layer.policies().len(), 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn new<S: Store + 'static>(store: S, rule: Rule) -> Self {
+    pub fn new<S: Store + 'static>(store: S, rule: KeyedPolicy) -> Self {
         Self::with_engine(Engine::new(store), rule)
     }
 
@@ -61,23 +61,23 @@ impl RateLimitLayer {
     /// ```
     /// use std::sync::Arc;
     /// use tollgate::{Algorithm, Engine, MemoryStore, Policy, Rate};
-    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, KeyedPolicy};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let engine = Arc::new(Engine::builder(MemoryStore::new()).fallback_max_keys(10_000).build());
     /// let policy = Policy::new("login", Algorithm::gcra(Rate::per_minute(5)?, 5)?)?;
-    /// let layer = RateLimitLayer::with_engine(engine.clone(), Rule::new(policy.clone(), KeyExtractor::peer_ip()));
+    /// let layer = RateLimitLayer::with_engine(engine.clone(), KeyedPolicy::new(policy.clone(), KeyExtractor::peer_ip()));
     /// // After a successful login, say:
     /// engine.reset(&policy, b"192.0.2.1").await?;
     /// # let _ = layer;
     /// # Ok(()) }
     /// ```
-    pub fn with_engine<S: Store + 'static>(engine: impl Into<Arc<Engine<S>>>, rule: Rule) -> Self {
+    pub fn with_engine<S: Store + 'static>(engine: impl Into<Arc<Engine<S>>>, rule: KeyedPolicy) -> Self {
         RateLimitLayer {
             limiter: Arc::new(Limiter {
                 engine: engine.into(),
-                rules: vec![rule],
+                policies: vec![rule],
                 stats: Stats::default(),
                 problems: Problems::default(),
                 told_no_peer: AtomicBool::new(false),
@@ -86,23 +86,23 @@ impl RateLimitLayer {
         }
     }
 
-    /// Starts a layer over `store`, for several rules or other options.
+    /// Starts a layer over `store`, for several keyed policies or other options.
     ///
     /// ```
     /// use std::time::Duration;
     /// use axum::http::HeaderName;
     /// use tollgate::{Algorithm, MemoryStore, Policy, Rate};
-    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, KeyedPolicy};
     ///
     /// let burst = Policy::new("burst", Algorithm::gcra(Rate::per_second(5)?, 10)?)?;
     /// let daily = Policy::new("daily", Algorithm::sliding_window(10_000, Duration::from_secs(86_400))?)?;
     /// let api_key = KeyExtractor::header(HeaderName::from_static("x-api-key"));
     /// let layer = RateLimitLayer::builder(MemoryStore::new())
-    ///     .rule(Rule::new(burst, KeyExtractor::peer_ip()))
-    ///     .rule(Rule::new(daily, api_key))
+    ///     .policy(KeyedPolicy::new(burst, KeyExtractor::peer_ip()))
+    ///     .policy(KeyedPolicy::new(daily, api_key))
     ///     .problem_type_base("https://api.example.com/problems/")
     ///     .build()?;
-    /// assert_eq!(layer.rules().len(), 2);
+    /// assert_eq!(layer.policies().len(), 2);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn builder<S: Store + 'static>(store: S) -> RateLimitLayerBuilder {
@@ -115,12 +115,12 @@ impl RateLimitLayer {
     /// ```
     /// use std::sync::Arc;
     /// use tollgate::{Algorithm, MemoryStore, Policy, Rate};
-    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, KeyedPolicy};
     ///
     /// let store = Arc::new(MemoryStore::new());
     /// let policy = Policy::new("login", Algorithm::gcra(Rate::per_minute(5)?, 5)?)?;
     /// let layer = RateLimitLayer::builder_shared(store.clone())
-    ///     .rule(Rule::new(policy.clone(), KeyExtractor::peer_ip()))
+    ///     .policy(KeyedPolicy::new(policy.clone(), KeyExtractor::peer_ip()))
     ///     .build()?;
     /// store.reset(&policy, "192.0.2.1")?;
     /// # let _ = layer;
@@ -130,23 +130,23 @@ impl RateLimitLayer {
         Self::builder_engine(Engine::new(store))
     }
 
-    /// Starts a layer decided by `engine` (an `Engine` or an `Arc` of one), for several rules:
+    /// Starts a layer decided by `engine` (an `Engine` or an `Arc` of one), for several keyed policies:
     /// several layers can share one engine, and with it one `Local` failure mode limiter.
     ///
     /// ```
     /// use std::sync::Arc;
     /// use std::time::Duration;
     /// use tollgate::{Algorithm, Engine, MemoryStore, Policy};
-    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, KeyedPolicy};
     ///
     /// let engine = Arc::new(Engine::builder(MemoryStore::new()).fallback_max_keys(10_000).build());
     /// let search = Policy::new("search", Algorithm::sliding_window(60, Duration::from_secs(60))?)?;
     /// let export = Policy::new("export", Algorithm::sliding_window(5, Duration::from_secs(3600))?)?;
     /// let searches = RateLimitLayer::builder_engine(engine.clone())
-    ///     .rule(Rule::new(search, KeyExtractor::peer_ip()))
+    ///     .policy(KeyedPolicy::new(search, KeyExtractor::peer_ip()))
     ///     .build()?;
     /// let exports = RateLimitLayer::builder_engine(engine)
-    ///     .rule(Rule::new(export, KeyExtractor::peer_ip()))
+    ///     .policy(KeyedPolicy::new(export, KeyExtractor::peer_ip()))
     ///     .build()?;
     /// # let _ = (searches, exports);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -154,7 +154,7 @@ impl RateLimitLayer {
     pub fn builder_engine<S: Store + 'static>(engine: impl Into<Arc<Engine<S>>>) -> RateLimitLayerBuilder {
         RateLimitLayerBuilder {
             engine: engine.into(),
-            rules: Vec::new(),
+            policies: Vec::new(),
             problems: Problems::default(),
             stats: Stats::default(),
             refund_on_server_error: false,
@@ -165,10 +165,10 @@ impl RateLimitLayer {
     ///
     /// ```
     /// use tollgate::{Algorithm, MemoryStore, Policy, Rate};
-    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, KeyedPolicy};
     ///
     /// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 20)?)?;
-    /// let layer = RateLimitLayer::new(MemoryStore::new(), Rule::new(policy, KeyExtractor::peer_ip()));
+    /// let layer = RateLimitLayer::new(MemoryStore::new(), KeyedPolicy::new(policy, KeyExtractor::peer_ip()));
     /// assert_eq!(layer.stats().snapshot().denied, 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -176,16 +176,16 @@ impl RateLimitLayer {
         self.limiter.stats.clone()
     }
 
-    /// The rules, in the order they are applied.
-    pub fn rules(&self) -> &[Rule] {
-        &self.limiter.rules
+    /// The keyed policies, in the order they are applied.
+    pub fn policies(&self) -> &[KeyedPolicy] {
+        &self.limiter.policies
     }
 }
 
 impl fmt::Debug for RateLimitLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
-            .field("rules", &self.limiter.rules)
+            .field("policies", &self.limiter.policies)
             .finish_non_exhaustive()
     }
 }
@@ -201,18 +201,18 @@ impl<S> Layer<S> for RateLimitLayer {
 /// Configures a [`RateLimitLayer`]: start with [`RateLimitLayer::builder`].
 pub struct RateLimitLayerBuilder {
     engine: Arc<dyn SharedEngine>,
-    rules: Vec<Rule>,
+    policies: Vec<KeyedPolicy>,
     problems: Problems,
     stats: Stats,
     refund_on_server_error: bool,
 }
 
 impl RateLimitLayerBuilder {
-    /// Adds a rule. A request passes only if every enforced rule allows it; headers list the
-    /// rules in the order added. Two rules with the same policy that find the same key spend from
-    /// one budget, the sum of their costs.
-    pub fn rule(mut self, rule: Rule) -> Self {
-        self.rules.push(rule);
+    /// Adds a keyed policy. A request passes only if every enforced one allows it; headers list
+    /// them in the order added. Two with the same policy that find the same key spend from one
+    /// budget, the sum of their costs.
+    pub fn policy(mut self, policy: KeyedPolicy) -> Self {
+        self.policies.push(policy);
         self
     }
 
@@ -228,12 +228,12 @@ impl RateLimitLayerBuilder {
     ///
     /// ```
     /// use tollgate::{Algorithm, MemoryStore, Policy, Rate};
-    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule, Stats};
+    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, KeyedPolicy, Stats};
     ///
     /// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 20)?)?;
     /// let shared = Stats::default();
     /// let layer = RateLimitLayer::builder(MemoryStore::new())
-    ///     .rule(Rule::new(policy, KeyExtractor::peer_ip()))
+    ///     .policy(KeyedPolicy::new(policy, KeyExtractor::peer_ip()))
     ///     .stats(shared.clone())
     ///     .build()?;
     /// assert_eq!(layer.stats().snapshot(), shared.snapshot());
@@ -253,11 +253,11 @@ impl RateLimitLayerBuilder {
     ///
     /// ```
     /// use tollgate::{Algorithm, MemoryStore, Policy, Rate};
-    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+    /// use tollgate_tower::{KeyExtractor, RateLimitLayer, KeyedPolicy};
     ///
     /// let policy = Policy::new("exports", Algorithm::gcra(Rate::per_minute(5)?, 5)?)?;
     /// let layer = RateLimitLayer::builder(MemoryStore::new())
-    ///     .rule(Rule::new(policy, KeyExtractor::peer_ip()))
+    ///     .policy(KeyedPolicy::new(policy, KeyExtractor::peer_ip()))
     ///     .refund_on_server_error(true)
     ///     .build()?;
     /// # let _ = layer;
@@ -268,7 +268,7 @@ impl RateLimitLayerBuilder {
         self
     }
 
-    /// Builds the layer. Fails without rules, or when two rules use one policy name for two
+    /// Builds the layer. Fails without keyed policies, or when two use one policy name for two
     /// different policies (they would count into the same state by different settings).
     ///
     /// ```
@@ -278,11 +278,11 @@ impl RateLimitLayerBuilder {
     /// assert_eq!(RateLimitLayer::builder(MemoryStore::new()).build().unwrap_err(), Error::NoRules);
     /// ```
     pub fn build(self) -> Result<RateLimitLayer, Error> {
-        if self.rules.is_empty() {
+        if self.policies.is_empty() {
             return Err(Error::NoRules);
         }
-        for (i, rule) in self.rules.iter().enumerate() {
-            let clash = self.rules[..i]
+        for (i, rule) in self.policies.iter().enumerate() {
+            let clash = self.policies[..i]
                 .iter()
                 .any(|earlier| earlier.policy.name() == rule.policy.name() && earlier.policy != rule.policy);
             if clash {
@@ -292,7 +292,7 @@ impl RateLimitLayerBuilder {
         Ok(RateLimitLayer {
             limiter: Arc::new(Limiter {
                 engine: self.engine,
-                rules: self.rules,
+                policies: self.policies,
                 stats: self.stats,
                 problems: self.problems,
                 told_no_peer: AtomicBool::new(false),
@@ -305,7 +305,7 @@ impl RateLimitLayerBuilder {
 impl fmt::Debug for RateLimitLayerBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayerBuilder")
-            .field("rules", &self.rules)
+            .field("policies", &self.policies)
             .finish_non_exhaustive()
     }
 }

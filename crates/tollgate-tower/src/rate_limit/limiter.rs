@@ -18,12 +18,12 @@ use crate::engine::SharedEngine;
 use crate::key::Key;
 use crate::problem::{Problems, RateLimitHeaders};
 use crate::stats::{Counter, Stats};
-use crate::{ClientIp, LogSampler, MissingKey, Rule};
+use crate::{ClientIp, KeyedPolicy, LogSampler, MissingKey};
 
 /// The engine, the rules and the counters of one layer.
 pub(crate) struct Limiter {
     pub(crate) engine: Arc<dyn SharedEngine>,
-    pub(crate) rules: Vec<Rule>,
+    pub(crate) policies: Vec<KeyedPolicy>,
     pub(crate) stats: Stats,
     pub(crate) problems: Problems,
     /// Whether the missing peer address has been logged: once per layer, since it repeats on
@@ -49,8 +49,8 @@ pub(crate) enum Action {
 /// The rules that apply to a request, each with its key.
 enum Keyed<'l, 'p> {
     /// The common case, one rule: nothing collected into vectors.
-    One(&'l Rule, Key<'p>),
-    Many(Vec<(&'l Rule, Key<'p>)>),
+    One(&'l KeyedPolicy, Key<'p>),
+    Many(Vec<(&'l KeyedPolicy, Key<'p>)>),
     /// Answered before the engine is asked: a missing or oversized key, or no rule applies.
     Done(Action),
 }
@@ -97,15 +97,15 @@ impl Limiter {
     /// Every rule's key, or the answer when a rule has none and rejects such requests, a key
     /// is too long, or no rule applies. Nothing is spent yet.
     fn keyed<'l, 'p>(&'l self, parts: &'p Parts) -> Keyed<'l, 'p> {
-        if let [rule] = self.rules.as_slice() {
+        if let [rule] = self.policies.as_slice() {
             return match self.key(rule, parts) {
                 Err(response) => Keyed::Done(Action::Answer(*response)),
                 Ok(None) => Keyed::Done(self.unlimited()),
                 Ok(Some(key)) => Keyed::One(rule, key),
             };
         }
-        let mut keyed = Vec::with_capacity(self.rules.len());
-        for rule in &self.rules {
+        let mut keyed = Vec::with_capacity(self.policies.len());
+        for rule in &self.policies {
             match self.key(rule, parts) {
                 Err(response) => return Keyed::Done(Action::Answer(*response)),
                 Ok(None) => {}
@@ -159,7 +159,7 @@ impl Limiter {
 
     /// `rule`'s key in `parts`: `None` to skip the rule, the 400 for a missing or oversized
     /// key, or the 500 when the rule needs the peer address and the app was served without it.
-    fn key<'p>(&self, rule: &Rule, parts: &'p Parts) -> Result<Option<Key<'p>>, Box<Response<Body>>> {
+    fn key<'p>(&self, rule: &KeyedPolicy, parts: &'p Parts) -> Result<Option<Key<'p>>, Box<Response<Body>>> {
         match rule.key.key(parts) {
             Some(key) if key.as_bytes().len() > MAX_KEY_LEN => {
                 self.stats.bump(Counter::RejectedKey);
@@ -200,7 +200,7 @@ impl Limiter {
     /// empty), as an action.
     fn act(
         &self,
-        applied: &[&Rule],
+        applied: &[&KeyedPolicy],
         bound: &[tollgate::Rule<'_>],
         decided: Result<Verdict, Error>,
     ) -> Action {
@@ -302,7 +302,7 @@ impl Limiter {
 }
 
 /// The rules and their engine rules, side by side.
-fn bind<'a>(keyed: &'a [(&'a Rule, Key<'_>)]) -> (Vec<&'a Rule>, Vec<tollgate::Rule<'a>>) {
+fn bind<'a>(keyed: &'a [(&'a KeyedPolicy, Key<'_>)]) -> (Vec<&'a KeyedPolicy>, Vec<tollgate::Rule<'a>>) {
     keyed
         .iter()
         .map(|(rule, key)| (*rule, rule.bind(key.as_bytes())))
@@ -328,10 +328,10 @@ fn spent(bound: &[tollgate::Rule<'_>], verdict: &Verdict) -> Spent {
 /// budget (only `Local` has one to report), and each budget once (two rules with the same
 /// policy and key share one).
 fn reported<'a>(
-    applied: &'a [&'a Rule],
+    applied: &'a [&'a KeyedPolicy],
     bound: &'a [tollgate::Rule<'a>],
     verdict: &'a Verdict,
-) -> impl Iterator<Item = (&'a Rule, Decision)> + 'a {
+) -> impl Iterator<Item = (&'a KeyedPolicy, Decision)> + 'a {
     applied
         .iter()
         .zip(bound)

@@ -25,14 +25,14 @@ use super::limiter::{Action, Limiter};
 /// use axum::body::Body;
 /// use axum::http::{Request, Response};
 /// use tollgate::{Algorithm, MemoryStore, Policy, Rate};
-/// use tollgate_tower::{KeyExtractor, RateLimitLayer, Rule};
+/// use tollgate_tower::{KeyExtractor, RateLimitLayer, KeyedPolicy};
 /// use tower::{ServiceBuilder, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let policy = Policy::new("api", Algorithm::gcra(Rate::per_minute(1)?, 1)?)?;
 /// let service = ServiceBuilder::new()
-///     .layer(RateLimitLayer::new(MemoryStore::new(), Rule::new(policy, KeyExtractor::peer_ip())))
+///     .layer(RateLimitLayer::new(MemoryStore::new(), KeyedPolicy::new(policy, KeyExtractor::peer_ip())))
 ///     .service_fn(|_: Request<Body>| async { Ok::<_, Infallible>(Response::new(Body::from("ok"))) });
 /// let request = || Request::builder().extension("192.0.2.1:1".parse::<SocketAddr>().unwrap()).body(Body::empty());
 /// assert_eq!(service.clone().oneshot(request()?).await?.status(), 200);
@@ -78,7 +78,7 @@ impl<S: fmt::Debug> fmt::Debug for RateLimit<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
-            .field("rules", &self.limiter.rules)
+            .field("policies", &self.limiter.policies)
             .finish_non_exhaustive()
     }
 }

@@ -28,7 +28,7 @@ use jiff::civil::Date;
 pub use jiff::civil::Weekday;
 use jiff::tz::TimeZone;
 
-use super::Outcome;
+use super::StepDecision;
 use super::fixed_window::State;
 use crate::{PolicyError, bounds};
 
@@ -274,7 +274,7 @@ impl CalendarQuota {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     #[inline]
-    pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
+    pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> StepDecision {
         let period = self.period_at(now_us);
         self.step_in(state, period, now_us, cost, commit)
     }
@@ -301,7 +301,7 @@ impl CalendarQuota {
         now_us: u64,
         cost: u64,
         commit: bool,
-    ) -> Outcome {
+    ) -> StepDecision {
         let count = match state {
             Some(s) if s.count > 0 && s.window_start_us == start_us => s.count,
             _ => 0,
@@ -314,7 +314,7 @@ impl CalendarQuota {
                 count,
             });
         }
-        Outcome {
+        StepDecision {
             allowed,
             remaining: self.limit.saturating_sub(count),
             // Every answer tells when the period ends, even with nothing spent in it: a quota's

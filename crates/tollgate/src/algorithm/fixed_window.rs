@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use super::Outcome;
+use super::StepDecision;
 use crate::{Anchor, PolicyError, bounds};
 
 /// Parameters: `limit` requests per `window`, windows anchored per [`Anchor`].
@@ -131,7 +131,7 @@ impl FixedWindow {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     #[inline]
-    pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
+    pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> StepDecision {
         let w = self.window_us;
         let current = self.current_window(state.as_ref(), now_us);
         let window_end = current.window_start_us + w;
@@ -147,7 +147,7 @@ impl FixedWindow {
                 count,
             });
         }
-        Outcome {
+        StepDecision {
             allowed,
             remaining: self.limit.saturating_sub(count),
             reset_after_us: if count > 0 {

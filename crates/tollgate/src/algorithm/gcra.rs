@@ -22,7 +22,7 @@
 //! into the future. A request is admitted if, after pushing, the TAT is no more than
 //! `burst × interval` ahead of now.
 
-use super::Outcome;
+use super::StepDecision;
 use crate::{PolicyError, Rate, bounds};
 
 /// Parameters: `rate` on average, up to `burst` requests at once.
@@ -113,7 +113,7 @@ impl Gcra {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     #[inline(always)]
-    pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
+    pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> StepDecision {
         let interval = self.rate.interval_us();
         let tolerance = self.tolerance_us();
         let tat = state.map_or(now_us, |s| s.tat_us.max(now_us));
@@ -127,7 +127,7 @@ impl Gcra {
         // Less than one interval of slack is no request left: the common case of a denial, and
         // no division needed for it.
         let slack = tolerance.saturating_sub(ahead);
-        Outcome {
+        StepDecision {
             allowed,
             remaining: if slack < interval { 0 } else { slack / interval },
             reset_after_us: ahead,

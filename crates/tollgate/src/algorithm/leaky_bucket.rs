@@ -5,7 +5,7 @@
 //! admits the same traffic: bursts up to `capacity`, then the leak rate. Use whichever picture
 //! your team reasons in. It is not a queue: nothing is delayed, requests pass or are denied now.
 
-use super::Outcome;
+use super::StepDecision;
 use crate::{PolicyError, Rate, bounds};
 
 /// Parameters: a bucket of `capacity` units draining at `leak`.
@@ -91,7 +91,7 @@ impl LeakyBucket {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     #[inline]
-    pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
+    pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> StepDecision {
         let interval = self.leak.interval_us();
         let s = self.drained(state.as_ref(), now_us);
         let allowed = s.level.saturating_add(cost) <= self.capacity;
@@ -105,7 +105,7 @@ impl LeakyBucket {
                 .saturating_add(n.saturating_mul(interval))
                 .saturating_sub(now_us)
         };
-        Outcome {
+        StepDecision {
             allowed,
             remaining: self.capacity.saturating_sub(level),
             reset_after_us: drain(level),

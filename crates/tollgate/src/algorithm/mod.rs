@@ -1,7 +1,7 @@
 //! The algorithms, each a pure step function, and [`decide`], which adds the penalty.
 //!
 //! A step takes a key's state, the time in microseconds since the Unix epoch, and a cost, and
-//! returns an [`Outcome`]; with `commit` it also writes the new state, without it (a peek) it
+//! returns an [`StepDecision`]; with `commit` it also writes the new state, without it (a peek) it
 //! writes nothing. Steps do no I/O and read no clock, so the memory store runs them under a lock,
 //! the Redis store runs a line-for-line Lua port of them, and one set of test vectors checks that
 //! both agree.
@@ -21,7 +21,7 @@ use crate::{Algorithm, Policy};
 
 /// What one step decided, in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Outcome {
+pub struct StepDecision {
     /// Whether the request passes.
     pub allowed: bool,
     /// How many more requests of cost 1 would pass right now, after this one.
@@ -154,11 +154,11 @@ impl KeyState {
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
 #[inline]
-pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, commit: bool) -> Outcome {
+pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, commit: bool) -> StepDecision {
     if state.blocked_until_us() > now_us {
         let blocked_for = state.blocked_until_us() - now_us;
         let outcome = step(policy.algorithm(), &mut state.algorithm, now_us, cost, false);
-        return Outcome {
+        return StepDecision {
             allowed: false,
             remaining: 0,
             reset_after_us: outcome.reset_after_us.max(blocked_for),
@@ -286,7 +286,13 @@ pub fn refund(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64) {
 
 /// Runs the policy's algorithm on `slot`, treating a state of another algorithm as empty.
 #[inline]
-fn step(algorithm: &Algorithm, slot: &mut AlgorithmState, now_us: u64, cost: u64, commit: bool) -> Outcome {
+fn step(
+    algorithm: &Algorithm,
+    slot: &mut AlgorithmState,
+    now_us: u64,
+    cost: u64,
+    commit: bool,
+) -> StepDecision {
     macro_rules! copy_state {
         ($params:expr, $variant:ident) => {{
             let mut state = match slot {

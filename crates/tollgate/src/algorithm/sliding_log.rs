@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::Outcome;
+use super::StepDecision;
 use crate::{PolicyError, bounds};
 
 /// Parameters: at most `limit` requests in any `window`.
@@ -141,7 +141,7 @@ impl SlidingLog {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     #[inline]
-    pub fn step(&self, log: &mut Log, now_us: u64, cost: u64, commit: bool) -> Outcome {
+    pub fn step(&self, log: &mut Log, now_us: u64, cost: u64, commit: bool) -> StepDecision {
         let mut live_from = 0;
         let mut expired_cost = 0;
         for &(t, n) in &log.entries {
@@ -180,7 +180,7 @@ impl SlidingLog {
                 self.append(log, now_us, cost);
             }
         }
-        Outcome {
+        StepDecision {
             allowed,
             remaining: self.limit.saturating_sub(used),
             reset_after_us: match newest {

@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use super::Outcome;
+use super::StepDecision;
 use crate::{PolicyError, bounds};
 
 /// Parameters: about `limit` requests per sliding `window`.
@@ -149,7 +149,7 @@ impl SlidingWindow {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     #[inline]
-    pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
+    pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> StepDecision {
         let w = self.window_ms();
         let s = self.current_windows(state.as_ref(), now_us);
         // Whole milliseconds into the current window: the previous window weighs (w - e) / w.
@@ -173,7 +173,7 @@ impl SlidingWindow {
             });
         }
         let window_end_us = s.window_start_us + self.window_us;
-        Outcome {
+        StepDecision {
             allowed,
             remaining: capacity.saturating_sub(used) / w,
             reset_after_us: if current > 0 {

@@ -5,7 +5,7 @@
 //! continues at the refill rate. The state is a whole token count plus the time the next token
 //! started accruing; partial tokens are that time's distance from now, so nothing is rounded.
 
-use super::Outcome;
+use super::StepDecision;
 use crate::{PolicyError, Rate, bounds};
 
 /// Parameters: `capacity` tokens, refilled at `refill`.
@@ -93,7 +93,7 @@ impl TokenBucket {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     #[inline(always)]
-    pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> Outcome {
+    pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> StepDecision {
         let interval = self.refill.interval_us();
         let s = self.refilled(state.as_ref(), now_us);
         let allowed = s.tokens >= cost;
@@ -107,7 +107,7 @@ impl TokenBucket {
                 .saturating_add(n.saturating_mul(interval))
                 .saturating_sub(now_us)
         };
-        Outcome {
+        StepDecision {
             allowed,
             remaining: tokens,
             reset_after_us: if tokens < self.capacity {

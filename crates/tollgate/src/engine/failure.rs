@@ -1,10 +1,12 @@
-//! Failure modes: what a request gets when the store cannot decide. Applied here, once, for every
-//! store and every class of failure; see the [engine docs](super) for the rules.
+//! Failure modes: what a request or a concurrency acquisition gets when the store cannot decide.
+//! Applied here, once, for every store and every class of failure; see the [engine docs](super)
+//! for the rules.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::verdict::{Outcome, RuleVerdict};
+use crate::concurrency::{Acquire, ConcurrencyPolicy, Full, Lease, LeaseId, LeaseIds, Release};
 use crate::{Clock, Decision, FailureMode, MemoryStore, Policy, Rule};
 
 /// How long a client refused by `FailClosed` is told to wait: the store is expected back within
@@ -96,5 +98,72 @@ fn refused(policy: &Policy) -> Decision {
         reset_after: FAIL_CLOSED_RETRY,
         retry_after: Some(FAIL_CLOSED_RETRY),
         degraded: true,
+    }
+}
+
+/// The answer to an acquisition when the store failed, as the policy's failure mode says:
+/// `FailOpen` grants a lease held nowhere, `FailClosed` denies, and `Local` acquires from
+/// `fallback` with the policy's [`local_share`](ConcurrencyPolicy::local_share) (a full limiter
+/// grants). Every answer is `degraded`.
+pub(crate) fn acquire(
+    fallback: &MemoryStore<Arc<dyn Clock>>,
+    policy: &ConcurrencyPolicy,
+    key: &[u8],
+) -> Acquire {
+    match policy.failure_mode() {
+        FailureMode::FailOpen => granted(policy, fallback.lease_ids()),
+        FailureMode::FailClosed => Acquire::Denied(Full {
+            in_flight: 0,
+            limit: policy.max_in_flight(),
+            retry_after: FAIL_CLOSED_RETRY,
+            degraded: true,
+        }),
+        FailureMode::Local { instances } => match fallback.acquire(&policy.local_share(instances), key) {
+            Ok(acquire) => degraded(acquire),
+            // Full of live leases: let it through, as a full limiter does for checks.
+            Err(_) => granted(policy, fallback.lease_ids()),
+        },
+    }
+}
+
+/// Frees `lease` in `fallback` if the `Local` failure mode granted it there while the store was
+/// away; `None` when it was not held there (it is the store's).
+pub(crate) fn release(
+    fallback: &MemoryStore<Arc<dyn Clock>>,
+    policy: &ConcurrencyPolicy,
+    key: &[u8],
+    lease: LeaseId,
+) -> Option<Release> {
+    let FailureMode::Local { instances } = policy.failure_mode() else {
+        return None;
+    };
+    match fallback.release(&policy.local_share(instances), key, lease) {
+        Ok(released @ Release::Released { .. }) => Some(released),
+        _ => None,
+    }
+}
+
+/// A lease granted without the store, held nowhere: its release answers `NotHeld`.
+fn granted(policy: &ConcurrencyPolicy, ids: &LeaseIds) -> Acquire {
+    Acquire::Granted(Lease {
+        id: ids.next(),
+        expires_in: policy.lease_timeout(),
+        in_flight: 0,
+        limit: policy.max_in_flight(),
+        degraded: true,
+    })
+}
+
+/// The same answer marked as decided by the failure mode.
+fn degraded(acquire: Acquire) -> Acquire {
+    match acquire {
+        Acquire::Granted(lease) => Acquire::Granted(Lease {
+            degraded: true,
+            ..lease
+        }),
+        Acquire::Denied(full) => Acquire::Denied(Full {
+            degraded: true,
+            ..full
+        }),
     }
 }

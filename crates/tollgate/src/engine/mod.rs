@@ -57,8 +57,6 @@
 mod failure;
 mod verdict;
 
-pub(crate) use self::failure::FAIL_CLOSED_RETRY;
-
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -68,10 +66,10 @@ use parking_lot::RwLock;
 use self::verdict::Rules;
 pub use self::verdict::{Outcome, RuleVerdict, Verdict};
 use crate::access::{AccessLists, Listed};
-use crate::concurrency::{self, Acquisition, ConcurrencyPolicy, ConcurrencyStore, LeaseId, Release};
+use crate::concurrency::{Acquisition, ConcurrencyPolicy, ConcurrencyStore, LeaseId, Release};
 use crate::memory::DEFAULT_MAX_KEYS;
 use crate::store::{self, Store};
-use crate::{Apart, Clock, Decision, Decisions, Error, FailureMode, MemoryStore, Policy, Rule, SystemClock};
+use crate::{Apart, Clock, Decision, Decisions, Error, MemoryStore, Policy, Rule, SystemClock};
 
 /// Decides requests against a store, with failure modes and outcome labels.
 ///
@@ -533,30 +531,10 @@ impl<S: ConcurrencyStore> Engine<S> {
                 store_error: None,
             }),
             Err(err) if err.is_bad_input() => Err(err),
-            Err(err) => {
-                let acquire = match concurrency::failed(policy, self.fallback.lease_ids()) {
-                    Some(acquire) => acquire,
-                    None => {
-                        let FailureMode::Local { instances } = policy.failure_mode() else {
-                            unreachable!("the other modes answered above")
-                        };
-                        let share = policy.local_share(instances);
-                        match self.fallback.acquire(&share, key) {
-                            Ok(acquire) => acquire.degraded(),
-                            // Full of live leases: let it through, as a full limiter does for checks.
-                            Err(_) => concurrency::failed(
-                                &policy.clone().with_failure_mode(FailureMode::FailOpen),
-                                self.fallback.lease_ids(),
-                            )
-                            .unwrap_or_else(|| unreachable!("fail_open always answers")),
-                        }
-                    }
-                };
-                Ok(Acquisition {
-                    acquire,
-                    store_error: Some(err),
-                })
-            }
+            Err(err) => Ok(Acquisition {
+                acquire: failure::acquire(&self.fallback, policy, key),
+                store_error: Some(err),
+            }),
         }
     }
 
@@ -586,10 +564,7 @@ impl<S: ConcurrencyStore> Engine<S> {
         lease: LeaseId,
     ) -> Result<Release, Error> {
         store::validate_key(key)?;
-        if let FailureMode::Local { instances } = policy.failure_mode()
-            && let Ok(released @ Release::Released { .. }) =
-                self.fallback.release(&policy.local_share(instances), key, lease)
-        {
+        if let Some(released) = failure::release(&self.fallback, policy, key, lease) {
             return Ok(released);
         }
         self.store.release(policy, key, lease).await

@@ -33,7 +33,7 @@ use loom::sync::atomic::{AtomicU64, Ordering};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::Clock;
-use crate::algorithm::Outcome;
+use crate::algorithm::StepDecision;
 use crate::algorithm::gcra::{Gcra, State};
 use crate::algorithm::token_bucket::{self, TokenBucket};
 
@@ -55,7 +55,7 @@ pub(crate) struct GcraCell {
 /// What the lock-free step decided.
 pub(crate) enum Step {
     /// Final: nothing more to record.
-    Done(Outcome),
+    Done(StepDecision),
     /// Denied under a policy with a penalty: decide again under the write lock.
     Locked,
 }

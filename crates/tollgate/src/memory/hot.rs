@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use super::cell::{BucketCell, GcraCell, Step};
 use super::key::Lookup;
-use crate::algorithm::{AlgorithmState, Outcome, gcra};
+use crate::algorithm::{AlgorithmState, StepDecision, gcra};
 use crate::policy::PolicyName;
 use crate::{Algorithm, Clock, Policy};
 
@@ -129,7 +129,7 @@ pub(crate) fn check(
     clock: &impl Clock,
     cost: u64,
     commit: bool,
-) -> Option<Outcome> {
+) -> Option<StepDecision> {
     MEMO.with(|memo| {
         let memo = memo.try_borrow().ok()?;
         let memo = memo.as_ref()?;

@@ -32,7 +32,7 @@ use self::cell::Step;
 use self::key::Lookup;
 use self::shard::{Full, Shard, Slot, Value};
 use crate::Algorithm;
-use crate::algorithm::{self, KeyState, Outcome};
+use crate::algorithm::{self, KeyState, StepDecision};
 use crate::attempts::{self, Attempts};
 use crate::concurrency::{
     self, Acquire, ConcurrencyPolicy, ConcurrencyStore, Lease, LeaseId, LeaseIds, Release,
@@ -373,10 +373,10 @@ impl<C: Clock> MemoryStore<C> {
         // The answer is a peek, which also hands the state back to the lock-free path.
         let outcome =
             decide_in(&mut shard, hash, lookup, policy, 1, false, now_us).map_err(|_| self.full())?;
-        Ok(Decision::from_outcome(outcome, policy.max_cost()))
+        Ok(Decision::from_step(outcome, policy.max_cost()))
     }
 
-    /// Counts a failed attempt; see [`AttemptsStore::increment_attempts`](crate::AttemptsStore::increment_attempts).
+    /// Counts a failed attempt; see [`AttemptsStore::increment_attempts`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -612,7 +612,7 @@ impl<C: Clock> MemoryStore<C> {
         let store = self.shards.as_ptr() as usize;
         // The memo comes first: a hot key needs neither the hash nor the shard.
         if fast && let Some(outcome) = hot::check(store, lookup, policy, &self.clock, cost, commit) {
-            return Ok(Decision::from_outcome(outcome, policy.max_cost()));
+            return Ok(Decision::from_step(outcome, policy.max_cost()));
         }
         let hash = lookup.hash(&self.hasher);
         let lock = self.shard(hash);
@@ -650,7 +650,7 @@ impl<C: Clock> MemoryStore<C> {
                         hot::remember(store, lookup, shared);
                     }
                 }
-                return Ok(Decision::from_outcome(outcome, policy.max_cost()));
+                return Ok(Decision::from_step(outcome, policy.max_cost()));
             }
         }
         let mut shard = lock.write();
@@ -658,7 +658,7 @@ impl<C: Clock> MemoryStore<C> {
         let now_us = self.clock.now_us();
         let outcome =
             decide_in(&mut shard, hash, lookup, policy, cost, commit, now_us).map_err(|_| self.full())?;
-        Ok(Decision::from_outcome(outcome, policy.max_cost()))
+        Ok(Decision::from_step(outcome, policy.max_cost()))
     }
 
     /// `policy` as it applies to `key`: with the key's override, if one is set.
@@ -866,7 +866,7 @@ impl<C: Clock> MemoryStore<C> {
         Ok(rules
             .iter()
             .zip(outcomes)
-            .map(|(rule, outcome)| Decision::from_outcome(outcome, rule.policy.max_cost()))
+            .map(|(rule, outcome)| Decision::from_step(outcome, rule.policy.max_cost()))
             .collect())
     }
 
@@ -946,7 +946,7 @@ fn decide_in(
     cost: u64,
     commit: bool,
     now_us: u64,
-) -> Result<Outcome, Full> {
+) -> Result<StepDecision, Full> {
     if let Some(slot) = shard.find_mut(hash, lookup) {
         slot.thaw();
         let expired = slot.expired(now_us);
@@ -1015,7 +1015,7 @@ fn next_hot_until_us(
     policy: &Policy,
     state: &mut KeyState,
     now_us: u64,
-    outcome: &algorithm::Outcome,
+    outcome: &algorithm::StepDecision,
     hot_until_us: u64,
 ) -> u64 {
     if state.blocked_until_us() > now_us {

@@ -1,8 +1,9 @@
-//! [`Rule`]: one policy applied to requests, with the key it counts against and how it behaves.
+//! [`KeyedPolicy`]: one policy applied to requests, with the key it counts against and how it
+//! behaves. Each request it applies to becomes one core [`Rule`](tollgate::Rule).
 
 use tollgate::Policy;
 
-use crate::problem::RuleHeaders;
+use crate::problem::PolicyHeaders;
 use crate::{Error, KeyExtractor};
 
 /// What a rule does with a request its extractor finds no key for (a missing header, an unknown
@@ -27,17 +28,17 @@ pub enum MissingKey {
 /// use std::time::Duration;
 /// use axum::http::HeaderName;
 /// use tollgate::{Algorithm, Policy};
-/// use tollgate_tower::{KeyExtractor, MissingKey, Rule};
+/// use tollgate_tower::{KeyExtractor, MissingKey, KeyedPolicy};
 ///
 /// let policy = Policy::new("per-key", Algorithm::sliding_window(1_000, Duration::from_secs(60))?)?;
-/// let rule = Rule::new(policy, KeyExtractor::header(HeaderName::from_static("x-api-key")))
+/// let rule = KeyedPolicy::new(policy, KeyExtractor::header(HeaderName::from_static("x-api-key")))
 ///     .on_missing_key(MissingKey::Skip)
 ///     .shadow(true);
 /// assert!(rule.is_shadow());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone)]
-pub struct Rule {
+pub struct KeyedPolicy {
     pub(crate) policy: Policy,
     pub(crate) key: KeyExtractor,
     pub(crate) cost: u64,
@@ -45,24 +46,24 @@ pub struct Rule {
     pub(crate) on_missing_key: MissingKey,
     /// This rule's `RateLimit-Policy` entry and its start of `RateLimit` entries, rendered
     /// once: they never change.
-    pub(crate) headers: RuleHeaders,
+    pub(crate) headers: PolicyHeaders,
 }
 
-impl Rule {
+impl KeyedPolicy {
     /// Applies `policy` to the key `key` finds, at a cost of 1 per request, enforced, rejecting
     /// requests without a key.
     ///
     /// ```
     /// use tollgate::{Algorithm, Policy, Rate};
-    /// use tollgate_tower::{KeyExtractor, Rule};
+    /// use tollgate_tower::{KeyExtractor, KeyedPolicy};
     ///
-    /// let rule = Rule::new(Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 20)?)?, KeyExtractor::peer_ip());
+    /// let rule = KeyedPolicy::new(Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 20)?)?, KeyExtractor::peer_ip());
     /// assert_eq!(rule.policy().name(), "api");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn new(policy: Policy, key: KeyExtractor) -> Self {
-        Rule {
-            headers: RuleHeaders::new(&policy),
+        KeyedPolicy {
+            headers: PolicyHeaders::new(&policy),
             policy,
             key,
             cost: 1,
@@ -75,12 +76,12 @@ impl Rule {
     ///
     /// ```
     /// use tollgate::{Algorithm, Policy, Rate};
-    /// use tollgate_tower::{KeyExtractor, Rule};
+    /// use tollgate_tower::{KeyExtractor, KeyedPolicy};
     ///
     /// let policy = Policy::new("exports", Algorithm::token_bucket(10, Rate::per_minute(10)?)?)?;
-    /// let rule = Rule::new(policy.clone(), KeyExtractor::peer_ip()).cost(5)?;
+    /// let rule = KeyedPolicy::new(policy.clone(), KeyExtractor::peer_ip()).cost(5)?;
     /// assert_eq!(rule.request_cost(), 5);
-    /// assert!(Rule::new(policy, KeyExtractor::peer_ip()).cost(11).is_err());
+    /// assert!(KeyedPolicy::new(policy, KeyExtractor::peer_ip()).cost(11).is_err());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn cost(mut self, cost: u64) -> Result<Self, Error> {
@@ -102,9 +103,9 @@ impl Rule {
     ///
     /// ```
     /// use tollgate::{Algorithm, Policy, Rate};
-    /// use tollgate_tower::{KeyExtractor, Rule};
+    /// use tollgate_tower::{KeyExtractor, KeyedPolicy};
     ///
-    /// let rule = Rule::new(Policy::new("trial", Algorithm::gcra(Rate::per_second(1)?, 1)?)?, KeyExtractor::peer_ip());
+    /// let rule = KeyedPolicy::new(Policy::new("trial", Algorithm::gcra(Rate::per_second(1)?, 1)?)?, KeyExtractor::peer_ip());
     /// assert!(!rule.is_shadow());
     /// assert!(rule.shadow(true).is_shadow());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -118,9 +119,9 @@ impl Rule {
     ///
     /// ```
     /// use tollgate::{Algorithm, Policy, Rate};
-    /// use tollgate_tower::{KeyExtractor, MissingKey, Rule};
+    /// use tollgate_tower::{KeyExtractor, MissingKey, KeyedPolicy};
     ///
-    /// let rule = Rule::new(Policy::new("api", Algorithm::gcra(Rate::per_second(1)?, 1)?)?, KeyExtractor::peer_ip())
+    /// let rule = KeyedPolicy::new(Policy::new("api", Algorithm::gcra(Rate::per_second(1)?, 1)?)?, KeyExtractor::peer_ip())
     ///     .on_missing_key(MissingKey::Skip);
     /// assert_eq!(rule.missing_key(), MissingKey::Skip);
     /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -1,0 +1,423 @@
+//! How every call reaches Redis: the connection, the scripts, a deadline on each call, the
+//! circuit breaker of each node, the batch lanes of decisions, and publishing on the reset
+//! channel. The store and each of its features (leases, overrides, concurrency, access lists)
+//! talk to Redis only through a [`Transport`], and the transport knows nothing of them.
+//!
+//! A script call goes through three layers:
+//!
+//! 1. the circuit breaker of the node that serves the keys refuses it at once while that node
+//!    is known to be down;
+//! 2. a deadline bounds it, and a call that missed it is never sent again (it may have run; a
+//!    decision is applied at most once);
+//! 3. decisions waiting for the same node (or cluster slot) while calls are out there go out
+//!    together as one batch call, each keeping its own deadline (see `batch`).
+//!
+//! A failure is returned as a typed store error with the Redis error as its source.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::{RedisResult, Script};
+use tollgate::{Clock, Error};
+
+use crate::batch::{self, Failure, Job, Lanes};
+use crate::breaker::{Admission, Breakers};
+use crate::connection::{self, ConnectOptions, Connection, Target};
+use crate::error::{self, ConnectError};
+use crate::keys;
+use crate::scripts::Scripts;
+
+/// What a transport is built with.
+pub(crate) struct Settings {
+    /// Deadline of each call.
+    pub(crate) timeout: Duration,
+    pub(crate) first_probe_after: Duration,
+    pub(crate) probe_interval: Duration,
+    /// Decision calls in flight per lane before decisions queue for a batch; 0: no batching.
+    pub(crate) calls_in_flight: usize,
+    /// Time passed to scripts; `None` means Redis `TIME`.
+    pub(crate) script_clock: Option<Arc<dyn Clock>>,
+    /// Where [`Transport::publish`] publishes.
+    pub(crate) reset_channel: String,
+}
+
+/// The calls to Redis, shared by the store and its features.
+pub(crate) struct Transport {
+    connection: Connection,
+    scripts: Scripts,
+    timeout: Duration,
+    /// One circuit breaker per Redis node.
+    breakers: Breakers,
+    /// The decisions waiting to go out together, per node or slot (`None`: one call each).
+    lanes: Option<Lanes>,
+    script_clock: Option<Arc<dyn Clock>>,
+    reset_channel: String,
+    counters: Counters,
+}
+
+/// Running totals of the calls, since the transport was built.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CallCounts {
+    pub(crate) redis_calls: u64,
+    pub(crate) redis_unavailable: u64,
+    pub(crate) breaker_refusals: u64,
+    pub(crate) publish_failures: u64,
+    pub(crate) batch_calls: u64,
+    pub(crate) batched_decisions: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    redis_calls: AtomicU64,
+    redis_unavailable: AtomicU64,
+    breaker_refusals: AtomicU64,
+    publish_failures: AtomicU64,
+    batch_calls: AtomicU64,
+    batched_decisions: AtomicU64,
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+impl Transport {
+    /// Prepares the connection; unless `lazy`, connects and loads every script and the
+    /// function library now, so an unreachable Redis is an error now.
+    pub(crate) async fn open(
+        target: &Target,
+        options: &ConnectOptions,
+        settings: Settings,
+        lazy: bool,
+    ) -> Result<Self, ConnectError> {
+        let connection = Connection::open(
+            target,
+            settings.timeout.max(Duration::from_millis(1)),
+            lazy,
+            options,
+        )
+        .await?;
+        let scripts = Scripts::new();
+        if !lazy {
+            let mut conn = connection.clone();
+            for script in scripts.all() {
+                script.load_async(&mut conn).await?;
+            }
+            match connection::load_library(&scripts.library, &mut conn).await {
+                Ok(()) => {}
+                Err(err) if connection::no_functions(&err) => scripts.library.unusable(),
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(Transport {
+            connection,
+            scripts,
+            timeout: settings.timeout,
+            breakers: Breakers::new(settings.first_probe_after, settings.probe_interval),
+            lanes: (settings.calls_in_flight > 0).then(|| Lanes::new(settings.calls_in_flight)),
+            script_clock: settings.script_clock,
+            reset_channel: settings.reset_channel,
+            counters: Counters::default(),
+        })
+    }
+
+    /// Every script the store calls.
+    pub(crate) fn scripts(&self) -> &Scripts {
+        &self.scripts
+    }
+
+    /// The deadline of each call.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether this is a Redis Cluster, where one script call only reaches the keys of one slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.connection.is_cluster()
+    }
+
+    pub(crate) fn counts(&self) -> CallCounts {
+        let c = &self.counters;
+        CallCounts {
+            redis_calls: c.redis_calls.load(Ordering::Relaxed),
+            redis_unavailable: c.redis_unavailable.load(Ordering::Relaxed),
+            breaker_refusals: c.breaker_refusals.load(Ordering::Relaxed),
+            publish_failures: c.publish_failures.load(Ordering::Relaxed),
+            batch_calls: c.batch_calls.load(Ordering::Relaxed),
+            batched_decisions: c.batched_decisions.load(Ordering::Relaxed),
+        }
+    }
+
+    /// True while a circuit breaker is open.
+    pub(crate) fn any_breaker_open(&self) -> bool {
+        self.breakers.any_open()
+    }
+
+    /// Each node called so far and whether its circuit breaker is open, sorted by node.
+    pub(crate) fn breaker_states(&self) -> Vec<(String, bool)> {
+        self.breakers.states()
+    }
+
+    /// The time argument of a script call: the script clock's, or empty for Redis `TIME`.
+    pub(crate) fn script_now(&self) -> String {
+        match &self.script_clock {
+            Some(clock) => clock.now_us().to_string(),
+            None => String::new(),
+        }
+    }
+
+    /// The scripts' time in µs since the Unix epoch: the script clock's, or Redis `TIME` read
+    /// on `conn`.
+    pub(crate) async fn script_time_us(&self, conn: &mut Connection) -> RedisResult<u64> {
+        match &self.script_clock {
+            Some(clock) => Ok(clock.now_us()),
+            None => {
+                let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await?;
+                Ok(secs * 1_000_000 + micros)
+            }
+        }
+    }
+
+    /// Runs a script through its node's breaker and the deadline, at most once (see
+    /// `connection`).
+    pub(crate) async fn call<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[Vec<u8>],
+        args: &[String],
+    ) -> Result<T, Error> {
+        self.try_call(script, keys, args, self.timeout)
+            .await
+            .map_err(Failure::into_error)
+    }
+
+    /// Plain commands on the shared connection, bounded together by the deadline. They bypass
+    /// the breaker.
+    pub(crate) async fn within_deadline<T, F>(&self, run: impl FnOnce(Connection) -> F) -> Result<T, Error>
+    where
+        F: Future<Output = RedisResult<T>>,
+    {
+        match tokio::time::timeout(self.timeout, run(self.connection.clone())).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(err)) => Err(error::store_error(err)),
+            Err(_) => Err(error::store_error(error::deadline(self.timeout))),
+        }
+    }
+
+    /// One plain command, bounded by the deadline.
+    pub(crate) async fn command<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, Error> {
+        self.within_deadline(|mut conn| async move { cmd.query_async::<T>(&mut conn).await })
+            .await
+    }
+
+    /// Publishes `message` on the reset channel (see `reset_channel`); a message that cannot be
+    /// sent within the deadline is counted and dropped.
+    pub(crate) async fn publish(&self, message: &[u8]) {
+        let mut conn = self.connection.clone();
+        let publish = redis::cmd("PUBLISH")
+            .arg(&self.reset_channel)
+            .arg(message)
+            .clone();
+        let sent = tokio::time::timeout(self.timeout, publish.query_async::<u64>(&mut conn)).await;
+        if !matches!(sent, Ok(Ok(_))) {
+            add(&self.counters.publish_failures, 1);
+        }
+    }
+
+    /// Whether Redis answers a PING within the deadline, bypassing the breaker.
+    pub(crate) async fn ping(&self) -> Result<(), Error> {
+        let conn = self.connection.clone();
+        match tokio::time::timeout(self.timeout, conn.ping()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(error::store_error(e)),
+            Err(_) => Err(error::store_error(error::deadline(self.timeout))),
+        }
+    }
+
+    /// Whether Redis answers a PING within `within`, bypassing the breaker, and a standalone
+    /// address does not point at a cluster node.
+    pub(crate) async fn health(&self, within: Duration) -> Result<(), Error> {
+        let conn = self.connection.clone();
+        let checked = tokio::time::timeout(within, async {
+            conn.ping().await.map_err(error::store_error)?;
+            if conn
+                .standalone_is_cluster_node()
+                .await
+                .map_err(error::store_error)?
+            {
+                return Err(error::wrong_mode(
+                    "the standalone address points at a redis cluster node; use redis+cluster://",
+                ));
+            }
+            Ok(())
+        })
+        .await;
+        match checked {
+            Ok(result) => result,
+            Err(_) => Err(error::store_error(error::deadline(within))),
+        }
+    }
+
+    /// One call of the decision script: sent with the other decisions waiting for the same
+    /// node (or cluster slot) as one batch call when calls are already in flight there (see
+    /// `batch`), alone otherwise. The deadline counts from now, whenever the call goes out.
+    pub(crate) async fn decide_call(
+        self: &Arc<Self>,
+        keys: Vec<Vec<u8>>,
+        args: Vec<String>,
+    ) -> Result<Vec<u64>, Error> {
+        let Some(lanes) = &self.lanes else {
+            return self.call(&self.scripts.decide, &keys, &args).await;
+        };
+        let lane = self.slot_of(&keys);
+        let deadline = Instant::now() + self.timeout;
+        let (job, answer) = Job::new(keys, args, deadline);
+        match lanes.push(lane, job) {
+            // A free place and nothing queued: this caller sends its own call, as without
+            // batching, and hands the lane on to a sender for whatever queued meanwhile (also
+            // when its future is dropped mid-call).
+            Some(mut jobs) if jobs.len() == 1 => {
+                let Some(job) = jobs.pop() else {
+                    return Err(error::store_error(error::deadline(self.timeout)));
+                };
+                let _handover = Handover {
+                    transport: self,
+                    lane,
+                };
+                return self
+                    .try_call::<Vec<u64>>(&self.scripts.decide, &job.keys, &job.args, self.timeout)
+                    .await
+                    .map_err(Failure::into_error);
+            }
+            Some(jobs) => {
+                let transport = self.clone();
+                tokio::spawn(async move { transport.send_batches(lane, jobs).await });
+            }
+            None => {}
+        }
+        match tokio::time::timeout_at(deadline.into(), answer).await {
+            Ok(Ok(answer)) => answer.map_err(Failure::into_error),
+            // Not sent: the deadline passed while it waited in the queue.
+            Ok(Err(_)) | Err(_) => Err(error::store_error(error::deadline(self.timeout))),
+        }
+    }
+
+    /// A lane's sender: sends `jobs`, then whatever queued meanwhile, until the queue is empty.
+    async fn send_batches(&self, lane: u16, mut jobs: Vec<Job>) {
+        let Some(lanes) = &self.lanes else { return };
+        loop {
+            let now = Instant::now();
+            // A decision past its deadline, or whose caller left, is never sent.
+            jobs.retain(|job| job.is_live(now));
+            self.send_batch(jobs, now).await;
+            match lanes.next(lane) {
+                Some(next) => jobs = next,
+                None => return,
+            }
+        }
+    }
+
+    /// One call for `jobs`: the decision script for one, the batch script for more.
+    async fn send_batch(&self, mut jobs: Vec<Job>, now: Instant) {
+        let within = batch::time_left(&jobs, now);
+        match jobs.len() {
+            0 => {}
+            1 => {
+                let Some(job) = jobs.pop() else { return };
+                let reply = self
+                    .try_call::<Vec<u64>>(&self.scripts.decide, &job.keys, &job.args, within)
+                    .await;
+                job.answer(reply);
+            }
+            count => {
+                add(&self.counters.batch_calls, 1);
+                add(&self.counters.batched_decisions, count as u64);
+                let (keys, args) = batch::call(&mut jobs);
+                let reply = self
+                    .try_call::<redis::Value>(&self.scripts.batch, &keys, &args, within)
+                    .await;
+                if let Err(Failure::Refused(_)) = reply {
+                    // Counted per decision, as unbatched refusals are.
+                    add(&self.counters.breaker_refusals, count as u64 - 1);
+                }
+                batch::answer(jobs, reply);
+            }
+        }
+    }
+
+    /// The cluster slot of a call's keys (they share one); 0 on standalone Redis.
+    fn slot_of(&self, keys: &[Vec<u8>]) -> u16 {
+        match self.connection.is_cluster() {
+            true => keys.first().map_or(0, |name| keys::slot(name)),
+            false => 0,
+        }
+    }
+
+    /// [`call`](Self::call) with a deadline `within` from now, failing with a [`Failure`] that
+    /// every decision of a batch can get a copy of.
+    async fn try_call<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        keys: &[Vec<u8>],
+        args: &[String],
+        within: Duration,
+    ) -> Result<T, Failure> {
+        let slot = self.slot_of(keys);
+        let breaker = self.breakers.node(&self.connection.node_of(slot));
+        let probe = match breaker.admit() {
+            Admission::Call { probe } => probe,
+            Admission::Refuse(next_probe_in) => {
+                add(&self.counters.breaker_refusals, 1);
+                return Err(Failure::Refused(error::BreakerOpen {
+                    next_probe_in,
+                    cause: breaker.cause(),
+                }));
+            }
+        };
+        add(&self.counters.redis_calls, 1);
+        // On the deadline the call is dropped, not sent again: it may have run already.
+        let call = self
+            .connection
+            .invoke::<T>(&self.scripts.library, script, keys, args);
+        let err = match tokio::time::timeout(within, call).await {
+            Ok(Ok(value)) => {
+                breaker.succeeded();
+                return Ok(value);
+            }
+            Ok(Err(e)) => e,
+            Err(_) => error::deadline(self.timeout),
+        };
+        if error::is_unavailable(error::classify(&err)) {
+            add(&self.counters.redis_unavailable, 1);
+            breaker.failed(err.clone(), probe);
+        } else {
+            // Redis answered, if with an error: it is there.
+            breaker.succeeded();
+        }
+        Err(Failure::Redis(err))
+    }
+}
+
+/// Frees a lane's place taken by a caller sending its own call: what queued meanwhile goes to
+/// a sender task.
+struct Handover<'a> {
+    transport: &'a Arc<Transport>,
+    lane: u16,
+}
+
+impl Drop for Handover<'_> {
+    fn drop(&mut self) {
+        let Some(lanes) = &self.transport.lanes else {
+            return;
+        };
+        if let Some(jobs) = lanes.next(self.lane) {
+            // Outside a runtime (one shutting down) the jobs are dropped unsent: their callers
+            // see their deadline.
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let (transport, lane) = (self.transport.clone(), self.lane);
+                runtime.spawn(async move { transport.send_batches(lane, jobs).await });
+            }
+        }
+    }
+}
