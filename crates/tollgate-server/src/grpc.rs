@@ -126,9 +126,9 @@ use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
 use tollgate::{Outcome, Policy, Rule, RuleVerdict, Verdict};
 use tonic::{Request, Response, Status};
 
-use crate::listener::ListenerOptions;
-use crate::metrics;
-use crate::state::SharedState;
+use crate::ops::{count, metrics};
+use crate::runtime::SharedState;
+use crate::runtime::listener::ListenerOptions;
 use tollgate_config::{Metadata, Resolved, apply_replaces, override_key};
 
 /// The generated messages, server and client of the Envoy rate limit service (from
@@ -158,12 +158,11 @@ pub mod proto {
 mod answer;
 pub mod json;
 mod overrides;
-mod settings;
 mod stats;
 
+pub use crate::runtime::envoy_settings::{EnvoySettings, ResponseHeaders};
 use answer::Role;
 use overrides::{Override, OverrideError, OverridePolicies};
-pub use settings::{EnvoySettings, ResponseHeaders};
 pub use stats::OVERFLOW_KEY;
 use stats::{Hit, StatsKeys};
 
@@ -303,7 +302,7 @@ pub async fn serve(
 pub async fn serve_with(
     listener: tokio::net::TcpListener,
     rls: RlsService,
-    health: Option<&crate::health::Health>,
+    health: Option<&crate::envoy::health::Health>,
     options: ListenerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -311,7 +310,7 @@ pub async fn serve_with(
     if let Some(health) = health {
         routes = routes.add_service(health.grpc_service());
     }
-    crate::listener::serve_grpc("grpc", listener, routes.prepare(), &options, shutdown).await
+    crate::runtime::listener::serve_grpc("grpc", listener, routes.prepare(), &options, shutdown).await
 }
 
 #[tonic::async_trait]
@@ -554,7 +553,7 @@ impl<'r> Group<'r> {
     fn count_decisions(&self, verdict: &Verdict, slots: &[Slot<'_>], mode: Mode) {
         let refused = !verdict.allowed();
         for ((rule, result), &slot) in self.rules.iter().zip(verdict.rules()).zip(&self.at) {
-            metrics::rule_extras(rule, result);
+            count::extras(rule, result);
             let outcome = match result.outcome {
                 Outcome::Allowed | Outcome::Degraded if refused => continue,
                 Outcome::ShadowDenied
@@ -564,12 +563,12 @@ impl<'r> Group<'r> {
                 }
                 outcome => outcome,
             };
-            metrics::decision(rule.policy.name(), outcome);
+            count::decision(rule.policy.name(), outcome);
             if outcome == Outcome::Denied {
-                crate::dashboard::denied_key(rule.policy.name(), rule.key);
+                count::denied_key(rule.policy.name(), rule.key);
             }
             if result.decision.degraded {
-                metrics::degraded(rule.policy.name());
+                count::degraded(rule.policy.name());
             }
         }
         if let Some(err) = verdict.store_error() {
@@ -938,7 +937,7 @@ fn status(slot: &Slot<'_>, answer: Option<&Answer>) -> (DescriptorStatus, Option
             period,
             policy_name,
         } => {
-            metrics::decision(policy_name, refusal(matched));
+            count::decision(policy_name, refusal(matched));
             let hit = Hit {
                 cost: matched.cost,
                 limit: 0,
@@ -949,7 +948,7 @@ fn status(slot: &Slot<'_>, answer: Option<&Answer>) -> (DescriptorStatus, Option
             (deny_all_status(matched, *period, code(true, matched)), Some(hit))
         }
         Slot::TooLarge { matched, policy } => {
-            metrics::decision(policy.name(), refusal(matched));
+            count::decision(policy.name(), refusal(matched));
             let hit = Hit {
                 cost: matched.cost,
                 limit: policy.max_cost(),

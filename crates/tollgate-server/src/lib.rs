@@ -8,9 +8,7 @@
 //! it is done:
 //!
 //! ```
-//! use tollgate_server::state::{AppState, Settings};
-//! use tollgate_server::store::AnyStore;
-//! use tollgate_server::{Listeners, run};
+//! use tollgate_server::{AnyStore, AppState, Listeners, Settings, run};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> anyhow::Result<()> {
@@ -65,25 +63,19 @@
 //! - [`problem`]: RFC 9457 problem answers, the shape of every error.
 //! - [`metrics`]: Prometheus metric names and the recorder.
 
-pub mod access;
-pub mod admin;
-pub mod concurrency;
-pub mod dashboard;
-pub mod debug;
-pub mod envoy_env;
+mod api;
+mod envoy;
 pub mod explain;
 pub mod grpc;
-pub mod health;
-pub mod http;
-pub mod listener;
-pub mod metrics;
-pub mod openapi;
-pub mod overrides;
-pub mod problem;
+mod ops;
 pub mod proxy;
 pub mod reload;
-pub mod serve;
-pub mod state;
-pub mod store;
+mod runtime;
+mod serve;
 
-pub use serve::{Listeners, run};
+pub use api::router as api_router;
+pub use ops::{count, metrics};
+pub use runtime::{
+    AnyStore, AppState, EnvoySettings, ListenerOptions, ResponseHeaders, Settings, SharedState, StoreOptions,
+};
+pub use serve::{Listeners, ServeOptions, run, serve};

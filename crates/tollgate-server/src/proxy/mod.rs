@@ -50,8 +50,9 @@ use tower::{Layer, ServiceExt};
 
 pub use forward::{Forward, ForwardOptions, UpstreamError};
 
-use crate::listener::ListenerOptions;
-use crate::store::AnyStore;
+use crate::runtime::listener::ListenerOptions;
+use crate::runtime::problem::{bare_errors, problem};
+use crate::runtime::store::AnyStore;
 use tollgate_config::Limits;
 use tollgate_config::load_or_demo;
 use tollgate_config::{Route, RouteKey};
@@ -66,7 +67,7 @@ pub struct Options {
     /// `redis://...` or `redis+cluster://...`; `None` uses the embedded memory store.
     pub store: Option<String>,
     /// How to open the store: required or not, its deadline, TLS.
-    pub store_options: crate::store::StoreOptions,
+    pub store_options: crate::runtime::store::StoreOptions,
     /// Where the proxy listens.
     pub listen: SocketAddr,
     /// Peers whose `X-Forwarded-For` is believed.
@@ -93,7 +94,7 @@ impl Options {
             upstream: upstream.into(),
             config: None,
             store: None,
-            store_options: crate::store::StoreOptions::default(),
+            store_options: crate::runtime::store::StoreOptions::default(),
             listen,
             trusted_proxies: Vec::new(),
             admin: None,
@@ -213,8 +214,8 @@ async fn handle(State(proxy): State<Proxy>, request: Request) -> Response {
     let request = match normal_path(request) {
         Ok(request) => request,
         Err(err) => {
-            crate::metrics::request_refused("proxy", StatusCode::BAD_REQUEST);
-            return crate::problem::response(StatusCode::BAD_REQUEST, err.to_string());
+            crate::ops::metrics::request_refused("proxy", StatusCode::BAD_REQUEST);
+            return problem(StatusCode::BAD_REQUEST, err.to_string(), None);
         }
     };
     let gates = proxy.gates.load();
@@ -262,9 +263,10 @@ fn admin_router(store: AnyStore, stats: tollgate_tower::Stats) -> Router {
                     if store.ready().await {
                         "ready".into_response()
                     } else {
-                        crate::problem::response(
+                        problem(
                             StatusCode::SERVICE_UNAVAILABLE,
                             format!("{} store unreachable", store.kind()),
+                            None,
                         )
                     }
                 }
@@ -273,12 +275,12 @@ fn admin_router(store: AnyStore, stats: tollgate_tower::Stats) -> Router {
         .route(
             "/metrics",
             get(move || {
-                crate::metrics::proxy_decisions(&stats.snapshot());
-                async { crate::metrics::install().render() }
+                crate::ops::metrics::proxy_decisions(&stats.snapshot());
+                async { crate::ops::metrics::install().render() }
             }),
         )
-        .fallback(|| async { crate::problem::response(StatusCode::NOT_FOUND, "no such route") })
-        .layer(axum::middleware::from_fn(crate::problem::bare_errors))
+        .fallback(|| async { problem(StatusCode::NOT_FOUND, "no such route", None) })
+        .layer(axum::middleware::from_fn(bare_errors))
 }
 
 /// Runs the proxy until ctrl-c or SIGTERM: open connections get the drain timeout to finish,
@@ -294,7 +296,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             options.forward.response_timeout
         );
     }
-    crate::metrics::install();
+    crate::ops::metrics::install();
     let limits = load_or_demo(options.config.as_deref())?;
     let forward = Forward::with_options(&options.upstream, options.forward)?;
     let store = AnyStore::open(options.store.as_deref(), &options.store_options).await?;
@@ -303,7 +305,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     }
     let store_kind = store.kind();
     let (app, gates, live) = build_app(&limits, store.clone(), forward, &options.trusted_proxies)?;
-    let app = crate::listener::with_request_limits(app, "proxy", &options.listeners);
+    let app = crate::runtime::listener::with_request_limits(app, "proxy", &options.listeners);
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .with_context(|| format!("cannot listen on {}", options.listen))?;
@@ -354,13 +356,25 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         let options = options.listeners.clone();
         let stopped = when_stopped(stopped.clone());
         tokio::spawn(async move {
-            crate::listener::serve_http("admin", admin, admin_router(store, stats), &options, stopped).await
+            crate::runtime::listener::serve_http(
+                "admin",
+                admin,
+                admin_router(store, stats),
+                &options,
+                stopped,
+            )
+            .await
         })
     });
-    let served =
-        crate::listener::serve_http("proxy", listener, app, &options.listeners, when_stopped(stopped))
-            .await
-            .context("proxy server");
+    let served = crate::runtime::listener::serve_http(
+        "proxy",
+        listener,
+        app,
+        &options.listeners,
+        when_stopped(stopped),
+    )
+    .await
+    .context("proxy server");
     if let Some(task) = admin_task {
         task.await.context("admin server task")?.context("admin server")?;
     }
@@ -383,11 +397,11 @@ fn reloader(config: Option<PathBuf>, gates: Gates, live: LiveGates) -> Arc<dyn F
             }) {
             Ok((built, routes)) => {
                 live.store(Arc::new(built));
-                crate::metrics::config_reload(true);
+                crate::ops::metrics::config_reload(true);
                 tracing::info!(target: "tollgate_server::reload", config = %path.display(), routes, "proxy config reloaded");
             }
             Err(err) => {
-                crate::metrics::config_reload(false);
+                crate::ops::metrics::config_reload(false);
                 tracing::warn!(
                     target: "tollgate_server::reload",
                     config = %path.display(),

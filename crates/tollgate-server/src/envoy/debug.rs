@@ -12,8 +12,8 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
 
-use crate::metrics;
-use crate::state::SharedState;
+use crate::ops::metrics;
+use crate::runtime::SharedState;
 
 /// The endpoints, with upstream's wording where upstream has them.
 const INDEX: &str = "\
@@ -47,13 +47,13 @@ const INDEX: &str = "\
 /// # Ok(())
 /// # }
 /// ```
-pub fn router(state: SharedState) -> Router {
+pub(crate) fn router(state: SharedState) -> Router {
     Router::new()
         .route("/", get(|| async { INDEX }))
         .route("/rlconfig", get(rlconfig))
         .route("/metrics", get(|| async { metrics::install().render() }))
         .with_state(state.clone())
-        .merge(crate::dashboard::router(state))
+        .merge(crate::api::dashboard::router(state))
 }
 
 /// The limits being served now: a reload shows at once.

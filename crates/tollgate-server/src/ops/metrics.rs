@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tollgate::{Error, Outcome, Rule, RuleVerdict, Verdict};
+use tollgate::Error;
 use tollgate_tower::LogSampler;
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -101,81 +101,6 @@ pub fn concurrency_release(policy: &str, outcome: &'static str, err: Option<&Err
 
 static RELEASE_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
-/// One rule's decision, labelled with the engine's [`Outcome`]: `allowed`, `shadow_denied`,
-/// `degraded`, `denied` or `error`, the same names at every door. Also counted for the
-/// [dashboard](crate::dashboard).
-pub fn decision(policy: &str, outcome: Outcome) {
-    metrics::counter!("tollgate_decisions_total", "policy" => policy.to_owned(), "outcome" => outcome.as_str())
-        .increment(1);
-    crate::dashboard::decision(policy, outcome);
-}
-
-/// Records what the engine decided for `rules` (a committed check, not a peek): each rule's
-/// outcome under its policy, the rules a failure mode decided, and the store failure if any.
-///
-/// In a refused request, a rule that would have allowed spent nothing and decided nothing, so it
-/// is not counted; denials, would-be (shadow) denials and errors are.
-pub fn verdict(rules: &[Rule<'_>], verdict: &Verdict) {
-    let refused = !verdict.allowed();
-    if let Some((at, entry)) = verdict.blocked_by()
-        && BLOCKED_LOG.due()
-    {
-        let policy = rules.get(at).map_or("", |r| r.policy.name());
-        tracing::info!(policy, entry = %entry, "deny list blocked a request (sampled: at most one line a second)");
-    }
-    for (rule, result) in rules.iter().zip(verdict.rules()) {
-        rule_extras(rule, result);
-        if refused && matches!(result.outcome, Outcome::Allowed | Outcome::Degraded) {
-            continue;
-        }
-        decision(rule.policy.name(), result.outcome);
-        if result.outcome == Outcome::Denied {
-            crate::dashboard::denied_key(rule.policy.name(), rule.key);
-        }
-        if result.outcome == Outcome::ShadowDenied && SHADOW_LOG.due() {
-            tracing::info!(
-                policy = rule.policy.name(),
-                "shadow rule would have denied (sampled: at most one line a second)"
-            );
-        }
-        if result.decision.degraded {
-            degraded(rule.policy.name());
-            if DEGRADED_LOG.due() {
-                tracing::warn!(
-                    policy = rule.policy.name(),
-                    outcome = result.outcome.as_str(),
-                    "failure mode decided without the store (sampled: at most one line a second)"
-                );
-            }
-        }
-    }
-    if let Some(err) = verdict.store_error() {
-        store_error(err);
-    }
-}
-
-/// What a rule's verdict says beyond its outcome, at every door: an allow or deny list match
-/// (`tollgate_access_list_matches_total{policy, list}`), and for a gradually enforced policy
-/// which part the key is in (`tollgate_gradual_checks_total{policy, part}`) and whether it
-/// would have been denied (`tollgate_gradual_would_deny_total{policy, part}`), `part` being
-/// `enforced` or `shadow`.
-pub fn rule_extras(rule: &Rule<'_>, result: &RuleVerdict) {
-    if let Some(list) = result.listed {
-        metrics::counter!("tollgate_access_list_matches_total", "policy" => rule.policy.name().to_owned(), "list" => list.as_str())
-            .increment(1);
-    }
-    if rule.policy.enforcement().is_some() {
-        let part = if result.shadow { "shadow" } else { "enforced" };
-        let policy = rule.policy.name().to_owned();
-        metrics::counter!("tollgate_gradual_checks_total", "policy" => policy.clone(), "part" => part)
-            .increment(1);
-        if matches!(result.outcome, Outcome::Denied | Outcome::ShadowDenied) {
-            metrics::counter!("tollgate_gradual_would_deny_total", "policy" => policy, "part" => part)
-                .increment(1);
-        }
-    }
-}
-
 /// How many of each policy's most denied keys `tollgate_top_offender_denials` shows.
 pub const TOP_OFFENDERS_SHOWN: usize = 10;
 
@@ -187,7 +112,7 @@ pub const TOP_OFFENDERS_SHOWN: usize = 10;
 /// request keys in a label, capped this way.
 pub fn render_top_offenders(text: &mut String) {
     use std::fmt::Write as _;
-    let recorder = crate::dashboard::recorder();
+    let recorder = &super::recorder::RECORDER;
     let policies = recorder.policies_with_denials();
     if policies.is_empty() {
         return;
@@ -219,17 +144,10 @@ fn label_value(text: &str) -> String {
         .replace('\n', "\\n")
 }
 
-static BLOCKED_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
-
 /// A refund (`POST /v1/refund`) the store carried out: one per call, and the cost given back.
 pub fn refund(policy: &str, cost: u64) {
     metrics::counter!("tollgate_refunds_total", "policy" => policy.to_owned()).increment(1);
     metrics::counter!("tollgate_refunded_cost_total", "policy" => policy.to_owned()).increment(cost);
-}
-
-/// A decision a failure mode took because the store could not.
-pub fn degraded(policy: &str) {
-    metrics::counter!("tollgate_degraded_decisions_total", "policy" => policy.to_owned()).increment(1);
 }
 
 /// How long one store call took.
@@ -251,8 +169,6 @@ pub fn store_error(err: &Error) {
 }
 
 static STORE_ERROR_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
-static SHADOW_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
-static DEGRADED_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
 /// A connection accepted on `listener` (`http`, `grpc`, `proxy`, `admin`).
 pub fn connection_opened(listener: &'static str) {
