@@ -33,7 +33,7 @@ use tollgate_server::{ResponseHeaders, Settings};
 
 /// What upstream's variables ask for, in tollgate's terms; `None` where they say nothing.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct EnvoyEnv {
+pub(crate) struct EnvoyEnv {
     /// The config directory, from `RUNTIME_*`.
     pub config: Option<PathBuf>,
     /// The store URL, from `REDIS_*`.
@@ -51,7 +51,7 @@ pub struct EnvoyEnv {
 /// upstream's switches that change what the service answers, carried to the server, which
 /// applies them to its [`Settings`] with [`Compat::apply`].
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Compat {
+pub(crate) struct Compat {
     /// `SHADOW_MODE`: every request answered `OK`, its limits decided and counted only.
     pub shadow_mode: bool,
     /// `QUOTA_MODE`: every descriptor in quota mode.
@@ -71,7 +71,7 @@ pub struct Compat {
 
 /// The names of the rate limit headers an answer carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeaderNames {
+pub(crate) struct HeaderNames {
     /// The limit (`LIMIT_LIMIT_HEADER`).
     pub limit: String,
     /// The budget left (`LIMIT_REMAINING_HEADER`).
@@ -85,7 +85,7 @@ impl Compat {
     /// so a setting made another way stays.
     ///
     /// (See the tests at the bottom for an example.)
-    pub fn apply(&self, settings: &mut Settings) {
+    pub(crate) fn apply(&self, settings: &mut Settings) {
         let envoy = &mut settings.envoy;
         envoy.global_shadow_mode |= self.shadow_mode;
         envoy.global_quota_mode |= self.quota_mode;
@@ -109,7 +109,7 @@ impl Compat {
 /// A variable whose value cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{var}={value}: {why}")]
-pub struct EnvError {
+pub(crate) struct EnvError {
     /// The variable's name.
     pub var: &'static str,
     /// Its value, as given.
@@ -133,7 +133,7 @@ const RUNTIME_ROOT: &str = "/srv/runtime_data/current";
 
 impl EnvoyEnv {
     /// Reads the process environment.
-    pub fn from_env() -> Result<Self, EnvError> {
+    pub(crate) fn from_env() -> Result<Self, EnvError> {
         Self::from_lookup(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
     }
 
@@ -141,7 +141,7 @@ impl EnvoyEnv {
     /// environment.
     ///
     /// (See the tests at the bottom for an example.)
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
+    pub(crate) fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
         let get = |name: &str| lookup(name).filter(|v| !v.is_empty());
         for (var, allowed) in [("CONFIG_TYPE", "FILE"), ("BACKEND_TYPE", "redis")] {
             if let Some(value) = get(var)
@@ -222,7 +222,7 @@ impl EnvoyEnv {
 /// it is not one. The binary uses it when `RUST_LOG` is not set.
 ///
 /// (See the tests at the bottom for an example.)
-pub fn log_level(value: &str) -> Option<&'static str> {
+pub(crate) fn log_level(value: &str) -> Option<&'static str> {
     Some(match value.trim().to_ascii_lowercase().as_str() {
         "trace" => "trace",
         "debug" => "debug",

@@ -200,8 +200,8 @@ impl std::fmt::Debug for RlsService {
 /// The Envoy rate limit service over `state`, to add to a tonic server (or use [`serve`]).
 ///
 /// ```
-/// use tollgate_server::state::{AppState, Settings};
-/// use tollgate_server::store::AnyStore;
+/// use tollgate_server::{AppState, Settings};
+/// use tollgate_server::AnyStore;
 ///
 /// let limits = tollgate_config::parse("edge.yaml", "domain: edge\ndescriptors: []\n")?;
 /// let state = AppState::new(limits, AnyStore::memory(), Settings::default());
@@ -221,8 +221,8 @@ impl RlsService {
     /// ```
     /// use tollgate_server::grpc::RlsService;
     /// use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest, rate_limit_descriptor::Entry};
-    /// use tollgate_server::state::{AppState, Settings};
-    /// use tollgate_server::store::AnyStore;
+    /// use tollgate_server::{AppState, Settings};
+    /// use tollgate_server::AnyStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -265,8 +265,8 @@ impl RlsService {
 /// Accepted connections get `TCP_NODELAY`: answers are small and latency-bound.
 ///
 /// ```no_run
-/// use tollgate_server::state::{AppState, Settings};
-/// use tollgate_server::store::AnyStore;
+/// use tollgate_server::{AppState, Settings};
+/// use tollgate_server::AnyStore;
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let limits = tollgate_config::parse("edge.yaml", "domain: edge\ndescriptors: []\n")?;

@@ -18,7 +18,7 @@ use super::answer::{self, CheckAnswer, Decision, ListDecision, RuleDecision};
 use super::body::{from_json_value, json_body};
 use super::error::ApiError;
 use super::policy::rate_policy;
-use super::rules::{CheckBody, CostQuery, MAX_RULES, OneRule, RuleBody, RuleList, rule};
+use super::rules::{CheckBody, CostQuery, MAX_RULES, RuleBody, rule};
 use crate::ops::{count, metrics};
 use crate::runtime::SharedState;
 use crate::runtime::problem::Problem;
@@ -56,16 +56,17 @@ pub(crate) async fn check(
     let is_list = body
         .as_object()
         .is_some_and(|members| members.contains_key("rules"));
-    if is_list {
+    // The two forms are told apart here, rather than by `CheckBody`'s untagged parse, so that
+    // each gets its own precise errors.
+    let body = if is_list {
         if body.as_object().is_some_and(|members| members.len() > 1) {
             return Err(ApiError::bad_request(
                 "a check has either `rules` or `policy`, `key` and `cost`, not both",
             ));
         }
-        let list: RuleList = from_json_value(body)?;
-        check_list(&state, &list.rules).await
+        CheckBody::Many(from_json_value(body)?)
     } else {
-        let one: OneRule = from_json_value(body).map_err(|err| {
+        CheckBody::One(from_json_value(body).map_err(|err| {
             if err
                 .message()
                 .starts_with("invalid JSON body: missing field `policy`")
@@ -74,8 +75,11 @@ pub(crate) async fn check(
             } else {
                 err
             }
-        })?;
-        decide_one(&state, &one.policy, &one.key, one.cost.unwrap_or(1), true).await
+        })?)
+    };
+    match body {
+        CheckBody::Many(list) => check_list(&state, &list.rules).await,
+        CheckBody::One(one) => decide_one(&state, &one.policy, &one.key, one.cost.unwrap_or(1), true).await,
     }
 }
 

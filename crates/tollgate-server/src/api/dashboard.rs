@@ -49,30 +49,6 @@ const CSP: &str =
 pub(crate) const TOP_KEYS_SHOWN: usize = 20;
 
 /// The dashboard's routes over `state`; starts the once-a-second sampler.
-///
-/// ```
-/// use axum::body::Body;
-/// use axum::http::{Request, StatusCode};
-/// use tollgate_server::state::{AppState, Settings};
-/// use tollgate_server::store::AnyStore;
-/// use tower::ServiceExt;
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let settings = Settings { admin_token: Some("s3cret".into()), ..Settings::default() };
-/// let state = AppState::new(tollgate_config::demo()?, AnyStore::memory(), settings);
-/// let app = tollgate_server::dashboard::router(state);
-/// let page = app.clone().oneshot(Request::get("/dashboard").body(Body::empty())?).await?;
-/// assert_eq!(page.status(), StatusCode::OK);
-/// let data = app.clone().oneshot(Request::get("/dashboard/data").body(Body::empty())?).await?;
-/// assert_eq!(data.status(), StatusCode::UNAUTHORIZED);
-/// let data = app
-///     .oneshot(Request::get("/dashboard/data").header("authorization", "Bearer s3cret").body(Body::empty())?)
-///     .await?;
-/// assert_eq!(data.status(), StatusCode::OK);
-/// # Ok(())
-/// # }
-/// ```
 pub(crate) fn router(state: SharedState) -> Router {
     RECORDER.start_sampling();
     Router::new()
@@ -188,4 +164,44 @@ async fn snapshot(state: &SharedState) -> Value {
         },
         "reload": reload,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_page_is_public_and_its_data_needs_the_token() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::runtime::{AnyStore, AppState, Settings};
+        use axum::body::Body;
+        use axum::http::{Request, StatusCode};
+
+        use tower::ServiceExt;
+
+        let settings = Settings {
+            admin_token: Some("s3cret".into()),
+            ..Settings::default()
+        };
+        let state = AppState::new(tollgate_config::demo()?, AnyStore::memory(), settings);
+        let app = router(state);
+        let page = app
+            .clone()
+            .oneshot(Request::get("/dashboard").body(Body::empty())?)
+            .await?;
+        assert_eq!(page.status(), StatusCode::OK);
+        let data = app
+            .clone()
+            .oneshot(Request::get("/dashboard/data").body(Body::empty())?)
+            .await?;
+        assert_eq!(data.status(), StatusCode::UNAUTHORIZED);
+        let data = app
+            .oneshot(
+                Request::get("/dashboard/data")
+                    .header("authorization", "Bearer s3cret")
+                    .body(Body::empty())?,
+            )
+            .await?;
+        assert_eq!(data.status(), StatusCode::OK);
+        Ok(())
+    }
 }

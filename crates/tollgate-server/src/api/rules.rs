@@ -39,7 +39,6 @@ pub(crate) struct RuleList {
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
 #[schema(as = CheckRequest)]
-#[allow(dead_code)] // `check` parses the two forms itself, for errors that name the field
 pub(crate) enum CheckBody {
     /// `policy`, `key` and optionally `cost`.
     One(OneRule),

@@ -43,22 +43,6 @@ pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The server's health, shared by the gRPC health service, `/healthcheck` and the store probe.
 /// Clones share one state.
-///
-/// ```
-/// use tollgate_server::health::Health;
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// let health = Health::new(true).await;
-/// assert!(health.is_serving());
-/// health.set_store(false).await;
-/// assert!(!health.is_serving());
-/// health.set_store(true).await;
-/// assert!(health.is_serving());
-/// health.shut_down().await;
-/// assert!(!health.is_serving(), "never healthy again once shutting down");
-/// # }
-/// ```
 #[derive(Clone, Debug)]
 pub struct Health {
     inner: Arc<Inner>,
@@ -196,5 +180,22 @@ async fn healthcheck(State(health): State<Health>) -> Response {
             "the store does not answer"
         };
         crate::runtime::problem::problem(StatusCode::INTERNAL_SERVER_ERROR, detail, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn health_follows_the_store_until_shutdown() {
+        let health = Health::new(true).await;
+        assert!(health.is_serving());
+        health.set_store(false).await;
+        assert!(!health.is_serving());
+        health.set_store(true).await;
+        assert!(health.is_serving());
+        health.shut_down().await;
+        assert!(!health.is_serving(), "never healthy again once shutting down");
     }
 }

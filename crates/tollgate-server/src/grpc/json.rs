@@ -71,8 +71,8 @@ use crate::runtime::problem::problem;
 /// use axum::body::Body;
 /// use axum::http::{Request, StatusCode};
 /// use tollgate_server::grpc::{RlsService, json};
-/// use tollgate_server::state::{AppState, Settings};
-/// use tollgate_server::store::AnyStore;
+/// use tollgate_server::{AppState, Settings};
+/// use tollgate_server::AnyStore;
 /// use tower::ServiceExt;
 ///
 /// # #[tokio::main(flavor = "current_thread")]

@@ -65,7 +65,7 @@ pub fn verdict(rules: &[Rule<'_>], verdict: &Verdict) {
 
 /// One rule decided under `policy` with `outcome`: `tollgate_decisions_total{policy, outcome}`
 /// and the dashboard's tally of the same.
-pub fn decision(policy: &str, outcome: Outcome) {
+pub(crate) fn decision(policy: &str, outcome: Outcome) {
     ::metrics::counter!("tollgate_decisions_total", "policy" => policy.to_owned(), "outcome" => outcome.as_str())
         .increment(1);
     RECORDER.decision(policy, outcome);
@@ -73,7 +73,7 @@ pub fn decision(policy: &str, outcome: Outcome) {
 
 /// `key` was denied by `policy` (an enforced denial): the dashboard's most denied keys, which
 /// the admin API's top offenders and the `tollgate_top_offender_denials` gauge read.
-pub fn denied_key(policy: &str, key: &[u8]) {
+pub(crate) fn denied_key(policy: &str, key: &[u8]) {
     RECORDER.denied_key(policy, key);
 }
 
@@ -82,7 +82,7 @@ pub fn denied_key(policy: &str, key: &[u8]) {
 /// which part the key is in (`tollgate_gradual_checks_total{policy, part}`) and whether it
 /// would have been denied (`tollgate_gradual_would_deny_total{policy, part}`), `part` being
 /// `enforced` or `shadow`.
-pub fn extras(rule: &Rule<'_>, result: &RuleVerdict) {
+pub(crate) fn extras(rule: &Rule<'_>, result: &RuleVerdict) {
     if let Some(list) = result.listed {
         ::metrics::counter!("tollgate_access_list_matches_total", "policy" => rule.policy.name().to_owned(), "list" => list.as_str())
             .increment(1);
@@ -100,7 +100,7 @@ pub fn extras(rule: &Rule<'_>, result: &RuleVerdict) {
 }
 
 /// A decision a failure mode took because the store could not.
-pub fn degraded(policy: &str) {
+pub(crate) fn degraded(policy: &str) {
     ::metrics::counter!("tollgate_degraded_decisions_total", "policy" => policy.to_owned()).increment(1);
 }
 

@@ -75,7 +75,7 @@ fn sampled() {
 /// An acquisition of a concurrency policy: `outcome` is `granted`, `denied`, `degraded` (the
 /// store failed and the failure mode granted or denied) or `error` (the store failed under
 /// `fail_closed`).
-pub fn concurrency_acquire(policy: &str, outcome: &'static str) {
+pub(crate) fn concurrency_acquire(policy: &str, outcome: &'static str) {
     metrics::counter!("tollgate_concurrency_acquisitions_total", "policy" => policy.to_owned(), "outcome" => outcome)
         .increment(1);
 }
@@ -83,7 +83,7 @@ pub fn concurrency_acquire(policy: &str, outcome: &'static str) {
 /// A release of a concurrency lease: `outcome` is `released`, `not_held` (released before,
 /// expired, or never granted) or `failed` (the store failed: the lease ends at its timeout).
 /// A failed release is also logged at `warn`, at most once a second.
-pub fn concurrency_release(policy: &str, outcome: &'static str, err: Option<&Error>) {
+pub(crate) fn concurrency_release(policy: &str, outcome: &'static str, err: Option<&Error>) {
     metrics::counter!("tollgate_concurrency_releases_total", "policy" => policy.to_owned(), "outcome" => outcome)
         .increment(1);
     if let Some(err) = err {
@@ -110,7 +110,7 @@ pub const TOP_OFFENDERS_SHOWN: usize = 10;
 /// a key that drops out of the top is gone from the next scrape: the series are bounded by
 /// policies × [`TOP_OFFENDERS_SHOWN`], whatever the key churn. This is the one metric with
 /// request keys in a label, capped this way.
-pub fn render_top_offenders(text: &mut String) {
+pub(crate) fn render_top_offenders(text: &mut String) {
     use std::fmt::Write as _;
     let recorder = &super::recorder::RECORDER;
     let policies = recorder.policies_with_denials();
@@ -145,7 +145,7 @@ fn label_value(text: &str) -> String {
 }
 
 /// A refund (`POST /v1/refund`) the store carried out: one per call, and the cost given back.
-pub fn refund(policy: &str, cost: u64) {
+pub(crate) fn refund(policy: &str, cost: u64) {
     metrics::counter!("tollgate_refunds_total", "policy" => policy.to_owned()).increment(1);
     metrics::counter!("tollgate_refunded_cost_total", "policy" => policy.to_owned()).increment(cost);
 }
@@ -159,7 +159,7 @@ pub fn store_latency(elapsed: Duration) {
 /// A store call that failed, by [`Error::class`] (`timeout`, `connection`, `full`, ...). Also
 /// logged at `warn`, at most once a second, so an operator sees a sick store in the logs without
 /// a line per request.
-pub fn store_error(err: &Error) {
+pub(crate) fn store_error(err: &Error) {
     if let Some(class) = err.class() {
         metrics::counter!("tollgate_store_errors_total", "kind" => class).increment(1);
         if STORE_ERROR_LOG.due() {
@@ -171,22 +171,22 @@ pub fn store_error(err: &Error) {
 static STORE_ERROR_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
 /// A connection accepted on `listener` (`http`, `grpc`, `proxy`, `admin`).
-pub fn connection_opened(listener: &'static str) {
+pub(crate) fn connection_opened(listener: &'static str) {
     metrics::gauge!("tollgate_open_connections", "listener" => listener).increment(1.0);
 }
 
 /// A connection of `listener` closed, whatever closed it.
-pub fn connection_closed(listener: &'static str) {
+pub(crate) fn connection_closed(listener: &'static str) {
     metrics::gauge!("tollgate_open_connections", "listener" => listener).decrement(1.0);
 }
 
 /// A connection refused because `listener` had its maximum open; logged at most once a second.
-pub fn connection_refused(listener: &'static str) {
+pub(crate) fn connection_refused(listener: &'static str) {
     metrics::counter!("tollgate_connections_refused_total", "listener" => listener).increment(1);
 }
 
 /// The log line for refused connections, at most once a second.
-pub fn warn_sampled_refusal(listener: &'static str) {
+pub(crate) fn warn_sampled_refusal(listener: &'static str) {
     if REFUSAL_LOG.due() {
         tracing::warn!(listener, "connection limit reached; refusing new connections");
     }
@@ -196,19 +196,19 @@ static REFUSAL_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
 /// A connection or request cut off by a timeout: `reason` is `idle`, `body` (or `header`, which
 /// the HTTP parser enforces and does not report).
-pub fn connection_timed_out(listener: &'static str, reason: &'static str) {
+pub(crate) fn connection_timed_out(listener: &'static str, reason: &'static str) {
     metrics::counter!("tollgate_timeouts_total", "listener" => listener, "reason" => reason).increment(1);
 }
 
 /// A request refused by a listener limit before any handler ran (414, 431, 413, 408).
-pub fn request_refused(listener: &'static str, status: axum::http::StatusCode) {
+pub(crate) fn request_refused(listener: &'static str, status: axum::http::StatusCode) {
     metrics::counter!("tollgate_requests_refused_total", "listener" => listener, "status" => status.as_str().to_owned())
         .increment(1);
 }
 
 /// An accept that failed for a reason other than the peer going away (out of file descriptors),
 /// logged at most once a second.
-pub fn accept_failed(listener: &'static str, err: &std::io::Error) {
+pub(crate) fn accept_failed(listener: &'static str, err: &std::io::Error) {
     metrics::counter!("tollgate_accept_errors_total", "listener" => listener).increment(1);
     if ACCEPT_LOG.due() {
         tracing::warn!(listener, error = %err, "accept failed; pausing before the next accept");
@@ -219,7 +219,7 @@ static ACCEPT_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
 /// A proxied request the upstream did not answer: `kind` is `connect`, `connect_timeout`,
 /// `response_timeout` or `protocol`. Logged at `warn`, at most once a second.
-pub fn upstream_error(kind: &'static str, upstream: &str, err: &dyn std::fmt::Display) {
+pub(crate) fn upstream_error(kind: &'static str, upstream: &str, err: &dyn std::fmt::Display) {
     metrics::counter!("tollgate_upstream_errors_total", "kind" => kind).increment(1);
     if UPSTREAM_LOG.due() {
         tracing::warn!(kind, upstream, error = %err, "upstream request failed");
@@ -230,18 +230,18 @@ static UPSTREAM_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
 /// The watcher woke up for a debounced burst of file events (changed or not): an idle config
 /// directory keeps this still.
-pub fn config_watch_event() {
+pub(crate) fn config_watch_event() {
     metrics::counter!("tollgate_config_watch_events_total").increment(1);
 }
 
 /// The watcher saw the config's bytes change (each one is followed by a reload).
-pub fn config_change_seen() {
+pub(crate) fn config_change_seen() {
     metrics::counter!("tollgate_config_changes_seen_total").increment(1);
 }
 
 /// The state of each Redis node's circuit breaker: `tollgate_store_breaker_open{node}` is 1 while
 /// open, 0 while closed. Nodes are a cluster's masters, a bounded set.
-pub fn store_breakers(states: &[(String, bool)]) {
+pub(crate) fn store_breakers(states: &[(String, bool)]) {
     for (node, open) in states {
         metrics::gauge!("tollgate_store_breaker_open", "node" => node.clone())
             .set(f64::from(u8::from(*open)));
@@ -253,7 +253,7 @@ pub fn store_breakers(states: &[(String, bool)]) {
 /// failure met `fail_closed`: 503), `rejected_key` (no usable key: 400) and `blocked` (a deny
 /// list: 403), and the requests on
 /// which the store failed, a failure mode decided, or a shadow rule would have denied.
-pub fn proxy_decisions(stats: &tollgate_tower::StatsSnapshot) {
+pub(crate) fn proxy_decisions(stats: &tollgate_tower::StatsSnapshot) {
     for (outcome, count) in [
         ("allowed", stats.allowed),
         ("denied", stats.denied),
@@ -269,7 +269,7 @@ pub fn proxy_decisions(stats: &tollgate_tower::StatsSnapshot) {
 }
 
 /// A config reload, successful or not.
-pub fn config_reload(ok: bool) {
+pub(crate) fn config_reload(ok: bool) {
     let outcome = if ok { "ok" } else { "failed" };
     metrics::counter!("tollgate_config_reloads_total", "outcome" => outcome).increment(1);
 }

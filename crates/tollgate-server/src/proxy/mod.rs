@@ -20,7 +20,7 @@
 //!
 //! ```no_run
 //! use tollgate_server::proxy::{self, Forward};
-//! use tollgate_server::store::AnyStore;
+//! use tollgate_server::AnyStore;
 //!
 //! # async fn run() -> anyhow::Result<()> {
 //! let limits = tollgate_config::demo()?; // the demo policies and routes
@@ -157,8 +157,10 @@ impl Gates {
                 };
                 layer = layer.rule(Rule::new(named.policy().clone(), key).shadow(named.shadow()));
             }
+            // Counted as every door counts a verdict: `tollgate_decisions_total`, the dashboard.
             let layer = layer
                 .stats(self.stats.clone())
+                .on_verdict(crate::ops::count::verdict)
                 .build()
                 .with_context(|| format!("route {}", route.prefix()))?;
             gates.push(Gate {

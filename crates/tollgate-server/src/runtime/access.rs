@@ -36,7 +36,7 @@ pub(crate) const MAX_MEMORY_ENTRIES: usize = tollgate_redis::MAX_ACCESS_ENTRIES;
 
 /// The admin entries and what the lists in force were compiled from.
 #[derive(Default)]
-pub struct AccessAdmin {
+pub(crate) struct AccessAdmin {
     /// Entry → when it was added (ms since the Unix epoch): the only copy on a memory store,
     /// the last read of the store's on Redis.
     entries: Mutex<BTreeMap<AccessEntry, u64>>,
@@ -46,7 +46,7 @@ pub struct AccessAdmin {
 
 /// An entry as `GET /v1/admin/access` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listing {
+pub(crate) struct Listing {
     /// The entry.
     pub entry: AccessEntry,
     /// `config` or `admin`.
@@ -58,7 +58,7 @@ pub struct Listing {
 /// What the lists are compiled from and into: the limits in force and the engine, over the store
 /// that keeps the admin entries. Borrowed from the server's state, which holds an [`AccessAdmin`].
 #[derive(Clone, Copy)]
-pub struct Served<'a> {
+pub(crate) struct Served<'a> {
     /// The limits in force, whose config entries are compiled in.
     pub limits: &'a ArcSwap<Limits>,
     /// The engine the lists are set on.
@@ -78,7 +78,7 @@ fn now_ms() -> u64 {
 impl AccessAdmin {
     /// Compiles the config's entries of the limits in force and the admin entries into the
     /// engine's lists.
-    pub fn apply(&self, state: Served<'_>) {
+    pub(crate) fn apply(&self, state: Served<'_>) {
         let limits = state.limits.load_full();
         let entries = lock(&self.entries);
         let lists = AccessLists::new(
@@ -94,7 +94,7 @@ impl AccessAdmin {
     }
 
     /// Every entry in force: the config's, then the admin ones.
-    pub fn listings(&self, state: Served<'_>) -> Vec<Listing> {
+    pub(crate) fn listings(&self, state: Served<'_>) -> Vec<Listing> {
         let limits = state.limits.load_full();
         let mut out: Vec<Listing> = limits
             .access_entries()
@@ -114,7 +114,7 @@ impl AccessAdmin {
     }
 
     /// Adds an admin entry in the store and applies it here at once.
-    pub async fn add(&self, state: Served<'_>, entry: AccessEntry) -> Result<Added, Error> {
+    pub(crate) async fn add(&self, state: Served<'_>, entry: AccessEntry) -> Result<Added, Error> {
         // Whether the entries read back from the store differ from those applied here.
         let mut reread = false;
         let added = match state.engine.store() {
@@ -161,7 +161,7 @@ impl AccessAdmin {
 
     /// Removes an admin entry from the store and applies that here at once; `false` when there
     /// was no such admin entry.
-    pub async fn remove(&self, state: Served<'_>, entry: &AccessEntry) -> Result<bool, Error> {
+    pub(crate) async fn remove(&self, state: Served<'_>, entry: &AccessEntry) -> Result<bool, Error> {
         let mut reread = false;
         let removed = match state.engine.store() {
             AnyStore::Memory(_) => lock(&self.entries).remove(entry).is_some(),
@@ -206,7 +206,7 @@ impl AccessAdmin {
 
     /// One refresh: reads the store's entries and recompiles the lists when they or the limits
     /// changed. A store that cannot be read keeps the entries read last.
-    pub async fn refresh(&self, state: Served<'_>) {
+    pub(crate) async fn refresh(&self, state: Served<'_>) {
         let changed = match self.reread(state).await {
             Ok(changed) => changed,
             Err(err) => {

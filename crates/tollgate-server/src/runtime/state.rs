@@ -116,7 +116,7 @@ pub struct AppState {
     pub settings: Settings,
     /// The allow and deny list entries added through the admin API, and the compiling of the
     /// engine's lists (see [`access`](super::access)).
-    pub access: AccessAdmin,
+    pub(crate) access: AccessAdmin,
 }
 
 /// The handle handlers receive.
@@ -148,6 +148,13 @@ impl AppState {
         state
     }
 
+    /// Reads the access list entries in the store again and recompiles the lists when they or
+    /// the limits changed, as the server does every second while it runs: an entry another
+    /// instance added applies here after this.
+    pub async fn refresh_access(&self) {
+        self.access.refresh(self.served()).await;
+    }
+
     /// What the access lists are compiled from and into.
     pub(crate) fn served(&self) -> Served<'_> {
         Served {
@@ -166,7 +173,7 @@ pub(crate) async fn keep_access_fresh(state: SharedState, stop: impl std::future
     loop {
         tokio::select! {
             _ = &mut stop => return,
-            _ = every.tick() => state.access.refresh(state.served()).await,
+            _ = every.tick() => state.refresh_access().await,
         }
     }
 }
