@@ -295,7 +295,7 @@ pub async fn serve(
 }
 
 /// [`serve`] with a given handler (shared with the `/json` endpoint), the standard gRPC health
-/// service (`grpc.health.v1.Health`, see [`crate::health`]) when `health` is given, as
+/// service (`grpc.health.v1.Health`, see `envoy::health`) when `health` is given, as
 /// envoyproxy/ratelimit serves it, and the listener's timeouts and limits: the connection limit,
 /// the idle timeout, HTTP/2 keep-alive pings, concurrent streams and header size per connection,
 /// and the drain timeout after `shutdown`, past which open connections are closed.

@@ -53,7 +53,7 @@ pub struct Listeners {
     pub http: TcpListener,
     /// The Envoy rate limit service (gRPC) and the gRPC health service.
     pub grpc: TcpListener,
-    /// The debug endpoints ([`debug`]), when asked for.
+    /// The debug endpoints (`/rlconfig`, `/metrics`, the dashboard), when asked for.
     pub debug: Option<TcpListener>,
 }
 
@@ -83,7 +83,7 @@ impl Listeners {
         })
     }
 
-    /// Also binds the debug listener ([`debug`]).
+    /// Also binds the debug listener (`/rlconfig`, `/metrics`, the dashboard).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -106,7 +106,7 @@ impl Listeners {
 /// Serves the HTTP API and the Envoy rate limit service over `state` on `listeners` until
 /// `shutdown` completes; then both stop accepting, let their open connections finish for up to
 /// the drain timeout, close the rest, and this returns. Both listeners have the timeouts and
-/// limits of `state.settings.listeners` (see [`listener`]). An error means the settings are
+/// limits of `state.settings.listeners` (see [`ListenerOptions`](crate::ListenerOptions)). An error means the settings are
 /// unusable or a server failed, not that a request did.
 ///
 /// Swap `state.limits` to change the limits while serving (as [`reload`] does). See the

@@ -33,7 +33,7 @@
 //! says what is wrong (`descriptors[0].entries[0].key: expected a string, got 7`). One deliberate
 //! difference: when the store failed and a limit fails closed, the answer is `503` (the gRPC
 //! door's `UNAVAILABLE`), not `400`, so a client can tell a sick server from a bad request.
-//! A body over [`MAX_BODY`] is `413`.
+//! A body over `MAX_BODY` (64 KiB) is `413`.
 //!
 //! # Writing the answer, as protobuf's JSON printer does
 //!

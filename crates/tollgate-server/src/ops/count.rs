@@ -5,7 +5,7 @@
 //! A door calls [`verdict`] with the rules it asked the engine about and the engine's answer,
 //! after a committed check (a peek decides nothing and is not counted). The HTTP API and the
 //! proxy (through the tower layer's verdict hook) call it directly; the Envoy door still counts
-//! its descriptors one by one with [`decision`], [`extras`], [`denied_key`] and [`degraded`],
+//! its descriptors one by one with `decision`, `extras`, `denied_key` and `degraded`,
 //! the pieces [`verdict`] is made of.
 //!
 //! Outcome labels are [`Outcome::as_str`], the same bounded set at every door.
