@@ -1,11 +1,11 @@
 //! The listener flags `serve` and `proxy` share: timeouts and limits of every listener
-//! (`tollgate_server::listener::ListenerOptions`), each with an environment variable. The
+//! (`tollgate_server::ListenerOptions`), each with an environment variable. The
 //! defaults are the library's; `docs/operations.md` says what each protects against.
 
 use std::time::Duration;
 
 use clap::Args;
-use tollgate_server::listener::ListenerOptions;
+use tollgate_server::ListenerOptions;
 
 /// A duration flag: `"10s"`, `"500ms"`, `"2m"`.
 fn duration(text: &str) -> Result<Duration, String> {

@@ -8,7 +8,7 @@
 //! - `main.rs` (this file): the subcommands (`serve`, `proxy`, `explain`, `check-config`,
 //!   `bench`, `completions`, `man`), each turned into the options of the library call that does the work, and the
 //!   runtime the server calls run on (with envoyproxy/ratelimit's environment variables, read by
-//!   `tollgate_server::envoy_env`, filling in what no flag gives), and the log set-up: `tracing` events (a failing store, a
+//!   `envoy_env`, filling in what no flag gives), and the log set-up: `tracing` events (a failing store, a
 //!   rejected reload) go to stderr as text or JSON, filtered by `RUST_LOG` (default: warnings and
 //!   reload results).
 
@@ -16,13 +16,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod envoy_env;
 mod listener_args;
 
 use clap::{CommandFactory, Parser, Subcommand};
+use envoy_env::EnvoyEnv;
 use listener_args::{ListenerArgs, UpstreamArgs};
-use tollgate_server::envoy_env::EnvoyEnv;
-use tollgate_server::serve::{self, Options};
-use tollgate_server::state::Settings;
+use tollgate_server::{ServeOptions, Settings};
 
 /// Where `serve` listens when nothing says otherwise: loopback, so a first try exposes nothing.
 const DEFAULT_HTTP: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 8080);
@@ -182,9 +182,9 @@ struct StoreArgs {
     store_ca_file: Option<PathBuf>,
 }
 
-impl From<StoreArgs> for tollgate_server::store::StoreOptions {
+impl From<StoreArgs> for tollgate_server::StoreOptions {
     fn from(args: StoreArgs) -> Self {
-        tollgate_server::store::StoreOptions {
+        tollgate_server::StoreOptions {
             require: args.require_store,
             timeout: args.store_timeout,
             ca_file: args.store_ca_file,
@@ -286,7 +286,7 @@ fn main() -> ExitCode {
             listen,
             trusted_proxies,
             admin,
-            listeners: listener.options(tollgate_server::listener::ListenerOptions::PROXY_MAX_BODY_BYTES),
+            listeners: listener.options(tollgate_server::ListenerOptions::PROXY_MAX_BODY_BYTES),
             forward: upstream_deadlines.options(),
         })),
         Command::Explain {
@@ -340,7 +340,7 @@ fn main() -> ExitCode {
             }
             let modes = settings.envoy.modes();
             run(async move {
-                let options = tollgate_server::store::StoreOptions::default();
+                let options = tollgate_server::StoreOptions::default();
                 let answer = explain::run_cli(&config, store.as_deref(), &options, modes, &request).await?;
                 println!("{}", answer.to_pretty_json());
                 Ok(())
@@ -380,22 +380,23 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            let options = Options {
+            let mut settings = Settings {
+                admin_token,
+                max_key_len,
+                listeners: listener.options(tollgate_server::ListenerOptions::default().max_body_bytes),
+                ..Settings::default()
+            };
+            upstream.compat.apply(&mut settings);
+            let options = ServeOptions {
                 config: config.or(upstream.config),
                 store: store.or(upstream.store),
                 store_options: store_options.into(),
                 http: http.or(upstream.http).unwrap_or(DEFAULT_HTTP),
                 grpc: grpc.or(upstream.grpc).unwrap_or(DEFAULT_GRPC),
                 debug: debug_addr.or(upstream.debug),
-                settings: Settings {
-                    admin_token,
-                    max_key_len,
-                    listeners: listener.options(tollgate_server::http::MAX_BODY),
-                    ..Settings::default()
-                },
-                compat: upstream.compat,
+                settings,
             };
-            run(serve::serve(options))
+            run(tollgate_server::serve(options))
         }
     }
 }
@@ -429,7 +430,7 @@ fn init_logs(format: LogFormat) {
     // RUST_LOG, else envoyproxy/ratelimit's LOG_LEVEL (a bad one is reported by `serve`).
     let upstream_level = std::env::var("LOG_LEVEL")
         .ok()
-        .and_then(|level| tollgate_server::envoy_env::log_level(&level));
+        .and_then(|level| envoy_env::log_level(&level));
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(upstream_level.unwrap_or(DEFAULT_LOG_FILTER)));
     let logs = tracing_subscriber::fmt()

@@ -33,8 +33,8 @@ use tollgate_config::Limits;
 use tollgate_config::envoy_plan::{Asked, DescriptorAnswer, Kind, Modes, PlanError, Planner};
 use tollgate_config::limits::EntryMatch;
 
-use crate::http::millis_up;
-use crate::overrides::{OverrideAnswer, answer as override_answer, parameters};
+use crate::api::overrides::{OverrideAnswer, answer as override_answer, parameters};
+use tollgate::headers::millis_up;
 
 /// What to explain: the input of a check.
 #[derive(Debug, Clone)]
@@ -492,12 +492,12 @@ pub fn parse_descriptor(text: &str) -> Result<Vec<(String, String)>, String> {
 pub async fn run_cli(
     config: &std::path::Path,
     store: Option<&str>,
-    options: &crate::store::StoreOptions,
+    options: &crate::runtime::store::StoreOptions,
     modes: Modes,
     request: &ExplainRequest,
 ) -> anyhow::Result<Explanation> {
     let limits = tollgate_config::load(config)?;
-    let store = crate::store::AnyStore::open(store, options).await?;
+    let store = crate::runtime::store::AnyStore::open(store, options).await?;
     let engine = Engine::new(store);
     let planner = Planner::default();
     let envoy = EnvoyContext {
@@ -522,10 +522,10 @@ use serde::Deserialize;
 use tollgate_config::Unit;
 use tollgate_config::envoy_plan::{LimitOverride, OverrideError};
 
-use crate::http::ApiError;
-use crate::state::SharedState;
+use crate::api::error::ApiError;
+use crate::runtime::SharedState;
 
-/// The explain routes, merged into [`crate::http::router`].
+/// The explain routes, merged into [`crate::api::router`].
 pub(crate) fn routes() -> Router<SharedState> {
     Router::new().route("/v1/explain", get(explain_query).post(explain_body))
 }
@@ -548,7 +548,7 @@ impl From<ExplainError> for ApiError {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ExplainBody {
     /// tollgate rules (1 to 16), as `POST /v1/check` takes them.
-    rules: Option<Vec<crate::http::RuleBody>>,
+    rules: Option<Vec<crate::api::rules::RuleBody>>,
     /// One tollgate rule: its policy (with `key`, and `cost`).
     policy: Option<String>,
     /// One tollgate rule: its key.
@@ -595,23 +595,23 @@ impl ExplainBody {
         let cost = self.cost.unwrap_or(1);
         match (self.rules, self.policy, self.key, self.domain, self.descriptors) {
             (Some(rules), None, None, None, None) => {
-                if rules.len() > crate::http::MAX_RULES {
+                if rules.len() > crate::api::rules::MAX_RULES {
                     return Err(ApiError::bad_request(format!(
                         "{} rules, above the maximum of {}",
                         rules.len(),
-                        crate::http::MAX_RULES
+                        crate::api::rules::MAX_RULES
                     )));
                 }
                 let mut asked = Vec::with_capacity(rules.len());
                 for rule in rules {
                     let (policy, key, cost) = rule.parts();
-                    crate::http::check_key(state, &key)?;
+                    state.settings.check_key(key.as_bytes())?;
                     asked.push(AskedRule { policy, key, cost });
                 }
                 Ok(ExplainRequest::Rules(asked))
             }
             (None, Some(policy), Some(key), None, None) => {
-                crate::http::check_key(state, &key)?;
+                state.settings.check_key(key.as_bytes())?;
                 Ok(ExplainRequest::Rules(vec![AskedRule { policy, key, cost }]))
             }
             (None, None, None, Some(domain), Some(descriptors)) => {
@@ -671,9 +671,9 @@ impl ExplainBody {
     ),
     responses(
         (status = 200, description = "The explanation", body = Explanation),
-        (status = 400, description = "Unusable input", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown policy or domain", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Unusable input", body = crate::runtime::problem::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy or domain", body = crate::runtime::problem::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = crate::runtime::problem::Problem, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn explain_query(
@@ -736,16 +736,16 @@ pub(crate) async fn explain_query(
     request_body(content = ExplainBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The explanation", body = Explanation),
-        (status = 400, description = "Unusable input", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown policy or domain", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Unusable input", body = crate::runtime::problem::Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy or domain", body = crate::runtime::problem::Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = crate::runtime::problem::Problem, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn explain_body(
     State(state): State<SharedState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Explanation>, ApiError> {
-    let bytes = crate::http::body_bytes(body)?;
+    let bytes = crate::api::body::body_bytes(body)?;
     let body: ExplainBody = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
     answer(&state, body).await

@@ -63,9 +63,9 @@ use tollgate_config::Unit;
 use tollgate_config::envoy_plan::{Answer, Asked, LimitOverride, OverrideError, PlanError};
 use tonic::{Request, Response, Status};
 
-use crate::listener::ListenerOptions;
-use crate::metrics;
-use crate::state::SharedState;
+use crate::ops::{count, metrics};
+use crate::runtime::SharedState;
+use crate::runtime::listener::ListenerOptions;
 
 /// The generated messages, server and client of the Envoy rate limit service (from
 /// `envoy-types`), for callers and tests.
@@ -93,10 +93,9 @@ pub mod proto {
 
 mod answer;
 pub mod json;
-mod settings;
 mod stats;
 
-pub use settings::{EnvoySettings, ResponseHeaders};
+pub use crate::runtime::envoy_settings::{EnvoySettings, ResponseHeaders};
 pub use stats::OVERFLOW_KEY;
 use stats::StatsKeys;
 
@@ -120,8 +119,8 @@ impl std::fmt::Debug for RlsService {
 /// The Envoy rate limit service over `state`, to add to a tonic server (or use [`serve`]).
 ///
 /// ```
-/// use tollgate_server::state::{AppState, Settings};
-/// use tollgate_server::store::AnyStore;
+/// use tollgate_server::{AppState, Settings};
+/// use tollgate_server::AnyStore;
 ///
 /// let limits = tollgate_config::parse("edge.yaml", "domain: edge\ndescriptors: []\n")?;
 /// let state = AppState::new(limits, AnyStore::memory(), Settings::default());
@@ -141,8 +140,8 @@ impl RlsService {
     /// ```
     /// use tollgate_server::grpc::RlsService;
     /// use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest, rate_limit_descriptor::Entry};
-    /// use tollgate_server::state::{AppState, Settings};
-    /// use tollgate_server::store::AnyStore;
+    /// use tollgate_server::{AppState, Settings};
+    /// use tollgate_server::AnyStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -181,8 +180,8 @@ impl RlsService {
 /// Accepted connections get `TCP_NODELAY`: answers are small and latency-bound.
 ///
 /// ```no_run
-/// use tollgate_server::state::{AppState, Settings};
-/// use tollgate_server::store::AnyStore;
+/// use tollgate_server::{AppState, Settings};
+/// use tollgate_server::AnyStore;
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let limits = tollgate_config::parse("edge.yaml", "domain: edge\ndescriptors: []\n")?;
@@ -211,14 +210,14 @@ pub async fn serve(
 }
 
 /// [`serve`] with a given handler (shared with the `/json` endpoint), the standard gRPC health
-/// service (`grpc.health.v1.Health`, see [`crate::health`]) when `health` is given, as
+/// service (`grpc.health.v1.Health`, see `envoy::health`) when `health` is given, as
 /// envoyproxy/ratelimit serves it, and the listener's timeouts and limits: the connection limit,
 /// the idle timeout, HTTP/2 keep-alive pings, concurrent streams and header size per connection,
 /// and the drain timeout after `shutdown`, past which open connections are closed.
 pub async fn serve_with(
     listener: tokio::net::TcpListener,
     rls: RlsService,
-    health: Option<&crate::health::Health>,
+    health: Option<&crate::envoy::health::Health>,
     options: ListenerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -226,7 +225,7 @@ pub async fn serve_with(
     if let Some(health) = health {
         routes = routes.add_service(health.grpc_service());
     }
-    crate::listener::serve_grpc("grpc", listener, routes.prepare(), &options, shutdown).await
+    crate::runtime::listener::serve_grpc("grpc", listener, routes.prepare(), &options, shutdown).await
 }
 
 #[tonic::async_trait]
@@ -341,7 +340,7 @@ async fn decide(state: &SharedState, rules: &[Rule<'_>], spends: bool) -> Result
     metrics::store_latency(started.elapsed());
     let verdict = result.map_err(|err| Status::invalid_argument(err.to_string()))?;
     if spends {
-        metrics::verdict(rules, &verdict);
+        count::verdict(rules, &verdict);
     } else if let Some(err) = verdict.store_error() {
         metrics::store_error(err);
     }
@@ -354,7 +353,7 @@ fn count(service: &RlsService, answer: &Answer<'_>) {
     let ratio = service.state.settings.envoy.near_limit_ratio;
     for descriptor in &answer.descriptors {
         if let (Some(outcome), Some(policy)) = (descriptor.refusal, descriptor.policy_name) {
-            metrics::decision(policy, outcome);
+            count::decision(policy, outcome);
         }
         if let Some((key, hit)) = descriptor.stats {
             service.stats.record(key, hit, ratio);

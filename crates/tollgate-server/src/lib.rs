@@ -3,14 +3,12 @@
 //! and `tollgate proxy`, a rate limiting reverse proxy.
 //!
 //! The limits come from [`tollgate_config`]; the `tollgate` binary (crate `tollgate-cli`) only
-//! parses arguments and calls [`serve::serve`] or [`proxy::run`]. [`run`] serves on listeners the
+//! parses arguments and calls [`serve()`] or [`proxy::run`]. [`run`] serves on listeners the
 //! caller bound and stops when the caller says, so a test binds port 0 and stops the server when
 //! it is done:
 //!
 //! ```
-//! use tollgate_server::state::{AppState, Settings};
-//! use tollgate_server::store::AnyStore;
-//! use tollgate_server::{Listeners, run};
+//! use tollgate_server::{AnyStore, AppState, Listeners, Settings, run};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> anyhow::Result<()> {
@@ -36,54 +34,56 @@
 //!
 //! # Layout
 //!
-//! - [`serve`]: running the server: [`run`] on given [`Listeners`] until a shutdown future
-//!   completes, and [`serve::serve`], which loads the config, opens the store, binds, reloads and
-//!   stops on ctrl-c or SIGTERM, as `tollgate serve` does.
-//! - [`http`]: the HTTP/JSON API ([`http::router`]).
-//! - [`concurrency`]: the HTTP routes of concurrency limits: acquire and release a lease.
-//! - [`admin`]: its admin routes for allow and deny list entries and the top offenders.
-//! - [`access`]: the allow and deny lists in force: the config's and the admin API's entries,
-//!   kept in the store for the fleet and compiled into the engine.
-//! - [`explain`]: what a check would decide and why, spending nothing ([`explain::explain`],
-//!   `GET /v1/explain`, `tollgate explain`).
-//! - [`overrides`]: the admin API of runtime overrides (`/v1/overrides/...`), part of that
-//!   router.
-//! - [`grpc`]: the Envoy rate limit service (`ShouldRateLimit`), answered as envoyproxy/ratelimit
-//!   does ([`grpc::service`], [`grpc::serve`]), and its HTTP door `POST /json` ([`grpc::json`]).
-//! - [`health`]: the gRPC health service and `/healthcheck`, following the store's health.
-//! - [`dashboard`]: the live dashboard page (`/dashboard`) and its data: decisions per second,
-//!   the most denied keys, config, store health, last reload.
-//! - [`debug`]: the opt-in debug port: `/rlconfig` and `/metrics`.
-//! - [`envoy_env`]: envoyproxy/ratelimit's environment settings, mapped to tollgate's options.
-//! - [`proxy`]: `tollgate proxy`, a rate limiting reverse proxy over the tower middleware.
-//! - [`reload`]: swapping in a new config on SIGHUP or file change; a broken one is rejected.
-//! - [`store`]: [`store::AnyStore`], the memory or Redis store chosen at start-up.
-//! - [`state`]: what handlers share: live limits (swapped on reload), the engine over the store,
-//!   settings.
-//! - [`listener`]: serving a socket to hostile clients: timeouts, the connection limit, request
-//!   size limits and the shutdown drain, the same on every listener.
-//! - [`problem`]: RFC 9457 problem answers, the shape of every error.
-//! - [`metrics`]: Prometheus metric names and the recorder.
+//! Three layers, and every import points down: a module never names one above it, and the
+//! modules of one layer do not lean on each other in a circle. So a door can be rewritten
+//! without touching what counts or stores, and what counts or stores cannot start depending on
+//! one door's idea of a request.
+//!
+//! **Entry points**, which put the server together and run it:
+//!
+//! - `serve` ([`run`], [`serve()`], [`Listeners`]): [`run`] binds nothing itself, so tests bind
+//!   port 0 and stop it with a future; [`serve()`] is `tollgate serve` around it (load, open,
+//!   bind, signals).
+//! - [`reload`]: swapping in a new config on SIGHUP or file change; a broken one is rejected and
+//!   the old one kept, so an edit can never take the limits away.
+//! - `proxy::run` ([`proxy::run`]): `tollgate proxy`'s start, reload and shutdown, beside the
+//!   proxy's door.
+//!
+//! **Doors**, each only translating its protocol to rules and the verdict back:
+//!
+//! - `api` ([`api_router`]): the HTTP/JSON API, one file per feature (check and peek, refund and
+//!   reset, attempts, concurrency leases, overrides, admin access lists and top offenders,
+//!   operations, the dashboard page), with what they share in small modules of their own: the
+//!   router, the error type, body reading, admin authorization, policy lookup, the rule bodies
+//!   and the answer types the OpenAPI document is derived from.
+//! - [`grpc`]: the Envoy rate limit service and its `/json` door, answered as
+//!   envoyproxy/ratelimit does; `envoy`: its health (gRPC health service, `/healthcheck`) and
+//!   the opt-in debug port.
+//! - [`explain`]: what a check would decide and why, spending nothing (HTTP, CLI).
+//! - [`proxy`]: the rate limiting reverse proxy over the tower middleware.
+//!
+//! **Operations and runtime**, which know no door:
+//!
+//! - `ops`: [`count::verdict`], the one place a verdict is counted for every door (Prometheus
+//!   and the dashboard fed together, so they cannot disagree), the dashboard's bounded recorder
+//!   and most denied keys, and the [`metrics`] recorder.
+//! - `runtime`: [`AppState`] (live limits, the engine, [`Settings`]), [`AnyStore`], the access
+//!   lists added at run time, the listeners' timeouts and limits ([`ListenerOptions`]), the Envoy
+//!   settings, and RFC 9457 problems, the shape of every error.
 
-pub mod access;
-pub mod admin;
-pub mod concurrency;
-pub mod dashboard;
-pub mod debug;
-pub mod envoy_env;
+mod api;
+mod envoy;
 pub mod explain;
 pub mod grpc;
-pub mod health;
-pub mod http;
-pub mod listener;
-pub mod metrics;
-pub mod openapi;
-pub mod overrides;
-pub mod problem;
+mod ops;
 pub mod proxy;
 pub mod reload;
-pub mod serve;
-pub mod state;
-pub mod store;
+mod runtime;
+mod serve;
 
-pub use serve::{Listeners, run};
+pub use api::router as api_router;
+pub use ops::{count, metrics};
+pub use runtime::{
+    AnyStore, AppState, EnvoySettings, ListenerOptions, ResponseHeaders, Settings, SharedState, StoreOptions,
+};
+pub use serve::{Listeners, ServeOptions, run, serve};

@@ -22,8 +22,9 @@ use notify::{EventKind, RecursiveMode};
 use notify_debouncer_full::DebounceEventResult;
 use tokio::sync::mpsc;
 
-use crate::metrics;
-use crate::state::SharedState;
+use crate::ops::metrics;
+use crate::ops::recorder::RECORDER;
+use crate::runtime::SharedState;
 
 /// How long the files must be quiet before a change is reloaded.
 const DEBOUNCE: Duration = Duration::from_millis(250);
@@ -37,15 +38,15 @@ pub fn reload(state: &SharedState, path: &Path) -> bool {
     match tollgate_config::load_with(path, &state.settings.load) {
         Ok(limits) => {
             state.limits.store(Arc::new(limits));
-            state.access.apply(state);
+            state.access.apply(state.served());
             metrics::config_reload(true);
-            crate::dashboard::reloaded(Ok(()));
+            RECORDER.reloaded(Ok(()));
             tracing::info!(config = %path.display(), "config reloaded");
             true
         }
         Err(err) => {
             metrics::config_reload(false);
-            crate::dashboard::reloaded(Err(err.to_string()));
+            RECORDER.reloaded(Err(err.to_string()));
             tracing::warn!(
                 config = %path.display(),
                 error = %err,

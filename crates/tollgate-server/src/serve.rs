@@ -19,15 +19,17 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::envoy_env::Compat;
-use crate::health::{self, Health};
-use crate::state::{AppState, Settings, SharedState};
-use crate::store::{AnyStore, StoreOptions};
-use crate::{dashboard, debug, grpc, http, listener, metrics, reload};
+use crate::envoy::debug;
+use crate::envoy::health::{self, Health};
+use crate::ops::metrics;
+use crate::runtime::listener;
+use crate::runtime::state::keep_access_fresh;
+use crate::runtime::{AnyStore, AppState, Settings, SharedState, StoreOptions};
+use crate::{api, grpc, reload};
 
 /// What `tollgate serve` was asked to do.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct ServeOptions {
     /// A config file or directory; `None` serves the built-in demo policies.
     pub config: Option<PathBuf>,
     /// `redis://...` or `redis+cluster://...`; `None` uses the embedded memory store.
@@ -42,8 +44,6 @@ pub struct Options {
     pub debug: Option<SocketAddr>,
     /// Fixed settings.
     pub settings: Settings,
-    /// envoyproxy/ratelimit's switches read from its environment variables.
-    pub compat: Compat,
 }
 
 /// The bound sockets [`run`] serves on.
@@ -53,7 +53,7 @@ pub struct Listeners {
     pub http: TcpListener,
     /// The Envoy rate limit service (gRPC) and the gRPC health service.
     pub grpc: TcpListener,
-    /// The debug endpoints ([`debug`]), when asked for.
+    /// The debug endpoints (`/rlconfig`, `/metrics`, the dashboard), when asked for.
     pub debug: Option<TcpListener>,
 }
 
@@ -83,7 +83,7 @@ impl Listeners {
         })
     }
 
-    /// Also binds the debug listener ([`debug`]).
+    /// Also binds the debug listener (`/rlconfig`, `/metrics`, the dashboard).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -106,7 +106,7 @@ impl Listeners {
 /// Serves the HTTP API and the Envoy rate limit service over `state` on `listeners` until
 /// `shutdown` completes; then both stop accepting, let their open connections finish for up to
 /// the drain timeout, close the rest, and this returns. Both listeners have the timeouts and
-/// limits of `state.settings.listeners` (see [`listener`]). An error means the settings are
+/// limits of `state.settings.listeners` (see [`ListenerOptions`](crate::ListenerOptions)). An error means the settings are
 /// unusable or a server failed, not that a request did.
 ///
 /// Swap `state.limits` to change the limits while serving (as [`reload`] does). See the
@@ -137,7 +137,7 @@ pub async fn run(
         state.store.clone(),
         when_stopped(stopped.clone()),
     )));
-    let _access = AbortOnDrop(tokio::spawn(crate::access::keep_fresh(
+    let _access = AbortOnDrop(tokio::spawn(keep_access_fresh(
         Arc::clone(&state),
         when_stopped(stopped.clone()),
     )));
@@ -171,10 +171,10 @@ pub async fn run(
             listener::serve_http("debug", listener, app, &options, stopping).await
         }))
     });
-    let router = http::router(Arc::clone(&state))
+    let router = api::router(Arc::clone(&state))
         .merge(grpc::json::router(rls))
         .merge(health::router(health))
-        .merge(dashboard::router(state));
+        .merge(api::dashboard::router(state));
     let app = listener::with_request_limits(router, "http", &options);
     let http_served = listener::serve_http("http", listeners.http, app, &options, when_stopped(stopped))
         .await
@@ -206,9 +206,8 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 /// Serves until ctrl-c or SIGTERM, as `tollgate serve` does; in-flight requests finish first.
-pub async fn serve(options: Options) -> anyhow::Result<()> {
-    let mut settings = options.settings.clone();
-    options.compat.apply(&mut settings);
+pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
+    let settings = options.settings.clone();
     settings.validate()?;
     let limits = match options.config.as_deref() {
         Some(path) => tollgate_config::load_with(path, &settings.load)?,
@@ -262,7 +261,7 @@ pub async fn serve(options: Options) -> anyhow::Result<()> {
 
 /// A loud warning when the admin endpoints (limits and attempts resets) answer anyone who can
 /// reach a non-loopback address.
-fn warn_if_admin_open(options: &Options) {
+fn warn_if_admin_open(options: &ServeOptions) {
     if options.settings.admin_token.is_none() && !options.http.ip().is_loopback() {
         tracing::warn!(
             http = %options.http,

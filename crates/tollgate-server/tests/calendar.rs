@@ -7,8 +7,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
-use tollgate_server::state::{AppState, Settings, SharedState};
-use tollgate_server::store::AnyStore;
+use tollgate_server::AnyStore;
+use tollgate_server::{AppState, Settings, SharedState};
 use tower::ServiceExt;
 
 const POLICIES: &str = "\
@@ -34,7 +34,7 @@ async fn check(state: &SharedState, key: &str) -> (StatusCode, Value) {
         .header("content-type", "application/json")
         .body(Body::from(json!({"policy": "daily", "key": key}).to_string()))
         .expect("request");
-    let response = tollgate_server::http::router(state.clone())
+    let response = tollgate_server::api_router(state.clone())
         .oneshot(request)
         .await
         .expect("infallible");

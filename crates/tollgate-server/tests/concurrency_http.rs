@@ -6,8 +6,8 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
-use tollgate_server::state::{AppState, Settings, SharedState};
-use tollgate_server::store::AnyStore;
+use tollgate_server::AnyStore;
+use tollgate_server::{AppState, Settings, SharedState};
 use tollgate_testkit::RedisServer;
 use tower::ServiceExt;
 
@@ -47,7 +47,7 @@ async fn call(
         None => request.body(Body::empty()),
     }
     .unwrap();
-    let response = tollgate_server::http::router(state.clone())
+    let response = tollgate_server::api_router(state.clone())
         .oneshot(request)
         .await
         .unwrap();

@@ -12,12 +12,12 @@ use axum::http::{HeaderMap, Request, StatusCode};
 use serde_json::{Value, json};
 use tokio::sync::{Barrier, oneshot};
 use tollgate::MemoryStore;
+use tollgate_server::AnyStore;
 use tollgate_server::grpc::proto::rate_limit_descriptor::Entry;
 use tollgate_server::grpc::proto::rate_limit_response::Code;
 use tollgate_server::grpc::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
-use tollgate_server::state::{AppState, Settings, SharedState};
-use tollgate_server::store::AnyStore;
+use tollgate_server::{AppState, Settings, SharedState};
 use tower::ServiceExt;
 
 const POLICIES: &str = "\
@@ -65,7 +65,7 @@ async fn call(
         .header("content-type", "application/json")
         .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
         .expect("request");
-    let response = tollgate_server::http::router(state.clone())
+    let response = tollgate_server::api_router(state.clone())
         .oneshot(request)
         .await
         .expect("infallible");

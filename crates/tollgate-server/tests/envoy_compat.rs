@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tollgate_server::AnyStore;
 use tollgate_server::grpc::proto::rate_limit_descriptor::Entry;
 use tollgate_server::grpc::proto::rate_limit_response::{Code, DescriptorStatus};
 use tollgate_server::grpc::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse, UInt64Value};
-use tollgate_server::grpc::{EnvoySettings, ResponseHeaders};
-use tollgate_server::state::{AppState, Settings};
-use tollgate_server::store::AnyStore;
+use tollgate_server::{AppState, Settings};
+use tollgate_server::{EnvoySettings, ResponseHeaders};
 use tonic::transport::Channel;
 
 /// A server on a free port over one fixture, and a client connected to it.

@@ -33,13 +33,13 @@ use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tollgate::{Algorithm, Engine, MemoryStore, Policy};
 use tollgate_config::{Limits, RouteKey};
+use tollgate_server::AnyStore;
 use tollgate_server::grpc::proto::rate_limit_descriptor::Entry;
 use tollgate_server::grpc::proto::rate_limit_response::Code;
 use tollgate_server::grpc::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest};
 use tollgate_server::proxy::{self, Forward};
-use tollgate_server::state::{AppState, Settings, SharedState};
-use tollgate_server::store::AnyStore;
+use tollgate_server::{AppState, Settings, SharedState};
 use tollgate_testkit::{AppServer, RedisServer};
 use tollgate_tower::{KeyExtractor, KeyedPolicy, RateLimitLayer};
 use tonic::transport::Channel;
@@ -435,7 +435,7 @@ async fn ask_http(state: &SharedState, names: &[&str]) -> Answer {
         .header("content-type", "application/json")
         .body(Body::from(body.to_string()))
         .expect("request");
-    let response = tollgate_server::http::router(state.clone())
+    let response = tollgate_server::api_router(state.clone())
         .oneshot(request)
         .await
         .expect("infallible");

@@ -13,9 +13,9 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tollgate_server::listener::ListenerOptions;
-use tollgate_server::state::{AppState, Settings};
-use tollgate_server::store::AnyStore;
+use tollgate_server::AnyStore;
+use tollgate_server::ListenerOptions;
+use tollgate_server::{AppState, Settings};
 use tollgate_server::{Listeners, run};
 
 /// Upper bound of any wait: only a hang gets near it.

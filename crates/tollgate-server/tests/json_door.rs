@@ -6,10 +6,10 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::Value;
+use tollgate_server::AnyStore;
 use tollgate_server::grpc::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_server::grpc::{RlsService, json};
-use tollgate_server::state::{AppState, Settings};
-use tollgate_server::store::AnyStore;
+use tollgate_server::{AppState, Settings};
 use tower::ServiceExt;
 
 const LIMITS: &str = "\
@@ -55,7 +55,7 @@ const REQUESTS: [&str; 16] = [
     r#"{"domain": "edge", "descriptors": [{"entries": [{"key": "path", "value": "/a"}], "isNegativeHits": true}]}"#,
 ];
 
-fn state() -> tollgate_server::state::SharedState {
+fn state() -> tollgate_server::SharedState {
     let limits = tollgate_config::parse("edge.yaml", LIMITS).expect("limits parse");
     AppState::new(limits, AnyStore::memory(), Settings::default())
 }

@@ -12,8 +12,8 @@
 use std::time::{Duration, Instant};
 
 use tollgate::{Algorithm, Engine, Policy, Rate, Rule};
+use tollgate_server::AnyStore;
 use tollgate_server::metrics;
-use tollgate_server::store::AnyStore;
 
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
@@ -36,7 +36,7 @@ async fn checks(engine: &Engine<AnyStore>, policy: &Policy, keys: &[String], cou
         let started = Instant::now();
         let verdict = engine.check_all(&rules).await.expect("valid rules");
         metrics::store_latency(started.elapsed());
-        metrics::verdict(&rules, &verdict);
+        tollgate_server::count::verdict(&rules, &verdict);
     }
 }
 

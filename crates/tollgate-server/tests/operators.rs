@@ -5,12 +5,12 @@
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
 use serde_json::{Value, json};
+use tollgate_server::AnyStore;
 use tollgate_server::grpc::RlsService;
 use tollgate_server::grpc::proto::rate_limit_descriptor::Entry;
 use tollgate_server::grpc::proto::rate_limit_response::Code;
 use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest};
-use tollgate_server::state::{AppState, Settings, SharedState};
-use tollgate_server::store::AnyStore;
+use tollgate_server::{AppState, Settings, SharedState};
 use tollgate_testkit::{RedisCluster, RedisServer};
 use tower::ServiceExt;
 
@@ -72,7 +72,7 @@ async fn call(
     let request = request
         .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
         .expect("request");
-    let response = tollgate_server::http::router(state.clone())
+    let response = tollgate_server::api_router(state.clone())
         .oneshot(request)
         .await
         .expect("infallible");
@@ -238,7 +238,7 @@ async fn fleet_shares_entries(one: SharedState, two: SharedState) {
         StatusCode::OK,
         "not read yet"
     );
-    two.access.refresh(&two).await;
+    two.refresh_access().await;
     assert_eq!(
         check(&two, "api", "2001:db8:bad::3").await.0,
         StatusCode::FORBIDDEN
@@ -264,7 +264,7 @@ async fn fleet_shares_entries(one: SharedState, two: SharedState) {
         call(&two, "DELETE", remove, None, true).await.0,
         StatusCode::NO_CONTENT
     );
-    one.access.refresh(&one).await;
+    one.refresh_access().await;
     assert_eq!(check(&one, "api", "2001:db8:bad::4").await.0, StatusCode::OK);
 }
 

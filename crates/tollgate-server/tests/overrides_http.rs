@@ -7,8 +7,8 @@ use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
 use tollgate::ManualClock;
 use tollgate_redis::{RedisStore, Target};
-use tollgate_server::state::{AppState, Settings, SharedState};
-use tollgate_server::store::AnyStore;
+use tollgate_server::AnyStore;
+use tollgate_server::{AppState, Settings, SharedState};
 use tollgate_testkit::{RedisCluster, RedisServer};
 use tower::ServiceExt;
 
@@ -44,7 +44,7 @@ async fn call(
         .header("content-type", "application/json")
         .body(body.map_or_else(Body::empty, |b| Body::from(b.to_owned())))
         .expect("request");
-    let response = tollgate_server::http::router(state.clone())
+    let response = tollgate_server::api_router(state.clone())
         .oneshot(request)
         .await
         .expect("infallible");

@@ -7,8 +7,8 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
 use serde_json::{Value, json};
-use tollgate_server::state::{AppState, Settings, SharedState};
-use tollgate_server::store::AnyStore;
+use tollgate_server::AnyStore;
+use tollgate_server::{AppState, Settings, SharedState};
 use tower::ServiceExt;
 
 /// A window of 1 s, so the budget is back before each block ends, and a check right after an
@@ -38,7 +38,7 @@ async fn check(state: &SharedState, key: &str) -> (StatusCode, HeaderMap, Value)
         .header("content-type", "application/json")
         .body(Body::from(json!({"policy": "signin", "key": key}).to_string()))
         .expect("request");
-    let response = tollgate_server::http::router(state.clone())
+    let response = tollgate_server::api_router(state.clone())
         .oneshot(request)
         .await
         .expect("infallible");

@@ -9,8 +9,8 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode};
 use tollgate::{Algorithm, MemoryStore, Policy};
+use tollgate_server::AnyStore;
 use tollgate_server::proxy::{self, Forward};
-use tollgate_server::store::AnyStore;
 use tollgate_testkit::AppServer;
 use tower::ServiceExt;
 

@@ -4,8 +4,8 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
-use tollgate_server::state::{AppState, Settings, SharedState};
-use tollgate_server::store::AnyStore;
+use tollgate_server::AnyStore;
+use tollgate_server::{AppState, Settings, SharedState};
 use tower::ServiceExt;
 
 const POLICIES: &str = "\
@@ -29,7 +29,7 @@ async fn post(state: &SharedState, uri: &str, body: Value) -> (StatusCode, Value
         .header("content-type", "application/json")
         .body(Body::from(body.to_string()))
         .expect("request");
-    let response = tollgate_server::http::router(state.clone())
+    let response = tollgate_server::api_router(state.clone())
         .oneshot(request)
         .await
         .expect("infallible");

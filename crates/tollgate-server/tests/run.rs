@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::json;
+use tollgate_server::AnyStore;
 use tollgate_server::grpc::proto::rate_limit_descriptor::Entry;
 use tollgate_server::grpc::proto::rate_limit_response::Code;
 use tollgate_server::grpc::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest};
-use tollgate_server::state::{AppState, Settings};
-use tollgate_server::store::AnyStore;
+use tollgate_server::{AppState, Settings};
 use tollgate_server::{Listeners, run};
 
 const CONFIG: &str = "\

@@ -8,8 +8,8 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
-use tollgate_server::state::{AppState, Settings, SharedState};
-use tollgate_server::store::{AnyStore, StoreOptions};
+use tollgate_server::{AnyStore, StoreOptions};
+use tollgate_server::{AppState, Settings, SharedState};
 use tollgate_testkit::RedisServer;
 use tower::ServiceExt;
 
@@ -29,7 +29,7 @@ async fn call(state: &SharedState, method: &str, uri: &str, body: Option<Value>)
         .header("content-type", "application/json")
         .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
         .expect("request");
-    let response = tollgate_server::http::router(state.clone())
+    let response = tollgate_server::api_router(state.clone())
         .oneshot(request)
         .await
         .expect("infallible");

@@ -22,12 +22,11 @@
 //! service set). A 429 adds `Retry-After` in whole seconds, rounded up; so does a 503, with the
 //! wait the engine gives a request refused while the store is failing.
 
-use std::time::Duration;
-
 use axum::body::Body;
 use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use serde_json::{Map, Value, json};
+use tollgate::headers::millis_up;
 use tollgate::{Decision, Policy, headers};
 
 use crate::KeyedPolicy;
@@ -281,11 +280,6 @@ pub(crate) fn object(value: Value) -> Map<String, Value> {
     }
 }
 
-/// Milliseconds, rounded up, so a client waiting that long is never early.
-pub(crate) fn millis_up(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
-}
-
 /// What to do about a request without a peer address: the problem's detail.
 fn no_peer_address_detail(policy: &Policy, what: &str) -> String {
     format!(
@@ -298,6 +292,8 @@ fn no_peer_address_detail(policy: &Policy, what: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -327,12 +323,5 @@ mod tests {
             }
         }
         Ok(())
-    }
-
-    #[test]
-    fn milliseconds_round_up() {
-        assert_eq!(millis_up(Duration::from_micros(1)), 1);
-        assert_eq!(millis_up(Duration::from_micros(1_001)), 2);
-        assert_eq!(millis_up(Duration::ZERO), 0);
     }
 }

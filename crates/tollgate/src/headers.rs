@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use crate::{Algorithm, Decision, Policy};
+use crate::{Algorithm, Decision, FailureMode, Outcome, Policy, Rule, Verdict};
 
 /// `RateLimit-Policy` for one policy, e.g. `"movies";q=20;w=60`.
 ///
@@ -85,6 +85,60 @@ pub fn retry_after_seconds(decision: &Decision) -> Option<u64> {
 /// ```
 pub fn seconds_up(duration: Duration) -> u64 {
     duration.as_secs() + u64::from(duration.subsec_nanos() > 0)
+}
+
+/// A duration in whole milliseconds, rounded up, so a client waiting that long is never early:
+/// the `*_ms` members of every JSON answer.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// assert_eq!(tollgate::headers::millis_up(Duration::from_micros(1_001)), 2);
+/// assert_eq!(tollgate::headers::millis_up(Duration::ZERO), 0);
+/// ```
+pub fn millis_up(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
+}
+
+/// Which rules of a verdict a response's `RateLimit` headers report, by index into `rules`, in
+/// order: the one rule every door (the HTTP API, the tower layer, the proxy) follows.
+///
+/// A rule is reported when it is enforced (a shadow rule never limits, so it shows nothing), has
+/// a budget of its own to show (not one that failed closed, and not one a failure mode let
+/// through without the store, unless that mode keeps a budget here: `Local`; a `fail_open`
+/// answer has no budget and must not invent one), and is the first enforced rule with its
+/// policy and key (two such rules spend from one budget, shown once).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Algorithm, Engine, MemoryStore, Policy, Rule, headers};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let engine = Engine::new(MemoryStore::new());
+/// let api = Policy::new("api", Algorithm::sliding_log(10, Duration::from_secs(60))?)?;
+/// let rules = [Rule::new(&api, "k", 1), Rule::new(&api, "k", 1), Rule::new(&api, "k", 1).as_shadow()];
+/// let verdict = engine.check_all(&rules).await?;
+/// assert_eq!(headers::reported(&rules, &verdict).collect::<Vec<_>>(), [0]);
+/// # Ok(())
+/// # }
+/// ```
+pub fn reported<'a>(rules: &'a [Rule<'a>], verdict: &'a Verdict) -> impl Iterator<Item = usize> + 'a {
+    rules
+        .iter()
+        .zip(verdict.rules())
+        .enumerate()
+        .filter(move |&(i, (rule, result))| {
+            let has_budget = result.outcome != Outcome::Error
+                && (!result.decision.degraded
+                    || matches!(rule.policy.failure_mode(), FailureMode::Local { .. }));
+            !rule.shadow
+                && has_budget
+                && !rules[..i].iter().any(|earlier| {
+                    !earlier.shadow && earlier.key == rule.key && earlier.policy.name() == rule.policy.name()
+                })
+        })
+        .map(|(i, _)| i)
 }
 
 fn window(algorithm: &Algorithm) -> Duration {

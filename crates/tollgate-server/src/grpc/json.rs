@@ -33,7 +33,7 @@
 //! says what is wrong (`descriptors[0].entries[0].key: expected a string, got 7`). One deliberate
 //! difference: when the store failed and a limit fails closed, the answer is `503` (the gRPC
 //! door's `UNAVAILABLE`), not `400`, so a client can tell a sick server from a bad request.
-//! A body over [`crate::http::MAX_BODY`] is `413`.
+//! A body over `MAX_BODY` (64 KiB) is `413`.
 //!
 //! # Writing the answer, as protobuf's JSON printer does
 //!
@@ -62,7 +62,8 @@ use super::proto::rate_limit_response::quota::ExpirationSpecifier;
 use super::proto::rate_limit_response::rate_limit::Unit;
 use super::proto::rate_limit_response::{Code, DescriptorStatus, Quota, RateLimit};
 use super::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
-use crate::http::{MAX_BODY, problem};
+use crate::runtime::listener::MAX_BODY;
+use crate::runtime::problem::problem;
 
 /// `POST /json` over `rls`, to merge into the HTTP router.
 ///
@@ -70,8 +71,8 @@ use crate::http::{MAX_BODY, problem};
 /// use axum::body::Body;
 /// use axum::http::{Request, StatusCode};
 /// use tollgate_server::grpc::{RlsService, json};
-/// use tollgate_server::state::{AppState, Settings};
-/// use tollgate_server::store::AnyStore;
+/// use tollgate_server::{AppState, Settings};
+/// use tollgate_server::AnyStore;
 /// use tower::ServiceExt;
 ///
 /// # #[tokio::main(flavor = "current_thread")]

@@ -31,6 +31,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+use crate::runtime::problem::problem;
+
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// Hop-by-hop headers that are never forwarded, besides those `Connection` names.
@@ -215,32 +217,34 @@ impl Forward {
                 Response::from_parts(parts, Body::new(body))
             }
             Ok(Err(err)) => {
-                if let Some(cut) = crate::listener::BodyLimitError::find(&err) {
-                    if matches!(cut, crate::listener::BodyLimitError::TimedOut(_)) {
-                        crate::metrics::connection_timed_out("proxy", "body");
+                if let Some(cut) = crate::runtime::listener::BodyLimitError::find(&err) {
+                    if matches!(cut, crate::runtime::listener::BodyLimitError::TimedOut(_)) {
+                        crate::ops::metrics::connection_timed_out("proxy", "body");
                     }
-                    return crate::problem::response(cut.status(), cut.to_string());
+                    return problem(cut.status(), cut.to_string(), None);
                 }
                 if err.is_connect() && timed_out(&err) {
-                    crate::metrics::upstream_error("connect_timeout", upstream, &ErrorChain(&err));
+                    crate::ops::metrics::upstream_error("connect_timeout", upstream, &ErrorChain(&err));
                     return problem(
                         StatusCode::GATEWAY_TIMEOUT,
                         "the upstream server did not accept the connection in time",
+                        None,
                     );
                 }
                 let kind = if err.is_connect() { "connect" } else { "protocol" };
-                crate::metrics::upstream_error(kind, upstream, &ErrorChain(&err));
+                crate::ops::metrics::upstream_error(kind, upstream, &ErrorChain(&err));
                 bad_gateway("the upstream server could not be reached or did not answer")
             }
             Err(_) => {
                 let waited = format!("no answer within {:?}", self.response_timeout);
-                crate::metrics::upstream_error("response_timeout", upstream, &waited);
+                crate::ops::metrics::upstream_error("response_timeout", upstream, &waited);
                 problem(
                     StatusCode::GATEWAY_TIMEOUT,
-                    &format!(
+                    format!(
                         "the upstream server did not answer within {:?}",
                         self.response_timeout
                     ),
+                    None,
                 )
             }
         }
@@ -304,11 +308,7 @@ fn append_forwarded_for(headers: &mut HeaderMap, peer: std::net::IpAddr) {
 
 /// A 502 problem response.
 fn bad_gateway(detail: &str) -> Response<Body> {
-    problem(StatusCode::BAD_GATEWAY, detail)
-}
-
-fn problem(status: StatusCode, detail: &str) -> Response<Body> {
-    crate::problem::response(status, detail)
+    problem(StatusCode::BAD_GATEWAY, detail, None)
 }
 
 /// Whether an I/O timeout is among `err`'s causes (the connector's connect deadline).

@@ -15,12 +15,12 @@
 //!
 //! [`run`] also reloads the routes and policies on SIGHUP and when the config's files change
 //! (counters live in the store and survive), serves on a listener with the timeouts and limits
-//! of [`crate::listener`], and, with `--admin ADDR`, serves `/healthz`, `/readyz` and `/metrics`
+//! of the server's listeners, and, with `--admin ADDR`, serves `/healthz`, `/readyz` and `/metrics`
 //! on a separate admin listener, off by default so the proxy takes no port it was not given.
 //!
 //! ```no_run
 //! use tollgate_server::proxy::{self, Forward};
-//! use tollgate_server::store::AnyStore;
+//! use tollgate_server::AnyStore;
 //!
 //! # async fn run() -> anyhow::Result<()> {
 //! let limits = tollgate_config::demo()?; // the demo policies and routes
@@ -33,9 +33,8 @@
 
 pub mod forward;
 pub mod path;
+mod run;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -49,62 +48,12 @@ use tollgate_tower::{Cidr, ClientIp, KeyExtractor, KeyedPolicy, RateLimit, RateL
 use tower::{Layer, ServiceExt};
 
 pub use forward::{Forward, ForwardOptions, UpstreamError};
+pub use run::{Options, run};
 
-use crate::listener::ListenerOptions;
-use crate::store::AnyStore;
+use crate::runtime::problem::{bare_errors, problem};
+use crate::runtime::store::AnyStore;
 use tollgate_config::Limits;
-use tollgate_config::load_or_demo;
 use tollgate_config::{Route, RouteKey};
-
-/// What `tollgate proxy` was asked to do.
-#[derive(Debug, Clone)]
-pub struct Options {
-    /// Where admitted requests go: `http://host:port[/base]`.
-    pub upstream: String,
-    /// A config file or directory with `policies` and `routes`; `None` uses the demo ones.
-    pub config: Option<PathBuf>,
-    /// `redis://...` or `redis+cluster://...`; `None` uses the embedded memory store.
-    pub store: Option<String>,
-    /// How to open the store: required or not, its deadline, TLS.
-    pub store_options: crate::store::StoreOptions,
-    /// Where the proxy listens.
-    pub listen: SocketAddr,
-    /// Peers whose `X-Forwarded-For` is believed.
-    pub trusted_proxies: Vec<Cidr>,
-    /// Where `/healthz`, `/readyz` and `/metrics` are served; `None` (the default) serves none.
-    pub admin: Option<SocketAddr>,
-    /// Timeouts and limits of the proxy's listener (and the admin listener).
-    pub listeners: ListenerOptions,
-    /// Deadlines of upstream calls.
-    pub forward: ForwardOptions,
-}
-
-impl Options {
-    /// Options with the defaults for everything but where to forward and listen.
-    ///
-    /// ```
-    /// let options = tollgate_server::proxy::Options::new("http://127.0.0.1:3000", "127.0.0.1:8090".parse()?);
-    /// assert!(options.admin.is_none());
-    /// assert_eq!(options.listeners.max_body_bytes, 16 * 1024 * 1024);
-    /// # Ok::<(), std::net::AddrParseError>(())
-    /// ```
-    pub fn new(upstream: impl Into<String>, listen: SocketAddr) -> Self {
-        Options {
-            upstream: upstream.into(),
-            config: None,
-            store: None,
-            store_options: crate::store::StoreOptions::default(),
-            listen,
-            trusted_proxies: Vec::new(),
-            admin: None,
-            listeners: ListenerOptions {
-                max_body_bytes: ListenerOptions::PROXY_MAX_BODY_BYTES,
-                ..ListenerOptions::default()
-            },
-            forward: ForwardOptions::default(),
-        }
-    }
-}
 
 /// One route's policies in front of the forwarder.
 #[derive(Clone)]
@@ -156,8 +105,10 @@ impl Gates {
                 };
                 layer = layer.policy(KeyedPolicy::new(named.policy().clone(), key).shadow(named.shadow()));
             }
+            // Counted as every door counts a verdict: `tollgate_decisions_total`, the dashboard.
             let layer = layer
                 .stats(self.stats.clone())
+                .on_verdict(crate::ops::count::verdict)
                 .build()
                 .with_context(|| format!("route {}", route.prefix()))?;
             gates.push(Gate {
@@ -213,8 +164,8 @@ async fn handle(State(proxy): State<Proxy>, request: Request) -> Response {
     let request = match normal_path(request) {
         Ok(request) => request,
         Err(err) => {
-            crate::metrics::request_refused("proxy", StatusCode::BAD_REQUEST);
-            return crate::problem::response(StatusCode::BAD_REQUEST, err.to_string());
+            crate::ops::metrics::request_refused("proxy", StatusCode::BAD_REQUEST);
+            return problem(StatusCode::BAD_REQUEST, err.to_string(), None);
         }
     };
     let gates = proxy.gates.load();
@@ -262,9 +213,10 @@ fn admin_router(store: AnyStore, stats: tollgate_tower::Stats) -> Router {
                     if store.ready().await {
                         "ready".into_response()
                     } else {
-                        crate::problem::response(
+                        problem(
                             StatusCode::SERVICE_UNAVAILABLE,
                             format!("{} store unreachable", store.kind()),
+                            None,
                         )
                     }
                 }
@@ -273,128 +225,10 @@ fn admin_router(store: AnyStore, stats: tollgate_tower::Stats) -> Router {
         .route(
             "/metrics",
             get(move || {
-                crate::metrics::proxy_decisions(&stats.snapshot());
-                async { crate::metrics::install().render() }
+                crate::ops::metrics::proxy_decisions(&stats.snapshot());
+                async { crate::ops::metrics::install().render() }
             }),
         )
-        .fallback(|| async { crate::problem::response(StatusCode::NOT_FOUND, "no such route") })
-        .layer(axum::middleware::from_fn(crate::problem::bare_errors))
-}
-
-/// Runs the proxy until ctrl-c or SIGTERM: open connections get the drain timeout to finish,
-/// then are closed. Reloads the routes and policies on SIGHUP and on file change.
-pub async fn run(options: Options) -> anyhow::Result<()> {
-    options.listeners.validate().map_err(anyhow::Error::msg)?;
-    // A client waiting for the upstream's answer sends nothing and receives nothing: the idle
-    // timeout would close it before the upstream deadline could answer 504.
-    if options.listeners.idle_timeout <= options.forward.response_timeout {
-        anyhow::bail!(
-            "the idle timeout ({:?}) must be longer than the upstream timeout ({:?})",
-            options.listeners.idle_timeout,
-            options.forward.response_timeout
-        );
-    }
-    crate::metrics::install();
-    let limits = load_or_demo(options.config.as_deref())?;
-    let forward = Forward::with_options(&options.upstream, options.forward)?;
-    let store = AnyStore::open(options.store.as_deref(), &options.store_options).await?;
-    if limits.routes().is_empty() {
-        tracing::warn!("the config has no `routes`; every request is forwarded unchecked");
-    }
-    let store_kind = store.kind();
-    let (app, gates, live) = build_app(&limits, store.clone(), forward, &options.trusted_proxies)?;
-    let app = crate::listener::with_request_limits(app, "proxy", &options.listeners);
-    let listener = tokio::net::TcpListener::bind(options.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", options.listen))?;
-    let admin = match options.admin {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen for admin on {addr}"))?,
-        ),
-        None => None,
-    };
-    let stats = gates.stats.clone();
-    let reload = reloader(options.config.clone(), gates, live);
-    #[cfg(unix)]
-    if let Some(hangups) = crate::reload::on_hangup({
-        let reload = Arc::clone(&reload);
-        move || reload()
-    }) {
-        tokio::spawn(hangups);
-    }
-    if let Some(path) = options.config.clone()
-        && let Some(watch) = crate::reload::watch(path, {
-            let reload = Arc::clone(&reload);
-            move || reload()
-        })
-    {
-        tokio::spawn(watch);
-    }
-    let shutdown = crate::serve::shutdown_signal();
-    println!("tollgate: proxy listening on {}", listener.local_addr()?);
-    if let Some(admin) = &admin {
-        println!("tollgate: admin listening on {}", admin.local_addr()?);
-    }
-    println!(
-        "tollgate: forwarding to {}, {store_kind} store, {} routes",
-        options.upstream,
-        limits.routes().len()
-    );
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let when_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
-        let _ = stopped.wait_for(|stop| *stop).await;
-    };
-    tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop.send(true);
-    });
-    let admin_task = admin.map(|admin| {
-        let options = options.listeners.clone();
-        let stopped = when_stopped(stopped.clone());
-        tokio::spawn(async move {
-            crate::listener::serve_http("admin", admin, admin_router(store, stats), &options, stopped).await
-        })
-    });
-    let served =
-        crate::listener::serve_http("proxy", listener, app, &options.listeners, when_stopped(stopped))
-            .await
-            .context("proxy server");
-    if let Some(task) = admin_task {
-        task.await.context("admin server task")?.context("admin server")?;
-    }
-    served
-}
-
-/// What SIGHUP and a file change call: reload the config, rebuild the gates and swap them in, or
-/// keep the running ones when the new config is broken.
-fn reloader(config: Option<PathBuf>, gates: Gates, live: LiveGates) -> Arc<dyn Fn() + Send + Sync> {
-    Arc::new(move || {
-        let Some(path) = &config else {
-            tracing::info!(target: "tollgate_server::reload", "SIGHUP: proxying with the built-in demo routes; there is no config to reload");
-            return;
-        };
-        match tollgate_config::load(path)
-            .map_err(anyhow::Error::from)
-            .and_then(|limits| {
-                let built = gates.build(&limits)?;
-                Ok((built, limits.routes().len()))
-            }) {
-            Ok((built, routes)) => {
-                live.store(Arc::new(built));
-                crate::metrics::config_reload(true);
-                tracing::info!(target: "tollgate_server::reload", config = %path.display(), routes, "proxy config reloaded");
-            }
-            Err(err) => {
-                crate::metrics::config_reload(false);
-                tracing::warn!(
-                    target: "tollgate_server::reload",
-                    config = %path.display(),
-                    error = format!("{err:#}"),
-                    "proxy config reload rejected; still serving the previous routes"
-                );
-            }
-        }
-    })
+        .fallback(|| async { problem(StatusCode::NOT_FOUND, "no such route", None) })
+        .layer(axum::middleware::from_fn(bare_errors))
 }

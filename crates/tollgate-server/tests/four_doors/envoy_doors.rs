@@ -22,8 +22,7 @@ use tollgate_server::grpc::proto::rate_limit_response::rate_limit::Unit;
 use tollgate_server::grpc::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest};
 use tollgate_server::grpc::{EnvoySettings, RlsService};
-use tollgate_server::state::{AppState, Settings, SharedState};
-use tollgate_server::store::{AnyStore, StoreOptions};
+use tollgate_server::{AnyStore, AppState, Settings, SharedState, StoreOptions};
 use tollgate_testkit::RedisServer;
 use tower::ServiceExt;
 
@@ -245,7 +244,7 @@ async fn post(app: Router, path: &str, body: &Value) -> (StatusCode, Value) {
 
 async fn ask_explain(state: &SharedState, case: &Case) -> Said {
     let body = json!({"domain": DOMAIN, "descriptors": json_descriptors(case)});
-    let (status, answer) = post(tollgate_server::http::router(state.clone()), "/v1/explain", &body).await;
+    let (status, answer) = post(tollgate_server::api_router(state.clone()), "/v1/explain", &body).await;
     assert_eq!(status, StatusCode::OK, "{}: explain: {answer}", case.name);
     Said {
         over: !answer["allowed"].as_bool().expect("allowed"),

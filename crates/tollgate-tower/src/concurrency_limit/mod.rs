@@ -57,8 +57,9 @@ use tower::{Layer, Service};
 use self::body::Guard;
 pub use self::body::LeaseBody;
 use self::engine::LeaseEngine;
-use crate::problem::{Problems, STORE_UNAVAILABLE, millis_up, object};
+use crate::problem::{Problems, STORE_UNAVAILABLE, object};
 use crate::{KeyExtractor, MissingKey};
+use tollgate::headers::millis_up;
 
 static STORE_FAILURE_LOG: crate::LogSampler = crate::LogSampler::new(std::time::Duration::from_secs(1));
 

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use tollgate::{Engine, Store};
 use tower::Layer;
 
-use super::limiter::Limiter;
+use super::limiter::{Limiter, VerdictHook};
 use super::service::RateLimit;
 use crate::engine::SharedEngine;
 use crate::problem::Problems;
@@ -82,6 +82,7 @@ impl RateLimitLayer {
                 problems: Problems::default(),
                 told_no_peer: AtomicBool::new(false),
                 refund_on_server_error: false,
+                on_verdict: None,
             }),
         }
     }
@@ -158,6 +159,7 @@ impl RateLimitLayer {
             problems: Problems::default(),
             stats: Stats::default(),
             refund_on_server_error: false,
+            on_verdict: None,
         }
     }
 
@@ -205,6 +207,7 @@ pub struct RateLimitLayerBuilder {
     problems: Problems,
     stats: Stats,
     refund_on_server_error: bool,
+    on_verdict: Option<VerdictHook>,
 }
 
 impl RateLimitLayerBuilder {
@@ -268,6 +271,39 @@ impl RateLimitLayerBuilder {
         self
     }
 
+    /// Calls `hook` with every verdict the engine gives, and the rules it is for (a request
+    /// answered before the engine is asked, for a missing key say, has none): for an
+    /// application that counts decisions its own way, as the tollgate server does for its
+    /// metrics and dashboard.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use tollgate::{Algorithm, MemoryStore, Policy, Rate};
+    /// use tollgate_tower::{KeyExtractor, KeyedPolicy, RateLimitLayer};
+    ///
+    /// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 20)?)?;
+    /// let denied = Arc::new(AtomicU64::new(0));
+    /// let counted = Arc::clone(&denied);
+    /// let layer = RateLimitLayer::builder(MemoryStore::new())
+    ///     .policy(KeyedPolicy::new(policy, KeyExtractor::peer_ip()))
+    ///     .on_verdict(move |_rules, verdict| {
+    ///         if !verdict.allowed() {
+    ///             counted.fetch_add(1, Ordering::Relaxed);
+    ///         }
+    ///     })
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn on_verdict(
+        mut self,
+        hook: impl Fn(&[tollgate::Rule<'_>], &tollgate::Verdict) + Send + Sync + 'static,
+    ) -> Self {
+        self.on_verdict = Some(Arc::new(hook));
+        self
+    }
+
     /// Builds the layer. Fails without keyed policies, or when two use one policy name for two
     /// different policies (they would count into the same state by different settings).
     ///
@@ -297,6 +333,7 @@ impl RateLimitLayerBuilder {
                 problems: self.problems,
                 told_no_peer: AtomicBool::new(false),
                 refund_on_server_error: self.refund_on_server_error,
+                on_verdict: self.on_verdict,
             }),
         })
     }

@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::http::Response;
 use axum::http::request::Parts;
 use tollgate::bounds::MAX_KEY_LEN;
-use tollgate::{Decision, Error, FailureMode, Outcome, Policy, Verdict};
+use tollgate::{Decision, Error, Outcome, Policy, Verdict, headers};
 
 use crate::engine::SharedEngine;
 use crate::key::Key;
@@ -31,7 +31,12 @@ pub(crate) struct Limiter {
     pub(crate) told_no_peer: AtomicBool,
     /// Give an admitted request's cost back when the inner service answers 5xx.
     pub(crate) refund_on_server_error: bool,
+    /// Told every verdict, with the rules it is for.
+    pub(crate) on_verdict: Option<VerdictHook>,
 }
+
+/// What [`on_verdict`](crate::RateLimitLayerBuilder::on_verdict) calls with each verdict.
+pub(crate) type VerdictHook = Arc<dyn Fn(&[tollgate::Rule<'_>], &Verdict) + Send + Sync>;
 
 /// What an admitted request spent, per rule: kept (only with `refund_on_server_error`) to give
 /// back if the inner service fails.
@@ -215,6 +220,9 @@ impl Limiter {
             }
         };
         self.count(bound, &verdict);
+        if let Some(hook) = &self.on_verdict {
+            hook(bound, &verdict);
+        }
         match verdict.outcome() {
             Outcome::Allowed | Outcome::ShadowDenied | Outcome::Degraded => {
                 self.stats.bump(Counter::Allowed);
@@ -323,29 +331,14 @@ fn spent(bound: &[tollgate::Rule<'_>], verdict: &Verdict) -> Spent {
     )
 }
 
-/// The decisions for the headers, in rule order: enforced rules only (shadow rules stay
-/// invisible), not those that failed closed, not those a failure mode let through without a
-/// budget (only `Local` has one to report), and each budget once (two rules with the same
-/// policy and key share one).
+/// The decisions for the headers, in rule order: the rules [`headers::reported`] picks, the
+/// rule the server's HTTP API follows too.
 fn reported<'a>(
     applied: &'a [&'a KeyedPolicy],
     bound: &'a [tollgate::Rule<'a>],
     verdict: &'a Verdict,
 ) -> impl Iterator<Item = (&'a KeyedPolicy, Decision)> + 'a {
-    applied
-        .iter()
-        .zip(bound)
-        .zip(verdict.rules())
-        .enumerate()
-        .filter(move |&(i, ((rule, this), r))| {
-            !rule.shadow
-                && r.outcome != Outcome::Error
-                && (!r.decision.degraded || matches!(rule.policy.failure_mode(), FailureMode::Local { .. }))
-                && !bound[..i].iter().any(|earlier| {
-                    !earlier.shadow && earlier.key == this.key && earlier.policy.name() == this.policy.name()
-                })
-        })
-        .map(|(_, ((rule, _), r))| (*rule, r.decision))
+    headers::reported(bound, verdict).map(move |i| (applied[i], verdict.rules()[i].decision))
 }
 
 /// Store failures and shadow denials repeat on every request while they last: one line a second

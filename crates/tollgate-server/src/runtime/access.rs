@@ -20,23 +20,23 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tollgate::Error;
+use arc_swap::ArcSwap;
 use tollgate::access::{AccessEntry, AccessLists, Added};
+use tollgate::{Engine, Error};
 use tollgate_config::Limits;
 
-use crate::state::AppState;
-use crate::store::AnyStore;
+use super::store::AnyStore;
 
 /// How often an instance reads the store's entries again: the most another instance's change
 /// takes to apply here (plus a round trip).
-pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
 /// The most admin entries a memory store keeps (Redis keeps [`tollgate_redis::MAX_ACCESS_ENTRIES`]).
-pub const MAX_MEMORY_ENTRIES: usize = tollgate_redis::MAX_ACCESS_ENTRIES;
+pub(crate) const MAX_MEMORY_ENTRIES: usize = tollgate_redis::MAX_ACCESS_ENTRIES;
 
 /// The admin entries and what the lists in force were compiled from.
 #[derive(Default)]
-pub struct AccessAdmin {
+pub(crate) struct AccessAdmin {
     /// Entry → when it was added (ms since the Unix epoch): the only copy on a memory store,
     /// the last read of the store's on Redis.
     entries: Mutex<BTreeMap<AccessEntry, u64>>,
@@ -46,13 +46,23 @@ pub struct AccessAdmin {
 
 /// An entry as `GET /v1/admin/access` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listing {
+pub(crate) struct Listing {
     /// The entry.
     pub entry: AccessEntry,
     /// `config` or `admin`.
     pub source: &'static str,
     /// When an admin entry was added, ms since the Unix epoch.
     pub added_at_ms: Option<u64>,
+}
+
+/// What the lists are compiled from and into: the limits in force and the engine, over the store
+/// that keeps the admin entries. Borrowed from the server's state, which holds an [`AccessAdmin`].
+#[derive(Clone, Copy)]
+pub(crate) struct Served<'a> {
+    /// The limits in force, whose config entries are compiled in.
+    pub limits: &'a ArcSwap<Limits>,
+    /// The engine the lists are set on.
+    pub engine: &'a Engine<AnyStore>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -68,7 +78,7 @@ fn now_ms() -> u64 {
 impl AccessAdmin {
     /// Compiles the config's entries of the limits in force and the admin entries into the
     /// engine's lists.
-    pub fn apply(&self, state: &AppState) {
+    pub(crate) fn apply(&self, state: Served<'_>) {
         let limits = state.limits.load_full();
         let entries = lock(&self.entries);
         let lists = AccessLists::new(
@@ -84,7 +94,7 @@ impl AccessAdmin {
     }
 
     /// Every entry in force: the config's, then the admin ones.
-    pub fn listings(&self, state: &AppState) -> Vec<Listing> {
+    pub(crate) fn listings(&self, state: Served<'_>) -> Vec<Listing> {
         let limits = state.limits.load_full();
         let mut out: Vec<Listing> = limits
             .access_entries()
@@ -104,10 +114,10 @@ impl AccessAdmin {
     }
 
     /// Adds an admin entry in the store and applies it here at once.
-    pub async fn add(&self, state: &AppState, entry: AccessEntry) -> Result<Added, Error> {
+    pub(crate) async fn add(&self, state: Served<'_>, entry: AccessEntry) -> Result<Added, Error> {
         // Whether the entries read back from the store differ from those applied here.
         let mut reread = false;
-        let added = match &state.store {
+        let added = match state.engine.store() {
             AnyStore::Memory(_) => {
                 let mut entries = lock(&self.entries);
                 if entries.contains_key(&entry) {
@@ -133,6 +143,7 @@ impl AccessAdmin {
         };
         if added == Added::New {
             tracing::info!(
+                target: "tollgate_server::access",
                 audit = true,
                 action = "access_list.add",
                 policy = entry.policy().unwrap_or("*"),
@@ -150,9 +161,9 @@ impl AccessAdmin {
 
     /// Removes an admin entry from the store and applies that here at once; `false` when there
     /// was no such admin entry.
-    pub async fn remove(&self, state: &AppState, entry: &AccessEntry) -> Result<bool, Error> {
+    pub(crate) async fn remove(&self, state: Served<'_>, entry: &AccessEntry) -> Result<bool, Error> {
         let mut reread = false;
-        let removed = match &state.store {
+        let removed = match state.engine.store() {
             AnyStore::Memory(_) => lock(&self.entries).remove(entry).is_some(),
             AnyStore::Redis(store) => {
                 let removed = store.remove_access_entry(entry).await?;
@@ -165,6 +176,7 @@ impl AccessAdmin {
         };
         if removed {
             tracing::info!(
+                target: "tollgate_server::access",
                 audit = true,
                 action = "access_list.remove",
                 policy = entry.policy().unwrap_or("*"),
@@ -181,8 +193,8 @@ impl AccessAdmin {
     }
 
     /// Reads the store's entries (Redis) into `entries`; whether they changed.
-    async fn reread(&self, state: &AppState) -> Result<bool, Error> {
-        let AnyStore::Redis(store) = &state.store else {
+    async fn reread(&self, state: Served<'_>) -> Result<bool, Error> {
+        let AnyStore::Redis(store) = state.engine.store() else {
             return Ok(false);
         };
         let read: BTreeMap<AccessEntry, u64> = store.access_entries().await?.into_iter().collect();
@@ -194,12 +206,12 @@ impl AccessAdmin {
 
     /// One refresh: reads the store's entries and recompiles the lists when they or the limits
     /// changed. A store that cannot be read keeps the entries read last.
-    pub async fn refresh(&self, state: &AppState) {
+    pub(crate) async fn refresh(&self, state: Served<'_>) {
         let changed = match self.reread(state).await {
             Ok(changed) => changed,
             Err(err) => {
                 if REFRESH_LOG.due() {
-                    tracing::warn!(error = %err, "cannot read the access list entries from the store; keeping the last ones read");
+                    tracing::warn!(target: "tollgate_server::access", error = %err, "cannot read the access list entries from the store; keeping the last ones read");
                 }
                 false
             }
@@ -217,16 +229,3 @@ impl AccessAdmin {
 }
 
 static REFRESH_LOG: tollgate_tower::LogSampler = tollgate_tower::LogSampler::new(Duration::from_secs(60));
-
-/// Refreshes the lists every [`REFRESH_EVERY`] until `stop` completes.
-pub async fn keep_fresh(state: Arc<AppState>, stop: impl std::future::Future<Output = ()>) {
-    let mut stop = std::pin::pin!(stop);
-    let mut every = tokio::time::interval(REFRESH_EVERY);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = &mut stop => return,
-            _ = every.tick() => state.access.refresh(&state).await,
-        }
-    }
-}

@@ -9,8 +9,10 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tollgate::Engine;
 
-use crate::listener::ListenerOptions;
-use crate::store::AnyStore;
+use super::access::{AccessAdmin, REFRESH_EVERY, Served};
+use super::envoy_settings::EnvoySettings;
+use super::listener::ListenerOptions;
+use super::store::AnyStore;
 use tollgate_config::Limits;
 
 /// Server settings that do not change on reload.
@@ -19,12 +21,15 @@ pub struct Settings {
     /// When set, admin endpoints (limits reset, attempts reset) require
     /// `Authorization: Bearer <token>`. An empty token is refused by [`Settings::validate`].
     pub admin_token: Option<String>,
-    /// The longest key the HTTP API accepts, in bytes (default 1 KiB).
+    /// The longest key the HTTP API accepts, in bytes (default 1 KiB, at most the core's
+    /// [`MAX_KEY_LEN`](tollgate::bounds::MAX_KEY_LEN), 8 KiB, which [`Settings::validate`]
+    /// checks). This is the one bound on a key at the HTTP door, checked once by
+    /// [`Settings::check_key`]; the core's bound stays the store's own guard for every door.
     pub max_key_len: usize,
     /// Timeouts and limits of the HTTP and gRPC listeners.
     pub listeners: ListenerOptions,
     /// How the Envoy rate limit service answers: upstream's global settings.
-    pub envoy: crate::grpc::EnvoySettings,
+    pub envoy: EnvoySettings,
     /// How config files are put together, at start and on every reload (upstream's
     /// `MERGE_DOMAIN_CONFIG` is `merge_domains`).
     pub load: tollgate_config::LoadOptions,
@@ -36,7 +41,7 @@ impl Default for Settings {
             admin_token: None,
             max_key_len: 1024,
             listeners: ListenerOptions::default(),
-            envoy: crate::grpc::EnvoySettings::default(),
+            envoy: EnvoySettings::default(),
             load: tollgate_config::LoadOptions::default(),
         }
     }
@@ -47,7 +52,7 @@ impl Settings {
     /// check off) and zero timeouts or limits are errors.
     ///
     /// ```
-    /// use tollgate_server::state::Settings;
+    /// use tollgate_server::Settings;
     ///
     /// let empty = Settings { admin_token: Some(String::new()), ..Settings::default() };
     /// assert_eq!(
@@ -60,7 +65,42 @@ impl Settings {
         if self.admin_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
             anyhow::bail!("the admin token must not be empty (leave it unset to run without one)");
         }
+        if self.max_key_len == 0 || self.max_key_len > tollgate::bounds::MAX_KEY_LEN {
+            anyhow::bail!(
+                "the longest key must be 1 to {} bytes, not {}",
+                tollgate::bounds::MAX_KEY_LEN,
+                self.max_key_len
+            );
+        }
         self.listeners.validate().map_err(anyhow::Error::msg)
+    }
+
+    /// Whether the HTTP API counts `key`: 1 to [`max_key_len`](Settings::max_key_len) bytes,
+    /// any bytes. Every route that takes a key (check, peek, refund, reset, attempts, leases,
+    /// overrides, explain) checks it here, once.
+    ///
+    /// ```
+    /// use tollgate_server::Settings;
+    ///
+    /// let settings = Settings { max_key_len: 4, ..Settings::default() };
+    /// assert!(settings.check_key(b"user").is_ok());
+    /// assert_eq!(
+    ///     settings.check_key(b"users").unwrap_err().to_string(),
+    ///     "key is 5 bytes, above the maximum of 4"
+    /// );
+    /// assert_eq!(settings.check_key(b"").unwrap_err().to_string(), "key must not be empty");
+    /// ```
+    pub fn check_key(&self, key: &[u8]) -> Result<(), tollgate::Error> {
+        if key.is_empty() {
+            return Err(tollgate::Error::EmptyKey);
+        }
+        if key.len() > self.max_key_len {
+            return Err(tollgate::Error::KeyTooLong {
+                len: key.len(),
+                max: self.max_key_len,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -75,8 +115,8 @@ pub struct AppState {
     /// Fixed settings.
     pub settings: Settings,
     /// The allow and deny list entries added through the admin API, and the compiling of the
-    /// engine's lists (see [`crate::access`]).
-    pub access: crate::access::AccessAdmin,
+    /// engine's lists (see [`access`](super::access)).
+    pub(crate) access: AccessAdmin,
     /// What Envoy requests mean, for every door that takes them (gRPC, `/json`, explain).
     pub planner: tollgate_config::envoy_plan::Planner,
 }
@@ -88,8 +128,7 @@ impl AppState {
     /// State over `limits` and `store`, with an [`Engine`] over `store`.
     ///
     /// ```
-    /// use tollgate_server::state::{AppState, Settings};
-    /// use tollgate_server::store::AnyStore;
+    /// use tollgate_server::{AnyStore, AppState, Settings};
     ///
     /// let limits = tollgate_config::parse("demo.yaml", "policies: {}")?;
     /// let state = AppState::new(limits, AnyStore::memory(), Settings::default());
@@ -105,10 +144,39 @@ impl AppState {
             engine: Engine::new(store.clone()),
             store,
             settings,
-            access: crate::access::AccessAdmin::default(),
+            access: AccessAdmin::default(),
             planner: tollgate_config::envoy_plan::Planner::default(),
         });
-        state.access.apply(&state);
+        state.access.apply(state.served());
         state
+    }
+
+    /// Reads the access list entries in the store again and recompiles the lists when they or
+    /// the limits changed, as the server does every second while it runs: an entry another
+    /// instance added applies here after this.
+    pub async fn refresh_access(&self) {
+        self.access.refresh(self.served()).await;
+    }
+
+    /// What the access lists are compiled from and into.
+    pub(crate) fn served(&self) -> Served<'_> {
+        Served {
+            limits: &self.limits,
+            engine: &self.engine,
+        }
+    }
+}
+
+/// Refreshes the access lists every [`REFRESH_EVERY`] until `stop` completes, so an entry
+/// another instance added applies here too.
+pub(crate) async fn keep_access_fresh(state: SharedState, stop: impl std::future::Future<Output = ()>) {
+    let mut stop = std::pin::pin!(stop);
+    let mut every = tokio::time::interval(REFRESH_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = every.tick() => state.refresh_access().await,
+        }
     }
 }

@@ -34,8 +34,13 @@ use tollgate::overrides::{Override, OverrideStore, OverrideTarget};
 use tollgate::{Algorithm, Anchor, Policy};
 use tollgate_config::duration::{format_duration, format_rate};
 
-use crate::http::{ApiError, authorize_admin, body_bytes, check_key, millis_up, unknown_policy};
-use crate::state::SharedState;
+use tollgate::headers::millis_up;
+
+use super::auth::authorize_admin;
+use super::body::body_bytes;
+use super::error::ApiError;
+use crate::runtime::SharedState;
+use crate::runtime::problem::Problem;
 
 /// The override routes, merged into [`crate::http::router`].
 pub(crate) fn routes() -> Router<SharedState> {
@@ -160,7 +165,7 @@ fn configured(state: &SharedState, name: &str) -> Result<Policy, ApiError> {
     limits
         .policy(name)
         .map(|named| named.policy().clone())
-        .ok_or_else(|| unknown_policy(name))
+        .ok_or_else(|| ApiError::unknown_policy(name))
 }
 
 fn no_override(target: &OverrideTarget) -> ApiError {
@@ -184,9 +189,9 @@ fn no_override(target: &OverrideTarget) -> ApiError {
     params(("policy" = String, Path, description = "A configured policy")),
     responses(
         (status = 200, description = "The overrides", body = OverrideList),
-        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = Problem, content_type = "application/problem+json"),
     ),
     security((), ("admin_token" = []))
 )]
@@ -221,6 +226,7 @@ async fn set(
     state.store.set_override(&policy, &value).await?;
     let answer = answer(&policy, &value);
     tracing::info!(
+        target: "tollgate_server::overrides",
         action = "set",
         policy = %answer.policy,
         kind = answer.kind,
@@ -251,6 +257,7 @@ async fn remove(state: &SharedState, policy: &str, target: OverrideTarget) -> Re
         return Err(no_override(&target));
     }
     tracing::info!(
+        target: "tollgate_server::overrides",
         action = "remove",
         policy = %policy.name(),
         kind = target.kind(),
@@ -275,10 +282,10 @@ async fn remove(state: &SharedState, policy: &str, target: OverrideTarget) -> Re
     request_body(content = OverrideRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Set", body = OverrideAnswer),
-        (status = 400, description = "Unusable parameters", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Unusable parameters", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = Problem, content_type = "application/problem+json"),
     ),
     security((), ("admin_token" = []))
 )]
@@ -289,7 +296,7 @@ pub(crate) async fn set_key(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<OverrideAnswer>, ApiError> {
     authorize_admin(&state, &request_headers)?;
-    check_key(&state, &key)?;
+    state.settings.check_key(key.as_bytes())?;
     set(&state, &policy, OverrideTarget::key(key), body).await
 }
 
@@ -305,9 +312,9 @@ pub(crate) async fn set_key(
     ),
     responses(
         (status = 200, description = "The override", body = OverrideAnswer),
-        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown policy, or no override", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy, or no override", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = Problem, content_type = "application/problem+json"),
     ),
     security((), ("admin_token" = []))
 )]
@@ -317,7 +324,7 @@ pub(crate) async fn get_key(
     request_headers: HeaderMap,
 ) -> Result<Json<OverrideAnswer>, ApiError> {
     authorize_admin(&state, &request_headers)?;
-    check_key(&state, &key)?;
+    state.settings.check_key(key.as_bytes())?;
     read(&state, &policy, OverrideTarget::key(key)).await
 }
 
@@ -334,9 +341,9 @@ pub(crate) async fn get_key(
     ),
     responses(
         (status = 204, description = "Removed"),
-        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown policy, or no override", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy, or no override", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = Problem, content_type = "application/problem+json"),
     ),
     security((), ("admin_token" = []))
 )]
@@ -346,7 +353,7 @@ pub(crate) async fn remove_key(
     request_headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     authorize_admin(&state, &request_headers)?;
-    check_key(&state, &key)?;
+    state.settings.check_key(key.as_bytes())?;
     remove(&state, &policy, OverrideTarget::key(key)).await
 }
 
@@ -365,10 +372,10 @@ pub(crate) async fn remove_key(
     request_body(content = OverrideRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Set", body = OverrideAnswer),
-        (status = 400, description = "Unusable parameters, or too many prefix overrides", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Unusable parameters, or too many prefix overrides", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = Problem, content_type = "application/problem+json"),
     ),
     security((), ("admin_token" = []))
 )]
@@ -379,7 +386,7 @@ pub(crate) async fn set_prefix(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<OverrideAnswer>, ApiError> {
     authorize_admin(&state, &request_headers)?;
-    check_key(&state, &prefix)?;
+    state.settings.check_key(prefix.as_bytes())?;
     set(&state, &policy, OverrideTarget::prefix(prefix), body).await
 }
 
@@ -395,9 +402,9 @@ pub(crate) async fn set_prefix(
     ),
     responses(
         (status = 200, description = "The override", body = OverrideAnswer),
-        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown policy, or no override", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy, or no override", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = Problem, content_type = "application/problem+json"),
     ),
     security((), ("admin_token" = []))
 )]
@@ -407,7 +414,7 @@ pub(crate) async fn get_prefix(
     request_headers: HeaderMap,
 ) -> Result<Json<OverrideAnswer>, ApiError> {
     authorize_admin(&state, &request_headers)?;
-    check_key(&state, &prefix)?;
+    state.settings.check_key(prefix.as_bytes())?;
     read(&state, &policy, OverrideTarget::prefix(prefix)).await
 }
 
@@ -423,9 +430,9 @@ pub(crate) async fn get_prefix(
     ),
     responses(
         (status = 204, description = "Removed"),
-        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown policy, or no override", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy, or no override", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = Problem, content_type = "application/problem+json"),
     ),
     security((), ("admin_token" = []))
 )]
@@ -435,6 +442,6 @@ pub(crate) async fn remove_prefix(
     request_headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     authorize_admin(&state, &request_headers)?;
-    check_key(&state, &prefix)?;
+    state.settings.check_key(prefix.as_bytes())?;
     remove(&state, &policy, OverrideTarget::prefix(prefix)).await
 }

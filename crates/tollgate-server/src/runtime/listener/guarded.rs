@@ -38,7 +38,7 @@ impl<IO> Guarded<IO> {
         close: &CancellationToken,
     ) -> Self {
         let now = Instant::now();
-        crate::metrics::connection_opened(listener);
+        crate::ops::metrics::connection_opened(listener);
         Guarded {
             io,
             _slot: slot,
@@ -67,7 +67,7 @@ impl<IO> Guarded<IO> {
             }
             let due = self.last_active + self.idle;
             if Instant::now() >= due {
-                crate::metrics::connection_timed_out(self.listener, "idle");
+                crate::ops::metrics::connection_timed_out(self.listener, "idle");
                 return Poll::Ready(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "closed: no bytes in either direction within the idle timeout",
@@ -87,7 +87,7 @@ impl<IO> Guarded<IO> {
 
 impl<IO> Drop for Guarded<IO> {
     fn drop(&mut self) {
-        crate::metrics::connection_closed(self.listener);
+        crate::ops::metrics::connection_closed(self.listener);
     }
 }
 

@@ -18,7 +18,7 @@ use axum::response::Response;
 use http_body::{Frame, SizeHint};
 use tokio::time::Sleep;
 
-use crate::problem;
+use crate::runtime::problem::problem;
 
 /// The limits [`check`] applies.
 #[derive(Debug, Clone, Copy)]
@@ -33,7 +33,7 @@ pub(crate) struct RequestLimits {
 /// Why a request body was cut off.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
 #[non_exhaustive]
-pub enum BodyLimitError {
+pub(crate) enum BodyLimitError {
     /// The body did not arrive within the body read timeout.
     #[error("the request body did not arrive within {0:?}")]
     TimedOut(Duration),
@@ -44,7 +44,7 @@ pub enum BodyLimitError {
 
 impl BodyLimitError {
     /// The answer's status: 408 or 413.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             BodyLimitError::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
             BodyLimitError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -53,7 +53,7 @@ impl BodyLimitError {
 
     /// The [`BodyLimitError`] somewhere in `err`'s chain of sources, if the error came from a
     /// body this module cut off.
-    pub fn find<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a BodyLimitError> {
+    pub(crate) fn find<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a BodyLimitError> {
         let mut next = Some(err);
         // Bounded: error chains are short, but a cycle must not hang a request.
         for _ in 0..16 {
@@ -73,13 +73,14 @@ pub(crate) async fn check(State(limits): State<RequestLimits>, request: Request,
     let uri_len = request.uri().path_and_query().map_or(0, |p| p.as_str().len())
         + request.uri().authority().map_or(0, |a| a.as_str().len());
     if uri_len > limits.max_uri_bytes {
-        crate::metrics::request_refused(limits.listener, StatusCode::URI_TOO_LONG);
-        return problem::response(
+        crate::ops::metrics::request_refused(limits.listener, StatusCode::URI_TOO_LONG);
+        return problem(
             StatusCode::URI_TOO_LONG,
             format!(
                 "the request target is {uri_len} bytes, above the maximum of {}",
                 limits.max_uri_bytes
             ),
+            None,
         );
     }
     let header_bytes: usize = request
@@ -88,13 +89,14 @@ pub(crate) async fn check(State(limits): State<RequestLimits>, request: Request,
         .map(|(name, value)| name.as_str().len() + value.len() + 4)
         .sum();
     if header_bytes > limits.max_header_bytes {
-        crate::metrics::request_refused(limits.listener, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
-        return problem::response(
+        crate::ops::metrics::request_refused(limits.listener, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+        return problem(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             format!(
                 "the request headers are {header_bytes} bytes, above the maximum of {}",
                 limits.max_header_bytes
             ),
+            None,
         );
     }
     let declared = request
@@ -103,10 +105,11 @@ pub(crate) async fn check(State(limits): State<RequestLimits>, request: Request,
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limits.max_body_bytes as u64) {
-        crate::metrics::request_refused(limits.listener, StatusCode::PAYLOAD_TOO_LARGE);
-        return problem::response(
+        crate::ops::metrics::request_refused(limits.listener, StatusCode::PAYLOAD_TOO_LARGE);
+        return problem(
             StatusCode::PAYLOAD_TOO_LARGE,
             BodyLimitError::TooLarge(limits.max_body_bytes).to_string(),
+            None,
         );
     }
     let request = request.map(|body| {
@@ -124,7 +127,7 @@ pub(crate) async fn check(State(limits): State<RequestLimits>, request: Request,
 
 /// A request body that fails with [`BodyLimitError`] when it is not complete by its deadline or
 /// grows past its cap. The deadline runs from the moment the request head was read.
-pub struct LimitedBody {
+pub(crate) struct LimitedBody {
     inner: Body,
     left: usize,
     max: usize,

@@ -30,35 +30,19 @@ use tonic_health::ServingStatus;
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 
-use crate::store::AnyStore;
+use crate::runtime::store::AnyStore;
 
 /// The service names the status is reported under; see the [module docs](self).
-pub const SERVICE_NAMES: [&str; 3] = ["", "ratelimit", "envoy.service.ratelimit.v3.RateLimitService"];
+pub(crate) const SERVICE_NAMES: [&str; 3] = ["", "ratelimit", "envoy.service.ratelimit.v3.RateLimitService"];
 
 /// How often [`watch_store`] pings a Redis store.
-pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long one ping may take before it counts as failed.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The server's health, shared by the gRPC health service, `/healthcheck` and the store probe.
 /// Clones share one state.
-///
-/// ```
-/// use tollgate_server::health::Health;
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() {
-/// let health = Health::new(true).await;
-/// assert!(health.is_serving());
-/// health.set_store(false).await;
-/// assert!(!health.is_serving());
-/// health.set_store(true).await;
-/// assert!(health.is_serving());
-/// health.shut_down().await;
-/// assert!(!health.is_serving(), "never healthy again once shutting down");
-/// # }
-/// ```
 #[derive(Clone, Debug)]
 pub struct Health {
     inner: Arc<Inner>,
@@ -152,7 +136,7 @@ impl Health {
 
 /// Pings `store` every [`PROBE_INTERVAL`] and reports the result to `health` until `stop`
 /// completes. The memory store always answers: it is reported once.
-pub async fn watch_store(health: Health, store: AnyStore, stop: impl Future<Output = ()>) {
+pub(crate) async fn watch_store(health: Health, store: AnyStore, stop: impl Future<Output = ()>) {
     let mut stop = std::pin::pin!(stop);
     if matches!(store, AnyStore::Memory(_)) {
         health.set_store(true).await;
@@ -180,7 +164,7 @@ pub async fn watch_store(health: Health, store: AnyStore, stop: impl Future<Outp
 }
 
 /// `GET /healthcheck`, as upstream: `200` with body `OK` when healthy, else `500`.
-pub fn router(health: Health) -> Router {
+pub(crate) fn router(health: Health) -> Router {
     Router::new()
         .route("/healthcheck", get(healthcheck))
         .with_state(health)
@@ -195,6 +179,23 @@ async fn healthcheck(State(health): State<Health>) -> Response {
         } else {
             "the store does not answer"
         };
-        crate::http::problem(StatusCode::INTERNAL_SERVER_ERROR, detail.to_owned(), None)
+        crate::runtime::problem::problem(StatusCode::INTERNAL_SERVER_ERROR, detail, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn health_follows_the_store_until_shutdown() {
+        let health = Health::new(true).await;
+        assert!(health.is_serving());
+        health.set_store(false).await;
+        assert!(!health.is_serving());
+        health.set_store(true).await;
+        assert!(health.is_serving());
+        health.shut_down().await;
+        assert!(!health.is_serving(), "never healthy again once shutting down");
     }
 }

@@ -70,7 +70,7 @@ impl AnyStore {
     /// The embedded store with default bounds.
     ///
     /// ```
-    /// let store = tollgate_server::store::AnyStore::memory();
+    /// let store = tollgate_server::AnyStore::memory();
     /// assert_eq!(store.kind(), "memory");
     /// ```
     pub fn memory() -> Self {
@@ -91,7 +91,7 @@ impl AnyStore {
     /// decide until Redis answers.
     ///
     /// ```
-    /// use tollgate_server::store::{AnyStore, StoreOptions};
+    /// use tollgate_server::{AnyStore, StoreOptions};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> anyhow::Result<()> {

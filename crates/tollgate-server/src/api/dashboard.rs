@@ -11,7 +11,7 @@
 //! shadow-denied, degraded, error) over the last [`WINDOW_SECONDS`] seconds, the totals since
 //! start (the same numbers as `tollgate_decisions_total`), and the most denied keys; beside them
 //! the config in force, the store's health and circuit breakers (what `/readyz` says) and the
-//! last reload. See [`recorder`] for how the counting stays cheap and bounded.
+//! last reload. See [`recorder`](crate::ops::recorder) for how the counting stays cheap and bounded.
 //!
 //! **The token rule.** A browser sends no `Authorization` header when it navigates, so the page
 //! and its assets are public and hold no data; the data endpoint answers only with the admin
@@ -24,8 +24,6 @@
 //! (`default-src 'self'`, no inline script or style), so a key a client chose cannot run as
 //! script even if it were rendered carelessly (the page only ever sets `textContent`).
 
-pub mod recorder;
-
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
@@ -34,48 +32,24 @@ use axum::routing::get;
 use serde_json::{Value, json};
 use tollgate::Outcome;
 
-pub use recorder::{MAX_POLICIES, TOP_KEYS, WINDOW_SECONDS};
-use recorder::{RECORDER, unix_ms};
+use super::auth::authorize_admin;
+use crate::ops::metrics;
+use crate::ops::recorder::{RECORDER, WINDOW_SECONDS, unix_ms};
+use crate::runtime::SharedState;
 
-use crate::state::SharedState;
-
-const PAGE: &str = include_str!("assets/index.html");
-const SCRIPT: &str = include_str!("assets/app.js");
-const STYLE: &str = include_str!("assets/style.css");
+const PAGE: &str = include_str!("dashboard/assets/index.html");
+const SCRIPT: &str = include_str!("dashboard/assets/app.js");
+const STYLE: &str = include_str!("dashboard/assets/style.css");
 
 /// Everything the page loads comes from this server; nothing inline, nothing framed.
 const CSP: &str =
     "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'";
 
 /// How many of the most denied keys the data endpoint lists per policy.
-pub const TOP_KEYS_SHOWN: usize = 20;
+pub(crate) const TOP_KEYS_SHOWN: usize = 20;
 
 /// The dashboard's routes over `state`; starts the once-a-second sampler.
-///
-/// ```
-/// use axum::body::Body;
-/// use axum::http::{Request, StatusCode};
-/// use tollgate_server::state::{AppState, Settings};
-/// use tollgate_server::store::AnyStore;
-/// use tower::ServiceExt;
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let settings = Settings { admin_token: Some("s3cret".into()), ..Settings::default() };
-/// let state = AppState::new(tollgate_config::demo()?, AnyStore::memory(), settings);
-/// let app = tollgate_server::dashboard::router(state);
-/// let page = app.clone().oneshot(Request::get("/dashboard").body(Body::empty())?).await?;
-/// assert_eq!(page.status(), StatusCode::OK);
-/// let data = app.clone().oneshot(Request::get("/dashboard/data").body(Body::empty())?).await?;
-/// assert_eq!(data.status(), StatusCode::UNAUTHORIZED);
-/// let data = app
-///     .oneshot(Request::get("/dashboard/data").header("authorization", "Bearer s3cret").body(Body::empty())?)
-///     .await?;
-/// assert_eq!(data.status(), StatusCode::OK);
-/// # Ok(())
-/// # }
-/// ```
-pub fn router(state: SharedState) -> Router {
+pub(crate) fn router(state: SharedState) -> Router {
     RECORDER.start_sampling();
     Router::new()
         .route(
@@ -92,27 +66,6 @@ pub fn router(state: SharedState) -> Router {
         )
         .route("/dashboard/data", get(data))
         .with_state(state)
-}
-
-/// The process's recorder, for the admin API's top offenders and the top-k gauge.
-pub(crate) fn recorder() -> &'static recorder::Recorder {
-    &RECORDER
-}
-
-/// One rule decided under `policy` with `outcome` (every door calls this through
-/// [`metrics::decision`](crate::metrics::decision)).
-pub fn decision(policy: &str, outcome: Outcome) {
-    RECORDER.decision(policy, outcome);
-}
-
-/// `key` was denied by `policy` (an enforced denial), for the top keys.
-pub fn denied_key(policy: &str, key: &[u8]) {
-    RECORDER.denied_key(policy, key);
-}
-
-/// A config reload's result, for the page's "last reload".
-pub fn reloaded(result: Result<(), String>) {
-    RECORDER.reloaded(result);
 }
 
 fn secure(mut response: Response) -> Response {
@@ -139,7 +92,7 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
 
 /// `GET /dashboard/data`: the admin token when one is set, then the whole picture.
 async fn data(State(state): State<SharedState>, request_headers: HeaderMap) -> Response {
-    if let Err(refused) = crate::http::authorize_admin(&state, &request_headers) {
+    if let Err(refused) = authorize_admin(&state, &request_headers) {
         return secure(refused.into_response());
     }
     secure(axum::Json(snapshot(&state).await).into_response())
@@ -188,7 +141,7 @@ async fn snapshot(state: &SharedState) -> Value {
         })
         .collect();
     let health = state.store.health().await;
-    crate::metrics::store_breakers(&health.breakers);
+    metrics::store_breakers(&health.breakers);
     let reload = RECORDER
         .last_reload()
         .map(|r| json!({"at_ms": r.at_ms, "ok": r.ok, "error": r.error}));
@@ -211,4 +164,44 @@ async fn snapshot(state: &SharedState) -> Value {
         },
         "reload": reload,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_page_is_public_and_its_data_needs_the_token() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::runtime::{AnyStore, AppState, Settings};
+        use axum::body::Body;
+        use axum::http::{Request, StatusCode};
+
+        use tower::ServiceExt;
+
+        let settings = Settings {
+            admin_token: Some("s3cret".into()),
+            ..Settings::default()
+        };
+        let state = AppState::new(tollgate_config::demo()?, AnyStore::memory(), settings);
+        let app = router(state);
+        let page = app
+            .clone()
+            .oneshot(Request::get("/dashboard").body(Body::empty())?)
+            .await?;
+        assert_eq!(page.status(), StatusCode::OK);
+        let data = app
+            .clone()
+            .oneshot(Request::get("/dashboard/data").body(Body::empty())?)
+            .await?;
+        assert_eq!(data.status(), StatusCode::UNAUTHORIZED);
+        let data = app
+            .oneshot(
+                Request::get("/dashboard/data")
+                    .header("authorization", "Bearer s3cret")
+                    .body(Body::empty())?,
+            )
+            .await?;
+        assert_eq!(data.status(), StatusCode::OK);
+        Ok(())
+    }
 }

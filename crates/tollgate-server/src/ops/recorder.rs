@@ -25,13 +25,13 @@ use tollgate::Outcome;
 use tollgate::top_keys::TopKeys;
 
 /// How many seconds of per-second counts the charts show.
-pub const WINDOW_SECONDS: usize = 300;
+pub(crate) const WINDOW_SECONDS: usize = 300;
 
 /// How many denied keys are tracked per policy.
-pub const TOP_KEYS: usize = 64;
+pub(crate) const TOP_KEYS: usize = 64;
 
 /// The most policies the dashboard counts.
-pub const MAX_POLICIES: usize = 256;
+pub(crate) const MAX_POLICIES: usize = 256;
 
 const OUTCOMES: usize = Outcome::ALL.len();
 
@@ -55,7 +55,7 @@ struct Snapshot {
 
 /// The outcome of the last config reload.
 #[derive(Debug, Clone)]
-pub struct Reload {
+pub(crate) struct Reload {
     /// When it happened, in milliseconds since the Unix epoch.
     pub at_ms: u64,
     /// Whether the new config is being served.
@@ -65,7 +65,7 @@ pub struct Reload {
 }
 
 /// Counts, snapshots and denied keys; see the [module docs](self).
-pub struct Recorder {
+pub(crate) struct Recorder {
     /// Read on every decision without a lock; replaced (rarely) when a policy is first seen.
     by_name: ArcSwap<HashMap<Box<str>, Arc<Slot>>>,
     /// Every slot in index order; its lock also serializes adding one.
@@ -96,7 +96,7 @@ pub(crate) fn unix_ms() -> u64 {
 
 /// One policy as the data endpoint reports it.
 #[derive(Debug, Clone, Default)]
-pub struct PolicyView {
+pub(crate) struct PolicyView {
     /// Decisions since start, in [`Outcome::ALL`] order.
     pub totals: [u64; OUTCOMES],
     /// Decisions per second, one row per second of the ring (oldest first), in
@@ -108,7 +108,7 @@ pub struct PolicyView {
 
 /// One policy's most denied keys.
 #[derive(Debug, Clone, Default)]
-pub struct TopDenied {
+pub(crate) struct TopDenied {
     /// Denials counted since start.
     pub total: u64,
     /// Keys the summary holds.
@@ -158,7 +158,7 @@ impl Recorder {
     }
 
     /// One rule decided under `policy` with `outcome`.
-    pub fn decision(&self, policy: &str, outcome: Outcome) {
+    pub(crate) fn decision(&self, policy: &str, outcome: Outcome) {
         let at = outcome_index(outcome);
         self.with_slot(policy, |slot| {
             slot.totals[at].fetch_add(1, Ordering::Relaxed);
@@ -166,17 +166,17 @@ impl Recorder {
     }
 
     /// `key` was denied by `policy` (an enforced denial).
-    pub fn denied_key(&self, policy: &str, key: &[u8]) {
+    pub(crate) fn denied_key(&self, policy: &str, key: &[u8]) {
         self.with_slot(policy, |slot| lock(&slot.top).add(key, 1));
     }
 
     /// Whether `policy` has counted anything.
-    pub fn has(&self, policy: &str) -> bool {
+    pub(crate) fn has(&self, policy: &str) -> bool {
         self.by_name.load().contains_key(policy)
     }
 
     /// Every policy with at least one denied key, by name.
-    pub fn policies_with_denials(&self) -> Vec<String> {
+    pub(crate) fn policies_with_denials(&self) -> Vec<String> {
         let map = self.by_name.load();
         let mut names: Vec<String> = map
             .iter()
@@ -188,7 +188,7 @@ impl Recorder {
     }
 
     /// The `n` most denied keys of `policy`, with the summary's total and size.
-    pub fn top_denied(&self, policy: &str, n: usize) -> TopDenied {
+    pub(crate) fn top_denied(&self, policy: &str, n: usize) -> TopDenied {
         let Some(slot) = self.by_name.load().get(policy).cloned() else {
             return TopDenied::default();
         };
@@ -206,7 +206,7 @@ impl Recorder {
     }
 
     /// Records the outcome of a config reload.
-    pub fn reloaded(&self, result: Result<(), String>) {
+    pub(crate) fn reloaded(&self, result: Result<(), String>) {
         *lock(&self.reload) = Some(Reload {
             at_ms: unix_ms(),
             ok: result.is_ok(),
@@ -215,13 +215,13 @@ impl Recorder {
     }
 
     /// The last reload, if any happened since start.
-    pub fn last_reload(&self) -> Option<Reload> {
+    pub(crate) fn last_reload(&self) -> Option<Reload> {
         lock(&self.reload).clone()
     }
 
     /// Copies the running totals into the ring, dropping the oldest snapshot beyond
     /// [`WINDOW_SECONDS`] + 1 (which give [`WINDOW_SECONDS`] seconds of differences).
-    pub fn snapshot(&self) {
+    pub(crate) fn snapshot(&self) {
         let counts: Vec<[u64; OUTCOMES]> = lock(&self.slots)
             .iter()
             .map(|slot| std::array::from_fn(|i| slot.totals[i].load(Ordering::Relaxed)))
@@ -237,7 +237,7 @@ impl Recorder {
     }
 
     /// Starts the thread that takes a snapshot every second (once per process).
-    pub fn start_sampling(&'static self) {
+    pub(crate) fn start_sampling(&'static self) {
         self.sampler.call_once(|| {
             self.snapshot();
             // A thread, not a task: it must not depend on which runtime served first. If it
@@ -257,12 +257,12 @@ impl Recorder {
     }
 
     /// The times of the ring's seconds: each one's end, in milliseconds since the Unix epoch.
-    pub fn seconds(&self) -> Vec<u64> {
+    pub(crate) fn seconds(&self) -> Vec<u64> {
         lock(&self.ring).iter().skip(1).map(|s| s.at_ms).collect()
     }
 
     /// What the dashboard shows of `policy`; zeros when it decided nothing yet.
-    pub fn view(&self, policy: &str) -> PolicyView {
+    pub(crate) fn view(&self, policy: &str) -> PolicyView {
         let Some(slot) = self.by_name.load().get(policy).cloned() else {
             let rows = lock(&self.ring).len().saturating_sub(1);
             return PolicyView {

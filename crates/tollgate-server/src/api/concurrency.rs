@@ -25,14 +25,20 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use tollgate::concurrency::{Acquire, ConcurrencyPolicy, LeaseId, Release};
+use tollgate::concurrency::{Acquire, LeaseId, Release};
 use tollgate::{FailureMode, headers};
-use tollgate_config::Limits;
 
-use crate::http::{ApiError, check_key, insert, json_body, millis_up, problem};
-use crate::metrics;
-use crate::openapi::{LeaseDenied, LeaseGranted, LeaseReleased};
-use crate::state::SharedState;
+use serde::Serialize;
+use tollgate::headers::millis_up;
+use utoipa::ToSchema;
+
+use super::answer::insert;
+use super::body::json_body;
+use super::error::ApiError;
+use super::policy::concurrency_policy;
+use crate::ops::{count, metrics};
+use crate::runtime::SharedState;
+use crate::runtime::problem::{PROBLEM_JSON, Problem, problem};
 
 /// The body of `POST /v1/concurrency/{policy}/{key}/release`.
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -43,30 +49,53 @@ pub(crate) struct ReleaseBody {
     lease_id: String,
 }
 
-/// The concurrency policy `name`, or the error that explains why there is none.
-fn concurrency_policy<'a>(limits: &'a Limits, name: &str) -> Result<&'a ConcurrencyPolicy, ApiError> {
-    if let Some(policy) = limits.concurrency_policy(name) {
-        return Ok(policy);
-    }
-    if limits.policy(name).is_some() {
-        return Err(ApiError::bad_request(format!(
-            "`{name}` is a rate policy, not a concurrency policy: check it with POST /v1/check"
-        )));
-    }
-    Err(ApiError::new(
-        StatusCode::NOT_FOUND,
-        format!("unknown policy `{name}`"),
-    ))
+/// The answer of `POST /v1/concurrency/{policy}/{key}/acquire` when a slot was granted.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct LeaseGranted {
+    /// What to send to `.../release`: 32 hexadecimal digits.
+    pub lease_id: String,
+    /// Milliseconds until the lease ends by itself, if it is not released before.
+    pub expires_in_ms: u64,
+    /// Leases of the key live now, this one included.
+    pub in_flight: u64,
+    /// The policy's `max_in_flight` (this instance's share, when degraded under `local`).
+    pub limit: u64,
+    /// The store failed and the policy's failure mode granted the lease.
+    pub degraded: bool,
 }
 
-/// The 400 of a check that names a concurrency policy, if it does.
-pub(crate) fn not_checkable(limits: &Limits, name: &str) -> Option<ApiError> {
-    limits.concurrency_policy(name).map(|_| {
-        ApiError::bad_request(format!(
-            "`{name}` is a concurrency policy, not a rate limit: acquire a lease with \
-             POST /v1/concurrency/{name}/{{key}}/acquire and give it back with .../release"
-        ))
-    })
+/// The 429 of an acquisition: an RFC 9457 problem with the wait and the count.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct LeaseDenied {
+    /// Always `about:blank`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// `Too Many Requests`.
+    pub title: &'static str,
+    /// 429.
+    pub status: u16,
+    /// How many leases are in flight, of how many.
+    pub detail: String,
+    /// The concurrency policy.
+    pub policy: String,
+    /// Milliseconds until the oldest lease expires: a slot is free by then at the latest.
+    pub retry_after_ms: u64,
+    /// Leases of the key live now.
+    pub in_flight: u64,
+    /// The policy's `max_in_flight`.
+    pub limit: u64,
+    /// The store failed and the policy's failure mode (`local`) denied.
+    pub degraded: bool,
+}
+
+/// The answer of `POST /v1/concurrency/{policy}/{key}/release`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct LeaseReleased {
+    /// True when the lease was live and its slot is free now; false when it was not held
+    /// (released before, expired, or never granted).
+    pub released: bool,
+    /// When released: leases of the key still live.
+    pub in_flight: Option<u64>,
 }
 
 #[utoipa::path(
@@ -85,9 +114,9 @@ pub(crate) fn not_checkable(limits: &Limits, name: &str) -> Option<ApiError> {
         (status = 200, description = "Granted", body = LeaseGranted),
         (status = 429, description = "Every slot is taken", body = LeaseDenied, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "Whole seconds until the oldest lease expires"))),
-        (status = 400, description = "Unusable input, or a rate policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store failed and the policy fails closed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Unusable input, or a rate policy", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed and the policy fails closed", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn acquire(
@@ -96,11 +125,11 @@ pub(crate) async fn acquire(
 ) -> Result<Response, ApiError> {
     let limits = state.limits.load_full();
     let policy = concurrency_policy(&limits, &policy)?;
-    check_key(&state, &key)?;
+    state.settings.check_key(key.as_bytes())?;
     let acquisition = state.engine.acquire(policy, key.as_bytes()).await?;
     if let Some(err) = &acquisition.store_error {
         metrics::store_error(err);
-        metrics::degraded(policy.name());
+        count::degraded(policy.name());
     }
     match acquisition.acquire {
         Acquire::Granted(lease) => {
@@ -148,10 +177,9 @@ pub(crate) async fn acquire(
                 degraded: full.degraded,
             };
             let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static(crate::problem::PROBLEM_JSON),
-            );
+            response
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
             retry_after(&mut response, full.retry_after);
             Ok(response)
         }
@@ -181,10 +209,10 @@ fn retry_after(response: &mut Response, wait: Duration) {
     request_body(content = ReleaseBody, content_type = "application/json"),
     responses(
         (status = 200, description = "Released, or not held", body = LeaseReleased),
-        (status = 400, description = "Unusable input, or a rate policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body too large", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store failed; the lease ends at its timeout", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Unusable input, or a rate policy", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed; the lease ends at its timeout", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub(crate) async fn release(
@@ -194,7 +222,7 @@ pub(crate) async fn release(
 ) -> Result<Response, ApiError> {
     let limits = state.limits.load_full();
     let policy = concurrency_policy(&limits, &policy)?;
-    check_key(&state, &key)?;
+    state.settings.check_key(key.as_bytes())?;
     let body: ReleaseBody = json_body(body)?;
     let lease: LeaseId = body
         .lease_id

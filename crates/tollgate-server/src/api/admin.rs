@@ -12,7 +12,7 @@
 //! Where entries live and how soon another instance applies them: see [`crate::access`]. The
 //! top offenders are the keys this instance denied most (enforced rate limit denials, not
 //! blocked requests), per policy, in a fixed number of counters
-//! ([`crate::dashboard::TOP_KEYS`], Space-Saving: see [`tollgate::top_keys`]), so their
+//! ([`TOP_KEYS`], Space-Saving: see [`tollgate::top_keys`]), so their
 //! memory does not grow with the number of distinct keys; a count may be above the key's true
 //! count by at most its `overestimate`.
 
@@ -26,9 +26,12 @@ use serde::{Deserialize, Serialize};
 use tollgate::access::{AccessEntry, Added, EntryKind, Listed};
 use utoipa::ToSchema;
 
-use crate::dashboard::TOP_KEYS;
-use crate::http::{ApiError, authorize_admin, json_body};
-use crate::state::SharedState;
+use super::auth::authorize_admin;
+use super::body::json_body;
+use super::error::ApiError;
+use crate::ops::recorder::{RECORDER, TOP_KEYS};
+use crate::runtime::SharedState;
+use crate::runtime::problem::Problem;
 
 /// The body of `POST /v1/admin/access`, and the query of `DELETE /v1/admin/access`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -110,7 +113,7 @@ fn entry_of(state: &SharedState, body: &EntryBody) -> Result<AccessEntry, ApiErr
     description = "Every entry in force: the config's and those added through this API.",
     responses(
         (status = 200, description = "The entries", body = EntryList),
-        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
     ),
     security((), ("admin_token" = []))
 )]
@@ -121,13 +124,13 @@ pub(crate) async fn list(
     authorize_admin(&state, &headers)?;
     let entries = state
         .access
-        .listings(&state)
+        .listings(state.served())
         .iter()
         .map(|l| answer(&l.entry, l.source, l.added_at_ms))
         .collect();
     Ok(Json(EntryList {
         entries,
-        refresh_seconds: crate::access::REFRESH_EVERY.as_secs(),
+        refresh_seconds: crate::runtime::access::REFRESH_EVERY.as_secs(),
     }))
 }
 
@@ -142,12 +145,12 @@ pub(crate) async fn list(
     responses(
         (status = 201, description = "Added", body = EntryAnswer),
         (status = 200, description = "It was there already", body = EntryAnswer),
-        (status = 400, description = "Unusable entry", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The store holds the most entries it keeps", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 413, description = "Body too large", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Unusable entry", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The store holds the most entries it keeps", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = Problem, content_type = "application/problem+json"),
     ),
     security((), ("admin_token" = []))
 )]
@@ -159,7 +162,7 @@ pub(crate) async fn add(
     authorize_admin(&state, &headers)?;
     let body: EntryBody = json_body(body)?;
     let entry = entry_of(&state, &body)?;
-    let status = match state.access.add(&state, entry.clone()).await? {
+    let status = match state.access.add(state.served(), entry.clone()).await? {
         Added::New => StatusCode::CREATED,
         Added::AlreadyThere => StatusCode::OK,
         Added::Full { held } => {
@@ -171,7 +174,7 @@ pub(crate) async fn add(
     };
     let added_at_ms = state
         .access
-        .listings(&state)
+        .listings(state.served())
         .into_iter()
         .find(|l| l.source == "admin" && l.entry == entry)
         .and_then(|l| l.added_at_ms);
@@ -192,10 +195,10 @@ pub(crate) async fn add(
     ),
     responses(
         (status = 204, description = "Removed"),
-        (status = 400, description = "Unusable entry", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such entry added through this API, or unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 503, description = "The store failed", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Unusable entry", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such entry added through this API, or unknown policy", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed", body = Problem, content_type = "application/problem+json"),
     ),
     security((), ("admin_token" = []))
 )]
@@ -207,7 +210,7 @@ pub(crate) async fn remove(
     authorize_admin(&state, &headers)?;
     let Query(body) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let entry = entry_of(&state, &body)?;
-    if state.access.remove(&state, &entry).await? {
+    if state.access.remove(state.served(), &entry).await? {
         return Ok(StatusCode::NO_CONTENT);
     }
     let in_config = state.limits.load().access_entries().contains(&entry);
@@ -275,9 +278,9 @@ pub(crate) struct TopOffenders {
     ),
     responses(
         (status = 200, description = "The most denied keys", body = TopOffenders),
-        (status = 400, description = "Unusable query", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 401, description = "Admin token missing or wrong", body = crate::openapi::Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown policy", body = crate::openapi::Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Unusable query", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
     ),
     security((), ("admin_token" = []))
 )]
@@ -294,7 +297,7 @@ pub(crate) async fn top_offenders(
             "n is {n}: from 1 to {TOP_KEYS} keys per policy"
         )));
     }
-    let recorder = crate::dashboard::recorder();
+    let recorder = &*RECORDER;
     let names = match query.policy {
         Some(policy) => {
             let known = state.limits.load().policy(&policy).is_some() || recorder.has(&policy);

@@ -6,7 +6,7 @@
 /// How `ShouldRateLimit` answers beyond the config files.
 ///
 /// ```
-/// use tollgate_server::grpc::EnvoySettings;
+/// use tollgate_server::EnvoySettings;
 ///
 /// let settings = EnvoySettings::default();
 /// assert!(!settings.global_shadow_mode && !settings.count_every_descriptor);
@@ -74,7 +74,7 @@ impl Default for EnvoySettings {
 /// (`LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER`).
 ///
 /// ```
-/// use tollgate_server::grpc::ResponseHeaders;
+/// use tollgate_server::ResponseHeaders;
 ///
 /// let names = ResponseHeaders::default();
 /// assert_eq!(names.limit, "RateLimit-Limit");

@@ -12,8 +12,8 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
 
-use crate::metrics;
-use crate::state::SharedState;
+use crate::ops::metrics;
+use crate::runtime::SharedState;
 
 /// The endpoints, with upstream's wording where upstream has them.
 const INDEX: &str = "\
@@ -23,40 +23,45 @@ const INDEX: &str = "\
 ";
 
 /// The debug routes over `state`.
-///
-/// ```
-/// use axum::body::Body;
-/// use axum::http::Request;
-/// use tollgate_server::state::{AppState, Settings};
-/// use tollgate_server::store::AnyStore;
-/// use tower::ServiceExt;
-///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let limits = tollgate_config::parse(
-///     "edge.yaml",
-///     "domain: edge\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
-/// )?;
-/// let app = tollgate_server::debug::router(AppState::new(limits, AnyStore::memory(), Settings::default()));
-/// let answer = app.oneshot(Request::get("/rlconfig").body(Body::empty())?).await?;
-/// let body = axum::body::to_bytes(answer.into_body(), 4096).await?;
-/// assert_eq!(
-///     body,
-///     "edge.path: unit=MINUTE requests_per_unit=1, shadow_mode: false, quota_mode: false\n"
-/// );
-/// # Ok(())
-/// # }
-/// ```
-pub fn router(state: SharedState) -> Router {
+pub(crate) fn router(state: SharedState) -> Router {
     Router::new()
         .route("/", get(|| async { INDEX }))
         .route("/rlconfig", get(rlconfig))
         .route("/metrics", get(|| async { metrics::install().render() }))
         .with_state(state.clone())
-        .merge(crate::dashboard::router(state))
+        .merge(crate::api::dashboard::router(state))
 }
 
 /// The limits being served now: a reload shows at once.
 async fn rlconfig(State(state): State<SharedState>) -> String {
     state.limits.load().dump()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn rlconfig_prints_the_limits_in_force() -> Result<(), Box<dyn std::error::Error>> {
+        use crate::runtime::{AnyStore, AppState, Settings};
+        use axum::body::Body;
+        use axum::http::Request;
+
+        use tower::ServiceExt;
+
+        let limits = tollgate_config::parse(
+            "edge.yaml",
+            "domain: edge\ndescriptors:\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+        )?;
+        let app = router(AppState::new(limits, AnyStore::memory(), Settings::default()));
+        let answer = app
+            .oneshot(Request::get("/rlconfig").body(Body::empty())?)
+            .await?;
+        let body = axum::body::to_bytes(answer.into_body(), 4096).await?;
+        assert_eq!(
+            body,
+            "edge.path: unit=MINUTE requests_per_unit=1, shadow_mode: false, quota_mode: false\n"
+        );
+        Ok(())
+    }
 }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tollgate::{Error, Outcome, Rule, RuleVerdict, Verdict};
+use tollgate::Error;
 use tollgate_tower::LogSampler;
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -75,7 +75,7 @@ fn sampled() {
 /// An acquisition of a concurrency policy: `outcome` is `granted`, `denied`, `degraded` (the
 /// store failed and the failure mode granted or denied) or `error` (the store failed under
 /// `fail_closed`).
-pub fn concurrency_acquire(policy: &str, outcome: &'static str) {
+pub(crate) fn concurrency_acquire(policy: &str, outcome: &'static str) {
     metrics::counter!("tollgate_concurrency_acquisitions_total", "policy" => policy.to_owned(), "outcome" => outcome)
         .increment(1);
 }
@@ -83,7 +83,7 @@ pub fn concurrency_acquire(policy: &str, outcome: &'static str) {
 /// A release of a concurrency lease: `outcome` is `released`, `not_held` (released before,
 /// expired, or never granted) or `failed` (the store failed: the lease ends at its timeout).
 /// A failed release is also logged at `warn`, at most once a second.
-pub fn concurrency_release(policy: &str, outcome: &'static str, err: Option<&Error>) {
+pub(crate) fn concurrency_release(policy: &str, outcome: &'static str, err: Option<&Error>) {
     metrics::counter!("tollgate_concurrency_releases_total", "policy" => policy.to_owned(), "outcome" => outcome)
         .increment(1);
     if let Some(err) = err {
@@ -101,82 +101,6 @@ pub fn concurrency_release(policy: &str, outcome: &'static str, err: Option<&Err
 
 static RELEASE_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
-/// One rule's decision, labelled with the engine's [`Outcome`]: `allowed`, `shadow_denied`,
-/// `degraded`, `denied` or `error`, the same names at every door. Also counted for the
-/// [dashboard](crate::dashboard).
-pub fn decision(policy: &str, outcome: Outcome) {
-    metrics::counter!("tollgate_decisions_total", "policy" => policy.to_owned(), "outcome" => outcome.as_str())
-        .increment(1);
-    crate::dashboard::decision(policy, outcome);
-}
-
-/// Records what the engine decided for `rules` (a committed check, not a peek): each rule's
-/// outcome under its policy, the rules a failure mode decided, and the store failure if any.
-///
-/// In a request that spent nothing, a rule that would have allowed decided nothing, so it is
-/// not counted; denials, would-be (shadow) denials and errors are. (Rules decided apart spend
-/// on their own: a request they deny has still spent on the others, which are counted.)
-pub fn verdict(rules: &[Rule<'_>], verdict: &Verdict) {
-    let refused = !verdict.spends();
-    if let Some((at, entry)) = verdict.blocked_by()
-        && BLOCKED_LOG.due()
-    {
-        let policy = rules.get(at).map_or("", |r| r.policy.name());
-        tracing::info!(policy, entry = %entry, "deny list blocked a request (sampled: at most one line a second)");
-    }
-    for (rule, result) in rules.iter().zip(verdict.rules()) {
-        rule_extras(rule, result);
-        if refused && matches!(result.outcome, Outcome::Allowed | Outcome::Degraded) {
-            continue;
-        }
-        decision(rule.policy.name(), result.outcome);
-        if result.outcome == Outcome::Denied {
-            crate::dashboard::denied_key(rule.policy.name(), rule.key);
-        }
-        if result.outcome == Outcome::ShadowDenied && SHADOW_LOG.due() {
-            tracing::info!(
-                policy = rule.policy.name(),
-                "shadow rule would have denied (sampled: at most one line a second)"
-            );
-        }
-        if result.decision.degraded {
-            degraded(rule.policy.name());
-            if DEGRADED_LOG.due() {
-                tracing::warn!(
-                    policy = rule.policy.name(),
-                    outcome = result.outcome.as_str(),
-                    "failure mode decided without the store (sampled: at most one line a second)"
-                );
-            }
-        }
-    }
-    if let Some(err) = verdict.store_error() {
-        store_error(err);
-    }
-}
-
-/// What a rule's verdict says beyond its outcome, at every door: an allow or deny list match
-/// (`tollgate_access_list_matches_total{policy, list}`), and for a gradually enforced policy
-/// which part the key is in (`tollgate_gradual_checks_total{policy, part}`) and whether it
-/// would have been denied (`tollgate_gradual_would_deny_total{policy, part}`), `part` being
-/// `enforced` or `shadow`.
-pub fn rule_extras(rule: &Rule<'_>, result: &RuleVerdict) {
-    if let Some(list) = result.listed {
-        metrics::counter!("tollgate_access_list_matches_total", "policy" => rule.policy.name().to_owned(), "list" => list.as_str())
-            .increment(1);
-    }
-    if rule.policy.enforcement().is_some() {
-        let part = if result.shadow { "shadow" } else { "enforced" };
-        let policy = rule.policy.name().to_owned();
-        metrics::counter!("tollgate_gradual_checks_total", "policy" => policy.clone(), "part" => part)
-            .increment(1);
-        if matches!(result.outcome, Outcome::Denied | Outcome::ShadowDenied) {
-            metrics::counter!("tollgate_gradual_would_deny_total", "policy" => policy, "part" => part)
-                .increment(1);
-        }
-    }
-}
-
 /// How many of each policy's most denied keys `tollgate_top_offender_denials` shows.
 pub const TOP_OFFENDERS_SHOWN: usize = 10;
 
@@ -186,9 +110,9 @@ pub const TOP_OFFENDERS_SHOWN: usize = 10;
 /// a key that drops out of the top is gone from the next scrape: the series are bounded by
 /// policies × [`TOP_OFFENDERS_SHOWN`], whatever the key churn. This is the one metric with
 /// request keys in a label, capped this way.
-pub fn render_top_offenders(text: &mut String) {
+pub(crate) fn render_top_offenders(text: &mut String) {
     use std::fmt::Write as _;
-    let recorder = crate::dashboard::recorder();
+    let recorder = &super::recorder::RECORDER;
     let policies = recorder.policies_with_denials();
     if policies.is_empty() {
         return;
@@ -220,17 +144,10 @@ fn label_value(text: &str) -> String {
         .replace('\n', "\\n")
 }
 
-static BLOCKED_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
-
 /// A refund (`POST /v1/refund`) the store carried out: one per call, and the cost given back.
-pub fn refund(policy: &str, cost: u64) {
+pub(crate) fn refund(policy: &str, cost: u64) {
     metrics::counter!("tollgate_refunds_total", "policy" => policy.to_owned()).increment(1);
     metrics::counter!("tollgate_refunded_cost_total", "policy" => policy.to_owned()).increment(cost);
-}
-
-/// A decision a failure mode took because the store could not.
-pub fn degraded(policy: &str) {
-    metrics::counter!("tollgate_degraded_decisions_total", "policy" => policy.to_owned()).increment(1);
 }
 
 /// How long one store call took.
@@ -242,7 +159,7 @@ pub fn store_latency(elapsed: Duration) {
 /// A store call that failed, by [`Error::class`] (`timeout`, `connection`, `full`, ...). Also
 /// logged at `warn`, at most once a second, so an operator sees a sick store in the logs without
 /// a line per request.
-pub fn store_error(err: &Error) {
+pub(crate) fn store_error(err: &Error) {
     if let Some(class) = err.class() {
         metrics::counter!("tollgate_store_errors_total", "kind" => class).increment(1);
         if STORE_ERROR_LOG.due() {
@@ -252,26 +169,24 @@ pub fn store_error(err: &Error) {
 }
 
 static STORE_ERROR_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
-static SHADOW_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
-static DEGRADED_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
 /// A connection accepted on `listener` (`http`, `grpc`, `proxy`, `admin`).
-pub fn connection_opened(listener: &'static str) {
+pub(crate) fn connection_opened(listener: &'static str) {
     metrics::gauge!("tollgate_open_connections", "listener" => listener).increment(1.0);
 }
 
 /// A connection of `listener` closed, whatever closed it.
-pub fn connection_closed(listener: &'static str) {
+pub(crate) fn connection_closed(listener: &'static str) {
     metrics::gauge!("tollgate_open_connections", "listener" => listener).decrement(1.0);
 }
 
 /// A connection refused because `listener` had its maximum open; logged at most once a second.
-pub fn connection_refused(listener: &'static str) {
+pub(crate) fn connection_refused(listener: &'static str) {
     metrics::counter!("tollgate_connections_refused_total", "listener" => listener).increment(1);
 }
 
 /// The log line for refused connections, at most once a second.
-pub fn warn_sampled_refusal(listener: &'static str) {
+pub(crate) fn warn_sampled_refusal(listener: &'static str) {
     if REFUSAL_LOG.due() {
         tracing::warn!(listener, "connection limit reached; refusing new connections");
     }
@@ -281,19 +196,19 @@ static REFUSAL_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
 /// A connection or request cut off by a timeout: `reason` is `idle`, `body` (or `header`, which
 /// the HTTP parser enforces and does not report).
-pub fn connection_timed_out(listener: &'static str, reason: &'static str) {
+pub(crate) fn connection_timed_out(listener: &'static str, reason: &'static str) {
     metrics::counter!("tollgate_timeouts_total", "listener" => listener, "reason" => reason).increment(1);
 }
 
 /// A request refused by a listener limit before any handler ran (414, 431, 413, 408).
-pub fn request_refused(listener: &'static str, status: axum::http::StatusCode) {
+pub(crate) fn request_refused(listener: &'static str, status: axum::http::StatusCode) {
     metrics::counter!("tollgate_requests_refused_total", "listener" => listener, "status" => status.as_str().to_owned())
         .increment(1);
 }
 
 /// An accept that failed for a reason other than the peer going away (out of file descriptors),
 /// logged at most once a second.
-pub fn accept_failed(listener: &'static str, err: &std::io::Error) {
+pub(crate) fn accept_failed(listener: &'static str, err: &std::io::Error) {
     metrics::counter!("tollgate_accept_errors_total", "listener" => listener).increment(1);
     if ACCEPT_LOG.due() {
         tracing::warn!(listener, error = %err, "accept failed; pausing before the next accept");
@@ -304,7 +219,7 @@ static ACCEPT_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
 /// A proxied request the upstream did not answer: `kind` is `connect`, `connect_timeout`,
 /// `response_timeout` or `protocol`. Logged at `warn`, at most once a second.
-pub fn upstream_error(kind: &'static str, upstream: &str, err: &dyn std::fmt::Display) {
+pub(crate) fn upstream_error(kind: &'static str, upstream: &str, err: &dyn std::fmt::Display) {
     metrics::counter!("tollgate_upstream_errors_total", "kind" => kind).increment(1);
     if UPSTREAM_LOG.due() {
         tracing::warn!(kind, upstream, error = %err, "upstream request failed");
@@ -315,18 +230,18 @@ static UPSTREAM_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
 /// The watcher woke up for a debounced burst of file events (changed or not): an idle config
 /// directory keeps this still.
-pub fn config_watch_event() {
+pub(crate) fn config_watch_event() {
     metrics::counter!("tollgate_config_watch_events_total").increment(1);
 }
 
 /// The watcher saw the config's bytes change (each one is followed by a reload).
-pub fn config_change_seen() {
+pub(crate) fn config_change_seen() {
     metrics::counter!("tollgate_config_changes_seen_total").increment(1);
 }
 
 /// The state of each Redis node's circuit breaker: `tollgate_store_breaker_open{node}` is 1 while
 /// open, 0 while closed. Nodes are a cluster's masters, a bounded set.
-pub fn store_breakers(states: &[(String, bool)]) {
+pub(crate) fn store_breakers(states: &[(String, bool)]) {
     for (node, open) in states {
         metrics::gauge!("tollgate_store_breaker_open", "node" => node.clone())
             .set(f64::from(u8::from(*open)));
@@ -338,7 +253,7 @@ pub fn store_breakers(states: &[(String, bool)]) {
 /// failure met `fail_closed`: 503), `rejected_key` (no usable key: 400) and `blocked` (a deny
 /// list: 403), and the requests on
 /// which the store failed, a failure mode decided, or a shadow rule would have denied.
-pub fn proxy_decisions(stats: &tollgate_tower::StatsSnapshot) {
+pub(crate) fn proxy_decisions(stats: &tollgate_tower::StatsSnapshot) {
     for (outcome, count) in [
         ("allowed", stats.allowed),
         ("denied", stats.denied),
@@ -354,7 +269,7 @@ pub fn proxy_decisions(stats: &tollgate_tower::StatsSnapshot) {
 }
 
 /// A config reload, successful or not.
-pub fn config_reload(ok: bool) {
+pub(crate) fn config_reload(ok: bool) {
     let outcome = if ok { "ok" } else { "failed" };
     metrics::counter!("tollgate_config_reloads_total", "outcome" => outcome).increment(1);
 }

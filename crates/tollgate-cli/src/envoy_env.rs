@@ -27,14 +27,13 @@
 //! Booleans are read as Go reads them (`1`, `t`, `T`, `TRUE`, `true`, `True`, and the same for
 //! false), because upstream's manifests are written for Go.
 
-use crate::grpc::ResponseHeaders;
-use crate::state::Settings;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use tollgate_server::{ResponseHeaders, Settings};
 
 /// What upstream's variables ask for, in tollgate's terms; `None` where they say nothing.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct EnvoyEnv {
+pub(crate) struct EnvoyEnv {
     /// The config directory, from `RUNTIME_*`.
     pub config: Option<PathBuf>,
     /// The store URL, from `REDIS_*`.
@@ -52,7 +51,7 @@ pub struct EnvoyEnv {
 /// upstream's switches that change what the service answers, carried to the server, which
 /// applies them to its [`Settings`] with [`Compat::apply`].
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Compat {
+pub(crate) struct Compat {
     /// `SHADOW_MODE`: every request answered `OK`, its limits decided and counted only.
     pub shadow_mode: bool,
     /// `QUOTA_MODE`: every descriptor in quota mode.
@@ -72,7 +71,7 @@ pub struct Compat {
 
 /// The names of the rate limit headers an answer carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeaderNames {
+pub(crate) struct HeaderNames {
     /// The limit (`LIMIT_LIMIT_HEADER`).
     pub limit: String,
     /// The budget left (`LIMIT_REMAINING_HEADER`).
@@ -85,16 +84,8 @@ impl Compat {
     /// Turns on in `settings` what these switches ask for; a switch left off changes nothing,
     /// so a setting made another way stays.
     ///
-    /// ```
-    /// use tollgate_server::envoy_env::Compat;
-    /// use tollgate_server::state::Settings;
-    ///
-    /// let mut settings = Settings::default();
-    /// Compat { shadow_mode: true, merge_domain_config: true, ..Compat::default() }.apply(&mut settings);
-    /// assert!(settings.envoy.global_shadow_mode && settings.load.merge_domains);
-    /// assert!(settings.envoy.response_headers.is_none());
-    /// ```
-    pub fn apply(&self, settings: &mut Settings) {
+    /// (See the tests at the bottom for an example.)
+    pub(crate) fn apply(&self, settings: &mut Settings) {
         let envoy = &mut settings.envoy;
         envoy.global_shadow_mode |= self.shadow_mode;
         envoy.global_quota_mode |= self.quota_mode;
@@ -118,7 +109,7 @@ impl Compat {
 /// A variable whose value cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{var}={value}: {why}")]
-pub struct EnvError {
+pub(crate) struct EnvError {
     /// The variable's name.
     pub var: &'static str,
     /// Its value, as given.
@@ -142,33 +133,15 @@ const RUNTIME_ROOT: &str = "/srv/runtime_data/current";
 
 impl EnvoyEnv {
     /// Reads the process environment.
-    pub fn from_env() -> Result<Self, EnvError> {
+    pub(crate) fn from_env() -> Result<Self, EnvError> {
         Self::from_lookup(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
     }
 
     /// Reads the variables through `lookup` (a name to its value), so tests need no process
     /// environment.
     ///
-    /// ```
-    /// use std::collections::HashMap;
-    /// use tollgate_server::envoy_env::EnvoyEnv;
-    ///
-    /// let vars = HashMap::from([
-    ///     ("RUNTIME_ROOT", "/data"),
-    ///     ("RUNTIME_SUBDIRECTORY", "ratelimit"),
-    ///     ("REDIS_SOCKET_TYPE", "tcp"),
-    ///     ("REDIS_URL", "redis.internal:6379"),
-    ///     ("REDIS_AUTH", "app:s3cret"),
-    ///     ("GRPC_PORT", "9081"),
-    /// ]);
-    /// let env = EnvoyEnv::from_lookup(|name| vars.get(name).map(|v| v.to_string()))?;
-    /// assert_eq!(env.config.as_deref(), Some(std::path::Path::new("/data/ratelimit/config")));
-    /// assert_eq!(env.store.as_deref(), Some("redis://app:s3cret@redis.internal:6379"));
-    /// assert_eq!(env.grpc, Some("0.0.0.0:9081".parse()?));
-    /// assert_eq!(env.http, None, "neither HOST nor PORT: tollgate's own default");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
+    /// (See the tests at the bottom for an example.)
+    pub(crate) fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
         let get = |name: &str| lookup(name).filter(|v| !v.is_empty());
         for (var, allowed) in [("CONFIG_TYPE", "FILE"), ("BACKEND_TYPE", "redis")] {
             if let Some(value) = get(var)
@@ -248,14 +221,8 @@ impl EnvoyEnv {
 /// upstream's `LOG_LEVEL` (logrus's names, any case) as a `tracing` level filter; `None` when
 /// it is not one. The binary uses it when `RUST_LOG` is not set.
 ///
-/// ```
-/// use tollgate_server::envoy_env::log_level;
-///
-/// assert_eq!(log_level("DEBUG"), Some("debug"));
-/// assert_eq!(log_level("fatal"), Some("error"));
-/// assert_eq!(log_level("loud"), None);
-/// ```
-pub fn log_level(value: &str) -> Option<&'static str> {
+/// (See the tests at the bottom for an example.)
+pub(crate) fn log_level(value: &str) -> Option<&'static str> {
     Some(match value.trim().to_ascii_lowercase().as_str() {
         "trace" => "trace",
         "debug" => "debug",
@@ -411,6 +378,7 @@ fn encode(text: &str) -> String {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+    use tollgate_server::Settings;
 
     fn read(vars: &[(&str, &str)]) -> Result<EnvoyEnv, EnvError> {
         let vars: HashMap<String, String> = vars
@@ -619,5 +587,49 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(env, EnvoyEnv::default());
+    }
+
+    #[test]
+    fn compat_turns_on_what_it_asks_for() {
+        let mut settings = Settings::default();
+        Compat {
+            shadow_mode: true,
+            merge_domain_config: true,
+            ..Compat::default()
+        }
+        .apply(&mut settings);
+        assert!(settings.envoy.global_shadow_mode && settings.load.merge_domains);
+        assert!(settings.envoy.response_headers.is_none());
+    }
+
+    #[test]
+    fn lookup_reads_upstreams_variables() -> Result<(), Box<dyn std::error::Error>> {
+        let vars = HashMap::from([
+            ("RUNTIME_ROOT", "/data"),
+            ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "redis.internal:6379"),
+            ("REDIS_AUTH", "app:s3cret"),
+            ("GRPC_PORT", "9081"),
+        ]);
+        let env = EnvoyEnv::from_lookup(|name| vars.get(name).map(|v| v.to_string()))?;
+        assert_eq!(
+            env.config.as_deref(),
+            Some(std::path::Path::new("/data/ratelimit/config"))
+        );
+        assert_eq!(
+            env.store.as_deref(),
+            Some("redis://app:s3cret@redis.internal:6379")
+        );
+        assert_eq!(env.grpc, Some("0.0.0.0:9081".parse()?));
+        assert_eq!(env.http, None, "neither HOST nor PORT: tollgate's own default");
+        Ok(())
+    }
+
+    #[test]
+    fn log_levels_map_logrus_names() {
+        assert_eq!(log_level("DEBUG"), Some("debug"));
+        assert_eq!(log_level("fatal"), Some("error"));
+        assert_eq!(log_level("loud"), None);
     }
 }

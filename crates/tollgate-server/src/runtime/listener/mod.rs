@@ -27,7 +27,7 @@
 
 mod guarded;
 mod inline;
-pub mod limits;
+pub(crate) mod limits;
 
 use std::future::Future;
 use std::io;
@@ -47,7 +47,11 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 pub(crate) use guarded::Guarded;
-pub use limits::BodyLimitError;
+pub(crate) use limits::BodyLimitError;
+
+/// The largest request body accepted by default: the HTTP API's and `/json`'s bodies are small
+/// JSON ([`ListenerOptions::max_body_bytes`]).
+pub(crate) const MAX_BODY: usize = 64 * 1024;
 use limits::RequestLimits;
 
 /// Timeouts and limits of one listener. The defaults are safe for a server on a private network
@@ -55,7 +59,7 @@ use limits::RequestLimits;
 ///
 /// ```
 /// use std::time::Duration;
-/// use tollgate_server::listener::ListenerOptions;
+/// use tollgate_server::ListenerOptions;
 ///
 /// let options = ListenerOptions {
 ///     max_connections: 100,
@@ -102,7 +106,7 @@ impl ListenerOptions {
     /// everything, which is never what an operator meant.
     ///
     /// ```
-    /// use tollgate_server::listener::ListenerOptions;
+    /// use tollgate_server::ListenerOptions;
     ///
     /// assert!(ListenerOptions::default().validate().is_ok());
     /// let zero = ListenerOptions { max_connections: 0, ..ListenerOptions::default() };
@@ -172,7 +176,7 @@ impl Default for ListenerOptions {
             max_connections: 10_000,
             max_uri_bytes: 8 * 1024,
             max_header_bytes: 16 * 1024,
-            max_body_bytes: 64 * 1024,
+            max_body_bytes: MAX_BODY,
             http2_max_concurrent_streams: 256,
             http2_keepalive_interval: Duration::from_secs(30),
             http2_keepalive_timeout: Duration::from_secs(10),
@@ -183,7 +187,7 @@ impl Default for ListenerOptions {
 
 /// Adds the request limits of `options` to `app` (414, 431, 413 and the body deadline), as
 /// [`serve_http`] expects of the routers it serves.
-pub fn with_request_limits(app: Router, listener: &'static str, options: &ListenerOptions) -> Router {
+pub(crate) fn with_request_limits(app: Router, listener: &'static str, options: &ListenerOptions) -> Router {
     app.layer(axum::middleware::from_fn_with_state(
         options.request_limits(listener),
         limits::check,
@@ -196,7 +200,7 @@ pub fn with_request_limits(app: Router, listener: &'static str, options: &Listen
 ///
 /// Requests carry `ConnectInfo<SocketAddr>` as `axum::serve` with connect info does. Wrap `app`
 /// with [`with_request_limits`] for the request-level limits.
-pub async fn serve_http(
+pub(crate) async fn serve_http(
     name: &'static str,
     listener: TcpListener,
     app: Router,
@@ -249,8 +253,8 @@ pub(crate) async fn serve_grpc(
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
     let refuse = |name: &'static str, stream: TcpStream| {
-        crate::metrics::connection_refused(name);
-        crate::metrics::warn_sampled_refusal(name);
+        crate::ops::metrics::connection_refused(name);
+        crate::ops::metrics::warn_sampled_refusal(name);
         drop(stream);
     };
     accept_loop(
@@ -441,7 +445,7 @@ fn grpc_builder(
 const REFUSAL: &str = "{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"too many open connections; try again shortly\"}";
 
 fn refuse_http(name: &'static str, stream: TcpStream) {
-    crate::metrics::connection_refused(name);
+    crate::ops::metrics::connection_refused(name);
     let answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{REFUSAL}",
         REFUSAL.len()
@@ -451,7 +455,7 @@ fn refuse_http(name: &'static str, stream: TcpStream) {
     if let Ok(socket) = stream.into_std() {
         let _ = std::io::Write::write(&mut &socket, answer.as_bytes());
     }
-    crate::metrics::warn_sampled_refusal(name);
+    crate::ops::metrics::warn_sampled_refusal(name);
 }
 
 /// An accept that failed. Out of file descriptors (or memory) is waited out briefly instead of
@@ -461,7 +465,7 @@ async fn accept_failed(name: &'static str, err: &io::Error) {
     if matches!(err.kind(), ConnectionAborted | ConnectionReset | Interrupted) {
         return;
     }
-    crate::metrics::accept_failed(name, err);
+    crate::ops::metrics::accept_failed(name, err);
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 

@@ -1,0 +1,87 @@
+//! The rules a request names (`{"policy", "key", "cost"}` and lists of them): the request bodies
+//! of check, refund and explain, and how a named policy becomes an engine [`Rule`]. Shared, so
+//! that every route reads a rule the same way and with the same bounds.
+
+use serde::Deserialize;
+use tollgate::Rule;
+use tollgate_config::NamedPolicy;
+
+/// The most rules one `POST /v1/check` may carry: enough for every limit a request is subject to,
+/// small enough that one request cannot make the store lock or script over many keys.
+pub(crate) const MAX_RULES: usize = 16;
+
+/// The body of `POST /v1/check` for one rule.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OneRule {
+    /// The policy to decide with.
+    #[schema(min_length = 1)]
+    pub(crate) policy: String,
+    /// The key counted under it: a user, an IP, a tenant (at most the server's `--max-key-len`,
+    /// 1024 bytes by default).
+    #[schema(min_length = 1, max_length = 1024)]
+    pub(crate) key: String,
+    /// What this request costs (default 1); above what the policy can ever admit is refused.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub(crate) cost: Option<u64>,
+}
+
+/// The body of `POST /v1/check` for several rules, decided all or nothing.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RuleList {
+    /// The rules (1 to 16).
+    #[schema(min_items = 1, max_items = 16)]
+    pub(crate) rules: Vec<RuleBody>,
+}
+
+/// The body of `POST /v1/check`: one rule, or a list under `rules`.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[schema(as = CheckRequest)]
+pub(crate) enum CheckBody {
+    /// `policy`, `key` and optionally `cost`.
+    One(OneRule),
+    /// `rules`.
+    Many(RuleList),
+}
+
+/// One rule of a list.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = RuleRequest)]
+pub(crate) struct RuleBody {
+    /// The policy.
+    #[schema(min_length = 1)]
+    pub(crate) policy: String,
+    /// The key (at most the server's `--max-key-len`, 1024 bytes by default).
+    #[schema(min_length = 1, max_length = 1024)]
+    pub(crate) key: String,
+    /// What this request costs under this rule (default 1).
+    #[serde(default = "one")]
+    #[schema(minimum = 1, maximum = 1_000_000_000, default = 1)]
+    pub(crate) cost: u64,
+}
+
+pub(crate) fn one() -> u64 {
+    1
+}
+
+impl RuleBody {
+    /// Its policy, key and cost.
+    pub(crate) fn parts(self) -> (String, String, u64) {
+        (self.policy, self.key, self.cost)
+    }
+}
+
+#[derive(Deserialize)]
+pub(crate) struct CostQuery {
+    #[serde(default = "one")]
+    pub(crate) cost: u64,
+}
+
+/// The rule of `named` for `key`: a shadow rule when the policy is in shadow mode.
+pub(crate) fn rule<'a>(named: &'a NamedPolicy, key: &'a str, cost: u64) -> Rule<'a> {
+    let rule = Rule::new(named.policy(), key, cost);
+    if named.shadow() { rule.as_shadow() } else { rule }
+}

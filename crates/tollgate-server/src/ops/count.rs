@@ -1,0 +1,110 @@
+//! Counting what was decided: the one place every door reports a [`Verdict`] to, so that
+//! `tollgate_decisions_total`, the dashboard's tally and its most denied keys cannot disagree
+//! about what happened.
+//!
+//! A door calls [`verdict`] with the rules it asked the engine about and the engine's answer,
+//! after a committed check (a peek decides nothing and is not counted). The HTTP API and the
+//! proxy (through the tower layer's verdict hook) call it directly; the Envoy door still counts
+//! its descriptors one by one with `decision`, `extras`, `denied_key` and `degraded`,
+//! the pieces [`verdict`] is made of.
+//!
+//! Outcome labels are [`Outcome::as_str`], the same bounded set at every door.
+
+use std::time::Duration;
+
+use tollgate::{Outcome, Rule, RuleVerdict, Verdict};
+use tollgate_tower::LogSampler;
+
+use super::metrics;
+use super::recorder::RECORDER;
+
+/// Records what the engine decided for `rules` (a committed check, not a peek): each rule's
+/// outcome under its policy, the rules a failure mode decided, the denied keys, and the store
+/// failure if any.
+///
+/// In a request that spent nothing, a rule that would have allowed decided nothing, so it is
+/// not counted; denials, would-be (shadow) denials and errors are. (Rules decided apart spend
+/// on their own: a request they deny has still spent on the others, which are counted.)
+pub fn verdict(rules: &[Rule<'_>], verdict: &Verdict) {
+    let refused = !verdict.spends();
+    if let Some((at, entry)) = verdict.blocked_by()
+        && BLOCKED_LOG.due()
+    {
+        let policy = rules.get(at).map_or("", |r| r.policy.name());
+        tracing::info!(policy, entry = %entry, "deny list blocked a request (sampled: at most one line a second)");
+    }
+    for (rule, result) in rules.iter().zip(verdict.rules()) {
+        extras(rule, result);
+        if refused && matches!(result.outcome, Outcome::Allowed | Outcome::Degraded) {
+            continue;
+        }
+        decision(rule.policy.name(), result.outcome);
+        if result.outcome == Outcome::Denied {
+            denied_key(rule.policy.name(), rule.key);
+        }
+        if result.outcome == Outcome::ShadowDenied && SHADOW_LOG.due() {
+            tracing::info!(
+                policy = rule.policy.name(),
+                "shadow rule would have denied (sampled: at most one line a second)"
+            );
+        }
+        if result.decision.degraded {
+            degraded(rule.policy.name());
+            if DEGRADED_LOG.due() {
+                tracing::warn!(
+                    policy = rule.policy.name(),
+                    outcome = result.outcome.as_str(),
+                    "failure mode decided without the store (sampled: at most one line a second)"
+                );
+            }
+        }
+    }
+    if let Some(err) = verdict.store_error() {
+        metrics::store_error(err);
+    }
+}
+
+/// One rule decided under `policy` with `outcome`: `tollgate_decisions_total{policy, outcome}`
+/// and the dashboard's tally of the same.
+pub(crate) fn decision(policy: &str, outcome: Outcome) {
+    ::metrics::counter!("tollgate_decisions_total", "policy" => policy.to_owned(), "outcome" => outcome.as_str())
+        .increment(1);
+    RECORDER.decision(policy, outcome);
+}
+
+/// `key` was denied by `policy` (an enforced denial): the dashboard's most denied keys, which
+/// the admin API's top offenders and the `tollgate_top_offender_denials` gauge read.
+pub(crate) fn denied_key(policy: &str, key: &[u8]) {
+    RECORDER.denied_key(policy, key);
+}
+
+/// What a rule's verdict says beyond its outcome, at every door: an allow or deny list match
+/// (`tollgate_access_list_matches_total{policy, list}`), and for a gradually enforced policy
+/// which part the key is in (`tollgate_gradual_checks_total{policy, part}`) and whether it
+/// would have been denied (`tollgate_gradual_would_deny_total{policy, part}`), `part` being
+/// `enforced` or `shadow`.
+pub(crate) fn extras(rule: &Rule<'_>, result: &RuleVerdict) {
+    if let Some(list) = result.listed {
+        ::metrics::counter!("tollgate_access_list_matches_total", "policy" => rule.policy.name().to_owned(), "list" => list.as_str())
+            .increment(1);
+    }
+    if rule.policy.enforcement().is_some() {
+        let part = if result.shadow { "shadow" } else { "enforced" };
+        let policy = rule.policy.name().to_owned();
+        ::metrics::counter!("tollgate_gradual_checks_total", "policy" => policy.clone(), "part" => part)
+            .increment(1);
+        if matches!(result.outcome, Outcome::Denied | Outcome::ShadowDenied) {
+            ::metrics::counter!("tollgate_gradual_would_deny_total", "policy" => policy, "part" => part)
+                .increment(1);
+        }
+    }
+}
+
+/// A decision a failure mode took because the store could not.
+pub(crate) fn degraded(policy: &str) {
+    ::metrics::counter!("tollgate_degraded_decisions_total", "policy" => policy.to_owned()).increment(1);
+}
+
+static BLOCKED_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
+static SHADOW_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
+static DEGRADED_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
