@@ -278,7 +278,7 @@ fn main() -> ExitCode {
             admin,
             listener,
             upstream_deadlines,
-        } => run(tollgate_server::proxy::run(tollgate_server::proxy::Options {
+        } => run(tollgate_server::serve_proxy(tollgate_server::ProxyOptions {
             upstream,
             config,
             store,

@@ -3,7 +3,7 @@
 //! and `tollgate proxy`, a rate limiting reverse proxy.
 //!
 //! The limits come from [`tollgate_config`]; the `tollgate` binary (crate `tollgate-cli`) only
-//! parses arguments and calls [`serve()`] or [`proxy::run`]. [`run`] serves on listeners the
+//! parses arguments and calls [`serve()`] or [`serve_proxy()`]. [`run`] serves on listeners the
 //! caller bound and stops when the caller says, so a test binds port 0 and stops the server when
 //! it is done:
 //!
@@ -46,8 +46,8 @@
 //!   bind, signals).
 //! - [`reload`]: swapping in a new config on SIGHUP or file change; a broken one is rejected and
 //!   the old one kept, so an edit can never take the limits away.
-//! - `proxy::run` ([`proxy::run`]): `tollgate proxy`'s start, reload and shutdown, beside the
-//!   proxy's door.
+//! - `serve_proxy` ([`serve_proxy()`], [`ProxyOptions`]): `tollgate proxy`'s start, reload
+//!   and shutdown around the proxy's door.
 //!
 //! **Doors**, each only translating its protocol to rules and the verdict back:
 //!
@@ -55,11 +55,13 @@
 //!   reset, attempts, concurrency leases, overrides, admin access lists and top offenders,
 //!   operations, the dashboard page), with what they share in small modules of their own: the
 //!   router, the error type, body reading, admin authorization, policy lookup, the rule bodies
-//!   and the answer types the OpenAPI document is derived from.
-//! - [`grpc`]: the Envoy rate limit service and its `/json` door, answered as
-//!   envoyproxy/ratelimit does; `envoy`: its health (gRPC health service, `/healthcheck`) and
-//!   the opt-in debug port.
-//! - [`explain`]: what a check would decide and why, spending nothing (HTTP, CLI).
+//!   and the answer types the OpenAPI document is derived from; and [`explain`], what a check
+//!   would decide and why, spending nothing (its routes, and the CLI's `tollgate explain`).
+//! - `envoy`: [`grpc`], the Envoy rate limit service and its `/json` door, answered as
+//!   envoyproxy/ratelimit does; its health (gRPC health service, `/healthcheck`) and the
+//!   opt-in debug port. What an Envoy request means is the planner's
+//!   ([`tollgate_config::envoy_plan`]): gRPC, `/json` and explain all plan with it, so they
+//!   cannot disagree, and the gRPC door only reads the wire and writes the answer.
 //! - [`proxy`]: the rate limiting reverse proxy over the tower middleware.
 //!
 //! **Operations and runtime**, which know no door:
@@ -73,17 +75,19 @@
 
 mod api;
 mod envoy;
-pub mod explain;
-pub mod grpc;
 mod ops;
 pub mod proxy;
 pub mod reload;
 mod runtime;
 mod serve;
+mod serve_proxy;
 
+pub use api::explain;
 pub use api::router as api_router;
+pub use envoy::grpc;
 pub use ops::{count, metrics};
 pub use runtime::{
     AnyStore, AppState, EnvoySettings, ListenerOptions, ResponseHeaders, Settings, SharedState, StoreOptions,
 };
 pub use serve::{Listeners, ServeOptions, run, serve};
+pub use serve_proxy::{ProxyOptions, serve_proxy};

@@ -20,12 +20,13 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::envoy::debug;
+use crate::envoy::grpc;
 use crate::envoy::health::{self, Health};
 use crate::ops::metrics;
 use crate::runtime::listener;
 use crate::runtime::state::keep_access_fresh;
 use crate::runtime::{AnyStore, AppState, Settings, SharedState, StoreOptions};
-use crate::{api, grpc, reload};
+use crate::{api, reload};
 
 /// What `tollgate serve` was asked to do.
 #[derive(Debug, Clone)]

@@ -133,11 +133,14 @@ pub enum PlanError {
 /// Plans requests; holds the policies of recent limit overrides, so share one per server.
 ///
 /// ```
+/// use std::time::Duration;
 /// use tollgate::{Engine, MemoryStore};
 /// use tollgate_config::envoy_plan::{Asked, Modes, Planner};
 ///
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # fn block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+/// #     match std::pin::pin!(f).poll(&mut cx) { std::task::Poll::Ready(v) => v, _ => unreachable!() }
+/// # }
 /// let limits = tollgate_config::parse(
 ///     "edge.yaml",
 ///     "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
@@ -147,12 +150,12 @@ pub enum PlanError {
 /// let asked = || vec![Asked { entries: vec![("ip".into(), "192.0.2.7".into())], cost: 1, limit: None }];
 /// for expect_over in [false, true] {
 ///     let plan = planner.plan(&limits, Modes::default(), "edge", asked())?;
-///     let verdict = engine.check_all(&plan.rules()).await?;
-///     let answer = plan.answer(Some(&verdict), std::time::Duration::ZERO);
+///     // The memory store answers at once, so one poll decides.
+///     let verdict = block_on(engine.check_all(&plan.rules()))?;
+///     let answer = plan.answer(Some(&verdict), plan.spends(), Duration::ZERO);
 ///     assert_eq!(answer.over, expect_over);
 /// }
-/// # Ok(())
-/// # }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Default)]
 pub struct Planner {

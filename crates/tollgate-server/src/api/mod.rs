@@ -7,7 +7,7 @@
 //! | `GET /v1/limits/{policy}/{key}?cost=N` | the same answer, recording nothing (peek) |
 //! | `POST /v1/refund` `{"policy", "key", "cost"?}` | give back what an admitted request spent (it failed on the caller's side) |
 //! | `DELETE /v1/limits/{policy}/{key}` | forget the key's state (admin) |
-//! | `GET /v1/explain?policy&key&cost` or `?domain&descriptor=k=v,...` (or `POST` with JSON) | what a check would decide and why, spending nothing (see [`crate::explain`]) |
+//! | `GET /v1/explain?policy&key&cost` or `?domain&descriptor=k=v,...` (or `POST` with JSON) | what a check would decide and why, spending nothing (see [`crate::api::explain`]) |
 //! | `POST /v1/concurrency/{policy}/{key}/acquire` | take a lease of a concurrency policy: 200 with its id, 429 when full (see [`crate::concurrency`]) |
 //! | `POST /v1/concurrency/{policy}/{key}/release` `{"lease_id"}` | give the lease back |
 //! | `POST /v1/attempts/{purpose}/{key}` `{"ttl_seconds"}` | count a failed attempt |
@@ -77,6 +77,7 @@ pub(crate) mod check;
 pub(crate) mod concurrency;
 pub(crate) mod dashboard;
 pub(crate) mod error;
+pub mod explain;
 pub(crate) mod limits;
 pub(crate) mod openapi;
 pub(crate) mod operations;

@@ -49,7 +49,7 @@ pub fn router(state: SharedState) -> Router {
         .route("/readyz", get(operations::ready))
         .route("/openapi.json", get(openapi::openapi_json))
         .merge(overrides::routes())
-        .merge(crate::explain::routes())
+        .merge(crate::api::explain::routes())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route") })
         .layer(axum::middleware::from_fn(bare_errors))
         .layer(DefaultBodyLimit::max(state.settings.listeners.max_body_bytes))

@@ -33,7 +33,6 @@
 
 pub mod forward;
 pub mod path;
-mod run;
 
 use std::sync::Arc;
 
@@ -48,7 +47,6 @@ use tollgate_tower::{Cidr, ClientIp, KeyExtractor, KeyedPolicy, RateLimit, RateL
 use tower::{Layer, ServiceExt};
 
 pub use forward::{Forward, ForwardOptions, UpstreamError};
-pub use run::{Options, run};
 
 use crate::runtime::problem::{bare_errors, problem};
 use crate::runtime::store::AnyStore;
@@ -57,13 +55,13 @@ use tollgate_config::{Route, RouteKey};
 
 /// One route's policies in front of the forwarder.
 #[derive(Clone)]
-struct Gate {
+pub(crate) struct Gate {
     route: Route,
     service: RateLimit<Forward>,
 }
 
 /// The gates being served, swapped whole on reload; a request keeps the gates it started with.
-type LiveGates = Arc<ArcSwap<Vec<Gate>>>;
+pub(crate) type LiveGates = Arc<ArcSwap<Vec<Gate>>>;
 
 #[derive(Clone)]
 struct Proxy {
@@ -73,16 +71,16 @@ struct Proxy {
 
 /// Everything a route's gate is built from, kept to rebuild the gates on reload.
 #[derive(Clone)]
-struct Gates {
+pub(crate) struct Gates {
     engine: Arc<tollgate::Engine<AnyStore>>,
     forward: Forward,
     client_ip: ClientIp,
     /// What every route's layer decided, across reloads: the admin listener's `/metrics`.
-    stats: tollgate_tower::Stats,
+    pub(crate) stats: tollgate_tower::Stats,
 }
 
 impl Gates {
-    fn build(&self, limits: &Limits) -> anyhow::Result<Vec<Gate>> {
+    pub(crate) fn build(&self, limits: &Limits) -> anyhow::Result<Vec<Gate>> {
         // The config's allow and deny lists, applied by the engine every route shares (entries
         // added through the server's admin API are the server's; the proxy has no admin API).
         self.engine.set_access_lists(tollgate::access::AccessLists::new(
@@ -136,7 +134,7 @@ pub fn app(
 }
 
 /// The router, what rebuilds its gates, and the live gates a reload swaps.
-fn build_app(
+pub(crate) fn build_app(
     limits: &Limits,
     store: AnyStore,
     forward: Forward,
@@ -202,7 +200,7 @@ fn normal_path(mut request: Request) -> Result<Request, path::PathError> {
 
 /// The admin listener's routes: liveness, store reachability and Prometheus metrics, with what
 /// the routes' layers decided (`stats`).
-fn admin_router(store: AnyStore, stats: tollgate_tower::Stats) -> Router {
+pub(crate) fn admin_router(store: AnyStore, stats: tollgate_tower::Stats) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route(

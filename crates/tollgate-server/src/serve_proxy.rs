@@ -1,5 +1,5 @@
-//! The proxy's entry point, `tollgate proxy`: [`run`] opens the store, binds, serves the
-//! [proxy](super) until ctrl-c or SIGTERM, and reloads its routes and policies on SIGHUP and on
+//! The proxy's entry point, `tollgate proxy`: [`serve_proxy`] opens the store, binds, serves the
+//! [proxy](crate::proxy) until ctrl-c or SIGTERM, and reloads its routes and policies on SIGHUP and on
 //! file change. It sits with the server's other entry points (`serve`, `reload`) above the doors,
 //! which is why it is apart from the proxy's router.
 
@@ -11,13 +11,13 @@ use anyhow::Context;
 use tollgate_config::load_or_demo;
 use tollgate_tower::Cidr;
 
-use super::{Forward, ForwardOptions, Gates, LiveGates, admin_router, build_app};
+use crate::proxy::{Forward, ForwardOptions, Gates, LiveGates, admin_router, build_app};
 use crate::runtime::listener::ListenerOptions;
 use crate::runtime::store::AnyStore;
 
 /// What `tollgate proxy` was asked to do.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub struct ProxyOptions {
     /// Where admitted requests go: `http://host:port[/base]`.
     pub upstream: String,
     /// A config file or directory with `policies` and `routes`; `None` uses the demo ones.
@@ -38,17 +38,17 @@ pub struct Options {
     pub forward: ForwardOptions,
 }
 
-impl Options {
+impl ProxyOptions {
     /// Options with the defaults for everything but where to forward and listen.
     ///
     /// ```
-    /// let options = tollgate_server::proxy::Options::new("http://127.0.0.1:3000", "127.0.0.1:8090".parse()?);
+    /// let options = tollgate_server::ProxyOptions::new("http://127.0.0.1:3000", "127.0.0.1:8090".parse()?);
     /// assert!(options.admin.is_none());
     /// assert_eq!(options.listeners.max_body_bytes, 16 * 1024 * 1024);
     /// # Ok::<(), std::net::AddrParseError>(())
     /// ```
     pub fn new(upstream: impl Into<String>, listen: SocketAddr) -> Self {
-        Options {
+        ProxyOptions {
             upstream: upstream.into(),
             config: None,
             store: None,
@@ -67,7 +67,7 @@ impl Options {
 
 /// Runs the proxy until ctrl-c or SIGTERM: open connections get the drain timeout to finish,
 /// then are closed. Reloads the routes and policies on SIGHUP and on file change.
-pub async fn run(options: Options) -> anyhow::Result<()> {
+pub async fn serve_proxy(options: ProxyOptions) -> anyhow::Result<()> {
     options.listeners.validate().map_err(anyhow::Error::msg)?;
     // A client waiting for the upstream's answer sends nothing and receives nothing: the idle
     // timeout would close it before the upstream deadline could answer 504.
