@@ -81,9 +81,9 @@ pub mod store;
 pub mod top_keys;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{AttemptsStatus, Decision, Decisions};
+pub use decision::{AttemptsStatus, Charged, Decision, Decisions};
 pub use enforcement::Enforcement;
-pub use engine::{Engine, EngineBuilder, Outcome, RuleVerdict, Verdict};
+pub use engine::{Charges, Engine, EngineBuilder, Outcome, RuleVerdict, Verdict};
 pub use error::{Error, PolicyError, StoreErrorKind};
 pub use lease::LeaseOptions;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
