@@ -5,6 +5,7 @@
 --         store computed in Rust around its notion of now, zone rules and DST included)
 -- Fields: s = period start (µs), c = count
 -- Mark: the start of the period a spend counted in
+-- Charge: the count goes past the limit (debt = count - limit); the period's end clears it
 --
 -- The script decides by its own now (Redis TIME, or the test's): it picks the period that holds
 -- it, so an instance whose clock is a little off at a boundary still counts in the period Redis
@@ -77,6 +78,19 @@ ALGORITHMS.calendar_quota = function()
     if stored.c and stored.c > 0 and stored.s == start then
       save(rule, 's', stored.s, 'c', math.max(stored.c - cost, 0))
     end
+  end
+
+  -- A charge: port of CalendarQuota::charge_in. The cost is recorded whatever is left; returns
+  -- the debt.
+  function calendar_quota.charge(rule, stored, now, cost)
+    local start = period(rule, now)
+    local count = 0
+    if stored.c and stored.c > 0 and stored.s == start then
+      count = stored.c
+    end
+    count = math.min(count + cost, MAX_COUNT)
+    save(rule, 's', start, 'c', count)
+    return math.max(count - rule.limit, 0)
   end
 
   return calendar_quota

@@ -4,6 +4,12 @@
 -- product below that, and idiv is exact there (the rounding error of a / b is smaller than the
 -- distance from a / b to the next integer whenever a < 2^53).
 
+-- The core's bounds on a charge's debt (see tollgate::bounds): the largest count of a window or
+-- log (MAX_COUNT, 2^50), and the longest a bucket's or GCRA's debt may take to pay back
+-- (MAX_DEBT_PERIOD, 1000 days in µs).
+local MAX_COUNT = 1125899906842624
+local MAX_DEBT_US = 86400000000000
+
 local function idiv(a, b)
   -- a % b is floor division's remainder, computed by the VM: cheaper than a call to math.floor.
   return (a - a % b) / b

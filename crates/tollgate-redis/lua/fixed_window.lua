@@ -3,6 +3,7 @@
 -- Params: limit, window_us, anchor ("epoch" or "first_hit")
 -- Fields: s = window start (µs), c = count
 -- Mark: the start of the window a spend counted in
+-- Charge: the count goes past the limit (debt = count - limit); the window's end clears it
 
 ALGORITHMS.fixed_window = function()
   local fixed_window = {fields = {'s', 'c'}}
@@ -71,6 +72,24 @@ ALGORITHMS.fixed_window = function()
     if stored.c and stored.c > 0 and now < stored.s + rule.window then
       save(rule, 's', stored.s, 'c', math.max(stored.c - cost, 0))
     end
+  end
+
+  -- A charge: port of FixedWindow::charge. The cost is recorded whatever is left; returns the
+  -- debt.
+  function fixed_window.charge(rule, stored, now, cost)
+    local limit, window = rule.limit, rule.window
+    local start, count = stored.s, stored.c
+    if not (count and count > 0 and now < start + window) then
+      if rule.first_hit then
+        start = now
+      else
+        start = now - now % window
+      end
+      count = 0
+    end
+    count = math.min(count + cost, MAX_COUNT)
+    save(rule, 's', start, 'c', count)
+    return math.max(count - limit, 0)
   end
 
   return fixed_window

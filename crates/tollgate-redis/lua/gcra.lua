@@ -4,6 +4,7 @@
 -- Params: interval_us, burst
 -- Fields: t = TAT (µs)
 -- Mark: none (a refund pulls the TAT back by the cost)
+-- Charge: the TAT moves past now + tolerance (debt = ceil((TAT - now - tolerance) / interval))
 
 ALGORITHMS.gcra = function()
   local gcra = {fields = {'t'}}
@@ -53,6 +54,20 @@ ALGORITHMS.gcra = function()
   -- A refund asked for by the caller: port of Gcra::refund, the same as above.
   function gcra.give_back(rule, stored, _, cost)
     gcra.refund(rule, stored, cost, 0)
+  end
+
+  -- A charge: port of Gcra::charge. The TAT moves cost intervals ahead whatever is left;
+  -- returns the debt.
+  function gcra.charge(rule, stored, now, cost)
+    local interval, tolerance = rule.interval, rule.tolerance
+    local tat = stored.t or now
+    if tat < now then
+      tat = now
+    end
+    local latest = math.max(now + tolerance + MAX_DEBT_US, tat)
+    tat = math.min(tat + cost * interval, latest)
+    save(rule, 't', tat)
+    return idiv(math.max(tat - now - tolerance, 0) + interval - 1, interval)
   end
 
   return gcra

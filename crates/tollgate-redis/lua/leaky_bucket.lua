@@ -3,6 +3,7 @@
 -- Params: capacity, interval_us
 -- Fields: l = whole units, d = when the next unit started draining (µs)
 -- Mark: none (a refund takes the cost back out, down to empty)
+-- Charge: the level goes above the capacity (debt = level - capacity) and leaks
 
 ALGORITHMS.leaky_bucket = function()
   local leaky_bucket = {fields = {'l', 'd'}}
@@ -54,6 +55,24 @@ ALGORITHMS.leaky_bucket = function()
   -- A refund asked for by the caller: port of LeakyBucket::refund, the same as above.
   function leaky_bucket.give_back(rule, stored, _, cost)
     leaky_bucket.refund(rule, stored, cost, 0)
+  end
+
+  -- A charge: port of LeakyBucket::charge. The cost is poured in whatever room is left; returns
+  -- the debt.
+  function leaky_bucket.charge(rule, stored, now, cost)
+    local capacity, interval = rule.capacity, rule.interval
+    local level, leaked_at = 0, now
+    if stored.l and stored.d then
+      local leaked = idiv(math.max(now - stored.d, 0), interval)
+      if leaked < stored.l then
+        level = stored.l - leaked
+        leaked_at = stored.d + leaked * interval
+      end
+    end
+    local most = math.max(capacity + idiv(MAX_DEBT_US, interval), level)
+    level = math.min(level + cost, most)
+    save(rule, 'l', level, 'd', leaked_at)
+    return math.max(level - capacity, 0)
   end
 
   return leaky_bucket

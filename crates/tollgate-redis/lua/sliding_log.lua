@@ -4,6 +4,8 @@
 -- Params: limit, window_us
 -- Fields: n = total cost of the members in the set; and a second key, the sorted set
 -- Mark: the time (score) of the entry a spend went into
+-- Charge: the cost is recorded as one entry whatever is left (debt = used - limit); past
+--         limit + 1 entries it joins the newest, which takes the charge's time
 
 ALGORITHMS.sliding_log = function()
   -- The cost stored in a member "time:cost".
@@ -146,6 +148,40 @@ ALGORITHMS.sliding_log = function()
       left = left - given
     end
     save(rule, 'n', math.max(total, 0))
+  end
+
+  -- A charge: port of SlidingLog::charge. Drops the expired entries, then records the cost
+  -- whatever is left: a new entry, or the newest one (taking the charge's time) once the log
+  -- holds limit + 1 entries. Returns the debt.
+  function sliding_log.charge(rule, stored, now, cost)
+    local limit, window, LOG = rule.limit, rule.window, rule.log
+    local fresh = not stored.n
+    if fresh and redis.call('ZCARD', LOG) > 0 then
+      redis.call('DEL', LOG)
+    end
+    local total = stored.n or 0
+    if not fresh then
+      for _, member in ipairs(redis.call('ZRANGEBYSCORE', LOG, '-inf', num(now - window))) do
+        total = total - member_cost(member)
+      end
+      redis.call('ZREMRANGEBYSCORE', LOG, '-inf', num(now - window))
+    end
+    cost = math.min(cost, math.max(MAX_COUNT - total, 0))
+    if cost > 0 then
+      local last = redis.call('ZRANGE', LOG, -1, -1, 'WITHSCORES')
+      local full = redis.call('ZCARD', LOG) > limit
+      if #last == 2 and (full or tonumber(last[2]) >= now) then
+        -- Same microsecond, or a full log: the newest entry takes the cost, at the later time.
+        local t = math.max(tonumber(last[2]), now)
+        redis.call('ZREM', LOG, last[1])
+        redis.call('ZADD', LOG, num(t), num(t) .. ':' .. num(member_cost(last[1]) + cost))
+      else
+        redis.call('ZADD', LOG, num(now), num(now) .. ':' .. num(cost))
+      end
+      total = total + cost
+    end
+    save(rule, 'n', total)
+    return math.max(total - limit, 0)
   end
 
   return sliding_log

@@ -3,6 +3,8 @@
 -- Params: limit, window_us (a whole number of ms; limit x window_ms < 2^51)
 -- Fields: s = current window start (µs), p = previous count, c = current count
 -- Mark: the start of the window a spend counted in
+-- Charge: the current count goes past the limit, weighted as usual
+--         (debt = ceil((used - limit x w) / w)); counts stop at 3 x 2^50 / w (and 2^32 - 1)
 
 ALGORITHMS.sliding_window = function()
   local sliding_window = {fields = {'s', 'p', 'c'}}
@@ -92,6 +94,25 @@ ALGORITHMS.sliding_window = function()
       previous = previous - math.min(cost - from_current, previous)
     end
     save(rule, 's', stored.s, 'p', previous, 'c', current)
+  end
+
+  -- A charge: port of SlidingWindow::charge. The cost is counted whatever is left; returns the
+  -- debt.
+  function sliding_window.charge(rule, stored, now, cost)
+    local limit, window_us, w = rule.limit, rule.window_us, rule.w
+    local start = idiv(now, window_us) * window_us
+    local s, previous, current = start, 0, 0
+    if stored.s and stored.s >= start then
+      s, previous, current = stored.s, stored.p or 0, stored.c or 0
+    elseif stored.s and stored.s + window_us == start then
+      previous = stored.c or 0
+    end
+    local max_count = math.min(idiv(3 * MAX_COUNT, w), 4294967295)
+    current = math.min(current + cost, math.max(max_count, current))
+    save(rule, 's', s, 'p', previous, 'c', current)
+    local e = idiv(math.max(now - s, 0), 1000)
+    local used = previous * (w - e) + current * w
+    return idiv(math.max(used - limit * w, 0) + w - 1, w)
   end
 
   return sliding_window

@@ -3,6 +3,7 @@
 -- Params: capacity, interval_us
 -- Fields: t = whole tokens, r = when the next token started accruing (µs)
 -- Mark: none (a refund puts the cost back, up to a full bucket)
+-- Charge: tokens stay at 0 and r moves owed x interval ahead (debt = ceil((r - now) / interval))
 
 ALGORITHMS.token_bucket = function()
   local token_bucket = {fields = {'t', 'r'}}
@@ -58,6 +59,29 @@ ALGORITHMS.token_bucket = function()
   -- A refund asked for by the caller: port of TokenBucket::refund, the same as above.
   function token_bucket.give_back(rule, stored, _, cost)
     token_bucket.refund(rule, stored, cost, 0)
+  end
+
+  -- A charge: port of TokenBucket::charge. What the bucket holds is spent, the rest is owed:
+  -- the refill clock moves owed intervals ahead. Returns the debt.
+  function token_bucket.charge(rule, stored, now, cost)
+    local capacity, interval = rule.capacity, rule.interval
+    local tokens, refilled_at = capacity, now
+    if stored.t and stored.r then
+      local accrued = idiv(math.max(now - stored.r, 0), interval)
+      if stored.t + accrued < capacity then
+        tokens = stored.t + accrued
+        refilled_at = stored.r + accrued * interval
+      end
+    end
+    if tokens >= cost then
+      save(rule, 't', tokens - cost, 'r', refilled_at)
+      return 0
+    end
+    local owed = cost - tokens
+    local latest = math.max(now + MAX_DEBT_US, refilled_at)
+    refilled_at = math.min(refilled_at + owed * interval, latest)
+    save(rule, 't', 0, 'r', refilled_at)
+    return idiv(math.max(refilled_at - now, 0) + interval - 1, interval)
   end
 
   return token_bucket

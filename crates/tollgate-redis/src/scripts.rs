@@ -6,7 +6,8 @@
 //! driver (`decide.lua`: one request), so one script decides any mix of algorithms in one call.
 //! The batch script is the same with another driver (`batch.lua`: many requests in turn, each
 //! as the decision script would decide it alone). The refund script is the same library with
-//! its own driver. The attempts and concurrency scripts are the common helpers and their own bodies.
+//! its own driver, and so is the charge script (`charge.lua`, after the request file for its
+//! time and expiry helpers). The attempts and concurrency scripts are the common helpers and their own bodies.
 //!
 //! `redis::Script` sends EVALSHA and, on NOSCRIPT (restart, `SCRIPT FLUSH`, failover, a node that
 //! never saw it), loads the script on the node that answered and retries, so callers never see
@@ -124,6 +125,8 @@ pub(crate) struct Scripts {
     /// Many requests in one call, each as `decide` would decide it alone (see `batch`).
     pub(crate) batch: Script,
     pub(crate) refund: Script,
+    /// Records costs whatever is left (`Store::charge`; see `lua/charge.lua`).
+    pub(crate) charge: Script,
     pub(crate) lease: Script,
     pub(crate) attempts: Script,
     pub(crate) reset: Script,
@@ -146,6 +149,7 @@ impl Scripts {
             decide,
             batch,
             refund: Script::new(library!("refund.lua")),
+            charge: Script::new(library!("request.lua", "charge.lua")),
             lease: Script::new(library!("lease.lua")),
             attempts: Script::new(concat!(
                 include_str!("../lua/common.lua"),
@@ -164,8 +168,9 @@ impl Scripts {
     }
 
     /// Every script, for `SCRIPT LOAD` ahead of traffic.
-    pub(crate) fn all(&self) -> [&Script; 9] {
+    pub(crate) fn all(&self) -> [&Script; 10] {
         [
+            &self.charge,
             &self.access,
             &self.set_override,
             &self.decide,
@@ -194,6 +199,8 @@ pub(crate) enum Mode {
     GiveBack,
     /// Give back a lease's unused units and take a new lease (the lease script).
     Lease,
+    /// Record costs whatever is left (the charge script: `Store::charge`).
+    Charge,
 }
 
 impl Mode {
@@ -205,6 +212,7 @@ impl Mode {
             Mode::Refund => "refund",
             Mode::GiveBack => "give_back",
             Mode::Lease => "lease",
+            Mode::Charge => "charge",
         }
     }
 }
@@ -242,6 +250,9 @@ pub(crate) const RULE_FIELDS: usize = 8;
 
 /// Integers per rule in a decision script's reply (see `lua/decide.lua`).
 pub(crate) const ANSWER: usize = 5;
+
+/// Integers per rule in a charge script's reply (see `lua/charge.lua`): an answer and the debt.
+pub(crate) const CHARGE_ANSWER: usize = ANSWER + 1;
 
 /// How many integers the decision script answers the call `args` with: [`ANSWER`] per rule,
 /// and with "reserve" one mark per rule more.

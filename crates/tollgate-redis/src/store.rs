@@ -27,7 +27,7 @@ use tollgate::attempts::Attempts;
 use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, LeaseId, LeaseIds, Release};
 use tollgate::overrides::{Override, OverrideStore, OverrideTarget};
 use tollgate::store::{self as core_store, AttemptsStore, Store};
-use tollgate::{AttemptsStatus, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
+use tollgate::{AttemptsStatus, Charged, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
 
 use crate::access;
 use crate::batch;
@@ -39,7 +39,7 @@ use crate::keys::{self, KeyNames};
 use crate::lease::{self, LeaseStats, Leases};
 use crate::overrides::Overrides;
 use crate::reset_channel::{self, Listener};
-use crate::scripts::{ANSWER, Mode, Scripts, call_args};
+use crate::scripts::{ANSWER, CHARGE_ANSWER, Mode, Scripts, call_args};
 use crate::transport::{self, Transport};
 
 /// Configures and connects a [`RedisStore`].
@@ -713,6 +713,23 @@ fn outcomes(reply: &[u64], count: usize) -> Result<Vec<Decision>, Error> {
         .collect())
 }
 
+/// The answers of `count` rules in a charge script's reply ([`CHARGE_ANSWER`] integers each, as
+/// `lua/charge.lua` says).
+fn charges(reply: &[u64], count: usize) -> Result<Vec<Charged>, Error> {
+    if reply.len() != CHARGE_ANSWER * count {
+        return Err(bad_reply(reply));
+    }
+    reply
+        .chunks_exact(CHARGE_ANSWER)
+        .map(|r| {
+            Ok(Charged {
+                decision: outcomes(&r[..ANSWER], 1)?[0],
+                debt: r[ANSWER],
+            })
+        })
+        .collect()
+}
+
 /// Rule indices grouped by the cluster slot of their keys (a rule's keys share one), in the
 /// order the slots first appear.
 fn slot_groups(keys: &[Vec<Vec<u8>>]) -> Vec<Vec<usize>> {
@@ -863,6 +880,74 @@ impl Store for RedisStore {
 
     async fn penalty_left(&self, policy: &Policy, key: &[u8]) -> Result<Option<Duration>, Error> {
         self.read_penalty(policy, key).await
+    }
+
+    /// The charge script (`lua/charge.lua`, a port of [`tollgate::algorithm::charge`]): one
+    /// atomic call on standalone Redis, one per slot on a cluster, each never retried once it
+    /// may have run. A charge is never refused, so the slots need no reserve-then-refund: each
+    /// records its own. When a call fails the error is returned for the whole charge (a slot
+    /// whose call failed may or may not have recorded; the other slots have), and the
+    /// [`Engine`](tollgate::Engine) applies the failure modes. Batch lanes are not used for
+    /// charges.
+    async fn charge(&self, rules: &[Rule<'_>]) -> Result<Vec<Charged>, Error> {
+        for rule in rules {
+            core_store::validate_charge(rule)?;
+        }
+        let (unique, index) = core_store::merge_charges(rules);
+        self.inner.overrides.refresh_prefixes().await;
+        let cache = self.inner.overrides.prefixes();
+        let now_us = self.inner.local_clock.now_us();
+        let policies: Vec<Option<Policy>> = unique
+            .iter()
+            .map(|r| {
+                cache
+                    .any()
+                    .then(|| cache.in_force(r.policy, r.key, now_us))
+                    .flatten()
+            })
+            .collect();
+        let unique: Vec<Rule<'_>> = unique
+            .iter()
+            .zip(&policies)
+            .map(|(rule, policy)| match policy {
+                Some(policy) => Rule { policy, ..*rule },
+                None => *rule,
+            })
+            .collect();
+        let inner = &self.inner;
+        let keys: Vec<Vec<Vec<u8>>> = unique
+            .iter()
+            .map(|rule| {
+                let state = inner
+                    .keys
+                    .state(rule.policy.hash_tag(), rule.policy.name(), rule.key);
+                call_keys(rule.policy, state)
+            })
+            .collect();
+        let groups = match inner.transport.is_cluster() {
+            true => slot_groups(&keys),
+            false => vec![(0..unique.len()).collect()],
+        };
+        let now = inner.transport.script_now();
+        let replies = join_all(groups.iter().map(|group| {
+            let call_keys: Vec<Vec<u8>> = group.iter().flat_map(|&i| keys[i].iter().cloned()).collect();
+            let args = call_args(now.clone(), Mode::Charge, group.iter().map(|&i| (&unique[i], 0)));
+            let transport = &inner.transport;
+            async move {
+                transport
+                    .call::<Vec<u64>>(&transport.scripts().charge, &call_keys, &args)
+                    .await
+            }
+        }))
+        .await;
+        let mut charged = vec![Charged::default(); unique.len()];
+        for (group, reply) in groups.iter().zip(replies) {
+            let reply = reply?;
+            for (&i, answer) in group.iter().zip(charges(&reply, group.len())?) {
+                charged[i] = answer;
+            }
+        }
+        Ok(index.into_iter().map(|u| charged[u]).collect())
     }
 
     /// One call of the refund script in its `give_back` mode (a port of

@@ -1,4 +1,5 @@
 //! Conformance vectors: (time, key, cost) -> expected decision, shared by every store; and
+//! charges that go into debt, refused checks while it lasts and the debt paid back; and
 //! multi-rule vectors: (time, rules) -> expected decision of each rule, for
 //! [`tollgate::Store::decide`]'s all-or-nothing; and override vectors: overrides set and removed
 //! between decisions, for [`tollgate::OverrideStore`].
@@ -30,6 +31,9 @@ pub enum Op {
     Reset,
     /// `refund(policy, key, cost)`; expects what a peek of cost 1 says after it.
     Refund,
+    /// `charge([Rule::new(policy, key, cost)])`; expects what a peek of cost 1 says after it, and
+    /// the debt.
+    Charge,
 }
 
 /// One step: at `T0_US + at_ms`, do `op` on `key` with `cost`; expect `(allowed, remaining,
@@ -46,6 +50,8 @@ pub struct Step {
     pub cost: u64,
     /// Expected `(allowed, remaining, retry_after_ms)`; ignored for `Reset`.
     pub expect: (bool, u64, Option<u64>),
+    /// Expected debt of a `Charge`; 0 for the other operations.
+    pub debt: u64,
 }
 
 /// A policy and its steps.
@@ -66,6 +72,7 @@ const fn ok(at_ms: u64, cost: u64, remaining: u64) -> Step {
         op: Op::Check,
         cost,
         expect: (true, remaining, None),
+        debt: 0,
     }
 }
 
@@ -76,6 +83,7 @@ const fn no(at_ms: u64, cost: u64, remaining: u64, retry_ms: u64) -> Step {
         op: Op::Check,
         cost,
         expect: (false, remaining, Some(retry_ms)),
+        debt: 0,
     }
 }
 
@@ -87,6 +95,19 @@ const fn refund(at_ms: u64, cost: u64, expect: (bool, u64, Option<u64>)) -> Step
         op: Op::Refund,
         cost,
         expect,
+        debt: 0,
+    }
+}
+
+/// A charge of `cost` at `at_ms`, expecting `debt` and a peek of cost 1 after it to say `expect`.
+const fn charge(at_ms: u64, cost: u64, debt: u64, expect: (bool, u64, Option<u64>)) -> Step {
+    Step {
+        at_ms,
+        key: b"k",
+        op: Op::Charge,
+        cost,
+        expect,
+        debt,
     }
 }
 
@@ -115,6 +136,7 @@ const fn reset(at_ms: u64) -> Step {
         op: Op::Reset,
         cost: 1,
         expect: (true, 0, None),
+        debt: 0,
     }
 }
 
@@ -445,6 +467,96 @@ pub fn all() -> Vec<Vector> {
             ],
         },
         Vector {
+            name: "fixed window charge: the count goes past the limit, the window's end clears it",
+            policy: policy("charge-fw", Algorithm::fixed_window(4, s(10), Anchor::Epoch)),
+            steps: vec![
+                ok(0, 1, 3),
+                charge(1, 5, 2, (false, 0, Some(9_999))),
+                no(2, 1, 0, 9_998),
+                ok(10_000, 4, 0),
+            ],
+        },
+        Vector {
+            name: "sliding log charge: the units leave the window entry by entry",
+            policy: policy("charge-log", Algorithm::sliding_log(4, s(10))),
+            steps: vec![
+                ok(0, 1, 3),
+                charge(1_000, 5, 2, (false, 0, Some(10_000))),
+                no(5_000, 1, 0, 6_000),
+                no(10_000, 1, 0, 1_000),
+                ok(11_000, 4, 0),
+            ],
+        },
+        Vector {
+            name: "sliding window charge: the count past the limit is weighted as it slides out",
+            policy: policy("charge-sw", Algorithm::sliding_window(4, s(10))),
+            steps: vec![
+                charge(0, 6, 2, (false, 0, Some(15_000))),
+                no(12_000, 1, 0, 3_000),
+                ok(15_000, 1, 0),
+            ],
+        },
+        Vector {
+            name: "token bucket charge: tokens owed, the refill pays them back first",
+            policy: policy(
+                "charge-tb",
+                Algorithm::token_bucket(4, Rate::per_second(1).unwrap()),
+            ),
+            steps: vec![
+                ok(0, 1, 3),
+                charge(500, 5, 2, (false, 0, Some(2_500))),
+                no(2_999, 1, 0, 1),
+                ok(3_000, 1, 0),
+            ],
+        },
+        Vector {
+            name: "leaky bucket charge: the level goes above the capacity and leaks",
+            policy: policy(
+                "charge-lb",
+                Algorithm::leaky_bucket(4, Rate::per_second(1).unwrap()),
+            ),
+            steps: vec![
+                ok(0, 1, 3),
+                charge(500, 5, 2, (false, 0, Some(2_500))),
+                no(2_999, 1, 0, 1),
+                ok(3_000, 1, 0),
+            ],
+        },
+        Vector {
+            name: "gcra charge: the TAT moves past now + tolerance",
+            policy: policy("charge-gcra", Algorithm::gcra(Rate::per_second(1).unwrap(), 4)),
+            steps: vec![
+                ok(0, 1, 3),
+                charge(500, 5, 2, (false, 0, Some(2_500))),
+                no(2_999, 1, 0, 1),
+                ok(3_000, 1, 0),
+            ],
+        },
+        Vector {
+            name: "calendar quota charge: the period's end clears the debt",
+            policy: calendar("charge-daily", 4, Period::Day, "UTC"),
+            steps: vec![
+                charge(utc("2024-05-01T23:59:59Z"), 6, 2, (false, 0, Some(1_000))),
+                no(utc("2024-05-01T23:59:59.5Z"), 1, 0, 500),
+                ok(utc("2024-05-02T00:00:00Z"), 4, 0),
+            ],
+        },
+        Vector {
+            name: "a charge starts no penalty; the next refused check does",
+            policy: blocking(
+                policy("charge-block", Algorithm::fixed_window(4, s(10), Anchor::Epoch)),
+                s(60),
+            ),
+            steps: vec![
+                charge(0, 5, 1, (false, 0, Some(60_000))),
+                peek(no(1, 1, 0, 60_000)),
+                ok(10_000, 1, 3),
+                charge(10_001, 4, 1, (false, 0, Some(60_000))),
+                no(10_002, 1, 0, 60_000),
+                no(20_000, 1, 0, 50_002),
+            ],
+        },
+        Vector {
             name: "keys with any bytes are separate",
             policy: policy("bytes", Algorithm::sliding_log(1, s(60))),
             steps: vec![
@@ -462,17 +574,27 @@ pub fn all() -> Vec<Vector> {
 
 /// The stores under test, seen through one interface (the Redis store's methods are async).
 pub trait Subject {
-    /// Runs one step and returns the decision (`None` for a reset).
-    fn step(&self, policy: &Policy, step: &Step) -> impl Future<Output = Result<Option<Decision>, Error>>;
+    /// Runs one step and returns the decision (`None` for a reset) with the debt (0 but for a
+    /// charge).
+    fn step(
+        &self,
+        policy: &Policy,
+        step: &Step,
+    ) -> impl Future<Output = Result<Option<(Decision, u64)>, Error>>;
 }
 
 impl<S: tollgate::Store> Subject for S {
-    async fn step(&self, policy: &Policy, step: &Step) -> Result<Option<Decision>, Error> {
+    async fn step(&self, policy: &Policy, step: &Step) -> Result<Option<(Decision, u64)>, Error> {
+        let decided = |d: Decision| Some((d, 0));
         match step.op {
-            Op::Check => self.check(policy, step.key, step.cost).await.map(Some),
-            Op::Peek => self.peek(policy, step.key, step.cost).await.map(Some),
+            Op::Check => self.check(policy, step.key, step.cost).await.map(decided),
+            Op::Peek => self.peek(policy, step.key, step.cost).await.map(decided),
             Op::Reset => self.reset(policy, step.key).await.map(|()| None),
-            Op::Refund => self.refund(policy, step.key, step.cost).await.map(Some),
+            Op::Refund => self.refund(policy, step.key, step.cost).await.map(decided),
+            Op::Charge => {
+                let charged = self.charge(&[Rule::new(policy, step.key, step.cost)]).await?;
+                Ok(charged.first().map(|c| (c.decision, c.debt)))
+            }
         }
     }
 }
@@ -489,17 +611,18 @@ pub async fn run(store: &impl Subject, clock: &tollgate::ManualClock) -> Vec<Opt
                 .step(&vector.policy, step)
                 .await
                 .unwrap_or_else(|e| panic!("{}: step {i} failed: {e}", vector.name));
-            if let Some(d) = decision {
+            if let Some((d, debt)) = decision {
                 let got = (
                     d.allowed,
                     d.remaining,
                     d.retry_after.map(|r| r.as_micros() as u64),
+                    debt,
                 );
                 let (allowed, remaining, retry_ms) = step.expect;
-                let want = (allowed, remaining, retry_ms.map(|ms| ms * 1000));
+                let want = (allowed, remaining, retry_ms.map(|ms| ms * 1000), step.debt);
                 assert_eq!(got, want, "{}: step {i} at {} ms", vector.name, step.at_ms);
             }
-            decisions.push(decision);
+            decisions.push(decision.map(|(d, _)| d));
         }
     }
     decisions

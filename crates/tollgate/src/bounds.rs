@@ -47,6 +47,24 @@ pub const MAX_LOG_LIMIT: u64 = 100_000;
 /// ```
 pub const MAX_WINDOW_UNITS: u64 = 1 << 51;
 
+/// The longest a charge's debt may take to be paid back by a bucket or GCRA: 1000 days, as
+/// [`MAX_PERIOD`]. A charge past it is recorded up to it, so every time an algorithm stores
+/// stays within 2 × 1000 days of now, exact in a Lua double.
+///
+/// ```
+/// assert_eq!(tollgate::bounds::MAX_DEBT_PERIOD, tollgate::bounds::MAX_PERIOD);
+/// ```
+pub const MAX_DEBT_PERIOD: Duration = MAX_PERIOD;
+
+/// The largest count a fixed window, calendar quota or sliding log may reach with charges:
+/// 2^50. A window paying back a debt that large is refused until it ends anyway; the bound
+/// keeps counts plus costs exact in a Lua double.
+///
+/// ```
+/// assert_eq!(tollgate::bounds::MAX_COUNT, 1 << 50);
+/// ```
+pub const MAX_COUNT: u64 = 1 << 50;
+
 /// The longest key, in bytes.
 ///
 /// ```
@@ -85,6 +103,9 @@ pub(crate) fn count(field: &'static str, value: u64, max: u64) -> Result<u64, Po
     }
     Ok(value)
 }
+
+/// [`MAX_DEBT_PERIOD`] in µs.
+pub(crate) const MAX_DEBT_US: u64 = 1000 * 24 * 3600 * 1_000_000;
 
 /// A duration in whole microseconds, saturating (only used on validated durations).
 pub(crate) fn as_us(value: Duration) -> u64 {

@@ -62,6 +62,29 @@ impl Decision {
     }
 }
 
+/// The answer to a charge ([`Store::charge`](crate::Store::charge)) for one rule: what a check of
+/// cost 1 would get right after it, and the debt.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Algorithm, ManualClock, MemoryStore, Policy, Rule};
+///
+/// let store = MemoryStore::builder().clock(ManualClock::new(0)).build();
+/// let tokens = Policy::new("tokens", Algorithm::sliding_log(1_000, Duration::from_secs(60))?)?;
+/// let charged = store.charge(&[Rule::new(&tokens, "tenant-a", 1_200)])?;
+/// assert_eq!(charged[0].debt, 200);
+/// assert!(!charged[0].decision.allowed);
+/// assert_eq!(charged[0].decision.retry_after, Some(Duration::from_secs(60)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Charged {
+    /// What a check of cost 1 would get now, after the charge (penalty included).
+    pub decision: Decision,
+    /// Units owed beyond the budget, 0 when none: how far the charge took the key into debt.
+    pub debt: u64,
+}
+
 /// The answer to [`check_limit`](crate::AttemptsStore::check_limit) on an attempts counter.
 ///
 /// ```

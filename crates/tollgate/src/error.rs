@@ -160,6 +160,12 @@ pub enum Error {
         /// The policy of the refund.
         policy: String,
     },
+    /// The store cannot record charges.
+    #[error("this store cannot charge (policy `{policy}`)")]
+    ChargeUnsupported {
+        /// The policy of the first rule charged.
+        policy: String,
+    },
     /// The policy's algorithm takes no runtime overrides (a calendar quota: its periods are
     /// placed by the policy's time zone, which an override could not move on every store alike).
     #[error("policy `{policy}` uses {algorithm}, which takes no runtime overrides")]

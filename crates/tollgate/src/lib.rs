@@ -38,13 +38,15 @@
 //!   [`ConcurrencyStore`](concurrency::ConcurrencyStore) trait: at most `n` requests of a key in
 //!   flight, with leases that are released or expire.
 //! - [`attempts`]: the attempts counter for brute-force protection.
-//! - [`decision`]: [`Decision`] and [`AttemptsStatus`], the answers.
+//! - [`decision`]: [`Decision`], [`Charged`] and [`AttemptsStatus`], the answers.
 //! - [`rule`]: a [`Rule`] is one limit of a request: a policy, a key, a cost, shadow or not.
 //! - [`engine`]: the [`Engine`] decides a request's rules all or nothing on any store, applies
 //!   failure modes once, and labels the [`Outcome`]; every door (HTTP, gRPC, middleware, proxy)
 //!   goes through it.
 //! - [`store`]: the [`Store`] trait every backend implements (one atomic `decide` of a list of
-//!   rules), the [`AttemptsStore`] trait beside it, and the input checks they share.
+//!   rules; `reset`, `refund`, and `charge`, a cost recorded after the fact that is never
+//!   refused and may leave a key in debt), the [`AttemptsStore`] trait beside it, and the input
+//!   checks they share.
 //! - [`memory`]: [`MemoryStore`], the embedded, bounded, sharded default; a request's rules are
 //!   decided under the locks of the shards they touch, taken in order.
 //! - [`clock`]: [`Clock`], with [`SystemClock`] and [`ManualClock`] for tests.
@@ -81,9 +83,9 @@ pub mod store;
 pub mod top_keys;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{AttemptsStatus, Decision, Decisions};
+pub use decision::{AttemptsStatus, Charged, Decision, Decisions};
 pub use enforcement::Enforcement;
-pub use engine::{Engine, EngineBuilder, Outcome, RuleVerdict, Verdict};
+pub use engine::{Charges, Engine, EngineBuilder, Outcome, RuleVerdict, Verdict};
 pub use error::{Error, PolicyError, StoreErrorKind};
 pub use lease::LeaseOptions;
 pub use memory::{MemoryStore, MemoryStoreBuilder};

@@ -12,7 +12,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{AttemptsStatus, Decision, Decisions, Error, Policy, Rule, bounds};
+use crate::{AttemptsStatus, Charged, Decision, Decisions, Error, Policy, Rule, bounds};
 
 /// A place where rate limit state lives.
 ///
@@ -121,6 +121,57 @@ pub trait Store: Send + Sync {
         let policy = policy.name().to_owned();
         async move { Err(Error::RefundUnsupported { policy }) }
     }
+
+    /// Records every rule's cost whatever is left of its budget, in one atomic step: a
+    /// *charge*, for a cost known only after the request (tokens of a model's answer, bytes
+    /// sent). A charge is never refused for budget: a key without enough left goes into debt,
+    /// which its algorithm pays back the way it forgets spending (see
+    /// [`algorithm::charge`](crate::algorithm::charge) and each algorithm's *Debt*), and until
+    /// then a check of it is refused with the exact `retry_after`. A charge starts no
+    /// `block_for` penalty (the next refused check does) and lifts none.
+    ///
+    /// - Rules naming the same (policy, key) add up. A rule's `shadow`, `question` and `apart`
+    ///   flags are ignored: a charge always records.
+    /// - Costs are 1 to [`MAX_LIMIT`](bounds::MAX_LIMIT), above the policy's own limit if need
+    ///   be; keys are validated as for checks ([`validate_charge`]).
+    /// - The answers come back in the rules' order: for each, what a check of cost 1 would get
+    ///   right after the charge, and the debt ([`Charged`]).
+    ///
+    /// A networked store that splits the rules over several calls (one per cluster slot) needs
+    /// no refunds: a charge is never refused, so each call records its own.
+    ///
+    /// The default refuses with [`Error::ChargeUnsupported`], for stores that cannot charge.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, ManualClock, MemoryStore, Policy, Rule, Store};
+    ///
+    /// # futures_lite_block_on(async {
+    /// let clock = ManualClock::new(0);
+    /// let store = MemoryStore::builder().clock(clock.clone()).build();
+    /// let tokens = Policy::new("llm-tokens", Algorithm::fixed_window(1_000, Duration::from_secs(60), tollgate::Anchor::Epoch)?)?;
+    /// // Reserve an estimate, then settle at the actual cost once the answer is known.
+    /// assert!(Store::check(&store, &tokens, b"tenant-a", 500).await?.allowed);
+    /// let charged = Store::charge(&store, &[Rule::new(&tokens, "tenant-a", 700)]).await?;
+    /// assert_eq!(charged[0].debt, 200);
+    /// assert!(!Store::check(&store, &tokens, b"tenant-a", 1).await?.allowed);
+    /// clock.advance(Duration::from_secs(60)); // the window's end clears the debt
+    /// assert!(Store::check(&store, &tokens, b"tenant-a", 1).await?.allowed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # })?;
+    /// # fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
+    /// #     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    /// #     match std::pin::pin!(f).poll(&mut cx) { std::task::Poll::Ready(v) => v, _ => unreachable!() }
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn charge(&self, rules: &[Rule<'_>]) -> impl Future<Output = Result<Vec<Charged>, Error>> + Send {
+        let policy = rules
+            .first()
+            .map(|r| r.policy.name().to_owned())
+            .unwrap_or_default();
+        async move { Err(Error::ChargeUnsupported { policy }) }
+    }
 }
 
 // A store shared with the rest of an application (say, to reset a key after a login) is a
@@ -171,6 +222,10 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         key: &[u8],
     ) -> impl Future<Output = Result<Option<Duration>, Error>> + Send {
         (**self).penalty_left(policy, key)
+    }
+
+    fn charge(&self, rules: &[Rule<'_>]) -> impl Future<Output = Result<Vec<Charged>, Error>> + Send {
+        (**self).charge(rules)
     }
 }
 
@@ -277,6 +332,66 @@ pub fn validate_check(policy: &Policy, key: &[u8], cost: u64) -> Result<(), Erro
         });
     }
     Ok(())
+}
+
+/// Rejects a bad key, a zero cost, or a cost above [`MAX_LIMIT`](bounds::MAX_LIMIT) in a rule
+/// handed to [`Store::charge`]. Unlike a check's, a charge's cost may exceed the policy's limit.
+///
+/// ```
+/// use tollgate::store::validate_charge;
+/// use tollgate::{Algorithm, Error, Policy, Rate, Rule};
+///
+/// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 5)?)?;
+/// assert!(validate_charge(&Rule::new(&policy, "k", 50)).is_ok());
+/// assert!(matches!(validate_charge(&Rule::new(&policy, "k", 2_000_000_000)), Err(Error::CostTooLarge { .. })));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[inline]
+pub fn validate_charge(rule: &Rule<'_>) -> Result<(), Error> {
+    validate_rule(rule)?;
+    if rule.cost > bounds::MAX_LIMIT {
+        return Err(Error::CostTooLarge {
+            cost: rule.cost,
+            max: bounds::MAX_LIMIT,
+            policy: rule.policy.name().to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// The rules of a charge with those naming the same (policy name, key) added up: one rule per
+/// budget, and for each of the caller's rules the index of its budget's.
+///
+/// ```
+/// use tollgate::store::merge_charges;
+/// use tollgate::{Algorithm, Policy, Rate, Rule};
+///
+/// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 5)?)?;
+/// let rules = [Rule::new(&policy, "a", 2), Rule::new(&policy, "b", 1), Rule::new(&policy, "a", 3)];
+/// let (unique, index) = merge_charges(&rules);
+/// assert_eq!(unique.iter().map(|r| r.cost).collect::<Vec<_>>(), [5, 1]);
+/// assert_eq!(index, [0, 1, 0]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn merge_charges<'a>(rules: &[Rule<'a>]) -> (Vec<Rule<'a>>, Vec<usize>) {
+    let mut unique: Vec<Rule<'a>> = Vec::with_capacity(rules.len());
+    let mut index = Vec::with_capacity(rules.len());
+    for rule in rules {
+        match unique
+            .iter()
+            .position(|u| u.key == rule.key && u.policy.name() == rule.policy.name())
+        {
+            Some(u) => {
+                unique[u].cost = unique[u].cost.saturating_add(rule.cost);
+                index.push(u);
+            }
+            None => {
+                index.push(unique.len());
+                unique.push(Rule::new(rule.policy, rule.key, rule.cost));
+            }
+        }
+    }
+    (unique, index)
 }
 
 /// Rejects `max_attempts == 0`.

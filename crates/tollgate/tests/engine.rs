@@ -217,6 +217,72 @@ impl Store for Flaky {
     async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {
         self.memory.reset(policy, key)
     }
+
+    async fn charge(&self, rules: &[Rule<'_>]) -> Result<Vec<tollgate::Charged>, Error> {
+        if self.down.load(Ordering::Relaxed) {
+            return Err(Error::store(self.kind, format!("{:?} injected", self.kind)));
+        }
+        self.memory.charge(rules)
+    }
+}
+
+#[test]
+fn a_charge_on_a_failing_store_follows_each_failure_mode_and_is_never_dropped_silently() {
+    let two = NonZeroU32::new(2).unwrap();
+    for kind in KINDS {
+        let engine = flaky(kind);
+        let open = log("open", 4).with_failure_mode(FailureMode::FailOpen);
+        let closed = log("closed", 4).with_failure_mode(FailureMode::FailClosed);
+        let local = log("local", 4).with_failure_mode(FailureMode::Local { instances: two });
+        let rules = [
+            Rule::new(&open, "k", 3),
+            Rule::new(&closed, "k", 3),
+            Rule::new(&local, "k", 3),
+        ];
+        let charges = now(engine.charge_all(&rules)).unwrap();
+        assert!(charges.store_error.is_some(), "{kind:?}");
+        assert!(charges.rules.iter().all(|c| c.decision.degraded));
+        // FailOpen and FailClosed cannot record: counted, not dropped.
+        assert_eq!(charges.unrecorded, 2);
+        assert!(charges.rules[0].decision.allowed);
+        assert!(!charges.rules[1].decision.allowed);
+        // Local charges the share (2 of 4): 3 is one unit of debt.
+        assert_eq!(charges.rules[2].debt, 1);
+        assert!(!charges.rules[2].decision.allowed);
+        let verdict = now(engine.check(&local, b"k", 1)).unwrap();
+        assert!(!verdict.allowed(), "the local limiter holds the debt");
+        // Bad input is the caller's error, whatever the store.
+        assert!(now(engine.charge(&open, b"", 1)).is_err());
+        assert!(now(engine.charge(&open, b"k", 0)).is_err());
+        assert!(now(engine.charge(&open, b"k", tollgate::bounds::MAX_LIMIT + 1)).is_err());
+        // Back up: the store records, above the policy's limit if need be.
+        engine.store().down.store(false, Ordering::Relaxed);
+        let charges = now(engine.charge(&closed, b"k", 6)).unwrap();
+        assert!(charges.store_error.is_none() && charges.unrecorded == 0);
+        assert_eq!(charges.rules[0].debt, 2);
+        assert!(!charges.rules[0].decision.degraded);
+    }
+}
+
+#[test]
+fn access_lists_and_flags_do_not_apply_to_a_charge() {
+    use tollgate::access::{AccessEntry, AccessLists, EntryKind, Listed};
+    let engine = engine();
+    let policy = log("p", 2);
+    engine.set_access_lists(AccessLists::new([
+        AccessEntry::new(None, Listed::Deny, EntryKind::Key, "banned").unwrap(),
+        AccessEntry::new(None, Listed::Allow, EntryKind::Key, "friend").unwrap(),
+    ]));
+    for key in ["banned", "friend"] {
+        let rules = [
+            Rule::new(&policy, key, 2).as_shadow(),
+            Rule::new(&policy, key, 1).as_question(),
+        ];
+        let charges = now(engine.charge_all(&rules)).unwrap();
+        assert_eq!(charges.rules.len(), 2);
+        assert_eq!(charges.rules[0], charges.rules[1], "one budget, one answer");
+        assert_eq!(charges.rules[0].debt, 1, "{key}: both costs recorded");
+    }
 }
 
 fn flaky(kind: StoreErrorKind) -> Engine<Flaky> {

@@ -18,6 +18,11 @@
 //! by Redis's clock, as every other algorithm is.
 //!
 //! Denied requests are not counted.
+//!
+//! **Debt.** A charge ([`CalendarQuota::charge`]) records its cost whatever is left, as a fixed
+//! window's does: the count may go past the limit, the key owes `debt = count − limit`, checks
+//! are refused until the period ends, and the period's end clears it. Counts stop at
+//! [`MAX_COUNT`](crate::bounds::MAX_COUNT).
 
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
@@ -345,6 +350,54 @@ impl CalendarQuota {
         {
             s.count = s.count.saturating_sub(cost);
         }
+    }
+
+    /// Records `cost` in the period holding `now_us` whatever is left; see
+    /// [`charge_in`](Self::charge_in).
+    ///
+    /// ```
+    /// use tollgate::algorithm::calendar_quota::{CalendarQuota, Period};
+    ///
+    /// let daily = CalendarQuota::new(2, Period::Day, "UTC")?;
+    /// let mut state = None;
+    /// assert_eq!(daily.charge(&mut state, 5, 3), 1);
+    /// assert!(!daily.step(&mut state, 6, 1, false).allowed);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> u64 {
+        let period = self.period_at(now_us);
+        self.charge_in(state, period, now_us, cost)
+    }
+
+    /// Records `cost` in the period `[start, end)` whatever is left (see the module's *Debt*),
+    /// and returns the debt: how far the count is past the limit.
+    ///
+    /// ```
+    /// use tollgate::algorithm::calendar_quota::{CalendarQuota, Period};
+    ///
+    /// let quota = CalendarQuota::new(3, Period::Day, "UTC")?;
+    /// let mut state = None;
+    /// assert_eq!(quota.charge_in(&mut state, (0, 100), 40, 5), 2);
+    /// assert_eq!(quota.step_in(&mut state, (0, 100), 50, 1, false).retry_after_us, Some(50));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn charge_in(
+        &self,
+        state: &mut Option<State>,
+        (start_us, _end_us): (u64, u64),
+        _now_us: u64,
+        cost: u64,
+    ) -> u64 {
+        let count = match state {
+            Some(s) if s.count > 0 && s.window_start_us == start_us => s.count,
+            _ => 0,
+        };
+        let count = count.saturating_add(cost).min(bounds::MAX_COUNT);
+        *state = Some(State {
+            window_start_us: start_us,
+            count,
+        });
+        count.saturating_sub(self.limit)
     }
 
     /// The first day of the period holding `date`.

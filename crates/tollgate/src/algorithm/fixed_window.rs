@@ -7,6 +7,11 @@
 //!
 //! Denied requests are not counted, so a client hammering a closed window does not push its own
 //! reopening further away.
+//!
+//! **Debt.** A charge ([`FixedWindow::charge`]) records its cost whatever is left: the count may
+//! go past the limit, and the key owes `debt = count − limit`. Checks are refused until the
+//! window ends, whose end clears the count (and the debt with it). Counts stop at
+//! [`MAX_COUNT`](crate::bounds::MAX_COUNT).
 
 use std::time::Duration;
 
@@ -183,6 +188,31 @@ impl FixedWindow {
         {
             s.count = s.count.saturating_sub(cost);
         }
+    }
+
+    /// Records `cost` in the current window whatever is left (see the module's *Debt*), and
+    /// returns the debt: how far the count is past the limit, 0 when it is not.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::Anchor;
+    /// use tollgate::algorithm::fixed_window::FixedWindow;
+    ///
+    /// let params = FixedWindow::new(2, Duration::from_secs(1), Anchor::Epoch)?;
+    /// let mut state = None;
+    /// assert_eq!(params.charge(&mut state, 0, 5), 3);
+    /// assert_eq!(params.step(&mut state, 400_000, 1, false).retry_after_us, Some(600_000));
+    /// assert!(params.step(&mut state, 1_000_000, 2, false).allowed); // the window's end clears it
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> u64 {
+        let current = self.current_window(state.as_ref(), now_us);
+        let count = current.count.saturating_add(cost).min(bounds::MAX_COUNT);
+        *state = Some(State {
+            window_start_us: current.window_start_us,
+            count,
+        });
+        count.saturating_sub(self.limit)
     }
 
     /// The window `now_us` falls in, with the count carried over when it is the stored one.

@@ -21,6 +21,13 @@
 //! would be completely refilled. Each admitted request pushes the TAT `cost × interval` further
 //! into the future. A request is admitted if, after pushing, the TAT is no more than
 //! `burst × interval` ahead of now.
+//!
+//! **Debt.** A charge ([`Gcra::charge`]) records its cost whatever is left: it pushes the TAT
+//! `cost × interval` ahead even past `now + tolerance`. The key then owes
+//! `debt = ⌈(TAT − now − tolerance) / interval⌉` requests, and a check of `cost` is refused for
+//! exactly `TAT + cost × interval − now − tolerance`: time pays the debt back at the rate, as it
+//! frees any spent burst. The TAT stops at `now + tolerance +`
+//! [`MAX_DEBT_PERIOD`](crate::bounds::MAX_DEBT_PERIOD).
 
 use super::StepDecision;
 use crate::{PolicyError, Rate, bounds};
@@ -133,6 +140,30 @@ impl Gcra {
             reset_after_us: ahead,
             retry_after_us: (!allowed).then(|| pushed - now_us - tolerance),
         }
+    }
+
+    /// Records `cost` requests whatever is left (see the module's *Debt*) and returns the debt:
+    /// the requests owed beyond the burst, 0 when none.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::gcra::Gcra;
+    ///
+    /// let params = Gcra::new(Rate::per_second(10)?, 5)?;
+    /// let mut state = None;
+    /// assert_eq!(params.charge(&mut state, 0, 7), 2);
+    /// // Two intervals to pay the debt, one more for a request of cost 1.
+    /// assert_eq!(params.step(&mut state, 0, 1, false).retry_after_us, Some(300_000));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> u64 {
+        let interval = self.rate.interval_us();
+        let tolerance = self.tolerance_us();
+        let tat = state.map_or(now_us, |s| s.tat_us.max(now_us));
+        let latest = (now_us + tolerance + bounds::MAX_DEBT_US).max(tat);
+        let tat = tat.saturating_add(cost.saturating_mul(interval)).min(latest);
+        *state = Some(State { tat_us: tat });
+        (tat - now_us).saturating_sub(tolerance).div_ceil(interval)
     }
 
     /// Gives back `cost` requests: the TAT moves back by `cost` intervals (a TAT in the past is a

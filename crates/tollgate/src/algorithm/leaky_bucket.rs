@@ -4,6 +4,12 @@
 //! This is the mirror image of the token bucket (the level is the tokens already spent) and
 //! admits the same traffic: bursts up to `capacity`, then the leak rate. Use whichever picture
 //! your team reasons in. It is not a queue: nothing is delayed, requests pass or are denied now.
+//!
+//! **Debt.** A charge ([`LeakyBucket::charge`]) pours its cost whatever room is left: the level
+//! may go above the capacity, and the key owes `debt = level − capacity` units. The bucket
+//! leaks as usual, and a check of `cost` is refused until `level + cost − capacity` units have
+//! leaked. The level stops at `capacity +` what leaks in
+//! [`MAX_DEBT_PERIOD`](crate::bounds::MAX_DEBT_PERIOD).
 
 use super::StepDecision;
 use crate::{PolicyError, Rate, bounds};
@@ -130,6 +136,28 @@ impl LeakyBucket {
             level: s.level - leaked,
             leaked_at_us: s.leaked_at_us + leaked * interval,
         }
+    }
+
+    /// Pours `cost` units whatever room is left (see the module's *Debt*) and returns the debt:
+    /// the units above the capacity, 0 when none.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::leaky_bucket::LeakyBucket;
+    ///
+    /// let params = LeakyBucket::new(3, Rate::per_second(1)?)?;
+    /// let mut state = None;
+    /// assert_eq!(params.charge(&mut state, 0, 5), 2);
+    /// assert_eq!(params.step(&mut state, 0, 1, false).retry_after_us, Some(3_000_000));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> u64 {
+        let interval = self.leak.interval_us();
+        let s = self.drained(state.as_ref(), now_us);
+        let most = (self.capacity + bounds::MAX_DEBT_US / interval).max(s.level);
+        let level = s.level.saturating_add(cost).min(most);
+        *state = Some(State { level, ..s });
+        level.saturating_sub(self.capacity)
     }
 
     /// Takes up to `cost` units back out of the bucket, never below empty.

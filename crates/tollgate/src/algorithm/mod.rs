@@ -8,6 +8,12 @@
 //!
 //! Steps expect a cost of 1 to the policy's limit; stores check that before calling. Given
 //! anything else they still return without panicking.
+//!
+//! Beside the step, each algorithm has a `refund` (give back what was spent) and a `charge`
+//! (record a cost whatever is left, for a cost known only after the request): a charge is never
+//! refused, so it may leave the key in *debt*, which the algorithm pays back the way it forgets
+//! spending (each module's *Debt* section gives the formula). [`refund`] and [`charge`]
+//! dispatch on the policy's algorithm.
 
 pub mod calendar_quota;
 pub mod fixed_window;
@@ -281,6 +287,75 @@ pub fn refund(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64) {
                 p.refund(log, now_us, cost);
             }
         }
+    }
+}
+
+/// What a charge did: the answer a check of cost 1 would get right after it, and the debt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepCharge {
+    /// What a check of cost 1 would get now (a peek, penalty included).
+    pub decision: StepDecision,
+    /// Units owed beyond the budget, 0 when none; see each algorithm's *Debt*.
+    pub debt: u64,
+}
+
+/// Records `cost` for this key whatever is left of its budget: a charge, for a cost known only
+/// after the request (tokens of a model's answer, bytes sent). It is never refused: the key
+/// goes into debt, and the algorithm pays the debt back the way it forgets spending (each
+/// algorithm's module docs give its formula). Until then a check is refused with the exact
+/// `retry_after`. A charge starts no penalty and lifts none; a key blocked by one stays
+/// blocked. A state of another algorithm counts as empty. The answer is what a check of cost 1
+/// would get right after the charge (as [`refund`] answers), with the debt.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::algorithm::{KeyState, charge, decide};
+/// use tollgate::{Algorithm, Policy, Rate};
+///
+/// let policy = Policy::new("tokens", Algorithm::token_bucket(100, Rate::per_second(10)?)?)?;
+/// let mut state = KeyState::default();
+/// let charged = charge(&policy, &mut state, 0, 130);
+/// assert_eq!(charged.debt, 30);
+/// assert_eq!(charged.decision.retry_after_us, Some(3_100_000));
+/// // Three seconds pay the debt back; a tenth more brings one token.
+/// assert!(decide(&policy, &mut state, 3_100_000, 1, true).allowed);
+/// # Ok::<(), tollgate::PolicyError>(())
+/// ```
+pub fn charge(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64) -> StepCharge {
+    let slot = &mut state.algorithm;
+    macro_rules! copy_state {
+        ($params:expr, $variant:ident) => {{
+            let mut state = match slot {
+                AlgorithmState::$variant(s) => Some(*s),
+                _ => None,
+            };
+            let debt = $params.charge(&mut state, now_us, cost);
+            if let Some(s) = state {
+                *slot = AlgorithmState::$variant(s);
+            }
+            debt
+        }};
+    }
+    let debt = match policy.algorithm() {
+        Algorithm::FixedWindow(p) => copy_state!(p, FixedWindow),
+        Algorithm::SlidingWindow(p) => copy_state!(p, SlidingWindow),
+        Algorithm::TokenBucket(p) => copy_state!(p, TokenBucket),
+        Algorithm::LeakyBucket(p) => copy_state!(p, LeakyBucket),
+        Algorithm::Gcra(p) => copy_state!(p, Gcra),
+        Algorithm::CalendarQuota(p) => copy_state!(p, CalendarQuota),
+        Algorithm::SlidingLog(p) => {
+            if !matches!(slot, AlgorithmState::SlidingLog(_)) {
+                *slot = AlgorithmState::SlidingLog(Box::default());
+            }
+            match slot {
+                AlgorithmState::SlidingLog(log) => p.charge(log, now_us, cost),
+                _ => 0,
+            }
+        }
+    };
+    StepCharge {
+        decision: decide(policy, state, now_us, 1, false),
+        debt,
     }
 }
 

@@ -8,6 +8,15 @@
 //!
 //! An entry stamped `t` counts at every time `now` with `now - t < window` and expires at
 //! `t + window`.
+//!
+//! **Debt.** A charge ([`SlidingLog::charge`]) records its cost whatever is left: a cost of `n`
+//! is `n` units in one entry, like an admitted request's, so the units in the window may pass
+//! the limit and the key owes `debt = used − limit`. They leave the window entry by entry, and
+//! a check of `cost` is refused until enough of them have left (the step's usual
+//! `retry_after`). Memory stays bounded: a log keeps at most `limit + 1` entries (checks alone
+//! never make more than `limit`); a charge that finds it that long joins the newest entry,
+//! which takes the charge's time, so its units leave no earlier than they should. The units in
+//! the log stop at [`MAX_COUNT`](crate::bounds::MAX_COUNT).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -224,6 +233,44 @@ impl SlidingLog {
                 log.entries.pop_back();
             }
         }
+    }
+
+    /// Records `cost` units at `now_us` whatever is left (see the module's *Debt*), dropping
+    /// the expired entries first, and returns the debt: the units in the window past the limit.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::algorithm::sliding_log::{Log, SlidingLog};
+    ///
+    /// let params = SlidingLog::new(2, Duration::from_secs(10))?;
+    /// let mut log = Log::default();
+    /// params.step(&mut log, 0, 1, true);
+    /// assert_eq!(params.charge(&mut log, 1_000_000, 4), 3);
+    /// // The entry from 0 s leaves at 10 s, the charge's four units at 11 s.
+    /// assert_eq!(params.step(&mut log, 2_000_000, 1, false).retry_after_us, Some(9_000_000));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn charge(&self, log: &mut Log, now_us: u64, cost: u64) -> u64 {
+        let live_from = log
+            .entries
+            .iter()
+            .take_while(|&&(t, _)| self.expired(t, now_us))
+            .count();
+        let expired_cost: u64 = log.entries.drain(..live_from).map(|(_, n)| n).sum();
+        log.total -= expired_cost;
+        let cost = cost.min(bounds::MAX_COUNT.saturating_sub(log.total));
+        if cost > 0 {
+            let full = log.entries.len() as u64 > self.limit;
+            match log.entries.back_mut() {
+                Some((t, n)) if full => {
+                    *t = (*t).max(now_us);
+                    *n += cost;
+                    log.total += cost;
+                }
+                _ => self.append(log, now_us, cost),
+            }
+        }
+        log.total.saturating_sub(self.limit)
     }
 
     fn expired(&self, t: u64, now_us: u64) -> bool {

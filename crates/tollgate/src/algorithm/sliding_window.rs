@@ -16,6 +16,14 @@
 //! `used × window` in request·ms, so a decision never depends on rounding. That needs
 //! `limit × window` (in ms) to stay below 2^51 so the Lua port, whose numbers are doubles, is exact
 //! too: 26 million per day or 600 million per hour, for example. Larger quotas fit a fixed window.
+//!
+//! **Debt.** A charge ([`SlidingWindow::charge`]) records its cost whatever is left: the current
+//! count may go past the limit, and it is weighted as usual, so the key owes
+//! `debt = ⌈(used − limit × window) / window⌉` (`used` in request·ms as above). A check of
+//! `cost` is refused until enough of the count has slid out (the step's usual `retry_after`):
+//! this window's count weighs fully until it ends, then less and less through the next one.
+//! Counts stop at `3 × 2^50 / window in ms` (and at 2^32 − 1), which keeps `used` exact in a Lua
+//! double: a count that large is refused for nearly two windows anyway.
 
 use std::time::Duration;
 
@@ -57,7 +65,8 @@ struct Counts {
     current: u64,
 }
 
-/// Counts never exceed the limit (at most 10^9); saturate rather than wrap if a caller breaks that.
+/// Counts stay within [`SlidingWindow::max_count`]; saturate rather than wrap if a caller breaks
+/// that.
 fn narrow(count: u64) -> u32 {
     u32::try_from(count).unwrap_or(u32::MAX)
 }
@@ -218,6 +227,46 @@ impl SlidingWindow {
             let from_previous = (cost - from_current).min(u64::from(s.previous));
             s.previous -= from_previous as u32;
         }
+    }
+
+    /// Records `cost` in the current window whatever is left (see the module's *Debt*) and
+    /// returns the debt: what the weighted count owes beyond the limit, rounded up.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::algorithm::sliding_window::SlidingWindow;
+    ///
+    /// let params = SlidingWindow::new(10, Duration::from_secs(10))?;
+    /// let mut state = None;
+    /// assert_eq!(params.charge(&mut state, 0, 20), 10);
+    /// // At 15 s the 20 weigh 10: a request fits once they weigh 9, at 15.5 s.
+    /// assert_eq!(params.step(&mut state, 15_000_000, 1, false).retry_after_us, Some(500_000));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> u64 {
+        let w = self.window_ms();
+        let s = self.current_windows(state.as_ref(), now_us);
+        let current = s
+            .current
+            .saturating_add(cost)
+            .min(self.max_count().max(s.current));
+        *state = Some(State {
+            window_start_us: s.window_start_us,
+            previous: narrow(s.previous),
+            current: narrow(current),
+        });
+        let e = now_us.saturating_sub(s.window_start_us) / 1000;
+        let used = s
+            .previous
+            .saturating_mul(w.saturating_sub(e))
+            .saturating_add(current.saturating_mul(w));
+        used.saturating_sub(self.limit * w).div_ceil(w)
+    }
+
+    /// The largest count a window may hold: `3 × 2^50 / window in ms`, so that `used` (two
+    /// counts weighted, plus a cost) stays within 2^53; and at most what a `u32` holds.
+    fn max_count(&self) -> u64 {
+        ((3 << 50) / self.window_ms()).min(u64::from(u32::MAX))
     }
 
     fn current_windows(&self, state: Option<&State>, now_us: u64) -> Counts {

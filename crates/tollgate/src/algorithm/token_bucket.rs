@@ -4,6 +4,14 @@
 //! A key starts with a full bucket, so a client can burst up to `capacity` at once and then
 //! continues at the refill rate. The state is a whole token count plus the time the next token
 //! started accruing; partial tokens are that time's distance from now, so nothing is rounded.
+//!
+//! **Debt.** A charge ([`TokenBucket::charge`]) takes its cost whatever is left. What the bucket
+//! holds is spent; the rest, `owed = cost − tokens`, is a debt the refill pays back first:
+//! tokens stay at 0 and the refill clock moves `owed × interval` into the future, so the next
+//! token accrues only once the debt is paid. The key owes
+//! `debt = ⌈(refilled_at − now) / interval⌉` tokens, and a check of `cost` is refused for exactly
+//! `refilled_at + cost × interval − now` (the step's usual answer for an empty bucket). The
+//! clock stops at `now +` [`MAX_DEBT_PERIOD`](crate::bounds::MAX_DEBT_PERIOD).
 
 use super::StepDecision;
 use crate::{PolicyError, Rate, bounds};
@@ -136,6 +144,43 @@ impl TokenBucket {
         if let Some(s) = state {
             s.tokens = s.tokens.saturating_add(cost).min(self.capacity);
         }
+    }
+
+    /// Takes `cost` tokens whatever is left (see the module's *Debt*) and returns the debt: the
+    /// tokens owed beyond an empty bucket, 0 when none.
+    ///
+    /// ```
+    /// use tollgate::Rate;
+    /// use tollgate::algorithm::token_bucket::TokenBucket;
+    ///
+    /// let params = TokenBucket::new(2, Rate::per_second(1)?)?;
+    /// let mut state = None;
+    /// assert_eq!(params.charge(&mut state, 0, 5), 3);
+    /// // Three seconds pay the debt, the fourth brings a token.
+    /// assert_eq!(params.step(&mut state, 500_000, 1, false).retry_after_us, Some(3_500_000));
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> u64 {
+        let interval = self.refill.interval_us();
+        let s = self.refilled(state.as_ref(), now_us);
+        if s.tokens >= cost {
+            *state = Some(State {
+                tokens: s.tokens - cost,
+                ..s
+            });
+            return 0;
+        }
+        let owed = cost - s.tokens;
+        let latest = (now_us + bounds::MAX_DEBT_US).max(s.refilled_at_us);
+        let refilled_at_us = s
+            .refilled_at_us
+            .saturating_add(owed.saturating_mul(interval))
+            .min(latest);
+        *state = Some(State {
+            tokens: 0,
+            refilled_at_us,
+        });
+        refilled_at_us.saturating_sub(now_us).div_ceil(interval)
     }
 
     /// The bucket as of `now_us`. A missing key has a full bucket. A full bucket does not

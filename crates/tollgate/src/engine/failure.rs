@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::verdict::{Outcome, RuleVerdict};
 use crate::concurrency::{Acquire, ConcurrencyPolicy, Full, Lease, LeaseId, LeaseIds, Release};
-use crate::{Clock, Decision, FailureMode, MemoryStore, Policy, Rule};
+use crate::{Charged, Clock, Decision, FailureMode, MemoryStore, Policy, Rule};
 
 /// How long a client refused by `FailClosed` is told to wait: the store is expected back within
 /// about this long (a circuit breaker probes it at this pace or faster).
@@ -74,6 +74,51 @@ pub(crate) fn decide(
         }
     }
     verdicts
+}
+
+/// Every rule's answer to a charge when the store failed, and how many were recorded nowhere:
+/// `Local` rules are charged to `fallback` on their policy's local share (together, in one
+/// call); the others cannot be recorded, and answer what a check would get under their failure
+/// mode. Every answer is `degraded`.
+pub(crate) fn charge(fallback: &MemoryStore<Arc<dyn Clock>>, rules: &[Rule<'_>]) -> (Vec<Charged>, usize) {
+    let mut charged: Vec<Charged> = rules
+        .iter()
+        .map(|rule| Charged {
+            decision: match rule.policy.failure_mode() {
+                FailureMode::FailClosed => refused(rule.policy),
+                _ => admitted(&Rule::new(rule.policy, rule.key, 1)),
+            },
+            debt: 0,
+        })
+        .collect();
+    let local: Vec<(usize, Policy)> = rules
+        .iter()
+        .enumerate()
+        .filter_map(|(i, rule)| match rule.policy.failure_mode() {
+            FailureMode::Local { instances } => Some((i, rule.policy.local_share(instances))),
+            _ => None,
+        })
+        .collect();
+    let mut recorded = 0;
+    if !local.is_empty() {
+        let local_rules: Vec<Rule<'_>> = local
+            .iter()
+            .map(|(i, share)| Rule::new(share, rules[*i].key, rules[*i].cost))
+            .collect();
+        if let Ok(answers) = fallback.charge(&local_rules) {
+            for ((i, _), answer) in local.iter().zip(answers) {
+                charged[*i] = Charged {
+                    decision: Decision {
+                        degraded: true,
+                        ..answer.decision
+                    },
+                    debt: answer.debt,
+                };
+            }
+            recorded = local.len();
+        }
+    }
+    (charged, rules.len() - recorded)
 }
 
 /// Admitted without the store.

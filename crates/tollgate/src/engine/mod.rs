@@ -53,6 +53,24 @@
 //!   let through.
 //!
 //! When a rule fails closed, nothing is recorded in the local limiter either.
+//!
+//! # Charges
+//!
+//! [`Engine::charge_all`] records costs known only after the request (tokens of a model's
+//! answer, bytes sent) with [`Store::charge`]: never refused for budget, a key may go into debt,
+//! which a later check pays for (see [`algorithm::charge`](crate::algorithm::charge)). Only bad
+//! input is an `Err`. Admission was decided by the check, so allow and deny lists, gradual
+//! enforcement and the rules' `shadow`, `question` and `apart` flags do not apply: a charge
+//! always records. When the store fails, each rule follows its policy's failure mode:
+//!
+//! - `Local`: the cost is charged to the engine's own in-memory limiter, on the policy's
+//!   [`local_share`](Policy::local_share); the answer is `degraded`;
+//! - `FailOpen` and `FailClosed`: the cost cannot be recorded anywhere. The answer says so: it
+//!   is `degraded` (what a check would get under the failure mode: admitted, or refused), and
+//!   [`Charges::unrecorded`] counts it, so the caller can count and log what was lost. A charge
+//!   is never dropped silently.
+//!
+//! [`Charges::store_error`] carries the store's error in both cases.
 
 mod failure;
 mod verdict;
@@ -69,7 +87,38 @@ use crate::access::{AccessLists, Listed};
 use crate::concurrency::{Acquisition, ConcurrencyPolicy, ConcurrencyStore, LeaseId, Release};
 use crate::memory::DEFAULT_MAX_KEYS;
 use crate::store::{self, Store};
-use crate::{Apart, Clock, Decision, Decisions, Error, MemoryStore, Policy, Rule, SystemClock};
+use crate::{Apart, Charged, Clock, Decision, Decisions, Error, MemoryStore, Policy, Rule, SystemClock};
+
+/// The answer to [`Engine::charge_all`]: one [`Charged`] per rule, in the rules' order, and
+/// what the store's failure cost.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Algorithm, Engine, MemoryStore, Policy};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let engine = Engine::new(MemoryStore::new());
+/// let tokens = Policy::new("tokens", Algorithm::sliding_log(100, Duration::from_secs(60))?)?;
+/// let charges = engine.charge(&tokens, "tenant-a", 130).await?;
+/// assert_eq!(charges.rules[0].debt, 30);
+/// assert!(charges.store_error.is_none() && charges.unrecorded == 0);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Charges {
+    /// Per rule, in the rules' order: what a check of cost 1 would get after the charge, and
+    /// the debt. `degraded` when the store failed and the failure mode answered.
+    pub rules: Vec<Charged>,
+    /// The store's error, when it failed: the charges were then recorded in the engine's
+    /// `Local` limiter, or (`FailOpen`, `FailClosed`) not at all.
+    pub store_error: Option<Error>,
+    /// How many rules' costs were recorded nowhere (the store failed, and their policies'
+    /// failure mode is `FailOpen` or `FailClosed`, or the `Local` limiter was full): for the
+    /// caller to count and log.
+    pub unrecorded: usize,
+}
 
 /// Decides requests against a store, with failure modes and outcome labels.
 ///
@@ -440,6 +489,69 @@ impl<S: Store> Engine<S> {
             let _ = self.fallback.refund(&share, key, cost.min(share.max_cost()));
         }
         self.store.refund(policy, key, cost).await
+    }
+
+    /// Records every rule's cost whatever is left, with [`Store::charge`], applying the failure
+    /// modes when the store fails; see [Charges](self#charges). `Err` only for bad input (an
+    /// empty or oversized key, a cost of 0 or above [`MAX_LIMIT`](crate::bounds::MAX_LIMIT)).
+    /// Allow and deny lists do not apply: admission was decided by the check.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Engine, ManualClock, MemoryStore, Policy, Rate, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let engine = Engine::new(MemoryStore::builder().clock(ManualClock::new(0)).build());
+    /// let tokens = Policy::new("tokens", Algorithm::token_bucket(1_000, Rate::per_second(100)?)?)?;
+    /// let per_key = Policy::new("per-key", Algorithm::token_bucket(10_000, Rate::per_second(100)?)?)?;
+    /// // Reserve an estimate of 200, then settle: the answer took 450.
+    /// assert!(engine.check(&tokens, "tenant-a", 200).await?.allowed());
+    /// let rules = [Rule::new(&tokens, "tenant-a", 250), Rule::new(&per_key, "key-1", 450)];
+    /// let charges = engine.charge_all(&rules).await?;
+    /// assert_eq!(charges.rules[0].decision.remaining, 549);
+    /// assert_eq!(charges.rules[1].debt, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn charge_all(&self, rules: &[Rule<'_>]) -> Result<Charges, Error> {
+        for rule in rules {
+            store::validate_charge(rule)?;
+        }
+        match self.store.charge(rules).await {
+            Ok(charged) => Ok(Charges {
+                rules: charged,
+                store_error: None,
+                unrecorded: 0,
+            }),
+            Err(err) if err.is_bad_input() => Err(err),
+            Err(err) => {
+                let (charged, unrecorded) = failure::charge(&self.fallback, rules);
+                Ok(Charges {
+                    rules: charged,
+                    store_error: Some(err),
+                    unrecorded,
+                })
+            }
+        }
+    }
+
+    /// Records `cost` for `key` under `policy` whatever is left: `charge_all` with one rule.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Engine, MemoryStore, Policy};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let engine = Engine::new(MemoryStore::new());
+    /// let bytes = Policy::new("egress", Algorithm::sliding_log(1_000, Duration::from_secs(1))?)?;
+    /// assert_eq!(engine.charge(&bytes, "client-1", 1_500).await?.rules[0].debt, 500);
+    /// assert!(!engine.check(&bytes, "client-1", 1).await?.allowed());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn charge(&self, policy: &Policy, key: impl AsRef<[u8]>, cost: u64) -> Result<Charges, Error> {
+        self.charge_all(&[Rule::new(policy, key.as_ref(), cost)]).await
     }
 
     async fn run(&self, rules: &[Rule<'_>], commit: bool) -> Result<Verdict, Error> {

@@ -39,7 +39,7 @@ use crate::concurrency::{
 };
 use crate::overrides::{Override, OverrideStore, OverrideTable, OverrideTarget};
 use crate::store::{self, AttemptsStore, Store};
-use crate::{AttemptsStatus, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
+use crate::{AttemptsStatus, Charged, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
 
 /// The default bound on stored keys.
 ///
@@ -374,6 +374,108 @@ impl<C: Clock> MemoryStore<C> {
         let outcome =
             decide_in(&mut shard, hash, lookup, policy, 1, false, now_us).map_err(|_| self.full())?;
         Ok(Decision::from_step(outcome, policy.max_cost()))
+    }
+
+    /// Records every rule's cost whatever is left, as [`Store::charge`] describes: never
+    /// refused for budget, under the locks of every shard the rules touch. A key in debt is hot
+    /// (see [`algorithm::hot_until_us`]) until a check of cost 1 would pass again, so it is never
+    /// evicted to make room before its debt is paid. A full store (every key in the way hot)
+    /// refuses the whole charge with [`Error::StoreFull`], recording nothing.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, ManualClock, MemoryStore, Policy, Rate, Rule};
+    ///
+    /// let clock = ManualClock::new(0);
+    /// let store = MemoryStore::builder().clock(clock.clone()).build();
+    /// let bytes = Policy::new("egress", Algorithm::gcra(Rate::per_second(1_000)?, 1_000)?)?;
+    /// let charged = store.charge(&[Rule::new(&bytes, "client-9", 1_500)])?;
+    /// assert_eq!(charged[0].debt, 500);
+    /// // Half a second pays the debt back, one more millisecond brings a unit.
+    /// assert_eq!(store.check(&bytes, "client-9", 1)?.retry_after, Some(Duration::from_millis(501)));
+    /// clock.advance(Duration::from_millis(501));
+    /// assert!(store.check(&bytes, "client-9", 1)?.allowed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn charge(&self, rules: &[Rule<'_>]) -> Result<Vec<Charged>, Error> {
+        for rule in rules {
+            store::validate_charge(rule)?;
+        }
+        let (unique, index) = store::merge_charges(rules);
+        let policies: Vec<Cow<'_, Policy>> = unique.iter().map(|r| self.in_force(r.policy, r.key)).collect();
+        let lookups: Vec<(Lookup<'_>, u64, usize)> = unique
+            .iter()
+            .map(|rule| {
+                let lookup = Lookup::limit(rule.policy.shared_name(), rule.key);
+                let hash = lookup.hash(&self.hasher);
+                (lookup, hash, self.shard_index(hash))
+            })
+            .collect();
+        let mut order: Vec<usize> = lookups.iter().map(|&(_, _, shard)| shard).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<RwLockWriteGuard<'_, Shard>> =
+            order.iter().map(|&i| self.shards[i].0.write()).collect();
+        let now_us = self.clock.now_us();
+
+        // Every key gets its slot first, so a full store refuses the charge whole.
+        let spare = |slot: &Slot| lookups.iter().any(|(l, _, _)| l.matches(&slot.owner, &slot.key));
+        let mut placed: Vec<usize> = Vec::new();
+        for (i, &(lookup, hash, shard)) in lookups.iter().enumerate() {
+            let shard = pick(&mut guards, &order, shard);
+            if shard.find_mut(hash, lookup).is_some() {
+                continue;
+            }
+            // A placeholder the charge below fills in place; live for a µs, so that the sweep
+            // an insert may run does not take it back.
+            let slot = Slot::new(lookup, Value::Limit(KeyState::default()), now_us + 1, 0);
+            match shard.insert_sparing(hash, slot, now_us, spare) {
+                Ok(()) => placed.push(i),
+                Err(Full) => {
+                    for &j in &placed {
+                        let (lookup, hash, shard) = lookups[j];
+                        pick(&mut guards, &order, shard).remove(hash, lookup);
+                    }
+                    return Err(self.full());
+                }
+            }
+        }
+        let mut charged = Vec::with_capacity(unique.len());
+        for ((rule, policy), &(lookup, hash, shard)) in unique.iter().zip(&policies).zip(&lookups) {
+            let shard = pick(&mut guards, &order, shard);
+            let Some(slot) = shard.find_mut(hash, lookup) else {
+                unreachable!("placed just above")
+            };
+            slot.thaw();
+            if slot.expired(now_us) || !matches!(slot.value, Value::Limit(_)) {
+                match &mut slot.value {
+                    Value::Limit(state) => state.clear(),
+                    other => *other = Value::Limit(KeyState::default()),
+                }
+                slot.set_hot_until_us(0);
+            }
+            let was_hot_until_us = slot.hot_until_us();
+            let Value::Limit(state) = &mut slot.value else {
+                unreachable!("set to a limit just above")
+            };
+            let outcome = algorithm::charge(policy, state, now_us, rule.cost);
+            // In debt (or blocked), a check of cost 1 is refused until then: the key is hot.
+            let hot_until_us = now_us + outcome.decision.retry_after_us.unwrap_or(0);
+            let expires_at_us = (now_us + outcome.decision.reset_after_us)
+                .max(algorithm::keep_until_us(policy, state, now_us));
+            slot.set_hot_until_us(hot_until_us);
+            slot.set_expires_at_us(expires_at_us);
+            slot.freeze(policy.algorithm(), now_us);
+            shard.note_expiry(expires_at_us);
+            if was_hot_until_us > now_us && hot_until_us <= now_us {
+                shard.note_cooled();
+            }
+            charged.push(Charged {
+                decision: Decision::from_step(outcome.decision, policy.max_cost()),
+                debt: outcome.debt,
+            });
+        }
+        Ok(index.into_iter().map(|u| charged[u]).collect())
     }
 
     /// Counts a failed attempt; see [`AttemptsStore::increment_attempts`].
@@ -1053,6 +1155,10 @@ impl<C: Clock> Store for MemoryStore<C> {
 
     async fn penalty_left(&self, policy: &Policy, key: &[u8]) -> Result<Option<Duration>, Error> {
         MemoryStore::penalty_left(self, policy, key)
+    }
+
+    async fn charge(&self, rules: &[Rule<'_>]) -> Result<Vec<Charged>, Error> {
+        MemoryStore::charge(self, rules)
     }
 }
 
