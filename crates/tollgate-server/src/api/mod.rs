@@ -73,6 +73,7 @@ pub(crate) mod answer;
 pub(crate) mod attempts;
 pub(crate) mod auth;
 pub(crate) mod body;
+pub(crate) mod charge;
 pub(crate) mod check;
 pub(crate) mod concurrency;
 pub(crate) mod dashboard;

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{admin, answer, attempts, check, concurrency, limits, operations, overrides, rules};
+use super::{admin, answer, attempts, charge, check, concurrency, limits, operations, overrides, rules};
 use crate::runtime::problem::Problem;
 
 /// The document.
@@ -28,6 +28,7 @@ use crate::runtime::problem::Problem;
         check::peek,
         limits::refund,
         limits::reset,
+        charge::charge,
         attempts::count_attempt,
         attempts::attempts,
         attempts::check_attempts,
@@ -57,6 +58,10 @@ use crate::runtime::problem::Problem;
         answer::ListDecision,
         answer::RuleDecision,
         answer::CheckAnswer,
+        charge::ChargeAnswer,
+        charge::ChargeDecision,
+        charge::ChargeList,
+        charge::RuleCharge,
         rules::CheckBody,
         rules::OneRule,
         rules::RuleList,
@@ -92,7 +97,7 @@ use crate::runtime::problem::Problem;
     )),
     modifiers(&AdminToken),
     tags(
-        (name = "decisions", description = "Check, peek, explain, refund and reset"),
+        (name = "decisions", description = "Check, peek, explain, charge, refund and reset"),
         (name = "attempts", description = "Failed-attempt counters"),
         (name = "overrides", description = "Runtime overrides: another limit for a key or key prefix of a policy"),
         (name = "concurrency", description = "Concurrency limits: acquire and release leases"),
@@ -156,6 +161,7 @@ mod tests {
         for path in [
             "/v1/check",
             "/v1/refund",
+            "/v1/charge",
             "/v1/limits/{policy}/{key}",
             "/v1/attempts/{purpose}/{key}",
             "/v1/attempts/{purpose}/{key}/check",

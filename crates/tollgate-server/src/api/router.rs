@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 
 use super::error::ApiError;
-use super::{admin, attempts, check, concurrency, limits, openapi, operations, overrides};
+use super::{admin, attempts, charge, check, concurrency, limits, openapi, operations, overrides};
 use crate::runtime::SharedState;
 use crate::runtime::problem::bare_errors;
 
@@ -17,6 +17,7 @@ pub fn router(state: SharedState) -> Router {
     Router::new()
         .route("/v1/check", post(check::check))
         .route("/v1/refund", post(limits::refund))
+        .route("/v1/charge", post(charge::charge))
         .route(
             "/v1/limits/{policy}/{key}",
             get(check::peek).delete(limits::reset),

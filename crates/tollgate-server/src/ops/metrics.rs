@@ -150,6 +150,25 @@ pub(crate) fn refund(policy: &str, cost: u64) {
     metrics::counter!("tollgate_refunded_cost_total", "policy" => policy.to_owned()).increment(cost);
 }
 
+/// A charge of `cost` under `policy`; `recorded` false when a failing store lost it (the
+/// failure mode could not record it), which is also logged, sampled.
+pub(crate) fn charge(policy: &str, cost: u64, recorded: bool) {
+    metrics::counter!("tollgate_charges_total", "policy" => policy.to_owned()).increment(1);
+    metrics::counter!("tollgate_charged_cost_total", "policy" => policy.to_owned()).increment(cost);
+    if !recorded {
+        metrics::counter!("tollgate_charges_unrecorded_total", "policy" => policy.to_owned()).increment(1);
+        if UNRECORDED_LOG.due() {
+            tracing::warn!(
+                policy,
+                cost,
+                "a charge was not recorded: the store failed (sampled: at most one line a second)"
+            );
+        }
+    }
+}
+
+static UNRECORDED_LOG: tollgate_tower::LogSampler = tollgate_tower::LogSampler::new(Duration::from_secs(1));
+
 /// How long one store call took.
 pub fn store_latency(elapsed: Duration) {
     metrics::histogram!("tollgate_store_latency_seconds").record(elapsed.as_secs_f64());

@@ -242,6 +242,10 @@ impl Store for AnyStore {
     async fn penalty_left(&self, policy: &Policy, key: &[u8]) -> Result<Option<Duration>, Error> {
         dispatch!(Store, self, penalty_left(policy, key))
     }
+
+    async fn charge(&self, rules: &[tollgate::Rule<'_>]) -> Result<Vec<tollgate::Charged>, Error> {
+        dispatch!(Store, self, charge(rules))
+    }
 }
 
 impl OverrideStore for AnyStore {

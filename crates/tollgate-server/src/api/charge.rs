@@ -1,0 +1,182 @@
+//! `POST /v1/charge`: record a cost known only after the response (LLM tokens, bytes sent, rows
+//! scanned). A check refuses what does not fit and spends nothing; a charge is never refused for
+//! budget: it records its cost whatever is left, the key goes into debt, and later checks are
+//! refused until the algorithm has paid the debt back (see `docs/charges.md`). The usual pair is
+//! a peek or a check before the work and a charge of what it really cost after it.
+
+use std::time::Instant;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use tollgate::headers::millis_up;
+use tollgate::{Charged, FailureMode, Policy, Rule};
+use utoipa::ToSchema;
+
+use super::body::{from_json_value, json_body};
+use super::error::ApiError;
+use super::policy::rate_policy;
+use super::rules::{CheckBody, MAX_RULES, RuleBody, RuleList};
+use crate::ops::metrics;
+use crate::runtime::SharedState;
+use crate::runtime::problem::Problem;
+
+/// The answer of a charge of one rule: what a check of cost 1 would get right after it, and the
+/// debt.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ChargeDecision {
+    /// Whether a check of cost 1 would pass now.
+    pub allowed: bool,
+    /// The policy's limit (a window's limit, a bucket's capacity, GCRA's burst).
+    pub limit: u64,
+    /// What is left of it: 0 while in debt.
+    pub remaining: u64,
+    /// Milliseconds until the budget is full again, the debt paid back first.
+    pub reset_after_ms: u64,
+    /// When a check of cost 1 would be denied: milliseconds until it could pass.
+    pub retry_after_ms: Option<u64>,
+    /// Units owed beyond the budget; 0 when none.
+    pub debt: u64,
+    /// Whether the store recorded the charge. False only when the store failed and the policy's
+    /// failure mode could not record it either (`fail_open`, `fail_closed`); counted in
+    /// `tollgate_charges_unrecorded_total`.
+    pub recorded: bool,
+    /// The store failed and the policy's failure mode answered.
+    pub degraded: bool,
+}
+
+/// The answer of a charge of several rules, recorded together.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ChargeList {
+    /// A rule's store failed and its failure mode answered.
+    pub degraded: bool,
+    /// One entry per rule, in request order.
+    pub rules: Vec<RuleCharge>,
+}
+
+/// One rule's part of a [`ChargeList`].
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RuleCharge {
+    /// The rule's policy.
+    pub policy: String,
+    /// The rest as for one rule.
+    #[serde(flatten)]
+    pub charge: ChargeDecision,
+}
+
+/// The answer of `POST /v1/charge`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub(crate) enum ChargeAnswer {
+    /// For `policy` and `key`.
+    One(ChargeDecision),
+    /// For `rules`.
+    Many(ChargeList),
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/charge",
+    tag = "decisions",
+    summary = "Charge after the fact",
+    description = "Record a cost known only after the work was done (tokens, bytes), whatever is \
+                   left: a charge is never refused for budget. Past the limit the key goes into \
+                   debt, and checks are refused (429 with `Retry-After`) until the algorithm has \
+                   paid it back: a window's end, a log's entries leaving it, a bucket's refill or \
+                   leak, GCRA's rate. One rule (`policy`, `key`, `cost`) or a list under `rules`, \
+                   recorded together. The cost may exceed the policy's limit. Open to the same \
+                   callers as a check (no admin token). Starts no `block_for` penalty; the next \
+                   refused check does.",
+    request_body(content = CheckBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Recorded (or, with `recorded: false`, lost to a failing store); what a check of cost 1 would get now, with the debt", body = ChargeAnswer),
+        (status = 400, description = "Unusable input", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub(crate) async fn charge(
+    State(state): State<SharedState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body: serde_json::Value = json_body(body)?;
+    let is_list = body
+        .as_object()
+        .is_some_and(|members| members.contains_key("rules"));
+    let bodies: Vec<RuleBody> = if is_list {
+        if body.as_object().is_some_and(|members| members.len() > 1) {
+            return Err(ApiError::bad_request(
+                "a charge has either `rules` or `policy`, `key` and `cost`, not both",
+            ));
+        }
+        let list: RuleList = from_json_value(body)?;
+        if list.rules.is_empty() {
+            return Err(ApiError::bad_request("rules must not be empty"));
+        }
+        if list.rules.len() > MAX_RULES {
+            return Err(ApiError::bad_request(format!(
+                "{} rules, above the maximum of {MAX_RULES}",
+                list.rules.len()
+            )));
+        }
+        list.rules
+    } else {
+        let one: RuleBody = from_json_value(body)?;
+        vec![one]
+    };
+    let limits = state.limits.load_full();
+    let at = |i: usize, err: ApiError| if is_list { err.at(i) } else { err };
+    let mut rules = Vec::with_capacity(bodies.len());
+    for (i, body) in bodies.iter().enumerate() {
+        let named = rate_policy(&limits, &body.policy).map_err(|e| at(i, e))?;
+        state
+            .settings
+            .check_key(body.key.as_bytes())
+            .map_err(|e| at(i, ApiError::from(e)))?;
+        let rule = Rule::new(named.policy(), &body.key, body.cost);
+        tollgate::store::validate_charge(&rule).map_err(|e| at(i, ApiError::from(e)))?;
+        rules.push(rule);
+    }
+    let started = Instant::now();
+    let charged = state.engine.charge_all(&rules).await;
+    metrics::store_latency(started.elapsed());
+    let charges = charged?;
+    if let Some(err) = &charges.store_error {
+        metrics::store_error(err);
+    }
+    let failed = charges.store_error.is_some();
+    let recorded = |policy: &Policy| !failed || matches!(policy.failure_mode(), FailureMode::Local { .. });
+    for rule in &rules {
+        metrics::charge(rule.policy.name(), rule.cost, recorded(rule.policy));
+    }
+    let answer = |rule: &Rule<'_>, charged: &Charged| ChargeDecision {
+        allowed: charged.decision.allowed,
+        limit: charged.decision.limit,
+        remaining: charged.decision.remaining,
+        reset_after_ms: millis_up(charged.decision.reset_after),
+        retry_after_ms: charged.decision.retry_after.map(millis_up),
+        debt: charged.debt,
+        recorded: recorded(rule.policy),
+        degraded: charged.decision.degraded,
+    };
+    let body = if is_list {
+        ChargeAnswer::Many(ChargeList {
+            degraded: charges.store_error.is_some(),
+            rules: rules
+                .iter()
+                .zip(&charges.rules)
+                .map(|(rule, charged)| RuleCharge {
+                    policy: rule.policy.name().to_owned(),
+                    charge: answer(rule, charged),
+                })
+                .collect(),
+        })
+    } else {
+        ChargeAnswer::One(answer(&rules[0], &charges.rules[0]))
+    };
+    Ok((StatusCode::OK, Json(body)).into_response())
+}
