@@ -27,7 +27,9 @@ ALGORITHMS.token_bucket = function()
         refilled_at = stored.r + accrued * interval
       end
     end
-    local allowed = tokens >= cost
+    -- A refill clock ahead of now is a debt (see charge): nothing passes, not even a question
+    -- of cost 0 ("is the key past its limit?").
+    local allowed = tokens >= cost and refilled_at <= now
     local left = tokens
     if allowed then
       left = tokens - cost

@@ -108,3 +108,50 @@ async fn a_key_in_debt_lives_until_its_debt_is_paid() {
     assert!(store.charge(&[Rule::new(&policy, "", 1)]).await.is_err());
     assert!(store.charge(&[Rule::new(&policy, "k", 0)]).await.is_err());
 }
+
+/// A question of cost 0 ("is the key past its limit?"), for every algorithm: a budget exactly
+/// spent is not past it, a key in debt is, until the debt is paid back. Each store's answers,
+/// as `(allowed, retry_after)`.
+async fn past_the_limit(store: &impl Store, clock: &ManualClock) -> Vec<(bool, Option<Duration>)> {
+    let mut answers = vec![];
+    for policy in policies() {
+        clock.set_us(T0_US);
+        let question = [Rule::new(&policy, "q", 0).as_question()];
+        store.charge(&[Rule::new(&policy, "q", 4)]).await.unwrap();
+        let spent = store.decide(&question, false).await.unwrap().as_slice()[0];
+        assert!(
+            spent.allowed,
+            "{}: a budget exactly spent is not past its limit",
+            policy.name()
+        );
+        store.charge(&[Rule::new(&policy, "q", 1)]).await.unwrap();
+        let over = store.decide(&question, false).await.unwrap().as_slice()[0];
+        assert!(!over.allowed, "{}: one past the limit", policy.name());
+        answers.push((over.allowed, over.retry_after));
+        for later_ms in [500, 1_500, 12_500] {
+            clock.set_us(T0_US + later_ms * 1_000);
+            let d = store.decide(&question, true).await.unwrap().as_slice()[0];
+            answers.push((d.allowed, d.retry_after));
+        }
+    }
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_of_cost_zero_asks_whether_the_key_is_past_its_limit_on_every_store() {
+    let clock = ManualClock::new(T0_US);
+    let memory = MemoryStore::builder().clock(clock.clone()).build();
+    let expected = past_the_limit(&memory, &clock).await;
+    // Paid back by each algorithm's own clock within the 12.5 s looked at.
+    assert!(expected.chunks(4).all(|answers| answers[3].0), "{expected:?}");
+    let server = RedisServer::start();
+    let redis = exact_store(Target::Standalone(server.url()), &clock).await;
+    assert_eq!(past_the_limit(&redis, &clock).await, expected, "standalone redis");
+    let cluster = RedisCluster::start();
+    let clustered = exact_store(Target::Cluster(cluster.urls()), &clock).await;
+    assert_eq!(
+        past_the_limit(&clustered, &clock).await,
+        expected,
+        "redis cluster"
+    );
+}

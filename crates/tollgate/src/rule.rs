@@ -30,7 +30,9 @@ pub struct Rule<'a> {
     pub shadow: bool,
     /// Ask without spending: the rule is decided as the budget stands before the request (an
     /// enforced question that would be denied denies the request), and it never spends nor
-    /// starts a penalty. Envoy's `hits_addend: 0`.
+    /// starts a penalty. A question of cost 0 asks whether the key is past its limit (in debt
+    /// after a [charge](crate::Store::charge)): a budget exactly spent is not. Envoy's
+    /// `hits_addend: 0`.
     pub question: bool,
     /// What allow and deny lists match instead of `key`, when the key a door counts under is
     /// not the one an operator lists (the gRPC door counts a descriptor's encoded path, and

@@ -277,7 +277,9 @@ pub trait AttemptsStore: Send + Sync {
 #[inline]
 pub fn validate_rule(rule: &Rule<'_>) -> Result<(), Error> {
     validate_key(rule.key)?;
-    if rule.cost == 0 {
+    // A question of cost 0 asks whether the key is past its limit (in debt): a budget exactly
+    // spent is not. Anything that spends costs at least 1.
+    if rule.cost == 0 && !rule.question {
         return Err(Error::ZeroCost);
     }
     Ok(())

@@ -104,7 +104,9 @@ impl TokenBucket {
     pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> StepDecision {
         let interval = self.refill.interval_us();
         let s = self.refilled(state.as_ref(), now_us);
-        let allowed = s.tokens >= cost;
+        // A refill clock ahead of now is a debt (see `charge`): nothing passes, not even a
+        // question of cost 0 ("is the key past its limit?").
+        let allowed = s.tokens >= cost && s.refilled_at_us <= now_us;
         let tokens = if allowed { s.tokens - cost } else { s.tokens };
         if allowed && commit {
             *state = Some(State { tokens, ..s });

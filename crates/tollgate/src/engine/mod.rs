@@ -556,7 +556,11 @@ impl<S: Store> Engine<S> {
 
     async fn run(&self, rules: &[Rule<'_>], commit: bool) -> Result<Verdict, Error> {
         for rule in rules {
-            store::validate_check(rule.policy, rule.key, rule.cost)?;
+            match rule.cost {
+                // A question of cost 0: is the key past its limit (see `Rule::question`)?
+                0 if rule.question => store::validate_key(rule.key)?,
+                cost => store::validate_check(rule.policy, rule.key, cost)?,
+            }
         }
         let (adjusted, allowed) = match self.adjust(rules) {
             Adjusted::Rules(adjusted, allowed) => (adjusted, allowed),
