@@ -314,7 +314,7 @@ fn main() -> ExitCode {
                                 .map(|entries| tollgate_config::envoy_plan::Asked {
                                     entries,
                                     cost,
-                                    limit: None,
+                                    ..Default::default()
                                 })
                                 .collect(),
                         },

@@ -307,16 +307,30 @@ async fn overcharges(store: AnyStore) {
     for (rls, user) in [(&mut strict, "strict"), (&mut compat, "compat")] {
         let r = rls.ask(vec![d_hits(&[("user", user)], 3)]).await;
         assert_eq!(summary(&r), (vec![(OK, 2, 5)], OK));
-        // Upstream: a charge of 4 with 2 left is over (its counter goes to 7).
+        // Upstream: a charge of 4 with 2 left is over (its counter goes to 7), and recorded.
         let r = rls.ask(vec![d_hits(&[("user", user)], 4)]).await;
         assert_eq!(summary(&r), (vec![(OVER, 0, 5)], OVER));
+        // The budget is gone, so the next question is over, with or without the switch: a
+        // descriptor's own hits_addend is a charge.
+        let r = rls.ask(vec![d_hits(&[("user", user)], 0)]).await;
+        assert_eq!(summary(&r), (vec![(OVER, 0, 5)], OVER));
     }
-    // By default the refused charge spent nothing: 2 are still left.
-    let r = strict.ask(vec![d_hits(&[("user", "strict")], 0)]).await;
-    assert_eq!(summary(&r), (vec![(OK, 2, 5)], OK));
-    // Upstream (and the switch): the budget is gone, so the next question is over.
-    let r = compat.ask(vec![d_hits(&[("user", "compat")], 0)]).await;
+    // A request-level hits_addend is still checked all or nothing: refused, it spends nothing.
+    let request = |user: &str| RateLimitRequest {
+        domain: "tokens".into(),
+        descriptors: vec![d(&[("user", user)])],
+        hits_addend: 4,
+    };
+    let r = strict.ask_request(request("checked")).await;
+    assert_eq!(summary(&r), (vec![(OK, 1, 5)], OK));
+    let r = strict.ask_request(request("checked")).await;
     assert_eq!(summary(&r), (vec![(OVER, 0, 5)], OVER));
+    let r = strict.ask(vec![d_hits(&[("user", "checked")], 0)]).await;
+    assert_eq!(
+        summary(&r),
+        (vec![(OK, 1, 5)], OK),
+        "the refused request spent nothing"
+    );
     strict.stop().await;
     compat.stop().await;
 }
@@ -674,3 +688,46 @@ async fn a_config_like_upstreams_example_answers_as_upstream() {
     assert_eq!(summary(&r), (vec![(OK, 8, 9), (OK, 5, 6)], OK));
     rls.stop().await;
 }
+
+// Costs charged after the response: ask with a hits_addend of 0, debit the real cost after.
+
+async fn token_quota(store: AnyStore) {
+    let mut rls = Rls::start("token_quota.yaml", "token_quota", store, EnvoySettings::default()).await;
+    let service = [("service", "service_2")];
+    // Upstream's script: each request is asked with 0 and debited 1 once served. A budget
+    // exactly spent is not past its limit, so requests 1 to 3 pass and the 4th is limited.
+    let mut passed = vec![];
+    for _ in 0..4 {
+        let asked = rls.ask(vec![d_hits(&service, 0)]).await;
+        let ok = asked.overall_code == i32::from(Code::Ok);
+        passed.push(ok);
+        if ok {
+            rls.ask(vec![d_hits(&service, 1)]).await;
+        }
+    }
+    assert_eq!(passed, [true, true, true, false]);
+
+    // A thousand tokens, each answer costing 600: the second request finds 400 left and passes,
+    // its debit goes past the limit, and nothing passes after it.
+    let tenant = [("tenant", "t1")];
+    let mut served = 0;
+    for _ in 0..10 {
+        let asked = rls.ask(vec![d_hits(&tenant, 0)]).await;
+        if asked.overall_code != i32::from(Code::Ok) {
+            continue;
+        }
+        served += 1;
+        let debited = rls.ask(vec![d_hits(&tenant, 600)]).await;
+        let over = debited.overall_code == i32::from(Code::OverLimit);
+        assert_eq!(over, served == 2, "the debit that crossed the budget says so");
+    }
+    assert_eq!(served, 2);
+    rls.stop().await;
+}
+
+on_memory_and_redis!(
+    token_quota_on_memory,
+    token_quota_on_redis,
+    token_quota_on_cluster,
+    token_quota
+);

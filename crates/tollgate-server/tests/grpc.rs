@@ -692,6 +692,23 @@ async fn the_same_descriptor_twice_spends_twice_from_one_budget_or_nothing() {
 async fn a_question_over_the_limit_refuses_the_request_and_spends_nothing() {
     let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
     assert_eq!(code(rls.ask(one(&[("tight", "q")])).await.overall_code), Code::Ok);
+    // Upstream: a budget exactly spent is not past its limit, so a question still answers OK.
+    let asked = rls
+        .ask(request("messaging", vec![question(&[("tight", "q")])], 1))
+        .await;
+    assert_eq!(code(asked.overall_code), Code::Ok);
+    assert_eq!(asked.statuses[0].limit_remaining, 0);
+    // A charge of one more takes the key past it.
+    let charge = RateLimitDescriptor {
+        hits_addend: Some(UInt64Value { value: 1 }),
+        ..descriptor(&[("tight", "q")])
+    };
+    let charged = rls.ask(request("messaging", vec![charge], 1)).await;
+    assert_eq!(
+        code(charged.overall_code),
+        Code::OverLimit,
+        "recorded past the limit"
+    );
     let both = request(
         "messaging",
         vec![question(&[("tight", "q")]), descriptor(&MARKETING)],
@@ -738,8 +755,10 @@ async fn malformed_requests_are_errors_as_upstream() {
         "descriptors[1]: limit override unit must be one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR; got 0"
     );
 
+    // `is_negative_hits` gives back its own hits_addend, which must say how much.
     let mut refund = descriptor(&[("tight", "x")]);
     refund.is_negative_hits = true;
+    refund.hits_addend = Some(UInt64Value { value: 0 });
     let status = rls.ask_err(request("messaging", vec![refund], 0)).await;
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
 
@@ -779,5 +798,26 @@ async fn decides_in_redis() {
     assert!((1..=86_400).contains(&reset_secs(&response.statuses[0])));
 
     all_or_nothing(&mut rls).await;
+    rls.stop().await;
+}
+
+#[tokio::test]
+async fn negative_hits_give_back_what_was_spent() {
+    let mut rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    let marketing = || descriptor(&MARKETING);
+    let spent = rls.ask(request("messaging", vec![marketing()], 3)).await;
+    assert_eq!(code(spent.overall_code), Code::Ok);
+    let left = spent.statuses[0].limit_remaining;
+    let mut refund = marketing();
+    refund.is_negative_hits = true;
+    refund.hits_addend = Some(UInt64Value { value: 2 });
+    let refunded = rls.ask(request("messaging", vec![refund], 0)).await;
+    assert_eq!(code(refunded.overall_code), Code::Ok);
+    assert_eq!(refunded.statuses[0].limit_remaining, left + 2);
+    // A request-level hits_addend is what a refund gives back when the descriptor has none.
+    let mut refund = marketing();
+    refund.is_negative_hits = true;
+    let refunded = rls.ask(request("messaging", vec![refund], 1)).await;
+    assert_eq!(refunded.statuses[0].limit_remaining, left + 3);
     rls.stop().await;
 }

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use tollgate::{Outcome, Policy, RuleVerdict, Verdict};
+use tollgate::{Charged, Outcome, Policy, RuleVerdict, Verdict};
 
-use super::{Matched, Plan, Slot};
+use super::{Hits, Matched, Plan, Slot};
 use crate::{Metadata, Unit};
 
 /// How a descriptor came to its limit.
@@ -91,6 +91,9 @@ pub struct DescriptorAnswer<'p> {
     pub verdict: Option<RuleVerdict>,
     /// Its budget as it stood before the request.
     pub standing: Option<u64>,
+    /// For a descriptor charged or refunded: what the store said after it (a check of cost 1
+    /// now), and the units owed past the limit.
+    pub settled: Option<Charged>,
 }
 
 /// The answer to a planned request.
@@ -135,10 +138,18 @@ impl Answer<'_> {
 
 impl<'l> Plan<'l> {
     /// The answer from the engine's `verdict` of [`rules`](Self::rules) (`None` when there
-    /// were none); `spent` when the verdict came from `check_all`, not `peek_all`.
-    /// `since_epoch` places deny-all limits in their unit.
-    pub fn answer(&self, verdict: Option<&Verdict>, spent: bool, since_epoch: Duration) -> Answer<'_> {
+    /// were none); `spent` when the verdict came from `check_all`, not `peek_all`. `settled` are
+    /// the results of [`settlements`](Self::settlements), in their order (empty when they were
+    /// not recorded, as explain does not). `since_epoch` places deny-all limits in their unit.
+    pub fn answer(
+        &self,
+        verdict: Option<&Verdict>,
+        spent: bool,
+        settled: &[Charged],
+        since_epoch: Duration,
+    ) -> Answer<'_> {
         let mut rule_verdicts = verdict.map(Verdict::rules).unwrap_or_default().iter();
+        let mut settled = settled.iter();
         let spends = spent && verdict.is_some_and(Verdict::spends);
         let given_back = !spent && verdict.is_some_and(Verdict::spends);
         let mut limited_at = Vec::new();
@@ -147,6 +158,9 @@ impl<'l> Plan<'l> {
             .iter()
             .enumerate()
             .map(|(i, slot)| match slot {
+                Slot::Limited { matched, policy } if matched.hits != Hits::Checked => {
+                    self.settled(matched, policy, settled.next().copied())
+                }
                 Slot::Limited { matched, policy } => {
                     limited_at.push(i);
                     let verdict = rule_verdicts.next().copied();
@@ -249,6 +263,52 @@ impl<'l> Plan<'l> {
         answer
     }
 
+    /// A descriptor charged or refunded: over when the charge took it past its limit.
+    fn settled<'p>(
+        &self,
+        matched: &'p Matched<'_>,
+        policy: &'p Policy,
+        settled: Option<Charged>,
+    ) -> DescriptorAnswer<'p> {
+        let mut answer = self.described(matched, matched.kind);
+        answer.policy = Some(policy);
+        answer.policy_name = Some(policy.name());
+        answer.current_limit = Some(current_limit(policy, matched.name));
+        let Some(settled) = settled else {
+            return answer;
+        };
+        let decision = settled.decision;
+        let charged = matched.hits == Hits::Charged;
+        let past = charged && settled.debt > 0;
+        // The store answers what a check of cost 1 would get now, its `remaining` counted after
+        // that one request: what is left is one more when it would pass.
+        let left = match decision.allowed {
+            true => decision.remaining.saturating_add(1).min(decision.limit),
+            false => decision.remaining,
+        };
+        answer.over = past && !matched.shadow;
+        answer.remaining = if past { 0 } else { left };
+        answer.reset = Some(decision.reset_after);
+        if charged {
+            // Where the count was before the charge, as upstream's stats split it.
+            let used = decision.limit.saturating_sub(left).saturating_add(settled.debt);
+            let before = used.saturating_sub(matched.cost);
+            answer.standing = Some(decision.limit.saturating_sub(before));
+            answer.stats = Some((
+                &matched.stats_key,
+                Hit {
+                    cost: matched.cost,
+                    limit: decision.limit,
+                    before,
+                    over: past,
+                    shadow: matched.shadow,
+                },
+            ));
+        }
+        answer.settled = Some(settled);
+        answer
+    }
+
     /// A descriptor the store never sees.
     fn decided_at_door<'p>(&'p self, slot: &'p Slot<'_>, since_epoch: Duration) -> DescriptorAnswer<'p> {
         let refusal = |matched: &Matched<'_>| {
@@ -333,6 +393,7 @@ fn nothing<'p>(kind: Kind) -> DescriptorAnswer<'p> {
         metadata: None,
         verdict: None,
         standing: None,
+        settled: None,
     }
 }
 

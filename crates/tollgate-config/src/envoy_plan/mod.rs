@@ -27,8 +27,13 @@
 //! configured limit of the same descriptor.
 //!
 //! The cost of a descriptor is its own `hits_addend` when set, else the request's (0 meaning 1).
-//! A descriptor asked with a cost of 0 is a question ([`Rule::question`](tollgate::Rule)):
-//! answered as the budget stands before the request, never spent.
+//! A descriptor's own `hits_addend` of 0 is a question ([`Rule::question`](tollgate::Rule) of
+//! cost 0): "is the key past its limit?", `OK` while it is not (a budget exactly spent is not
+//! past it), never spent. A descriptor's own `hits_addend` above 0 is counted as upstream counts
+//! it: a charge ([`Plan::settlements`]), recorded even past the limit, the key going into debt,
+//! and `OVER_LIMIT` when it went past. `is_negative_hits` gives that many back (a refund). This
+//! is Envoy's pattern for costs known after the response: ask with 0 before, debit the real cost
+//! after. Descriptors without their own `hits_addend` are checked all or nothing.
 //!
 //! # Modes, as engine rules
 //!
@@ -96,10 +101,27 @@ impl Modes {
 pub struct Asked {
     /// Its `(key, value)` entries, in order.
     pub entries: Vec<(String, String)>,
-    /// What it costs: its own `hits_addend`, else the request's; 0 asks without spending.
+    /// What it costs: its own `hits_addend`, else the request's; 0 asks whether the key is past
+    /// its limit, spending nothing.
     pub cost: u64,
     /// Its own limit, instead of the config's.
     pub limit: Option<LimitOverride>,
+    /// How its cost is spent.
+    pub hits: Hits,
+}
+
+/// How a descriptor's cost is spent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Hits {
+    /// Checked with the request's other descriptors, all or nothing (the request's
+    /// `hits_addend`, or a descriptor's own `hits_addend` of 0, a question).
+    #[default]
+    Checked,
+    /// Its own `hits_addend` above 0: charged, recorded even past the limit, as upstream
+    /// counts it (Envoy debits the real cost of a response this way).
+    Charged,
+    /// `is_negative_hits`: given back.
+    Refunded,
 }
 
 /// Why a request cannot be planned: the caller's mistake.
@@ -147,12 +169,12 @@ pub enum PlanError {
 /// )?;
 /// let planner = Planner::default();
 /// let engine = Engine::new(MemoryStore::new());
-/// let asked = || vec![Asked { entries: vec![("ip".into(), "192.0.2.7".into())], cost: 1, limit: None }];
+/// let asked = || vec![Asked { entries: vec![("ip".into(), "192.0.2.7".into())], cost: 1, ..Asked::default() }];
 /// for expect_over in [false, true] {
 ///     let plan = planner.plan(&limits, Modes::default(), "edge", asked())?;
 ///     // The memory store answers at once, so one poll decides.
 ///     let verdict = block_on(engine.check_all(&plan.rules()))?;
-///     let answer = plan.answer(Some(&verdict), plan.spends(), Duration::ZERO);
+///     let answer = plan.answer(Some(&verdict), plan.spends(), &[], Duration::ZERO);
 ///     assert_eq!(answer.over, expect_over);
 /// }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -255,7 +277,27 @@ impl Plan<'_> {
         self.slots
             .iter()
             .filter_map(|slot| match slot {
-                Slot::Limited { matched, policy } => Some(matched.rule(policy, self.modes)),
+                Slot::Limited { matched, policy } if matched.hits == Hits::Checked => {
+                    Some(matched.rule(policy, self.modes))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The charges and refunds of the descriptors that carry them, in request order: the door
+    /// records each (charges in one [`charge_all`](tollgate::Engine::charge_all), refunds with
+    /// [`refund`](tollgate::Engine::refund)) and hands [`answer`](Self::answer) what each gave, in
+    /// this order. A charge is never refused, so they are recorded whatever the checked
+    /// descriptors say.
+    pub fn settlements(&self) -> Vec<Settlement<'_>> {
+        self.slots
+            .iter()
+            .filter_map(|slot| match slot {
+                Slot::Limited { matched, policy } if matched.hits != Hits::Checked => Some(Settlement {
+                    rule: Rule::new(policy, matched.key.as_bytes(), matched.cost),
+                    refund: matched.hits == Hits::Refunded,
+                }),
                 _ => None,
             })
             .collect()
@@ -309,6 +351,15 @@ impl Plan<'_> {
     }
 }
 
+/// A charge or a refund the door records for a descriptor.
+#[derive(Debug, Clone, Copy)]
+pub struct Settlement<'p> {
+    /// The descriptor's rule: its policy, key and cost.
+    pub rule: Rule<'p>,
+    /// A refund (`is_negative_hits`), else a charge.
+    pub refund: bool,
+}
+
 /// What applies to one descriptor.
 #[derive(Debug)]
 enum Slot<'l> {
@@ -337,7 +388,8 @@ enum Slot<'l> {
 
 impl<'l> Slot<'l> {
     fn limited(matched: Matched<'l>, policy: Cow<'l, Policy>) -> Self {
-        if matched.cost > policy.max_cost() {
+        // A charge may go past the limit; a refund gives back at most what was spent.
+        if matched.cost > policy.max_cost() && matched.hits == Hits::Checked {
             Slot::TooLarge { matched, policy }
         } else {
             Slot::Limited { matched, policy }
@@ -385,6 +437,8 @@ struct Matched<'l> {
     metadata: Option<&'l Metadata>,
     /// What the descriptor spends; 0 asks.
     cost: u64,
+    /// How it is spent.
+    hits: Hits,
     /// How the descriptor matched, for explain.
     kind: Kind,
 }
@@ -399,6 +453,7 @@ impl<'l> Matched<'l> {
             stats_key: resolved.stats_key().to_owned(),
             metadata: resolved.metadata(),
             cost: asked.cost,
+            hits: asked.hits,
             kind: Kind::Configured,
             key: resolved.into_key(),
         }
@@ -414,6 +469,7 @@ impl<'l> Matched<'l> {
             quota: global_quota,
             metadata: None,
             cost: asked.cost,
+            hits: asked.hits,
             kind: Kind::LimitOverride,
         }
     }
@@ -423,9 +479,10 @@ impl<'l> Matched<'l> {
         self.shadow || self.quota || modes.global_shadow || modes.count_every
     }
 
-    /// The descriptor as an engine rule; a question (cost 0) asks about a cost of 1.
+    /// The descriptor as an engine rule; a question (cost 0) asks whether the key is past its
+    /// limit.
     fn rule<'p>(&'p self, policy: &'p Policy, modes: Modes) -> Rule<'p> {
-        let mut rule = Rule::new(policy, self.key.as_bytes(), self.cost.max(1));
+        let mut rule = Rule::new(policy, self.key.as_bytes(), self.cost);
         if let Some(listed) = &self.list_key {
             rule = rule.with_list_key(listed.as_bytes());
         }

@@ -19,8 +19,9 @@
 //! - An empty `domain` or an empty descriptor list: status `UNKNOWN` with upstream's message
 //!   (`rate limit domain must not be empty`, `rate limit descriptor list must not be empty`);
 //!   upstream returns a plain error, which its gRPC library sends as `UNKNOWN`.
-//! - A descriptor with `is_negative_hits`: `INVALID_ARGUMENT`; a refund is not an operation
-//!   the stores offer.
+//! - A descriptor with `is_negative_hits` and a `hits_addend` of 0: `INVALID_ARGUMENT` (a
+//!   refund says how much it gives back). A refund the failing store could not make:
+//!   `UNAVAILABLE`.
 //! - A limit override with an unknown unit, or a `requests_per_unit` above the core's maximum:
 //!   `INVALID_ARGUMENT`.
 //! - A key the store refuses (a request value past the core's 8 KiB key limit):
@@ -39,10 +40,6 @@
 //!   window ([`Unit::scaled`](tollgate_config::Unit::scaled)): `100` per `90s` is reported as
 //!   66 per minute. Buckets and GCRA report their refill, leak or emission rate.
 //! - `duration_until_reset` is rounded up to whole seconds, as upstream reports it.
-//! - A descriptor `hits_addend` of 0 asks whether one more request would pass and records
-//!   nothing. With the budget exactly spent, upstream says `OK` with 0 left (its counter is not
-//!   past the limit) where tollgate says `OVER_LIMIT`; tollgate's counters never go past the
-//!   limit, so "nothing left" is where upstream's "over" begins.
 //! - The local over-limit cache is not offered; the store answers every request.
 
 use std::future::Future;
@@ -58,9 +55,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use tollgate::{Rule, Verdict};
+use tollgate::{Charged, Rule, Verdict};
 use tollgate_config::Unit;
-use tollgate_config::envoy_plan::{Answer, Asked, LimitOverride, OverrideError, PlanError};
+use tollgate_config::envoy_plan::{Answer, Asked, Hits, LimitOverride, OverrideError, PlanError, Settlement};
 use tonic::{Request, Response, Status};
 
 use crate::ops::{count, metrics};
@@ -263,7 +260,8 @@ async fn should_rate_limit(
     let rules = plan.rules();
     let spends = plan.spends();
     let verdict = decide(state, &rules, spends).await?;
-    let answer = plan.answer(verdict.as_ref(), spends, since_epoch());
+    let settled = settle(state, &plan.settlements()).await?;
+    let answer = plan.answer(verdict.as_ref(), spends, &settled, since_epoch());
     count(service, &answer);
     if let Some(message) = answer.unavailable {
         return Err(Status::unavailable(message));
@@ -282,24 +280,32 @@ fn read_descriptors(descriptors: Vec<RateLimitDescriptor>, hits_addend: u32) -> 
         .into_iter()
         .enumerate()
         .map(|(i, descriptor)| {
-            if descriptor.is_negative_hits {
-                return Err(Status::invalid_argument(format!(
-                    "descriptors[{i}]: is_negative_hits is not supported"
-                )));
-            }
             let limit = descriptor
                 .limit
                 .map(|limit| limit_override(&limit))
                 .transpose()
                 .map_err(|err| Status::invalid_argument(format!("descriptors[{i}]: {err}")))?;
+            let own = descriptor.hits_addend.map(|addend| addend.value);
+            let hits = match (descriptor.is_negative_hits, own) {
+                (true, _) => Hits::Refunded,
+                (false, Some(cost)) if cost > 0 => Hits::Charged,
+                (false, _) => Hits::Checked,
+            };
+            let cost = own.unwrap_or(request_cost);
+            if hits == Hits::Refunded && cost == 0 {
+                return Err(Status::invalid_argument(format!(
+                    "descriptors[{i}]: is_negative_hits gives back its hits_addend, which must be at least 1"
+                )));
+            }
             Ok(Asked {
                 entries: descriptor
                     .entries
                     .into_iter()
                     .map(|entry| (entry.key, entry.value))
                     .collect(),
-                cost: descriptor.hits_addend.map_or(request_cost, |addend| addend.value),
+                cost,
                 limit,
+                hits,
             })
         })
         .collect()
@@ -345,6 +351,54 @@ async fn decide(state: &SharedState, rules: &[Rule<'_>], spends: bool) -> Result
         metrics::store_error(err);
     }
     Ok(Some(verdict))
+}
+
+/// Records the charges and refunds of the descriptors that carry them (see
+/// [`Plan::settlements`](tollgate_config::envoy_plan::Plan::settlements)): the charges in one
+/// engine call, each refund on its own. A charge the failing store could not record is counted
+/// and logged; a refund that failed is an `UNAVAILABLE` error, as over HTTP.
+async fn settle(state: &SharedState, settlements: &[Settlement<'_>]) -> Result<Vec<Charged>, Status> {
+    if settlements.is_empty() {
+        return Ok(Vec::new());
+    }
+    let charges: Vec<Rule<'_>> = settlements.iter().filter(|s| !s.refund).map(|s| s.rule).collect();
+    let mut charged = if charges.is_empty() {
+        Vec::new()
+    } else {
+        let started = Instant::now();
+        let result = state.engine.charge_all(&charges).await;
+        metrics::store_latency(started.elapsed());
+        let charged = result.map_err(|err| Status::invalid_argument(err.to_string()))?;
+        if let Some(err) = &charged.store_error {
+            metrics::store_error(err);
+        }
+        for rule in &charges {
+            let recorded = charged.store_error.is_none()
+                || matches!(rule.policy.failure_mode(), tollgate::FailureMode::Local { .. });
+            metrics::charge(rule.policy.name(), rule.cost, recorded);
+        }
+        charged.rules
+    }
+    .into_iter();
+    let mut settled = Vec::with_capacity(settlements.len());
+    for settlement in settlements {
+        if settlement.refund {
+            let rule = settlement.rule;
+            let decision = state
+                .engine
+                .refund(rule.policy, rule.key, rule.cost.min(rule.policy.max_cost()))
+                .await
+                .map_err(|err| match err.is_bad_input() {
+                    true => Status::invalid_argument(err.to_string()),
+                    false => Status::unavailable(format!("a refund failed: {err}")),
+                })?;
+            metrics::refund(rule.policy.name(), rule.cost);
+            settled.push(Charged { decision, debt: 0 });
+        } else if let Some(one) = charged.next() {
+            settled.push(one);
+        }
+    }
+    Ok(settled)
 }
 
 /// Counts what the engine did not: refusals without the store, each descriptor's hit under its

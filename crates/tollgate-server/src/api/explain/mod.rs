@@ -310,7 +310,7 @@ async fn explain_descriptors<S: Store + OverrideStore>(
         false => Some(engine.peek_all(&rules).await?),
     };
     let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    let answer = plan.answer(verdict.as_ref(), false, since_epoch);
+    let answer = plan.answer(verdict.as_ref(), false, &[], since_epoch);
     let mut explained = Vec::with_capacity(descriptors.len());
     for (i, (asked, d)) in descriptors.iter().zip(&answer.descriptors).enumerate() {
         explained.push(explain_descriptor(limits, engine, domain, i, asked, d).await?);

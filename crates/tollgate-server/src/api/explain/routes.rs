@@ -12,7 +12,7 @@ use axum::routing::get;
 use serde::Deserialize;
 
 use tollgate_config::Unit;
-use tollgate_config::envoy_plan::{LimitOverride, OverrideError};
+use tollgate_config::envoy_plan::{Hits, LimitOverride, OverrideError};
 
 use super::{
     Asked, AskedRule, EnvoyContext, ExplainError, ExplainRequest, Explanation, explain, parse_descriptor,
@@ -131,6 +131,7 @@ impl ExplainBody {
                         entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
                         cost,
                         limit,
+                        hits: Hits::Checked,
                     });
                 }
                 Ok(ExplainRequest::Envoy {
