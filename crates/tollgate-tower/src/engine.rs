@@ -17,12 +17,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use tollgate::{
-    Clock, Decision, Engine, Error, ManualClock, MemoryStore, Policy, Rule, Store, StoreErrorKind,
+    Charges, Clock, Decision, Engine, Error, ManualClock, MemoryStore, Policy, Rule, Store, StoreErrorKind,
     SystemClock, Verdict,
 };
 
 type VerdictFuture<'a> = Pin<Box<dyn Future<Output = Result<Verdict, Error>> + Send + 'a>>;
 type RefundFuture<'a> = Pin<Box<dyn Future<Output = Result<Decision, Error>> + Send + 'a>>;
+type ChargeFuture<'a> = Pin<Box<dyn Future<Output = Result<Charges, Error>> + Send + 'a>>;
 
 /// The engine operations the layer needs, object safe.
 pub(crate) trait SharedEngine: Send + Sync {
@@ -43,6 +44,12 @@ pub(crate) trait SharedEngine: Send + Sync {
 
     /// [`Engine::refund`], boxed.
     fn refund<'a>(&'a self, policy: &'a Policy, key: &'a [u8], cost: u64) -> RefundFuture<'a>;
+
+    /// [`Engine::peek_all`], boxed.
+    fn peek_all<'a>(&'a self, rules: &'a [Rule<'a>]) -> VerdictFuture<'a>;
+
+    /// [`Engine::charge_all`], boxed.
+    fn charge_all<'a>(&'a self, rules: &'a [Rule<'a>]) -> ChargeFuture<'a>;
 }
 
 impl<S: Store + 'static> SharedEngine for Engine<S> {
@@ -84,6 +91,14 @@ impl<S: Store + 'static> SharedEngine for Engine<S> {
 
     fn refund<'a>(&'a self, policy: &'a Policy, key: &'a [u8], cost: u64) -> RefundFuture<'a> {
         Box::pin(Engine::refund(self, policy, key, cost))
+    }
+
+    fn peek_all<'a>(&'a self, rules: &'a [Rule<'a>]) -> VerdictFuture<'a> {
+        Box::pin(Engine::peek_all(self, rules))
+    }
+
+    fn charge_all<'a>(&'a self, rules: &'a [Rule<'a>]) -> ChargeFuture<'a> {
+        Box::pin(Engine::charge_all(self, rules))
     }
 }
 

@@ -29,6 +29,9 @@
 //! - [`rate_limit`]: the middleware: [`RateLimitLayer`] (configuration, `Clone`) and its
 //!   builder, the [`RateLimit`] service and its [`ResponseFuture`]; how several rules are
 //!   decided together and what a store failure does.
+//! - [`charge_after`]: [`ChargeAfterLayer`], for costs known only after the response (LLM
+//!   tokens): it asks whether the key is past its limit before the inner service, and charges
+//!   the cost a closure reads off the response after it.
 //! - [`concurrency_limit`]: the concurrency limit middleware: [`ConcurrencyLimitLayer`] and
 //!   the [`ConcurrencyLimit`] service, which acquire a lease before the inner service and
 //!   release it when the response body ends ([`LeaseBody`]), fails or is dropped.
@@ -58,6 +61,7 @@
 //!   `FailOpen` lets the request through, `Local` limits on the engine's in-memory limiter.
 //! - Shadow rules are checked and counted but never deny and add no headers.
 
+pub mod charge_after;
 pub mod concurrency_limit;
 mod engine;
 pub mod error;
@@ -68,6 +72,7 @@ pub mod rate_limit;
 mod sampler;
 pub mod stats;
 
+pub use charge_after::{ChargeAfter, ChargeAfterLayer};
 pub use concurrency_limit::{ConcurrencyLimit, ConcurrencyLimitLayer, LeaseBody};
 pub use error::Error;
 pub use key::{Cidr, ClientIp, KeyExtractor, ProxyHeader};

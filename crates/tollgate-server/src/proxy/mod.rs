@@ -13,7 +13,7 @@
 //! the rightmost untrusted address of its `X-Forwarded-For`; a client cannot choose its own key
 //! by sending that header.
 //!
-//! [`run`] also reloads the routes and policies on SIGHUP and when the config's files change
+//! [`serve_proxy`](crate::serve_proxy()) also reloads the routes and policies on SIGHUP and when the config's files change
 //! (counters live in the store and survive), serves on a listener with the timeouts and limits
 //! of the server's listeners, and, with `--admin ADDR`, serves `/healthz`, `/readyz` and `/metrics`
 //! on a separate admin listener, off by default so the proxy takes no port it was not given.

@@ -1,0 +1,251 @@
+//! Charge after the response: for budgets whose cost is known only once the work is done, the
+//! tokens an LLM answer used or the rows a report scanned.
+//!
+//! [`ChargeAfterLayer`] asks before the inner service whether the key is past its limit (a
+//! question of cost 0: a budget exactly spent is not past it), answers 429 when it is, and
+//! otherwise lets the request through; once the response is there, it computes the cost from
+//! the response's status and headers with the closure it was given, and charges it
+//! ([`Engine::charge_all`](tollgate::Engine::charge_all)): recorded whatever is left, the key
+//! going into debt past its limit, so later requests are refused until the algorithm has paid
+//! the debt back. A client can so use at most its budget plus the cost of the responses it had
+//! in flight when it crossed it.
+//!
+//! # An LLM gateway
+//!
+//! The upstream model reports the tokens an answer used in a header; each tenant has 10,000
+//! tokens an hour:
+//!
+//! ```
+//! use std::time::Duration;
+//! use axum::http::{HeaderName, Request, StatusCode};
+//! use axum::body::Body;
+//! use axum::{Router, routing::post};
+//! use tollgate::{Algorithm, MemoryStore, Policy};
+//! use tollgate_tower::{ChargeAfterLayer, KeyExtractor};
+//! use tower::ServiceExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let tokens = Policy::new("tokens", Algorithm::sliding_log(10_000, Duration::from_secs(3600))?)?;
+//! let tenant = KeyExtractor::header(HeaderName::from_static("x-tenant"));
+//! // The cost of an answer: its `x-tokens-used` header, nothing for an answer without one.
+//! let layer = ChargeAfterLayer::new(MemoryStore::new(), tokens, tenant, |response| {
+//!     response
+//!         .headers
+//!         .get("x-tokens-used")
+//!         .and_then(|v| v.to_str().ok())
+//!         .and_then(|v| v.parse().ok())
+//!         .unwrap_or(0)
+//! });
+//! let app = Router::new()
+//!     .route("/v1/chat", post(|| async { ([("x-tokens-used", "6000")], "an answer") }))
+//!     .layer(layer);
+//! let ask = || Request::post("/v1/chat").header("x-tenant", "acme").body(Body::empty());
+//! // 6,000 of 10,000, then 12,000: the second answer took the tenant past its budget.
+//! assert_eq!(app.clone().oneshot(ask()?).await?.status(), StatusCode::OK);
+//! assert_eq!(app.clone().oneshot(ask()?).await?.status(), StatusCode::OK);
+//! assert_eq!(app.oneshot(ask()?).await?.status(), StatusCode::TOO_MANY_REQUESTS);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The charge is made when the response head is there, before its body is sent: a cost that
+//! only the end of a streamed body knows (the bytes sent) is not one this layer computes.
+//! Allow and deny lists do not apply to the charge; a check with
+//! [`RateLimitLayer`](crate::RateLimitLayer) in front still applies them to admission. A charge the failing store
+//! could not record (`fail_open`, `fail_closed`) is logged, sampled; `local` records it in the
+//! engine's fallback limiter.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::BoxError;
+use axum::body::{Body, Bytes, HttpBody};
+use axum::http::response::Parts;
+use axum::http::{Request, Response, StatusCode};
+use serde_json::json;
+use tollgate::{Engine, Outcome, Policy, Rule, Store};
+use tower::{Layer, Service};
+
+use crate::engine::SharedEngine;
+use crate::problem::{KEY_TOO_LONG, MISSING_KEY, Problems, object};
+use crate::{KeyExtractor, LogSampler};
+
+/// The cost of a response, from its status and headers; 0 charges nothing.
+type CostOf = dyn Fn(&Parts) -> u64 + Send + Sync;
+
+/// Asks before the inner service, charges the response's cost after it; see the
+/// [module docs](self). `Clone`: every clone shares one engine.
+#[derive(Clone)]
+pub struct ChargeAfterLayer {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    engine: Arc<dyn SharedEngine>,
+    policy: Policy,
+    key: KeyExtractor,
+    cost: Box<CostOf>,
+    problems: Problems,
+}
+
+impl ChargeAfterLayer {
+    /// Charges `cost(response)` of `policy`'s budget for the key `key` finds, on `store`.
+    pub fn new<S: Store + 'static>(
+        store: S,
+        policy: Policy,
+        key: KeyExtractor,
+        cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static,
+    ) -> Self {
+        Self::with_engine(Arc::new(Engine::new(store)), policy, key, cost)
+    }
+
+    /// The same over an engine shared with other layers (and its failure modes and fallback).
+    pub fn with_engine<S: Store + 'static>(
+        engine: Arc<Engine<S>>,
+        policy: Policy,
+        key: KeyExtractor,
+        cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static,
+    ) -> Self {
+        ChargeAfterLayer {
+            shared: Arc::new(Shared {
+                engine,
+                policy,
+                key,
+                cost: Box::new(cost),
+                problems: Problems::default(),
+            }),
+        }
+    }
+}
+
+impl fmt::Debug for ChargeAfterLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChargeAfterLayer")
+            .field("policy", &self.shared.policy.name())
+            .field("key", &self.shared.key.describe())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Layer<S> for ChargeAfterLayer {
+    type Service = ChargeAfter<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ChargeAfter {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The service a [`ChargeAfterLayer`] makes.
+#[derive(Clone)]
+pub struct ChargeAfter<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S: fmt::Debug> fmt::Debug for ChargeAfter<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChargeAfter")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+type BoxedFuture<E> = Pin<Box<dyn Future<Output = Result<Response<Body>, E>> + Send>>;
+
+static UNRECORDED_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
+
+impl<S, B, ResBody> Service<Request<B>> for ChargeAfter<S>
+where
+    S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+    ResBody: HttpBody<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<Body>;
+    type Error = S::Error;
+    type Future = BoxedFuture<S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<B>) -> Self::Future {
+        // The service that was polled ready goes into the future; `self` keeps a fresh clone.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let policy = &shared.policy;
+            let Some(key) = shared.key.extract(&parts) else {
+                return Ok(shared.problems.missing_key(policy, &shared.key.describe()));
+            };
+            if key.len() > tollgate::bounds::MAX_KEY_LEN {
+                return Ok(shared.problems.response(
+                    StatusCode::BAD_REQUEST,
+                    KEY_TOO_LONG,
+                    format!(
+                        "`{}` keys on {}, which is {} bytes here, above the maximum of {}",
+                        policy.name(),
+                        shared.key.describe(),
+                        key.len(),
+                        tollgate::bounds::MAX_KEY_LEN
+                    ),
+                    object(json!({ "policy": policy.name() })),
+                ));
+            }
+            // Before: is the key past its limit? A budget exactly spent is not.
+            let question = [Rule::new(policy, &key, 0).as_question()];
+            match shared.engine.peek_all(&question).await {
+                Ok(verdict) => match (verdict.outcome(), verdict.rules().first()) {
+                    (Outcome::Error, decision) => {
+                        return Ok(shared
+                            .problems
+                            .store_unavailable(policy, decision.map(|r| &r.decision)));
+                    }
+                    (Outcome::Blocked, _) => return Ok(shared.problems.blocked(policy)),
+                    (outcome, Some(result)) if !outcome.allows() => {
+                        return Ok(shared.problems.rate_limited(policy, &result.decision));
+                    }
+                    _ => {}
+                },
+                Err(err) => {
+                    return Ok(shared.problems.response(
+                        StatusCode::BAD_REQUEST,
+                        MISSING_KEY,
+                        err.to_string(),
+                        object(json!({ "policy": policy.name() })),
+                    ));
+                }
+            }
+            let response = inner.call(Request::from_parts(parts, body)).await?;
+            let (head, body) = response.into_parts();
+            // After: what the response cost, recorded whatever is left.
+            let cost = (shared.cost)(&head).min(tollgate::bounds::MAX_LIMIT);
+            if cost > 0 {
+                let charge = [Rule::new(policy, &key, cost)];
+                let lost = match shared.engine.charge_all(&charge).await {
+                    Ok(charges) => charges.unrecorded > 0,
+                    Err(_) => true,
+                };
+                if lost && UNRECORDED_LOG.due() {
+                    tracing::warn!(
+                        policy = policy.name(),
+                        cost,
+                        "a charge was not recorded: the store failed (sampled: at most one line a second)"
+                    );
+                }
+            }
+            Ok(Response::from_parts(head, Body::new(body)))
+        })
+    }
+}
