@@ -465,8 +465,8 @@ async fn bad_json_requests_are_400_with_the_reason() {
             "rate limit descriptor list must not be empty",
         ),
         (
-            r#"{"domain": "edge", "descriptors": [{"entries": [{"key": "k"}], "isNegativeHits": true}]}"#,
-            "is_negative_hits is not supported",
+            r#"{"domain": "edge", "descriptors": [{"entries": [{"key": "k"}], "isNegativeHits": true, "hitsAddend": 0}]}"#,
+            "is_negative_hits gives back its hits_addend, which must be at least 1",
         ),
     ];
     for (body, reason) in cases {

@@ -52,7 +52,7 @@ const REQUESTS: [&str; 16] = [
     r#"{"domain": "elsewhere", "descriptors": [{"entries": [{"key": "path", "value": "/a"}]}]}"#,
     r#"{"domain": "", "descriptors": [{"entries": [{"key": "path", "value": "/a"}]}]}"#,
     r#"{"domain": "edge", "descriptors": []}"#,
-    r#"{"domain": "edge", "descriptors": [{"entries": [{"key": "path", "value": "/a"}], "isNegativeHits": true}]}"#,
+    r#"{"domain": "edge", "descriptors": [{"entries": [{"key": "path", "value": "/a"}], "isNegativeHits": true, "hitsAddend": 0}]}"#,
 ];
 
 fn state() -> tollgate_server::SharedState {

@@ -234,6 +234,10 @@ async fn explain_rules<S: Store + OverrideStore>(
     }
     let mut named = Vec::with_capacity(asked.len());
     for (i, rule) in asked.iter().enumerate() {
+        // A check costs at least 1; only an Envoy descriptor asks with 0.
+        if rule.cost == 0 {
+            return Err(ExplainError::Store(Error::ZeroCost));
+        }
         let found = limits
             .policy(&rule.policy)
             .ok_or_else(|| ExplainError::UnknownPolicy {

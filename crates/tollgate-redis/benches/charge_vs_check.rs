@@ -1,0 +1,178 @@
+//! What a charge costs next to a check, per algorithm, on the memory store and on one
+//! `redis-server`, in the same run: a charge records a cost whatever is left (see
+//! `docs/charges.md`), a check decides and records if it fits. The claim is that the new
+//! operation is no dearer than the old.
+//!
+//! - **memory**: nanoseconds per operation, one thread, 10 000 keys walked in order, cost 1,
+//!   budgets no key runs out of; alternating rounds, check then charge, median round of each.
+//! - **redis**: operations per second with 32 tokio tasks on one store (deny cache off, batching
+//!   on as by default; a charge goes out as one script call of its own), and the script time
+//!   Redis itself spent per operation (`usec` of `cmdstat_evalsha` and `cmdstat_fcall` in `INFO
+//!   commandstats`), which a loaded machine disturbs far less than wall time.
+//!
+//! Every loop is bounded by a count. Run with `cargo bench -p tollgate-redis --bench
+//! charge_vs_check` (needs `redis-server`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tollgate::{Algorithm, Anchor, MemoryStore, Policy, Rate, Rule, Store};
+use tollgate_redis::{RedisStore, Target};
+use tollgate_testkit::RedisServer;
+
+const KEYS: u64 = 10_000;
+const ROUNDS: usize = 5;
+const MEMORY_OPS: u64 = 200_000;
+const REDIS_OPS: u64 = 20_000;
+const TASKS: u64 = 32;
+
+fn policies() -> Vec<Policy> {
+    let rate = Rate::per_second(1_000_000).expect("rate");
+    let minute = Duration::from_secs(60);
+    [
+        Algorithm::fixed_window(1_000_000_000, minute, Anchor::Epoch),
+        Algorithm::sliding_window(1_000_000_000, minute),
+        Algorithm::token_bucket(1_000_000, rate),
+        Algorithm::leaky_bucket(1_000_000, rate),
+        Algorithm::gcra(rate, 1_000_000),
+    ]
+    .into_iter()
+    .map(|algorithm| {
+        let algorithm = algorithm.expect("algorithm");
+        Policy::new(algorithm.name(), algorithm).expect("policy")
+    })
+    .collect()
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Nanoseconds per operation on the memory store.
+fn memory_ns(store: &MemoryStore, policy: &Policy, charge: bool) -> f64 {
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("user:{i}")).collect();
+    let started = Instant::now();
+    for i in 0..MEMORY_OPS {
+        let key = &keys[(i % KEYS) as usize];
+        if charge {
+            let charged = store.charge(&[Rule::new(policy, key, 1)]).expect("charge");
+            std::hint::black_box(charged);
+        } else {
+            std::hint::black_box(store.check(policy, key, 1).expect("check"));
+        }
+    }
+    started.elapsed().as_nanos() as f64 / MEMORY_OPS as f64
+}
+
+/// Script microseconds Redis has spent so far, from `INFO commandstats`.
+fn script_usec(redis: &RedisServer) -> u64 {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_fcall:"))
+        .filter_map(|line| line.split(',').find_map(|field| field.strip_prefix("usec=")))
+        .filter_map(|usec| usec.trim().parse::<u64>().ok())
+        .sum()
+}
+
+/// Operations per second on Redis, and Redis's script microseconds per operation.
+async fn redis_rate(
+    store: &Arc<RedisStore>,
+    redis: &RedisServer,
+    policy: &Policy,
+    charge: bool,
+) -> (f64, f64) {
+    let usec_before = script_usec(redis);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let store = store.clone();
+        let policy = policy.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..REDIS_OPS / TASKS {
+                let key = format!("user:{}", (task * 7_919 + i) % KEYS);
+                if charge {
+                    store
+                        .charge(&[Rule::new(&policy, &key, 1)])
+                        .await
+                        .expect("charge");
+                } else {
+                    store.check(&policy, key.as_bytes(), 1).await.expect("check");
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let usec = script_usec(redis) - usec_before;
+    (REDIS_OPS as f64 / seconds, usec as f64 / REDIS_OPS as f64)
+}
+
+fn main() {
+    println!("memory store, ns per operation, {ROUNDS} alternating rounds, median");
+    println!(
+        "{:<16} {:>10} {:>10} {:>16}",
+        "algorithm", "check", "charge", "charge / check"
+    );
+    let store = MemoryStore::new();
+    for policy in policies() {
+        let (mut checks, mut charges) = (vec![], vec![]);
+        for _ in 0..ROUNDS {
+            checks.push(memory_ns(&store, &policy, false));
+            charges.push(memory_ns(&store, &policy, true));
+        }
+        let (check, charge) = (median(checks), median(charges));
+        println!(
+            "{:<16} {check:>10.1} {charge:>10.1} {:>16.3}",
+            policy.name(),
+            charge / check
+        );
+    }
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let redis = RedisServer::start();
+        let store = Arc::new(
+            RedisStore::builder(Target::parse(&redis.url()).expect("url"))
+                .deny_cache(false)
+                .timeout(Duration::from_secs(5))
+                .connect()
+                .await
+                .expect("connect"),
+        );
+        println!();
+        println!(
+            "redis, {TASKS} tasks, ops/s and Redis script µs per op, {ROUNDS} alternating rounds, median"
+        );
+        println!(
+            "{:<16} {:>12} {:>12} {:>16} {:>10} {:>10} {:>16}",
+            "algorithm", "check/s", "charge/s", "charge / check", "check µs", "charge µs", "µs charge/check"
+        );
+        for policy in policies() {
+            let (mut checks, mut charges, mut check_us, mut charge_us) = (vec![], vec![], vec![], vec![]);
+            for _ in 0..ROUNDS {
+                let (rate, usec) = redis_rate(&store, &redis, &policy, false).await;
+                checks.push(rate);
+                check_us.push(usec);
+                let (rate, usec) = redis_rate(&store, &redis, &policy, true).await;
+                charges.push(rate);
+                charge_us.push(usec);
+            }
+            let (check, charge) = (median(checks), median(charges));
+            let (check_us, charge_us) = (median(check_us), median(charge_us));
+            println!(
+                "{:<16} {check:>12.0} {charge:>12.0} {:>16.3} {check_us:>10.1} {charge_us:>10.1} {:>16.3}",
+                policy.name(),
+                charge / check,
+                charge_us / check_us
+            );
+        }
+    });
+}
