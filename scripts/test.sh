@@ -47,6 +47,8 @@ export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The API docs build without a warning (a broken intra-doc link is one).
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 # Every publishable crate packs: manifest fields, a version beside each path dependency, only
 # files inside the crate. --no-verify: building the crates is what the tests below do.
 cargo package --no-verify --allow-dirty --offline --quiet \
