@@ -41,3 +41,12 @@ pub enum Error {
     #[error("a rate limit layer needs at least one rule")]
     NoRules,
 }
+
+impl From<tollgate::CidrError> for Error {
+    fn from(err: tollgate::CidrError) -> Self {
+        Error::BadCidr {
+            input: err.input().to_owned(),
+            reason: err.reason(),
+        }
+    }
+}

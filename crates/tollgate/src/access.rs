@@ -31,10 +31,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use crate::bounds::{MAX_KEY_LEN, MAX_NAME_LEN};
+use crate::cidr::{Cidr, CidrError};
 
 /// Which list an entry is on.
 ///
@@ -218,7 +219,18 @@ impl AccessEntry {
             });
         }
         let value: Box<str> = match kind {
-            EntryKind::Cidr => Cidr::parse(value)?.to_string().into(),
+            EntryKind::Cidr => value
+                .parse::<Cidr>()
+                .map_err(|err| match err {
+                    CidrError::HostBits { input, len, network } => AccessError::HostBits {
+                        given: input,
+                        len,
+                        network: network.to_string(),
+                    },
+                    err => AccessError::BadCidr(err.input().to_owned()),
+                })?
+                .to_string()
+                .into(),
             EntryKind::Key | EntryKind::Prefix => value.into(),
         };
         Ok(AccessEntry {
@@ -316,66 +328,6 @@ pub enum Added {
     },
 }
 
-/// An IPv4 or IPv6 range: a network address and a prefix length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Cidr {
-    network: IpAddr,
-    len: u8,
-}
-
-impl Cidr {
-    fn parse(text: &str) -> Result<Cidr, AccessError> {
-        let bad = || AccessError::BadCidr(text.chars().take(64).collect());
-        let (address, len) = match text.split_once('/') {
-            Some((address, len)) => (address, Some(len)),
-            None => (text, None),
-        };
-        let address: IpAddr = address.parse().map_err(|_| bad())?;
-        let bits = match address {
-            IpAddr::V4(_) => 32,
-            IpAddr::V6(_) => 128,
-        };
-        let len = match len {
-            None => bits,
-            // Digits only: `u8::from_str` would also take a leading `+`.
-            Some(len) if !len.is_empty() && len.len() <= 3 && len.bytes().all(|b| b.is_ascii_digit()) => {
-                len.parse::<u8>().map_err(|_| bad())?
-            }
-            Some(_) => return Err(bad()),
-        };
-        if len > bits {
-            return Err(bad());
-        }
-        let network = match address {
-            IpAddr::V4(v4) => IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask32(len))),
-            IpAddr::V6(v6) => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask128(len))),
-        };
-        let cidr = Cidr { network, len };
-        if network != address {
-            return Err(AccessError::HostBits {
-                given: text.to_owned(),
-                len,
-                network: cidr.to_string(),
-            });
-        }
-        Ok(cidr)
-    }
-}
-
-impl fmt::Display for Cidr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.network, self.len)
-    }
-}
-
-fn mask32(len: u8) -> u32 {
-    u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
-}
-
-fn mask128(len: u8) -> u128 {
-    u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)
-}
-
 /// One list of one scope, compiled for lookups (see the [module docs](self)).
 #[derive(Debug, Default)]
 struct Matcher {
@@ -412,18 +364,17 @@ impl Matcher {
                 EntryKind::Prefix => prefixes.push((entry.value.as_bytes().into(), entry)),
                 EntryKind::Cidr => {
                     // Normalized by `AccessEntry::new`: it parses.
-                    let Ok(cidr) = Cidr::parse(&entry.value) else {
+                    let Ok(cidr) = entry.value.parse::<Cidr>() else {
                         continue;
                     };
-                    match cidr.network {
-                        IpAddr::V4(net) => {
-                            let start = u32::from(net);
-                            v4.push((start, start | !mask32(cidr.len), entry));
+                    match (cidr.addr(), cidr.last()) {
+                        (IpAddr::V4(first), IpAddr::V4(last)) => {
+                            v4.push((u32::from(first), u32::from(last), entry))
                         }
-                        IpAddr::V6(net) => {
-                            let start = u128::from(net);
-                            v6.push((start, start | !mask128(cidr.len), entry));
+                        (IpAddr::V6(first), IpAddr::V6(last)) => {
+                            v6.push((u128::from(first), u128::from(last), entry))
                         }
+                        _ => {}
                     }
                 }
             }
@@ -615,6 +566,8 @@ fn parse_ip(key: &[u8]) -> Option<IpAddr> {
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use super::*;
     use proptest::prelude::*;
 
@@ -724,7 +677,7 @@ mod tests {
                 entries.push(entry(None, Listed::Deny, EntryKind::Prefix, p));
             }
             for (bits, len) in &nets {
-                let net = Ipv4Addr::from(bits & mask32(*len));
+                let net = crate::cidr::masked(IpAddr::V4(Ipv4Addr::from(*bits)), *len);
                 entries.push(entry(None, Listed::Deny, EntryKind::Cidr, &format!("{net}/{len}")));
             }
             let lists = AccessLists::new(entries);
@@ -733,10 +686,26 @@ mod tests {
                 prop_assert_eq!(lists.lookup("p", key.as_bytes()).is_some(), scan, "{}", key);
             }
             for address in addresses {
-                let scan = nets.iter().any(|(bits, len)| address & mask32(*len) == bits & mask32(*len));
+                let block = |bits: u32, len: u8| crate::cidr::masked(IpAddr::V4(Ipv4Addr::from(bits)), len);
+                let scan = nets.iter().any(|&(bits, len)| block(address, len) == block(bits, len));
                 let text = Ipv4Addr::from(address).to_string();
                 prop_assert_eq!(lists.lookup("p", text.as_bytes()).is_some(), scan, "{}", text);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod mapped_tests {
+    use super::*;
+
+    #[test]
+    fn an_ipv4_mapped_range_blocks_both_spellings_of_its_addresses() {
+        let entry = AccessEntry::new(None, Listed::Deny, EntryKind::Cidr, "::ffff:198.51.100.0/120").unwrap();
+        assert_eq!(entry.value(), "198.51.100.0/24");
+        let lists = AccessLists::new([entry]);
+        assert!(lists.lookup("p", b"198.51.100.7").is_some());
+        assert!(lists.lookup("p", b"::ffff:198.51.100.7").is_some());
+        assert!(lists.lookup("p", b"198.51.101.7").is_none());
     }
 }

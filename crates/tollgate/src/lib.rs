@@ -65,6 +65,7 @@ pub mod access;
 pub mod algorithm;
 pub mod attempts;
 pub mod bounds;
+pub mod cidr;
 pub mod clock;
 pub mod concurrency;
 pub mod decision;
@@ -82,6 +83,7 @@ pub mod rule;
 pub mod store;
 pub mod top_keys;
 
+pub use cidr::{Cidr, CidrError};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{AttemptsStatus, Charged, Decision, Decisions};
 pub use enforcement::Enforcement;

@@ -36,9 +36,10 @@ use std::net::{IpAddr, SocketAddr};
 use axum::extract::ConnectInfo;
 use axum::http::request::Parts;
 
-use super::cidr::{Cidr, masked};
 use super::forwarded::{self, Hop};
 use crate::Error;
+use tollgate::Cidr;
+use tollgate::cidr::masked;
 
 /// Which header a trusted proxy writes the chain to.
 ///

@@ -13,7 +13,6 @@
 //! - [`KeyExtractor::route_and_ip`]: method, route and client address, for per-endpoint limits.
 //! - [`KeyExtractor::custom`]: any function of the request head.
 
-mod cidr;
 mod client_ip;
 mod forwarded;
 
@@ -24,9 +23,9 @@ use axum::extract::MatchedPath;
 use axum::http::HeaderName;
 use axum::http::request::Parts;
 
-pub use cidr::Cidr;
 pub(crate) use client_ip::InlineKey;
 pub use client_ip::{ClientIp, ProxyHeader};
+pub use tollgate::Cidr;
 
 type KeyFn = dyn Fn(&Parts) -> Option<Vec<u8>> + Send + Sync;
 
