@@ -82,6 +82,7 @@ pub mod explain;
 pub(crate) mod limits;
 pub(crate) mod openapi;
 pub(crate) mod operations;
+pub(crate) mod override_view;
 pub(crate) mod overrides;
 pub(crate) mod policy;
 pub(crate) mod router;

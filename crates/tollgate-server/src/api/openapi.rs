@@ -80,7 +80,7 @@ use crate::runtime::problem::Problem;
         admin::PolicyOffenders,
         admin::TopOffenders,
         overrides::OverrideRequest,
-        overrides::OverrideAnswer,
+        super::override_view::OverrideAnswer,
         overrides::OverrideList,
         crate::api::explain::routes::ExplainBody,
         crate::api::explain::routes::ExplainDescriptor,

@@ -26,14 +26,13 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
 use tollgate::overrides::{Override, OverrideStore};
 use tollgate::{Engine, Error, Outcome, Policy, Rule, RuleVerdict, Store};
 use tollgate_config::Limits;
 use tollgate_config::envoy_plan::{Asked, DescriptorAnswer, Kind, Modes, PlanError, Planner};
 use tollgate_config::limits::EntryMatch;
 
-use crate::api::overrides::{OverrideAnswer, answer as override_answer, parameters};
+use crate::api::override_view::{answer as override_answer, parameters};
 use tollgate::headers::millis_up;
 
 /// What to explain: the input of a check.
@@ -95,93 +94,6 @@ pub enum ExplainError {
     /// The engine refused the input (a bad key or cost) or the store failed.
     #[error(transparent)]
     Store(#[from] Error),
-}
-
-/// The answer: what the check would decide, and each rule's part.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct Explanation {
-    /// Whether the check would let the request pass.
-    pub allowed: bool,
-    /// The request's outcome: `allowed`, `denied`, `shadow_denied`, `degraded`, `error` or
-    /// `blocked` (a key is on a deny list).
-    pub outcome: &'static str,
-    /// The store could not answer and the failure modes did; the state shown is theirs.
-    pub degraded: bool,
-    /// One entry per rule or descriptor, in request order.
-    pub rules: Vec<ExplainedRule>,
-}
-
-impl Explanation {
-    /// The answer as indented JSON, as `tollgate explain` prints it.
-    pub fn to_pretty_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_else(|err| format!("{{\"error\": \"{err}\"}}"))
-    }
-}
-
-/// One rule or descriptor, explained.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ExplainedRule {
-    /// The descriptor's index, for an Envoy descriptor set.
-    pub descriptor: Option<usize>,
-    /// Why this limit applies: `policy`, `exact`, `wildcard`, `default`, `limit_override` (the
-    /// descriptor's own limit), `replaced`, `unlimited`, `deny_all` or `no_match`.
-    pub matched: &'static str,
-    /// For a descriptor: how each entry matched, as far as the match got.
-    pub entries: Vec<ExplainedEntry>,
-    /// The policy decided (`envoy:<domain>.<path>` for a descriptor); null when none is.
-    pub policy: Option<String>,
-    /// The key its budget is kept under.
-    pub key: Option<String>,
-    /// What the request costs under it.
-    pub cost: u64,
-    /// Decided in shadow mode: it never denies the request.
-    pub shadow: bool,
-    /// The runtime override in force for the key, if any.
-    pub r#override: Option<OverrideAnswer>,
-    /// The algorithm in force.
-    pub algorithm: Option<&'static str>,
-    /// Its parameters in force (the override's, else the policy's), in the config's fields.
-    #[schema(value_type = Option<Object>)]
-    pub parameters: Option<serde_json::Value>,
-    /// The budget as it stands, before this request.
-    pub state: Option<BudgetState>,
-    /// What the check would decide for this rule: `allowed`, `denied`, `shadow_denied`,
-    /// `degraded`, `blocked`, or `unlimited` / `deny_all` / `no_match` for a descriptor the
-    /// store never sees.
-    pub decision: &'static str,
-    /// When it would deny: milliseconds until a request of this cost could pass.
-    pub retry_after_ms: Option<u64>,
-}
-
-/// How one entry of a descriptor matched.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ExplainedEntry {
-    /// The entry's key.
-    pub key: String,
-    /// The entry's value.
-    pub value: String,
-    /// `exact`, `wildcard`, `default` (a descriptor without a value), or `none` where the match
-    /// stopped.
-    pub matched: &'static str,
-    /// The wildcard pattern it matched.
-    pub pattern: Option<String>,
-}
-
-/// A budget as it stands.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct BudgetState {
-    /// The limit in force: a window's limit, a bucket's capacity, GCRA's burst.
-    pub limit: u64,
-    /// What is left of it now.
-    pub remaining: u64,
-    /// What is used: the window's count, the bucket's level.
-    pub used: u64,
-    /// Milliseconds until the budget is whole again if nothing else arrives (a penalty
-    /// included).
-    pub reset_after_ms: u64,
-    /// When the key is blocked by the policy's `block_for` penalty: milliseconds until the
-    /// block ends (every check is denied until then, whatever the budget).
-    pub penalty_left_ms: Option<u64>,
 }
 
 /// Explains `request` against `limits` on `engine`'s store, planning Envoy descriptors as
@@ -421,48 +333,6 @@ async fn budget<S: Store + OverrideStore>(
     Ok(())
 }
 
-fn unexplained(
-    descriptor: Option<usize>,
-    matched: &'static str,
-    entries: Vec<ExplainedEntry>,
-    cost: u64,
-) -> ExplainedRule {
-    ExplainedRule {
-        descriptor,
-        matched,
-        entries,
-        policy: None,
-        key: None,
-        cost,
-        shadow: false,
-        r#override: None,
-        algorithm: None,
-        parameters: None,
-        state: None,
-        decision: "no_match",
-        retry_after_ms: None,
-    }
-}
-
-fn explained_entries(entries: &[(String, String)], matches: &[EntryMatch]) -> Vec<ExplainedEntry> {
-    entries
-        .iter()
-        .enumerate()
-        .map(|(i, (key, value))| {
-            let found = matches.get(i);
-            ExplainedEntry {
-                key: key.clone(),
-                value: value.clone(),
-                matched: found.map_or("none", EntryMatch::as_str),
-                pattern: match found {
-                    Some(EntryMatch::Wildcard { pattern }) => Some(pattern.clone()),
-                    _ => None,
-                },
-            }
-        })
-        .collect()
-}
-
 /// Reads a descriptor written `key=value,key=value` (the CLI's `--descriptor`, the query's
 /// `descriptor`): entries split at `,`, each at its first `=`.
 ///
@@ -511,7 +381,11 @@ pub async fn run_cli(
     Ok(explain(&limits, &engine, envoy, request).await?)
 }
 
+mod answer;
 pub(crate) mod routes;
+
+pub use answer::{BudgetState, ExplainedEntry, ExplainedRule, Explanation};
+use answer::{explained_entries, unexplained};
 
 pub(crate) use routes::routes;
 
