@@ -45,8 +45,8 @@ macro_rules! library {
     };
 }
 
-/// The decision and batch scripts as one Redis function library (Redis 7 and later), called
-/// with `FCALL`.
+/// The decision, batch and charge scripts as one Redis function library (Redis 7 and later),
+/// called with `FCALL`.
 ///
 /// A script runs its whole text on every call: for the decision script that is defining the
 /// library's functions again each time, which costs Redis more than deciding one rule (about
@@ -62,13 +62,13 @@ pub(crate) struct Library {
     /// `FUNCTION LOAD` text.
     pub(crate) code: String,
     /// For each script the library holds: its hash and its function's name.
-    functions: [(String, String); 2],
+    functions: [(String, String); 3],
     /// Whether to call functions: cleared once the server shows it has none for us.
     usable: AtomicBool,
 }
 
 impl Library {
-    fn new(decide: &Script, batch: &Script) -> Self {
+    fn new(decide: &Script, batch: &Script, charge: &Script) -> Self {
         // The code is written with `NAME` for the library's name, then named after a hash of
         // all of it: any change to it, the wrapping included, is a library of its own.
         const NAME: &str = "tollgate_LIBRARY";
@@ -87,6 +87,7 @@ impl Library {
         let functions = [
             function(decide, "decide", include_str!("../lua/decide.lua")),
             function(batch, "batch", include_str!("../lua/batch.lua")),
+            function(charge, "charge", include_str!("../lua/charge.lua")),
         ];
         let hash = Script::new(&code).get_hash().to_owned();
         let name = format!("tollgate_{}", &hash[..16]);
@@ -136,7 +137,7 @@ pub(crate) struct Scripts {
     pub(crate) set_override: Script,
     /// Concurrency leases: acquire and release (see `concurrency`).
     pub(crate) concurrency: Script,
-    /// The decision and batch scripts as a function library.
+    /// The decision, batch and charge scripts as a function library.
     pub(crate) library: Library,
 }
 
@@ -144,12 +145,13 @@ impl Scripts {
     pub(crate) fn new() -> Self {
         let decide = Script::new(library!("request.lua", "decide.lua"));
         let batch = Script::new(library!("request.lua", "batch.lua"));
+        let charge = Script::new(library!("request.lua", "charge.lua"));
         Scripts {
-            library: Library::new(&decide, &batch),
+            library: Library::new(&decide, &batch, &charge),
             decide,
             batch,
             refund: Script::new(library!("refund.lua")),
-            charge: Script::new(library!("request.lua", "charge.lua")),
+            charge,
             lease: Script::new(library!("lease.lua")),
             attempts: Script::new(concat!(
                 include_str!("../lua/common.lua"),
