@@ -72,21 +72,7 @@ impl Problems {
             Some(base) => format!("{base}{slug}"),
             None => "about:blank".to_owned(),
         };
-        let mut body = Map::new();
-        body.insert("type".into(), kind.into());
-        body.insert(
-            "title".into(),
-            status.canonical_reason().unwrap_or("Error").into(),
-        );
-        body.insert("status".into(), status.as_u16().into());
-        body.insert("detail".into(), detail.into());
-        body.extend(members);
-        let mut response = Response::new(Body::from(Value::Object(body).to_string()));
-        *response.status_mut() = status;
-        response
-            .headers_mut()
-            .insert(CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE_PROBLEM));
-        response
+        response(status, &kind, detail, members)
     }
 
     /// The 429 for `decision` of `policy`, the rule that denies longest.
@@ -271,6 +257,42 @@ impl RateLimitHeaders {
         map.append(RATELIMIT_POLICY, self.policy);
         map.append(RATELIMIT, self.limit);
     }
+}
+
+/// The one builder of an RFC 9457 problem response (`application/problem+json`) in tollgate:
+/// `type`, `title` (the status's reason phrase), `status` and `detail`, then the extension
+/// `members`. The layer's answers and the server's errors are all built here, so every error a
+/// client sees has one shape.
+///
+/// ```
+/// use axum::http::StatusCode;
+/// use tollgate_tower::problem::{CONTENT_TYPE_PROBLEM, response};
+///
+/// let answer = response(StatusCode::BAD_REQUEST, "about:blank", "cost must be at least 1".into(), Default::default());
+/// assert_eq!(answer.status(), 400);
+/// assert_eq!(answer.headers()["content-type"], CONTENT_TYPE_PROBLEM);
+/// ```
+pub fn response(
+    status: StatusCode,
+    kind: &str,
+    detail: String,
+    members: Map<String, Value>,
+) -> Response<Body> {
+    let mut body = Map::new();
+    body.insert("type".into(), kind.into());
+    body.insert(
+        "title".into(),
+        status.canonical_reason().unwrap_or("Error").into(),
+    );
+    body.insert("status".into(), status.as_u16().into());
+    body.insert("detail".into(), detail.into());
+    body.extend(members);
+    let mut response = Response::new(Body::from(Value::Object(body).to_string()));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE_PROBLEM));
+    response
 }
 
 pub(crate) fn object(value: Value) -> Map<String, Value> {

@@ -5,10 +5,9 @@
 //! [`Problem`] is that body and its builder; the OpenAPI document's `Problem` schema is derived
 //! from it, so the document describes what is sent. [`bare_errors`] is a middleware that turns
 //! any error answer without a problem body (axum's 404 and 405, an extractor's plain-text 400)
-//! into one, so no route can forget. The media type is the tower layer's
-//! ([`tollgate_tower::problem::CONTENT_TYPE_PROBLEM`]), whose 429s the proxy sends.
+//! into one, so no route can forget. The answer itself is built by the tower layer's builder
+//! ([`tollgate_tower::problem::response`]), whose 429s the proxy sends: one shape, one place.
 
-use axum::Json;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
@@ -85,13 +84,17 @@ impl Problem {
 }
 
 impl IntoResponse for Problem {
+    /// Built by the tower layer's builder, the one every problem answer goes through.
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut response = (status, Json(self)).into_response();
-        response
-            .headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
-        response
+        let mut members = serde_json::Map::new();
+        if let Some(policy) = self.policy {
+            members.insert("policy".into(), policy.into());
+        }
+        if let Some(reason) = self.reason {
+            members.insert("reason".into(), reason.into());
+        }
+        tollgate_tower::problem::response(status, &self.kind, self.detail, members)
     }
 }
 

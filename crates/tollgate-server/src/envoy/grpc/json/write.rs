@@ -12,7 +12,7 @@ use super::super::proto::rate_limit_response::quota::ExpirationSpecifier;
 use super::super::proto::rate_limit_response::rate_limit::Unit;
 use super::super::proto::rate_limit_response::{Code, DescriptorStatus, Quota, RateLimit};
 
-/// The answer in the proto3 JSON mapping (see the [module docs](self)).
+/// The answer in the proto3 JSON mapping (see the [module docs](super)).
 ///
 /// ```
 /// use tollgate_server::grpc::proto::RateLimitResponse;
