@@ -130,7 +130,7 @@ async fn explain_tells_why(store: AnyStore, snapshot: impl Fn() -> Vec<String>) 
     assert_eq!(rule["parameters"], json!({"limit": 2, "window": "1h"}));
     assert_eq!(
         rule["state"],
-        json!({"limit": 2, "remaining": 2, "used": 0, "reset_after_ms": 0, "penalty_left_ms": null})
+        json!({"limit": 2, "remaining": 2, "used": 0, "reset_after_ms": 0, "penalty_left_ms": null, "debt_left_ms": null})
     );
     assert_eq!(rule["decision"], "allowed");
 

@@ -91,6 +91,10 @@ pub struct BudgetState {
     /// When the key is blocked by the policy's `block_for` penalty: milliseconds until the
     /// block ends (every check is denied until then, whatever the budget).
     pub penalty_left_ms: Option<u64>,
+    /// When the key is past its limit, in debt after a charge (`POST /v1/charge`, a
+    /// descriptor's own `hits_addend`): milliseconds until the algorithm has paid the debt
+    /// back. Null when it is not (a budget exactly spent is not past its limit).
+    pub debt_left_ms: Option<u64>,
 }
 
 pub(super) fn unexplained(

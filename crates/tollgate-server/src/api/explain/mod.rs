@@ -310,6 +310,20 @@ async fn budget<S: Store + OverrideStore>(
         Some(_) => engine.store().penalty_left(policy, key.as_bytes()).await?,
         None => None,
     };
+    // Past its limit: a question of cost 0 is refused only for a key in debt (or blocked, which
+    // the penalty already says).
+    let debt_left = match penalty {
+        Some(_) => None,
+        None => {
+            let past = engine
+                .peek_all(&[Rule::new(policy, key, 0).as_question()])
+                .await?;
+            past.rules()
+                .first()
+                .filter(|r| !r.decision.allowed)
+                .and_then(|r| r.decision.retry_after)
+        }
+    };
     let found: Option<Override> = engine.store().override_for(policy, key.as_bytes()).await?;
     let in_force = found
         .as_ref()
@@ -327,6 +341,7 @@ async fn budget<S: Store + OverrideStore>(
         used: d.limit.saturating_sub(standing.remaining),
         reset_after_ms: millis_up(standing.reset_after),
         penalty_left_ms: penalty.map(millis_up),
+        debt_left_ms: debt_left.map(millis_up),
     });
     rule.decision = result.outcome.as_str();
     rule.retry_after_ms = d.retry_after.filter(|_| !d.allowed).map(millis_up);
