@@ -548,6 +548,28 @@ impl AccessLists {
         })
     }
 
+    /// The global deny entry `key` matches, if any: for a key no policy decides (an Envoy
+    /// descriptor that matched no limit), which only the global lists can block.
+    ///
+    /// ```
+    /// use tollgate::access::{AccessEntry, AccessLists, EntryKind, Listed};
+    ///
+    /// let lists = AccessLists::new([
+    ///     AccessEntry::new(None, Listed::Deny, EntryKind::Cidr, "192.0.2.0/24")?,
+    ///     AccessEntry::new(Some("api"), Listed::Deny, EntryKind::Key, "bob")?,
+    /// ]);
+    /// assert!(lists.global_deny(b"192.0.2.5").is_some());
+    /// assert!(lists.global_deny(b"bob").is_none(), "a policy's own entry");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn global_deny(&self, key: &[u8]) -> Option<&Arc<AccessEntry>> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        let ip = if self.ranges { parse_ip(key) } else { None };
+        self.global.deny.find(key, ip)
+    }
+
     /// Whether any entry applies to `policy` (its own or a global one).
     pub fn applies_to(&self, policy: &str) -> bool {
         !(self.global.allow.is_empty() && self.global.deny.is_empty()) || self.policies.contains_key(policy)

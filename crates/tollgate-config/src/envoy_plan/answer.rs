@@ -166,10 +166,17 @@ impl<'l> Plan<'l> {
                     let verdict = rule_verdicts.next().copied();
                     self.limited(matched, policy, verdict, spends, given_back)
                 }
+                _ if self.blocked[i] => {
+                    let mut answer = self.decided_at_door(slot, since_epoch);
+                    answer.over = true;
+                    answer.refusal = Some(Outcome::Blocked);
+                    answer
+                }
                 _ => self.decided_at_door(slot, since_epoch),
             })
             .collect();
-        let blocked = verdict.is_some_and(|v| v.outcome() == Outcome::Blocked);
+        let blocked =
+            self.blocked.contains(&true) || verdict.is_some_and(|v| v.outcome() == Outcome::Blocked);
         let over = overall(&descriptors);
         let shadowed = over && self.modes.global_shadow;
         let unavailable = verdict.filter(|v| v.outcome() == Outcome::Error).map(|v| {

@@ -216,7 +216,9 @@ impl Planner {
             .collect();
         apply_replaces(&mut resolved);
         let mut slots = Vec::with_capacity(asked.len());
+        let mut unlimited_keys = Vec::new();
         for (index, (asked, resolved)) in asked.into_iter().zip(resolved).enumerate() {
+            let listed = list_key(&asked.entries);
             let none = Slot::None {
                 quota: modes.global_quota,
                 replaced: found[index],
@@ -257,9 +259,18 @@ impl Planner {
                 tollgate::store::validate_key(matched.key.as_bytes())
                     .map_err(|source| PlanError::Key { index, source })?;
             }
+            if matches!(slot, Slot::None { .. } | Slot::Unlimited) {
+                unlimited_keys.push((index, listed));
+            }
             slots.push(slot);
         }
-        Ok(Plan { slots, modes })
+        let blocked = vec![false; slots.len()];
+        Ok(Plan {
+            slots,
+            modes,
+            unlimited_keys,
+            blocked,
+        })
     }
 }
 
@@ -268,6 +279,11 @@ impl Planner {
 pub struct Plan<'l> {
     slots: Vec<Slot<'l>>,
     modes: Modes,
+    /// The descriptors the store never sees (no limit, `unlimited`), with what allow and deny
+    /// lists match of them.
+    unlimited_keys: Vec<(usize, Option<String>)>,
+    /// Per descriptor: blocked by a global deny list although no limit applies to it.
+    blocked: Vec<bool>,
 }
 
 impl Plan<'_> {
@@ -307,6 +323,9 @@ impl Plan<'_> {
     /// ([`check_all`](tollgate::Engine::check_all)); false when the request is refused without
     /// the store, so they are only looked at ([`peek_all`](tollgate::Engine::peek_all)).
     pub fn spends(&self) -> bool {
+        if self.blocked.contains(&true) {
+            return false;
+        }
         let modes = self.modes;
         let enforced_refusal = self
             .slots
@@ -324,6 +343,35 @@ impl Plan<'_> {
         let all_over = quota.peek().is_some()
             && quota.all(|slot| slot.over_at_door() && slot.matched().is_some_and(|m| !m.shadow));
         !all_over
+    }
+
+    /// Blocks the descriptors no limit applies to (no match, `unlimited`) whose address (their
+    /// `remote_address` value, else their last entry's) a global deny list holds: a deny list
+    /// is absolute, whether or not a limit matched. The engine applies the lists to the
+    /// descriptors it decides; these it never sees. A blocked request is refused without
+    /// spending anything.
+    ///
+    /// ```
+    /// use tollgate::access::{AccessEntry, AccessLists, EntryKind, Listed};
+    /// use tollgate_config::envoy_plan::{Asked, Modes, Planner};
+    ///
+    /// let limits = tollgate_config::parse("edge.yaml", "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")?;
+    /// let lists = AccessLists::new([AccessEntry::new(None, Listed::Deny, EntryKind::Cidr, "192.0.2.0/24")?]);
+    /// let address = Asked { entries: vec![("remote_address".into(), "192.0.2.5".into())], cost: 1, ..Asked::default() };
+    /// let mut plan = Planner::default().plan(&limits, Modes::default(), "edge", vec![address])?;
+    /// plan.deny_listed(&lists);
+    /// let answer = plan.answer(None, false, &[], std::time::Duration::ZERO);
+    /// assert!(answer.over && answer.blocked);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn deny_listed(&mut self, lists: &tollgate::access::AccessLists) {
+        for (index, key) in &self.unlimited_keys {
+            if let Some(key) = key
+                && lists.global_deny(key.as_bytes()).is_some()
+            {
+                self.blocked[*index] = true;
+            }
+        }
     }
 
     /// Upstream's counting of a charge larger than the budget left: its counter goes past the

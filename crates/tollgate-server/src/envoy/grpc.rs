@@ -253,10 +253,11 @@ async fn should_rate_limit(
     let asked = read_descriptors(request.descriptors, hits_addend)?;
     // An owned handle, not a guard: it is held across store round trips.
     let limits = state.limits.load_full();
-    let plan = state
+    let mut plan = state
         .planner
         .plan(&limits, settings.modes(), &request.domain, asked)
         .map_err(plan_status)?;
+    plan.deny_listed(&state.engine.access_lists());
     let rules = plan.rules();
     let spends = plan.spends();
     let verdict = decide(state, &rules, spends).await?;

@@ -77,6 +77,18 @@ fn cases() -> Vec<Case> {
             over: &[true],
         },
         Case {
+            name: "a deny-listed remote_address is over where no limit matches it",
+            config: "  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: sliding_log}\n",
+            global_shadow: false,
+            global_quota: false,
+            lists: &[(Listed::Deny, "192.0.2.0/24")],
+            request: vec![
+                plain(&[("remote_address", "192.0.2.5"), ("user", "bob")]),
+                plain(&[("user", "bob")]),
+            ],
+            over: &[true, true],
+        },
+        Case {
             name: "an allow-listed remote_address is never limited",
             config: ip_1,
             global_shadow: false,

@@ -217,9 +217,10 @@ async fn explain_descriptors<S: Store + OverrideStore>(
     if descriptors.is_empty() {
         return Err(ExplainError::Empty("descriptors must not be empty"));
     }
-    let plan = envoy
+    let mut plan = envoy
         .planner
         .plan(limits, envoy.modes, domain, descriptors.to_vec())?;
+    plan.deny_listed(&engine.access_lists());
     let rules = plan.rules();
     let verdict = match rules.is_empty() {
         true => None,
@@ -262,6 +263,11 @@ async fn explain_descriptor<S: Store + OverrideStore>(
         Kind::Unlimited => ("unlimited", "unlimited"),
         Kind::DenyAll => ("deny_all", "deny_all"),
         _ => (last, d.refusal.map_or("allowed", Outcome::as_str)),
+    };
+    // A descriptor no limit applies to, blocked by a global deny list.
+    let decision = match d.refusal {
+        Some(Outcome::Blocked) => Outcome::Blocked.as_str(),
+        _ => decision,
     };
     let mut rule = unexplained(Some(index), matched, entries, asked.cost);
     rule.decision = decision;
