@@ -17,10 +17,10 @@ use tollgate::headers::millis_up;
 use tollgate::{Charged, FailureMode, Policy, Rule};
 use utoipa::ToSchema;
 
-use super::body::{from_json_value, json_body};
+use super::body::json_body;
 use super::error::ApiError;
 use super::policy::rate_policy;
-use super::rules::{CheckBody, MAX_RULES, RuleBody, RuleList};
+use super::rules::{CheckBody, RuleBody, one_or_many};
 use crate::ops::metrics;
 use crate::runtime::SharedState;
 use crate::runtime::problem::Problem;
@@ -103,30 +103,16 @@ pub(crate) async fn charge(
     State(state): State<SharedState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body: serde_json::Value = json_body(body)?;
-    let is_list = body
-        .as_object()
-        .is_some_and(|members| members.contains_key("rules"));
-    let bodies: Vec<RuleBody> = if is_list {
-        if body.as_object().is_some_and(|members| members.len() > 1) {
-            return Err(ApiError::bad_request(
-                "a charge has either `rules` or `policy`, `key` and `cost`, not both",
-            ));
-        }
-        let list: RuleList = from_json_value(body)?;
-        if list.rules.is_empty() {
-            return Err(ApiError::bad_request("rules must not be empty"));
-        }
-        if list.rules.len() > MAX_RULES {
-            return Err(ApiError::bad_request(format!(
-                "{} rules, above the maximum of {MAX_RULES}",
-                list.rules.len()
-            )));
-        }
-        list.rules
-    } else {
-        let one: RuleBody = from_json_value(body)?;
-        vec![one]
+    let (is_list, bodies) = match one_or_many(json_body(body)?, "charge")? {
+        CheckBody::Many(list) => (true, list.rules),
+        CheckBody::One(one) => (
+            false,
+            vec![RuleBody {
+                policy: one.policy,
+                key: one.key,
+                cost: one.cost.unwrap_or(1),
+            }],
+        ),
     };
     let limits = state.limits.load_full();
     let at = |i: usize, err: ApiError| if is_list { err.at(i) } else { err };

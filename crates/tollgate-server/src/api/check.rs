@@ -15,10 +15,10 @@ use tollgate::headers::millis_up;
 use tollgate::{Outcome, Rule, Verdict};
 
 use super::answer::{self, CheckAnswer, Decision, ListDecision, RuleDecision};
-use super::body::{from_json_value, json_body};
+use super::body::json_body;
 use super::error::ApiError;
 use super::policy::rate_policy;
-use super::rules::{CheckBody, CostQuery, MAX_RULES, RuleBody, rule};
+use super::rules::{CheckBody, CostQuery, RuleBody, one_or_many, rule};
 use crate::ops::{count, metrics};
 use crate::runtime::SharedState;
 use crate::runtime::problem::Problem;
@@ -51,32 +51,7 @@ pub(crate) async fn check(
     State(state): State<SharedState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    // One rule or a list, told apart by `rules` so that each gets its own precise errors.
-    let body: serde_json::Value = json_body(body)?;
-    let is_list = body
-        .as_object()
-        .is_some_and(|members| members.contains_key("rules"));
-    // The two forms are told apart here, rather than by `CheckBody`'s untagged parse, so that
-    // each gets its own precise errors.
-    let body = if is_list {
-        if body.as_object().is_some_and(|members| members.len() > 1) {
-            return Err(ApiError::bad_request(
-                "a check has either `rules` or `policy`, `key` and `cost`, not both",
-            ));
-        }
-        CheckBody::Many(from_json_value(body)?)
-    } else {
-        CheckBody::One(from_json_value(body).map_err(|err| {
-            if err
-                .message()
-                .starts_with("invalid JSON body: missing field `policy`")
-            {
-                ApiError::bad_request("missing field `policy` (or `rules`)")
-            } else {
-                err
-            }
-        })?)
-    };
+    let body = one_or_many(json_body(body)?, "check")?;
     match body {
         CheckBody::Many(list) => check_list(&state, &list.rules).await,
         CheckBody::One(one) => decide_one(&state, &one.policy, &one.key, one.cost.unwrap_or(1), true).await,
@@ -164,17 +139,9 @@ async fn decide_one(
     Ok(response)
 }
 
-/// A list of rules, decided all or nothing by one `check_all`.
+/// A list of rules (1 to `MAX_RULES`, see [`one_or_many`]), decided all or nothing by one
+/// `check_all`.
 async fn check_list(state: &SharedState, bodies: &[RuleBody]) -> Result<Response, ApiError> {
-    if bodies.is_empty() {
-        return Err(ApiError::bad_request("rules must not be empty"));
-    }
-    if bodies.len() > MAX_RULES {
-        return Err(ApiError::bad_request(format!(
-            "{} rules, above the maximum of {MAX_RULES}",
-            bodies.len()
-        )));
-    }
     let limits = state.limits.load_full();
     let mut rules = Vec::with_capacity(bodies.len());
     for (i, body) in bodies.iter().enumerate() {

@@ -3,8 +3,12 @@
 //! that every route reads a rule the same way and with the same bounds.
 
 use serde::Deserialize;
+use serde_json::Value;
 use tollgate::Rule;
 use tollgate_config::NamedPolicy;
+
+use super::body::from_json_value;
+use super::error::ApiError;
 
 /// The most rules one `POST /v1/check` may carry: enough for every limit a request is subject to,
 /// small enough that one request cannot make the store lock or script over many keys.
@@ -84,4 +88,42 @@ pub(crate) struct CostQuery {
 pub(crate) fn rule<'a>(named: &'a NamedPolicy, key: &'a str, cost: u64) -> Rule<'a> {
     let rule = Rule::new(named.policy(), key, cost);
     if named.shadow() { rule.as_shadow() } else { rule }
+}
+
+/// Reads the body of a check or a charge: one rule, or a list under `rules` (1 to
+/// [`MAX_RULES`]). The two forms are told apart by `rules` rather than by `CheckBody`'s
+/// untagged parse, so that each gets its own precise errors; `what` names the operation in the
+/// error of a body with both.
+pub(crate) fn one_or_many(body: Value, what: &str) -> Result<CheckBody, ApiError> {
+    let Some(members) = body.as_object() else {
+        return Ok(CheckBody::One(from_json_value(body)?));
+    };
+    if !members.contains_key("rules") {
+        return from_json_value(body).map(CheckBody::One).map_err(|err| {
+            if err
+                .message()
+                .starts_with("invalid JSON body: missing field `policy`")
+            {
+                ApiError::bad_request("missing field `policy` (or `rules`)")
+            } else {
+                err
+            }
+        });
+    }
+    if members.len() > 1 {
+        return Err(ApiError::bad_request(format!(
+            "a {what} has either `rules` or `policy`, `key` and `cost`, not both"
+        )));
+    }
+    let list: RuleList = from_json_value(body)?;
+    if list.rules.is_empty() {
+        return Err(ApiError::bad_request("rules must not be empty"));
+    }
+    if list.rules.len() > MAX_RULES {
+        return Err(ApiError::bad_request(format!(
+            "{} rules, above the maximum of {MAX_RULES}",
+            list.rules.len()
+        )));
+    }
+    Ok(CheckBody::Many(list))
 }
