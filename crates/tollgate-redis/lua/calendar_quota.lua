@@ -81,7 +81,7 @@ ALGORITHMS.calendar_quota = function()
   end
 
   -- A charge: port of CalendarQuota::charge_in. The cost is recorded whatever is left; returns
-  -- the debt.
+  -- the debt and the state written.
   function calendar_quota.charge(rule, stored, now, cost)
     local start = period(rule, now)
     local count = 0
@@ -90,7 +90,7 @@ ALGORITHMS.calendar_quota = function()
     end
     count = math.min(count + cost, MAX_COUNT)
     save(rule, 's', start, 'c', count)
-    return math.max(count - rule.limit, 0)
+    return math.max(count - rule.limit, 0), {s = start, c = count}
   end
 
   return calendar_quota

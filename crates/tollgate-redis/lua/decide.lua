@@ -5,12 +5,14 @@
 --          it, then its override hash (see prelude.lua)
 -- ARGV[1]  now in µs since the Unix epoch, or "" to use Redis TIME
 -- ARGV[2]  the number of rules, N (at least 1)
--- ARGV[3]  "peek" (change nothing), "commit", or "reserve" (commit, and also report where each
---          spend went, so that a refund can undo it exactly)
+-- ARGV[3]  "peek" (change nothing), "commit", "reserve" (commit, and also report where each
+--          spend went, so that a refund can undo it exactly), or "charge" (record each rule's
+--          cost whatever is left; the rules name distinct keys)
 -- ARGV[4..] N rule records of 8 values (see prelude.lua)
 -- Returns  5 integers per rule, in order: allowed (1 or 0), remaining, reset_after_us,
 --          retry_after_us (0 when allowed), the limit in force; with "reserve", then one mark per rule (where its
---          spend went, 0 when it spent nothing)
+--          spend went, 0 when it spent nothing); with "charge", each rule's 5 for a peek of cost
+--          1 after its charge, then its debt (see request.lua)
 
 local rules = read_rules()
 return decide_request(rules, request_now(ARGV[1]), ARGV[3])

@@ -75,11 +75,13 @@ ALGORITHMS.fixed_window = function()
   end
 
   -- A charge: port of FixedWindow::charge. The cost is recorded whatever is left; returns the
-  -- debt.
+  -- debt, the state written, and whether it continued a window the state counts in (so its
+  -- expiry already covers it).
   function fixed_window.charge(rule, stored, now, cost)
     local limit, window = rule.limit, rule.window
     local start, count = stored.s, stored.c
-    if not (count and count > 0 and now < start + window) then
+    local continued = count and count > 0 and now < start + window
+    if not continued then
       if rule.first_hit then
         start = now
       else
@@ -88,8 +90,12 @@ ALGORITHMS.fixed_window = function()
       count = 0
     end
     count = math.min(count + cost, MAX_COUNT)
-    save(rule, 's', start, 'c', count)
-    return math.max(count - limit, 0)
+    if continued then
+      redis.call('HSET', rule.state, 'c', count)
+    else
+      save(rule, 's', start, 'c', count)
+    end
+    return math.max(count - limit, 0), {s = start, c = count}, continued
   end
 
   return fixed_window

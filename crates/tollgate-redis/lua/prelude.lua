@@ -13,6 +13,9 @@
 --           continued a window the state already counts in (so its expiry already covers it)
 --   mark(rule)  after a committed spend: where it went (read back from the state), for a refund
 --   refund(rule, stored, cost, mark)  gives back a spend of cost made at mark
+--   charge(rule, stored, now, cost)  the port of its core charge function: records cost
+--           whatever is left; returns the debt, the state it wrote (as load would read it back),
+--           and optionally whether it continued a window the state already counts in
 --
 -- A rule is one record of RULE_FIELDS values in ARGV, from ARGV[4] on (in a batch, the call's
 -- distinct records come first and each request names its records by number: see batch.lua):
@@ -236,8 +239,9 @@ end
 -- the state must be kept for its offense count (see keep_for), and whether the state's expiry
 -- already covers this answer (a step that continued a window it counts in, with no penalty
 -- involved: then there is no expiry to move).
-local function decide(rule, now, commit)
-  local stored, blocked_until, offenses = load(rule)
+-- decide_loaded is the same on a state already loaded (a charge answers from the state it
+-- just wrote, without reading it back).
+local function decide_loaded(rule, now, commit, stored, blocked_until, offenses)
   local step = rule.impl.step
   if blocked_until > now then
     local blocked_for = blocked_until - now
@@ -276,6 +280,10 @@ local function decide(rule, now, commit)
   end
   local keep = keep_for(rule, blocked_until, offenses, now)
   return allowed, remaining, reset_after, retry_after, keep, continued and keep == 0
+end
+
+local function decide(rule, now, commit)
+  return decide_loaded(rule, now, commit, load(rule))
 end
 
 -- Appends one rule's answer to a reply: {allowed (1 or 0), remaining, reset_after_us,

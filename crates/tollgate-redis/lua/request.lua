@@ -5,11 +5,15 @@
 --
 -- A request is, from ARGV[a] on: now in µs since the Unix epoch ("" for Redis TIME), the number
 -- of rules N (at least 1), the mode, then N rule records (see prelude.lua); and its keys from
--- KEYS[k] on. The mode is "peek" (change nothing), "commit", or "reserve" (commit, and also
--- report where each spend went, so that a refund can undo it exactly).
+-- KEYS[k] on. The mode is "peek" (change nothing), "commit", "reserve" (commit, and also
+-- report where each spend went, so that a refund can undo it exactly), or "charge" (record
+-- every rule's cost whatever is left: see charge_request; its rules name distinct keys, the
+-- store adds up the rules of one budget before calling).
 -- Its answer: 5 integers per rule, in order: allowed (1 or 0), remaining, reset_after_us,
 -- retry_after_us (0 when allowed), the limit in force (the policy's or its override's); with "reserve", then one mark per rule (where its spend went,
--- 0 when it spent nothing).
+-- 0 when it spent nothing); with "charge", 6 integers per rule: those 5 for what a check of
+-- cost 1 would get right after the charge (a peek, penalty included), then the debt (units
+-- owed beyond the budget, 0 when none).
 --
 -- With a commit: if an enforced (non-shadow) rule denies, nothing is spent on any rule and only
 -- the rules that denied start their block_for penalty; otherwise every rule spends. A question
@@ -62,11 +66,34 @@ local function commit_rule(rule, now)
   return allowed, remaining, reset_after, retry_after
 end
 
+-- A charge: a port of MemoryStore::charge, each rule through its algorithm's charge (the port
+-- of algorithm::charge). It is never refused: a key without enough left goes into debt, which
+-- its algorithm pays back the way it forgets spending (see each algorithm file's "Charge"). It
+-- starts no penalty and lifts none. Its answer is a peek of cost 1 on the state the charge
+-- wrote (not read back), and the TTL is set from that peek's reset time, so a key in debt lives
+-- until its debt is paid and its budget is whole again.
+local function charge_request(rules, now, reply)
+  for _, rule in ipairs(rules) do
+    local stored, blocked_until, offenses = load(rule)
+    local debt, written, continued = rule.impl.charge(rule, stored, now, rule.cost)
+    rule.cost = 1
+    local allowed, remaining, reset_after, retry_after, keep =
+      decide_loaded(rule, now, false, written, blocked_until, offenses)
+    expire(rule, reset_after, keep, continued and keep == 0)
+    answer(reply, rule, allowed, remaining, reset_after, retry_after)
+    reply[#reply + 1] = debt
+  end
+  return reply
+end
+
 -- Decides the rules of one request and returns its answer (see above), appended to reply when
 -- given (the batch script's one reply for every request).
 local function decide_request(rules, now, mode, reply)
-  local committing = mode ~= 'peek'
   reply = reply or {}
+  if mode == 'charge' then
+    return charge_request(rules, now, reply)
+  end
+  local committing = mode ~= 'peek'
 
   if #rules == 1 then
     -- One rule: a denial changes nothing but the penalty, so there is no need to look first.

@@ -95,10 +95,9 @@
 //!   - `breaker`: the circuit breakers, one per node;
 //!   - `connection`: [`Target`], the shared multiplexed connection, and at-most-once script
 //!     calls;
-//!   - `scripts` and `lua/`: the decision script (every algorithm, one driver), the refund
-//!     script, the charge script (`Store::charge`: each algorithm's `charge`, a port of
-//!     `tollgate::algorithm::charge`, one call per slot), the lease script, the attempts
-//!     counter and reset;
+//!   - `scripts` and `lua/`: the decision script (every algorithm, one driver; its charge mode
+//!     is `Store::charge`, each algorithm's `charge`, a port of `tollgate::algorithm::charge`,
+//!     one call per slot), the refund script, the lease script, the attempts counter and reset;
 //!   - `deny_cache`: the local deny cache;
 //!   - `keys`: key names in both hash tag layouts, escaping, and cluster slots;
 //!   - `error`: [`ConnectError`] and the classes of Redis failures, from error kinds and codes.

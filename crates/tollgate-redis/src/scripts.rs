@@ -5,9 +5,8 @@
 //! itself by name), the request (`request.lua`: all or nothing over a request's rules) and the
 //! driver (`decide.lua`: one request), so one script decides any mix of algorithms in one call.
 //! The batch script is the same with another driver (`batch.lua`: many requests in turn, each
-//! as the decision script would decide it alone). The refund script is the same library with
-//! its own driver, and so is the charge script (`charge.lua`, after the request file for its
-//! time and expiry helpers). The attempts and concurrency scripts are the common helpers and their own bodies.
+//! as the decision script would decide it alone); both also charge, a request mode of its own
+//! (see `request.lua`). The refund script is the same library with its own driver. The attempts and concurrency scripts are the common helpers and their own bodies.
 //!
 //! `redis::Script` sends EVALSHA and, on NOSCRIPT (restart, `SCRIPT FLUSH`, failover, a node that
 //! never saw it), loads the script on the node that answered and retries, so callers never see
@@ -45,7 +44,7 @@ macro_rules! library {
     };
 }
 
-/// The decision, batch and charge scripts as one Redis function library (Redis 7 and later),
+/// The decision and batch scripts as one Redis function library (Redis 7 and later),
 /// called with `FCALL`.
 ///
 /// A script runs its whole text on every call: for the decision script that is defining the
@@ -62,13 +61,13 @@ pub(crate) struct Library {
     /// `FUNCTION LOAD` text.
     pub(crate) code: String,
     /// For each script the library holds: its hash and its function's name.
-    functions: [(String, String); 3],
+    functions: [(String, String); 2],
     /// Whether to call functions: cleared once the server shows it has none for us.
     usable: AtomicBool,
 }
 
 impl Library {
-    fn new(decide: &Script, batch: &Script, charge: &Script) -> Self {
+    fn new(decide: &Script, batch: &Script) -> Self {
         // The code is written with `NAME` for the library's name, then named after a hash of
         // all of it: any change to it, the wrapping included, is a library of its own.
         const NAME: &str = "tollgate_LIBRARY";
@@ -87,7 +86,6 @@ impl Library {
         let functions = [
             function(decide, "decide", include_str!("../lua/decide.lua")),
             function(batch, "batch", include_str!("../lua/batch.lua")),
-            function(charge, "charge", include_str!("../lua/charge.lua")),
         ];
         let hash = Script::new(&code).get_hash().to_owned();
         let name = format!("tollgate_{}", &hash[..16]);
@@ -126,8 +124,6 @@ pub(crate) struct Scripts {
     /// Many requests in one call, each as `decide` would decide it alone (see `batch`).
     pub(crate) batch: Script,
     pub(crate) refund: Script,
-    /// Records costs whatever is left (`Store::charge`; see `lua/charge.lua`).
-    pub(crate) charge: Script,
     pub(crate) lease: Script,
     pub(crate) attempts: Script,
     pub(crate) reset: Script,
@@ -137,7 +133,7 @@ pub(crate) struct Scripts {
     pub(crate) set_override: Script,
     /// Concurrency leases: acquire and release (see `concurrency`).
     pub(crate) concurrency: Script,
-    /// The decision, batch and charge scripts as a function library.
+    /// The decision and batch scripts as a function library.
     pub(crate) library: Library,
 }
 
@@ -145,13 +141,11 @@ impl Scripts {
     pub(crate) fn new() -> Self {
         let decide = Script::new(library!("request.lua", "decide.lua"));
         let batch = Script::new(library!("request.lua", "batch.lua"));
-        let charge = Script::new(library!("request.lua", "charge.lua"));
         Scripts {
-            library: Library::new(&decide, &batch, &charge),
+            library: Library::new(&decide, &batch),
             decide,
             batch,
             refund: Script::new(library!("refund.lua")),
-            charge,
             lease: Script::new(library!("lease.lua")),
             attempts: Script::new(concat!(
                 include_str!("../lua/common.lua"),
@@ -170,9 +164,8 @@ impl Scripts {
     }
 
     /// Every script, for `SCRIPT LOAD` ahead of traffic.
-    pub(crate) fn all(&self) -> [&Script; 10] {
+    pub(crate) fn all(&self) -> [&Script; 9] {
         [
-            &self.charge,
             &self.access,
             &self.set_override,
             &self.decide,
@@ -201,7 +194,7 @@ pub(crate) enum Mode {
     GiveBack,
     /// Give back a lease's unused units and take a new lease (the lease script).
     Lease,
-    /// Record costs whatever is left (the charge script: `Store::charge`).
+    /// Record costs whatever is left (`Store::charge`).
     Charge,
 }
 
@@ -253,19 +246,22 @@ pub(crate) const RULE_FIELDS: usize = 8;
 /// Integers per rule in a decision script's reply (see `lua/decide.lua`).
 pub(crate) const ANSWER: usize = 5;
 
-/// Integers per rule in a charge script's reply (see `lua/charge.lua`): an answer and the debt.
+/// Integers per rule in a charge's reply (see `lua/request.lua`): an answer and the debt.
 pub(crate) const CHARGE_ANSWER: usize = ANSWER + 1;
 
 /// How many integers the decision script answers the call `args` with: [`ANSWER`] per rule,
-/// and with "reserve" one mark per rule more.
+/// with "reserve" one mark per rule more, and with "charge" [`CHARGE_ANSWER`] per rule.
 pub(crate) fn reply_len(args: &[String]) -> usize {
     let rules = args.get(1).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
-    let marks = if args.get(2).map(String::as_str) == Some(Mode::Reserve.as_str()) {
-        rules
+    let mode = args.get(2).map(String::as_str);
+    let per_rule = if mode == Some(Mode::Reserve.as_str()) {
+        ANSWER + 1
+    } else if mode == Some(Mode::Charge.as_str()) {
+        CHARGE_ANSWER
     } else {
-        0
+        ANSWER
     };
-    (ANSWER * rules + marks).max(1)
+    (per_rule * rules).max(1)
 }
 
 /// This instance's time, µs since the Unix epoch.

@@ -713,8 +713,8 @@ fn outcomes(reply: &[u64], count: usize) -> Result<Vec<Decision>, Error> {
         .collect())
 }
 
-/// The answers of `count` rules in a charge script's reply ([`CHARGE_ANSWER`] integers each, as
-/// `lua/charge.lua` says).
+/// The answers of `count` rules in a charge's reply ([`CHARGE_ANSWER`] integers each, as
+/// `lua/request.lua` says).
 fn charges(reply: &[u64], count: usize) -> Result<Vec<Charged>, Error> {
     if reply.len() != CHARGE_ANSWER * count {
         return Err(bad_reply(reply));
@@ -882,13 +882,13 @@ impl Store for RedisStore {
         self.read_penalty(policy, key).await
     }
 
-    /// The charge script (`lua/charge.lua`, a port of [`tollgate::algorithm::charge`]): one
-    /// atomic call on standalone Redis, one per slot on a cluster, each never retried once it
-    /// may have run. A charge is never refused, so the slots need no reserve-then-refund: each
+    /// The decision script in its charge mode (`lua/request.lua`, a port of
+    /// [`tollgate::algorithm::charge`]): one atomic call on standalone Redis, one per slot on a
+    /// cluster, each never retried once it may have run, and sent through the batch lanes like
+    /// a decision. A charge is never refused, so the slots need no reserve-then-refund: each
     /// records its own. When a call fails the error is returned for the whole charge (a slot
     /// whose call failed may or may not have recorded; the other slots have), and the
-    /// [`Engine`](tollgate::Engine) applies the failure modes. Batch lanes are not used for
-    /// charges.
+    /// [`Engine`](tollgate::Engine) applies the failure modes.
     async fn charge(&self, rules: &[Rule<'_>]) -> Result<Vec<Charged>, Error> {
         for rule in rules {
             core_store::validate_charge(rule)?;
@@ -932,12 +932,7 @@ impl Store for RedisStore {
         let replies = join_all(groups.iter().map(|group| {
             let call_keys: Vec<Vec<u8>> = group.iter().flat_map(|&i| keys[i].iter().cloned()).collect();
             let args = call_args(now.clone(), Mode::Charge, group.iter().map(|&i| (&unique[i], 0)));
-            let transport = &inner.transport;
-            async move {
-                transport
-                    .call::<Vec<u64>>(&transport.scripts().charge, &call_keys, &args)
-                    .await
-            }
+            inner.transport.decide_call(call_keys, args)
         }))
         .await;
         let mut charged = vec![Charged::default(); unique.len()];

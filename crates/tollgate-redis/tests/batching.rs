@@ -101,6 +101,64 @@ async fn batched_decisions_on_one_key_admit_exactly_the_limit_on_a_cluster() {
     exact_under_batching(Target::Cluster(cluster.urls())).await;
 }
 
+/// 200 tasks at once each charge one hot key 3 units, past its limit: the charges share batch
+/// calls as decisions do, and each is recorded exactly once (a last charge of 1 owes every unit
+/// past the limit).
+async fn charges_batched_and_recorded_once(target: Target) {
+    let clock = ManualClock::new(T0_US);
+    let store = common::exact_store(target.clone(), &clock).await;
+    let policies = [
+        policy("charge-fw", Algorithm::fixed_window(100, HOUR, Anchor::Epoch)),
+        policy("charge-log", Algorithm::sliding_log(100, HOUR)),
+        policy(
+            "charge-gcra",
+            Algorithm::gcra(Rate::per_hour(1).expect("rate"), 100),
+        ),
+    ];
+    for policy in &policies {
+        let before = store.stats();
+        let start = Arc::new(tokio::sync::Barrier::new(200));
+        let handles: Vec<_> = (0..200)
+            .map(|_| {
+                let (store, policy, start) = (store.clone(), policy.clone(), start.clone());
+                tokio::spawn(async move {
+                    start.wait().await;
+                    store
+                        .charge(&[Rule::new(&policy, b"hot", 3)])
+                        .await
+                        .expect("charge");
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.await.expect("task");
+        }
+        let after = store.stats();
+        assert!(
+            after.batch_calls > before.batch_calls,
+            "200 charges at once must share calls: {after:?}"
+        );
+        let last = store
+            .charge(&[Rule::new(policy, b"hot", 1)])
+            .await
+            .expect("charge");
+        assert_eq!(last[0].debt, 601 - 100, "{} on {target:?}", policy.name());
+        assert!(!last[0].decision.allowed);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_charges_are_each_recorded_once() {
+    let server = RedisServer::start();
+    charges_batched_and_recorded_once(Target::Standalone(server.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_charges_are_each_recorded_once_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    charges_batched_and_recorded_once(Target::Cluster(cluster.urls())).await;
+}
+
 fn same(redis: &Decisions, memory: &Decisions) -> bool {
     redis.as_slice().len() == memory.as_slice().len()
         && redis.as_slice().iter().zip(memory.as_slice()).all(|(r, m)| {

@@ -401,6 +401,13 @@ impl<C: Clock> MemoryStore<C> {
         for rule in rules {
             store::validate_charge(rule)?;
         }
+        if let [rule] = rules {
+            return Ok(vec![self.charge_one(
+                &self.in_force(rule.policy, rule.key),
+                rule.key,
+                rule.cost,
+            )?]);
+        }
         let (unique, index) = store::merge_charges(rules);
         let policies: Vec<Cow<'_, Policy>> = unique.iter().map(|r| self.in_force(r.policy, r.key)).collect();
         let lookups: Vec<(Lookup<'_>, u64, usize)> = unique
@@ -443,33 +450,8 @@ impl<C: Clock> MemoryStore<C> {
         let mut charged = Vec::with_capacity(unique.len());
         for ((rule, policy), &(lookup, hash, shard)) in unique.iter().zip(&policies).zip(&lookups) {
             let shard = pick(&mut guards, &order, shard);
-            let Some(slot) = shard.find_mut(hash, lookup) else {
-                unreachable!("placed just above")
-            };
-            slot.thaw();
-            if slot.expired(now_us) || !matches!(slot.value, Value::Limit(_)) {
-                match &mut slot.value {
-                    Value::Limit(state) => state.clear(),
-                    other => *other = Value::Limit(KeyState::default()),
-                }
-                slot.set_hot_until_us(0);
-            }
-            let was_hot_until_us = slot.hot_until_us();
-            let Value::Limit(state) = &mut slot.value else {
-                unreachable!("set to a limit just above")
-            };
-            let outcome = algorithm::charge(policy, state, now_us, rule.cost);
-            // In debt (or blocked), a check of cost 1 is refused until then: the key is hot.
-            let hot_until_us = now_us + outcome.decision.retry_after_us.unwrap_or(0);
-            let expires_at_us = (now_us + outcome.decision.reset_after_us)
-                .max(algorithm::keep_until_us(policy, state, now_us));
-            slot.set_hot_until_us(hot_until_us);
-            slot.set_expires_at_us(expires_at_us);
-            slot.freeze(policy.algorithm(), now_us);
-            shard.note_expiry(expires_at_us);
-            if was_hot_until_us > now_us && hot_until_us <= now_us {
-                shard.note_cooled();
-            }
+            let outcome = charge_in(shard, hash, lookup, policy, rule.cost, now_us)
+                .unwrap_or_else(|Full| unreachable!("placed just above"));
             charged.push(Charged {
                 decision: Decision::from_step(outcome.decision, policy.max_cost()),
                 debt: outcome.debt,
@@ -761,6 +743,20 @@ impl<C: Clock> MemoryStore<C> {
         let outcome =
             decide_in(&mut shard, hash, lookup, policy, cost, commit, now_us).map_err(|_| self.full())?;
         Ok(Decision::from_step(outcome, policy.max_cost()))
+    }
+
+    /// One rule's charge: the key hashed once, one shard lock, nothing to merge or to place
+    /// ahead (a full store refuses it before anything is recorded).
+    fn charge_one(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Charged, Error> {
+        let lookup = Lookup::limit(policy.shared_name(), key);
+        let hash = lookup.hash(&self.hasher);
+        let mut shard = self.shard(hash).write();
+        let now_us = self.clock.now_us();
+        let outcome = charge_in(&mut shard, hash, lookup, policy, cost, now_us).map_err(|_| self.full())?;
+        Ok(Charged {
+            decision: Decision::from_step(outcome.decision, policy.max_cost()),
+            debt: outcome.debt,
+        })
     }
 
     /// `policy` as it applies to `key`: with the key's override, if one is set.
@@ -1101,6 +1097,56 @@ fn decide_in(
         let mut slot = Slot::new(lookup, Value::Limit(state), expires_at_us, hot_until_us);
         slot.freeze(policy.algorithm(), now_us);
         shard.insert(hash, slot, now_us)?;
+    }
+    Ok(outcome)
+}
+
+/// Charges one key in its locked shard: finds or inserts its slot (a full shard refuses before
+/// anything is recorded), records the cost, and keeps the slot's expiry and hotness current. In
+/// debt (or blocked), a check of cost 1 is refused until its `retry_after`: the key is hot, so
+/// it is never evicted to make room before its debt is paid.
+fn charge_in(
+    shard: &mut Shard,
+    hash: u64,
+    lookup: Lookup<'_>,
+    policy: &Policy,
+    cost: u64,
+    now_us: u64,
+) -> Result<algorithm::StepCharge, Full> {
+    let Some(slot) = shard.find_mut(hash, lookup) else {
+        let mut state = KeyState::default();
+        let outcome = algorithm::charge(policy, &mut state, now_us, cost);
+        let hot_until_us = now_us + outcome.decision.retry_after_us.unwrap_or(0);
+        let expires_at_us = (now_us + outcome.decision.reset_after_us)
+            .max(algorithm::keep_until_us(policy, &state, now_us))
+            .max(now_us + 1);
+        let mut slot = Slot::new(lookup, Value::Limit(state), expires_at_us, hot_until_us);
+        slot.freeze(policy.algorithm(), now_us);
+        shard.insert(hash, slot, now_us)?;
+        return Ok(outcome);
+    };
+    slot.thaw();
+    if slot.expired(now_us) || !matches!(slot.value, Value::Limit(_)) {
+        match &mut slot.value {
+            Value::Limit(state) => state.clear(),
+            other => *other = Value::Limit(KeyState::default()),
+        }
+        slot.set_hot_until_us(0);
+    }
+    let was_hot_until_us = slot.hot_until_us();
+    let Value::Limit(state) = &mut slot.value else {
+        unreachable!("set to a limit just above")
+    };
+    let outcome = algorithm::charge(policy, state, now_us, cost);
+    let hot_until_us = now_us + outcome.decision.retry_after_us.unwrap_or(0);
+    let expires_at_us =
+        (now_us + outcome.decision.reset_after_us).max(algorithm::keep_until_us(policy, state, now_us));
+    slot.set_hot_until_us(hot_until_us);
+    slot.set_expires_at_us(expires_at_us);
+    slot.freeze(policy.algorithm(), now_us);
+    shard.note_expiry(expires_at_us);
+    if was_hot_until_us > now_us && hot_until_us <= now_us {
+        shard.note_cooled();
     }
     Ok(outcome)
 }
