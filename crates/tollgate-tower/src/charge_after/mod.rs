@@ -49,8 +49,38 @@
 //! # }
 //! ```
 //!
-//! The charge is made when the response head is there, before its body is sent: a cost that
-//! only the end of a streamed body knows (the bytes sent) is not one this layer computes.
+//! With [`ChargeAfterLayer::new`] the charge is made when the response head is there, before
+//! its body is sent. A cost that only the end of a streamed body knows, the bytes sent, is
+//! [`ChargeAfterLayer::body_bytes`]: the body's data bytes are counted as they go out and
+//! charged once, when the body ends (its end reaches the client once the charge is recorded),
+//! fails, or is dropped (a client that went away is charged what was sent).
+//!
+//! ```
+//! use std::time::Duration;
+//! use axum::http::{HeaderName, Request};
+//! use axum::body::{Body, to_bytes};
+//! use axum::{Router, routing::get};
+//! use std::sync::Arc;
+//! use tollgate::{Algorithm, Anchor, Engine, MemoryStore, Policy};
+//! use tollgate_tower::{ChargeAfterLayer, KeyExtractor};
+//! use tower::ServiceExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // A million bytes a minute per client.
+//! let egress = Policy::new("egress", Algorithm::fixed_window(1_000_000, Duration::from_secs(60), Anchor::Epoch)?)?;
+//! let engine = Arc::new(Engine::new(MemoryStore::new()));
+//! let client = KeyExtractor::header(HeaderName::from_static("x-client"));
+//! let layer = ChargeAfterLayer::body_bytes_with_engine(engine.clone(), egress.clone(), client);
+//! let app = Router::new().route("/export", get(|| async { "x".repeat(4_000) })).layer(layer);
+//! let response = app.oneshot(Request::get("/export").header("x-client", "c1").body(Body::empty())?).await?;
+//! assert_eq!(to_bytes(response.into_body(), usize::MAX).await?.len(), 4_000);
+//! // Charged the 4,000 bytes sent; a peek of cost 1 counts itself too.
+//! assert_eq!(engine.store().peek(&egress, "c1", 1)?.remaining, 1_000_000 - 4_001);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Allow and deny lists do not apply to the charge; a check with
 //! [`RateLimitLayer`](crate::RateLimitLayer) in front still applies them to admission. A charge the failing store
 //! could not record (`fail_open`, `fail_closed`) is logged, sampled; `local` records it in the
@@ -75,8 +105,20 @@ use crate::engine::SharedEngine;
 use crate::problem::{KEY_TOO_LONG, MISSING_KEY, Problems, object};
 use crate::{KeyExtractor, LogSampler};
 
+mod metered;
+
+use metered::Metered;
+
 /// The cost of a response, from its status and headers; 0 charges nothing.
 type CostOf = dyn Fn(&Parts) -> u64 + Send + Sync;
+
+/// What a response costs.
+enum Cost {
+    /// Computed from the head, charged before the body is sent.
+    Head(Box<CostOf>),
+    /// The body's data bytes, charged when the body ends, fails or is dropped.
+    BodyBytes,
+}
 
 /// Asks before the inner service, charges the response's cost after it; see the
 /// [module docs](self). `Clone`: every clone shares one engine.
@@ -89,7 +131,7 @@ struct Shared {
     engine: Arc<dyn SharedEngine>,
     policy: Policy,
     key: KeyExtractor,
-    cost: Box<CostOf>,
+    cost: Cost,
     problems: Problems,
 }
 
@@ -111,12 +153,31 @@ impl ChargeAfterLayer {
         key: KeyExtractor,
         cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static,
     ) -> Self {
+        Self::made(engine, policy, key, Cost::Head(Box::new(cost)))
+    }
+
+    /// Charges the number of data bytes of each response's body, once it ends, fails or is
+    /// dropped, of `policy`'s budget for the key `key` finds, on `store`.
+    pub fn body_bytes<S: Store + 'static>(store: S, policy: Policy, key: KeyExtractor) -> Self {
+        Self::body_bytes_with_engine(Arc::new(Engine::new(store)), policy, key)
+    }
+
+    /// [`body_bytes`](Self::body_bytes) over an engine shared with other layers.
+    pub fn body_bytes_with_engine<S: Store + 'static>(
+        engine: Arc<Engine<S>>,
+        policy: Policy,
+        key: KeyExtractor,
+    ) -> Self {
+        Self::made(engine, policy, key, Cost::BodyBytes)
+    }
+
+    fn made(engine: Arc<dyn SharedEngine>, policy: Policy, key: KeyExtractor, cost: Cost) -> Self {
         ChargeAfterLayer {
             shared: Arc::new(Shared {
                 engine,
                 policy,
                 key,
-                cost: Box::new(cost),
+                cost,
                 problems: Problems::default(),
             }),
         }
@@ -230,22 +291,45 @@ where
             let response = inner.call(Request::from_parts(parts, body)).await?;
             let (head, body) = response.into_parts();
             // After: what the response cost, recorded whatever is left.
-            let cost = (shared.cost)(&head).min(tollgate::bounds::MAX_LIMIT);
-            if cost > 0 {
-                let charge = [Rule::new(policy, &key, cost)];
-                let lost = match shared.engine.charge_all(&charge).await {
-                    Ok(charges) => charges.unrecorded > 0,
-                    Err(_) => true,
-                };
-                if lost && UNRECORDED_LOG.due() {
-                    tracing::warn!(
-                        policy = policy.name(),
-                        cost,
-                        "a charge was not recorded: the store failed (sampled: at most one line a second)"
-                    );
+            match &shared.cost {
+                Cost::Head(cost_of) => {
+                    let cost = cost_of(&head);
+                    charge(shared.clone(), key, cost).await;
+                    Ok(Response::from_parts(head, Body::new(body)))
                 }
+                Cost::BodyBytes => Ok(Response::from_parts(
+                    head,
+                    Body::new(Metered::new(body, shared.clone(), key)),
+                )),
             }
-            Ok(Response::from_parts(head, Body::new(body)))
         })
+    }
+}
+
+/// Charges `cost` (0 charges nothing, more than the largest limit charges that) to `key`,
+/// recorded whatever is left; a charge the store could not record is logged, sampled.
+async fn charge(shared: Arc<Shared>, key: Vec<u8>, cost: u64) {
+    let cost = cost.min(tollgate::bounds::MAX_LIMIT);
+    if cost == 0 {
+        return;
+    }
+    let policy = &shared.policy;
+    let rules = [Rule::new(policy, &key, cost)];
+    let lost = match shared.engine.charge_all(&rules).await {
+        Ok(charges) => charges.unrecorded > 0,
+        Err(_) => true,
+    };
+    if lost {
+        unrecorded(policy, cost);
+    }
+}
+
+fn unrecorded(policy: &Policy, cost: u64) {
+    if UNRECORDED_LOG.due() {
+        tracing::warn!(
+            policy = policy.name(),
+            cost,
+            "a charge was not recorded: the store failed (sampled: at most one line a second)"
+        );
     }
 }

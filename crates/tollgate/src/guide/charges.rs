@@ -15,7 +15,8 @@
 //!
 //! A client can so use at most its budget plus the cost of the responses it had in flight when
 //! it crossed it. In an axum or tower app, `tollgate_tower::ChargeAfterLayer` does both steps
-//! around a handler, reading the cost off the response (an `x-tokens-used` header, say); over
+//! around a handler, reading the cost off the response (an `x-tokens-used` header, say) or
+//! counting a streamed body's bytes until it ends; over
 //! HTTP the server offers `POST /v1/charge`; behind Envoy, a descriptor asked with a
 //! `hits_addend` of 0 and debited with the real one after the response is this same pattern.
 //!
