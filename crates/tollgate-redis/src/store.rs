@@ -27,7 +27,9 @@ use tollgate::attempts::Attempts;
 use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, LeaseId, LeaseIds, Release};
 use tollgate::overrides::{Override, OverrideStore, OverrideTarget};
 use tollgate::store::{self as core_store, AttemptsStore, Store};
-use tollgate::{AttemptsStatus, Charged, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
+use tollgate::{
+    AttemptsStatus, Charged, Clock, Decision, Decisions, Error, PerRule, Policy, Rule, SystemClock,
+};
 
 use crate::access;
 use crate::batch;
@@ -889,7 +891,7 @@ impl Store for RedisStore {
     /// records its own. When a call fails the error is returned for the whole charge (a slot
     /// whose call failed may or may not have recorded; the other slots have), and the
     /// [`Engine`](tollgate::Engine) applies the failure modes.
-    async fn charge(&self, rules: &[Rule<'_>]) -> Result<Vec<Charged>, Error> {
+    async fn charge(&self, rules: &[Rule<'_>]) -> Result<PerRule<Charged>, Error> {
         for rule in rules {
             core_store::validate_charge(rule)?;
         }

@@ -123,55 +123,114 @@ impl Default for Decision {
     }
 }
 
-/// The decisions of a list of rules, in the rules' order. One decision is held inline, so
-/// deciding a single rule allocates nothing.
+/// Per rule of a list, in the rules' order: its decision (as [`Decisions`]) or its charge (see
+/// [`Store::charge`](crate::Store::charge)). One is held inline, so deciding or charging a
+/// single rule allocates nothing. It reads as a slice.
 ///
 /// ```
 /// use tollgate::{Decision, Decisions};
 ///
 /// let one = Decisions::from(vec![Decision::default()]);
 /// assert_eq!(one.as_slice().len(), 1);
-/// assert!(Decisions::default().as_slice().is_empty());
+/// assert_eq!(one[0], Decision::default());
+/// assert!(Decisions::default().is_empty());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Decisions {
+pub enum PerRule<T> {
     /// No rules.
     #[default]
     None,
     /// One rule, inline.
-    One(Decision),
+    One(T),
     /// Several rules.
-    Many(Vec<Decision>),
+    Many(Vec<T>),
 }
 
-impl Decisions {
-    /// The decisions, in the rules' order.
+/// The decisions of a list of rules, in the rules' order.
+pub type Decisions = PerRule<Decision>;
+
+impl<T> PerRule<T> {
+    /// The values, in the rules' order.
     #[inline]
-    pub fn as_slice(&self) -> &[Decision] {
+    pub fn as_slice(&self) -> &[T] {
         match self {
-            Decisions::None => &[],
-            Decisions::One(d) => std::slice::from_ref(d),
-            Decisions::Many(v) => v,
+            PerRule::None => &[],
+            PerRule::One(d) => std::slice::from_ref(d),
+            PerRule::Many(v) => v,
         }
     }
 
-    /// The decisions, mutably.
+    /// The values, mutably.
     #[inline]
-    pub fn as_mut_slice(&mut self) -> &mut [Decision] {
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
         match self {
-            Decisions::None => &mut [],
-            Decisions::One(d) => std::slice::from_mut(d),
-            Decisions::Many(v) => v,
+            PerRule::None => &mut [],
+            PerRule::One(d) => std::slice::from_mut(d),
+            PerRule::Many(v) => v,
         }
     }
 }
 
-impl From<Vec<Decision>> for Decisions {
-    fn from(mut decisions: Vec<Decision>) -> Self {
-        match decisions.len() {
-            0 => Decisions::None,
-            1 => Decisions::One(decisions.remove(0)),
-            _ => Decisions::Many(decisions),
+impl<T> std::ops::Deref for PerRule<T> {
+    type Target = [T];
+
+    #[inline]
+    fn deref(&self) -> &[T] {
+        self.as_slice()
+    }
+}
+
+impl<T> std::ops::DerefMut for PerRule<T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [T] {
+        self.as_mut_slice()
+    }
+}
+
+impl<'a, T> IntoIterator for &'a PerRule<T> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.as_slice().iter()
+    }
+}
+
+impl<T> IntoIterator for PerRule<T> {
+    type Item = T;
+    type IntoIter = std::iter::Chain<std::option::IntoIter<T>, std::vec::IntoIter<T>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        let (one, many) = match self {
+            PerRule::None => (None, Vec::new()),
+            PerRule::One(value) => (Some(value), Vec::new()),
+            PerRule::Many(values) => (None, values),
+        };
+        one.into_iter().chain(many)
+    }
+}
+
+impl<T> From<Vec<T>> for PerRule<T> {
+    fn from(mut values: Vec<T>) -> Self {
+        match values.len() {
+            0 => PerRule::None,
+            1 => PerRule::One(values.remove(0)),
+            _ => PerRule::Many(values),
+        }
+    }
+}
+
+impl<T> FromIterator<T> for PerRule<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(values: I) -> Self {
+        let mut values = values.into_iter();
+        match (values.next(), values.next()) {
+            (None, _) => PerRule::None,
+            (Some(one), None) => PerRule::One(one),
+            (Some(first), Some(second)) => {
+                let mut all = vec![first, second];
+                all.extend(values);
+                PerRule::Many(all)
+            }
         }
     }
 }

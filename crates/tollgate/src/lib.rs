@@ -85,7 +85,7 @@ pub mod top_keys;
 
 pub use cidr::{Cidr, CidrError};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{AttemptsStatus, Charged, Decision, Decisions};
+pub use decision::{AttemptsStatus, Charged, Decision, Decisions, PerRule};
 pub use enforcement::Enforcement;
 pub use engine::{Charges, Engine, EngineBuilder, Outcome, RuleVerdict, Verdict};
 pub use error::{Error, PolicyError, StoreErrorKind};

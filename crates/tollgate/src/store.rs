@@ -12,7 +12,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{AttemptsStatus, Charged, Decision, Decisions, Error, Policy, Rule, bounds};
+use crate::{AttemptsStatus, Charged, Decision, Decisions, Error, PerRule, Policy, Rule, bounds};
 
 /// A place where rate limit state lives.
 ///
@@ -165,7 +165,7 @@ pub trait Store: Send + Sync {
     /// # }
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    fn charge(&self, rules: &[Rule<'_>]) -> impl Future<Output = Result<Vec<Charged>, Error>> + Send {
+    fn charge(&self, rules: &[Rule<'_>]) -> impl Future<Output = Result<PerRule<Charged>, Error>> + Send {
         let policy = rules
             .first()
             .map(|r| r.policy.name().to_owned())
@@ -224,7 +224,7 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         (**self).penalty_left(policy, key)
     }
 
-    fn charge(&self, rules: &[Rule<'_>]) -> impl Future<Output = Result<Vec<Charged>, Error>> + Send {
+    fn charge(&self, rules: &[Rule<'_>]) -> impl Future<Output = Result<PerRule<Charged>, Error>> + Send {
         (**self).charge(rules)
     }
 }

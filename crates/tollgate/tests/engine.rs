@@ -218,7 +218,7 @@ impl Store for Flaky {
         self.memory.reset(policy, key)
     }
 
-    async fn charge(&self, rules: &[Rule<'_>]) -> Result<Vec<tollgate::Charged>, Error> {
+    async fn charge(&self, rules: &[Rule<'_>]) -> Result<tollgate::PerRule<tollgate::Charged>, Error> {
         if self.down.load(Ordering::Relaxed) {
             return Err(Error::store(self.kind, format!("{:?} injected", self.kind)));
         }

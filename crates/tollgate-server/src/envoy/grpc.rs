@@ -364,7 +364,7 @@ async fn settle(state: &SharedState, settlements: &[Settlement<'_>]) -> Result<V
     }
     let charges: Vec<Rule<'_>> = settlements.iter().filter(|s| !s.refund).map(|s| s.rule).collect();
     let mut charged = if charges.is_empty() {
-        Vec::new()
+        tollgate::PerRule::None
     } else {
         let started = Instant::now();
         let result = state.engine.charge_all(&charges).await;

@@ -243,7 +243,10 @@ impl Store for AnyStore {
         dispatch!(Store, self, penalty_left(policy, key))
     }
 
-    async fn charge(&self, rules: &[tollgate::Rule<'_>]) -> Result<Vec<tollgate::Charged>, Error> {
+    async fn charge(
+        &self,
+        rules: &[tollgate::Rule<'_>],
+    ) -> Result<tollgate::PerRule<tollgate::Charged>, Error> {
         dispatch!(Store, self, charge(rules))
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::verdict::{Outcome, RuleVerdict};
 use crate::concurrency::{Acquire, ConcurrencyPolicy, Full, Lease, LeaseId, LeaseIds, Release};
-use crate::{Charged, Clock, Decision, FailureMode, MemoryStore, Policy, Rule};
+use crate::{Charged, Clock, Decision, FailureMode, MemoryStore, PerRule, Policy, Rule};
 
 /// How long a client refused by `FailClosed` is told to wait: the store is expected back within
 /// about this long (a circuit breaker probes it at this pace or faster).
@@ -80,8 +80,11 @@ pub(crate) fn decide(
 /// `Local` rules are charged to `fallback` on their policy's local share (together, in one
 /// call); the others cannot be recorded, and answer what a check would get under their failure
 /// mode. Every answer is `degraded`.
-pub(crate) fn charge(fallback: &MemoryStore<Arc<dyn Clock>>, rules: &[Rule<'_>]) -> (Vec<Charged>, usize) {
-    let mut charged: Vec<Charged> = rules
+pub(crate) fn charge(
+    fallback: &MemoryStore<Arc<dyn Clock>>,
+    rules: &[Rule<'_>],
+) -> (PerRule<Charged>, usize) {
+    let mut charged: PerRule<Charged> = rules
         .iter()
         .map(|rule| Charged {
             decision: match rule.policy.failure_mode() {

@@ -87,7 +87,9 @@ use crate::access::{AccessLists, Listed};
 use crate::concurrency::{Acquisition, ConcurrencyPolicy, ConcurrencyStore, LeaseId, Release};
 use crate::memory::DEFAULT_MAX_KEYS;
 use crate::store::{self, Store};
-use crate::{Apart, Charged, Clock, Decision, Decisions, Error, MemoryStore, Policy, Rule, SystemClock};
+use crate::{
+    Apart, Charged, Clock, Decision, Decisions, Error, MemoryStore, PerRule, Policy, Rule, SystemClock,
+};
 
 /// The answer to [`Engine::charge_all`]: one [`Charged`] per rule, in the rules' order, and
 /// what the store's failure cost.
@@ -110,7 +112,7 @@ use crate::{Apart, Charged, Clock, Decision, Decisions, Error, MemoryStore, Poli
 pub struct Charges {
     /// Per rule, in the rules' order: what a check of cost 1 would get after the charge, and
     /// the debt. `degraded` when the store failed and the failure mode answered.
-    pub rules: Vec<Charged>,
+    pub rules: PerRule<Charged>,
     /// The store's error, when it failed: the charges were then recorded in the engine's
     /// `Local` limiter, or (`FailOpen`, `FailClosed`) not at all.
     pub store_error: Option<Error>,

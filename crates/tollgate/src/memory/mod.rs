@@ -39,7 +39,7 @@ use crate::concurrency::{
 };
 use crate::overrides::{Override, OverrideStore, OverrideTable, OverrideTarget};
 use crate::store::{self, AttemptsStore, Store};
-use crate::{AttemptsStatus, Charged, Clock, Decision, Decisions, Error, Policy, Rule, SystemClock};
+use crate::{AttemptsStatus, Charged, Clock, Decision, Decisions, Error, PerRule, Policy, Rule, SystemClock};
 
 /// The default bound on stored keys.
 ///
@@ -397,16 +397,16 @@ impl<C: Clock> MemoryStore<C> {
     /// assert!(store.check(&bytes, "client-9", 1)?.allowed);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn charge(&self, rules: &[Rule<'_>]) -> Result<Vec<Charged>, Error> {
+    pub fn charge(&self, rules: &[Rule<'_>]) -> Result<PerRule<Charged>, Error> {
         for rule in rules {
             store::validate_charge(rule)?;
         }
         if let [rule] = rules {
-            return Ok(vec![self.charge_one(
+            return Ok(PerRule::One(self.charge_one(
                 &self.in_force(rule.policy, rule.key),
                 rule.key,
                 rule.cost,
-            )?]);
+            )?));
         }
         let (unique, index) = store::merge_charges(rules);
         let policies: Vec<Cow<'_, Policy>> = unique.iter().map(|r| self.in_force(r.policy, r.key)).collect();
@@ -1203,7 +1203,7 @@ impl<C: Clock> Store for MemoryStore<C> {
         MemoryStore::penalty_left(self, policy, key)
     }
 
-    async fn charge(&self, rules: &[Rule<'_>]) -> Result<Vec<Charged>, Error> {
+    async fn charge(&self, rules: &[Rule<'_>]) -> Result<PerRule<Charged>, Error> {
         MemoryStore::charge(self, rules)
     }
 }
