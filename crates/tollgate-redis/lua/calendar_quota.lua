@@ -81,7 +81,7 @@ ALGORITHMS.calendar_quota = function()
   end
 
   -- A charge: port of CalendarQuota::charge_in. The cost is recorded whatever is left; returns
-  -- the debt and the state written.
+  -- the debt; stored becomes the state written.
   function calendar_quota.charge(rule, stored, now, cost)
     local start = period(rule, now)
     local count = 0
@@ -90,7 +90,8 @@ ALGORITHMS.calendar_quota = function()
     end
     count = math.min(count + cost, MAX_COUNT)
     save(rule, 's', start, 'c', count)
-    return math.max(count - rule.limit, 0), {s = start, c = count}
+    stored.s, stored.c = start, count
+    return math.max(count - rule.limit, 0)
   end
 
   return calendar_quota

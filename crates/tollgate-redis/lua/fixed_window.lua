@@ -74,9 +74,9 @@ ALGORITHMS.fixed_window = function()
     end
   end
 
-  -- A charge: port of FixedWindow::charge. The cost is recorded whatever is left; returns the
-  -- debt, the state written, and whether it continued a window the state counts in (so its
-  -- expiry already covers it).
+  -- A charge: port of FixedWindow::charge. The cost is recorded whatever is left; stored becomes
+  -- the state written; returns the debt and whether it continued a window the state counts in
+  -- (so its expiry already covers it).
   function fixed_window.charge(rule, stored, now, cost)
     local limit, window = rule.limit, rule.window
     local start, count = stored.s, stored.c
@@ -95,7 +95,8 @@ ALGORITHMS.fixed_window = function()
     else
       save(rule, 's', start, 'c', count)
     end
-    return math.max(count - limit, 0), {s = start, c = count}, continued
+    stored.s, stored.c = start, count
+    return math.max(count - limit, 0), continued
   end
 
   return fixed_window

@@ -57,7 +57,7 @@ ALGORITHMS.gcra = function()
   end
 
   -- A charge: port of Gcra::charge. The TAT moves cost intervals ahead whatever is left;
-  -- returns the debt and the state written.
+  -- returns the debt; stored becomes the state written.
   function gcra.charge(rule, stored, now, cost)
     local interval, tolerance = rule.interval, rule.tolerance
     local tat = stored.t or now
@@ -67,7 +67,8 @@ ALGORITHMS.gcra = function()
     local latest = math.max(now + tolerance + MAX_DEBT_US, tat)
     tat = math.min(tat + cost * interval, latest)
     save(rule, 't', tat)
-    return idiv(math.max(tat - now - tolerance, 0) + interval - 1, interval), {t = tat}
+    stored.t = tat
+    return idiv(math.max(tat - now - tolerance, 0) + interval - 1, interval)
   end
 
   return gcra

@@ -58,7 +58,7 @@ ALGORITHMS.leaky_bucket = function()
   end
 
   -- A charge: port of LeakyBucket::charge. The cost is poured in whatever room is left; returns
-  -- the debt and the state written.
+  -- the debt; stored becomes the state written.
   function leaky_bucket.charge(rule, stored, now, cost)
     local capacity, interval = rule.capacity, rule.interval
     local level, leaked_at = 0, now
@@ -72,7 +72,8 @@ ALGORITHMS.leaky_bucket = function()
     local most = math.max(capacity + idiv(MAX_DEBT_US, interval), level)
     level = math.min(level + cost, most)
     save(rule, 'l', level, 'd', leaked_at)
-    return math.max(level - capacity, 0), {l = level, d = leaked_at}
+    stored.l, stored.d = level, leaked_at
+    return math.max(level - capacity, 0)
   end
 
   return leaky_bucket

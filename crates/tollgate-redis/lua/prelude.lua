@@ -14,8 +14,9 @@
 --   mark(rule)  after a committed spend: where it went (read back from the state), for a refund
 --   refund(rule, stored, cost, mark)  gives back a spend of cost made at mark
 --   charge(rule, stored, now, cost)  the port of its core charge function: records cost
---           whatever is left; returns the debt, the state it wrote (as load would read it back),
---           and optionally whether it continued a window the state already counts in
+--           whatever is left and updates stored in place to the state it wrote (as load would
+--           read it back); returns the debt, and optionally whether it continued a window the
+--           state already counts in
 --
 -- A rule is one record of RULE_FIELDS values in ARGV, from ARGV[4] on (in a batch, the call's
 -- distinct records come first and each request names its records by number: see batch.lua):

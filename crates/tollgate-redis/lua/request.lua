@@ -75,10 +75,13 @@ end
 local function charge_request(rules, now, reply)
   for _, rule in ipairs(rules) do
     local stored, blocked_until, offenses = load(rule)
-    local debt, written, continued = rule.impl.charge(rule, stored, now, rule.cost)
+    if stored == NO_STATE then
+      stored = {}
+    end
+    local debt, continued = rule.impl.charge(rule, stored, now, rule.cost)
     rule.cost = 1
     local allowed, remaining, reset_after, retry_after, keep =
-      decide_loaded(rule, now, false, written, blocked_until, offenses)
+      decide_loaded(rule, now, false, stored, blocked_until, offenses)
     expire(rule, reset_after, keep, continued and keep == 0)
     answer(reply, rule, allowed, remaining, reset_after, retry_after)
     reply[#reply + 1] = debt

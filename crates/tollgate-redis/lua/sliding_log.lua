@@ -152,7 +152,7 @@ ALGORITHMS.sliding_log = function()
 
   -- A charge: port of SlidingLog::charge. Drops the expired entries, then records the cost
   -- whatever is left: a new entry, or the newest one (taking the charge's time) once the log
-  -- holds limit + 1 entries. Returns the debt and the state written.
+  -- holds limit + 1 entries. Returns the debt; stored becomes the state written.
   function sliding_log.charge(rule, stored, now, cost)
     local limit, window, LOG = rule.limit, rule.window, rule.log
     local fresh = not stored.n
@@ -181,7 +181,8 @@ ALGORITHMS.sliding_log = function()
       total = total + cost
     end
     save(rule, 'n', total)
-    return math.max(total - limit, 0), {n = total}
+    stored.n = total
+    return math.max(total - limit, 0)
   end
 
   return sliding_log

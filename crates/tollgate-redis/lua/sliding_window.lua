@@ -97,7 +97,7 @@ ALGORITHMS.sliding_window = function()
   end
 
   -- A charge: port of SlidingWindow::charge. The cost is counted whatever is left; returns the
-  -- debt and the state written.
+  -- debt; stored becomes the state written.
   function sliding_window.charge(rule, stored, now, cost)
     local limit, window_us, w = rule.limit, rule.window_us, rule.w
     local start = idiv(now, window_us) * window_us
@@ -112,7 +112,8 @@ ALGORITHMS.sliding_window = function()
     save(rule, 's', s, 'p', previous, 'c', current)
     local e = idiv(math.max(now - s, 0), 1000)
     local used = previous * (w - e) + current * w
-    return idiv(math.max(used - limit * w, 0) + w - 1, w), {s = s, p = previous, c = current}
+    stored.s, stored.p, stored.c = s, previous, current
+    return idiv(math.max(used - limit * w, 0) + w - 1, w)
   end
 
   return sliding_window

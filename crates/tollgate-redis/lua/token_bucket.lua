@@ -64,7 +64,7 @@ ALGORITHMS.token_bucket = function()
   end
 
   -- A charge: port of TokenBucket::charge. What the bucket holds is spent, the rest is owed:
-  -- the refill clock moves owed intervals ahead. Returns the debt and the state written.
+  -- the refill clock moves owed intervals ahead. Returns the debt; stored becomes the state written.
   function token_bucket.charge(rule, stored, now, cost)
     local capacity, interval = rule.capacity, rule.interval
     local tokens, refilled_at = capacity, now
@@ -77,13 +77,15 @@ ALGORITHMS.token_bucket = function()
     end
     if tokens >= cost then
       save(rule, 't', tokens - cost, 'r', refilled_at)
-      return 0, {t = tokens - cost, r = refilled_at}
+      stored.t, stored.r = tokens - cost, refilled_at
+      return 0
     end
     local owed = cost - tokens
     local latest = math.max(now + MAX_DEBT_US, refilled_at)
     refilled_at = math.min(refilled_at + owed * interval, latest)
     save(rule, 't', 0, 'r', refilled_at)
-    return idiv(math.max(refilled_at - now, 0) + interval - 1, interval), {t = 0, r = refilled_at}
+    stored.t, stored.r = 0, refilled_at
+    return idiv(math.max(refilled_at - now, 0) + interval - 1, interval)
   end
 
   return token_bucket
