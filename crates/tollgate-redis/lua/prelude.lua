@@ -240,17 +240,18 @@ end
 -- the state must be kept for its offense count (see keep_for), and whether the state's expiry
 -- already covers this answer (a step that continued a window it counts in, with no penalty
 -- involved: then there is no expiry to move).
--- decide_loaded is the same on a state already loaded (a charge answers from the state it
--- just wrote, without reading it back).
-local function decide_loaded(rule, now, commit, stored, blocked_until, offenses)
+-- decide_loaded is the same for a cost of the caller's on a state already loaded (a charge
+-- answers for a cost of 1 from the state it just wrote, without reading it back, and without
+-- setting a field on the rule: a table that grows is rebuilt).
+local function decide_loaded(rule, now, commit, cost, stored, blocked_until, offenses)
   local step = rule.impl.step
   if blocked_until > now then
     local blocked_for = blocked_until - now
-    local _, _, reset, retry = step(rule, stored, now, rule.cost, false)
+    local _, _, reset, retry = step(rule, stored, now, cost, false)
     return false, 0, math.max(reset, blocked_for), math.max(retry, blocked_for),
       keep_for(rule, blocked_until, offenses, now), false
   end
-  local allowed, remaining, reset_after, retry_after, continued = step(rule, stored, now, rule.cost, commit)
+  local allowed, remaining, reset_after, retry_after, continued = step(rule, stored, now, cost, commit)
   if offenses == 0 and rule.block_for == 0 then
     -- No penalty and no offense remembered (most rules): nothing to start, forget or keep.
     return allowed, remaining, reset_after, retry_after, 0, continued
@@ -284,7 +285,7 @@ local function decide_loaded(rule, now, commit, stored, blocked_until, offenses)
 end
 
 local function decide(rule, now, commit)
-  return decide_loaded(rule, now, commit, load(rule))
+  return decide_loaded(rule, now, commit, rule.cost, load(rule))
 end
 
 -- Appends one rule's answer to a reply: {allowed (1 or 0), remaining, reset_after_us,

@@ -79,9 +79,8 @@ local function charge_request(rules, now, reply)
       stored = {}
     end
     local debt, continued = rule.impl.charge(rule, stored, now, rule.cost)
-    rule.cost = 1
     local allowed, remaining, reset_after, retry_after, keep =
-      decide_loaded(rule, now, false, stored, blocked_until, offenses)
+      decide_loaded(rule, now, false, 1, stored, blocked_until, offenses)
     expire(rule, reset_after, keep, continued and keep == 0)
     answer(reply, rule, allowed, remaining, reset_after, retry_after)
     reply[#reply + 1] = debt
