@@ -213,8 +213,22 @@ pub(crate) fn warn_sampled_refusal(listener: &'static str) {
 
 static REFUSAL_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
-/// A connection or request cut off by a timeout: `reason` is `idle`, `body` (or `header`, which
-/// the HTTP parser enforces and does not report).
+/// A connection closed at accept because its client address held the most connections it may
+/// on `listener`; logged at most once a second (without the address: it is a client's).
+pub(crate) fn connection_refused_per_address(listener: &'static str) {
+    metrics::counter!("tollgate_connections_refused_per_address_total", "listener" => listener).increment(1);
+    if PER_ADDRESS_LOG.due() {
+        tracing::warn!(
+            listener,
+            "a client address reached its connection limit; closing its new connections"
+        );
+    }
+}
+
+static PER_ADDRESS_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
+
+/// A connection or request cut off by a timeout: `reason` is `first_byte`, `idle`, `body` (or
+/// `header`, which the HTTP parser enforces and does not report).
 pub(crate) fn connection_timed_out(listener: &'static str, reason: &'static str) {
     metrics::counter!("tollgate_timeouts_total", "listener" => listener, "reason" => reason).increment(1);
 }
