@@ -109,7 +109,8 @@ pub const TOP_OFFENDERS_SHOWN: usize = 10;
 /// dashboard's fixed-size summary) and their counts. Written at each scrape from the summary, so
 /// a key that drops out of the top is gone from the next scrape: the series are bounded by
 /// policies × [`TOP_OFFENDERS_SHOWN`], whatever the key churn. This is the one metric with
-/// request keys in a label, capped this way.
+/// request keys in a label, capped this way; `/metrics` appends it only for a caller with the
+/// admin token when one is set.
 pub(crate) fn render_top_offenders(text: &mut String) {
     use std::fmt::Write as _;
     let recorder = &super::recorder::RECORDER;
