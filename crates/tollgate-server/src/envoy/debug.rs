@@ -4,7 +4,7 @@
 //!
 //! Upstream serves it on `0.0.0.0:6070` always, with Go's profiler beside it. Here it is opt-in,
 //! because the configuration it prints can tell an outsider what is limited and how much: keep
-//! it on a loopback or an internal address. `GET /` lists the endpoints, as upstream's does.
+//! it on a loopback or an internal address (`serve` logs a warning when it is not). `GET /` lists the endpoints, as upstream's does.
 //! The profiler and upstream's `/stats` (expvar) have no counterpart; `/metrics` is the HTTP
 //! port's own handler, so the same Prometheus text, with the top offenders' keys only for a
 //! caller with the admin token when one is set.
