@@ -20,12 +20,19 @@ pub(crate) struct ListenerArgs {
     /// Time a client has to send a request body (408 after it).
     #[arg(long, env = "TOLLGATE_BODY_READ_TIMEOUT", default_value = "30s", value_parser = duration)]
     body_read_timeout: Duration,
+    /// A connection whose client sends no byte for this long is closed (capped at --idle-timeout).
+    #[arg(long, env = "TOLLGATE_FIRST_BYTE_TIMEOUT", default_value = "10s", value_parser = duration)]
+    first_byte_timeout: Duration,
     /// A connection with no bytes in either direction for this long is closed.
     #[arg(long, env = "TOLLGATE_IDLE_TIMEOUT", default_value = "2m", value_parser = duration)]
     idle_timeout: Duration,
     /// Open connections per listener; more are refused (503, or closed on gRPC).
     #[arg(long, env = "TOLLGATE_MAX_CONNECTIONS", default_value_t = 10_000)]
     max_connections: usize,
+    /// Open connections per client address (IPv6: per /64) per listener; more from it are
+    /// closed at once. Behind a load balancer, raise it to --max-connections.
+    #[arg(long, env = "TOLLGATE_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = 1_000)]
+    max_connections_per_address: usize,
     /// Longest request target (path and query), in bytes (414 past it).
     #[arg(long, env = "TOLLGATE_MAX_URI_BYTES", default_value_t = 8 * 1024)]
     max_uri_bytes: usize,
@@ -55,8 +62,10 @@ impl ListenerArgs {
         ListenerOptions {
             header_read_timeout: self.header_read_timeout,
             body_read_timeout: self.body_read_timeout,
+            first_byte_timeout: self.first_byte_timeout,
             idle_timeout: self.idle_timeout,
             max_connections: self.max_connections,
+            max_connections_per_address: self.max_connections_per_address,
             max_uri_bytes: self.max_uri_bytes,
             max_header_bytes: self.max_header_bytes,
             max_body_bytes: self.max_body_bytes.unwrap_or(default_body),

@@ -1,7 +1,7 @@
 //! The binary's logs as an operator reads them: `--log-format json` gives one JSON object per
 //! event on stderr, and shadow denials and failure-mode decisions are logged (sampled), as is the
 //! Redis circuit breaker opening, so a dry-run limit and a sick store show up in the logs without
-//! a line per request.
+//! a line per request; and a debug listener open beyond loopback is warned about at start.
 
 use std::process::Command;
 use std::time::Duration;
@@ -86,4 +86,55 @@ async fn a_dead_store_logs_its_class_and_the_failure_mode_decision() {
     let breaker = json_line(&mut child, "circuit breaker opened");
     assert_eq!(breaker["level"], "WARN", "{breaker}");
     assert!(breaker["fields"]["node"].is_string(), "{breaker}");
+}
+
+#[test]
+fn a_debug_port_beyond_loopback_is_warned_about() {
+    // Upstream's DEBUG_PORT alone binds the debug listener on every interface (0.0.0.0).
+    let mut child = ChildProcess::start(
+        Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .env("DEBUG_PORT", "0")
+            .args([
+                "--log-format",
+                "json",
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--grpc",
+                "127.0.0.1:0",
+            ]),
+    );
+    let event = json_line(&mut child, "the debug listener");
+    assert_eq!(event["level"], "WARN", "{event}");
+    assert_eq!(event["fields"]["listener"], "debug", "{event}");
+    assert!(
+        event["fields"]["debug"]
+            .as_str()
+            .is_some_and(|addr| addr.starts_with("0.0.0.0:")),
+        "{event}"
+    );
+}
+
+#[test]
+fn a_debug_port_on_loopback_is_not_warned_about() {
+    // The admin warning (an open HTTP address without a token) is logged after the debug one
+    // would be, on the same stream: once it is read, a debug warning would have been too.
+    let mut child = ChildProcess::start(Command::new(env!("CARGO_BIN_EXE_tollgate")).args([
+        "--log-format",
+        "json",
+        "serve",
+        "--http",
+        "0.0.0.0:0",
+        "--grpc",
+        "127.0.0.1:0",
+        "--debug-addr",
+        "127.0.0.1:0",
+    ]));
+    json_line(&mut child, "without a token on a non-loopback address");
+    let debug_warnings = child
+        .seen()
+        .iter()
+        .filter(|line| line.contains("the debug listener"))
+        .count();
+    assert_eq!(debug_warnings, 0, "{:#?}", child.seen());
 }

@@ -232,7 +232,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     {
         tokio::spawn(watch);
     }
-    warn_if_admin_open(&options);
+    warn_if_open(&options);
     let shutdown = shutdown_signal();
     println!("tollgate: http listening on {}", listeners.http.local_addr()?);
     println!("tollgate: grpc listening on {}", listeners.grpc.local_addr()?);
@@ -260,16 +260,36 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     run(state, listeners, shutdown).await
 }
 
-/// A loud warning when the admin endpoints (limits and attempts resets) answer anyone who can
-/// reach a non-loopback address.
-fn warn_if_admin_open(options: &ServeOptions) {
-    if options.settings.admin_token.is_none() && !options.http.ip().is_loopback() {
+/// Loud warnings at start for what answers anyone who can reach a non-loopback address: the
+/// debug listener (it prints the configuration, whatever the token; upstream's `DEBUG_PORT`
+/// binds `0.0.0.0`), and the admin endpoints (limits and attempts resets) without a token.
+/// The debug one comes first, so a test that sees the other knows it was not logged.
+fn warn_if_open(options: &ServeOptions) {
+    if let Some(addr) = options.debug
+        && beyond_loopback(addr)
+    {
         tracing::warn!(
+            listener = "debug",
+            debug = %addr,
+            "the debug listener (/rlconfig, /metrics, /dashboard) is reachable on a non-loopback \
+             address and prints the loaded configuration to anyone; bind it to 127.0.0.1 \
+             (--debug-addr, or DEBUG_HOST)"
+        );
+    }
+    if options.settings.admin_token.is_none() && beyond_loopback(options.http) {
+        tracing::warn!(
+            listener = "http",
             http = %options.http,
             "admin endpoints (DELETE /v1/limits/..., DELETE /v1/attempts/...) are reachable without \
              a token on a non-loopback address; set --admin-token or TOLLGATE_ADMIN_TOKEN"
         );
     }
+}
+
+/// Whether a listener on `addr` answers beyond this host: any address but a loopback one
+/// (the unspecified `0.0.0.0` and `::` included: they listen on every interface).
+fn beyond_loopback(addr: SocketAddr) -> bool {
+    !addr.ip().is_loopback()
 }
 
 /// Completes on ctrl-c or SIGTERM. The handlers are installed when this is called, not when the

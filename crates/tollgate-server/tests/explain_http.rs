@@ -1,6 +1,7 @@
 //! `GET /v1/explain` and `POST /v1/explain` on the memory store, Redis and Redis Cluster: why
 //! each rule or descriptor applies, the override in force, the budget as it stands, the decision
-//! a check would get; and that explaining changes nothing in the store.
+//! a check would get; that explaining changes nothing in the store; and that a caller without
+//! the admin token is told of no override and no list membership.
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -49,10 +50,25 @@ fn state(store: AnyStore) -> SharedState {
 }
 
 async fn call(state: &SharedState, method: &str, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
-    let request = Request::builder()
+    call_as(state, None, method, uri, body).await
+}
+
+/// [`call`] with `Authorization: Bearer <token>` when a token is given.
+async fn call_as(
+    state: &SharedState,
+    token: Option<&str>,
+    method: &str,
+    uri: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut request = Request::builder()
         .method(method)
         .uri(uri)
-        .header("content-type", "application/json")
+        .header("content-type", "application/json");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let request = request
         .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
         .expect("request");
     let response = tollgate_server::api_router(state.clone())
@@ -258,6 +274,85 @@ async fn explain_tells_why(store: AnyStore, snapshot: impl Fn() -> Vec<String>) 
             "{query}"
         );
     }
+}
+
+#[tokio::test]
+async fn without_the_admin_token_explain_shows_no_override_and_no_list_membership() {
+    const TOKEN: &str = "s3cret";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let policies = format!("access:\n  deny:\n    cidrs: [203.0.113.0/24]\n{POLICIES}");
+    std::fs::write(dir.path().join("policies.yaml"), policies).expect("write");
+    std::fs::write(dir.path().join("edge.yaml"), DESCRIPTORS).expect("write");
+    let limits = tollgate_config::load(dir.path()).expect("config");
+    let settings = Settings {
+        admin_token: Some(TOKEN.into()),
+        ..Settings::default()
+    };
+    let state = AppState::new(limits, AnyStore::memory(), settings);
+    let (status, _) = call_as(
+        &state,
+        Some(TOKEN),
+        "PUT",
+        "/v1/overrides/api/keys/vip-7",
+        Some(json!({"capacity": 50, "refill": "10/1m"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    // A key past its limit, then allow-listed: only the list lets it through.
+    for _ in 0..3 {
+        check(&state, "login", "office").await;
+    }
+    let entry = json!({"list": "allow", "kind": "key", "value": "office"});
+    let (status, _) = call_as(&state, Some(TOKEN), "POST", "/v1/admin/access", Some(entry)).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let asked = [
+        ("policy=api&key=vip-7", "override"),
+        ("policy=api&key=203.0.113.9", "deny list"),
+        ("policy=login&key=office", "allow list"),
+        (
+            "domain=edge&descriptor=remote_address=203.0.113.9",
+            "deny list, envoy",
+        ),
+    ];
+    for (query, what) in asked {
+        let uri = format!("/v1/explain?{query}");
+        let (status, admin) = call_as(&state, Some(TOKEN), "GET", &uri, None).await;
+        assert_eq!(status, StatusCode::OK, "{what}: {admin}");
+        assert_eq!(admin["hidden"], json!([]), "{what}: {admin}");
+        let (status, public) = call_as(&state, None, "GET", &uri, None).await;
+        assert_eq!(status, StatusCode::OK, "{what}: {public}");
+        assert_eq!(
+            public["hidden"],
+            json!(["overrides", "access_lists"]),
+            "{what}: {public}"
+        );
+        let text = public.to_string();
+        assert!(!text.contains("blocked"), "{what}: {public}");
+        assert_eq!(public["rules"][0]["override"], Value::Null, "{what}: {public}");
+        match what {
+            "override" => {
+                assert_eq!(admin["rules"][0]["override"]["key"], "vip-7", "{admin}");
+                assert_eq!(admin["rules"][0]["parameters"]["capacity"], 50, "{admin}");
+                // The policy's own parameters, not the override's.
+                assert_eq!(public["rules"][0]["parameters"]["capacity"], 5, "{public}");
+            }
+            "allow list" => {
+                assert_eq!(admin["allowed"], true, "{admin}");
+                assert_eq!(public["allowed"], false, "decided without the list: {public}");
+                assert_eq!(public["rules"][0]["decision"], "denied", "{public}");
+            }
+            _ => {
+                assert_eq!(admin["outcome"], "blocked", "{what}: {admin}");
+                assert_eq!(public["outcome"], "allowed", "{what}: {public}");
+                assert_eq!(public["rules"][0]["decision"], "allowed", "{what}: {public}");
+            }
+        }
+    }
+    // The JSON body is answered the same way.
+    let body = json!({"policy": "api", "key": "vip-7"});
+    let (_, public) = call_as(&state, None, "POST", "/v1/explain", Some(body)).await;
+    assert_eq!(public["rules"][0]["override"], Value::Null, "{public}");
+    assert_eq!(public["hidden"], json!(["overrides", "access_lists"]), "{public}");
 }
 
 #[tokio::test]

@@ -1,7 +1,8 @@
 //! Hostile clients against `run` on loopback: slow heads and bodies are cut off while others
 //! are served, a flood of connections past the limit is refused and the server answers after it,
-//! oversized and malformed requests get problem answers, the gRPC port closes connections that
-//! never speak, and shutdown completes with a half-sent request connected.
+//! oversized and malformed requests get problem answers, connections that never speak are
+//! closed after the first-byte timeout, a flood of them from one address leaves other addresses
+//! served, and shutdown completes with a half-sent request connected.
 //!
 //! Timeouts here are short so the tests are quick; the assertions are about outcomes (closed,
 //! refused, answered), and every wait has a generous upper bound that only guards against a hang.
@@ -298,6 +299,93 @@ async fn the_grpc_port_closes_silent_connections_and_refuses_past_the_limit() {
         let seen = read_all(&mut socket).await;
         assert!(seen.len() < 64, "more than a SETTINGS frame: {seen:?}");
     }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_silent_connection_is_closed_after_the_first_byte_timeout() {
+    // The idle timeout is far beyond the hang guard: only the first-byte timeout can close them.
+    let server = start(ListenerOptions {
+        first_byte_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_secs(600),
+        header_read_timeout: Duration::from_secs(600),
+        ..ListenerOptions::default()
+    })
+    .await;
+    let mut http = TcpStream::connect(server.http).await.expect("connect");
+    let mut grpc = TcpStream::connect(server.grpc).await.expect("connect");
+    // A client that speaks at once is served meanwhile.
+    assert!(healthy(server.http).await);
+    assert_eq!(read_all(&mut http).await, "", "closed without an answer");
+    let seen = read_all(&mut grpc).await;
+    assert!(seen.len() < 64, "more than a SETTINGS frame: {seen:?}");
+    let metrics = tollgate_server::metrics::install().render();
+    assert!(
+        metrics.contains("tollgate_timeouts_total{listener=\"http\",reason=\"first_byte\"}"),
+        "{metrics}"
+    );
+    server.stop().await;
+}
+
+/// A socket connected to `to` from the loopback address `from`.
+async fn connect_from(from: [u8; 4], to: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::from((from, 0)))?;
+    socket.connect(to).await
+}
+
+#[tokio::test]
+async fn a_flood_of_silent_connections_from_one_address_leaves_others_served() {
+    const FLOODER: [u8; 4] = [127, 0, 0, 2];
+    const OTHER: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 3));
+    // Silent connections would live for ten minutes, longer than the whole test.
+    let server = start(ListenerOptions {
+        max_connections: 20,
+        max_connections_per_address: 5,
+        first_byte_timeout: Duration::from_secs(600),
+        idle_timeout: Duration::from_secs(600),
+        ..ListenerOptions::default()
+    })
+    .await;
+    // More silent connections from one address than either listener has slots.
+    let mut flood = Vec::new();
+    for _ in 0..40 {
+        flood.push(connect_from(FLOODER, server.http).await.expect("connect"));
+        flood.push(connect_from(FLOODER, server.grpc).await.expect("connect"));
+    }
+    // Another address is served on both listeners (accepted after every flood connection).
+    let http = reqwest::Client::builder()
+        .local_address(OTHER)
+        .timeout(HANG_GUARD)
+        .build()
+        .expect("client");
+    let http_status = match http.get(format!("http://{}/healthz", server.http)).send().await {
+        Ok(answer) => answer.status().as_u16().to_string(),
+        Err(err) => format!("no answer: {err}"),
+    };
+    let grpc_status = async {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", server.grpc))
+            .map_err(|err| err.to_string())?
+            .local_address(Some(OTHER))
+            .timeout(HANG_GUARD)
+            .connect()
+            .await
+            .map_err(|err| format!("no connection: {err}"))?;
+        let answer = tonic_health::pb::health_client::HealthClient::new(channel)
+            .check(tonic_health::pb::HealthCheckRequest::default())
+            .await
+            .map_err(|status| format!("no answer: {status}"))?;
+        Ok::<_, String>(answer.into_inner().status)
+    }
+    .await;
+    assert_eq!(http_status, "200", "HTTP from another address");
+    assert_eq!(grpc_status, Ok(1), "gRPC health from another address: SERVING");
+    let metrics = tollgate_server::metrics::install().render();
+    for listener in ["http", "grpc"] {
+        let series = format!("tollgate_connections_refused_per_address_total{{listener=\"{listener}\"}}");
+        assert!(metrics.contains(&series), "{series} in {metrics}");
+    }
+    drop(flood);
     server.stop().await;
 }
 

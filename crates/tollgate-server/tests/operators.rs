@@ -1,6 +1,7 @@
 //! What operators run limits with, over HTTP and gRPC: allow and deny lists (from the config
 //! and the admin API, shared by a fleet through Redis and a cluster), gradual enforcement, and
-//! the top offenders.
+//! the top offenders (whose keys `/metrics` shows, on the HTTP and debug ports, only with the
+//! admin token).
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
@@ -393,7 +394,12 @@ async fn top_offenders_find_the_heavy_hitters_of_a_key_flood_in_fixed_room() {
             .0,
         StatusCode::NOT_FOUND
     );
-    let (_, _, metrics) = call(&state, "GET", "/metrics", None, false).await;
+    // The keys are in `/metrics` only for a scrape with the admin token.
+    let (_, _, public) = call(&state, "GET", "/metrics", None, false).await;
+    let public = public.as_str().unwrap_or_default();
+    assert!(public.contains("tollgate_decisions_total"), "{public}");
+    assert!(!public.contains("tollgate_top_offender_denials"), "{public}");
+    let (_, _, metrics) = call(&state, "GET", "/metrics", None, true).await;
     let text = metrics.as_str().unwrap_or_default();
     assert!(
         text.contains("tollgate_top_offender_denials{policy=\"floodtop\",rank=\"1\",key=\"bot-a\"}"),
@@ -404,6 +410,72 @@ async fn top_offenders_find_the_heavy_hitters_of_a_key_flood_in_fixed_room() {
         .filter(|l| l.starts_with("tollgate_top_offender_denials{policy=\"floodtop\""))
         .count();
     assert_eq!(series, tollgate_server::metrics::TOP_OFFENDERS_SHOWN);
+}
+
+/// `GET path` on `addr` with the admin token or without: the status and the body.
+async fn get_text(addr: std::net::SocketAddr, path: &str, token: bool) -> (u16, String) {
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .expect("client");
+    let mut request = client.get(format!("http://{addr}{path}"));
+    if token {
+        request = request.bearer_auth(TOKEN);
+    }
+    let answer = request.send().await.expect("answer");
+    let status = answer.status().as_u16();
+    (status, answer.text().await.expect("body"))
+}
+
+#[tokio::test]
+async fn the_debug_port_serves_the_offenders_keys_only_with_the_admin_token() {
+    let limits = tollgate_config::parse(
+        "debug.yaml",
+        "policies:\n  debugtop: {algorithm: fixed_window, limit: 1, window: 1h}\n",
+    )
+    .expect("config");
+    let settings = Settings {
+        admin_token: Some(TOKEN.into()),
+        ..Settings::default()
+    };
+    let state = AppState::new(limits, AnyStore::memory(), settings);
+    for _ in 0..3 {
+        check(&state, "debugtop", "198.51.100.23").await;
+    }
+    let any = "127.0.0.1:0".parse().expect("address");
+    let listeners = tollgate_server::Listeners::bind(any, any)
+        .await
+        .expect("bind")
+        .with_debug(any)
+        .await
+        .expect("bind debug");
+    let http = listeners.http.local_addr().expect("addr");
+    let debug = listeners
+        .debug
+        .as_ref()
+        .expect("debug")
+        .local_addr()
+        .expect("addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(tollgate_server::run(state, listeners, async {
+        let _ = stopped.await;
+    }));
+    let series = "tollgate_top_offender_denials{policy=\"debugtop\",rank=\"1\",key=\"198.51.100.23\"} 2";
+    for port in [http, debug] {
+        let (status, public) = get_text(port, "/metrics", false).await;
+        assert_eq!(status, 200, "{port}: {public}");
+        assert!(public.contains("tollgate_decisions_total"), "{port}: {public}");
+        assert!(!public.contains("debugtop\",rank"), "{port}: {public}");
+        let (status, admin) = get_text(port, "/metrics", true).await;
+        assert_eq!(status, 200, "{port}: {admin}");
+        assert!(admin.contains(series), "{port}: {admin}");
+    }
+    let _ = stop.send(());
+    tokio::time::timeout(std::time::Duration::from_secs(30), server)
+        .await
+        .expect("the server stops")
+        .expect("server task")
+        .expect("server");
 }
 
 #[tokio::test]

@@ -1,9 +1,13 @@
 //! What an operator or an orchestrator asks the HTTP port: Prometheus metrics, liveness, and
 //! readiness (the store's health, naming the class of its failure).
+//!
+//! `/metrics` (on the HTTP port and the debug port alike) names request keys in one metric only,
+//! `tollgate_top_offender_denials`; like every other answer that names keys, it is served only
+//! to a caller with the admin token when one is set, so a scrape without it gets the rest.
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -40,12 +44,17 @@ pub(crate) struct Readiness {
     path = "/metrics",
     tag = "operations",
     summary = "Prometheus metrics",
+    description = "Every metric. `tollgate_top_offender_denials`, whose `key` label names request \
+                   keys, is included only with `Authorization: Bearer <admin token>` when the \
+                   server has an admin token.",
     responses((status = 200, description = "Prometheus text exposition", body = String, content_type = "text/plain"))
 )]
-pub(crate) async fn render_metrics(State(state): State<SharedState>) -> String {
+pub(crate) async fn render_metrics(State(state): State<SharedState>, headers: HeaderMap) -> String {
     metrics::store_breakers(&state.store.breakers());
     let mut text = metrics::install().render();
-    metrics::render_top_offenders(&mut text);
+    if super::auth::authorize_admin(&state, &headers).is_ok() {
+        metrics::render_top_offenders(&mut text);
+    }
     text
 }
 

@@ -4,15 +4,15 @@
 //!
 //! Upstream serves it on `0.0.0.0:6070` always, with Go's profiler beside it. Here it is opt-in,
 //! because the configuration it prints can tell an outsider what is limited and how much: keep
-//! it on a loopback or an internal address. `GET /` lists the endpoints, as upstream's does.
-//! The profiler and upstream's `/stats` (expvar) have no counterpart; `/metrics` is the same
-//! Prometheus text as on the HTTP port.
+//! it on a loopback or an internal address (`serve` logs a warning when it is not). `GET /` lists the endpoints, as upstream's does.
+//! The profiler and upstream's `/stats` (expvar) have no counterpart; `/metrics` is the HTTP
+//! port's own handler, so the same Prometheus text, with the top offenders' keys only for a
+//! caller with the admin token when one is set.
 
 use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
 
-use crate::ops::metrics;
 use crate::runtime::SharedState;
 
 /// The endpoints, with upstream's wording where upstream has them.
@@ -27,7 +27,7 @@ pub(crate) fn router(state: SharedState) -> Router {
     Router::new()
         .route("/", get(|| async { INDEX }))
         .route("/rlconfig", get(rlconfig))
-        .route("/metrics", get(|| async { metrics::install().render() }))
+        .route("/metrics", get(crate::api::operations::render_metrics))
         .with_state(state.clone())
         .merge(crate::api::dashboard::router(state))
 }

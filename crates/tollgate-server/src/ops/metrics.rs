@@ -109,7 +109,8 @@ pub const TOP_OFFENDERS_SHOWN: usize = 10;
 /// dashboard's fixed-size summary) and their counts. Written at each scrape from the summary, so
 /// a key that drops out of the top is gone from the next scrape: the series are bounded by
 /// policies × [`TOP_OFFENDERS_SHOWN`], whatever the key churn. This is the one metric with
-/// request keys in a label, capped this way.
+/// request keys in a label, capped this way; `/metrics` appends it only for a caller with the
+/// admin token when one is set.
 pub(crate) fn render_top_offenders(text: &mut String) {
     use std::fmt::Write as _;
     let recorder = &super::recorder::RECORDER;
@@ -213,8 +214,22 @@ pub(crate) fn warn_sampled_refusal(listener: &'static str) {
 
 static REFUSAL_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
-/// A connection or request cut off by a timeout: `reason` is `idle`, `body` (or `header`, which
-/// the HTTP parser enforces and does not report).
+/// A connection closed at accept because its client address held the most connections it may
+/// on `listener`; logged at most once a second (without the address: it is a client's).
+pub(crate) fn connection_refused_per_address(listener: &'static str) {
+    metrics::counter!("tollgate_connections_refused_per_address_total", "listener" => listener).increment(1);
+    if PER_ADDRESS_LOG.due() {
+        tracing::warn!(
+            listener,
+            "a client address reached its connection limit; closing its new connections"
+        );
+    }
+}
+
+static PER_ADDRESS_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
+
+/// A connection or request cut off by a timeout: `reason` is `first_byte`, `idle`, `body` (or
+/// `header`, which the HTTP parser enforces and does not report).
 pub(crate) fn connection_timed_out(listener: &'static str, reason: &'static str) {
     metrics::counter!("tollgate_timeouts_total", "listener" => listener, "reason" => reason).increment(1);
 }

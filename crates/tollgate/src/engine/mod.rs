@@ -266,7 +266,7 @@ impl<S> Engine<S> {
     /// The rules as the store is to decide them: deny lists checked (a blocked request's
     /// verdict instead), allow-listed rules made shadow questions (their indices in the `Vec`), keys
     /// outside a gradual share made shadow. Borrowed as given when nothing applies.
-    fn adjust<'a, 'r>(&self, rules: &'r [Rule<'a>]) -> Adjusted<'r, 'a> {
+    fn adjust<'a, 'r>(&self, rules: &'r [Rule<'a>], lists: Lists) -> Adjusted<'r, 'a> {
         let mut adjusted = Cow::Borrowed(rules);
         let mut allowed = Vec::new();
         for (i, rule) in rules.iter().enumerate() {
@@ -288,7 +288,7 @@ impl<S> Engine<S> {
                 }
             }
         }
-        if !self.listing.load(Ordering::Acquire) {
+        if lists == Lists::Ignored || !self.listing.load(Ordering::Acquire) {
             return Adjusted::Rules(adjusted, allowed);
         }
         let lists = self.access.read();
@@ -312,6 +312,13 @@ impl<S> Engine<S> {
         }
         Adjusted::Rules(adjusted, allowed)
     }
+}
+
+/// Whether a decision applies the allow and deny lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lists {
+    Applied,
+    Ignored,
 }
 
 /// The rules as the store is to decide them, with the indices of the allow-listed ones; or the
@@ -410,12 +417,36 @@ impl<S: Store> Engine<S> {
     /// [module docs](self). `Err` only for bad input (an empty or oversized key, a zero cost, a
     /// cost above a policy's limit); a failing store is answered by the failure modes.
     pub async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Verdict, Error> {
-        self.run(rules, true).await
+        self.run(rules, true, Lists::Applied).await
     }
 
     /// The verdict [`check_all`](Self::check_all) would give now, recording nothing.
     pub async fn peek_all(&self, rules: &[Rule<'_>]) -> Result<Verdict, Error> {
-        self.run(rules, false).await
+        self.run(rules, false, Lists::Applied).await
+    }
+
+    /// The verdict [`peek_all`](Self::peek_all) would give if there were no allow or deny list:
+    /// what the limits and the budget alone say. For an answer that must not tell whether a key
+    /// is listed (explain, to a caller without the admin token).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::access::{AccessEntry, AccessLists, EntryKind, Listed};
+    /// use tollgate::{Algorithm, Engine, MemoryStore, Outcome, Policy, Rule};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let engine = Engine::new(MemoryStore::new());
+    /// let api = Policy::new("api", Algorithm::sliding_log(1, Duration::from_secs(60))?)?;
+    /// engine.set_access_lists(AccessLists::new([AccessEntry::new(None, Listed::Deny, EntryKind::Key, "mallory")?]));
+    /// let rule = [Rule::new(&api, "mallory", 1)];
+    /// assert_eq!(engine.peek_all(&rule).await?.outcome(), Outcome::Blocked);
+    /// assert_eq!(engine.peek_all_unlisted(&rule).await?.outcome(), Outcome::Allowed);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn peek_all_unlisted(&self, rules: &[Rule<'_>]) -> Result<Verdict, Error> {
+        self.run(rules, false, Lists::Ignored).await
     }
 
     /// Decides one enforced rule: `check_all` with one rule. The key is anything that is bytes,
@@ -435,7 +466,8 @@ impl<S: Store> Engine<S> {
     /// # Ok(()) }
     /// ```
     pub async fn check(&self, policy: &Policy, key: impl AsRef<[u8]>, cost: u64) -> Result<Verdict, Error> {
-        self.run(&[Rule::new(policy, key.as_ref(), cost)], true).await
+        self.run(&[Rule::new(policy, key.as_ref(), cost)], true, Lists::Applied)
+            .await
     }
 
     /// Forgets `key`'s state under `policy`, in the store and in the `Local` limiter.
@@ -556,7 +588,7 @@ impl<S: Store> Engine<S> {
         self.charge_all(&[Rule::new(policy, key.as_ref(), cost)]).await
     }
 
-    async fn run(&self, rules: &[Rule<'_>], commit: bool) -> Result<Verdict, Error> {
+    async fn run(&self, rules: &[Rule<'_>], commit: bool, lists: Lists) -> Result<Verdict, Error> {
         for rule in rules {
             match rule.cost {
                 // A question of cost 0: is the key past its limit (see `Rule::question`)?
@@ -564,7 +596,7 @@ impl<S: Store> Engine<S> {
                 cost => store::validate_check(rule.policy, rule.key, cost)?,
             }
         }
-        let (adjusted, allowed) = match self.adjust(rules) {
+        let (adjusted, allowed) = match self.adjust(rules, lists) {
             Adjusted::Rules(adjusted, allowed) => (adjusted, allowed),
             Adjusted::Blocked(blocked) => return Ok(blocked),
         };

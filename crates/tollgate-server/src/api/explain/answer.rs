@@ -18,6 +18,11 @@ pub struct Explanation {
     pub degraded: bool,
     /// One entry per rule or descriptor, in request order.
     pub rules: Vec<ExplainedRule>,
+    /// What this answer leaves out because the caller has no admin token (the server has
+    /// one): `overrides` (none is shown, and the parameters are the policy's own) and
+    /// `access_lists` (the decision is taken as if no allow or deny list applied). Empty when
+    /// nothing was left out.
+    pub hidden: Vec<&'static str>,
 }
 
 impl Explanation {

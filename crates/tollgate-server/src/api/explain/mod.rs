@@ -23,6 +23,11 @@
 //! check would (overrides included) and records nothing, on every store. Explain is read only:
 //! nothing is spent, no penalty starts, no override is loaded into a cache it was not already
 //! in.
+//!
+//! Overrides and allow and deny lists are an operator's, and they name keys, so a caller
+//! without the admin token ([`Audience::Public`]) is shown neither: no override (the algorithm
+//! and parameters are the policy's own), and a decision taken as if no list applied
+//! ([`Engine::peek_all_unlisted`]); [`Explanation::hidden`] says what was left out.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -48,6 +53,38 @@ pub enum ExplainRequest {
         /// The descriptors, in order.
         descriptors: Vec<Asked>,
     },
+}
+
+/// Who an explanation is for, which decides what it may show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    /// An operator (the admin token, or a server without one, or the command line): everything.
+    Admin,
+    /// A caller without the admin token: no override and no list membership.
+    Public,
+}
+
+impl Audience {
+    /// What an answer for this audience leaves out, as [`Explanation::hidden`] lists it.
+    fn hidden(self) -> Vec<&'static str> {
+        match self {
+            Audience::Admin => vec![],
+            Audience::Public => vec!["overrides", "access_lists"],
+        }
+    }
+
+    /// The verdict of `rules` this audience may see: with the lists for an operator, without
+    /// them for the public.
+    async fn peek<S: Store>(
+        self,
+        engine: &Engine<S>,
+        rules: &[Rule<'_>],
+    ) -> Result<tollgate::Verdict, Error> {
+        match self {
+            Audience::Admin => engine.peek_all(rules).await,
+            Audience::Public => engine.peek_all_unlisted(rules).await,
+        }
+    }
 }
 
 /// How the server plans Envoy requests, for explain to plan them the same way.
@@ -97,7 +134,7 @@ pub enum ExplainError {
 }
 
 /// Explains `request` against `limits` on `engine`'s store, planning Envoy descriptors as
-/// `envoy` says; see the [module docs](self).
+/// `envoy` says, for an operator ([`Audience::Admin`]); see the [module docs](self).
 ///
 /// ```
 /// use tollgate::{Engine, MemoryStore};
@@ -127,10 +164,44 @@ pub async fn explain<S: Store + OverrideStore>(
     envoy: EnvoyContext<'_>,
     request: &ExplainRequest,
 ) -> Result<Explanation, ExplainError> {
+    explain_for(limits, engine, envoy, request, Audience::Admin).await
+}
+
+/// [`explain`] for `audience`: for [`Audience::Public`], without overrides and lists.
+///
+/// ```
+/// use tollgate::access::{AccessEntry, AccessLists, EntryKind, Listed};
+/// use tollgate::{Engine, MemoryStore};
+/// use tollgate_config::envoy_plan::{Modes, Planner};
+/// use tollgate_server::explain::{AskedRule, Audience, EnvoyContext, ExplainRequest, explain_for};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let limits = tollgate_config::parse("a.yaml", "policies:\n  api: {algorithm: sliding_log, limit: 2, window: 1m}\n")?;
+/// let engine = Engine::new(MemoryStore::new());
+/// engine.set_access_lists(AccessLists::new([AccessEntry::new(None, Listed::Deny, EntryKind::Key, "mallory")?]));
+/// let planner = Planner::default();
+/// let envoy = EnvoyContext { planner: &planner, modes: Modes::default() };
+/// let asked = ExplainRequest::Rules(vec![AskedRule { policy: "api".into(), key: "mallory".into(), cost: 1 }]);
+/// let admin = explain_for(&limits, &engine, envoy, &asked, Audience::Admin).await?;
+/// assert_eq!(admin.outcome, "blocked");
+/// let public = explain_for(&limits, &engine, envoy, &asked, Audience::Public).await?;
+/// assert_eq!(public.outcome, "allowed");
+/// assert_eq!(public.hidden, ["overrides", "access_lists"]);
+/// # Ok(())
+/// # }
+/// ```
+pub async fn explain_for<S: Store + OverrideStore>(
+    limits: &Limits,
+    engine: &Engine<S>,
+    envoy: EnvoyContext<'_>,
+    request: &ExplainRequest,
+    audience: Audience,
+) -> Result<Explanation, ExplainError> {
     match request {
-        ExplainRequest::Rules(asked) => explain_rules(limits, engine, asked).await,
+        ExplainRequest::Rules(asked) => explain_rules(limits, engine, asked, audience).await,
         ExplainRequest::Envoy { domain, descriptors } => {
-            explain_descriptors(limits, engine, envoy, domain, descriptors).await
+            explain_descriptors(limits, engine, envoy, domain, descriptors, audience).await
         }
     }
 }
@@ -140,6 +211,7 @@ async fn explain_rules<S: Store + OverrideStore>(
     limits: &Limits,
     engine: &Engine<S>,
     asked: &[AskedRule],
+    audience: Audience,
 ) -> Result<Explanation, ExplainError> {
     if asked.is_empty() {
         return Err(ExplainError::Empty("rules must not be empty"));
@@ -174,7 +246,7 @@ async fn explain_rules<S: Store + OverrideStore>(
             }
         })
         .collect();
-    let verdict = engine.peek_all(&questions).await?;
+    let verdict = audience.peek(engine, &questions).await?;
     let mut rules = Vec::with_capacity(asked.len());
     for ((rule, named), result) in asked.iter().zip(&named).zip(verdict.rules()) {
         let mut explained = unexplained(None, "policy", vec![], rule.cost);
@@ -186,6 +258,7 @@ async fn explain_rules<S: Store + OverrideStore>(
         };
         budget(
             engine,
+            audience,
             &mut explained,
             named.policy(),
             &rule.key,
@@ -200,6 +273,7 @@ async fn explain_rules<S: Store + OverrideStore>(
         outcome: verdict.outcome().as_str(),
         degraded: verdict.degraded(),
         rules,
+        hidden: audience.hidden(),
     })
 }
 
@@ -210,6 +284,7 @@ async fn explain_descriptors<S: Store + OverrideStore>(
     envoy: EnvoyContext<'_>,
     domain: &str,
     descriptors: &[Asked],
+    audience: Audience,
 ) -> Result<Explanation, ExplainError> {
     if !limits.has_domain(domain) {
         return Err(ExplainError::UnknownDomain(domain.to_owned()));
@@ -220,23 +295,26 @@ async fn explain_descriptors<S: Store + OverrideStore>(
     let mut plan = envoy
         .planner
         .plan(limits, envoy.modes, domain, descriptors.to_vec())?;
-    plan.deny_listed(&engine.access_lists());
+    if audience == Audience::Admin {
+        plan.deny_listed(&engine.access_lists());
+    }
     let rules = plan.rules();
     let verdict = match rules.is_empty() {
         true => None,
-        false => Some(engine.peek_all(&rules).await?),
+        false => Some(audience.peek(engine, &rules).await?),
     };
     let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let answer = plan.answer(verdict.as_ref(), false, &[], since_epoch);
     let mut explained = Vec::with_capacity(descriptors.len());
     for (i, (asked, d)) in descriptors.iter().zip(&answer.descriptors).enumerate() {
-        explained.push(explain_descriptor(limits, engine, domain, i, asked, d).await?);
+        explained.push(explain_descriptor(limits, engine, audience, domain, i, asked, d).await?);
     }
     Ok(Explanation {
         allowed: !answer.over && answer.outcome.allows(),
         outcome: answer.outcome.as_str(),
         degraded: verdict.as_ref().is_some_and(tollgate::Verdict::degraded),
         rules: explained,
+        hidden: audience.hidden(),
     })
 }
 
@@ -244,6 +322,7 @@ async fn explain_descriptors<S: Store + OverrideStore>(
 async fn explain_descriptor<S: Store + OverrideStore>(
     limits: &Limits,
     engine: &Engine<S>,
+    audience: Audience,
     domain: &str,
     index: usize,
     asked: &Asked,
@@ -291,7 +370,7 @@ async fn explain_descriptor<S: Store + OverrideStore>(
             remaining: standing,
             reset_after,
         };
-        budget(engine, &mut rule, policy, key, result, standing).await?;
+        budget(engine, audience, &mut rule, policy, key, result, standing).await?;
     }
     Ok(rule)
 }
@@ -302,10 +381,11 @@ struct Standing {
     reset_after: Duration,
 }
 
-/// Fills in what the store says of a limited rule: the override in force, its parameters, the
-/// budget as it stands, the penalty left and the decision.
+/// Fills in what the store says of a limited rule: the override in force (for an operator), its
+/// parameters, the budget as it stands, the penalty left and the decision.
 async fn budget<S: Store + OverrideStore>(
     engine: &Engine<S>,
+    audience: Audience,
     rule: &mut ExplainedRule,
     policy: &Policy,
     key: &str,
@@ -321,8 +401,8 @@ async fn budget<S: Store + OverrideStore>(
     let debt_left = match penalty {
         Some(_) => None,
         None => {
-            let past = engine
-                .peek_all(&[Rule::new(policy, key, 0).as_question()])
+            let past = audience
+                .peek(engine, &[Rule::new(policy, key, 0).as_question()])
                 .await?;
             past.rules()
                 .first()
@@ -330,7 +410,11 @@ async fn budget<S: Store + OverrideStore>(
                 .and_then(|r| r.decision.retry_after)
         }
     };
-    let found: Option<Override> = engine.store().override_for(policy, key.as_bytes()).await?;
+    // The public is not told of an override: it names keys, and it is an operator's.
+    let found: Option<Override> = match audience {
+        Audience::Admin => engine.store().override_for(policy, key.as_bytes()).await?,
+        Audience::Public => None,
+    };
     let in_force = found
         .as_ref()
         .filter(|o| o.algorithm.name() == policy.algorithm().name())

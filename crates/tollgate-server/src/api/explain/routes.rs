@@ -7,7 +7,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
 use serde::Deserialize;
 
@@ -15,7 +15,8 @@ use tollgate_config::Unit;
 use tollgate_config::envoy_plan::{Hits, LimitOverride, OverrideError};
 
 use super::{
-    Asked, AskedRule, EnvoyContext, ExplainError, ExplainRequest, Explanation, explain, parse_descriptor,
+    Asked, AskedRule, Audience, EnvoyContext, ExplainError, ExplainRequest, Explanation, explain_for,
+    parse_descriptor,
 };
 use crate::api::error::ApiError;
 use crate::runtime::SharedState;
@@ -157,7 +158,9 @@ impl ExplainBody {
                    override in force, the algorithm and parameters in force, the budget as it \
                    stands and the decision. Either `policy` and `key` (and `cost`), or `domain` \
                    and one `descriptor` per descriptor, written `key=value,key=value` (a value \
-                   holding `,` needs `POST`).",
+                   holding `,` needs `POST`). When the server has an admin token, a caller \
+                   without it is shown no override and no allow or deny list (the decision is \
+                   taken as if none applied); `hidden` lists what was left out.",
     params(
         ("policy" = Option<String>, Query, description = "A configured policy"),
         ("key" = Option<String>, Query, description = "The key"),
@@ -174,6 +177,7 @@ impl ExplainBody {
 )]
 pub(crate) async fn explain_query(
     State(state): State<SharedState>,
+    headers: HeaderMap,
     RawQuery(query): RawQuery,
 ) -> Result<Json<Explanation>, ApiError> {
     let query = query.unwrap_or_default();
@@ -218,7 +222,7 @@ pub(crate) async fn explain_query(
     if !descriptors.is_empty() {
         body.descriptors = Some(descriptors);
     }
-    answer(&state, body).await
+    answer(&state, &headers, body).await
 }
 
 #[utoipa::path(
@@ -228,7 +232,8 @@ pub(crate) async fn explain_query(
     summary = "Explain a check (JSON body)",
     description = "The same as `GET /v1/explain`, with the input as JSON: `rules` (as `POST \
                    /v1/check`), or `policy` and `key`, or `domain` and `descriptors`; each with \
-                   an optional `cost`. Spends nothing.",
+                   an optional `cost`. Spends nothing. Without the admin token (when the \
+                   server has one), overrides and lists are left out, as `hidden` says.",
     request_body(content = ExplainBody, content_type = "application/json"),
     responses(
         (status = 200, description = "The explanation", body = Explanation),
@@ -239,20 +244,33 @@ pub(crate) async fn explain_query(
 )]
 pub(crate) async fn explain_body(
     State(state): State<SharedState>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Explanation>, ApiError> {
     let bytes = crate::api::body::body_bytes(body)?;
     let body: ExplainBody = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
-    answer(&state, body).await
+    answer(&state, &headers, body).await
 }
 
-async fn answer(state: &SharedState, body: ExplainBody) -> Result<Json<Explanation>, ApiError> {
+/// The explanation, for an operator when the caller has the admin token (or the server has
+/// none), else without overrides and lists.
+async fn answer(
+    state: &SharedState,
+    headers: &HeaderMap,
+    body: ExplainBody,
+) -> Result<Json<Explanation>, ApiError> {
+    let audience = match crate::api::auth::authorize_admin(state, headers) {
+        Ok(()) => Audience::Admin,
+        Err(_) => Audience::Public,
+    };
     let request = body.into_request(state)?;
     let limits = state.limits.load_full();
     let envoy = EnvoyContext {
         planner: &state.planner,
         modes: state.settings.envoy.modes(),
     };
-    Ok(Json(explain(&limits, &state.engine, envoy, &request).await?))
+    Ok(Json(
+        explain_for(&limits, &state.engine, envoy, &request, audience).await?,
+    ))
 }

@@ -1,11 +1,15 @@
-//! [`Guarded`]: an accepted connection that holds its slot of the listener's connection limit,
-//! closes itself after a stretch with no bytes in either direction, and closes at once when the
-//! server gives up draining.
+//! [`Guarded`]: an accepted connection that holds its slots of the listener's connection limits
+//! (the listener's and its client address's), closes itself when the client sends nothing
+//! within the first-byte timeout or after a stretch with no bytes in either direction, and
+//! closes at once when the server gives up draining.
 //!
 //! Doing this at the byte level, under the protocol, covers what the protocol libraries leave
-//! open: an HTTP/2 or gRPC client that connects and never sends its preface, or a client that
-//! stops reading an answer. Any byte read or written counts as activity, so a long download
-//! and an HTTP/2 connection kept alive by pings stay up.
+//! open: a client that connects and never sends a byte (no protocol timeout has started yet:
+//! HTTP/1's header timeout starts with the first byte of a request, and HTTP/2 and gRPC have
+//! none), or a client that stops reading an answer. Until the first byte arrives only the
+//! first-byte timeout applies, which is shorter than the idle one: a connection that sends
+//! nothing costs a slot for seconds, not minutes. After it, any byte read or written counts as
+//! activity, so a long download and an HTTP/2 connection kept alive by pings stay up.
 
 use std::io;
 use std::pin::Pin;
@@ -17,13 +21,41 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
-/// A connection with an inactivity deadline and a slot of the connection limit (given back on
-/// drop); counted in `tollgate_open_connections` while it lives.
+use super::per_address::AddressSlot;
+
+/// The slots a connection holds while it is open: one of the listener's, one of its client
+/// address's. Both are given back when it is dropped.
+pub(crate) struct Slots {
+    _listener: OwnedSemaphorePermit,
+    _address: AddressSlot,
+}
+
+impl Slots {
+    pub(crate) fn new(listener: OwnedSemaphorePermit, address: AddressSlot) -> Self {
+        Slots {
+            _listener: listener,
+            _address: address,
+        }
+    }
+}
+
+/// How long a connection may stay silent: before its first byte, and once it has spoken.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadlines {
+    pub(crate) first_byte: Duration,
+    pub(crate) idle: Duration,
+}
+
+/// A connection with inactivity deadlines and its slots of the connection limits; counted in
+/// `tollgate_open_connections` while it lives.
 pub(crate) struct Guarded<IO> {
     io: IO,
-    _slot: OwnedSemaphorePermit,
+    _slots: Slots,
     listener: &'static str,
-    idle: Duration,
+    deadlines: Deadlines,
+    opened: Instant,
+    /// Whether the client has sent a byte yet; until then the first-byte deadline applies.
+    heard: bool,
     last_active: Instant,
     timer: Pin<Box<Sleep>>,
     closed: Pin<Box<WaitForCancellationFutureOwned>>,
@@ -32,28 +64,32 @@ pub(crate) struct Guarded<IO> {
 impl<IO> Guarded<IO> {
     pub(crate) fn new(
         io: IO,
-        slot: OwnedSemaphorePermit,
+        slots: Slots,
         listener: &'static str,
-        idle: Duration,
+        deadlines: Deadlines,
         close: &CancellationToken,
     ) -> Self {
         let now = Instant::now();
         crate::ops::metrics::connection_opened(listener);
         Guarded {
             io,
-            _slot: slot,
+            _slots: slots,
             listener,
-            idle,
+            deadlines,
+            opened: now,
+            heard: false,
             last_active: now,
-            timer: Box::pin(tokio::time::sleep_until(now + idle)),
+            timer: Box::pin(tokio::time::sleep_until(now + deadlines.first_byte)),
             // A child token of its own: waiting on the shared token would take the lock every
             // connection shares on each poll that finds no bytes.
             closed: Box::pin(close.child_token().cancelled_owned()),
         }
     }
 
-    /// Called when the connection waits: an error once it has been idle too long or the server
-    /// closes every connection. The timer is re-armed lazily, not on every byte.
+    /// Called when the connection waits: an error once the client stayed silent too long (its
+    /// first byte, or any byte since) or the server closes every connection. The timer is
+    /// re-armed lazily, not on every byte: it only ever moves later, as the first-byte timeout
+    /// is never longer than the idle one.
     fn expired(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
         if self.closed.as_mut().poll(cx).is_ready() {
             return Poll::Ready(io::Error::new(
@@ -65,7 +101,19 @@ impl<IO> Guarded<IO> {
             if self.timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
-            let due = self.last_active + self.idle;
+            if !self.heard {
+                let due = self.opened + self.deadlines.first_byte;
+                if Instant::now() >= due {
+                    crate::ops::metrics::connection_timed_out(self.listener, "first_byte");
+                    return Poll::Ready(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "closed: the client sent nothing within the first-byte timeout",
+                    ));
+                }
+                self.timer.as_mut().reset(due);
+                continue;
+            }
+            let due = self.last_active + self.deadlines.idle;
             if Instant::now() >= due {
                 crate::ops::metrics::connection_timed_out(self.listener, "idle");
                 return Poll::Ready(io::Error::new(
@@ -98,6 +146,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
         match Pin::new(&mut this.io).poll_read(cx, buf) {
             Poll::Ready(result) => {
                 if buf.filled().len() > before {
+                    this.heard = true;
                     this.last_active = Instant::now();
                 }
                 Poll::Ready(result)

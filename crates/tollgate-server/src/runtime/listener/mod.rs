@@ -9,12 +9,19 @@
 //!   the keep-alive idle limit there.
 //! - **body read timeout** and **max body bytes**: a body that trickles in or never ends; the
 //!   client gets 408 or 413 as a problem answer.
-//! - **idle timeout**: a connection with no bytes in either direction, whatever its protocol
-//!   (an HTTP/2 or gRPC client that never sends its preface, a client that stops reading).
+//! - **first-byte timeout**: a connection that sends nothing at all, whatever its protocol (no
+//!   protocol timeout has started yet). Shorter than the idle timeout, so that thousands of
+//!   silent connections let go of their slots in seconds.
+//! - **idle timeout**: a connection with no bytes in either direction once it has spoken (a
+//!   client that stops sending or reading).
 //! - **max connections**: past it a new connection is accepted, answered `503` with a problem
 //!   body and `Connection: close` (HTTP) or closed at once (gRPC), and counted in
 //!   `tollgate_connections_refused_total`; the slots held by slow clients cannot take the file
 //!   descriptors the server needs.
+//! - **max connections per address**: past it a new connection from that client address (IPv6:
+//!   its /64) is closed at once, without an answer, and counted in
+//!   `tollgate_connections_refused_per_address_total`; one address cannot hold the listener's
+//!   whole connection budget and lock every other client out.
 //! - **max URI bytes** / **max header bytes**: 414 and 431 problem answers.
 //! - **HTTP/2 keep-alive** and **max concurrent streams**: dead peers are found by pings; one
 //!   connection cannot open unbounded streams.
@@ -22,12 +29,14 @@
 //!   to finish; whatever is still open when the timeout passes is closed, so SIGTERM always
 //!   completes.
 //!
-//! Connections are counted per listener by a semaphore: a slot is taken at accept and given back
-//! when the connection is dropped, whatever ended it.
+//! Connections are counted per listener by a semaphore, and per client address in a map
+//! ([`per_address`]): both slots are taken at accept and given back when the connection is
+//! dropped, whatever ended it.
 
 mod guarded;
 mod inline;
 pub(crate) mod limits;
+mod per_address;
 
 use std::future::Future;
 use std::io;
@@ -47,7 +56,9 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
 pub(crate) use guarded::Guarded;
+use guarded::{Deadlines, Slots};
 pub(crate) use limits::BodyLimitError;
+use per_address::AddressSlots;
 
 /// The largest request body accepted by default: the HTTP API's and `/json`'s bodies are small
 /// JSON ([`ListenerOptions::max_body_bytes`]).
@@ -75,10 +86,17 @@ pub struct ListenerOptions {
     pub header_read_timeout: Duration,
     /// How long a client may take to send a request body, from the end of its head. Default 30 s.
     pub body_read_timeout: Duration,
+    /// A connection whose client sends no byte for this long after connecting is closed; a
+    /// value above the idle timeout counts as the idle timeout. Default 10 s.
+    pub first_byte_timeout: Duration,
     /// A connection with no bytes in either direction for this long is closed. Default 120 s.
     pub idle_timeout: Duration,
     /// Open connections per listener; more are refused. Default 10 000.
     pub max_connections: usize,
+    /// Open connections per client address (an IPv6 client: its /64) per listener; more from
+    /// that address are closed at once. Default 1 000; behind a load balancer or a proxy that
+    /// does not keep the client's address, raise it to `max_connections`.
+    pub max_connections_per_address: usize,
     /// The longest request target (path and query). Default 8 KiB.
     pub max_uri_bytes: usize,
     /// The largest header section (names, values and 4 bytes of framing per line). Default
@@ -116,6 +134,7 @@ impl ListenerOptions {
         let durations = [
             ("header read timeout", self.header_read_timeout),
             ("body read timeout", self.body_read_timeout),
+            ("first-byte timeout", self.first_byte_timeout),
             ("idle timeout", self.idle_timeout),
             ("http2 keep-alive interval", self.http2_keepalive_interval),
             ("http2 keep-alive timeout", self.http2_keepalive_timeout),
@@ -127,6 +146,7 @@ impl ListenerOptions {
         }
         let counts = [
             ("max connections", self.max_connections),
+            ("max connections per address", self.max_connections_per_address),
             ("max uri bytes", self.max_uri_bytes),
             ("max header bytes", self.max_header_bytes),
             ("max body bytes", self.max_body_bytes),
@@ -172,8 +192,10 @@ impl Default for ListenerOptions {
         ListenerOptions {
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
+            first_byte_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(120),
             max_connections: 10_000,
+            max_connections_per_address: 1_000,
             max_uri_bytes: 8 * 1024,
             max_header_bytes: 16 * 1024,
             max_body_bytes: MAX_BODY,
@@ -240,7 +262,7 @@ pub(crate) async fn serve_http(
 }
 
 /// Serves gRPC `routes` (HTTP/2 with prior knowledge, no TLS) on `listener` with `options`,
-/// until `shutdown` completes, with the same connection limit, idle timeout and drain as
+/// until `shutdown` completes, with the same connection limits, timeouts and drain as
 /// [`serve_http`]; a connection past the limit is closed at once. The calls of one connection
 /// run in its own task ([`inline`]), so the answers that are ready together are written
 /// together. A call with a `grpc-timeout` header is answered `CANCELLED` once it passes, as
@@ -324,10 +346,11 @@ fn grpc_timeout(headers: &hyper::HeaderMap) -> Option<Duration> {
     })
 }
 
-/// The accept loop every listener shares: takes a slot of the connection limit (else `refuse`s
-/// the connection), sets `TCP_NODELAY`, wraps the socket in [`Guarded`] and runs `serve` on it
-/// in a task of its own; `serve` gets the token that asks its connection to finish. After
-/// `shutdown`, stops accepting and drains.
+/// The accept loop every listener shares: takes a slot of the client address's limit (else
+/// closes the connection at once) and of the listener's (else `refuse`s it), sets
+/// `TCP_NODELAY`, wraps the socket in [`Guarded`] and runs `serve` on it in a task of its own;
+/// `serve` gets the token that asks its connection to finish. After `shutdown`, stops accepting
+/// and drains.
 async fn accept_loop<F, Fut>(
     name: &'static str,
     listener: TcpListener,
@@ -341,6 +364,12 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(options.max_connections));
+    let per_address = AddressSlots::new(options.max_connections_per_address);
+    let deadlines = Deadlines {
+        // A silent connection never gets longer than an idle one.
+        first_byte: options.first_byte_timeout.min(options.idle_timeout),
+        idle: options.idle_timeout,
+    };
     let stopping = CancellationToken::new();
     let closing = CancellationToken::new();
     let mut connections = JoinSet::new();
@@ -358,12 +387,20 @@ where
                         continue;
                     }
                 };
-                let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                // The address first: a flood from one address is closed without an answer and
+                // without touching the listener's slots.
+                let Some(address) = per_address.try_take(peer.ip()) else {
+                    crate::ops::metrics::connection_refused_per_address(name);
+                    drop(stream);
+                    continue;
+                };
+                let Ok(listener_slot) = Arc::clone(&slots).try_acquire_owned() else {
                     refuse(name, stream);
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
-                let io = Guarded::new(stream, slot, name, options.idle_timeout, &closing);
+                let slots = Slots::new(listener_slot, address);
+                let io = Guarded::new(stream, slots, name, deadlines, &closing);
                 connections.spawn(serve(io, peer, stopping.clone()));
             }
         }
