@@ -31,7 +31,10 @@ async fn send(state: &SharedState, method: &str, uri: &str, body: Option<Value>)
         .expect("infallible");
     let (parts, body) = response.into_parts();
     let bytes = axum::body::to_bytes(body, usize::MAX).await.expect("body");
-    (parts.status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        parts.status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 async fn document(state: &SharedState) -> Value {
@@ -42,7 +45,8 @@ async fn document(state: &SharedState) -> Value {
 #[tokio::test]
 async fn the_attempts_check_holds_the_documented_maximum_of_max() {
     let state = state();
-    let parameters = &document(&state).await["paths"]["/v1/attempts/{purpose}/{key}/check"]["get"]["parameters"];
+    let parameters =
+        &document(&state).await["paths"]["/v1/attempts/{purpose}/{key}/check"]["get"]["parameters"];
     let max = parameters
         .as_array()
         .and_then(|all| all.iter().find(|p| p["name"] == "max"))
@@ -99,7 +103,10 @@ async fn a_check_names_a_policy_or_rules_as_documented() {
         .filter_map(Value::as_str)
         .collect();
     assert!(required.contains(&"policy"), "{one_rule}");
-    assert_ne!(one_rule["properties"]["policy"]["type"], json!(["string", "null"]));
+    assert_ne!(
+        one_rule["properties"]["policy"]["type"],
+        json!(["string", "null"])
+    );
     let (status, body) = send(
         &state,
         "POST",

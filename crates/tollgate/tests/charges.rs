@@ -228,3 +228,98 @@ fn a_sliding_log_in_debt_keeps_at_most_limit_plus_one_entries() {
         Some(Duration::from_secs(10))
     );
 }
+
+/// GCRA and token bucket keys that have a cell (checked once, budget left: not hot) are charged
+/// by compare-and-swap: every answer and debt is the pure step's, with and without a penalty,
+/// and for a token bucket debt too far ahead for the cell's word.
+#[test]
+fn a_charge_of_a_lock_free_cell_answers_as_the_pure_step() {
+    let per_second = Rate::per_second(1).unwrap();
+    let hour = Duration::from_secs(3_600);
+    let policies = [
+        Policy::new("gcra", Algorithm::gcra(per_second, 4).unwrap()).unwrap(),
+        Policy::new("bucket", Algorithm::token_bucket(4, per_second).unwrap()).unwrap(),
+        Policy::new("gcra-blocks", Algorithm::gcra(per_second, 4).unwrap())
+            .unwrap()
+            .with_block_for(hour)
+            .unwrap(),
+        Policy::new("bucket-blocks", Algorithm::token_bucket(4, per_second).unwrap())
+            .unwrap()
+            .with_block_for(hour)
+            .unwrap(),
+    ];
+    for policy in &policies {
+        let (clock, store) = store();
+        let mut pure = tollgate::algorithm::KeyState::default();
+        // (time after T0 in s, charge cost or 0 for a check of cost 1)
+        for (at_s, cost) in [
+            (0, 0),
+            (0, 2),
+            (1, 3),
+            (2, 0),
+            (3, 20_000),
+            (30_000, 0),
+            (30_000, 1),
+        ] {
+            clock.set_us(T0 + at_s * 1_000_000);
+            let now_us = clock.now_us();
+            if cost == 0 {
+                let got = store.check(policy, "k", 1).unwrap();
+                let want = tollgate::algorithm::decide(policy, &mut pure, now_us, 1, true);
+                assert_eq!(
+                    (got.allowed, got.remaining, got.retry_after),
+                    (
+                        want.allowed,
+                        want.remaining,
+                        want.retry_after_us.map(Duration::from_micros)
+                    ),
+                    "{} check at {at_s} s",
+                    policy.name()
+                );
+            } else {
+                let got = store.charge(&[Rule::new(policy, "k", cost)]).unwrap()[0];
+                let want = tollgate::algorithm::charge(policy, &mut pure, now_us, cost);
+                assert_eq!(
+                    got.debt,
+                    want.debt,
+                    "{} charge of {cost} at {at_s} s",
+                    policy.name()
+                );
+                assert_eq!(
+                    (
+                        got.decision.allowed,
+                        got.decision.remaining,
+                        got.decision.retry_after
+                    ),
+                    (
+                        want.decision.allowed,
+                        want.decision.remaining,
+                        want.decision.retry_after_us.map(Duration::from_micros)
+                    ),
+                    "{} charge of {cost} at {at_s} s",
+                    policy.name()
+                );
+            }
+        }
+    }
+}
+
+/// Threads charging one GCRA key's cell at once: every unit is recorded exactly once.
+#[test]
+fn charges_racing_on_one_cell_are_each_recorded() {
+    let (_clock, store) = store();
+    let store = std::sync::Arc::new(store);
+    let policy = Policy::new("p", Algorithm::gcra(Rate::per_second(1).unwrap(), 10).unwrap()).unwrap();
+    assert!(store.check(&policy, "k", 1).unwrap().allowed); // a cell with budget left
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                for _ in 0..500 {
+                    store.charge(&[Rule::new(&policy, "k", 1)]).unwrap();
+                }
+            });
+        }
+    });
+    let last = store.charge(&[Rule::new(&policy, "k", 1)]).unwrap();
+    assert_eq!(last[0].debt, 1 + 2_000 + 1 - 10);
+}

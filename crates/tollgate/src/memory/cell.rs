@@ -6,7 +6,8 @@
 //! the clock, run the same pure step as everywhere else ([`Gcra::step`]), and swap the new TAT in
 //! if nobody moved it meanwhile (else read again and retry). A token bucket's two numbers (whole
 //! tokens, at most 10^9, and the time the next token started accruing) are packed into one word
-//! the same way ([`BucketCell`]), and decided by [`TokenBucket::step`]. Checks of one key run side by side
+//! the same way ([`BucketCell`]), and decided by [`TokenBucket::step`]. Checks of one key (and charges:
+//! [`Gcra::charge`] and [`TokenBucket::charge`] swapped in the same way) run side by side
 //! under the shard's *read* lock; only the slot's first insert, penalties, eviction, reset and
 //! policy changes take the write lock.
 //!
@@ -33,9 +34,9 @@ use loom::sync::atomic::{AtomicU64, Ordering};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::Clock;
-use crate::algorithm::StepDecision;
 use crate::algorithm::gcra::{Gcra, State};
 use crate::algorithm::token_bucket::{self, TokenBucket};
+use crate::algorithm::{StepCharge, StepDecision};
 
 /// The word of a cell that has left its slot (see [`super::hot`]): no TAT reaches it (a TAT is at
 /// most 1000 days past now) and no bucket packs to it (its token field would exceed 10^9). A
@@ -57,6 +58,15 @@ pub(crate) enum Step {
     /// Final: nothing more to record.
     Done(StepDecision),
     /// Denied under a policy with a penalty: decide again under the write lock.
+    Locked,
+}
+
+/// What a lock-free charge did.
+pub(crate) enum Charge {
+    /// Recorded; the answer is a peek of cost 1 on the state it wrote.
+    Done(StepCharge),
+    /// Nothing recorded: charge under the write lock (a penalty would change the answer, the
+    /// cell left its slot, or the state does not pack).
     Locked,
 }
 
@@ -136,6 +146,42 @@ impl GcraCell {
                 .compare_exchange_weak(seen, tat_us, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => return Step::Done(outcome),
+                Err(now_seen) => seen = now_seen,
+            }
+        }
+    }
+}
+
+impl GcraCell {
+    /// Records `cost` whatever is left without the write lock ([`Gcra::charge`] on the TAT,
+    /// swapped in as a step's is), and answers with a peek of cost 1 on what it wrote. A denied
+    /// answer under a penalty goes to the locked path before anything is swapped: the peek there
+    /// reports the block a check would start.
+    #[inline]
+    pub(crate) fn charge(&self, params: &Gcra, penalty: bool, clock: &impl Clock, cost: u64) -> Charge {
+        let mut seen = self.tat_us.load(Ordering::Acquire);
+        loop {
+            if seen == DEAD {
+                return Charge::Locked;
+            }
+            let now_us = clock.now_us();
+            let mut state = Some(State { tat_us: seen });
+            let debt = params.charge(&mut state, now_us, cost);
+            let answer = params.step(&mut state.clone(), now_us, 1, false);
+            if penalty && !answer.allowed {
+                return Charge::Locked;
+            }
+            let tat_us = state.map_or(seen, |s| s.tat_us);
+            match self
+                .tat_us
+                .compare_exchange_weak(seen, tat_us, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    return Charge::Done(StepCharge {
+                        decision: answer,
+                        debt,
+                    });
+                }
                 Err(now_seen) => seen = now_seen,
             }
         }
@@ -269,6 +315,49 @@ impl BucketCell {
                 .compare_exchange_weak(seen, word, Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => return Step::Done(outcome),
+                Err(now_seen) => seen = now_seen,
+            }
+        }
+    }
+}
+
+impl BucketCell {
+    /// Records `cost` whatever is left without the write lock, as [`GcraCell::charge`] does
+    /// with [`TokenBucket::charge`]; a refill clock the debt moves past what the word holds goes
+    /// to the locked path.
+    #[inline]
+    pub(crate) fn charge(
+        &self,
+        params: &TokenBucket,
+        penalty: bool,
+        clock: &impl Clock,
+        cost: u64,
+    ) -> Charge {
+        let mut seen = self.word.load(Ordering::Acquire);
+        loop {
+            if seen == DEAD {
+                return Charge::Locked;
+            }
+            let now_us = clock.now_us();
+            let mut state = Some(self.unpack(seen));
+            let debt = params.charge(&mut state, now_us, cost);
+            let answer = params.step(&mut state.clone(), now_us, 1, false);
+            if penalty && !answer.allowed {
+                return Charge::Locked;
+            }
+            let Some(word) = state.and_then(|s| self.pack(s)) else {
+                return Charge::Locked;
+            };
+            match self
+                .word
+                .compare_exchange_weak(seen, word, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    return Charge::Done(StepCharge {
+                        decision: answer,
+                        debt,
+                    });
+                }
                 Err(now_seen) => seen = now_seen,
             }
         }
@@ -478,6 +567,28 @@ mod loom_model {
             );
             assert_eq!(admitted, 2);
             assert_eq!(cell.tat_us(), 1_200_000, "no admission was lost");
+        });
+    }
+
+    #[test]
+    fn loom_a_charge_racing_a_check_on_a_burst_of_one_records_both_or_the_charge() {
+        loom::model(|| {
+            let params = Gcra::new(Rate::per_second(10).unwrap(), 1).unwrap();
+            let clock = ManualClock::new(1_000_000);
+            let cell = Arc::new(GcraCell::new(&params, 0));
+            let (charging, checking) = (cell.clone(), cell.clone());
+            let charge_clock = clock.clone();
+            let charge = loom::thread::spawn(
+                move || matches!(charging.charge(&params, false, &charge_clock, 3), Charge::Done(c) if c.debt >= 2),
+            );
+            let check = loom::thread::spawn(
+                move || matches!(checking.step(&params, false, &clock, 1, true), Step::Done(o) if o.allowed),
+            );
+            assert!(charge.join().unwrap());
+            let admitted = check.join().unwrap();
+            // The charge is never lost: 3 intervals, plus the check's one when it got in first.
+            let expected = 1_000_000 + 100_000 * (3 + u64::from(admitted));
+            assert_eq!(cell.tat_us(), expected);
         });
     }
 

@@ -746,11 +746,35 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// One rule's charge: the key hashed once, one shard lock, nothing to merge or to place
-    /// ahead (a full store refuses it before anything is recorded).
+    /// ahead (a full store refuses it before anything is recorded). A stored GCRA or token
+    /// bucket key is charged under the shard's read lock by compare-and-swap, as it is checked
+    /// (see [`cell`]).
     fn charge_one(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Charged, Error> {
         let lookup = Lookup::limit(policy.shared_name(), key);
         let hash = lookup.hash(&self.hasher);
-        let mut shard = self.shard(hash).write();
+        let lock = self.shard(hash);
+        if matches!(policy.algorithm(), Algorithm::Gcra(_) | Algorithm::TokenBucket(_)) {
+            let penalty = policy.block_for_us().is_some();
+            let shard = lock.read();
+            let charged = shard
+                .find(hash, lookup)
+                .map(|slot| match (&slot.value, policy.algorithm()) {
+                    (Value::Gcra(cell), Algorithm::Gcra(params)) if cell.fits(params) => {
+                        cell.charge(params, penalty, &self.clock, cost)
+                    }
+                    (Value::Bucket(cell), Algorithm::TokenBucket(params)) if cell.fits(params) => {
+                        cell.charge(params, penalty, &self.clock, cost)
+                    }
+                    _ => cell::Charge::Locked,
+                });
+            if let Some(cell::Charge::Done(outcome)) = charged {
+                return Ok(Charged {
+                    decision: Decision::from_step(outcome.decision, policy.max_cost()),
+                    debt: outcome.debt,
+                });
+            }
+        }
+        let mut shard = lock.write();
         let now_us = self.clock.now_us();
         let outcome = charge_in(&mut shard, hash, lookup, policy, cost, now_us).map_err(|_| self.full())?;
         Ok(Charged {
