@@ -11,7 +11,9 @@
 //!   commandstats`), which a loaded machine disturbs far less than wall time.
 //!
 //! Every loop is bounded by a count. Run with `cargo bench -p tollgate-redis --bench
-//! charge_vs_check` (needs `redis-server`).
+//! charge_vs_check` (needs `redis-server`); `-- memory [ALGORITHM]` runs the memory store only,
+//! which `scripts/charge-vs-check-instructions.sh` runs under callgrind to count instructions
+//! per operation, a figure the machine's load does not move.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,16 +55,31 @@ fn median(mut values: Vec<f64>) -> f64 {
 fn memory_ns(store: &MemoryStore, policy: &Policy, charge: bool) -> f64 {
     let keys: Vec<String> = (0..KEYS).map(|i| format!("user:{i}")).collect();
     let started = Instant::now();
-    for i in 0..MEMORY_OPS {
-        let key = &keys[(i % KEYS) as usize];
-        if charge {
-            let charged = store.charge(&[Rule::new(policy, key, 1)]).expect("charge");
-            std::hint::black_box(charged);
-        } else {
-            std::hint::black_box(store.check(policy, key, 1).expect("check"));
-        }
+    if charge {
+        memory_charges(store, policy, &keys);
+    } else {
+        memory_checks(store, policy, &keys);
     }
     started.elapsed().as_nanos() as f64 / MEMORY_OPS as f64
+}
+
+// The two loops are functions of their own, never inlined, so that `callgrind_annotate
+// --inclusive=yes` gives each one's instructions (see `memory` below).
+#[inline(never)]
+fn memory_checks(store: &MemoryStore, policy: &Policy, keys: &[String]) {
+    for i in 0..MEMORY_OPS {
+        let key = &keys[(i % KEYS) as usize];
+        std::hint::black_box(store.check(policy, key, 1).expect("check"));
+    }
+}
+
+#[inline(never)]
+fn memory_charges(store: &MemoryStore, policy: &Policy, keys: &[String]) {
+    for i in 0..MEMORY_OPS {
+        let key = &keys[(i % KEYS) as usize];
+        let charged = store.charge(&[Rule::new(policy, key, 1)]).expect("charge");
+        std::hint::black_box(charged);
+    }
 }
 
 /// Script microseconds Redis has spent so far, from `INFO commandstats`.
@@ -112,6 +129,14 @@ async fn redis_rate(
 }
 
 fn main() {
+    // `memory [ALGORITHM]`: the memory store only, one algorithm if named (for callgrind, which
+    // counts each loop's instructions where wall time moves with the machine's load).
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let memory_only = args.first().is_some_and(|a| a == "memory");
+    let only = args.get(1).cloned();
     println!("memory store, ns per operation, {ROUNDS} alternating rounds, median");
     println!(
         "{:<16} {:>10} {:>10} {:>16}",
@@ -119,6 +144,9 @@ fn main() {
     );
     let store = MemoryStore::new();
     for policy in policies() {
+        if only.as_ref().is_some_and(|name| name != policy.name()) {
+            continue;
+        }
         let (mut checks, mut charges) = (vec![], vec![]);
         for _ in 0..ROUNDS {
             checks.push(memory_ns(&store, &policy, false));
@@ -130,6 +158,9 @@ fn main() {
             policy.name(),
             charge / check
         );
+    }
+    if memory_only {
+        return;
     }
 
     let runtime = tokio::runtime::Builder::new_multi_thread()

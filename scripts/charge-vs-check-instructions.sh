@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Instructions per operation of a charge and of a check on the memory store, per algorithm, and
+# their ratio: the charge_vs_check bench's memory loops run under callgrind (Debian package
+# valgrind), each loop's inclusive instructions divided by its operations. Unlike wall time,
+# the count does not move with the machine's load.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v valgrind >/dev/null || { echo "valgrind not found (apt-get install valgrind)" >&2; exit 1; }
+cargo bench -p tollgate-redis --bench charge_vs_check --no-run --quiet
+bench=$(ls -t target/release/deps/charge_vs_check-* | grep -v '\.d$' | head -1)
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+# 5 rounds of 200 000 operations per loop (the bench's ROUNDS x MEMORY_OPS).
+ops=$((5 * 200000))
+printf '%-16s %14s %14s %16s\n' algorithm "check instr" "charge instr" "charge / check"
+for algorithm in fixed_window sliding_window token_bucket leaky_bucket gcra; do
+    valgrind --tool=callgrind --callgrind-out-file="$out/$algorithm" "$bench" memory "$algorithm" >/dev/null 2>&1
+    inclusive() {
+        callgrind_annotate --inclusive=yes "$out/$algorithm" 2>/dev/null \
+            | grep "charge_vs_check::$1" | head -1 | awk '{gsub(",", "", $1); print $1}'
+    }
+    check=$(inclusive memory_checks)
+    charge=$(inclusive memory_charges)
+    awk -v a="$algorithm" -v c="$check" -v g="$charge" -v n="$ops" \
+        'BEGIN { printf "%-16s %14.0f %14.0f %16.3f\n", a, c / n, g / n, g / c }'
+done
