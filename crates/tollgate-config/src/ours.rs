@@ -35,8 +35,8 @@
 //! and released through `POST /v1/concurrency/{policy}/{key}/acquire` and `.../release` (see
 //! `docs/concurrency.md` and [`tollgate::concurrency`]). It takes `max_in_flight` (1 to
 //! 100 000) and `lease_timeout` (how long a lease that is never released lives, whole
-//! milliseconds), and `on_store_failure`, `instances` and `hash_tag`; `block_for`, `shadow` and
-//! `lease` mean nothing for it and are refused. It cannot be used in `/v1/check`, in a route or
+//! milliseconds, at most a day), and `on_store_failure`, `instances` and `hash_tag`;
+//! `block_for`, `shadow` and `lease` mean nothing for it and are refused. It cannot be used in `/v1/check`, in a route or
 //! in an envoyproxy/ratelimit descriptor.
 //!
 //! ```yaml

@@ -40,6 +40,7 @@ error_fixtures! {
     concurrency_zero_max_in_flight => "concurrency_zero_max_in_flight.yaml: policies.exports.max_in_flight: max_in_flight must be at least 1",
     concurrency_oversized_max_in_flight => "concurrency_oversized_max_in_flight.yaml: policies.exports.max_in_flight: max_in_flight is 100001, above the maximum of 100000",
     concurrency_bad_lease_timeout => r#"concurrency_bad_lease_timeout.yaml: policies.exports.lease_timeout: expected a duration like "1m", got "a while""#,
+    concurrency_lease_timeout_too_long => "concurrency_lease_timeout_too_long.yaml: policies.exports.lease_timeout: lease_timeout is 86400000s, outside the supported range 1ms to 86400s",
     concurrency_with_limit => "concurrency_with_limit.yaml: policies.exports.limit: `limit` is not used by concurrency, which takes `max_in_flight` and `lease_timeout`",
     concurrency_with_block_for => "concurrency_with_block_for.yaml: policies.exports.block_for: `block_for` is not used by concurrency: a lease frees its slot when the request ends, there is no penalty",
     concurrency_shadow => "concurrency_shadow.yaml: policies.exports.shadow: `shadow` is not used by concurrency: a lease is held or it is not, so it cannot be shadowed",

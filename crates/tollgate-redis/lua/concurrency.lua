@@ -3,14 +3,15 @@
 -- KEYS[1]  the key's live leases: a sorted set, member = lease id (32 hex digits), score = when
 --          the lease expires (µs since the Unix epoch); it expires with its last lease
 -- ARGV[1]  now in µs, or "" to use Redis TIME
--- ARGV[2]  "acquire" or "release"
--- ARGV[3]  the lease id: acquire, the new lease's; release, the one to free
+-- ARGV[2]  "acquire", "release" or "clear"
+-- ARGV[3]  the lease id: acquire, the new lease's; release, the one to free; clear, unused
 -- ARGV[4]  acquire only: max_in_flight
 -- ARGV[5]  acquire only: the lease timeout in µs (whole milliseconds)
 -- Returns  acquire: {granted (1 or 0), in_flight, at_us, now_us}, where at_us is the new lease's
 --          expiry when granted, and the earliest live lease's expiry when denied;
 --          release: {released (1 or 0), in_flight, now_us}. A lease that is not held (released,
 --          expired, never granted) is released = 0, not an error.
+--          clear: {live leases dropped, now_us}; the set is deleted.
 
 -- A key holding another type makes Redis answer WRONGTYPE: reported as a corrupt value.
 local key = KEYS[1]
@@ -35,6 +36,12 @@ if ARGV[2] == 'acquire' then
   end
   local earliest = int(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2], 'expiry')
   return {0, count, earliest, now}
+end
+
+if ARGV[2] == 'clear' then
+  local live = redis.call('ZCARD', key)
+  redis.call('DEL', key)
+  return {live, now}
 end
 
 -- release: Redis deletes a sorted set left empty, so a key without leases takes no memory.

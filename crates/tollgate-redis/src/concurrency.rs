@@ -1,6 +1,6 @@
 //! Concurrency limits on Redis: the core's
-//! [`ConcurrencyStore`](tollgate::concurrency::ConcurrencyStore) with one script call per acquire
-//! and per release (`lua/concurrency.lua`, a port of `tollgate::concurrency::step`).
+//! [`ConcurrencyStore`](tollgate::concurrency::ConcurrencyStore) with one script call per acquire,
+//! per release and per clear (`lua/concurrency.lua`, a port of `tollgate::concurrency::step`).
 //!
 //! A key's live leases are one sorted set (member: lease id, score: expiry in µs) under the
 //! policy's hash tag, so a cluster decides each call on one node, atomically. The script drops
@@ -83,6 +83,26 @@ pub(crate) async fn release(
     match reply[..] {
         [1, in_flight, _] => Ok(Release::Released { in_flight }),
         [0, _, _] => Ok(Release::NotHeld),
+        _ => Err(bad_reply(&reply)),
+    }
+}
+
+/// [`ConcurrencyStore::clear_leases`](tollgate::concurrency::ConcurrencyStore::clear_leases):
+/// one call of the script, which deletes the key's set.
+pub(crate) async fn clear(
+    transport: &Transport,
+    keys: &KeyNames,
+    policy: &ConcurrencyPolicy,
+    key: &[u8],
+) -> Result<u64, Error> {
+    core_store::validate_key(key)?;
+    let name = keys.leases(policy.hash_tag(), policy.name(), key);
+    let args = [transport.script_now(), "clear".to_owned(), String::new()];
+    let reply: Vec<u64> = transport
+        .call(&transport.scripts().concurrency, &[name], &args)
+        .await?;
+    match reply[..] {
+        [live, _] => Ok(live),
         _ => Err(bad_reply(&reply)),
     }
 }

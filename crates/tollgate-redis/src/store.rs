@@ -1114,6 +1114,10 @@ impl ConcurrencyStore for RedisStore {
     ) -> Result<Release, Error> {
         concurrency::release(&self.inner.transport, &self.inner.keys, policy, key, lease).await
     }
+
+    async fn clear_leases(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<u64, Error> {
+        concurrency::clear(&self.inner.transport, &self.inner.keys, policy, key).await
+    }
 }
 
 /// Runtime overrides: key overrides read by the decision script, prefix overrides from this

@@ -1,7 +1,7 @@
 //! The concurrency routes over the router (`oneshot`, no socket): acquire until full (429
 //! problem with `Retry-After`), release (twice: the second is `released: false`), bad input as
 //! problems, a concurrency policy in `/v1/check` as a 400 that says where to go, and the same on
-//! a real Redis and a dead one (`fail_closed`: 503).
+//! a real Redis and a dead one (`fail_closed`: 503), and an admin clearing a full key on both.
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -134,6 +134,80 @@ async fn leases_are_acquired_until_full_and_released_on_redis() {
     let redis = RedisServer::start();
     let store = AnyStore::redis(&redis.url()).await.expect("redis store");
     acquire_and_release(&state(store)).await;
+}
+
+/// An admin clears a full key at once: its slots are free, its old leases are not held, and
+/// without the admin token nothing is cleared.
+async fn clear_a_full_key(store: AnyStore) {
+    let settings = Settings {
+        admin_token: Some("s3cret".into()),
+        ..Settings::default()
+    };
+    let limits = tollgate_config::parse("limits.yaml", LIMITS).expect("limits parse");
+    let state = AppState::new(limits, store, settings);
+    let acquire = "/v1/concurrency/exports/carol/acquire";
+    let (_, first, _) = call(&state, "POST", acquire, None).await;
+    call(&state, "POST", acquire, None).await;
+    let (status, _, _) = call(&state, "POST", acquire, None).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+
+    let clear = |token: Option<&str>, uri: &str| {
+        let mut request = Request::builder().method("DELETE").uri(uri);
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let state = state.clone();
+        let request = request.body(Body::empty()).unwrap();
+        async move {
+            let response = tollgate_server::api_router(state).oneshot(request).await.unwrap();
+            let status = response.status();
+            let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+            (
+                status,
+                serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null),
+            )
+        }
+    };
+    let key = "/v1/concurrency/exports/carol";
+    let (status, refused) = clear(None, key).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{refused}");
+    let (status, _, _) = call(&state, "POST", acquire, None).await;
+    assert_eq!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "nothing cleared without the token"
+    );
+
+    let (status, cleared) = clear(Some("s3cret"), key).await;
+    assert_eq!((status, cleared), (StatusCode::OK, json!({"cleared": 2})));
+    let (status, again) = clear(Some("s3cret"), key).await;
+    assert_eq!((status, again), (StatusCode::OK, json!({"cleared": 0})));
+    let (status, granted, _) = call(&state, "POST", acquire, None).await;
+    assert_eq!((status, granted["in_flight"].as_u64()), (StatusCode::OK, Some(1)));
+    let (_, old, _) = call(
+        &state,
+        "POST",
+        "/v1/concurrency/exports/carol/release",
+        Some(json!({"lease_id": first["lease_id"]})),
+    )
+    .await;
+    assert_eq!(old["released"], false, "a cleared lease is not held");
+
+    let (status, rate) = clear(Some("s3cret"), "/v1/concurrency/api/carol").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{rate}");
+    let (status, unknown) = clear(Some("s3cret"), "/v1/concurrency/nope/carol").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{unknown}");
+}
+
+#[tokio::test]
+async fn an_admin_clears_a_full_key_on_memory() {
+    clear_a_full_key(AnyStore::memory()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_clears_a_full_key_on_redis() {
+    let redis = RedisServer::start();
+    clear_a_full_key(AnyStore::redis(&redis.url()).await.expect("redis store")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -61,6 +61,22 @@ use crate::{Error, FailureMode, HashTag, PolicyError};
 /// ```
 pub const MAX_IN_FLIGHT: u64 = 100_000;
 
+/// The longest `lease_timeout`: one day. A lease whose holder vanished keeps its slot until its
+/// timeout, so the timeout is how long one lost release (a crash, a client that never calls back)
+/// can cost a slot; work that runs longer than a day should renew its place in its own queue, not
+/// hold a lease. An admin can also free a key's slots at once
+/// ([`ConcurrencyStore::clear_leases`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::concurrency::{ConcurrencyPolicy, MAX_LEASE_TIMEOUT};
+///
+/// assert_eq!(MAX_LEASE_TIMEOUT, Duration::from_secs(24 * 3600));
+/// assert!(ConcurrencyPolicy::new("p", 1, MAX_LEASE_TIMEOUT).is_ok());
+/// assert!(ConcurrencyPolicy::new("p", 1, MAX_LEASE_TIMEOUT + Duration::from_millis(1)).is_err());
+/// ```
+pub const MAX_LEASE_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
 /// A concurrency policy: a name, how many leases one key may hold at once, and how long a lease
 /// lives when it is never released.
 ///
@@ -88,7 +104,7 @@ pub struct ConcurrencyPolicy {
 impl ConcurrencyPolicy {
     /// A policy named `name` (1 to 255 bytes) admitting at most `max_in_flight` (1 to
     /// [`MAX_IN_FLIGHT`]) leases per key, each ending by itself after `lease_timeout` (1 ms to
-    /// 1000 days, whole milliseconds).
+    /// [`MAX_LEASE_TIMEOUT`], whole milliseconds).
     pub fn new(
         name: impl AsRef<str>,
         max_in_flight: u64,
@@ -102,8 +118,16 @@ impl ConcurrencyPolicy {
             });
         }
         let max_in_flight = bounds::count("max_in_flight", max_in_flight, MAX_IN_FLIGHT)?;
-        let lease_timeout_us = bounds::period_us("lease_timeout", lease_timeout)?;
-        if lease_timeout_us % 1_000 != 0 {
+        if lease_timeout < bounds::MIN_PERIOD || lease_timeout > MAX_LEASE_TIMEOUT {
+            return Err(PolicyError::DurationOutOfRange {
+                field: "lease_timeout",
+                value: lease_timeout,
+                min: bounds::MIN_PERIOD,
+                max: MAX_LEASE_TIMEOUT,
+            });
+        }
+        let lease_timeout_us = bounds::as_us(lease_timeout);
+        if !lease_timeout_us.is_multiple_of(1_000) {
             // Redis expires keys in milliseconds: a lease must end on one.
             return Err(PolicyError::NotWholeMilliseconds {
                 field: "lease_timeout",
@@ -447,6 +471,15 @@ pub trait ConcurrencyStore: Send + Sync {
         key: &[u8],
         lease: LeaseId,
     ) -> impl Future<Output = Result<Release, Error>> + Send;
+
+    /// Frees every slot of `key` at once, and answers how many live leases it dropped: an
+    /// operator's way out when holders vanished and their leases would hold the key until
+    /// their timeout. A holder releasing one of them later gets [`Release::NotHeld`].
+    fn clear_leases(
+        &self,
+        policy: &ConcurrencyPolicy,
+        key: &[u8],
+    ) -> impl Future<Output = Result<u64, Error>> + Send;
 }
 
 impl<S: ConcurrencyStore + ?Sized> ConcurrencyStore for Arc<S> {
@@ -465,6 +498,14 @@ impl<S: ConcurrencyStore + ?Sized> ConcurrencyStore for Arc<S> {
         lease: LeaseId,
     ) -> impl Future<Output = Result<Release, Error>> + Send {
         (**self).release(policy, key, lease)
+    }
+
+    fn clear_leases(
+        &self,
+        policy: &ConcurrencyPolicy,
+        key: &[u8],
+    ) -> impl Future<Output = Result<u64, Error>> + Send {
+        (**self).clear_leases(policy, key)
     }
 }
 
@@ -528,8 +569,13 @@ pub mod step {
             self.held.iter().map(|&(_, e)| e).max().unwrap_or(0)
         }
 
+        /// The earliest expiry, 0 when empty: when the store has a lease of this key to drop.
+        pub(crate) fn first_expiry_us(&self) -> u64 {
+            self.held.iter().map(|&(_, e)| e).min().unwrap_or(0)
+        }
+
         /// Drops the leases that expired at `now_us` (an expiry equal to now has expired).
-        fn drop_expired(&mut self, now_us: u64) {
+        pub(crate) fn drop_expired(&mut self, now_us: u64) {
             self.held.retain(|&(_, expires_at_us)| expires_at_us > now_us);
         }
     }
@@ -592,6 +638,24 @@ pub mod step {
         leases.held.retain(|&(held, _)| held != id);
         let released = leases.held.len() < before;
         (released, leases.held.len() as u64)
+    }
+
+    /// Clears the key at `now_us`: drops every lease, and answers how many were live.
+    ///
+    /// ```
+    /// use tollgate::concurrency::{LeaseId, step};
+    ///
+    /// let mut leases = step::Leases::default();
+    /// step::acquire(&mut leases, 0, 3, 10, LeaseId::new(1));
+    /// step::acquire(&mut leases, 5, 3, 10, LeaseId::new(2));
+    /// assert_eq!(step::clear(&mut leases, 12), 1, "the first expired at 10");
+    /// assert!(leases.is_empty());
+    /// ```
+    pub fn clear(leases: &mut Leases, now_us: u64) -> u64 {
+        leases.drop_expired(now_us);
+        let live = leases.held.len() as u64;
+        leases.held.clear();
+        live
     }
 }
 

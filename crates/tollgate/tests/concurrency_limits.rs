@@ -124,6 +124,64 @@ fn live_leases_are_never_evicted_and_a_full_store_refuses() {
 }
 
 #[test]
+fn every_live_lease_counts_against_the_key_bound() {
+    // One key may hold many leases; each is memory the store holds, so each counts as a key.
+    let clock = ManualClock::new(0);
+    let store = MemoryStore::builder().max_keys(64).clock(clock.clone()).build();
+    let policy = ConcurrencyPolicy::new("exports", 1_000, Duration::from_secs(30)).unwrap();
+    let mut granted = Vec::new();
+    let mut refused = 0;
+    for _ in 0..1_000 {
+        match store.acquire(&policy, "alice") {
+            Ok(Acquire::Granted(lease)) => granted.push(lease.id),
+            Ok(Acquire::Denied(full)) => panic!("denied at {} in flight", full.in_flight),
+            Err(Error::StoreFull { max_keys: 64 }) => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(
+        granted.len(),
+        64,
+        "one key held more leases than the store holds keys"
+    );
+    assert_eq!(refused, 1_000 - 64);
+    // A full store of live leases has no room for a rate limit key either.
+    let rate = Policy::new("api", Algorithm::sliding_log(5, Duration::from_secs(60)).unwrap()).unwrap();
+    assert!(matches!(
+        store.check(&rate, "bob", 1),
+        Err(Error::StoreFull { .. })
+    ));
+    // A release gives its unit back at once.
+    store.release(&policy, "alice", granted[0]).unwrap();
+    assert!(store.check(&rate, "bob", 1).unwrap().allowed);
+    store.reset(&rate, "bob").unwrap();
+    // Leases that expire give theirs back, even while their key still holds a live one.
+    clock.advance(Duration::from_secs(10));
+    assert!(store.acquire(&policy, "alice").unwrap().is_granted());
+    assert!(matches!(
+        store.acquire(&policy, "carol"),
+        Err(Error::StoreFull { .. })
+    ));
+    clock.advance(Duration::from_secs(20));
+    for i in 0..63 {
+        assert!(
+            store.check(&rate, format!("user-{i}"), 1).unwrap().allowed,
+            "user-{i}"
+        );
+    }
+    // A rate limit key with budget left is evictable: a lease may take its place.
+    let Acquire::Granted(lease) = store.acquire(&policy, "alice").unwrap() else {
+        unreachable!("alice holds one lease of 1 000")
+    };
+    assert_eq!(lease.in_flight, 2, "the lease taken at 10 s lives until 40 s");
+    assert_eq!(
+        store.len(),
+        63,
+        "one rate limit key made room for alice's second lease"
+    );
+}
+
+#[test]
 fn a_rate_policy_and_a_concurrency_policy_of_one_name_do_not_share_state() {
     let store = MemoryStore::builder().clock(ManualClock::new(0)).build();
     let rate = Policy::new(

@@ -5,11 +5,16 @@
 //! |---|---|
 //! | `POST /v1/concurrency/{policy}/{key}/acquire` | 200 `{"lease_id", "expires_in_ms", "in_flight", "limit", "degraded"}`, or 429 (a problem with `retry_after_ms`, `in_flight` and `limit`) when every slot is taken |
 //! | `POST /v1/concurrency/{policy}/{key}/release` `{"lease_id"}` | 200 `{"released", "in_flight"}`; a lease already released, expired or never granted is `"released": false`, not an error |
+//! | `DELETE /v1/concurrency/{policy}/{key}` | admin: drop every lease of the key at once, 200 `{"cleared"}` (how many were live) |
 //!
 //! Both go through the [`Engine`](tollgate::Engine): an acquisition the store cannot answer is
 //! decided by the policy's `on_store_failure` (`fail_closed` answers 503, `fail_open` grants a
 //! lease held nowhere, `local` decides on this instance's share); a release the store cannot
 //! answer is 503, counted and logged, and the lease ends by itself at its `lease_timeout`.
+//!
+//! Clearing is the operator's way out when holders vanished without releasing and their leases
+//! would hold the key's slots until their `lease_timeout`; it needs the admin token, like the
+//! reset of a rate limit key, and is logged as an `info` event with `audit = true`.
 //!
 //! Concurrency policies are not rate limits: `POST /v1/check` and the gRPC service never decide
 //! them. A check naming one is a 400 that says where to go; the Envoy rate limit protocol has a
@@ -22,7 +27,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use tollgate::concurrency::{Acquire, LeaseId, Release};
@@ -33,6 +38,7 @@ use tollgate::headers::millis_up;
 use utoipa::ToSchema;
 
 use super::answer::insert;
+use super::auth::authorize_admin;
 use super::body::json_body;
 use super::error::ApiError;
 use super::policy::concurrency_policy;
@@ -86,6 +92,13 @@ pub(crate) struct LeaseDenied {
     pub limit: u64,
     /// The store failed and the policy's failure mode (`local`) denied.
     pub degraded: bool,
+}
+
+/// The answer of `DELETE /v1/concurrency/{policy}/{key}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct LeasesCleared {
+    /// How many live leases the key held: their slots are free now.
+    pub cleared: u64,
 }
 
 /// The answer of `POST /v1/concurrency/{policy}/{key}/release`.
@@ -258,4 +271,48 @@ pub(crate) async fn release(
             ))
         }
     }
+}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/concurrency/{policy}/{key}",
+    tag = "concurrency",
+    summary = "Clear a key's leases",
+    description = "Drops every lease of the key at once, freeing its slots: for holders that vanished \
+                   without releasing, whose leases would otherwise hold the key until their \
+                   `lease_timeout`. A holder releasing one later gets `released: false`. Needs \
+                   `Authorization: Bearer <token>` when the server has an admin token.",
+    params(
+        ("policy" = String, Path, description = "A configured concurrency policy"),
+        ("key" = String, Path, description = "The key"),
+    ),
+    responses(
+        (status = 200, description = "Cleared (`cleared` is 0 when the key held no lease)", body = LeasesCleared),
+        (status = 400, description = "Unusable input, or a rate policy", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The store failed; the leases end at their timeout", body = Problem, content_type = "application/problem+json"),
+    ),
+    security((), ("admin_token" = []))
+)]
+pub(crate) async fn clear(
+    State(state): State<SharedState>,
+    Path((policy, key)): Path<(String, String)>,
+    request_headers: HeaderMap,
+) -> Result<Json<LeasesCleared>, ApiError> {
+    authorize_admin(&state, &request_headers)?;
+    let limits = state.limits.load_full();
+    let policy = concurrency_policy(&limits, &policy)?;
+    state.settings.check_key(key.as_bytes())?;
+    let cleared = state.engine.clear_leases(policy, key.as_bytes()).await?;
+    tracing::info!(
+        target: "tollgate_server::concurrency",
+        audit = true,
+        action = "concurrency.clear",
+        policy = policy.name(),
+        key = %key,
+        cleared,
+        "leases cleared"
+    );
+    Ok(Json(LeasesCleared { cleared }))
 }

@@ -10,6 +10,7 @@
 //! | `GET /v1/explain?policy&key&cost` or `?domain&descriptor=k=v,...` (or `POST` with JSON) | what a check would decide and why, spending nothing (see [`crate::api::explain`]) |
 //! | `POST /v1/concurrency/{policy}/{key}/acquire` | take a lease of a concurrency policy: 200 with its id, 429 when full (see [`crate::concurrency`]) |
 //! | `POST /v1/concurrency/{policy}/{key}/release` `{"lease_id"}` | give the lease back |
+//! | `DELETE /v1/concurrency/{policy}/{key}` | drop every lease of the key (admin) |
 //! | `POST /v1/attempts/{purpose}/{key}` `{"ttl_seconds"}` | count a failed attempt |
 //! | `GET /v1/attempts/{purpose}/{key}` | the count and its TTL |
 //! | `GET /v1/attempts/{purpose}/{key}/check?max=N` | whether another attempt is allowed |

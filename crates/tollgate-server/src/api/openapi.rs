@@ -52,6 +52,7 @@ use crate::runtime::problem::Problem;
         overrides::remove_prefix,
         concurrency::acquire,
         concurrency::release,
+        concurrency::clear,
     ),
     components(schemas(
         answer::Decision,
@@ -93,6 +94,7 @@ use crate::runtime::problem::Problem;
         concurrency::LeaseGranted,
         concurrency::LeaseDenied,
         concurrency::LeaseReleased,
+        concurrency::LeasesCleared,
         concurrency::ReleaseBody
     )),
     modifiers(&AdminToken),
@@ -100,7 +102,7 @@ use crate::runtime::problem::Problem;
         (name = "decisions", description = "Check, peek, explain, charge, refund and reset"),
         (name = "attempts", description = "Failed-attempt counters"),
         (name = "overrides", description = "Runtime overrides: another limit for a key or key prefix of a policy"),
-        (name = "concurrency", description = "Concurrency limits: acquire and release leases"),
+        (name = "concurrency", description = "Concurrency limits: acquire, release and clear leases"),
         (name = "operations", description = "Health, readiness, metrics, this document"),
         (name = "admin", description = "Allow and deny lists, top offenders"),
     )
@@ -173,6 +175,7 @@ mod tests {
             "/v1/admin/top-offenders",
             "/v1/concurrency/{policy}/{key}/acquire",
             "/v1/concurrency/{policy}/{key}/release",
+            "/v1/concurrency/{policy}/{key}",
         ] {
             assert!(document["paths"][path].is_object(), "no {path}");
         }

@@ -5,7 +5,7 @@
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 
 use super::error::ApiError;
 use super::{admin, attempts, charge, check, concurrency, limits, openapi, operations, overrides};
@@ -22,6 +22,7 @@ pub fn router(state: SharedState) -> Router {
             "/v1/limits/{policy}/{key}",
             get(check::peek).delete(limits::reset),
         )
+        .route("/v1/concurrency/{policy}/{key}", delete(concurrency::clear))
         .route(
             "/v1/concurrency/{policy}/{key}/acquire",
             post(concurrency::acquire),

@@ -312,4 +312,8 @@ impl ConcurrencyStore for AnyStore {
     ) -> Result<Release, Error> {
         dispatch!(ConcurrencyStore, self, release(policy, key, lease))
     }
+
+    async fn clear_leases(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<u64, Error> {
+        dispatch!(ConcurrencyStore, self, clear_leases(policy, key))
+    }
 }

@@ -719,6 +719,34 @@ impl<S: ConcurrencyStore> Engine<S> {
         }
         self.store.release(policy, key, lease).await
     }
+
+    /// Frees every slot of `key` at once, in the store and in the engine's `Local` limiter; see
+    /// [`ConcurrencyStore::clear_leases`]. Answers the store's count of live leases dropped; a
+    /// store error is returned as it is (the leases still end at their timeout).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::concurrency::ConcurrencyPolicy;
+    /// use tollgate::{Engine, MemoryStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let engine = Engine::new(MemoryStore::new());
+    /// let exports = ConcurrencyPolicy::new("exports", 1, Duration::from_secs(3600))?;
+    /// engine.acquire(&exports, b"alice").await?;
+    /// assert!(!engine.acquire(&exports, b"alice").await?.acquire.is_granted());
+    /// assert_eq!(engine.clear_leases(&exports, b"alice").await?, 1);
+    /// assert!(engine.acquire(&exports, b"alice").await?.acquire.is_granted());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn clear_leases(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<u64, Error> {
+        store::validate_key(key)?;
+        if let crate::FailureMode::Local { instances } = policy.failure_mode() {
+            let _ = self.fallback.clear_leases(&policy.local_share(instances), key);
+        }
+        self.store.clear_leases(policy, key).await
+    }
 }
 
 /// A rule's verdict from the store's decision.

@@ -5,8 +5,9 @@
 //! which makes every check exact under any number of threads. The rules of one request are
 //! decided under the write locks of all the shards they touch, taken in shard order (so two
 //! requests can never wait on each other in a cycle): no other request sees them half-applied.
-//! The store holds at most `max_keys` keys (1 048 576 by default); see the `shard` module for what it
-//! evicts when full and what it never evicts.
+//! The store holds at most `max_keys` keys (1 048 576 by default), a concurrency key counting
+//! once per live lease; see the `shard` module for what it evicts when full and what it never
+//! evicts.
 //!
 //! One rule of a GCRA or token bucket policy, the common case, takes a faster road: the key's
 //! state is one atomic word in its slot (`cell`), decided by compare-and-swap under the shard's
@@ -127,6 +128,8 @@ impl Default for MemoryStore {
 
 impl<C: Clock> MemoryStoreBuilder<C> {
     /// The most keys (policy keys and attempts counters together) the store holds. At least 1.
+    /// A concurrency key counts once per live lease it holds (at least once): its leases are
+    /// kept in its slot, so each is memory a client can make the store hold.
     ///
     /// ```
     /// assert_eq!(tollgate::MemoryStore::builder().max_keys(0).build().max_keys(), 1);
@@ -567,7 +570,8 @@ impl<C: Clock> MemoryStore<C> {
 
     /// Takes a slot of `key` under a concurrency `policy` if one is free; see
     /// [`ConcurrencyStore::acquire`]. The key's leases live in its slot, which counts toward
-    /// `max_keys` and is never evicted while a lease is live.
+    /// `max_keys` once per live lease and is never evicted while a lease is live: a store whose
+    /// bound is taken by live leases refuses a new lease with [`Error::StoreFull`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -594,19 +598,35 @@ impl<C: Clock> MemoryStore<C> {
         let (max, timeout_us) = (policy.max_in_flight(), policy.lease_timeout_us());
         let mut shard = self.shard(hash).write();
         let now_us = self.clock.now_us();
-        let step = match shard.find_mut(hash, lookup) {
-            Some(slot) => {
-                if !matches!(slot.value, Value::Leases(_)) {
-                    slot.value = Value::Leases(Box::default());
+        let stepped = shard.update(hash, lookup, |slot| {
+            if !matches!(slot.value, Value::Leases(_)) {
+                slot.value = Value::Leases(Box::default());
+            }
+            let Value::Leases(leases) = &mut slot.value else {
+                unreachable!("set to leases just above")
+            };
+            let step = concurrency::step::acquire(leases, now_us, max, timeout_us, id);
+            let (first_us, last_us) = (leases.first_expiry_us(), leases.last_expiry_us());
+            slot.set_expires_at_us(last_us);
+            slot.set_hot_until_us(last_us);
+            (step, first_us)
+        });
+        let step = match stepped {
+            Some((step, first_us)) => {
+                shard.note_expiry(first_us);
+                // A new lease is one more unit of the bound: make room for it, or take it back.
+                if step.granted
+                    && shard
+                        .fit(now_us, |slot| lookup.matches(&slot.owner, &slot.key))
+                        .is_err()
+                {
+                    shard.update(hash, lookup, |slot| {
+                        if let Value::Leases(leases) = &mut slot.value {
+                            concurrency::step::release(leases, now_us, id);
+                        }
+                    });
+                    return Err(self.full());
                 }
-                let Value::Leases(leases) = &mut slot.value else {
-                    unreachable!("set to leases just above")
-                };
-                let step = concurrency::step::acquire(leases, now_us, max, timeout_us, id);
-                let last_us = leases.last_expiry_us();
-                slot.set_expires_at_us(last_us);
-                slot.set_hot_until_us(last_us);
-                shard.note_expiry(last_us);
                 step
             }
             None => {
@@ -663,19 +683,21 @@ impl<C: Clock> MemoryStore<C> {
         let hash = lookup.hash(&self.hasher);
         let mut shard = self.shard(hash).write();
         let now_us = self.clock.now_us();
-        let Some(slot) = shard.find_mut(hash, lookup) else {
-            return Ok(Release::NotHeld);
-        };
-        let Value::Leases(leases) = &mut slot.value else {
-            return Ok(Release::NotHeld);
-        };
-        let (released, in_flight) = concurrency::step::release(leases, now_us, lease);
-        if in_flight == 0 {
-            shard.remove(hash, lookup);
-        } else {
+        let released = shard.update(hash, lookup, |slot| {
+            let Value::Leases(leases) = &mut slot.value else {
+                return None;
+            };
+            let (released, in_flight) = concurrency::step::release(leases, now_us, lease);
             let last_us = leases.last_expiry_us();
             slot.set_expires_at_us(last_us);
             slot.set_hot_until_us(last_us);
+            Some((released, in_flight))
+        });
+        let Some(Some((released, in_flight))) = released else {
+            return Ok(Release::NotHeld);
+        };
+        if in_flight == 0 {
+            shard.remove(hash, lookup);
         }
         // The slot's hot time may have moved earlier: the shard may have a victim sooner.
         shard.note_cooled();
@@ -683,6 +705,42 @@ impl<C: Clock> MemoryStore<C> {
             true => Release::Released { in_flight },
             false => Release::NotHeld,
         })
+    }
+
+    /// Frees every slot of `key` at once; see [`ConcurrencyStore::clear_leases`]. The key's
+    /// slot is given back.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::concurrency::{Acquire, ConcurrencyPolicy, Release};
+    ///
+    /// let store = tollgate::MemoryStore::new();
+    /// let exports = ConcurrencyPolicy::new("exports", 2, Duration::from_secs(3600))?;
+    /// let Acquire::Granted(lost) = store.acquire(&exports, "alice")? else { unreachable!() };
+    /// store.acquire(&exports, "alice")?;
+    /// assert!(!store.acquire(&exports, "alice")?.is_granted());
+    /// assert_eq!(store.clear_leases(&exports, "alice")?, 2);
+    /// assert!(store.is_empty());
+    /// assert!(store.acquire(&exports, "alice")?.is_granted());
+    /// assert_eq!(store.release(&exports, "alice", lost.id)?, Release::NotHeld);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn clear_leases(&self, policy: &ConcurrencyPolicy, key: impl AsRef<[u8]>) -> Result<u64, Error> {
+        let key = key.as_ref();
+        store::validate_key(key)?;
+        let lookup = Lookup::limit(policy.shared_name(), key);
+        let hash = lookup.hash(&self.hasher);
+        let mut shard = self.shard(hash).write();
+        let now_us = self.clock.now_us();
+        let cleared = shard.update(hash, lookup, |slot| match &mut slot.value {
+            Value::Leases(leases) => concurrency::step::clear(leases, now_us),
+            _ => 0,
+        });
+        if cleared.is_some() {
+            shard.remove(hash, lookup);
+            shard.note_cooled();
+        }
+        Ok(cleared.unwrap_or(0))
     }
 
     /// One rule: the key hashed once, one shard lock, no allocation. A stored GCRA or token
@@ -1047,6 +1105,10 @@ impl<C: Clock> ConcurrencyStore for MemoryStore<C> {
         lease: LeaseId,
     ) -> Result<Release, Error> {
         MemoryStore::release(self, policy, key, lease)
+    }
+
+    async fn clear_leases(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<u64, Error> {
+        MemoryStore::clear_leases(self, policy, key)
     }
 }
 

@@ -14,6 +14,12 @@
 //!
 //! Expired slots are also swept after every `bound / 2` inserts, so memory is reclaimed without
 //! the user doing anything.
+//!
+//! The bound counts *units*, not slots: a slot is one unit, except a concurrency key's, which
+//! is one unit per live lease it holds (at least one). Leases live inside their key's slot, about
+//! 40 bytes each, and a key may hold up to `MAX_IN_FLIGHT` of them: counted as one, a store of a
+//! million keys could hold a hundred billion leases. A lease is not evictable, so a shard whose
+//! units are all taken by live leases refuses new keys and new leases alike.
 
 use std::collections::hash_map::RandomState;
 
@@ -200,7 +206,10 @@ pub(crate) struct Full;
 pub(crate) struct Shard {
     table: HashTable<Slot>,
     hasher: RandomState,
+    /// The most units (see the module docs) the shard holds.
     bound: usize,
+    /// Units beyond one per slot: the sum of [`weight`] - 1 over the slots.
+    extra_units: usize,
     /// No slot expires before this time, so sweeping earlier finds nothing.
     next_expiry_us: u64,
     /// Every slot is hot until at least this time, so looking for a victim earlier is futile.
@@ -215,6 +224,7 @@ impl Shard {
             table: HashTable::new(),
             hasher,
             bound,
+            extra_units: 0,
             next_expiry_us: 0,
             all_hot_until_us: 0,
             inserts_since_sweep: 0,
@@ -224,6 +234,35 @@ impl Shard {
 
     pub(crate) fn len(&self) -> usize {
         self.table.len()
+    }
+
+    /// Units held: one per slot, plus a concurrency key's leases past its first.
+    pub(crate) fn units(&self) -> usize {
+        self.table.len() + self.extra_units
+    }
+
+    /// Runs `change` on the slot of `lookup`, if any, keeping the shard's count of units right
+    /// whatever it does to the slot's leases. Every change to a slot's leases goes through here.
+    pub(crate) fn update<R>(
+        &mut self,
+        hash: u64,
+        lookup: Lookup<'_>,
+        change: impl FnOnce(&mut Slot) -> R,
+    ) -> Option<R> {
+        let slot = self
+            .table
+            .find_mut(hash, |slot| lookup.matches(&slot.owner, &slot.key))?;
+        let before = weight(slot);
+        let out = change(slot);
+        self.extra_units = self.extra_units + weight(slot) - before;
+        Some(out)
+    }
+
+    /// Makes sure the shard is within its bound after a change through [`update`](Self::update)
+    /// added units, evicting as [`insert`](Self::insert) would (never a slot `spare` is true
+    /// for); `Full` when it cannot.
+    pub(crate) fn fit(&mut self, now_us: u64, spare: impl Fn(&Slot) -> bool) -> Result<(), Full> {
+        self.make_room(now_us, &spare, 0)
     }
 
     /// The slot of `lookup`, expired or not, for the read-locked path.
@@ -240,7 +279,8 @@ impl Shard {
             .find_mut(hash, |slot| lookup.matches(&slot.owner, &slot.key))
     }
 
-    /// Records that a slot now expires at `expires_at_us` (sweeps must not skip it).
+    /// Records that a slot (or one of its leases) now expires at `expires_at_us` (sweeps must
+    /// not skip it).
     #[inline]
     pub(crate) fn note_expiry(&mut self, expires_at_us: u64) {
         self.next_expiry_us = self.next_expiry_us.min(expires_at_us);
@@ -266,8 +306,11 @@ impl Shard {
         now_us: u64,
         spare: impl Fn(&Slot) -> bool,
     ) -> Result<(), Full> {
-        self.make_room(now_us, &spare)?;
-        self.note_expiry(slot.expires_at_us());
+        self.make_room(now_us, &spare, weight(&slot))?;
+        self.note_expiry(reclaim_at_us(&slot));
+        // Every slot is hot until `all_hot_until_us` no longer holds if this one cools sooner.
+        self.all_hot_until_us = self.all_hot_until_us.min(slot.hot_until_us());
+        self.extra_units += weight(&slot) - 1;
         let hasher = &self.hasher;
         self.table.insert_unique(hash, slot, |s| slot_hash(hasher, s));
         self.inserts_since_sweep += 1;
@@ -283,24 +326,32 @@ impl Shard {
             .table
             .find_entry(hash, |slot| lookup.matches(&slot.owner, &slot.key))
         {
-            entry.remove();
+            let (slot, _) = entry.remove();
+            self.extra_units -= weight(&slot) - 1;
         }
     }
 
-    /// Drops every expired slot, and gives memory back after a flood has passed.
+    /// Drops every expired slot and every expired lease, and gives memory back after a flood
+    /// has passed.
     pub(crate) fn sweep(&mut self, now_us: u64) {
         self.inserts_since_sweep = 0;
         if now_us < self.next_expiry_us {
             return;
         }
         let mut next_expiry = u64::MAX;
+        let mut extra_units = 0;
         self.table.retain(|slot| {
             let keep = !slot.expired(now_us);
             if keep {
-                next_expiry = next_expiry.min(slot.expires_at_us());
+                if let Value::Leases(leases) = &mut slot.value {
+                    leases.drop_expired(now_us);
+                }
+                extra_units += weight(slot) - 1;
+                next_expiry = next_expiry.min(reclaim_at_us(slot));
             }
             keep
         });
+        self.extra_units = extra_units;
         self.next_expiry_us = next_expiry;
         if self.table.capacity() > 64 && self.table.capacity() > 4 * self.table.len() {
             let hasher = &self.hasher;
@@ -309,32 +360,35 @@ impl Shard {
         }
     }
 
-    fn make_room(&mut self, now_us: u64, spare: &impl Fn(&Slot) -> bool) -> Result<(), Full> {
-        if self.table.len() < self.bound {
+    /// Makes the shard hold at most `bound - need` units, so that `need` more fit.
+    fn make_room(&mut self, now_us: u64, spare: &impl Fn(&Slot) -> bool, need: usize) -> Result<(), Full> {
+        if self.units() + need <= self.bound {
             return Ok(());
         }
         self.sweep(now_us);
-        if self.table.len() < self.bound {
-            return Ok(());
-        }
-        if now_us < self.all_hot_until_us {
-            return Err(Full);
-        }
-        let victim = self
-            .sample_victim(now_us, spare)
-            .or_else(|| self.scan_victim(now_us, spare));
-        match victim {
-            Some(bucket) => {
-                if let Ok(entry) = self.table.get_bucket_entry(bucket) {
-                    entry.remove();
+        // Each victim frees at least one unit, and there are at most `need + 1` too many (one
+        // lease past the bound, or a new slot of a few units): a bounded number of evictions.
+        while self.units() + need > self.bound {
+            if now_us < self.all_hot_until_us {
+                return Err(Full);
+            }
+            let victim = self
+                .sample_victim(now_us, spare)
+                .or_else(|| self.scan_victim(now_us, spare));
+            match victim {
+                Some(bucket) => {
+                    if let Ok(entry) = self.table.get_bucket_entry(bucket) {
+                        let (slot, _) = entry.remove();
+                        self.extra_units -= weight(&slot) - 1;
+                    }
                 }
-                Ok(())
-            }
-            None => {
-                self.all_hot_until_us = self.table.iter().map(|s| s.hot_until_us()).min().unwrap_or(0);
-                Err(Full)
+                None => {
+                    self.all_hot_until_us = self.table.iter().map(|s| s.hot_until_us()).min().unwrap_or(0);
+                    return Err(Full);
+                }
             }
         }
+        Ok(())
     }
 
     /// Among a few random occupied buckets, the one that is not hot and expires soonest.
@@ -375,6 +429,24 @@ impl Shard {
         self.rng ^= self.rng >> 7;
         self.rng ^= self.rng << 17;
         self.rng
+    }
+}
+
+/// The units a slot counts for toward the bound: one per live lease of a concurrency key (at
+/// least one), one for anything else.
+fn weight(slot: &Slot) -> usize {
+    match &slot.value {
+        Value::Leases(leases) => leases.len().max(1),
+        _ => 1,
+    }
+}
+
+/// When a sweep first has something of `slot` to drop: the slot itself when it expires, or
+/// before that a concurrency key's earliest lease.
+fn reclaim_at_us(slot: &Slot) -> u64 {
+    match &slot.value {
+        Value::Leases(leases) if !leases.is_empty() => leases.first_expiry_us(),
+        _ => slot.expires_at_us(),
     }
 }
 
