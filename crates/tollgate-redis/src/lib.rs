@@ -168,7 +168,7 @@ mod scripts;
 mod store;
 mod transport;
 
-pub use access::MAX_ACCESS_ENTRIES;
+pub use access::{MAX_ACCESS_BYTES, MAX_ACCESS_ENTRIES};
 pub use connection::Target;
 pub use error::ConnectError;
 pub use lease::LeaseStats;

@@ -1081,14 +1081,23 @@ fn validate_ttl(ttl: Duration) -> Result<u64, Error> {
 
 /// Allow and deny list entries kept in Redis for the whole fleet (see `access`).
 impl RedisStore {
-    /// Every entry in the store with when it was added (ms since the Unix epoch). Fields that
-    /// do not decode (written by another version) are skipped.
+    /// Every entry in the store with when it was added (ms since the Unix epoch), sorted, read
+    /// in pages of a few hundred (each one call within the store's deadline). Fields that do
+    /// not decode (written by another version) are skipped.
     pub async fn access_entries(&self) -> Result<Vec<(AccessEntry, u64)>, Error> {
         access::entries(&self.inner.transport, self.inner.keys.access_lists()).await
     }
 
+    /// The entries' version: counted up by every add and remove of any instance, so that a copy
+    /// read at one version needs no read while the version stays. `None` before the first
+    /// change.
+    pub async fn access_version(&self) -> Result<Option<u64>, Error> {
+        access::version(&self.inner.transport, self.inner.keys.access_lists()).await
+    }
+
     /// Adds `entry` (an entry already there keeps its time), unless the store holds
-    /// [`MAX_ACCESS_ENTRIES`](access::MAX_ACCESS_ENTRIES) already.
+    /// [`MAX_ACCESS_ENTRIES`](access::MAX_ACCESS_ENTRIES) already or the entry would take them
+    /// past [`MAX_ACCESS_BYTES`](access::MAX_ACCESS_BYTES).
     pub async fn add_access_entry(&self, entry: &AccessEntry) -> Result<Added, Error> {
         access::add(&self.inner.transport, self.inner.keys.access_lists(), entry).await
     }

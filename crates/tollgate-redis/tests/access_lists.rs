@@ -144,3 +144,41 @@ async fn lists_and_gradual_enforcement_on_a_cluster() {
         .unwrap();
     lists_and_shares_decide(store).await;
 }
+
+/// Entries of 8 KiB reach the byte bound long before the count bound: the hash never holds more
+/// than `MAX_ACCESS_BYTES` of them, and a removal makes room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_entries_are_bounded_by_their_bytes() {
+    let server = RedisServer::start();
+    let store = RedisStore::builder(Target::Standalone(server.url()))
+        .connect()
+        .await
+        .unwrap();
+    let value = |i: usize| format!("{i:08}{}", "k".repeat(tollgate::bounds::MAX_KEY_LEN - 8));
+    let size = entry(None, Listed::Deny, EntryKind::Key, &value(0)).encoded_len();
+    let fit = tollgate_redis::MAX_ACCESS_BYTES / size;
+    assert!(fit < tollgate_redis::MAX_ACCESS_ENTRIES);
+    for i in 0..fit {
+        let added = store
+            .add_access_entry(&entry(None, Listed::Deny, EntryKind::Key, &value(i)))
+            .await
+            .unwrap();
+        assert_eq!(added, Added::New, "entry {i}");
+    }
+    let past = entry(None, Listed::Deny, EntryKind::Key, &value(fit));
+    assert_eq!(
+        store.add_access_entry(&past).await.unwrap(),
+        Added::TooLarge {
+            held_bytes: (fit * size) as u64,
+            max_bytes: tollgate_redis::MAX_ACCESS_BYTES as u64,
+        }
+    );
+    assert_eq!(store.access_entries().await.unwrap().len(), fit);
+    assert!(
+        store
+            .remove_access_entry(&entry(None, Listed::Deny, EntryKind::Key, &value(0)))
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.add_access_entry(&past).await.unwrap(), Added::New);
+}

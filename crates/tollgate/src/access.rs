@@ -19,19 +19,22 @@
 //! spending nothing; an allowed rule is decided as a question in shadow mode (it reads the
 //! budget and spends nothing, so it is counted and reports its numbers, but it never denies).
 //!
-//! Lookups are made on every request, so [`AccessLists`] is compiled once and only read: exact
-//! keys in a hash map, prefixes in a sorted array with nested prefixes removed (so the only
-//! prefix that can match a key is its predecessor in byte order: one binary search), and CIDR
-//! ranges as sorted, disjoint integer ranges (two CIDR blocks are either nested or disjoint, so
-//! keeping the outer of nested blocks leaves disjoint ranges: one binary search). A lookup costs
-//! a few comparisons whatever the number of entries; `benches/access.rs` measures it.
+//! Lookups are made on every request, so [`AccessLists`] is indexed for them: exact keys in a
+//! hash set, prefixes in an ordered set of the outermost ones (nested prefixes set aside, so the
+//! only prefix that can match a key is its predecessor in byte order: one search), and CIDR
+//! ranges as ordered, disjoint integer ranges (two CIDR blocks are either nested or disjoint, so
+//! keeping the outer of nested blocks leaves disjoint ranges: one search). A lookup costs a few
+//! comparisons whatever the number of entries; `benches/access.rs` measures it. The indexes are
+//! ordered trees rather than sorted arrays so that an entry added or removed through an admin API
+//! costs O(log n), never a rebuild of the whole lists.
 //!
 //! This module is pure: entries come from the config or an admin API, and the caller decides
 //! where they are kept.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::net::IpAddr;
+use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::bounds::{MAX_KEY_LEN, MAX_NAME_LEN};
@@ -284,6 +287,22 @@ impl AccessEntry {
         )
     }
 
+    /// The length of [`encode`](Self::encode)'s text, without making it: what a store counts
+    /// an entry for against its byte bound.
+    ///
+    /// ```
+    /// use tollgate::access::{AccessEntry, EntryKind, Listed};
+    ///
+    /// let entry = AccessEntry::new(Some("login"), Listed::Deny, EntryKind::Prefix, "bot:")?;
+    /// assert_eq!(entry.encoded_len(), entry.encode().len());
+    /// # Ok::<(), tollgate::access::AccessError>(())
+    /// ```
+    pub fn encoded_len(&self) -> usize {
+        let policy = self.policy().map_or(0, str::len);
+        let digits = policy.checked_ilog10().map_or(1, |d| d as usize + 1);
+        self.list.as_str().len() + self.kind.as_str().len() + digits + 3 + policy + self.value.len()
+    }
+
     /// Reads what [`encode`](Self::encode) wrote, validating it again.
     pub fn decode(text: &str) -> Result<Self, AccessError> {
         let bad = || AccessError::BadEncoding(text.chars().take(64).collect());
@@ -326,17 +345,197 @@ pub enum Added {
         /// How many it holds.
         held: u64,
     },
+    /// Nothing written: the entries the store holds take `held_bytes` (as
+    /// [`encoded_len`](AccessEntry::encoded_len) counts them), and this one would take them past
+    /// `max_bytes`.
+    TooLarge {
+        /// The bytes the entries take.
+        held_bytes: u64,
+        /// The most the store keeps.
+        max_bytes: u64,
+    },
+}
+
+/// An entry held by the value it names, so that a set of them is looked up by the value's bytes
+/// without a second copy of them.
+#[derive(Debug, Clone)]
+struct ByValue(Arc<AccessEntry>);
+
+impl ByValue {
+    fn bytes(&self) -> &[u8] {
+        self.0.value.as_bytes()
+    }
+}
+
+impl PartialEq for ByValue {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+
+impl Eq for ByValue {}
+
+impl PartialOrd for ByValue {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ByValue {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.bytes().cmp(other.bytes())
+    }
+}
+
+impl std::hash::Hash for ByValue {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.bytes().hash(state)
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for ByValue {
+    fn borrow(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+/// What a prefix or a CIDR block covers, for [`Nested`]: two spans are nested or disjoint, and
+/// in their order a span comes right before the spans it covers.
+trait Span: Ord + Clone {
+    /// Whether `inner` is `self` or inside it.
+    fn covers(&self, inner: &Self) -> bool;
+}
+
+impl Span for ByValue {
+    fn covers(&self, inner: &Self) -> bool {
+        inner.bytes().starts_with(self.bytes())
+    }
+}
+
+/// A CIDR block as integers: its first address and prefix length (ordered by start, the wider
+/// first), and its last address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Block<T> {
+    start: T,
+    len: u8,
+    end: T,
+}
+
+impl<T: Ord + Copy> Span for Block<T> {
+    fn covers(&self, inner: &Self) -> bool {
+        self.start <= inner.start && inner.end <= self.end
+    }
+}
+
+/// A set of spans that can grow and shrink one at a time, and the outermost of them: the spans
+/// no other covers, which are disjoint, so the one that can cover a point is its predecessor
+/// (one search of `outer`).
+///
+/// Adding a span costs O(log n), plus O(log n) for each outer span it covers (which leaves
+/// `outer`); removing an outer span brings back the spans it covered that nothing else covers,
+/// O(log n) each. Nothing is ever rebuilt whole.
+#[derive(Debug, Clone)]
+struct Nested<S: Span> {
+    all: BTreeMap<S, Arc<AccessEntry>>,
+    outer: BTreeMap<S, Arc<AccessEntry>>,
+}
+
+impl<S: Span> Default for Nested<S> {
+    fn default() -> Self {
+        Nested {
+            all: BTreeMap::new(),
+            outer: BTreeMap::new(),
+        }
+    }
+}
+
+impl<S: Span> Nested<S> {
+    fn is_empty(&self) -> bool {
+        self.all.is_empty()
+    }
+
+    /// The outer span that covers `span`, if any: `span`'s predecessor in `outer`.
+    fn outer_covering(&self, span: &S) -> Option<(&S, &Arc<AccessEntry>)> {
+        self.outer
+            .range(..=span)
+            .next_back()
+            .filter(|(outer, _)| outer.covers(span))
+    }
+
+    fn insert(&mut self, span: S, entry: Arc<AccessEntry>) {
+        if self.all.insert(span.clone(), Arc::clone(&entry)).is_some() {
+            return;
+        }
+        if self.outer_covering(&span).is_some() {
+            return;
+        }
+        let covered: Vec<S> = self
+            .outer
+            .range(&span..)
+            .take_while(|(inner, _)| span.covers(inner))
+            .map(|(inner, _)| inner.clone())
+            .collect();
+        for inner in covered {
+            self.outer.remove(&inner);
+        }
+        self.outer.insert(span, entry);
+    }
+
+    fn remove(&mut self, span: &S) {
+        if self.all.remove(span).is_none() || self.outer.remove(span).is_none() {
+            return;
+        }
+        // The spans it covered that are left: the outermost of them are outer now.
+        let mut last: Option<&S> = None;
+        for (inner, entry) in self.all.range(span..).take_while(|(inner, _)| span.covers(inner)) {
+            if last.is_some_and(|last| last.covers(inner)) {
+                continue;
+            }
+            self.outer.insert(inner.clone(), Arc::clone(entry));
+            last = Some(inner);
+        }
+    }
 }
 
 /// One list of one scope, compiled for lookups (see the [module docs](self)).
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 struct Matcher {
-    keys: HashMap<Box<[u8]>, Arc<AccessEntry>>,
-    /// Sorted by bytes; no prefix is a prefix of another.
-    prefixes: Vec<(Box<[u8]>, Arc<AccessEntry>)>,
-    /// Sorted by start; disjoint.
-    v4: Vec<(u32, u32, Arc<AccessEntry>)>,
-    v6: Vec<(u128, u128, Arc<AccessEntry>)>,
+    keys: HashSet<ByValue>,
+    prefixes: Nested<ByValue>,
+    v4: Nested<Block<u32>>,
+    v6: Nested<Block<u128>>,
+}
+
+/// Where an entry goes in a [`Matcher`].
+enum Place {
+    Key,
+    Prefix,
+    V4(Block<u32>),
+    V6(Block<u128>),
+}
+
+fn place(entry: &AccessEntry) -> Option<Place> {
+    Some(match entry.kind {
+        EntryKind::Key => Place::Key,
+        EntryKind::Prefix => Place::Prefix,
+        EntryKind::Cidr => {
+            // Normalized by `AccessEntry::new`: it parses.
+            let cidr = entry.value.parse::<Cidr>().ok()?;
+            match (cidr.addr(), cidr.last()) {
+                (IpAddr::V4(first), IpAddr::V4(last)) => Place::V4(Block {
+                    start: u32::from(first),
+                    len: cidr.len(),
+                    end: u32::from(last),
+                }),
+                (IpAddr::V6(first), IpAddr::V6(last)) => Place::V6(Block {
+                    start: u128::from(first),
+                    len: cidr.len(),
+                    end: u128::from(last),
+                }),
+                _ => return None,
+            }
+        }
+    })
 }
 
 impl Matcher {
@@ -344,171 +543,180 @@ impl Matcher {
         self.keys.is_empty() && self.prefixes.is_empty() && self.v4.is_empty() && self.v6.is_empty()
     }
 
-    fn has_ranges(&self) -> bool {
-        !self.v4.is_empty() || !self.v6.is_empty()
+    fn insert(&mut self, entry: &Arc<AccessEntry>) {
+        match place(entry) {
+            Some(Place::Key) => {
+                self.keys.insert(ByValue(Arc::clone(entry)));
+            }
+            Some(Place::Prefix) => self
+                .prefixes
+                .insert(ByValue(Arc::clone(entry)), Arc::clone(entry)),
+            Some(Place::V4(block)) => self.v4.insert(block, Arc::clone(entry)),
+            Some(Place::V6(block)) => self.v6.insert(block, Arc::clone(entry)),
+            None => {}
+        }
     }
 
-    fn build(entries: Vec<Arc<AccessEntry>>) -> Matcher {
-        let mut matcher = Matcher::default();
-        let mut prefixes: Vec<(Box<[u8]>, Arc<AccessEntry>)> = Vec::new();
-        let mut v4 = Vec::new();
-        let mut v6 = Vec::new();
-        for entry in entries {
-            match entry.kind {
-                EntryKind::Key => {
-                    matcher
-                        .keys
-                        .entry(entry.value.as_bytes().into())
-                        .or_insert_with(|| Arc::clone(&entry));
-                }
-                EntryKind::Prefix => prefixes.push((entry.value.as_bytes().into(), entry)),
-                EntryKind::Cidr => {
-                    // Normalized by `AccessEntry::new`: it parses.
-                    let Ok(cidr) = entry.value.parse::<Cidr>() else {
-                        continue;
-                    };
-                    match (cidr.addr(), cidr.last()) {
-                        (IpAddr::V4(first), IpAddr::V4(last)) => {
-                            v4.push((u32::from(first), u32::from(last), entry))
-                        }
-                        (IpAddr::V6(first), IpAddr::V6(last)) => {
-                            v6.push((u128::from(first), u128::from(last), entry))
-                        }
-                        _ => {}
-                    }
-                }
+    fn remove(&mut self, entry: &Arc<AccessEntry>) {
+        match place(entry) {
+            Some(Place::Key) => {
+                self.keys.remove(entry.value.as_bytes());
             }
+            Some(Place::Prefix) => self.prefixes.remove(&ByValue(Arc::clone(entry))),
+            Some(Place::V4(block)) => self.v4.remove(&block),
+            Some(Place::V6(block)) => self.v6.remove(&block),
+            None => {}
         }
-        // A prefix that extends a shorter one adds nothing: drop it, so that the set is
-        // prefix-free and only a key's predecessor can match it. Sorted, a prefix comes right
-        // before the ones that extend it.
-        prefixes.sort_by(|a, b| a.0.cmp(&b.0));
-        for (prefix, entry) in prefixes {
-            match matcher.prefixes.last() {
-                Some((kept, _)) if prefix.starts_with(kept) => {}
-                _ => matcher.prefixes.push((prefix, entry)),
-            }
-        }
-        matcher.v4 = outermost(v4);
-        matcher.v6 = outermost(v6);
-        matcher
     }
 
     fn find(&self, key: &[u8], ip: Option<IpAddr>) -> Option<&Arc<AccessEntry>> {
         if let Some(entry) = self.keys.get(key) {
+            return Some(&entry.0);
+        }
+        if let Some((prefix, entry)) = self
+            .prefixes
+            .outer
+            .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
+            .next_back()
+            && key.starts_with(prefix.bytes())
+        {
             return Some(entry);
         }
-        if !self.prefixes.is_empty() {
-            let at = self.prefixes.partition_point(|(p, _)| p.as_ref() <= key);
-            if let Some((prefix, entry)) = at.checked_sub(1).map(|i| &self.prefixes[i])
-                && key.starts_with(prefix)
-            {
-                return Some(entry);
-            }
-        }
         match ip? {
-            IpAddr::V4(v4) => in_range(&self.v4, u32::from(v4)),
-            IpAddr::V6(v6) => in_range(&self.v6, u128::from(v6)),
+            IpAddr::V4(v4) => in_block(&self.v4, u32::from(v4)),
+            IpAddr::V6(v6) => in_block(&self.v6, u128::from(v6)),
         }
     }
 }
 
-/// The ranges sorted by start with the nested ones dropped (CIDR ranges are nested or
-/// disjoint, so what is left is disjoint).
-fn outermost<T: Ord + Copy>(mut ranges: Vec<(T, T, Arc<AccessEntry>)>) -> Vec<(T, T, Arc<AccessEntry>)> {
-    // Same start: the widest first.
-    ranges.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-    let mut kept: Vec<(T, T, Arc<AccessEntry>)> = Vec::with_capacity(ranges.len());
-    for range in ranges {
-        match kept.last() {
-            Some(last) if range.1 <= last.1 => {}
-            _ => kept.push(range),
-        }
-    }
-    kept
-}
-
-fn in_range<T: Ord + Copy>(ranges: &[(T, T, Arc<AccessEntry>)], address: T) -> Option<&Arc<AccessEntry>> {
-    let at = ranges.partition_point(|(start, _, _)| *start <= address);
-    let (_, end, entry) = &ranges[at.checked_sub(1)?];
-    (address <= *end).then_some(entry)
+/// The outer block holding `address`: the last one starting at or before it, if it reaches it.
+fn in_block<T: Ord + Copy + Default>(blocks: &Nested<Block<T>>, address: T) -> Option<&Arc<AccessEntry>> {
+    let point = Block {
+        start: address,
+        len: u8::MAX,
+        end: T::default(),
+    };
+    let (block, entry) = blocks.outer.range(..=point).next_back()?;
+    (address <= block.end).then_some(entry)
 }
 
 /// The allow and deny lists of one scope.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 struct Scope {
     allow: Matcher,
     deny: Matcher,
 }
 
 impl Scope {
-    fn has_ranges(&self) -> bool {
-        self.allow.has_ranges() || self.deny.has_ranges()
+    fn is_empty(&self) -> bool {
+        self.allow.is_empty() && self.deny.is_empty()
+    }
+
+    fn list(&mut self, list: Listed) -> &mut Matcher {
+        match list {
+            Listed::Allow => &mut self.allow,
+            Listed::Deny => &mut self.deny,
+        }
     }
 }
 
-/// One scope's allow entries and deny entries, before they are compiled.
-type AllowAndDeny = (Vec<Arc<AccessEntry>>, Vec<Arc<AccessEntry>>);
-
 /// Every allow and deny list, global and per policy, compiled for lookups on every request.
+///
+/// Entries are added and removed one at a time ([`insert`](Self::insert),
+/// [`remove`](Self::remove)) in O(log n) each (an entry that covers or uncovers nested prefixes
+/// or ranges also pays O(log n) for each of them), so a long list grows without ever being
+/// compiled again whole; [`new`](Self::new) inserts its entries one by one. Each entry is kept
+/// once, shared by every index that holds it: the lists cost about the size of their values.
 ///
 /// ```
 /// use tollgate::access::{AccessEntry, AccessLists, EntryKind, Listed};
 ///
-/// let lists = AccessLists::new([
+/// let mut lists = AccessLists::new([
 ///     AccessEntry::new(None, Listed::Allow, EntryKind::Cidr, "192.0.2.0/24")?,
 ///     AccessEntry::new(None, Listed::Deny, EntryKind::Cidr, "192.0.2.66")?,
 ///     AccessEntry::new(Some("login"), Listed::Deny, EntryKind::Prefix, "bot-")?,
 /// ]);
-/// let list = |policy: &str, key: &str| lists.lookup(policy, key.as_bytes()).map(|e| e.list());
-/// assert_eq!(list("api", "192.0.2.10"), Some(Listed::Allow));
-/// assert_eq!(list("api", "192.0.2.66"), Some(Listed::Deny), "deny wins");
-/// assert_eq!(list("login", "bot-7"), Some(Listed::Deny));
-/// assert_eq!(list("api", "bot-7"), None, "a policy's list is its own");
-/// assert_eq!(list("api", "198.51.100.1"), None);
+/// let list = |lists: &AccessLists, policy: &str, key: &str| lists.lookup(policy, key.as_bytes()).map(|e| e.list());
+/// assert_eq!(list(&lists, "api", "192.0.2.10"), Some(Listed::Allow));
+/// assert_eq!(list(&lists, "api", "192.0.2.66"), Some(Listed::Deny), "deny wins");
+/// assert_eq!(list(&lists, "login", "bot-7"), Some(Listed::Deny));
+/// assert_eq!(list(&lists, "api", "bot-7"), None, "a policy's list is its own");
+/// assert_eq!(list(&lists, "api", "198.51.100.1"), None);
+///
+/// let scraper = AccessEntry::new(Some("api"), Listed::Deny, EntryKind::Key, "scraper-42")?;
+/// assert!(lists.insert(scraper.clone()));
+/// assert_eq!(list(&lists, "api", "scraper-42"), Some(Listed::Deny));
+/// assert!(lists.remove(&scraper));
+/// assert_eq!(list(&lists, "api", "scraper-42"), None);
 /// # Ok::<(), tollgate::access::AccessError>(())
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct AccessLists {
     global: Scope,
     policies: HashMap<Box<str>, Scope>,
     /// Every entry once, sorted.
-    entries: Vec<Arc<AccessEntry>>,
-    /// Whether any CIDR range is listed: only then is a key parsed as an address.
-    ranges: bool,
+    entries: BTreeSet<Arc<AccessEntry>>,
+    /// How many CIDR ranges are listed: only when some are is a key parsed as an address.
+    ranges: usize,
 }
 
 impl AccessLists {
     /// Compiles `entries` (duplicates are kept once).
     pub fn new(entries: impl IntoIterator<Item = AccessEntry>) -> Self {
-        let mut entries: Vec<AccessEntry> = entries.into_iter().collect();
-        entries.sort();
-        entries.dedup();
-        let entries: Vec<Arc<AccessEntry>> = entries.into_iter().map(Arc::new).collect();
-        let mut by_scope: HashMap<Option<&str>, AllowAndDeny> = HashMap::new();
-        for entry in &entries {
-            let lists = by_scope.entry(entry.policy()).or_default();
-            match entry.list {
-                Listed::Allow => lists.0.push(Arc::clone(entry)),
-                Listed::Deny => lists.1.push(Arc::clone(entry)),
-            }
-        }
         let mut lists = AccessLists::default();
-        for (policy, (allow, deny)) in by_scope {
-            let scope = Scope {
-                allow: Matcher::build(allow),
-                deny: Matcher::build(deny),
-            };
-            lists.ranges |= scope.has_ranges();
-            match policy {
-                None => lists.global = scope,
-                Some(name) => {
-                    lists.policies.insert(name.into(), scope);
+        for entry in entries {
+            lists.insert(entry);
+        }
+        lists
+    }
+
+    /// Adds `entry`; `false` when it was there already. O(log n) (see the type's docs).
+    pub fn insert(&mut self, entry: impl Into<Arc<AccessEntry>>) -> bool {
+        let entry = entry.into();
+        if !self.entries.insert(Arc::clone(&entry)) {
+            return false;
+        }
+        self.ranges += usize::from(entry.kind == EntryKind::Cidr);
+        let scope = match entry.policy() {
+            None => &mut self.global,
+            Some(name) => self.policies.entry(name.into()).or_default(),
+        };
+        scope.list(entry.list).insert(&entry);
+        true
+    }
+
+    /// Removes `entry`; `false` when it was not there. O(log n) (see the type's docs).
+    pub fn remove(&mut self, entry: &AccessEntry) -> bool {
+        let Some(entry) = self.entries.take(entry) else {
+            return false;
+        };
+        self.ranges -= usize::from(entry.kind == EntryKind::Cidr);
+        match entry.policy() {
+            None => self.global.list(entry.list).remove(&entry),
+            Some(name) => {
+                if let Some(scope) = self.policies.get_mut(name) {
+                    scope.list(entry.list).remove(&entry);
+                    if scope.is_empty() {
+                        self.policies.remove(name);
+                    }
                 }
             }
         }
-        lists.entries = entries;
-        lists
+        true
+    }
+
+    /// Whether `entry` is listed.
+    ///
+    /// ```
+    /// use tollgate::access::{AccessEntry, AccessLists, EntryKind, Listed};
+    ///
+    /// let office = AccessEntry::new(None, Listed::Allow, EntryKind::Cidr, "192.0.2.0/24")?;
+    /// let lists = AccessLists::new([office.clone()]);
+    /// assert!(lists.contains(&office));
+    /// # Ok::<(), tollgate::access::AccessError>(())
+    /// ```
+    pub fn contains(&self, entry: &AccessEntry) -> bool {
+        self.entries.contains(entry)
     }
 
     /// True when there is no entry at all: nothing to look up.
@@ -528,13 +736,14 @@ impl AccessLists {
 
     /// The entry `key` matches under `policy`: a deny entry (global or the policy's) if any
     /// matches, else an allow entry, else `None`. Among entries of one list, an exact key is
-    /// reported before a prefix and a prefix before a range.
+    /// reported before a prefix and a prefix before a range; of nested prefixes or ranges, the
+    /// outermost.
     pub fn lookup(&self, policy: &str, key: &[u8]) -> Option<&Arc<AccessEntry>> {
         if self.entries.is_empty() {
             return None;
         }
         let own = self.policies.get(policy);
-        let ip = if self.ranges { parse_ip(key) } else { None };
+        let ip = if self.ranges > 0 { parse_ip(key) } else { None };
         let deny = self
             .global
             .deny
@@ -566,13 +775,13 @@ impl AccessLists {
         if self.entries.is_empty() {
             return None;
         }
-        let ip = if self.ranges { parse_ip(key) } else { None };
+        let ip = if self.ranges > 0 { parse_ip(key) } else { None };
         self.global.deny.find(key, ip)
     }
 
     /// Whether any entry applies to `policy` (its own or a global one).
     pub fn applies_to(&self, policy: &str) -> bool {
-        !(self.global.allow.is_empty() && self.global.deny.is_empty()) || self.policies.contains_key(policy)
+        !self.global.is_empty() || self.policies.contains_key(policy)
     }
 }
 
@@ -710,6 +919,132 @@ mod tests {
             for address in addresses {
                 let block = |bits: u32, len: u8| crate::cidr::masked(IpAddr::V4(Ipv4Addr::from(bits)), len);
                 let scan = nets.iter().any(|&(bits, len)| block(address, len) == block(bits, len));
+                let text = Ipv4Addr::from(address).to_string();
+                prop_assert_eq!(lists.lookup("p", text.as_bytes()).is_some(), scan, "{}", text);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod change_tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+    use proptest::prelude::*;
+
+    fn entry(kind: EntryKind, value: &str) -> AccessEntry {
+        AccessEntry::new(None, Listed::Deny, kind, value).unwrap()
+    }
+
+    #[test]
+    fn removing_an_outer_entry_brings_back_what_it_covered() {
+        let mut lists = AccessLists::default();
+        for (kind, value) in [
+            (EntryKind::Prefix, "ab"),
+            (EntryKind::Prefix, "abc"),
+            (EntryKind::Prefix, "abd"),
+            (EntryKind::Prefix, "a"),
+            (EntryKind::Cidr, "10.1.0.0/16"),
+            (EntryKind::Cidr, "10.1.2.0/24"),
+            (EntryKind::Cidr, "10.0.0.0/8"),
+        ] {
+            assert!(lists.insert(entry(kind, value)));
+        }
+        assert!(!lists.insert(entry(EntryKind::Prefix, "a")), "once");
+        let found =
+            |lists: &AccessLists, key: &str| lists.lookup("p", key.as_bytes()).map(|e| e.value().to_owned());
+        assert_eq!(found(&lists, "abcd").as_deref(), Some("a"));
+        assert_eq!(found(&lists, "10.1.2.3").as_deref(), Some("10.0.0.0/8"));
+        assert!(lists.remove(&entry(EntryKind::Prefix, "a")));
+        assert!(lists.remove(&entry(EntryKind::Cidr, "10.0.0.0/8")));
+        assert!(!lists.remove(&entry(EntryKind::Cidr, "10.0.0.0/8")));
+        assert_eq!(found(&lists, "abcd").as_deref(), Some("ab"));
+        assert_eq!(found(&lists, "b"), None);
+        assert_eq!(found(&lists, "10.1.2.3").as_deref(), Some("10.1.0.0/16"));
+        assert_eq!(found(&lists, "10.2.0.1"), None);
+        assert!(lists.remove(&entry(EntryKind::Prefix, "ab")));
+        assert_eq!(found(&lists, "abcd").as_deref(), Some("abc"));
+        assert_eq!(found(&lists, "abd!").as_deref(), Some("abd"));
+        assert_eq!(found(&lists, "abe"), None);
+        assert_eq!(lists.len(), 4);
+    }
+
+    #[test]
+    fn twenty_thousand_entries_are_added_one_at_a_time() {
+        let mut lists = AccessLists::default();
+        for i in 0..20_000u32 {
+            let kind = [EntryKind::Key, EntryKind::Prefix, EntryKind::Cidr][i as usize % 3];
+            let value = match kind {
+                EntryKind::Cidr => Ipv4Addr::from(0x0a00_0000 + i).to_string(),
+                _ => format!("user-{i}:"),
+            };
+            assert!(lists.insert(entry(kind, &value)));
+        }
+        assert_eq!(lists.len(), 20_000);
+        assert!(lists.lookup("p", b"user-19998:").is_some(), "a key");
+        assert!(
+            lists.lookup("p", b"user-19998:x").is_none(),
+            "a key, not a prefix"
+        );
+        assert!(lists.lookup("p", b"user-19999:x").is_some(), "a prefix");
+        assert!(
+            lists.lookup("p", b"10.0.78.29").is_some(),
+            "an address: 19 997 is 78 × 256 + 29"
+        );
+        assert!(lists.lookup("p", b"10.0.78.30").is_none());
+    }
+
+    #[derive(Debug, Clone)]
+    enum Change {
+        Add(usize),
+        Remove(usize),
+    }
+
+    proptest! {
+        /// After any sequence of additions and removals, the lookup agrees with checking every
+        /// entry left one by one.
+        #[test]
+        fn changes_agree_with_a_scan(
+            prefixes in proptest::collection::vec("[ab]{1,4}", 1..10),
+            nets in proptest::collection::vec((any::<u32>(), 0u8..=32), 1..10),
+            changes in proptest::collection::vec(
+                prop_oneof![(0usize..20).prop_map(Change::Add), (0usize..20).prop_map(Change::Remove)],
+                0..40,
+            ),
+            keys in proptest::collection::vec("[ab]{1,6}", 1..20),
+            addresses in proptest::collection::vec(any::<u32>(), 1..20),
+        ) {
+            let block = |bits: u32, len: u8| crate::cidr::masked(IpAddr::V4(Ipv4Addr::from(bits)), len);
+            let candidates: Vec<AccessEntry> = prefixes
+                .iter()
+                .map(|p| entry(EntryKind::Prefix, p))
+                .chain(nets.iter().map(|&(bits, len)| entry(EntryKind::Cidr, &format!("{}/{len}", block(bits, len)))))
+                .collect();
+            let mut lists = AccessLists::default();
+            let mut held: BTreeSet<AccessEntry> = BTreeSet::new();
+            for change in changes {
+                match change {
+                    Change::Add(i) => {
+                        let e = &candidates[i % candidates.len()];
+                        prop_assert_eq!(lists.insert(e.clone()), held.insert(e.clone()));
+                    }
+                    Change::Remove(i) => {
+                        let e = &candidates[i % candidates.len()];
+                        prop_assert_eq!(lists.remove(e), held.remove(e));
+                    }
+                }
+            }
+            prop_assert_eq!(lists.len(), held.len());
+            for key in &keys {
+                let scan = held.iter().any(|e| e.kind() == EntryKind::Prefix && key.starts_with(e.value()));
+                prop_assert_eq!(lists.lookup("p", key.as_bytes()).is_some(), scan, "{}", key);
+            }
+            for &address in &addresses {
+                let scan = held.iter().filter(|e| e.kind() == EntryKind::Cidr).any(|e| {
+                    let cidr: Cidr = e.value().parse().unwrap();
+                    cidr.contains(IpAddr::V4(Ipv4Addr::from(address)))
+                });
                 let text = Ipv4Addr::from(address).to_string();
                 prop_assert_eq!(lists.lookup("p", text.as_bytes()).is_some(), scan, "{}", text);
             }

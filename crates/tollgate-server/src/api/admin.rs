@@ -148,7 +148,7 @@ pub(crate) async fn list(
         (status = 400, description = "Unusable entry", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The store holds the most entries it keeps", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The store holds the most entries, or bytes of entries, it keeps", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store failed", body = Problem, content_type = "application/problem+json"),
     ),
@@ -162,7 +162,8 @@ pub(crate) async fn add(
     authorize_admin(&state, &headers)?;
     let body: EntryBody = json_body(body)?;
     let entry = entry_of(&state, &body)?;
-    let status = match state.access.add(state.served(), entry.clone()).await? {
+    let (added, added_at_ms) = state.access.add(state.served(), entry.clone()).await?;
+    let status = match added {
         Added::New => StatusCode::CREATED,
         Added::AlreadyThere => StatusCode::OK,
         Added::Full { held } => {
@@ -171,13 +172,18 @@ pub(crate) async fn add(
                 format!("the store holds {held} access list entries, the most it keeps"),
             ));
         }
+        Added::TooLarge {
+            held_bytes,
+            max_bytes,
+        } => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "the store's access list entries take {held_bytes} bytes, and this one would take them past the most it keeps, {max_bytes}"
+                ),
+            ));
+        }
     };
-    let added_at_ms = state
-        .access
-        .listings(state.served())
-        .into_iter()
-        .find(|l| l.source == "admin" && l.entry == entry)
-        .and_then(|l| l.added_at_ms);
     Ok((status, Json(answer(&entry, "admin", added_at_ms))).into_response())
 }
 

@@ -7,14 +7,23 @@
 //! - memory store: in this process (the store is per process anyway);
 //! - Redis and Redis Cluster: one hash, `<prefix>{access-lists}` (see
 //!   `tollgate_redis::RedisStore::access_entries`). The instance that adds or removes an entry
-//!   applies it at once; every instance reads the hash again every [`REFRESH_EVERY`], so
-//!   another instance applies a change within that (plus one store round trip). If the store
-//!   cannot be read, an instance keeps the entries it read last.
+//!   applies it at once; every instance asks for the hash's version every [`REFRESH_EVERY`] and
+//!   reads the hash again (in pages) when it changed, so another instance applies a change
+//!   within that (plus the read). If the store cannot be read, an instance keeps the entries it
+//!   read last.
 //!
 //! Admin entries survive config reloads; config entries are replaced by each reload. A reload
 //! recompiles the lists at once; limits swapped in directly (`state.limits.store(..)`) are seen
-//! by the next refresh. Every change through the admin API is logged at `info` with
-//! `audit = true`, the action and the entry.
+//! by the next refresh. An admin change, here or read from the store, is applied to the lists in
+//! force one entry at a time (O(log n): see [`AccessLists`]), never by compiling them again, and
+//! each entry is held once, shared by the admin set and the lists.
+//!
+//! **Bounds.** At most [`MAX_MEMORY_ENTRIES`] admin entries taking at most [`MAX_MEMORY_BYTES`]
+//! together (as [`AccessEntry::encoded_len`] counts them), the same as Redis keeps: a full store
+//! answers the add with [`Added::Full`] or [`Added::TooLarge`] (HTTP 409).
+//!
+//! Every change through the admin API is logged at `info` with `audit = true`, the action and
+//! the entry.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -34,21 +43,50 @@ pub(crate) const REFRESH_EVERY: Duration = Duration::from_secs(1);
 /// The most admin entries a memory store keeps (Redis keeps [`tollgate_redis::MAX_ACCESS_ENTRIES`]).
 pub(crate) const MAX_MEMORY_ENTRIES: usize = tollgate_redis::MAX_ACCESS_ENTRIES;
 
+/// The most bytes admin entries take in a memory store, as Redis
+/// ([`tollgate_redis::MAX_ACCESS_BYTES`]).
+pub(crate) const MAX_MEMORY_BYTES: usize = tollgate_redis::MAX_ACCESS_BYTES;
+
 /// The admin entries and what the lists in force were compiled from.
 #[derive(Default)]
 pub(crate) struct AccessAdmin {
-    /// Entry → when it was added (ms since the Unix epoch): the only copy on a memory store,
-    /// the last read of the store's on Redis.
-    entries: Mutex<BTreeMap<AccessEntry, u64>>,
+    /// The admin entries: the only copy on a memory store, the last read of the store's on
+    /// Redis. Each entry is shared with the lists in force, not copied.
+    entries: Mutex<Admin>,
     /// The limits the lists in force were compiled with, to notice a swap.
     compiled_from: Mutex<Option<Arc<Limits>>>,
+}
+
+/// Entry → when it was added (ms since the Unix epoch), and the bytes they take together.
+#[derive(Default)]
+struct Admin {
+    at_ms: BTreeMap<Arc<AccessEntry>, u64>,
+    bytes: usize,
+    /// On Redis: the store's version these entries were read at, `None` when unknown (not read
+    /// yet, or changed during the read).
+    version: Option<u64>,
+}
+
+impl Admin {
+    fn insert(&mut self, entry: Arc<AccessEntry>, at_ms: u64) {
+        let size = entry.encoded_len();
+        if self.at_ms.insert(entry, at_ms).is_none() {
+            self.bytes += size;
+        }
+    }
+
+    fn remove(&mut self, entry: &AccessEntry) -> Option<Arc<AccessEntry>> {
+        let (entry, _) = self.at_ms.remove_entry(entry)?;
+        self.bytes -= entry.encoded_len();
+        Some(entry)
+    }
 }
 
 /// An entry as `GET /v1/admin/access` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Listing {
     /// The entry.
-    pub entry: AccessEntry,
+    pub entry: Arc<AccessEntry>,
     /// `config` or `admin`.
     pub source: &'static str,
     /// When an admin entry was added, ms since the Unix epoch.
@@ -77,19 +115,18 @@ fn now_ms() -> u64 {
 
 impl AccessAdmin {
     /// Compiles the config's entries of the limits in force and the admin entries into the
-    /// engine's lists.
+    /// engine's lists: once at start and after a reload; admin changes are applied one entry at
+    /// a time.
     pub(crate) fn apply(&self, state: Served<'_>) {
         let limits = state.limits.load_full();
-        let entries = lock(&self.entries);
-        let lists = AccessLists::new(
-            limits
-                .access_entries()
-                .iter()
-                .cloned()
-                .chain(entries.keys().cloned()),
-        );
-        drop(entries);
+        // Held while the lists are swapped in, so that no admin change lands between.
+        let admin = lock(&self.entries);
+        let mut lists = AccessLists::new(limits.access_entries().iter().cloned());
+        for entry in admin.at_ms.keys() {
+            lists.insert(Arc::clone(entry));
+        }
         state.engine.set_access_lists(lists);
+        drop(admin);
         *lock(&self.compiled_from) = Some(limits);
     }
 
@@ -100,44 +137,56 @@ impl AccessAdmin {
             .access_entries()
             .iter()
             .map(|entry| Listing {
-                entry: entry.clone(),
+                entry: Arc::new(entry.clone()),
                 source: "config",
                 added_at_ms: None,
             })
             .collect();
-        out.extend(lock(&self.entries).iter().map(|(entry, at)| Listing {
-            entry: entry.clone(),
+        out.extend(lock(&self.entries).at_ms.iter().map(|(entry, at)| Listing {
+            entry: Arc::clone(entry),
             source: "admin",
             added_at_ms: Some(*at),
         }));
         out
     }
 
-    /// Adds an admin entry in the store and applies it here at once.
-    pub(crate) async fn add(&self, state: Served<'_>, entry: AccessEntry) -> Result<Added, Error> {
-        // Whether the entries read back from the store differ from those applied here.
-        let mut reread = false;
+    /// Adds an admin entry in the store and applies it here at once; what happened, and when
+    /// the entry was added (`None` when it was not).
+    pub(crate) async fn add(
+        &self,
+        state: Served<'_>,
+        entry: AccessEntry,
+    ) -> Result<(Added, Option<u64>), Error> {
+        let entry = Arc::new(entry);
         let added = match state.engine.store() {
             AnyStore::Memory(_) => {
-                let mut entries = lock(&self.entries);
-                if entries.contains_key(&entry) {
+                let mut admin = lock(&self.entries);
+                if admin.at_ms.contains_key(&entry) {
                     Added::AlreadyThere
-                } else if entries.len() >= MAX_MEMORY_ENTRIES {
+                } else if admin.at_ms.len() >= MAX_MEMORY_ENTRIES {
                     Added::Full {
-                        held: entries.len() as u64,
+                        held: admin.at_ms.len() as u64,
+                    }
+                } else if admin.bytes + entry.encoded_len() > MAX_MEMORY_BYTES {
+                    Added::TooLarge {
+                        held_bytes: admin.bytes as u64,
+                        max_bytes: MAX_MEMORY_BYTES as u64,
                     }
                 } else {
-                    entries.insert(entry.clone(), now_ms());
+                    self.insert(state, &mut admin, &entry, now_ms());
                     Added::New
                 }
             }
             AnyStore::Redis(store) => {
                 let added = store.add_access_entry(&entry).await?;
-                // The write is done: if the read back fails, apply the entry from here.
-                reread = self.reread(state).await.unwrap_or_else(|_| {
-                    lock(&self.entries).entry(entry.clone()).or_insert_with(now_ms);
-                    true
-                });
+                if matches!(added, Added::New | Added::AlreadyThere) {
+                    // Here at once; the time is this instance's until the next refresh reads
+                    // the store's.
+                    let mut admin = lock(&self.entries);
+                    if !admin.at_ms.contains_key(&entry) {
+                        self.insert(state, &mut admin, &entry, now_ms());
+                    }
+                }
                 added
             }
         };
@@ -153,24 +202,18 @@ impl AccessAdmin {
                 "access list entry added"
             );
         }
-        if added == Added::New || reread {
-            self.apply(state);
-        }
-        Ok(added)
+        let at_ms = lock(&self.entries).at_ms.get(&entry).copied();
+        Ok((added, at_ms))
     }
 
     /// Removes an admin entry from the store and applies that here at once; `false` when there
     /// was no such admin entry.
     pub(crate) async fn remove(&self, state: Served<'_>, entry: &AccessEntry) -> Result<bool, Error> {
-        let mut reread = false;
         let removed = match state.engine.store() {
-            AnyStore::Memory(_) => lock(&self.entries).remove(entry).is_some(),
+            AnyStore::Memory(_) => self.forget(state, &mut lock(&self.entries), entry),
             AnyStore::Redis(store) => {
                 let removed = store.remove_access_entry(entry).await?;
-                reread = self.reread(state).await.unwrap_or_else(|_| {
-                    lock(&self.entries).remove(entry);
-                    true
-                });
+                self.forget(state, &mut lock(&self.entries), entry);
                 removed
             }
         };
@@ -186,43 +229,77 @@ impl AccessAdmin {
                 "access list entry removed"
             );
         }
-        if removed || reread {
-            self.apply(state);
-        }
         Ok(removed)
     }
 
-    /// Reads the store's entries (Redis) into `entries`; whether they changed.
-    async fn reread(&self, state: Served<'_>) -> Result<bool, Error> {
-        let AnyStore::Redis(store) = state.engine.store() else {
-            return Ok(false);
-        };
-        let read: BTreeMap<AccessEntry, u64> = store.access_entries().await?.into_iter().collect();
-        let mut entries = lock(&self.entries);
-        let changed = *entries != read;
-        *entries = read;
-        Ok(changed)
+    /// Records an admin entry and adds it to the lists in force: O(log n), nothing rebuilt.
+    fn insert(&self, state: Served<'_>, admin: &mut Admin, entry: &Arc<AccessEntry>, at_ms: u64) {
+        admin.insert(Arc::clone(entry), at_ms);
+        state
+            .engine
+            .change_access_lists(|lists| lists.insert(Arc::clone(entry)));
     }
 
-    /// One refresh: reads the store's entries and recompiles the lists when they or the limits
-    /// changed. A store that cannot be read keeps the entries read last.
-    pub(crate) async fn refresh(&self, state: Served<'_>) {
-        let changed = match self.reread(state).await {
-            Ok(changed) => changed,
-            Err(err) => {
-                if REFRESH_LOG.due() {
-                    tracing::warn!(target: "tollgate_server::access", error = %err, "cannot read the access list entries from the store; keeping the last ones read");
-                }
-                false
-            }
+    /// Forgets an admin entry and takes it out of the lists in force, unless the config lists
+    /// it too; whether it was an admin entry.
+    fn forget(&self, state: Served<'_>, admin: &mut Admin, entry: &AccessEntry) -> bool {
+        if admin.remove(entry).is_none() {
+            return false;
+        }
+        if !state.limits.load().access_entries().contains(entry) {
+            state.engine.change_access_lists(|lists| lists.remove(entry));
+        }
+        true
+    }
+
+    /// Reads the store's entries (Redis), unless they are still at the version read last, and
+    /// applies the difference with those applied here, one entry at a time.
+    async fn reread(&self, state: Served<'_>) -> Result<(), Error> {
+        let AnyStore::Redis(store) = state.engine.store() else {
+            return Ok(());
         };
+        let version = store.access_version().await?;
+        if version.is_some() && version == lock(&self.entries).version {
+            return Ok(());
+        }
+        let read: BTreeMap<AccessEntry, u64> = store.access_entries().await?.into_iter().collect();
+        // Changed while it was read in pages: apply what was read, and read again next time.
+        let unchanged = store.access_version().await? == version;
+        let mut admin = lock(&self.entries);
+        admin.version = version.filter(|_| unchanged);
+        let gone: Vec<Arc<AccessEntry>> = admin
+            .at_ms
+            .keys()
+            .filter(|entry| !read.contains_key(&***entry))
+            .cloned()
+            .collect();
+        for entry in gone {
+            self.forget(state, &mut admin, &entry);
+        }
+        for (entry, at_ms) in read {
+            match admin.at_ms.get_mut(&entry) {
+                Some(known) => *known = at_ms,
+                None => self.insert(state, &mut admin, &Arc::new(entry), at_ms),
+            }
+        }
+        Ok(())
+    }
+
+    /// One refresh: reads the store's entries and applies what changed, and recompiles the lists
+    /// when the limits were swapped. A store that cannot be read keeps the entries read last.
+    pub(crate) async fn refresh(&self, state: Served<'_>) {
+        if let Err(err) = self.reread(state).await
+            && REFRESH_LOG.due()
+        {
+            tracing::warn!(target: "tollgate_server::access", error = %err, "cannot read the access list entries from the store; keeping the last ones read");
+        }
         let swapped = {
             let compiled = lock(&self.compiled_from);
             !compiled
                 .as_ref()
                 .is_some_and(|from| Arc::ptr_eq(from, &state.limits.load()))
         };
-        if changed || swapped {
+        if swapped {
             self.apply(state);
         }
     }

@@ -143,7 +143,7 @@ pub struct Charges {
 pub struct Engine<S> {
     store: S,
     fallback: MemoryStore<Arc<dyn Clock>>,
-    access: RwLock<Arc<AccessLists>>,
+    access: RwLock<AccessLists>,
     /// Whether `access` has any entry: with none, no request takes its lock.
     listing: AtomicBool,
 }
@@ -195,7 +195,7 @@ impl<S> EngineBuilder<S> {
                 .clock(self.clock)
                 .build(),
             listing: AtomicBool::new(!self.access.is_empty()),
-            access: RwLock::new(Arc::new(self.access)),
+            access: RwLock::new(self.access),
         }
     }
 }
@@ -251,16 +251,37 @@ impl<S> Engine<S> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn set_access_lists(&self, lists: impl Into<Arc<AccessLists>>) {
-        let lists = lists.into();
+    pub fn set_access_lists(&self, lists: AccessLists) {
         let listing = !lists.is_empty();
         *self.access.write() = lists;
         self.listing.store(listing, Ordering::Release);
     }
 
-    /// The allow and deny lists in force.
-    pub fn access_lists(&self) -> Arc<AccessLists> {
-        Arc::clone(&self.access.read())
+    /// Changes the allow and deny lists in place, for one entry added or removed at a time
+    /// without compiling the lists again ([`AccessLists::insert`], [`AccessLists::remove`]:
+    /// O(log n) each). Requests wait for the change, never see it half made.
+    ///
+    /// ```
+    /// use tollgate::access::{AccessEntry, EntryKind, Listed};
+    /// use tollgate::{Engine, MemoryStore};
+    ///
+    /// let engine = Engine::new(MemoryStore::new());
+    /// let scraper = AccessEntry::new(None, Listed::Deny, EntryKind::Key, "scraper-42")?;
+    /// assert!(engine.change_access_lists(|lists| lists.insert(scraper.clone())));
+    /// assert!(engine.access_lists().contains(&scraper));
+    /// # Ok::<(), tollgate::access::AccessError>(())
+    /// ```
+    pub fn change_access_lists<R>(&self, change: impl FnOnce(&mut AccessLists) -> R) -> R {
+        let mut lists = self.access.write();
+        let out = change(&mut lists);
+        self.listing.store(!lists.is_empty(), Ordering::Release);
+        out
+    }
+
+    /// The allow and deny lists in force, read-locked: changes wait until it is dropped, so
+    /// drop it soon.
+    pub fn access_lists(&self) -> impl std::ops::Deref<Target = AccessLists> + '_ {
+        self.access.read()
     }
 
     /// The rules as the store is to decide them: deny lists checked (a blocked request's
