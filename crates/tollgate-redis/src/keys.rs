@@ -101,6 +101,22 @@ impl KeyNames {
         name
     }
 
+    /// The sorted set of the keys of `policy`'s key overrides, in byte order.
+    pub(crate) fn key_override_order(&self, policy: &str) -> Vec<u8> {
+        let mut name = self.prefix.clone();
+        name.extend_from_slice(b"{:}key-order:");
+        escape(&mut name, policy.as_bytes());
+        name
+    }
+
+    /// The sorted set of the keys of `policy`'s key overrides that lapse, by when.
+    pub(crate) fn key_override_expiry(&self, policy: &str) -> Vec<u8> {
+        let mut name = self.prefix.clone();
+        name.extend_from_slice(b"{:}key-expiry:");
+        escape(&mut name, policy.as_bytes());
+        name
+    }
+
     /// The hash of every policy's prefix overrides.
     pub(crate) fn prefix_overrides(&self) -> Vec<u8> {
         let mut name = self.prefix.clone();

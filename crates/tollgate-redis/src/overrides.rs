@@ -9,8 +9,9 @@
 //! the hash's own TTL.
 //!
 //! A **prefix override** cannot be read that way: the keys it covers hash to any slot. Every
-//! prefix override of every policy lives in one hash (`<prefix>{:}prefixes`), bounded by
-//! [`MAX_PREFIX_OVERRIDES`](tollgate::overrides::MAX_PREFIX_OVERRIDES), that each instance keeps
+//! prefix override of every policy lives in one hash (`<prefix>{:}prefixes`), at most
+//! [`MAX_PREFIX_OVERRIDES`] per policy (counted by `lua/override_prefix.lua` when it sets a new
+//! one, dropping the lapsed ones it meets), that each instance keeps
 //! a copy of and reloads whole (one `HGETALL`, by a task of its own: no decision waits for it,
 //! except the very first one of the store) when a decision finds its copy older than the
 //! store's refresh interval (`RedisStoreBuilder::override_refresh`, 1 s by default). The
@@ -21,10 +22,14 @@
 //! it, which changes its copy in place); decisions stay one round trip, and each instance adds
 //! one `HGETALL` per interval while it decides.
 //!
-//! Each policy's key overrides are also listed in `<prefix>{:}keys:<policy>` for
-//! [`list_overrides`](tollgate::OverrideStore::list_overrides): on a cluster that hash is in
-//! another slot than the override, so it is written after the override and cleared after it;
-//! the list drops entries whose expiry has passed when it is read.
+//! Each policy's key overrides are also listed, in three keys of the `{:}` slot that
+//! `lua/override_keys.lua` writes together: `<prefix>{:}keys:<policy>` (key → the override as
+//! set), `{:}key-order:<policy>` (the keys in byte order, for
+//! [`list_overrides`](tollgate::OverrideStore::list_overrides) a page at a time) and
+//! `{:}key-expiry:<policy>` (the keys that lapse, by when, so that lapsed ones are dropped
+//! without a scan). The list is the bound: at most [`MAX_KEY_OVERRIDES`] per policy. On a cluster
+//! it is in another slot than the override, so a key is listed (or refused) before its override
+//! is written, and unlisted after it is removed: an override is never in force unlisted.
 //!
 //! Setting or removing a key override also drops the key's cached denial here and, through the
 //! reset channel, on the other instances, so a raised limit is not hidden behind a denial cached
@@ -36,7 +41,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
-use tollgate::overrides::{Override, OverrideTable, OverrideTarget};
+use tollgate::overrides::{
+    MAX_KEY_OVERRIDES, MAX_PAGE, MAX_PREFIX_OVERRIDES, Override, OverridePage, OverrideTable, OverrideTarget,
+};
 use tollgate::{Algorithm, Anchor, Clock, Error, Policy, Rate, StoreErrorKind};
 
 use crate::deny_cache::DenyCache;
@@ -247,6 +254,25 @@ impl Overrides {
         let encoded = encode(&checked.algorithm, expires_at_us);
         match &checked.target {
             OverrideTarget::Key(key) => {
+                // Listed first, within the policy's bound: an override is never in force
+                // without its line in the list, so the bound holds whatever fails after.
+                let at = expires_at_us.map_or(String::new(), |at| at.to_string());
+                let args = [
+                    "add".to_owned(),
+                    now_us.to_string(),
+                    hex(key),
+                    encoded.clone(),
+                    at,
+                    MAX_KEY_OVERRIDES.to_string(),
+                ];
+                let listed: Vec<u64> = self.list_call(policy, &args).await?;
+                if listed.first() != Some(&1) {
+                    return Err(Error::TooManyOverrides {
+                        policy: policy.name().to_owned(),
+                        kind: "key",
+                        max: MAX_KEY_OVERRIDES,
+                    });
+                }
                 let state = self.state_name(policy, key);
                 let name = KeyNames::override_of(&state);
                 let [p1, p2, p3] = params(&checked.algorithm, now_us);
@@ -268,26 +294,30 @@ impl Overrides {
                         &args,
                     )
                     .await?;
-                let list = self.keys.key_overrides(policy.name());
-                self.command::<u64>(redis::cmd("HSET").arg(&list).arg(key.as_slice()).arg(&encoded))
-                    .await?;
                 self.forget_denials(&state).await;
             }
             OverrideTarget::Prefix(prefix) => {
                 let hash = self.keys.prefix_overrides();
                 let field = join_field(policy.name(), prefix);
-                let exists: bool = self.command(redis::cmd("HEXISTS").arg(&hash).arg(&field)).await?;
-                if !exists {
-                    let count: usize = self.command(redis::cmd("HLEN").arg(&hash)).await?;
-                    if count >= tollgate::overrides::MAX_PREFIX_OVERRIDES {
-                        return Err(Error::TooManyOverrides {
-                            kind: "prefix",
-                            max: tollgate::overrides::MAX_PREFIX_OVERRIDES,
-                        });
-                    }
-                }
-                self.command::<u64>(redis::cmd("HSET").arg(&hash).arg(&field).arg(&encoded))
+                let own = join_field(policy.name(), b"");
+                let args = [
+                    hex(&field),
+                    encoded.clone(),
+                    String::from_utf8_lossy(&own).into_owned(),
+                    MAX_PREFIX_OVERRIDES.to_string(),
+                    now_us.to_string(),
+                ];
+                let set: Vec<u64> = self
+                    .transport
+                    .call(&self.transport.scripts().override_prefix, &[hash], &args)
                     .await?;
+                if set.first() != Some(&1) {
+                    return Err(Error::TooManyOverrides {
+                        policy: policy.name().to_owned(),
+                        kind: "prefix",
+                        max: MAX_PREFIX_OVERRIDES,
+                    });
+                }
                 // Cached denials here may be of keys the prefix covers: drop them all. Other
                 // instances keep theirs until their wait ends.
                 if let Some(cache) = &self.deny_cache {
@@ -347,29 +377,73 @@ impl Overrides {
         }
     }
 
-    /// [`OverrideStore::list_overrides`](tollgate::OverrideStore::list_overrides).
-    pub(crate) async fn list(&self, policy: &Policy) -> Result<Vec<Override>, Error> {
+    /// One call of the listing script on `policy`'s three listing keys.
+    async fn list_call<T: redis::FromRedisValue>(
+        &self,
+        policy: &Policy,
+        args: &[String],
+    ) -> Result<T, Error> {
+        let name = policy.name();
+        let keys = [
+            self.keys.key_overrides(name),
+            self.keys.key_override_order(name),
+            self.keys.key_override_expiry(name),
+        ];
+        self.transport
+            .call(&self.transport.scripts().override_keys, &keys, args)
+            .await
+    }
+
+    /// [`OverrideStore::list_overrides`](tollgate::OverrideStore::list_overrides): keys from the
+    /// policy's list, a page at a time in byte order (one script call, which also drops lapsed
+    /// ones), then prefixes from the hash of every prefix override (one read: at most
+    /// [`MAX_PREFIX_OVERRIDES`] of them are the policy's).
+    pub(crate) async fn list(
+        &self,
+        policy: &Policy,
+        after: Option<&OverrideTarget>,
+        limit: usize,
+    ) -> Result<OverridePage, Error> {
+        let limit = limit.clamp(1, MAX_PAGE);
         let now_us = self.clock.now_us();
-        let mut table = OverrideTable::default();
-        let list = self.keys.key_overrides(policy.name());
-        let keys: Vec<(Vec<u8>, String)> = self.command(redis::cmd("HGETALL").arg(&list)).await?;
-        let mut lapsed = vec![];
-        for (key, value) in keys {
-            let (algorithm, at) = decode(&value).ok_or_else(|| corrupt(value.as_bytes()))?;
-            if at.is_some_and(|at| at <= now_us) {
-                lapsed.push(key);
-                continue;
+        let mut listed: Vec<Override> = Vec::with_capacity(limit + 1);
+        if !matches!(after, Some(OverrideTarget::Prefix(_))) {
+            let from = match after {
+                Some(OverrideTarget::Key(key)) => hex(key),
+                _ => String::new(),
+            };
+            let args = [
+                "page".to_owned(),
+                now_us.to_string(),
+                from,
+                (limit + 1).to_string(),
+            ];
+            let flat: Vec<Vec<u8>> = self.list_call(policy, &args).await?;
+            for pair in flat.chunks_exact(2) {
+                let text = std::str::from_utf8(&pair[1]).map_err(|_| corrupt(&pair[1]))?;
+                let (algorithm, at) = decode(text).ok_or_else(|| corrupt(&pair[1]))?;
+                listed.push(Override {
+                    target: OverrideTarget::Key(pair[0].clone()),
+                    algorithm,
+                    expires_in: at.map(|at| Duration::from_micros(at.saturating_sub(now_us))),
+                });
             }
-            let _ = table.set(policy.name(), OverrideTarget::Key(key), algorithm, at, now_us);
         }
-        if !lapsed.is_empty() {
-            self.command::<u64>(redis::cmd("HDEL").arg(&list).arg(lapsed))
-                .await?;
+        if listed.len() <= limit {
+            let prefixes = self.load_prefixes(now_us).await?;
+            let after = match after {
+                Some(prefix @ OverrideTarget::Prefix(_)) => Some(prefix),
+                _ => None,
+            };
+            let page = prefixes.page(policy.name(), after, limit + 1 - listed.len(), now_us);
+            listed.extend(page.overrides);
         }
-        let prefixes = self.load_prefixes(now_us).await?;
-        let mut listed = table.list(policy.name(), now_us);
-        listed.extend(prefixes.list(policy.name(), now_us));
-        Ok(listed)
+        let more = listed.len() > limit;
+        listed.truncate(limit);
+        Ok(OverridePage {
+            next: more.then(|| listed.last().map(|o| o.target.clone())).flatten(),
+            overrides: listed,
+        })
     }
 
     /// [`OverrideStore::remove_override`](tollgate::OverrideStore::remove_override).
@@ -381,9 +455,8 @@ impl Overrides {
                 let removed: u64 = self
                     .command(redis::cmd("DEL").arg(KeyNames::override_of(&state)))
                     .await?;
-                let list = self.keys.key_overrides(policy.name());
-                self.command::<u64>(redis::cmd("HDEL").arg(&list).arg(key.as_slice()))
-                    .await?;
+                let args = ["remove".to_owned(), self.clock.now_us().to_string(), hex(key)];
+                self.list_call::<Vec<u64>>(policy, &args).await?;
                 self.forget_denials(&state).await;
                 Ok(removed > 0)
             }
@@ -499,6 +572,17 @@ fn decode(text: &str) -> Option<(Algorithm, Option<u64>)> {
         _ => return None,
     };
     Some((algorithm, at))
+}
+
+/// `bytes` in lower-case hexadecimal: how a key travels to a script (arguments are text). Its
+/// byte order is the bytes' order.
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut text = String::with_capacity(2 * bytes.len());
+    for byte in bytes {
+        let _ = write!(text, "{byte:02x}");
+    }
+    text
 }
 
 fn corrupt(what: &[u8]) -> Error {

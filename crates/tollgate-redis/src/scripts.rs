@@ -131,6 +131,10 @@ pub(crate) struct Scripts {
     pub(crate) access: Script,
     /// Writes a key override with its expiry (see `overrides`).
     pub(crate) set_override: Script,
+    /// A policy's list of key overrides: bounded, read page by page (see `overrides`).
+    pub(crate) override_keys: Script,
+    /// Sets a prefix override within its policy's bound (see `overrides`).
+    pub(crate) override_prefix: Script,
     /// Concurrency leases: acquire and release (see `concurrency`).
     pub(crate) concurrency: Script,
     /// The decision and batch scripts as a function library.
@@ -155,6 +159,8 @@ impl Scripts {
             reset: Script::new(include_str!("../lua/reset.lua")),
             access: Script::new(include_str!("../lua/access.lua")),
             set_override: Script::new(include_str!("../lua/override.lua")),
+            override_keys: Script::new(include_str!("../lua/override_keys.lua")),
+            override_prefix: Script::new(include_str!("../lua/override_prefix.lua")),
             concurrency: Script::new(concat!(
                 include_str!("../lua/common.lua"),
                 "\n",
@@ -164,10 +170,12 @@ impl Scripts {
     }
 
     /// Every script, for `SCRIPT LOAD` ahead of traffic.
-    pub(crate) fn all(&self) -> [&Script; 9] {
+    pub(crate) fn all(&self) -> [&Script; 11] {
         [
             &self.access,
             &self.set_override,
+            &self.override_keys,
+            &self.override_prefix,
             &self.decide,
             &self.batch,
             &self.refund,

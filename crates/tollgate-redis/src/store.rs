@@ -25,7 +25,7 @@ use std::time::Duration;
 use tollgate::access::{AccessEntry, Added};
 use tollgate::attempts::Attempts;
 use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, LeaseId, LeaseIds, Release};
-use tollgate::overrides::{Override, OverrideStore, OverrideTarget};
+use tollgate::overrides::{Override, OverridePage, OverrideStore, OverrideTarget};
 use tollgate::store::{self as core_store, AttemptsStore, Store};
 use tollgate::{
     AttemptsStatus, Charged, Clock, Decision, Decisions, Error, PerRule, Policy, Rule, SystemClock,
@@ -1144,8 +1144,13 @@ impl OverrideStore for RedisStore {
         self.inner.overrides.get(policy, target).await
     }
 
-    async fn list_overrides(&self, policy: &Policy) -> Result<Vec<Override>, Error> {
-        self.inner.overrides.list(policy).await
+    async fn list_overrides(
+        &self,
+        policy: &Policy,
+        after: Option<&OverrideTarget>,
+        limit: usize,
+    ) -> Result<OverridePage, Error> {
+        self.inner.overrides.list(policy, after, limit).await
     }
 
     async fn remove_override(&self, policy: &Policy, target: &OverrideTarget) -> Result<bool, Error> {

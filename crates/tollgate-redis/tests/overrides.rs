@@ -74,10 +74,16 @@ async fn fleet_applies_overrides(target: impl Fn() -> Target) {
     assert_eq!(until_limit(&b, &policy, b"t:1", 5).await, 5);
 
     // Both see both, and the list is the same from either.
-    let listed = b.list_overrides(&policy).await.unwrap();
-    let targets: Vec<_> = listed.iter().map(|o| o.target.clone()).collect();
+    let listed = b.list_overrides(&policy, None, 10).await.unwrap();
+    let targets: Vec<_> = listed.overrides.iter().map(|o| o.target.clone()).collect();
     assert_eq!(targets, [OverrideTarget::key("k"), OverrideTarget::prefix("t:")]);
-    assert_eq!(a.list_overrides(&policy).await.unwrap(), listed);
+    assert_eq!(listed.next, None);
+    assert_eq!(a.list_overrides(&policy, None, 10).await.unwrap(), listed);
+    let first = a.list_overrides(&policy, None, 1).await.unwrap();
+    assert_eq!(first.next, Some(OverrideTarget::key("k")));
+    let second = a.list_overrides(&policy, first.next.as_ref(), 1).await.unwrap();
+    assert_eq!(second.overrides[0].target, OverrideTarget::prefix("t:"));
+    assert_eq!(second.next, None);
     assert_eq!(
         b.override_for(&policy, b"t:9").await.unwrap().map(|o| o.target),
         Some(OverrideTarget::prefix("t:"))
@@ -195,15 +201,23 @@ async fn rules_on_one_slot_each_read_their_override_in_one_call_on_a_cluster() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prefix_overrides_are_bounded_in_redis_too() {
+async fn prefix_overrides_are_bounded_per_policy_in_redis_too() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url()).await.unwrap();
-    let policy = log("many", 1);
-    for i in 0..tollgate::overrides::MAX_PREFIX_OVERRIDES {
+    let clock = ManualClock::new(T0_US);
+    let store = RedisStore::builder(Target::Standalone(server.url()))
+        .clock(clock.clone())
+        .connect()
+        .await
+        .unwrap();
+    let (policy, other) = (log("many", 1), log("other", 1));
+    let max = tollgate::overrides::MAX_PREFIX_OVERRIDES;
+    for i in 0..max {
+        // The first lapses after a minute.
+        let ttl = (i == 0).then_some(Duration::from_secs(60));
         store
             .set_override(
                 &policy,
-                &more(&policy, OverrideTarget::prefix(format!("p{i}:")), 2, None),
+                &more(&policy, OverrideTarget::prefix(format!("p{i}:")), 2, ttl),
             )
             .await
             .unwrap();
@@ -212,8 +226,127 @@ async fn prefix_overrides_are_bounded_in_redis_too() {
         .set_override(&policy, &more(&policy, OverrideTarget::prefix("x"), 2, None))
         .await
         .unwrap_err();
-    assert_eq!(err.to_string(), "too many prefix overrides: at most 1024");
-    assert!(err.is_bad_input());
+    assert_eq!(
+        err.to_string(),
+        "policy `many` has 1024 prefix overrides, the most a policy may have"
+    );
+    assert!(matches!(
+        err,
+        tollgate::Error::TooManyOverrides { kind: "prefix", .. }
+    ));
+    // Another policy has room of its own; a replaced one is not one more.
+    store
+        .set_override(&other, &more(&other, OverrideTarget::prefix("x"), 2, None))
+        .await
+        .unwrap();
+    store
+        .set_override(&policy, &more(&policy, OverrideTarget::prefix("p7:"), 3, None))
+        .await
+        .unwrap();
+    // A lapsed one makes room, and is gone from Redis.
+    clock.advance(Duration::from_secs(60));
+    store
+        .set_override(&policy, &more(&policy, OverrideTarget::prefix("x"), 2, None))
+        .await
+        .unwrap();
+    let fields = redis_cli(server.port(), &["HLEN", "tollgate:{:}prefixes"]);
+    assert_eq!(
+        fields.trim(),
+        (max + 1).to_string(),
+        "1024 of `many`, 1 of `other`"
+    );
+}
+
+/// A policy's key overrides are bounded in Redis as in memory. The list is filled to one below
+/// the bound directly (100 000 calls through the store would take minutes), as the listing
+/// script writes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_overrides_are_bounded_per_policy_in_redis_too() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let (policy, other) = (log("many", 1), log("other", 1));
+    let max = tollgate::overrides::MAX_KEY_OVERRIDES;
+    let fill = format!(
+        "for i = 1, {} do \
+           redis.call('HSET', KEYS[1], 'seeded-' .. i, '- sliding_log 2 60000000') \
+           redis.call('ZADD', KEYS[2], 0, 'seeded-' .. i) \
+         end return redis.call('HLEN', KEYS[1])",
+        max - 1
+    );
+    let filled = redis_cli(
+        server.port(),
+        &[
+            "EVAL",
+            &fill,
+            "2",
+            "tollgate:{:}keys:many",
+            "tollgate:{:}key-order:many",
+        ],
+    );
+    assert_eq!(filled.trim(), (max - 1).to_string());
+    store
+        .set_override(&policy, &more(&policy, OverrideTarget::key("last"), 2, None))
+        .await
+        .unwrap();
+    let err = store
+        .set_override(&policy, &more(&policy, OverrideTarget::key("one-more"), 2, None))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "policy `many` has 100000 key overrides, the most a policy may have"
+    );
+    assert_eq!(
+        store
+            .get_override(&policy, &OverrideTarget::key("one-more"))
+            .await
+            .unwrap(),
+        None,
+        "nothing written"
+    );
+    store
+        .set_override(&policy, &more(&policy, OverrideTarget::key("last"), 3, None))
+        .await
+        .unwrap();
+    store
+        .set_override(&other, &more(&other, OverrideTarget::key("one-more"), 2, None))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .remove_override(&policy, &OverrideTarget::key("last"))
+            .await
+            .unwrap()
+    );
+    store
+        .set_override(&policy, &more(&policy, OverrideTarget::key("one-more"), 2, None))
+        .await
+        .unwrap();
+    // Pages of the list, from the middle: in byte order (`seeded-9999` < `seeded-99990`), at
+    // most the limit.
+    let after = OverrideTarget::key("seeded-99997");
+    let page = store.list_overrides(&policy, Some(&after), 1).await.unwrap();
+    let keys: Vec<_> = page.overrides.iter().map(|o| o.target.clone()).collect();
+    assert_eq!(keys, [OverrideTarget::key("seeded-99998")]);
+    assert_eq!(page.next, Some(OverrideTarget::key("seeded-99998")));
+    let page = store
+        .list_overrides(&policy, page.next.as_ref(), 5)
+        .await
+        .unwrap();
+    let keys: Vec<_> = page.overrides.iter().map(|o| o.target.clone()).collect();
+    assert_eq!(keys, [OverrideTarget::key("seeded-99999")]);
+    assert_eq!(page.next, None);
+}
+
+/// `redis-cli -p port args...`, its output.
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .arg("-p")
+        .arg(port.to_string())
+        .args(args)
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A fixed window of 2 per hour on key "k", with a key override of `limit` per hour.

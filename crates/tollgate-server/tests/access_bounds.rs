@@ -148,3 +148,66 @@ async fn an_entry_of_the_config_stays_when_its_admin_twin_goes() {
     );
     assert_eq!(check(&router, "trudy").await, StatusCode::OK);
 }
+
+/// The entries in force are listed a page at a time: every one once (an entry both in the config
+/// and added by an admin twice, the config's first), in a fixed order, at most `limit` a page.
+#[tokio::test]
+async fn entries_are_listed_a_page_at_a_time() {
+    let router = router(AnyStore::memory());
+    for i in 0..23 {
+        assert_eq!(
+            add(&router, &format!("scraper-{i:02}")).await.0,
+            StatusCode::CREATED
+        );
+    }
+    let twin = json!({"list": "deny", "kind": "key", "value": "mallory"});
+    assert_eq!(
+        call(&router, "POST", "/v1/admin/access", Some(twin)).await.0,
+        StatusCode::CREATED
+    );
+    let mut seen: Vec<String> = Vec::new();
+    let mut uri = "/v1/admin/access?limit=5".to_owned();
+    for page in 0.. {
+        assert!(page < 10, "the listing never ended");
+        let (status, listed) = call(&router, "GET", &uri, None).await;
+        assert_eq!(status, StatusCode::OK, "{listed}");
+        let entries = listed["entries"].as_array().unwrap();
+        assert!(entries.len() <= 5);
+        seen.extend(entries.iter().map(|e| {
+            format!(
+                "{}={}",
+                e["source"].as_str().unwrap(),
+                e["value"].as_str().unwrap()
+            )
+        }));
+        match listed["next_cursor"].as_str() {
+            Some(cursor) => {
+                let cursor: String = form_urlencoded::byte_serialize(cursor.as_bytes()).collect();
+                uri = format!("/v1/admin/access?limit=5&cursor={cursor}");
+            }
+            None => break,
+        }
+    }
+    let expected: Vec<String> = ["config=mallory", "admin=mallory"]
+        .map(String::from)
+        .into_iter()
+        .chain((0..23).map(|i| format!("admin=scraper-{i:02}")))
+        .collect();
+    assert_eq!(seen, expected, "global entries first, then the policy's");
+    let (_, all) = call(&router, "GET", "/v1/admin/access", None).await;
+    assert_eq!(
+        all["entries"].as_array().map(Vec::len),
+        Some(25),
+        "100 by default"
+    );
+    for query in [
+        "limit=0",
+        "limit=1001",
+        "cursor=bogus",
+        "cursor=admin%3Anot-an-entry",
+        "n=2",
+    ] {
+        let (status, problem) = call(&router, "GET", &format!("/v1/admin/access?{query}"), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {problem}");
+    }
+}

@@ -196,3 +196,111 @@ async fn the_override_api_on_a_cluster() {
     let cluster = RedisCluster::start();
     the_override_api_works(redis_store(Target::Cluster(cluster.urls())).await).await;
 }
+
+/// Listing is read page by page: every override once, keys then prefixes in byte order, at most
+/// `limit` an answer; a policy's prefix overrides are bounded per policy (409), so one policy
+/// never takes another's room.
+async fn pages_and_bounds(store: AnyStore) {
+    let state = state(store);
+    let body = r#"{"rate": "100/1m", "burst": 5}"#;
+    for i in 0..25 {
+        let uri = format!("/v1/overrides/api/keys/tenant-{i:02}");
+        assert_eq!(admin(&state, "PUT", &uri, Some(body)).await.0, StatusCode::OK);
+    }
+    for prefix in ["b:", "a:", "c:"] {
+        let uri = format!("/v1/overrides/api/prefixes/{prefix}");
+        assert_eq!(admin(&state, "PUT", &uri, Some(body)).await.0, StatusCode::OK);
+    }
+    let mut seen: Vec<String> = Vec::new();
+    let mut uri = "/v1/overrides/api?limit=10".to_owned();
+    for page in 0.. {
+        assert!(page < 10, "the listing never ended");
+        let (status, listed) = admin(&state, "GET", &uri, None).await;
+        assert_eq!(status, StatusCode::OK, "{listed}");
+        let overrides = listed["overrides"].as_array().unwrap();
+        assert!(overrides.len() <= 10);
+        seen.extend(overrides.iter().map(|o| {
+            format!(
+                "{}={}",
+                o["kind"].as_str().unwrap(),
+                o[o["kind"].as_str().unwrap()].as_str().unwrap()
+            )
+        }));
+        match listed["next_cursor"].as_str() {
+            Some(cursor) => {
+                let cursor: String = form_urlencoded::byte_serialize(cursor.as_bytes()).collect();
+                uri = format!("/v1/overrides/api?limit=10&cursor={cursor}");
+            }
+            None => break,
+        }
+    }
+    let expected: Vec<String> = (0..25)
+        .map(|i| format!("key=tenant-{i:02}"))
+        .chain(["prefix=a:", "prefix=b:", "prefix=c:"].map(String::from))
+        .collect();
+    assert_eq!(seen, expected);
+    let (_, first) = admin(&state, "GET", "/v1/overrides/api", None).await;
+    assert_eq!(
+        first["overrides"].as_array().map(Vec::len),
+        Some(28),
+        "100 by default"
+    );
+    assert_eq!(first["next_cursor"], Value::Null);
+
+    for query in ["limit=0", "limit=1001", "cursor=bogus", "page=2"] {
+        let (status, problem) = admin(&state, "GET", &format!("/v1/overrides/api?{query}"), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {problem}");
+    }
+
+    let max = tollgate::overrides::MAX_PREFIX_OVERRIDES;
+    for i in 3..max {
+        let uri = format!("/v1/overrides/api/prefixes/p{i}:");
+        let (status, problem) = admin(&state, "PUT", &uri, Some(body)).await;
+        assert_eq!(status, StatusCode::OK, "prefix {i}: {problem}");
+    }
+    let (status, problem) = admin(&state, "PUT", "/v1/overrides/api/prefixes/one-more:", Some(body)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    assert_eq!(
+        problem["detail"],
+        format!("policy `api` has {max} prefix overrides, the most a policy may have")
+    );
+    // Replacing one is not one more; another policy has room of its own.
+    assert_eq!(
+        admin(&state, "PUT", "/v1/overrides/api/prefixes/a:", Some(body))
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let window = r#"{"limit": 5, "window": "1h"}"#;
+    let (status, problem) = admin(&state, "PUT", "/v1/overrides/export/prefixes/x:", Some(window)).await;
+    assert_eq!(status, StatusCode::OK, "{problem}");
+}
+
+#[tokio::test]
+async fn pages_and_bounds_on_the_memory_store() {
+    pages_and_bounds(AnyStore::memory()).await;
+}
+
+/// A store whose calls may take a second: the bound takes a thousand calls in a row, and on a
+/// busy machine one of them may take longer than the default deadline of 50 ms.
+async fn patient_store(target: Target) -> AnyStore {
+    let store = RedisStore::builder(target)
+        .clock(ManualClock::new(tollgate_testkit::vectors::T0_US))
+        .timeout(std::time::Duration::from_secs(1))
+        .connect()
+        .await
+        .expect("connect");
+    AnyStore::Redis(store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_and_bounds_on_redis() {
+    let server = RedisServer::start();
+    pages_and_bounds(patient_store(Target::Standalone(server.url())).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_and_bounds_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    pages_and_bounds(patient_store(Target::Cluster(cluster.urls())).await).await;
+}

@@ -185,9 +185,11 @@ pub enum Error {
         /// The override's algorithm.
         got: &'static str,
     },
-    /// The store holds as many overrides of this kind (`key` or `prefix`) as it may.
-    #[error("too many {kind} overrides: at most {max}")]
+    /// The policy has as many overrides of this kind (`key` or `prefix`) as a policy may.
+    #[error("policy `{policy}` has {max} {kind} overrides, the most a policy may have")]
     TooManyOverrides {
+        /// The policy.
+        policy: String,
         /// `key` or `prefix`.
         kind: &'static str,
         /// The bound.

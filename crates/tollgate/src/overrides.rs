@@ -19,26 +19,46 @@
 //! The cost of a check is still bounded by the policy's own limit
 //! ([`Policy::max_cost`]): the engine validates costs before it knows the key's override.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
+use std::ops::Bound;
 use std::time::Duration;
 
 use crate::{Algorithm, Error, Policy, bounds};
 
-/// The most prefix overrides a store holds, over every policy: each instance of a networked
-/// store keeps all of them in memory and reloads them whole, so the set must stay small.
+/// The most prefix overrides a policy has, in any store: each instance of a networked store
+/// keeps every policy's in memory and reloads them whole, so the set must stay small. Per
+/// policy, so that one policy's overrides never crowd out another's.
 ///
 /// ```
 /// assert_eq!(tollgate::overrides::MAX_PREFIX_OVERRIDES, 1024);
 /// ```
 pub const MAX_PREFIX_OVERRIDES: usize = 1024;
 
-/// The most exact-key overrides the memory store holds, over every policy.
+/// The most exact-key overrides a policy has, in any store (the memory store and Redis alike).
 ///
 /// ```
-/// assert_eq!(tollgate::overrides::MAX_KEY_OVERRIDES, 1 << 20);
+/// assert_eq!(tollgate::overrides::MAX_KEY_OVERRIDES, 100_000);
 /// ```
-pub const MAX_KEY_OVERRIDES: usize = 1 << 20;
+pub const MAX_KEY_OVERRIDES: usize = 100_000;
+
+/// The most overrides one [`list_overrides`](OverrideStore::list_overrides) answers: a listing is
+/// read page by page, so no answer grows with the number of overrides.
+///
+/// ```
+/// assert_eq!(tollgate::overrides::MAX_PAGE, 1000);
+/// ```
+pub const MAX_PAGE: usize = 1000;
+
+/// One page of a policy's overrides: keys first then prefixes, each in byte order, and where the
+/// next page starts.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OverridePage {
+    /// The live overrides of this page.
+    pub overrides: Vec<Override>,
+    /// The target to list after for the next page; `None` when this page is the last.
+    pub next: Option<OverrideTarget>,
+}
 
 /// What an override covers: one key, or every key that starts with a prefix.
 ///
@@ -210,8 +230,15 @@ pub trait OverrideStore: Send + Sync {
         target: &OverrideTarget,
     ) -> impl Future<Output = Result<Option<Override>, Error>> + Send;
 
-    /// Every live override of `policy`, keys first then prefixes, each in byte order.
-    fn list_overrides(&self, policy: &Policy) -> impl Future<Output = Result<Vec<Override>, Error>> + Send;
+    /// One page of the live overrides of `policy`: keys first then prefixes, each in byte
+    /// order, starting after `after` (from the first when `None`), at most `limit` of them
+    /// (taken as 1 to [`MAX_PAGE`]). [`OverridePage::next`] is where the next page starts.
+    fn list_overrides(
+        &self,
+        policy: &Policy,
+        after: Option<&OverrideTarget>,
+        limit: usize,
+    ) -> impl Future<Output = Result<OverridePage, Error>> + Send;
 
     /// Removes the override of `policy` for exactly `target`; `true` when there was one.
     fn remove_override(
@@ -247,8 +274,13 @@ impl<S: OverrideStore + ?Sized> OverrideStore for std::sync::Arc<S> {
         (**self).get_override(policy, target)
     }
 
-    fn list_overrides(&self, policy: &Policy) -> impl Future<Output = Result<Vec<Override>, Error>> + Send {
-        (**self).list_overrides(policy)
+    fn list_overrides(
+        &self,
+        policy: &Policy,
+        after: Option<&OverrideTarget>,
+        limit: usize,
+    ) -> impl Future<Output = Result<OverridePage, Error>> + Send {
+        (**self).list_overrides(policy, after, limit)
     }
 
     fn remove_override(
@@ -306,9 +338,10 @@ impl Prefixes {
     }
 }
 
-/// An in-process index of overrides by policy name: exact keys in a hash map, prefixes by
+/// An in-process index of overrides by policy name: exact keys in an ordered map, prefixes by
 /// length. Times are µs on whatever clock the caller uses; lapsed entries are ignored and
-/// dropped when met.
+/// dropped when met. Each policy holds at most [`MAX_KEY_OVERRIDES`] keys and
+/// [`MAX_PREFIX_OVERRIDES`] prefixes.
 ///
 /// ```
 /// use tollgate::overrides::{OverrideTable, OverrideTarget};
@@ -328,20 +361,20 @@ impl Prefixes {
 /// ```
 #[derive(Debug, Default, Clone)]
 pub struct OverrideTable {
-    keys: HashMap<String, HashMap<Vec<u8>, Entry>>,
+    /// Never holds an empty map.
+    keys: HashMap<String, BTreeMap<Vec<u8>, Entry>>,
+    /// Never holds an empty set.
     prefixes: HashMap<String, Prefixes>,
-    key_count: usize,
-    prefix_count: usize,
 }
 
 impl OverrideTable {
     /// True when the table holds nothing (lapsed entries not yet dropped count).
     pub fn is_empty(&self) -> bool {
-        self.key_count == 0 && self.prefix_count == 0
+        self.keys.is_empty() && self.prefixes.is_empty()
     }
 
     /// Sets an override; refused past [`MAX_KEY_OVERRIDES`] keys or [`MAX_PREFIX_OVERRIDES`]
-    /// prefixes (lapsed ones are dropped first).
+    /// prefixes of the policy (its lapsed ones are dropped first).
     pub fn set(
         &mut self,
         policy: &str,
@@ -354,39 +387,38 @@ impl OverrideTable {
             algorithm,
             expires_at_us,
         };
+        let full = |kind, max| Error::TooManyOverrides {
+            policy: policy.to_owned(),
+            kind,
+            max,
+        };
         match target {
             OverrideTarget::Key(key) => {
+                let held = self.keys.get(policy).map_or(0, BTreeMap::len);
                 let exists = self.keys.get(policy).is_some_and(|m| m.contains_key(&key));
-                if !exists && self.key_count >= MAX_KEY_OVERRIDES {
-                    self.purge(now_us);
-                    if self.key_count >= MAX_KEY_OVERRIDES {
-                        return Err(Error::TooManyOverrides {
-                            kind: "key",
-                            max: MAX_KEY_OVERRIDES,
-                        });
+                if !exists && held >= MAX_KEY_OVERRIDES {
+                    self.purge_policy(policy, now_us);
+                    if self.keys.get(policy).map_or(0, BTreeMap::len) >= MAX_KEY_OVERRIDES {
+                        return Err(full("key", MAX_KEY_OVERRIDES));
                     }
                 }
-                let previous = self.keys.entry(policy.to_owned()).or_default().insert(key, entry);
-                self.key_count += usize::from(previous.is_none());
+                self.keys.entry(policy.to_owned()).or_default().insert(key, entry);
             }
             OverrideTarget::Prefix(prefix) => {
+                let held = self.prefixes.get(policy).map_or(0, |p| p.by_prefix.len());
                 let exists = self
                     .prefixes
                     .get(policy)
                     .is_some_and(|p| p.by_prefix.contains_key(&prefix));
-                if !exists && self.prefix_count >= MAX_PREFIX_OVERRIDES {
-                    self.purge(now_us);
-                    if self.prefix_count >= MAX_PREFIX_OVERRIDES {
-                        return Err(Error::TooManyOverrides {
-                            kind: "prefix",
-                            max: MAX_PREFIX_OVERRIDES,
-                        });
+                if !exists && held >= MAX_PREFIX_OVERRIDES {
+                    self.purge_policy(policy, now_us);
+                    if self.prefixes.get(policy).map_or(0, |p| p.by_prefix.len()) >= MAX_PREFIX_OVERRIDES {
+                        return Err(full("prefix", MAX_PREFIX_OVERRIDES));
                     }
                 }
                 let prefixes = self.prefixes.entry(policy.to_owned()).or_default();
                 prefixes.lengths.insert(prefix.len());
-                let previous = prefixes.by_prefix.insert(prefix, entry);
-                self.prefix_count += usize::from(previous.is_none());
+                prefixes.by_prefix.insert(prefix, entry);
             }
         }
         Ok(())
@@ -407,45 +439,106 @@ impl OverrideTable {
     pub fn remove(&mut self, policy: &str, target: &OverrideTarget, now_us: u64) -> bool {
         let removed = match target {
             OverrideTarget::Key(key) => {
-                let removed = self.keys.get_mut(policy).and_then(|m| m.remove(key));
-                self.key_count -= usize::from(removed.is_some());
+                let Some(map) = self.keys.get_mut(policy) else {
+                    return false;
+                };
+                let removed = map.remove(key);
+                if map.is_empty() {
+                    self.keys.remove(policy);
+                }
                 removed
             }
             OverrideTarget::Prefix(prefix) => {
-                let removed = self.prefixes.get_mut(policy).and_then(|p| {
-                    let removed = p.by_prefix.remove(prefix);
-                    p.relength();
-                    removed
-                });
-                self.prefix_count -= usize::from(removed.is_some());
+                let Some(prefixes) = self.prefixes.get_mut(policy) else {
+                    return false;
+                };
+                let removed = prefixes.by_prefix.remove(prefix);
+                prefixes.relength();
+                if prefixes.by_prefix.is_empty() {
+                    self.prefixes.remove(policy);
+                }
                 removed
             }
         };
         removed.is_some_and(|e| e.live(now_us))
     }
 
-    /// Every live override of `policy`: keys, then prefixes, each in byte order.
-    pub fn list(&self, policy: &str, now_us: u64) -> Vec<Override> {
-        let mut keys: Vec<Override> = self
-            .keys
-            .get(policy)
-            .into_iter()
-            .flatten()
-            .filter(|(_, e)| e.live(now_us))
-            .map(|(k, e)| e.to_override(OverrideTarget::Key(k.clone()), now_us))
-            .collect();
-        keys.sort_by(|a, b| a.target.bytes().cmp(b.target.bytes()));
-        let mut prefixes: Vec<Override> = self
-            .prefixes
-            .get(policy)
-            .into_iter()
-            .flat_map(|p| &p.by_prefix)
-            .filter(|(_, e)| e.live(now_us))
-            .map(|(p, e)| e.to_override(OverrideTarget::Prefix(p.clone()), now_us))
-            .collect();
-        prefixes.sort_by(|a, b| a.target.bytes().cmp(b.target.bytes()));
-        keys.extend(prefixes);
-        keys
+    /// One page of the live overrides of `policy`, as
+    /// [`OverrideStore::list_overrides`] describes: keys first then prefixes, each in byte
+    /// order, after `after`, at most `limit` (1 to [`MAX_PAGE`]). Keys cost O(log n + limit);
+    /// prefixes (at most [`MAX_PREFIX_OVERRIDES`]) are sorted for each page.
+    ///
+    /// ```
+    /// use tollgate::overrides::{OverrideTable, OverrideTarget};
+    /// use tollgate::{Algorithm, Rate};
+    ///
+    /// let mut table = OverrideTable::default();
+    /// let more = Algorithm::gcra(Rate::per_second(100)?, 100)?;
+    /// for target in [OverrideTarget::key("b"), OverrideTarget::key("a"), OverrideTarget::prefix("t:")] {
+    ///     table.set("api", target, more.clone(), None, 0)?;
+    /// }
+    /// let first = table.page("api", None, 2, 0);
+    /// assert_eq!(first.overrides.len(), 2);
+    /// assert_eq!(first.next, Some(OverrideTarget::key("b")));
+    /// let second = table.page("api", first.next.as_ref(), 2, 0);
+    /// assert_eq!(second.overrides[0].target, OverrideTarget::prefix("t:"));
+    /// assert_eq!(second.next, None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn page(
+        &self,
+        policy: &str,
+        after: Option<&OverrideTarget>,
+        limit: usize,
+        now_us: u64,
+    ) -> OverridePage {
+        let limit = limit.clamp(1, MAX_PAGE);
+        // One more than the page, to know whether another follows.
+        let mut listed: Vec<Override> = Vec::with_capacity(limit + 1);
+        if !matches!(after, Some(OverrideTarget::Prefix(_))) {
+            let from = match after {
+                Some(OverrideTarget::Key(key)) => Bound::Excluded(key.as_slice()),
+                _ => Bound::Unbounded,
+            };
+            listed.extend(
+                self.keys
+                    .get(policy)
+                    .into_iter()
+                    .flat_map(|m| m.range::<[u8], _>((from, Bound::Unbounded)))
+                    .filter(|(_, e)| e.live(now_us))
+                    .take(limit + 1)
+                    .map(|(k, e)| e.to_override(OverrideTarget::Key(k.clone()), now_us)),
+            );
+        }
+        if listed.len() <= limit {
+            let mut prefixes: Vec<(&Vec<u8>, &Entry)> = self
+                .prefixes
+                .get(policy)
+                .into_iter()
+                .flat_map(|p| &p.by_prefix)
+                .filter(|(p, e)| {
+                    e.live(now_us)
+                        && match after {
+                            Some(OverrideTarget::Prefix(after)) => p.as_slice() > after.as_slice(),
+                            _ => true,
+                        }
+                })
+                .collect();
+            prefixes.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            let room = limit + 1 - listed.len();
+            listed.extend(
+                prefixes
+                    .into_iter()
+                    .take(room)
+                    .map(|(p, e)| e.to_override(OverrideTarget::Prefix(p.clone()), now_us)),
+            );
+        }
+        let more = listed.len() > limit;
+        listed.truncate(limit);
+        OverridePage {
+            next: more.then(|| listed.last().map(|o| o.target.clone())).flatten(),
+            overrides: listed,
+        }
     }
 
     /// The override that applies to `key` under `policy`: its own, else the longest live
@@ -479,17 +572,27 @@ impl OverrideTable {
 
     /// Drops every lapsed entry.
     pub fn purge(&mut self, now_us: u64) {
-        for map in self.keys.values_mut() {
-            map.retain(|_, e| e.live(now_us));
+        let policies: Vec<String> = self.keys.keys().chain(self.prefixes.keys()).cloned().collect();
+        for policy in policies {
+            self.purge_policy(&policy, now_us);
         }
-        self.keys.retain(|_, m| !m.is_empty());
-        for prefixes in self.prefixes.values_mut() {
+    }
+
+    /// Drops the lapsed entries of one policy.
+    fn purge_policy(&mut self, policy: &str, now_us: u64) {
+        if let Some(map) = self.keys.get_mut(policy) {
+            map.retain(|_, e| e.live(now_us));
+            if map.is_empty() {
+                self.keys.remove(policy);
+            }
+        }
+        if let Some(prefixes) = self.prefixes.get_mut(policy) {
             prefixes.by_prefix.retain(|_, e| e.live(now_us));
             prefixes.relength();
+            if prefixes.by_prefix.is_empty() {
+                self.prefixes.remove(policy);
+            }
         }
-        self.prefixes.retain(|_, p| !p.by_prefix.is_empty());
-        self.key_count = self.keys.values().map(HashMap::len).sum();
-        self.prefix_count = self.prefixes.values().map(|p| p.by_prefix.len()).sum();
     }
 }
 
@@ -522,10 +625,14 @@ mod tests {
         table
             .set("p", OverrideTarget::prefix("abc"), gcra(2), None, 0)
             .unwrap();
+        table
+            .set("p", OverrideTarget::prefix("ab"), gcra(2), None, 0)
+            .unwrap();
         assert!(table.remove("p", &OverrideTarget::prefix("abc"), 0));
         assert!(!table.remove("p", &OverrideTarget::prefix("abc"), 0));
+        assert_eq!(table.prefixes["p"].lengths, BTreeSet::from([2]));
+        assert!(table.remove("p", &OverrideTarget::prefix("ab"), 0));
         assert!(table.is_empty());
-        assert!(table.prefixes["p"].lengths.is_empty());
     }
 
     #[test]
@@ -534,15 +641,18 @@ mod tests {
         table
             .set("p", OverrideTarget::key("k"), gcra(2), Some(10), 0)
             .unwrap();
-        assert_eq!(table.list("p", 4)[0].expires_in, Some(Duration::from_micros(6)));
+        assert_eq!(
+            table.page("p", None, 10, 4).overrides[0].expires_in,
+            Some(Duration::from_micros(6))
+        );
         assert!(table.find("p", b"k", 10).is_none());
-        assert!(table.list("p", 10).is_empty());
+        assert!(table.page("p", None, 10, 10).overrides.is_empty());
         table.purge(10);
         assert!(table.is_empty());
     }
 
     #[test]
-    fn prefix_overrides_are_bounded() {
+    fn prefix_overrides_are_bounded_per_policy() {
         let mut table = OverrideTable::default();
         for i in 0..MAX_PREFIX_OVERRIDES {
             table
@@ -552,13 +662,86 @@ mod tests {
         let err = table
             .set("p", OverrideTarget::prefix("x"), gcra(1), None, 0)
             .unwrap_err();
-        assert_eq!(err.to_string(), "too many prefix overrides: at most 1024");
+        assert_eq!(
+            err.to_string(),
+            "policy `p` has 1024 prefix overrides, the most a policy may have"
+        );
         // Replacing one that exists is not a new one.
         assert!(
             table
                 .set("p", OverrideTarget::prefix("7"), gcra(2), None, 0)
                 .is_ok()
         );
+        // Another policy has its own room.
+        assert!(
+            table
+                .set("q", OverrideTarget::prefix("x"), gcra(1), None, 0)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn key_overrides_are_bounded_per_policy_and_lapsed_ones_make_room() {
+        let mut table = OverrideTable::default();
+        for i in 0..MAX_KEY_OVERRIDES {
+            let lapses = (i == 7).then_some(10);
+            table
+                .set("p", OverrideTarget::key(i.to_string()), gcra(1), lapses, 0)
+                .unwrap();
+        }
+        let err = table
+            .set("p", OverrideTarget::key("x"), gcra(1), None, 0)
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            Error::TooManyOverrides {
+                kind: "key",
+                max: MAX_KEY_OVERRIDES,
+                ..
+            }
+        ));
+        assert!(table.set("q", OverrideTarget::key("x"), gcra(1), None, 0).is_ok());
+        assert!(
+            table
+                .set("p", OverrideTarget::key("x"), gcra(1), None, 10)
+                .is_ok(),
+            "7 lapsed"
+        );
+    }
+
+    #[test]
+    fn pages_cover_every_live_override_once_in_order() {
+        let mut table = OverrideTable::default();
+        for i in 0..25 {
+            table
+                .set("p", OverrideTarget::key(format!("k{i:02}")), gcra(1), None, 0)
+                .unwrap();
+        }
+        table
+            .set("p", OverrideTarget::key("lapsed"), gcra(1), Some(5), 0)
+            .unwrap();
+        for i in 0..7 {
+            table
+                .set("p", OverrideTarget::prefix(format!("p{i}")), gcra(1), None, 0)
+                .unwrap();
+        }
+        let mut seen = Vec::new();
+        let mut after: Option<OverrideTarget> = None;
+        for _ in 0..10 {
+            let page = table.page("p", after.as_ref(), 4, 5);
+            assert!(page.overrides.len() <= 4);
+            seen.extend(page.overrides.into_iter().map(|o| o.target));
+            after = page.next;
+            if after.is_none() {
+                break;
+            }
+        }
+        assert!(after.is_none(), "listing ended");
+        let expected: Vec<OverrideTarget> = (0..25)
+            .map(|i| OverrideTarget::key(format!("k{i:02}")))
+            .chain((0..7).map(|i| OverrideTarget::prefix(format!("p{i}"))))
+            .collect();
+        assert_eq!(seen, expected);
     }
 }
 

@@ -23,11 +23,11 @@ fn a_key_override_lapses_at_its_ttl() {
     store.set_override(&api, &value).unwrap();
     assert_eq!(store.peek(&api, "k", 1).unwrap().limit, 10);
     clock.advance(Duration::from_secs(59));
-    let listed = store.list_overrides(&api).unwrap();
+    let listed = store.list_overrides(&api, None, 10).unwrap().overrides;
     assert_eq!(listed[0].expires_in, Some(Duration::from_secs(1)));
     clock.advance(Duration::from_secs(1));
     assert_eq!(store.peek(&api, "k", 1).unwrap().limit, 1);
-    assert!(store.list_overrides(&api).unwrap().is_empty());
+    assert!(store.list_overrides(&api, None, 10).unwrap().overrides.is_empty());
     assert!(
         store
             .get_override(&api, &OverrideTarget::key("k"))
@@ -65,7 +65,7 @@ fn overrides_of_one_policy_never_touch_another() {
         .unwrap();
     assert_eq!(store.check(&a, "k1", 1).unwrap().limit, 9);
     assert_eq!(store.check(&b, "k1", 1).unwrap().limit, 1);
-    assert!(store.list_overrides(&b).unwrap().is_empty());
+    assert!(store.list_overrides(&b, None, 10).unwrap().overrides.is_empty());
 }
 
 #[tokio::test]

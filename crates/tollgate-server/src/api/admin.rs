@@ -4,7 +4,7 @@
 //!
 //! | route | does |
 //! |---|---|
-//! | `GET /v1/admin/access` | every entry in force, from the config and from this API |
+//! | `GET /v1/admin/access?limit=&cursor=` | the entries in force, from the config and from this API, a page at a time |
 //! | `POST /v1/admin/access` `{"policy"?, "list", "kind", "value"}` | add an entry for the fleet (201, or 200 if it was there) |
 //! | `DELETE /v1/admin/access?list=&kind=&value=&policy=` | remove an entry added through this API (204) |
 //! | `GET /v1/admin/top-offenders?policy=&n=` | the most denied keys per policy, from this instance |
@@ -20,6 +20,8 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Query, State};
+use std::sync::Arc;
+
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -29,8 +31,10 @@ use utoipa::ToSchema;
 use super::auth::authorize_admin;
 use super::body::json_body;
 use super::error::ApiError;
+use super::page::{PageQuery, bad_cursor, page};
 use crate::ops::recorder::{RECORDER, TOP_KEYS};
 use crate::runtime::SharedState;
+use crate::runtime::access::{Listing, PageStart, Source};
 use crate::runtime::problem::Problem;
 
 /// The body of `POST /v1/admin/access`, and the query of `DELETE /v1/admin/access`.
@@ -68,13 +72,37 @@ pub(crate) struct EntryAnswer {
     added_at_ms: Option<u64>,
 }
 
-/// The answer of `GET /v1/admin/access`.
+/// The answer of `GET /v1/admin/access`: a page of the entries in force.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct EntryList {
-    /// Every entry in force.
+    /// This page's entries (at most `limit`), ordered by policy (global first), list, kind and
+    /// value; an entry both in the config and added through this API is listed twice, the
+    /// config's first.
     entries: Vec<EntryAnswer>,
     /// Seconds within which an entry added on another instance applies here.
     refresh_seconds: u64,
+    /// Pass it as `cursor` for the next page; null on the last page.
+    next_cursor: Option<String>,
+}
+
+/// A cursor: the source and the encoded entry to list after, `config:<entry>` or
+/// `admin:<entry>`.
+fn cursor_of(listed: &Listing) -> String {
+    format!("{}:{}", listed.source.as_str(), listed.entry.encode())
+}
+
+fn start_of(cursor: &str) -> Result<PageStart, ApiError> {
+    let (source, entry) = cursor.split_once(':').ok_or_else(|| bad_cursor(cursor))?;
+    let source = match source {
+        "config" => Source::Config,
+        "admin" => Source::Admin,
+        _ => return Err(bad_cursor(cursor)),
+    };
+    let entry = AccessEntry::decode(entry).map_err(|_| bad_cursor(cursor))?;
+    Ok(PageStart {
+        entry: Arc::new(entry),
+        source,
+    })
 }
 
 fn answer(entry: &AccessEntry, source: &'static str, added_at_ms: Option<u64>) -> EntryAnswer {
@@ -110,9 +138,15 @@ fn entry_of(state: &SharedState, body: &EntryBody) -> Result<AccessEntry, ApiErr
     path = "/v1/admin/access",
     tag = "admin",
     summary = "List allow and deny list entries",
-    description = "Every entry in force: the config's and those added through this API.",
+    description = "The entries in force (the config's and those added through this API), a page at a \
+                   time: pass `next_cursor` back as `cursor` for the next page.",
+    params(
+        ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "Entries a page holds (default 100)"),
+        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the page before; absent for the first page"),
+    ),
     responses(
-        (status = 200, description = "The entries", body = EntryList),
+        (status = 200, description = "A page of entries", body = EntryList),
+        (status = 400, description = "A limit out of range, a cursor no page answered, an unknown parameter", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
     ),
     security((), ("admin_token" = []))
@@ -120,17 +154,19 @@ fn entry_of(state: &SharedState, body: &EntryBody) -> Result<AccessEntry, ApiErr
 pub(crate) async fn list(
     State(state): State<SharedState>,
     headers: HeaderMap,
+    query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<Json<EntryList>, ApiError> {
     authorize_admin(&state, &headers)?;
-    let entries = state
-        .access
-        .listings(state.served())
-        .iter()
-        .map(|l| answer(&l.entry, l.source, l.added_at_ms))
-        .collect();
+    let page = page(query)?;
+    let after = page.cursor.as_deref().map(start_of).transpose()?;
+    let (listed, more) = state.access.page(state.served(), after.as_ref(), page.limit);
     Ok(Json(EntryList {
-        entries,
+        entries: listed
+            .iter()
+            .map(|l| answer(&l.entry, l.source.as_str(), l.added_at_ms))
+            .collect(),
         refresh_seconds: crate::runtime::access::REFRESH_EVERY.as_secs(),
+        next_cursor: listed.last().filter(|_| more).map(cursor_of),
     }))
 }
 

@@ -40,10 +40,13 @@ impl IntoResponse for ApiError {
     }
 }
 
-/// Unusable input is the caller's fault (400); a failing store is ours (503).
+/// Unusable input is the caller's fault (400); a policy at its bound of overrides is a conflict
+/// with what the store holds (409, as a full access list); a failing store is ours (503).
 impl From<Error> for ApiError {
     fn from(err: Error) -> Self {
-        if err.is_bad_input() {
+        if matches!(err, Error::TooManyOverrides { .. }) {
+            ApiError::new(StatusCode::CONFLICT, err.to_string())
+        } else if err.is_bad_input() {
             ApiError::bad_request(err.to_string())
         } else {
             crate::ops::metrics::store_error(&err);

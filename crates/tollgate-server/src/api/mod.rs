@@ -15,9 +15,9 @@
 //! | `GET /v1/attempts/{purpose}/{key}` | the count and its TTL |
 //! | `GET /v1/attempts/{purpose}/{key}/check?max=N` | whether another attempt is allowed |
 //! | `DELETE /v1/attempts/{purpose}/{key}` | clear the counter (after a success; admin) |
-//! | `GET, POST, DELETE /v1/admin/access` | allow and deny list entries (admin; see [`crate::admin`]) |
+//! | `GET, POST, DELETE /v1/admin/access` | allow and deny list entries, listed a page at a time (admin; see [`crate::admin`]) |
 //! | `GET /v1/admin/top-offenders?policy=&n=` | the most denied keys per policy (admin) |
-//! | `GET /v1/overrides/{policy}` | the policy's runtime overrides (admin; see [`crate::overrides`]) |
+//! | `GET /v1/overrides/{policy}?limit=&cursor=` | the policy's runtime overrides, a page at a time (admin; see [`crate::overrides`]) |
 //! | `PUT`/`GET`/`DELETE /v1/overrides/{policy}/keys/{key}` | set, read, remove one key's override (admin) |
 //! | `PUT`/`GET`/`DELETE /v1/overrides/{policy}/prefixes/{prefix}` | the same for every key under a prefix (admin) |
 //! | `GET /metrics`, `/healthz`, `/readyz` | Prometheus, liveness, store health: JSON naming the failure class |
@@ -65,9 +65,9 @@
 //! One file per feature, each with its routes' handlers and the types they read and answer
 //! (from which the OpenAPI document is derived); features do not import each other. What they
 //! share has a small module of its own: [`router`] (the route table), [`error`] (`ApiError`),
-//! [`body`] (reading JSON bodies), [`auth`] (the admin token), [`policy`] (finding the policy a
-//! route names), [`rules`] (the request bodies that name rules) and [`answer`] (a verdict as
-//! JSON and headers).
+//! [`body`] (reading JSON bodies), [`auth`] (the admin token), [`page`] (`?limit=&cursor=` of the
+//! list routes), [`policy`] (finding the policy a route names), [`rules`] (the request bodies
+//! that name rules) and [`answer`] (a verdict as JSON and headers).
 
 pub(crate) mod admin;
 pub(crate) mod answer;
@@ -85,6 +85,7 @@ pub(crate) mod openapi;
 pub(crate) mod operations;
 pub(crate) mod override_view;
 pub(crate) mod overrides;
+pub(crate) mod page;
 pub(crate) mod policy;
 pub(crate) mod router;
 pub(crate) mod rules;

@@ -4,7 +4,7 @@
 //!
 //! | route | does |
 //! |---|---|
-//! | `GET /v1/overrides/{policy}` | every live override of the policy, keys then prefixes |
+//! | `GET /v1/overrides/{policy}?limit=&cursor=` | the policy's live overrides, keys then prefixes, a page at a time |
 //! | `PUT /v1/overrides/{policy}/keys/{key}` | set the key's override (body: the parameters, `ttl`) |
 //! | `GET /v1/overrides/{policy}/keys/{key}` | read it (404 when there is none) |
 //! | `DELETE /v1/overrides/{policy}/keys/{key}` | remove it (404 when there was none) |
@@ -24,8 +24,8 @@
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::get;
 use serde::Serialize;
@@ -37,6 +37,7 @@ use super::auth::authorize_admin;
 use super::body::body_bytes;
 use super::error::ApiError;
 use super::override_view::{OverrideAnswer, answer, parameters};
+use super::page::{PageQuery, bad_cursor, page};
 use crate::runtime::SharedState;
 use crate::runtime::problem::Problem;
 
@@ -82,7 +83,7 @@ pub(crate) struct OverrideRequest {
     ttl: Option<String>,
 }
 
-/// A policy's overrides, from `GET /v1/overrides/{policy}`.
+/// A page of a policy's overrides, from `GET /v1/overrides/{policy}`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub(crate) struct OverrideList {
     /// The policy.
@@ -92,8 +93,24 @@ pub(crate) struct OverrideList {
     /// The policy's own parameters, for comparison.
     #[schema(value_type = Object)]
     pub parameters: Value,
-    /// Every live override, keys first then prefixes, each in byte order.
+    /// This page's live overrides (at most `limit`), keys first then prefixes, each in byte
+    /// order.
     pub overrides: Vec<OverrideAnswer>,
+    /// Pass it as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// A cursor: the target to list after, as `key:<key>` or `prefix:<prefix>`.
+fn cursor_of(target: &OverrideTarget) -> String {
+    format!("{}:{}", target.kind(), String::from_utf8_lossy(target.bytes()))
+}
+
+fn target_of(cursor: &str) -> Result<OverrideTarget, ApiError> {
+    match cursor.split_once(':') {
+        Some(("key", key)) if !key.is_empty() => Ok(OverrideTarget::key(key)),
+        Some(("prefix", prefix)) if !prefix.is_empty() => Ok(OverrideTarget::prefix(prefix)),
+        _ => Err(bad_cursor(cursor)),
+    }
 }
 
 fn configured(state: &SharedState, name: &str) -> Result<Policy, ApiError> {
@@ -120,11 +137,17 @@ fn no_override(target: &OverrideTarget) -> ApiError {
     path = "/v1/overrides/{policy}",
     tag = "overrides",
     summary = "List a policy's overrides",
-    description = "Every live override of the policy, keys first then prefixes. Needs \
+    description = "The policy's live overrides, keys first then prefixes, each in byte order, a page \
+                   at a time: pass `next_cursor` back as `cursor` for the next page. Needs \
                    `Authorization: Bearer <token>` when the server has an admin token.",
-    params(("policy" = String, Path, description = "A configured policy")),
+    params(
+        ("policy" = String, Path, description = "A configured policy"),
+        ("limit" = Option<usize>, Query, minimum = 1, maximum = 1000, description = "Overrides a page holds (default 100)"),
+        ("cursor" = Option<String>, Query, description = "The `next_cursor` of the page before; absent for the first page"),
+    ),
     responses(
-        (status = 200, description = "The overrides", body = OverrideList),
+        (status = 200, description = "A page of overrides", body = OverrideList),
+        (status = 400, description = "A limit out of range, a cursor no page answered, an unknown parameter", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store failed", body = Problem, content_type = "application/problem+json"),
@@ -135,15 +158,22 @@ pub(crate) async fn list(
     State(state): State<SharedState>,
     Path(policy): Path<String>,
     request_headers: HeaderMap,
+    query: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<Json<OverrideList>, ApiError> {
     authorize_admin(&state, &request_headers)?;
     let policy = configured(&state, &policy)?;
-    let overrides = state.store.list_overrides(&policy).await?;
+    let page = page(query)?;
+    let after = page.cursor.as_deref().map(target_of).transpose()?;
+    let listed = state
+        .store
+        .list_overrides(&policy, after.as_ref(), page.limit)
+        .await?;
     Ok(Json(OverrideList {
         policy: policy.name().to_owned(),
         algorithm: policy.algorithm().name(),
         parameters: parameters(policy.algorithm()),
-        overrides: overrides.iter().map(|o| answer(&policy, o)).collect(),
+        overrides: listed.overrides.iter().map(|o| answer(&policy, o)).collect(),
+        next_cursor: listed.next.as_ref().map(cursor_of),
     }))
 }
 
@@ -221,6 +251,7 @@ async fn remove(state: &SharedState, policy: &str, target: OverrideTarget) -> Re
         (status = 400, description = "Unusable parameters", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The policy has the most key overrides a policy may have (100 000)", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store failed", body = Problem, content_type = "application/problem+json"),
     ),
     security((), ("admin_token" = []))
@@ -308,9 +339,10 @@ pub(crate) async fn remove_key(
     request_body(content = OverrideRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Set", body = OverrideAnswer),
-        (status = 400, description = "Unusable parameters, or too many prefix overrides", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Unusable parameters", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "Admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The policy has the most prefix overrides a policy may have (1 024)", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store failed", body = Problem, content_type = "application/problem+json"),
     ),
     security((), ("admin_token" = []))

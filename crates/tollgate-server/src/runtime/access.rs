@@ -26,6 +26,7 @@
 //! the entry.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -87,10 +88,38 @@ impl Admin {
 pub(crate) struct Listing {
     /// The entry.
     pub entry: Arc<AccessEntry>,
-    /// `config` or `admin`.
-    pub source: &'static str,
+    /// Where it comes from.
+    pub source: Source,
     /// When an admin entry was added, ms since the Unix epoch.
     pub added_at_ms: Option<u64>,
+}
+
+/// Where a listed entry comes from; the config's come first in a listing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Source {
+    /// The config file.
+    Config,
+    /// The admin API.
+    Admin,
+}
+
+impl Source {
+    /// `config` or `admin`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Source::Config => "config",
+            Source::Admin => "admin",
+        }
+    }
+}
+
+/// Where a page of a listing starts: after this entry of this source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PageStart {
+    /// The entry.
+    pub entry: Arc<AccessEntry>,
+    /// Its source.
+    pub source: Source,
 }
 
 /// What the lists are compiled from and into: the limits in force and the engine, over the store
@@ -130,24 +159,67 @@ impl AccessAdmin {
         *lock(&self.compiled_from) = Some(limits);
     }
 
-    /// Every entry in force: the config's, then the admin ones.
-    pub(crate) fn listings(&self, state: Served<'_>) -> Vec<Listing> {
+    /// One page of the entries in force, ordered by entry and, for an entry both in the config
+    /// and added by an admin, the config's first: at most `limit` after `after` (from the first
+    /// when `None`), and whether more follow. The admin entries are read from their ordered set
+    /// (O(log n + limit)); the config's are sorted for each page.
+    pub(crate) fn page(
+        &self,
+        state: Served<'_>,
+        after: Option<&PageStart>,
+        limit: usize,
+    ) -> (Vec<Listing>, bool) {
         let limits = state.limits.load_full();
-        let mut out: Vec<Listing> = limits
+        let past = |entry: &AccessEntry, source: Source| {
+            after.is_none_or(|after| (entry, source) > (&*after.entry, after.source))
+        };
+        let mut config: Vec<&AccessEntry> = limits
             .access_entries()
             .iter()
-            .map(|entry| Listing {
-                entry: Arc::new(entry.clone()),
-                source: "config",
-                added_at_ms: None,
-            })
+            .filter(|entry| past(entry, Source::Config))
             .collect();
-        out.extend(lock(&self.entries).at_ms.iter().map(|(entry, at)| Listing {
-            entry: Arc::clone(entry),
-            source: "admin",
-            added_at_ms: Some(*at),
-        }));
-        out
+        config.sort_unstable();
+        config.dedup();
+        let admin = lock(&self.entries);
+        let from = match after {
+            Some(after) if after.source == Source::Admin => Bound::Excluded(&*after.entry),
+            Some(after) => Bound::Included(&*after.entry),
+            None => Bound::Unbounded,
+        };
+        let mut admin_entries = admin
+            .at_ms
+            .range::<AccessEntry, _>((from, Bound::Unbounded))
+            .peekable();
+        let mut config_entries = config.into_iter().peekable();
+        let mut out = Vec::with_capacity(limit + 1);
+        while out.len() <= limit {
+            let take_config = match (config_entries.peek(), admin_entries.peek()) {
+                (Some(c), Some((a, _))) => *c <= &***a,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            if take_config {
+                let Some(entry) = config_entries.next() else { break };
+                out.push(Listing {
+                    entry: Arc::new(entry.clone()),
+                    source: Source::Config,
+                    added_at_ms: None,
+                });
+            } else {
+                let Some((entry, at)) = admin_entries.next() else {
+                    break;
+                };
+                out.push(Listing {
+                    entry: Arc::clone(entry),
+                    source: Source::Admin,
+                    added_at_ms: Some(*at),
+                });
+            }
+        }
+        let more = out.len() > limit;
+        out.truncate(limit);
+        (out, more)
     }
 
     /// Adds an admin entry in the store and applies it here at once; what happened, and when

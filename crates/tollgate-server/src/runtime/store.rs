@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, LeaseId, Release};
-use tollgate::overrides::{Override, OverrideStore, OverrideTarget};
+use tollgate::overrides::{Override, OverridePage, OverrideStore, OverrideTarget};
 use tollgate::{AttemptsStatus, AttemptsStore, Decision, Decisions, Error, MemoryStore, Policy, Rule, Store};
 use tollgate_redis::{RedisStore, Target};
 
@@ -264,8 +264,13 @@ impl OverrideStore for AnyStore {
         dispatch!(OverrideStore, self, get_override(policy, target))
     }
 
-    async fn list_overrides(&self, policy: &Policy) -> Result<Vec<Override>, Error> {
-        dispatch!(OverrideStore, self, list_overrides(policy))
+    async fn list_overrides(
+        &self,
+        policy: &Policy,
+        after: Option<&OverrideTarget>,
+        limit: usize,
+    ) -> Result<OverridePage, Error> {
+        dispatch!(OverrideStore, self, list_overrides(policy, after, limit))
     }
 
     async fn remove_override(&self, policy: &Policy, target: &OverrideTarget) -> Result<bool, Error> {

@@ -38,7 +38,7 @@ use crate::attempts::{self, Attempts};
 use crate::concurrency::{
     self, Acquire, ConcurrencyPolicy, ConcurrencyStore, Lease, LeaseId, LeaseIds, Release,
 };
-use crate::overrides::{Override, OverrideStore, OverrideTable, OverrideTarget};
+use crate::overrides::{Override, OverridePage, OverrideStore, OverrideTable, OverrideTarget};
 use crate::store::{self, AttemptsStore, Store};
 use crate::{AttemptsStatus, Charged, Clock, Decision, Decisions, Error, PerRule, Policy, Rule, SystemClock};
 
@@ -936,9 +936,17 @@ impl<C: Clock> MemoryStore<C> {
             .get(policy.name(), target, self.clock.now_us()))
     }
 
-    /// Every live override of `policy`; see [`OverrideStore::list_overrides`].
-    pub fn list_overrides(&self, policy: &Policy) -> Result<Vec<Override>, Error> {
-        Ok(self.overrides.read().list(policy.name(), self.clock.now_us()))
+    /// One page of the live overrides of `policy`; see [`OverrideStore::list_overrides`].
+    pub fn list_overrides(
+        &self,
+        policy: &Policy,
+        after: Option<&OverrideTarget>,
+        limit: usize,
+    ) -> Result<OverridePage, Error> {
+        Ok(self
+            .overrides
+            .read()
+            .page(policy.name(), after, limit, self.clock.now_us()))
     }
 
     /// Removes an override; see [`OverrideStore::remove_override`].
@@ -1307,8 +1315,13 @@ impl<C: Clock> OverrideStore for MemoryStore<C> {
         MemoryStore::get_override(self, policy, target)
     }
 
-    async fn list_overrides(&self, policy: &Policy) -> Result<Vec<Override>, Error> {
-        MemoryStore::list_overrides(self, policy)
+    async fn list_overrides(
+        &self,
+        policy: &Policy,
+        after: Option<&OverrideTarget>,
+        limit: usize,
+    ) -> Result<OverridePage, Error> {
+        MemoryStore::list_overrides(self, policy, after, limit)
     }
 
     async fn remove_override(&self, policy: &Policy, target: &OverrideTarget) -> Result<bool, Error> {
