@@ -298,11 +298,12 @@ impl Loader {
                 let compiled = ours.compile(file)?;
                 self.limits.extend_access(compiled.access);
                 for (i, route) in compiled.routes.into_iter().enumerate() {
-                    if let Some(first) = self
+                    if let Some((first, note)) = self
                         .limits
                         .routes()
                         .iter()
-                        .position(|r| r.prefix() == route.prefix())
+                        .enumerate()
+                        .find_map(|(j, earlier)| route.collision(earlier).map(|note| (j, note)))
                     {
                         let (first_file, _) = &self.route_origins[first];
                         return Err(ConfigError::new(
@@ -311,7 +312,7 @@ impl Loader {
                             ConfigErrorKind::Duplicate {
                                 what: "route prefix",
                                 name: route.prefix().to_owned(),
-                                first: format!("in {first_file}"),
+                                first: format!("in {first_file}{note}"),
                             },
                         ));
                     }

@@ -51,7 +51,9 @@ error_fixtures! {
     route_duplicate_prefix => r#"route_duplicate_prefix.yaml: routes[1].prefix: duplicate route prefix "/v4", first defined at routes[0]"#,
     route_bad_key => r#"route_bad_key.yaml: routes[0].key: expected `client_ip` or `header:NAME` with a valid header name, got "header:X Api Key""#,
     route_unknown_policy => r#"route_unknown_policy.yaml: routes[0].policies[1]: unknown policy "moviez""#,
-    route_unknown_field => "route_unknown_field.yaml: routes[0].policy: unknown field `policy`, expected one of `prefix`, `policies`, `key`",
+    route_unknown_field => "route_unknown_field.yaml: routes[0].policy: unknown field `policy`, expected one of `prefix`, `policies`, `key`, `case_sensitive`",
+    route_prefix_differs_in_case => r#"route_prefix_differs_in_case.yaml: routes[1].prefix: duplicate route prefix "/V4/Movies", first defined at routes[0] as "/v4/movies" (prefixes match in any case unless both routes set `case_sensitive: true`)"#,
+    route_bad_case_sensitive => r#"route_bad_case_sensitive.yaml: routes[0].case_sensitive: invalid type: string "sometimes", expected a boolean"#,
     // tollgate's format: values
     bad_window => r#"bad_window.yaml: policies.login.window: expected a duration like "1m", got "fortnight""#,
     window_without_unit => r#"window_without_unit.yaml: policies.login.window: expected a duration like "1m", got 90 (add a unit, such as "90s")"#,

@@ -6,8 +6,13 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Command, ExitStatus};
+use std::time::Duration;
+
+use serde_json::Value;
 
 use tollgate_testkit::ChildProcess;
 
@@ -76,4 +81,40 @@ pub fn check_config(path: &Path) -> (bool, String) {
         .expect("run tollgate check-config");
     let text = String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);
     (output.status.success(), text)
+}
+
+/// `ADDR` of an `http://ADDR` URL.
+pub fn addr_of(url: &str) -> SocketAddr {
+    url.trim_start_matches("http://").parse().expect("address")
+}
+
+/// Sends `request` as is (no client-side path cleaning, no headers added) and reads the answer
+/// to the end (30 s at most): (status, the body as JSON or `Null`, the whole answer).
+pub fn raw(addr: SocketAddr, request: &str) -> (u16, Value, String) {
+    let mut socket = TcpStream::connect(addr).expect("connect");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    socket.write_all(request.as_bytes()).expect("send");
+    let mut answer = Vec::new();
+    let _ = socket.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {answer:?}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .and_then(|(_, body)| serde_json::from_str(body).ok())
+        .unwrap_or(Value::Null);
+    (status, body, answer)
+}
+
+/// `GET target` over HTTP/1.1 with one `Host` and `Connection: close`, through [`raw`].
+pub fn get(addr: SocketAddr, target: &str) -> (u16, Value, String) {
+    raw(
+        addr,
+        &format!("GET {target} HTTP/1.1\r\nhost: example\r\nconnection: close\r\n\r\n"),
+    )
 }
