@@ -1,5 +1,5 @@
 //! The real binary over a real socket: the HTTP/JSON API on the memory store and on Redis,
-//! errors, admin auth, attempts, shadow mode, reload and shutdown.
+//! errors, admin auth, attempts, shadow mode, reload and shutdown, and the `Host` rule.
 
 mod binary;
 
@@ -239,6 +239,12 @@ async fn health_readiness_and_metrics() {
         metrics.contains("tollgate_store_latency_seconds_bucket"),
         "{metrics}"
     );
+}
+
+#[tokio::test]
+async fn an_http11_request_needs_exactly_one_host_and_h2c_needs_none() {
+    let server = Server::start(&[]);
+    binary::assert_exactly_one_host(binary::addr_of(&server.http), "/healthz", 200).await;
 }
 
 #[tokio::test]

@@ -118,3 +118,71 @@ pub fn get(addr: SocketAddr, target: &str) -> (u16, Value, String) {
         &format!("GET {target} HTTP/1.1\r\nhost: example\r\nconnection: close\r\n\r\n"),
     )
 }
+
+/// `GET path` over HTTP/2 with prior knowledge (h2c), `:authority` set and `headers` added:
+/// (status, body).
+pub async fn h2c_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let exchange = async {
+        let socket = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (client, connection) = h2::client::handshake(socket).await.expect("h2 handshake");
+        let driver = tokio::spawn(connection);
+        let mut client = client.ready().await.expect("h2 ready");
+        let mut request = http::Request::get(format!("http://{addr}{path}"));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let (answer, _) = client
+            .send_request(request.body(()).expect("request"), true)
+            .expect("send");
+        let answer = answer.await.expect("answer");
+        let status = answer.status().as_u16();
+        let mut body = answer.into_body();
+        let mut text = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.expect("body");
+            let _ = body.flow_control().release_capacity(chunk.len());
+            text.extend_from_slice(&chunk);
+        }
+        drop(client);
+        driver.abort();
+        (status, String::from_utf8_lossy(&text).into_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(30), exchange)
+        .await
+        .expect("the h2c exchange ends")
+}
+
+/// Checks that the listener at `addr` refuses HTTP/1.1 requests for `path` without `Host` or with
+/// two, as 400 problems, and answers one `Host`, HTTP/1.0 without one, and h2c with
+/// `:authority` alone with `ok`.
+pub async fn assert_exactly_one_host(addr: SocketAddr, path: &str, ok: u16) {
+    for (what, head) in [
+        ("no Host", String::new()),
+        ("two Hosts", "host: a.example\r\nhost: b.example\r\n".to_owned()),
+        ("two Hosts, one empty", "host: a.example\r\nhost:\r\n".to_owned()),
+    ] {
+        let request = format!("GET {path} HTTP/1.1\r\n{head}connection: close\r\n\r\n");
+        let (status, body, answer) = raw(addr, &request);
+        assert_eq!(status, 400, "{what}: {answer}");
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("content-type: application/problem+json"),
+            "{what}: {answer}"
+        );
+        assert_eq!(body["status"], 400, "{what}: {answer}");
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|detail| detail.contains("Host")),
+            "{what}: {answer}"
+        );
+    }
+    let one = format!("GET {path} HTTP/1.1\r\nhost: a.example\r\nconnection: close\r\n\r\n");
+    assert_eq!(raw(addr, &one).0, ok, "one Host");
+    let old = format!("GET {path} HTTP/1.0\r\n\r\n");
+    assert_eq!(raw(addr, &old).0, ok, "HTTP/1.0 without Host");
+    assert_eq!(h2c_get(addr, path, &[]).await.0, ok, "h2c with :authority");
+    let (status, body) = h2c_get(addr, path, &[("host", "a.example"), ("host", "b.example")]).await;
+    assert_eq!(status, 400, "h2c with two Host headers: {body}");
+}
