@@ -287,3 +287,54 @@ fn a_number_where_a_rate_belongs_is_refused() {
         r#"n.yaml: policies.x.rate: expected a rate like "10/s", got "10""#
     );
 }
+
+/// A link named like a config file that leads nowhere: the file it stood for would silently not
+/// be read, so loading stops and names the link and where it points.
+#[cfg(unix)]
+#[test]
+fn a_dangling_link_or_a_link_loop_in_a_directory_is_named() {
+    use std::os::unix::fs::symlink;
+
+    /// (what, the links as (name, target), the start of the message after the link's path)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case<'_>; 3] = [
+        (
+            "dangling",
+            &[("edge.yaml", "../gone/edge.yaml")],
+            r#"broken link to "../gone/edge.yaml": "#,
+        ),
+        (
+            "loop",
+            &[("a.yaml", "b.yaml"), ("b.yaml", "a.yaml")],
+            r#"broken link to "b.yaml": "#,
+        ),
+        (
+            "self",
+            &[("self.yml", "self.yml")],
+            r#"broken link to "self.yml": "#,
+        ),
+    ];
+    for (what, links, message) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("api.yaml"),
+            "policies:\n  api: {algorithm: gcra, rate: 10/s, burst: 10}\n",
+        )
+        .unwrap();
+        for (link, target) in links {
+            symlink(target, dir.path().join(link)).unwrap();
+        }
+        let err = tollgate_config::load(dir.path()).expect_err(what);
+        let link = dir.path().join(links[0].0);
+        assert_eq!(err.file(), link.display().to_string(), "{what}");
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with(&format!("{}: {message}", link.display())),
+            "{what}: {shown}"
+        );
+        assert!(
+            matches!(err.kind(), ConfigErrorKind::BrokenLink { .. }),
+            "{what}: {shown}"
+        );
+    }
+}
