@@ -124,7 +124,8 @@ impl RedisStoreBuilder {
     }
 
     /// Trusts the certificate authorities in this PEM bundle for `rediss://` connections,
-    /// instead of the system's.
+    /// instead of the system's. Connecting checks it first ([`crate::check_ca_pem`]): a bundle
+    /// that is not PEM or holds no certificate is a [`ConnectError::BadCa`].
     pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.options.ca_pem = Some(pem.into());
         self
@@ -193,6 +194,9 @@ impl RedisStoreBuilder {
     async fn open(self, lazy: bool) -> Result<RedisStore, ConnectError> {
         if self.prefix.contains(['{', '}']) {
             return Err(ConnectError::BadPrefix(self.prefix));
+        }
+        if let Some(pem) = &self.options.ca_pem {
+            crate::ca::check_ca_pem(pem)?;
         }
         let local_clock: Arc<dyn Clock> = match &self.clock {
             Some(clock) => clock.clone(),

@@ -113,6 +113,9 @@ impl AnyStore {
         if let Some(path) = &options.ca_file {
             let pem = std::fs::read(path)
                 .with_context(|| format!("cannot read the store's CA file {}", path.display()))?;
+            // Checked here too, before the lazy connection, to name the file in the error.
+            tollgate_redis::check_ca_pem(&pem)
+                .with_context(|| format!("the store's CA file {} (--store-ca-file)", path.display()))?;
             builder = builder.tls_ca_pem(pem);
         }
         let store = builder
