@@ -185,6 +185,33 @@ fn a_ca_file_that_is_not_pem_certificates_stops_the_start_naming_it() {
     }
 }
 
+#[test]
+fn a_password_that_breaks_the_url_gets_one_hint_and_is_never_printed() {
+    for url in [
+        "redis://:my/secret@127.0.0.1:1",
+        "redis+cluster://app:my/secret?x@127.0.0.1:1,127.0.0.1:2",
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args([
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--grpc",
+                "127.0.0.1:0",
+                "--store",
+                url,
+            ])
+            .output()
+            .expect("run tollgate");
+        let printed =
+            String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{url}: {printed}");
+        assert_eq!(printed.matches("percent-encode").count(), 1, "{url}: {printed}");
+        assert!(!printed.contains("secret"), "{url}: {printed}");
+        assert_eq!(printed.trim().lines().count(), 1, "one message: {printed}");
+    }
+}
+
 /// A CA and a certificate for 127.0.0.1 signed by it, as PEM: (ca, cert, key).
 fn certificates() -> (String, String, String) {
     let ca_key = rcgen::KeyPair::generate().unwrap();

@@ -118,10 +118,12 @@ impl AnyStore {
                 .with_context(|| format!("the store's CA file {} (--store-ca-file)", path.display()))?;
             builder = builder.tls_ca_pem(pem);
         }
+        // Flattened, not a context: the connect error's message already carries its cause, which
+        // a chain of causes would print a second time.
         let store = builder
             .connect_lazy()
             .await
-            .with_context(|| format!("store `{shown}`"))?;
+            .map_err(|err| anyhow::anyhow!("store `{shown}`: {err}"))?;
         // A first connection (TLS, AUTH) takes longer than a call: give it a second at least.
         match store.health(options.timeout.max(Duration::from_secs(1))).await {
             Ok(()) => {
