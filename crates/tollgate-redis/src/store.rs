@@ -958,6 +958,15 @@ impl Store for RedisStore {
     /// Leases of the key stay: their units are still good.
     async fn refund(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
         core_store::validate_check(policy, key, cost)?;
+        // A prefix override from this instance's copy, as `decide` applies it; a key override is
+        // read by the script.
+        self.inner.overrides.refresh_prefixes().await;
+        let cache = self.inner.overrides.prefixes();
+        let prefixed = cache
+            .any()
+            .then(|| cache.in_force(policy, key, self.inner.local_clock.now_us()))
+            .flatten();
+        let policy = prefixed.as_ref().unwrap_or(policy);
         let state = self.inner.keys.state(policy.hash_tag(), policy.name(), key);
         let keys = call_keys(policy, state.clone());
         let rule = Rule::new(policy, key, cost);

@@ -338,7 +338,8 @@ impl<C: Clock> MemoryStore<C> {
     /// Gives back up to `cost` of what `key` spent under `policy`, within the algorithm's meaning
     /// (see [`algorithm::refund`]), and answers what a check of cost 1 would get now (as
     /// [`peek`](Self::peek) with cost 1: `remaining` counts after that one request). A key with
-    /// nothing stored has nothing to give back. `cost` is 1 to the policy's limit.
+    /// nothing stored has nothing to give back. `cost` is 1 to the policy's limit. A key with an
+    /// [override](crate::overrides) is refunded and answered under the override, as it is checked.
     ///
     /// ```
     /// use std::time::Duration;
@@ -356,6 +357,10 @@ impl<C: Clock> MemoryStore<C> {
     pub fn refund(&self, policy: &Policy, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, Error> {
         let key = key.as_ref();
         store::validate_check(policy, key, cost)?;
+        // The key's override, as a check applies it: a bucket refills up to the override's
+        // capacity, and the answer shows the override's limit.
+        let in_force = self.in_force(policy, key);
+        let policy = in_force.as_ref();
         let lookup = Lookup::limit(policy.shared_name(), key);
         let hash = lookup.hash(&self.hasher);
         let mut shard = self.shard(hash).write();
