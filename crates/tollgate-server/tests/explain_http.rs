@@ -276,6 +276,36 @@ async fn explain_tells_why(store: AnyStore, snapshot: impl Fn() -> Vec<String>) 
     }
 }
 
+/// A deny-listed key is blocked by the list, not by what it spent: explain shows its budget as
+/// the store holds it (whole for a fresh key), in both forms.
+async fn a_deny_listed_key_shows_what_it_spent(store: AnyStore, snapshot: impl Fn() -> Vec<String>) {
+    let state = state(store);
+    check(&state, "api", "spent-two").await;
+    check(&state, "api", "spent-two").await;
+    for value in ["fresh", "spent-two", "203.0.113.66"] {
+        let body = json!({"list": "deny", "kind": "key", "value": value});
+        let (status, answer) = call(&state, "POST", "/v1/admin/access", Some(body)).await;
+        assert!(status.is_success(), "{answer}");
+    }
+    for (key, used) in [("fresh", 0), ("spent-two", 2)] {
+        let answer = explain_changes_nothing(&state, &format!("policy=api&key={key}"), &snapshot).await;
+        let rule = &answer["rules"][0];
+        assert_eq!(answer["allowed"], false, "{answer}");
+        assert_eq!(rule["decision"], "blocked", "{answer}");
+        assert_eq!(rule["state"]["limit"], 5, "{answer}");
+        assert_eq!(rule["state"]["used"], used, "{key}: {answer}");
+        assert_eq!(rule["state"]["remaining"], 5 - used, "{key}: {answer}");
+        assert_eq!(rule["retry_after_ms"], Value::Null, "{answer}");
+    }
+    // An Envoy descriptor whose key is deny-listed: nothing used either.
+    let query = "domain=edge&descriptor=remote_address=203.0.113.66";
+    let answer = explain_changes_nothing(&state, query, &snapshot).await;
+    let rule = &answer["rules"][0];
+    assert_eq!(rule["decision"], "blocked", "{answer}");
+    assert_eq!(rule["state"]["used"], 0, "{answer}");
+    assert_eq!(rule["state"]["remaining"], rule["state"]["limit"], "{answer}");
+}
+
 #[tokio::test]
 async fn without_the_admin_token_explain_shows_no_override_and_no_list_membership() {
     const TOKEN: &str = "s3cret";
@@ -361,6 +391,10 @@ async fn explain_on_the_memory_store() {
     let seen = memory.clone();
     // The memory store's own view: how many keys it holds (explain must add none).
     explain_tells_why(AnyStore::Memory(memory), move || vec![seen.len().to_string()]).await;
+    let memory = std::sync::Arc::new(tollgate::MemoryStore::new());
+    let seen = memory.clone();
+    a_deny_listed_key_shows_what_it_spent(AnyStore::Memory(memory), move || vec![seen.len().to_string()])
+        .await;
 }
 
 /// Every key of `server` with its value, serialized: equal snapshots mean nothing changed.
@@ -382,6 +416,9 @@ async fn explain_on_redis() {
     let server = RedisServer::start();
     let store = RedisStore::connect(&server.url()).await.expect("connect");
     explain_tells_why(AnyStore::Redis(store), || dump(&[&server])).await;
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    a_deny_listed_key_shows_what_it_spent(AnyStore::Redis(store), || dump(&[&server])).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -390,25 +390,41 @@ async fn budget<S: Store + OverrideStore>(
     policy: &Policy,
     key: &str,
     result: &RuleVerdict,
-    standing: Standing,
+    mut standing: Standing,
 ) -> Result<(), ExplainError> {
     let penalty = match policy.block_for() {
         Some(_) => engine.store().penalty_left(policy, key.as_bytes()).await?,
         None => None,
     };
     // Past its limit: a question of cost 0 is refused only for a key in debt (or blocked, which
-    // the penalty already says).
+    // the penalty already says); its `remaining` is the budget as it stands.
+    let past = Rule::new(policy, key, 0).as_question();
+    let mut limit = result.decision.limit;
+    let past = if result.outcome == Outcome::Blocked {
+        // A deny-listed rule was never put to the store (the engine blocks it first), so its
+        // budget is read past the lists: it shows what the key spent
+        // (nothing, for a fresh key). It is blocked by the list, not by spending.
+        let asked = engine.peek_all_unlisted(&[past]).await?;
+        let stands = asked.rules().first().map(|r| r.decision).unwrap_or_default();
+        limit = stands.limit;
+        standing = Standing {
+            remaining: stands.remaining,
+            reset_after: if stands.remaining >= stands.limit {
+                Duration::ZERO
+            } else {
+                stands.reset_after
+            },
+        };
+        Some(stands)
+    } else if penalty.is_none() {
+        let asked = audience.peek(engine, &[past]).await?;
+        asked.rules().first().map(|r| r.decision)
+    } else {
+        None
+    };
     let debt_left = match penalty {
         Some(_) => None,
-        None => {
-            let past = audience
-                .peek(engine, &[Rule::new(policy, key, 0).as_question()])
-                .await?;
-            past.rules()
-                .first()
-                .filter(|r| !r.decision.allowed)
-                .and_then(|r| r.decision.retry_after)
-        }
+        None => past.filter(|d| !d.allowed).and_then(|d| d.retry_after),
     };
     // The public is not told of an override: it names keys, and it is an operator's.
     let found: Option<Override> = match audience {
@@ -426,9 +442,9 @@ async fn budget<S: Store + OverrideStore>(
     rule.algorithm = Some(in_force.name());
     rule.parameters = Some(parameters(&in_force));
     rule.state = Some(BudgetState {
-        limit: d.limit,
+        limit,
         remaining: standing.remaining,
-        used: d.limit.saturating_sub(standing.remaining),
+        used: limit.saturating_sub(standing.remaining),
         reset_after_ms: millis_up(standing.reset_after),
         penalty_left_ms: penalty.map(millis_up),
         debt_left_ms: debt_left.map(millis_up),
