@@ -24,7 +24,9 @@ use std::time::Duration;
 
 use tollgate::access::{AccessEntry, Added};
 use tollgate::attempts::Attempts;
-use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, LeaseId, LeaseIds, Release};
+use tollgate::concurrency::{
+    Acquire, ConcurrencyPolicy, ConcurrencyStore, InFlight, LeaseId, LeaseIds, Release,
+};
 use tollgate::overrides::{Override, OverrideStore, OverrideTarget};
 use tollgate::store::{self as core_store, AttemptsStore, Store};
 use tollgate::{
@@ -1126,6 +1128,10 @@ impl ConcurrencyStore for RedisStore {
         lease: LeaseId,
     ) -> Result<Release, Error> {
         concurrency::release(&self.inner.transport, &self.inner.keys, policy, key, lease).await
+    }
+
+    async fn in_flight(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<InFlight, Error> {
+        concurrency::in_flight(&self.inner.transport, &self.inner.keys, policy, key).await
     }
 }
 

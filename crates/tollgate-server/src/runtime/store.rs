@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, LeaseId, Release};
+use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, InFlight, LeaseId, Release};
 use tollgate::overrides::{Override, OverrideStore, OverrideTarget};
 use tollgate::{AttemptsStatus, AttemptsStore, Decision, Decisions, Error, MemoryStore, Policy, Rule, Store};
 use tollgate_redis::{RedisStore, Target};
@@ -316,5 +316,9 @@ impl ConcurrencyStore for AnyStore {
         lease: LeaseId,
     ) -> Result<Release, Error> {
         dispatch!(ConcurrencyStore, self, release(policy, key, lease))
+    }
+
+    async fn in_flight(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<InFlight, Error> {
+        dispatch!(ConcurrencyStore, self, in_flight(policy, key))
     }
 }

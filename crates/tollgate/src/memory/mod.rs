@@ -641,6 +641,49 @@ impl<C: Clock> MemoryStore<C> {
         })
     }
 
+    /// The key's live leases, changing nothing; see [`ConcurrencyStore::in_flight`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::concurrency::ConcurrencyPolicy;
+    /// use tollgate::{ManualClock, MemoryStore};
+    ///
+    /// let clock = ManualClock::new(0);
+    /// let store = MemoryStore::builder().clock(clock.clone()).build();
+    /// let exports = ConcurrencyPolicy::new("exports", 2, Duration::from_secs(30))?;
+    /// store.acquire(&exports, "alice")?;
+    /// clock.advance(Duration::from_secs(10));
+    /// let seen = store.in_flight(&exports, "alice")?;
+    /// assert_eq!((seen.in_flight, seen.limit), (1, 2));
+    /// assert_eq!(seen.next_expiry, Some(Duration::from_secs(20)));
+    /// assert_eq!(seen.last_expiry, Some(Duration::from_secs(20)));
+    /// assert_eq!(store.in_flight(&exports, "bob")?.in_flight, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn in_flight(
+        &self,
+        policy: &ConcurrencyPolicy,
+        key: impl AsRef<[u8]>,
+    ) -> Result<concurrency::InFlight, Error> {
+        let key = key.as_ref();
+        store::validate_key(key)?;
+        let lookup = Lookup::limit(policy.shared_name(), key);
+        let hash = lookup.hash(&self.hasher);
+        let shard = self.shard(hash).read();
+        let now_us = self.clock.now_us();
+        let (in_flight, span) = match shard.find(hash, lookup).map(|slot| &slot.value) {
+            Some(Value::Leases(leases)) => concurrency::step::in_flight(leases, now_us),
+            _ => (0, None),
+        };
+        let after = |at_us: u64| std::time::Duration::from_micros(at_us - now_us);
+        Ok(concurrency::InFlight {
+            in_flight,
+            limit: policy.max_in_flight(),
+            next_expiry: span.map(|(first, _)| after(first)),
+            last_expiry: span.map(|(_, last)| after(last)),
+        })
+    }
+
     /// Frees the slot of `lease`; see [`ConcurrencyStore::release`]. A key left without leases
     /// gives its slot back at once.
     ///
@@ -1052,6 +1095,14 @@ impl<C: Clock> ConcurrencyStore for MemoryStore<C> {
         lease: LeaseId,
     ) -> Result<Release, Error> {
         MemoryStore::release(self, policy, key, lease)
+    }
+
+    async fn in_flight(
+        &self,
+        policy: &ConcurrencyPolicy,
+        key: &[u8],
+    ) -> Result<concurrency::InFlight, Error> {
+        MemoryStore::in_flight(self, policy, key)
     }
 }
 
