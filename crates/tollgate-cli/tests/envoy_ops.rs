@@ -1,8 +1,8 @@
 //! The envoyproxy/ratelimit operations surface of the real binary: configured the way upstream's
 //! deployments are (its environment variables and a `RUNTIME_ROOT` tree, `tests/fixtures/runtime`),
 //! driven over real gRPC and `POST /json`, with `/healthcheck`, the gRPC health service (against
-//! a real redis-server that is stopped and started again), the debug port's `/rlconfig`, and
-//! the precedence of tollgate's flags over upstream's variables.
+//! a real redis-server that is stopped and started again), the debug port's `/rlconfig`, the
+//! precedence of tollgate's flags over upstream's variables, and problem bodies on every error.
 //!
 //! Each case says what upstream answers; tollgate must answer the same.
 
@@ -523,6 +523,58 @@ async fn debug_port_dumps_the_loaded_config_and_serves_metrics() {
     let (code, metrics) = server.get(&debug, "/metrics").await;
     assert_eq!(code, 200);
     assert!(metrics.contains("tollgate_decisions_total"), "{metrics}");
+}
+
+#[tokio::test]
+async fn every_error_of_the_http_and_debug_listeners_is_a_problem() {
+    let server = Tollgate::start(
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--debug-addr",
+            "127.0.0.1:0",
+        ],
+        &runtime_vars(),
+        true,
+    );
+    let debug = server.debug.clone().expect("debug port");
+    let client = reqwest::Client::new();
+    for (base, method, path, status) in [
+        (&debug, "GET", "/nope", 404),
+        (&debug, "GET", "/rlconfig/x", 404),
+        (&debug, "POST", "/rlconfig", 405),
+        (&debug, "DELETE", "/metrics", 405),
+        (&debug, "POST", "/", 405),
+        (&server.http, "GET", "/json", 405),
+        (&server.http, "PUT", "/json", 405),
+        (&server.http, "POST", "/healthcheck", 405),
+        (&server.http, "GET", "/nope", 404),
+    ] {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let answer = client
+            .request(method.clone(), format!("{base}{path}"))
+            .send()
+            .await
+            .expect("request");
+        let what = format!("{method} {base}{path}");
+        assert_eq!(answer.status().as_u16(), status, "{what}");
+        assert_eq!(
+            answer.headers().get("content-type").map(|v| v.as_bytes()),
+            Some(&b"application/problem+json"[..]),
+            "{what}"
+        );
+        if status == 405 {
+            assert!(answer.headers().contains_key("allow"), "{what}");
+        }
+        let body: Value = answer.json().await.expect("a JSON body");
+        assert_eq!(body["status"], status, "{what}: {body}");
+        assert!(
+            body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{what}: {body}"
+        );
+    }
 }
 
 #[tokio::test]

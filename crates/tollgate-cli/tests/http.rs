@@ -1,5 +1,5 @@
 //! The real binary over a real socket: the HTTP/JSON API on the memory store and on Redis,
-//! errors, admin auth, attempts, shadow mode, reload and shutdown.
+//! errors, admin auth, attempts, shadow mode, reload and shutdown, and the `Host` rule.
 
 mod binary;
 
@@ -242,6 +242,12 @@ async fn health_readiness_and_metrics() {
 }
 
 #[tokio::test]
+async fn an_http11_request_needs_exactly_one_host_and_h2c_needs_none() {
+    let server = Server::start(&[]);
+    binary::assert_exactly_one_host(binary::addr_of(&server.http), "/healthz", 200).await;
+}
+
+#[tokio::test]
 async fn shadow_mode_counts_but_never_denies_and_reload_keeps_counters() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("tollgate.yaml");
@@ -358,6 +364,52 @@ fn check_config_names_the_file_and_field_and_exits_non_zero() {
     let (ok, text) = check_config(&bad);
     assert!(!ok);
     assert!(text.contains("bad.yaml: policies.p.window:"), "{text}");
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_broken_link_in_the_config_directory_is_named_by_check_config_start_and_reload() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("api.yaml"),
+        "policies:\n  api:\n    algorithm: sliding_log\n    limit: 3\n    window: 1m\n",
+    )
+    .expect("write");
+    let link = dir.path().join("edge.yaml");
+    std::os::unix::fs::symlink("missing/edge.yaml", &link).expect("link");
+    let named = format!("{}: broken link to \"missing/edge.yaml\"", link.display());
+    let (ok, text) = check_config(dir.path());
+    assert!(!ok, "{text}");
+    assert!(text.contains(&named), "{text}");
+    let config = dir.path().to_str().expect("utf-8 path");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .args([
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--config",
+            config,
+        ])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains(&named), "{stderr}");
+    // Started without it, a reload that meets it is refused naming it, and the old config serves.
+    std::fs::remove_file(&link).expect("unlink");
+    let mut server = Server::start(&["--config", config]);
+    std::os::unix::fs::symlink("a.yaml", dir.path().join("a.yaml")).expect("a link loop");
+    server.signal("HUP");
+    let line = server.wait_for("reload rejected");
+    assert!(
+        line.contains(&dir.path().join("a.yaml").display().to_string()),
+        "{line}"
+    );
+    assert!(line.contains("broken link"), "{line}");
+    let (status, _, _) = check(&server, json!({"policy": "api", "key": "k"})).await;
+    assert_eq!(status, StatusCode::OK, "the previous config still serves");
 }
 
 #[tokio::test]

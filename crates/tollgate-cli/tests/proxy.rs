@@ -1,6 +1,7 @@
 //! `tollgate proxy` as a real child process in front of a real upstream HTTP server: limits by
 //! route, headers and bodies passed through, `X-Forwarded-For` appended and never trusted from an
-//! untrusted peer, 502 when the upstream is away, counted once.
+//! untrusted peer, 502 when the upstream is away, counted once; a request without exactly one
+//! `Host` refused before it is counted.
 
 mod binary;
 
@@ -287,6 +288,38 @@ async fn an_unreachable_upstream_is_a_502_counted_once() {
     }
     let denied = client.get(proxy.url("/v4/movies")).send().await.expect("request");
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+// The upstream runs in this runtime while the test blocks on raw sockets: keep workers free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_one_host_is_refused_and_not_counted_on_both_listeners() {
+    let upstream = start_upstream().await;
+    let config = config_file();
+    let mut proxy = proxy(
+        &format!("http://{}", upstream.addr()),
+        &config,
+        &["--admin", "127.0.0.1:0"],
+    );
+    let admin = proxy.wait_for("admin listening on ");
+    let admin = admin
+        .rsplit(' ')
+        .next()
+        .expect("address")
+        .parse()
+        .expect("admin address");
+    binary::assert_exactly_one_host(admin, "/healthz", 200).await;
+    let addr = binary::addr_of(&proxy.http);
+    // Three requests are admitted (one Host, HTTP/1.0, h2c): the limit of `movies`...
+    binary::assert_exactly_one_host(addr, "/v4/movies", 200).await;
+    // ...so the refused ones were never counted, and the next is denied.
+    assert_eq!(binary::get(addr, "/v4/movies").0, 429);
+    // An h2c client's `:authority` reaches the upstream as its `Host`, as HTTP/1.1's `Host` does.
+    let (status, body) = binary::h2c_get(addr, "/elsewhere", &[]).await;
+    assert_eq!(status, 200, "{body}");
+    let seen: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(seen["host"], addr.to_string(), "{body}");
+    drop(proxy);
+    upstream.stop().await;
 }
 
 #[test]

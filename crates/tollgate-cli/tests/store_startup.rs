@@ -148,6 +148,70 @@ fn a_zero_store_timeout_is_refused() {
     assert!(stderr.contains("--store-timeout"), "{stderr}");
 }
 
+#[test]
+fn a_ca_file_that_is_not_pem_certificates_stops_the_start_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, _, key) = certificates();
+    for (name, bytes, says) in [
+        ("notes.txt", b"trust me\n".to_vec(), "no PEM certificate"),
+        ("ca.der", vec![0x30, 0x82, 0x01, 0x0a, 0x02], "looks like DER"),
+        ("key.pem", key.into_bytes(), "no PEM certificate"),
+    ] {
+        let file = dir.path().join(name);
+        std::fs::write(&file, bytes).expect("write");
+        let file = file.to_str().expect("utf-8 path");
+        for command in [
+            &["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"][..],
+            &[
+                "proxy",
+                "--upstream",
+                "http://127.0.0.1:1",
+                "--listen",
+                "127.0.0.1:0",
+            ][..],
+        ] {
+            // Not required, so only the CA file can stop the start.
+            let mut child =
+                ChildProcess::start(Command::new(env!("CARGO_BIN_EXE_tollgate")).args(command).args([
+                    "--store",
+                    "rediss://127.0.0.1:1",
+                    "--store-ca-file",
+                    file,
+                ]));
+            let line = child.wait_for(file);
+            assert!(line.contains(says), "{} {name}: {line}", command[0]);
+            assert!(!child.wait_exit().success(), "{} {name}: {line}", command[0]);
+        }
+    }
+}
+
+#[test]
+fn a_password_that_breaks_the_url_gets_one_hint_and_is_never_printed() {
+    for url in [
+        "redis://:my/secret@127.0.0.1:1",
+        "redis+cluster://app:my/secret?x@127.0.0.1:1,127.0.0.1:2",
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args([
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--grpc",
+                "127.0.0.1:0",
+                "--store",
+                url,
+            ])
+            .output()
+            .expect("run tollgate");
+        let printed =
+            String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{url}: {printed}");
+        assert_eq!(printed.matches("percent-encode").count(), 1, "{url}: {printed}");
+        assert!(!printed.contains("secret"), "{url}: {printed}");
+        assert_eq!(printed.trim().lines().count(), 1, "one message: {printed}");
+    }
+}
+
 /// A CA and a certificate for 127.0.0.1 signed by it, as PEM: (ca, cert, key).
 fn certificates() -> (String, String, String) {
     let ca_key = rcgen::KeyPair::generate().unwrap();

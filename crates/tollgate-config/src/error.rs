@@ -105,6 +105,15 @@ pub enum ConfigErrorKind {
     /// The file or directory could not be read.
     #[error("cannot read: {0}")]
     Io(std::io::Error),
+    /// A link in a config directory, named like a config file, that leads to no file: its target
+    /// is missing, or links point at each other. The file it stood for would not be read.
+    #[error("broken link to {target:?}: {source}")]
+    BrokenLink {
+        /// Where the link points, as written in it.
+        target: std::path::PathBuf,
+        /// Why it cannot be followed (not found, too many levels of links).
+        source: std::io::Error,
+    },
     /// The file is not valid YAML. The message is the parser's and ends with the line and column.
     #[error("{message}")]
     Syntax {

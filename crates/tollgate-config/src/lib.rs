@@ -74,7 +74,9 @@
 //!
 //! [`load`] takes a file or a directory. In a directory, every regular file (or symlink to one)
 //! whose name ends in `.yaml` or `.yml` (any case) and does not start with `.` is read, in byte
-//! order of the names; subdirectories are not searched. That skips Kubernetes ConfigMap
+//! order of the names; subdirectories are not searched. A link with such a name that leads to no
+//! file (its target is missing, or links loop) is an error naming it
+//! ([`ConfigErrorKind::BrokenLink`]), since the limits it stood for would not be read. That skips Kubernetes ConfigMap
 //! bookkeeping (`..data`, `..2024_...`) and editor files, and makes errors repeatable. A
 //! policy name or a domain defined in two files is an error naming both files, unless
 //! [`LoadOptions::merge_domains`] is set (envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`): then the
@@ -188,7 +190,7 @@ pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Limits, ConfigErr
     let shown = path.display().to_string();
     let io_err = |e| ConfigError::new(shown.clone(), None, ConfigErrorKind::Io(e));
     let files = if fs::metadata(path).map_err(io_err)?.is_dir() {
-        config_files(path).map_err(io_err)?
+        config_files(path)?
     } else {
         vec![path.to_owned()]
     };
@@ -259,11 +261,13 @@ pub fn load_or_demo(path: Option<&Path>) -> Result<Limits, ConfigError> {
     }
 }
 
-/// The config files of a directory, sorted by name.
-fn config_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let path = entry?.path();
+/// The config files of a directory, sorted by name. A link named like a config file that leads
+/// to no file is an error naming it: skipping it would silently drop the limits it stood for.
+fn config_files(dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let io_err = |at: &Path, e| ConfigError::new(at.display().to_string(), None, ConfigErrorKind::Io(e));
+    let mut named = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| io_err(dir, e))? {
+        let path = entry.map_err(|e| io_err(dir, e))?.path();
         let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
             continue;
         };
@@ -271,12 +275,32 @@ fn config_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
             .extension()
             .and_then(|e| e.to_str())
             .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
-        // `metadata` follows symlinks, as ConfigMap files are; a dangling link is skipped.
-        if is_yaml && !name.starts_with('.') && fs::metadata(&path).is_ok_and(|m| m.is_file()) {
-            files.push(path);
+        if is_yaml && !name.starts_with('.') {
+            named.push(path);
         }
     }
-    files.sort();
+    // In name order, so the first broken link reported is always the same one.
+    named.sort();
+    let mut files = Vec::with_capacity(named.len());
+    for path in named {
+        // `metadata` follows symlinks, as ConfigMap files are.
+        match fs::metadata(&path) {
+            Ok(meta) if meta.is_file() => files.push(path),
+            Ok(_) => {}
+            Err(source) => match fs::read_link(&path) {
+                Ok(target) => {
+                    return Err(ConfigError::new(
+                        path.display().to_string(),
+                        None,
+                        ConfigErrorKind::BrokenLink { target, source },
+                    ));
+                }
+                // Removed since the directory was listed: not a config file any more.
+                Err(_) if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(_) => return Err(io_err(&path, source)),
+            },
+        }
+    }
     Ok(files)
 }
 
@@ -298,11 +322,12 @@ impl Loader {
                 let compiled = ours.compile(file)?;
                 self.limits.extend_access(compiled.access);
                 for (i, route) in compiled.routes.into_iter().enumerate() {
-                    if let Some(first) = self
+                    if let Some((first, note)) = self
                         .limits
                         .routes()
                         .iter()
-                        .position(|r| r.prefix() == route.prefix())
+                        .enumerate()
+                        .find_map(|(j, earlier)| route.collision(earlier).map(|note| (j, note)))
                     {
                         let (first_file, _) = &self.route_origins[first];
                         return Err(ConfigError::new(
@@ -311,7 +336,7 @@ impl Loader {
                             ConfigErrorKind::Duplicate {
                                 what: "route prefix",
                                 name: route.prefix().to_owned(),
-                                first: format!("in {first_file}"),
+                                first: format!("in {first_file}{note}"),
                             },
                         ));
                     }

@@ -137,12 +137,14 @@ pub(crate) struct OursFile {
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a route: a map with `prefix`, `policies` and optionally `key`"
+    expecting = "a route: a map with `prefix`, `policies` and optionally `key` and `case_sensitive`"
 )]
 struct RouteSpec {
     prefix: String,
     policies: Vec<String>,
     key: Option<String>,
+    #[serde(default)]
+    case_sensitive: bool,
 }
 
 /// One entry of `policies`, as written.
@@ -358,16 +360,6 @@ impl OursFile {
                     ConfigErrorKind::Value(format!("a path prefix starts with `/`, got \"{}\"", spec.prefix)),
                 ));
             }
-            if let Some(first) = routes.iter().position(|r| r.prefix == spec.prefix) {
-                return Err(err(
-                    "prefix",
-                    ConfigErrorKind::Duplicate {
-                        what: "route prefix",
-                        name: spec.prefix,
-                        first: format!("at routes[{first}]"),
-                    },
-                ));
-            }
             let key = match spec.key.as_deref() {
                 None | Some("client_ip") => RouteKey::ClientIp,
                 Some(text) => match text.strip_prefix("header:") {
@@ -382,11 +374,27 @@ impl OursFile {
                     }
                 },
             };
-            routes.push(Route {
+            let route = Route {
                 prefix: spec.prefix,
                 policies: spec.policies,
                 key,
-            });
+                case_sensitive: spec.case_sensitive,
+            };
+            if let Some((first, note)) = routes
+                .iter()
+                .enumerate()
+                .find_map(|(j, earlier)| route.collision(earlier).map(|note| (j, note)))
+            {
+                return Err(err(
+                    "prefix",
+                    ConfigErrorKind::Duplicate {
+                        what: "route prefix",
+                        name: route.prefix,
+                        first: format!("at routes[{first}]{note}"),
+                    },
+                ));
+            }
+            routes.push(route);
         }
         Ok(Compiled {
             policies,

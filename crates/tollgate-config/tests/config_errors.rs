@@ -52,7 +52,9 @@ error_fixtures! {
     route_duplicate_prefix => r#"route_duplicate_prefix.yaml: routes[1].prefix: duplicate route prefix "/v4", first defined at routes[0]"#,
     route_bad_key => r#"route_bad_key.yaml: routes[0].key: expected `client_ip` or `header:NAME` with a valid header name, got "header:X Api Key""#,
     route_unknown_policy => r#"route_unknown_policy.yaml: routes[0].policies[1]: unknown policy "moviez""#,
-    route_unknown_field => "route_unknown_field.yaml: routes[0].policy: unknown field `policy`, expected one of `prefix`, `policies`, `key`",
+    route_unknown_field => "route_unknown_field.yaml: routes[0].policy: unknown field `policy`, expected one of `prefix`, `policies`, `key`, `case_sensitive`",
+    route_prefix_differs_in_case => r#"route_prefix_differs_in_case.yaml: routes[1].prefix: duplicate route prefix "/V4/Movies", first defined at routes[0] as "/v4/movies" (prefixes match in any case unless both routes set `case_sensitive: true`)"#,
+    route_bad_case_sensitive => r#"route_bad_case_sensitive.yaml: routes[0].case_sensitive: invalid type: string "sometimes", expected a boolean"#,
     // tollgate's format: values
     bad_window => r#"bad_window.yaml: policies.login.window: expected a duration like "1m", got "fortnight""#,
     window_without_unit => r#"window_without_unit.yaml: policies.login.window: expected a duration like "1m", got 90 (add a unit, such as "90s")"#,
@@ -285,4 +287,55 @@ fn a_number_where_a_rate_belongs_is_refused() {
         err.to_string(),
         r#"n.yaml: policies.x.rate: expected a rate like "10/s", got "10""#
     );
+}
+
+/// A link named like a config file that leads nowhere: the file it stood for would silently not
+/// be read, so loading stops and names the link and where it points.
+#[cfg(unix)]
+#[test]
+fn a_dangling_link_or_a_link_loop_in_a_directory_is_named() {
+    use std::os::unix::fs::symlink;
+
+    /// (what, the links as (name, target), the start of the message after the link's path)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case<'_>; 3] = [
+        (
+            "dangling",
+            &[("edge.yaml", "../gone/edge.yaml")],
+            r#"broken link to "../gone/edge.yaml": "#,
+        ),
+        (
+            "loop",
+            &[("a.yaml", "b.yaml"), ("b.yaml", "a.yaml")],
+            r#"broken link to "b.yaml": "#,
+        ),
+        (
+            "self",
+            &[("self.yml", "self.yml")],
+            r#"broken link to "self.yml": "#,
+        ),
+    ];
+    for (what, links, message) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("api.yaml"),
+            "policies:\n  api: {algorithm: gcra, rate: 10/s, burst: 10}\n",
+        )
+        .unwrap();
+        for (link, target) in links {
+            symlink(target, dir.path().join(link)).unwrap();
+        }
+        let err = tollgate_config::load(dir.path()).expect_err(what);
+        let link = dir.path().join(links[0].0);
+        assert_eq!(err.file(), link.display().to_string(), "{what}");
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with(&format!("{}: {message}", link.display())),
+            "{what}: {shown}"
+        );
+        assert!(
+            matches!(err.kind(), ConfigErrorKind::BrokenLink { .. }),
+            "{what}: {shown}"
+        );
+    }
 }

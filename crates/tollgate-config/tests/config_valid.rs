@@ -111,8 +111,8 @@ fn follows_symlinked_files_as_configmaps_mount_them() {
     .unwrap();
     std::os::unix::fs::symlink(&data, dir.path().join("..data")).unwrap();
     std::os::unix::fs::symlink("..data/limits.yaml", dir.path().join("limits.yaml")).unwrap();
-    // A dangling link (an editor's lock file, say) is skipped.
-    std::os::unix::fs::symlink("nowhere.yaml", dir.path().join("gone.yaml")).unwrap();
+    // An editor's lock file (a dangling link whose name starts with `.`) is skipped.
+    std::os::unix::fs::symlink("user@host.1234", dir.path().join(".#limits.yaml")).unwrap();
     let limits = tollgate_config::load(dir.path()).unwrap();
     assert!(limits.policy("api").is_some());
 }

@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use tollgate::Error;
-use tollgate::concurrency::{Acquire, ConcurrencyPolicy, Full, Lease, LeaseId, LeaseIds, Release};
+use tollgate::concurrency::{Acquire, ConcurrencyPolicy, Full, InFlight, Lease, LeaseId, LeaseIds, Release};
 use tollgate::store as core_store;
 
 use crate::error::bad_reply;
@@ -105,4 +105,30 @@ pub(crate) async fn clear(
         [live, _] => Ok(live),
         _ => Err(bad_reply(&reply)),
     }
+}
+
+/// [`ConcurrencyStore::in_flight`](tollgate::concurrency::ConcurrencyStore::in_flight): one call
+/// of the script, which writes nothing.
+pub(crate) async fn in_flight(
+    transport: &Transport,
+    keys: &KeyNames,
+    policy: &ConcurrencyPolicy,
+    key: &[u8],
+) -> Result<InFlight, Error> {
+    core_store::validate_key(key)?;
+    let name = keys.leases(policy.hash_tag(), policy.name(), key);
+    let args = [transport.script_now(), "in_flight".to_owned()];
+    let reply: Vec<u64> = transport
+        .call(&transport.scripts().concurrency, &[name], &args)
+        .await?;
+    let [in_flight, first_us, last_us, now_us] = reply[..] else {
+        return Err(bad_reply(&reply));
+    };
+    let after = |at_us: u64| (in_flight > 0).then(|| Duration::from_micros(at_us.saturating_sub(now_us)));
+    Ok(InFlight {
+        in_flight,
+        limit: policy.max_in_flight(),
+        next_expiry: after(first_us),
+        last_expiry: after(last_us),
+    })
 }

@@ -73,6 +73,7 @@ impl Target {
     /// # Ok::<(), tollgate_redis::ConnectError>(())
     /// ```
     pub fn parse(url: &str) -> Result<Self, crate::error::ConnectError> {
+        check_userinfo(url)?;
         let cluster = [
             ("redis+cluster://", "redis://"),
             ("rediss+cluster://", "rediss://"),
@@ -123,6 +124,29 @@ impl Target {
             Target::Cluster(nodes) => nodes.iter().map(|n| redact(n)).collect::<Vec<_>>().join(","),
         }
     }
+}
+
+/// Refuses credentials the URL parser would cut short. The user part ends at the last `@` (so a
+/// raw `@` or `:` in a password is read right), but `/`, `?` and `#` end a URL's authority
+/// before it: `redis://:se/cret@host` would be read as the host `se` and a path, and fail far
+/// from its cause as an unparsable or wrong address. The error names the fix and never the
+/// password.
+fn check_userinfo(url: &str) -> Result<(), crate::error::ConnectError> {
+    let Some((_, rest)) = url.split_once("://") else {
+        return Ok(());
+    };
+    let Some((userinfo, _)) = rest.rsplit_once('@') else {
+        return Ok(());
+    };
+    if !userinfo.contains(['/', '?', '#']) {
+        return Ok(());
+    }
+    Err(crate::error::ConnectError::BadUrl {
+        url: redact(url),
+        why: "the user name or password holds a `/`, `?` or `#`, which ends the address's user part; \
+              percent-encode the password (`/` as %2F, `?` as %3F, `#` as %23, `@` as %40, `:` as %3A, `%` as %25)"
+            .into(),
+    })
 }
 
 /// `url` with the password (between `user:` and `@`) replaced by `***`.
@@ -624,6 +648,32 @@ mod tests {
         assert_eq!(redact("redis://h:1"), "redis://h:1");
         let err = Target::parse("http://u:pw@h:1").unwrap_err();
         assert!(!err.to_string().contains("pw"), "{err}");
+    }
+
+    #[test]
+    fn a_password_that_breaks_the_url_is_one_clear_error_without_the_password() {
+        for url in [
+            "redis://:se/cret@127.0.0.1:6379",
+            "redis://app:se?cret@127.0.0.1:6379",
+            "rediss://app:se#cret@127.0.0.1:6379/0",
+            "redis://:a/b:c@d@127.0.0.1:6379",
+            "redis+cluster://:se/cret@127.0.0.1:7000,127.0.0.1:7001",
+        ] {
+            let err = Target::parse(url).expect_err(url).to_string();
+            assert!(err.contains("percent-encode"), "{url}: {err}");
+            assert!(err.contains("%2F"), "{url}: {err}");
+            assert!(!err.contains("cret") && !err.contains("a/b"), "{url}: {err}");
+        }
+        // `@` and `:` in a password are read right as they are (the last `@` ends it), and
+        // encoded ones stay encoded for the driver to decode.
+        for url in [
+            "redis://:p@ss:w@127.0.0.1:6379",
+            "redis://:p%2Fss@127.0.0.1:6379",
+            "redis://127.0.0.1:6379/0",
+            "redis+cluster://:p@ss@127.0.0.1:7000",
+        ] {
+            assert!(Target::parse(url).is_ok(), "{url}");
+        }
     }
 
     #[test]

@@ -26,6 +26,12 @@ pub enum ConnectError {
     /// The key prefix contains a brace, which would move the cluster hash tag.
     #[error("key prefix `{0}` must not contain `{{` or `}}`")]
     BadPrefix(String),
+    /// The CA bundle given for TLS is not PEM, holds no certificate, or holds a malformed one.
+    #[error("not a usable CA bundle: {why}")]
+    BadCa {
+        /// What is wrong with it.
+        why: String,
+    },
     /// Redis could not be reached or refused the connection.
     #[error("cannot connect to redis: {0}")]
     Redis(#[from] redis::RedisError),

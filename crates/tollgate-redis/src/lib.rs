@@ -150,12 +150,14 @@
 //! # TLS and passwords
 //!
 //! `rediss://` and `rediss+cluster://` connect with TLS (rustls, with the system's certificate
-//! authorities or [`RedisStoreBuilder::tls_ca_pem`]); `redis://user:password@host:port` (or
+//! authorities or [`RedisStoreBuilder::tls_ca_pem`], checked by [`check_ca_pem`] before any
+//! connection); `redis://user:password@host:port` (or
 //! `redis://:password@host:port`) authenticates, on every cluster node too.
 
 mod access;
 mod batch;
 mod breaker;
+mod ca;
 mod concurrency;
 mod connection;
 mod deny_cache;
@@ -169,6 +171,7 @@ mod store;
 mod transport;
 
 pub use access::{MAX_ACCESS_BYTES, MAX_ACCESS_ENTRIES};
+pub use ca::check_ca_pem;
 pub use connection::Target;
 pub use error::ConnectError;
 pub use lease::LeaseStats;

@@ -24,7 +24,9 @@ use std::time::Duration;
 
 use tollgate::access::{AccessEntry, Added};
 use tollgate::attempts::Attempts;
-use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, LeaseId, LeaseIds, Release};
+use tollgate::concurrency::{
+    Acquire, ConcurrencyPolicy, ConcurrencyStore, InFlight, LeaseId, LeaseIds, Release,
+};
 use tollgate::overrides::{Override, OverridePage, OverrideStore, OverrideTarget};
 use tollgate::store::{self as core_store, AttemptsStore, Store};
 use tollgate::{
@@ -124,7 +126,8 @@ impl RedisStoreBuilder {
     }
 
     /// Trusts the certificate authorities in this PEM bundle for `rediss://` connections,
-    /// instead of the system's.
+    /// instead of the system's. Connecting checks it first ([`crate::check_ca_pem`]): a bundle
+    /// that is not PEM or holds no certificate is a [`ConnectError::BadCa`].
     pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.options.ca_pem = Some(pem.into());
         self
@@ -193,6 +196,9 @@ impl RedisStoreBuilder {
     async fn open(self, lazy: bool) -> Result<RedisStore, ConnectError> {
         if self.prefix.contains(['{', '}']) {
             return Err(ConnectError::BadPrefix(self.prefix));
+        }
+        if let Some(pem) = &self.options.ca_pem {
+            crate::ca::check_ca_pem(pem)?;
         }
         let local_clock: Arc<dyn Clock> = match &self.clock {
             Some(clock) => clock.clone(),
@@ -954,6 +960,15 @@ impl Store for RedisStore {
     /// Leases of the key stay: their units are still good.
     async fn refund(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
         core_store::validate_check(policy, key, cost)?;
+        // A prefix override from this instance's copy, as `decide` applies it; a key override is
+        // read by the script.
+        self.inner.overrides.refresh_prefixes().await;
+        let cache = self.inner.overrides.prefixes();
+        let prefixed = cache
+            .any()
+            .then(|| cache.in_force(policy, key, self.inner.local_clock.now_us()))
+            .flatten();
+        let policy = prefixed.as_ref().unwrap_or(policy);
         let state = self.inner.keys.state(policy.hash_tag(), policy.name(), key);
         let keys = call_keys(policy, state.clone());
         let rule = Rule::new(policy, key, cost);
@@ -1126,6 +1141,10 @@ impl ConcurrencyStore for RedisStore {
 
     async fn clear_leases(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<u64, Error> {
         concurrency::clear(&self.inner.transport, &self.inner.keys, policy, key).await
+    }
+
+    async fn in_flight(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<InFlight, Error> {
+        concurrency::in_flight(&self.inner.transport, &self.inner.keys, policy, key).await
     }
 }
 

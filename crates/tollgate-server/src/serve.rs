@@ -24,6 +24,7 @@ use crate::envoy::grpc;
 use crate::envoy::health::{self, Health};
 use crate::ops::metrics;
 use crate::runtime::listener;
+use crate::runtime::problem::bare_errors;
 use crate::runtime::state::keep_access_fresh;
 use crate::runtime::{AnyStore, AppState, Settings, SharedState, StoreOptions};
 use crate::{api, reload};
@@ -165,7 +166,8 @@ pub async fn run(
         .await
     }));
     let debug_server = listeners.debug.map(|listener| {
-        let app = listener::with_request_limits(debug::router(Arc::clone(&state)), "debug", &options);
+        let app = debug::router(Arc::clone(&state)).layer(axum::middleware::from_fn(bare_errors));
+        let app = listener::with_request_limits(app, "debug", &options);
         let stopping = when_stopped(stopped.clone());
         let options = options.clone();
         AbortOnDrop(tokio::spawn(async move {
@@ -175,7 +177,10 @@ pub async fn run(
     let router = api::router(Arc::clone(&state))
         .merge(grpc::json::router(rls))
         .merge(health::router(health))
-        .merge(api::dashboard::router(state));
+        .merge(api::dashboard::router(state))
+        // Over every route merged here, not only the API's: `/json`'s 405 and the health
+        // routes' errors are problems too.
+        .layer(axum::middleware::from_fn(bare_errors));
     let app = listener::with_request_limits(router, "http", &options);
     let http_served = listener::serve_http("http", listeners.http, app, &options, when_stopped(stopped))
         .await

@@ -141,7 +141,7 @@ pub async fn serve_proxy(options: ProxyOptions) -> anyhow::Result<()> {
             crate::runtime::listener::serve_http(
                 "admin",
                 admin,
-                admin_router(store, stats),
+                crate::runtime::listener::with_request_limits(admin_router(store, stats), "admin", &options),
                 &options,
                 stopped,
             )

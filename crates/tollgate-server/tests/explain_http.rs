@@ -1,7 +1,8 @@
 //! `GET /v1/explain` and `POST /v1/explain` on the memory store, Redis and Redis Cluster: why
-//! each rule or descriptor applies, the override in force, the budget as it stands, the decision
-//! a check would get; that explaining changes nothing in the store; and that a caller without
-//! the admin token is told of no override and no list membership.
+//! each rule or descriptor applies, the override in force, the budget as it stands (a
+//! concurrency policy's leases), the decision a check would get; that explaining changes nothing
+//! in the store; and that a caller without the admin token is told of no override and no list
+//! membership.
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -17,6 +18,7 @@ policies:
   login: {algorithm: sliding_log, limit: 2, window: 1h, block_for: 10m}
   api: {algorithm: token_bucket, capacity: 5, refill: 1/m}
   watch: {algorithm: fixed_window, limit: 1, window: 1h, shadow: true}
+  exports: {algorithm: concurrency, max_in_flight: 2, lease_timeout: 30s}
 ";
 
 const DESCRIPTORS: &str = "\
@@ -276,6 +278,80 @@ async fn explain_tells_why(store: AnyStore, snapshot: impl Fn() -> Vec<String>) 
     }
 }
 
+/// A deny-listed key is blocked by the list, not by what it spent: explain shows its budget as
+/// the store holds it (whole for a fresh key), in both forms.
+async fn a_deny_listed_key_shows_what_it_spent(store: AnyStore, snapshot: impl Fn() -> Vec<String>) {
+    let state = state(store);
+    check(&state, "api", "spent-two").await;
+    check(&state, "api", "spent-two").await;
+    for value in ["fresh", "spent-two", "203.0.113.66"] {
+        let body = json!({"list": "deny", "kind": "key", "value": value});
+        let (status, answer) = call(&state, "POST", "/v1/admin/access", Some(body)).await;
+        assert!(status.is_success(), "{answer}");
+    }
+    for (key, used) in [("fresh", 0), ("spent-two", 2)] {
+        let answer = explain_changes_nothing(&state, &format!("policy=api&key={key}"), &snapshot).await;
+        let rule = &answer["rules"][0];
+        assert_eq!(answer["allowed"], false, "{answer}");
+        assert_eq!(rule["decision"], "blocked", "{answer}");
+        assert_eq!(rule["state"]["limit"], 5, "{answer}");
+        assert_eq!(rule["state"]["used"], used, "{key}: {answer}");
+        assert_eq!(rule["state"]["remaining"], 5 - used, "{key}: {answer}");
+        assert_eq!(rule["retry_after_ms"], Value::Null, "{answer}");
+    }
+    // An Envoy descriptor whose key is deny-listed: nothing used either.
+    let query = "domain=edge&descriptor=remote_address=203.0.113.66";
+    let answer = explain_changes_nothing(&state, query, &snapshot).await;
+    let rule = &answer["rules"][0];
+    assert_eq!(rule["decision"], "blocked", "{answer}");
+    assert_eq!(rule["state"]["used"], 0, "{answer}");
+    assert_eq!(rule["state"]["remaining"], rule["state"]["limit"], "{answer}");
+}
+
+/// A concurrency policy is explained by its leases as they stand, without taking a slot.
+async fn a_concurrency_policy_shows_its_leases(store: AnyStore, snapshot: impl Fn() -> Vec<String>) {
+    let state = state(store);
+    for _ in 0..2 {
+        let (status, body) = call(&state, "POST", "/v1/concurrency/exports/alice/acquire", None).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let full = explain_changes_nothing(&state, "policy=exports&key=alice", &snapshot).await;
+    assert_eq!(
+        (full["allowed"].clone(), full["outcome"].clone()),
+        (json!(false), json!("denied")),
+        "{full}"
+    );
+    let rule = &full["rules"][0];
+    assert_eq!(rule["matched"], "policy", "{full}");
+    assert_eq!(rule["algorithm"], "concurrency", "{full}");
+    assert_eq!(
+        rule["parameters"],
+        json!({"max_in_flight": 2, "lease_timeout": "30s"}),
+        "{full}"
+    );
+    assert_eq!(rule["state"]["limit"], 2, "{full}");
+    assert_eq!(rule["state"]["used"], 2, "{full}");
+    assert_eq!(rule["state"]["remaining"], 0, "{full}");
+    assert_eq!(rule["decision"], "denied", "{full}");
+    let wait = rule["retry_after_ms"].as_u64();
+    assert!(wait.is_some_and(|ms| ms > 0 && ms <= 30_000), "{full}");
+    let free = explain_changes_nothing(&state, "policy=exports&key=bob", &snapshot).await;
+    assert_eq!(free["allowed"], true, "{free}");
+    assert_eq!(free["rules"][0]["state"]["used"], 0, "{free}");
+    assert_eq!(free["rules"][0]["state"]["reset_after_ms"], 0, "{free}");
+    assert_eq!(free["rules"][0]["decision"], "allowed", "{free}");
+    // A check never holds a lease beside rate limits, so explain does not either.
+    let rules = json!({"rules": [{"policy": "api", "key": "k"}, {"policy": "exports", "key": "k"}]});
+    let (status, problem) = call(&state, "POST", "/v1/explain", Some(rules)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("concurrency")),
+        "{problem}"
+    );
+}
+
 #[tokio::test]
 async fn without_the_admin_token_explain_shows_no_override_and_no_list_membership() {
     const TOKEN: &str = "s3cret";
@@ -361,6 +437,14 @@ async fn explain_on_the_memory_store() {
     let seen = memory.clone();
     // The memory store's own view: how many keys it holds (explain must add none).
     explain_tells_why(AnyStore::Memory(memory), move || vec![seen.len().to_string()]).await;
+    let memory = std::sync::Arc::new(tollgate::MemoryStore::new());
+    let seen = memory.clone();
+    a_deny_listed_key_shows_what_it_spent(AnyStore::Memory(memory), move || vec![seen.len().to_string()])
+        .await;
+    let memory = std::sync::Arc::new(tollgate::MemoryStore::new());
+    let seen = memory.clone();
+    a_concurrency_policy_shows_its_leases(AnyStore::Memory(memory), move || vec![seen.len().to_string()])
+        .await;
 }
 
 /// Every key of `server` with its value, serialized: equal snapshots mean nothing changed.
@@ -382,6 +466,12 @@ async fn explain_on_redis() {
     let server = RedisServer::start();
     let store = RedisStore::connect(&server.url()).await.expect("connect");
     explain_tells_why(AnyStore::Redis(store), || dump(&[&server])).await;
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    a_deny_listed_key_shows_what_it_spent(AnyStore::Redis(store), || dump(&[&server])).await;
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.expect("connect");
+    a_concurrency_policy_shows_its_leases(AnyStore::Redis(store), || dump(&[&server])).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,7 @@
 //! What operators run limits with, over HTTP and gRPC: allow and deny lists (from the config
 //! and the admin API, shared by a fleet through Redis and a cluster), gradual enforcement, and
-//! the top offenders (whose keys `/metrics` shows, on the HTTP and debug ports, only with the
-//! admin token).
+//! the top offenders (of rate and concurrency policies; their keys `/metrics` shows, on the HTTP
+//! and debug ports, only with the admin token).
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
@@ -34,6 +34,7 @@ policies:
   api: {algorithm: fixed_window, limit: 1, window: 1h}
   rollout: {algorithm: fixed_window, limit: 1, window: 1h, enforce_percent: 50}
   floodtop: {algorithm: fixed_window, limit: 1, window: 1h}
+  leasetop: {algorithm: concurrency, max_in_flight: 1, lease_timeout: 1h}
 ";
 
 const DESCRIPTORS: &str = "\
@@ -476,6 +477,59 @@ async fn the_debug_port_serves_the_offenders_keys_only_with_the_admin_token() {
         .expect("the server stops")
         .expect("server task")
         .expect("server");
+}
+
+#[tokio::test]
+async fn top_offenders_know_concurrency_policies_and_count_refused_leases() {
+    let state = state(AnyStore::memory());
+    // Nothing refused yet: a known policy with no offenders, not an unknown one.
+    let (status, _, body) = call(
+        &state,
+        "GET",
+        "/v1/admin/top-offenders?policy=leasetop",
+        None,
+        true,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["policies"][0]["denied_total"], 0, "{body}");
+    for (key, tries) in [("hog", 4), ("other", 2)] {
+        for _ in 0..tries {
+            let uri = format!("/v1/concurrency/leasetop/{key}/acquire");
+            call(&state, "POST", &uri, None, false).await;
+        }
+    }
+    let (status, _, body) = call(
+        &state,
+        "GET",
+        "/v1/admin/top-offenders?policy=leasetop",
+        None,
+        true,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let top = &body["policies"][0];
+    assert_eq!(top["denied_total"], 4, "{body}");
+    assert_eq!(
+        top["offenders"][0],
+        json!({"key": "hog", "denied": 3, "overestimate": 0}),
+        "{body}"
+    );
+    assert_eq!(
+        top["offenders"][1],
+        json!({"key": "other", "denied": 1, "overestimate": 0}),
+        "{body}"
+    );
+    // Allow and deny lists are for rate policies: naming a concurrency policy says so.
+    let entry = json!({"policy": "leasetop", "list": "deny", "kind": "key", "value": "hog"});
+    let (status, _, body) = call(&state, "POST", "/v1/admin/access", Some(entry), true).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("concurrency policy")),
+        "{body}"
+    );
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! The proxy decides every route with one engine: a policy named by two routes keeps one budget,
-//! in the store and, while the store fails, in the `local` failure mode's limiter.
+//! in the store and, while the store fails, in the `local` failure mode's limiter. Routes match
+//! in any case unless they are case-sensitive.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -86,4 +87,35 @@ async fn the_proxy_applies_the_configs_allow_and_deny_lists() {
             StatusCode::OK
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_match_in_any_case_unless_case_sensitive() {
+    let upstream = AppServer::start(Router::new().fallback(|| async { "upstream" })).await;
+    let config = r#"
+policies:
+  once: {algorithm: fixed_window, limit: 1, window: 1h}
+  files: {algorithm: fixed_window, limit: 1, window: 1h}
+routes:
+  - {prefix: /v4/movies, policies: [once], key: "header:x-key"}
+  - {prefix: /Files/, policies: [files], key: "header:x-key", case_sensitive: true}
+"#;
+    let limits = tollgate_config::parse("proxy.yaml", config).expect("config");
+    let forward = Forward::new(&upstream.url("")).expect("upstream url");
+    let app = proxy::app(&limits, AnyStore::memory(), forward, &[]).expect("proxy");
+    let (ok, denied) = (StatusCode::OK, StatusCode::TOO_MANY_REQUESTS);
+    // One budget for every spelling of the case-insensitive route.
+    assert_eq!(
+        statuses(&app, &["/V4/MOVIES", "/v4/movies", "/v4/Movies/42"]).await,
+        [ok, denied, denied]
+    );
+    // The case-sensitive route limits only its own spelling; the others match no route.
+    assert_eq!(
+        statuses(
+            &app,
+            &["/files/a", "/FILES/a", "/files/b", "/Files/a", "/Files/b"]
+        )
+        .await,
+        [ok, ok, ok, ok, denied]
+    );
 }

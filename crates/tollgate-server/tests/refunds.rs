@@ -1,5 +1,6 @@
 //! `POST /v1/refund` on memory, Redis and Redis Cluster: an admitted request's cost comes back,
-//! the next check sees it, a block stays, and bad input is a problem.
+//! the next check sees it, a block stays, bad input is a problem, and the answer is the key's
+//! override when it has one.
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -124,15 +125,69 @@ async fn refunds_give_the_budget_back(store: AnyStore) {
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
 
+async fn put_override(state: &SharedState, uri: &str, body: &str) {
+    let request = Request::builder()
+        .method("PUT")
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_owned()))
+        .expect("request");
+    let response = tollgate_server::api_router(state.clone())
+        .oneshot(request)
+        .await
+        .expect("infallible");
+    assert_eq!(response.status(), StatusCode::OK, "{uri}");
+}
+
+/// A refund's answer is the key's limit as it applies now: its override's, key or prefix.
+async fn refunds_answer_with_the_override_in_force(store: AnyStore) {
+    let state = state(store);
+    put_override(
+        &state,
+        "/v1/overrides/exports/keys/big",
+        r#"{"limit": 1000, "window": "1h"}"#,
+    )
+    .await;
+    put_override(
+        &state,
+        "/v1/overrides/uploads/prefixes/vip:",
+        r#"{"capacity": 100, "refill": "1/h"}"#,
+    )
+    .await;
+    for (policy, key) in [("exports", "big"), ("uploads", "vip:acme")] {
+        for _ in 0..3 {
+            assert_eq!(check(&state, policy, key, 2).await, StatusCode::OK, "{policy}");
+        }
+        // 6 spent, 2 given back: 4 spent, and a check of cost 1 would leave 95 or 995.
+        let (status, body) = post(
+            &state,
+            "/v1/refund",
+            json!({"policy": policy, "key": key, "cost": 2}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{policy}: {body}");
+        let limit = if policy == "exports" { 1000 } else { 100 };
+        assert_eq!(body["allowed"], true, "{policy}: {body}");
+        assert_eq!(body["limit"], limit, "{policy}: {body}");
+        assert_eq!(body["remaining"], limit - 5, "{policy}: {body}");
+        // The refund kept the whole budget: the next check agrees.
+        let (_, checked) = post(&state, "/v1/check", json!({"policy": policy, "key": key})).await;
+        assert_eq!(checked["remaining"], limit - 5, "{policy}: {checked}");
+    }
+}
+
 #[tokio::test]
 async fn refunds_on_memory() {
     refunds_give_the_budget_back(AnyStore::memory()).await;
+    refunds_answer_with_the_override_in_force(AnyStore::memory()).await;
 }
 
 #[tokio::test]
 async fn refunds_on_redis() {
     let redis = tollgate_testkit::RedisServer::start();
     refunds_give_the_budget_back(AnyStore::redis(&redis.url()).await.expect("redis store")).await;
+    refunds_answer_with_the_override_in_force(AnyStore::redis(&redis.url()).await.expect("redis store"))
+        .await;
 }
 
 #[tokio::test]
@@ -140,4 +195,5 @@ async fn refunds_on_a_cluster() {
     let cluster = tollgate_testkit::RedisCluster::start();
     let url = cluster.store_url();
     refunds_give_the_budget_back(AnyStore::redis(&url).await.expect("cluster store")).await;
+    refunds_answer_with_the_override_in_force(AnyStore::redis(&url).await.expect("cluster store")).await;
 }

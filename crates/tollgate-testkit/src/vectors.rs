@@ -898,6 +898,9 @@ pub enum LeaseOp {
     Release(usize),
     /// `release` of an id no store ever granted.
     ReleaseUnknown,
+    /// `in_flight(policy, key)`: expects `(false, in_flight, ms until the earliest expiry)`, and
+    /// the step's `last_expiry_ms`.
+    InFlight,
 }
 
 /// One concurrency step: at `T0_US + at_ms`, do `op` on `key`; expect `(granted or released,
@@ -913,6 +916,8 @@ pub struct LeaseStep {
     pub op: LeaseOp,
     /// Expected `(granted or released, in_flight, expires_in or retry_after in ms)`.
     pub expect: (bool, u64, Option<u64>),
+    /// [`LeaseOp::InFlight`] only: the expected ms until the newest live lease expires.
+    pub last_expiry_ms: Option<u64>,
 }
 
 /// A concurrency policy and its steps.
@@ -932,6 +937,7 @@ const fn take(at_ms: u64, in_flight: u64, expires_in_ms: u64) -> LeaseStep {
         key: b"k",
         op: LeaseOp::Acquire,
         expect: (true, in_flight, Some(expires_in_ms)),
+        last_expiry_ms: None,
     }
 }
 
@@ -941,6 +947,7 @@ const fn full(at_ms: u64, in_flight: u64, retry_ms: u64) -> LeaseStep {
         key: b"k",
         op: LeaseOp::Acquire,
         expect: (false, in_flight, Some(retry_ms)),
+        last_expiry_ms: None,
     }
 }
 
@@ -950,11 +957,27 @@ const fn give_back(at_ms: u64, step: usize, released: bool, in_flight: u64) -> L
         key: b"k",
         op: LeaseOp::Release(step),
         expect: (released, in_flight, None),
+        last_expiry_ms: None,
+    }
+}
+
+const fn live(at_ms: u64, in_flight: u64, expiries_ms: Option<(u64, u64)>) -> LeaseStep {
+    let (next, last) = match expiries_ms {
+        Some((next, last)) => (Some(next), Some(last)),
+        None => (None, None),
+    };
+    LeaseStep {
+        at_ms,
+        key: b"k",
+        op: LeaseOp::InFlight,
+        expect: (false, in_flight, next),
+        last_expiry_ms: last,
     }
 }
 
 /// Every concurrency vector: acquire, deny with the earliest expiry as the hint, release,
-/// expiry exactly at the timeout, releases of expired and unknown leases, keys apart.
+/// expiry exactly at the timeout, releases of expired and unknown leases, keys apart, and the
+/// live leases read without taking a slot.
 pub fn concurrency() -> Vec<LeaseVector> {
     use tollgate::concurrency::ConcurrencyPolicy;
     let s = Duration::from_secs;
@@ -1010,6 +1033,22 @@ pub fn concurrency() -> Vec<LeaseVector> {
                 full(4, 1, 1_496),
             ],
         },
+        LeaseVector {
+            name: "in_flight counts the live leases and changes nothing; an expired one is not counted",
+            policy: policy("reports", 2, s(10), HashTag::PolicyAndKey),
+            steps: vec![
+                live(0, 0, None),
+                take(0, 1, 10_000),
+                live(1, 1, Some((9_999, 9_999))),
+                live(1, 1, Some((9_999, 9_999))),
+                take(4_000, 2, 10_000),
+                live(5_000, 2, Some((5_000, 9_000))),
+                full(5_000, 2, 5_000),
+                live(10_000, 1, Some((4_000, 4_000))),
+                live(14_000, 0, None),
+                take(14_000, 1, 10_000),
+            ],
+        },
     ]
 }
 
@@ -1036,6 +1075,16 @@ pub async fn run_concurrency(
                         (false, full.in_flight, Some(full.retry_after.as_micros() as u64)),
                         None,
                     ),
+                    Err(e) => panic!("{context}: {e}"),
+                },
+                LeaseOp::InFlight => match store.in_flight(&vector.policy, step.key).await {
+                    Ok(seen) => {
+                        assert_eq!(seen.limit, vector.policy.max_in_flight(), "{context}");
+                        let us = |d: Option<Duration>| d.map(|d| d.as_micros() as u64);
+                        let last = step.last_expiry_ms.map(|ms| ms * 1000);
+                        assert_eq!(us(seen.last_expiry), last, "{context}: last expiry");
+                        ((false, seen.in_flight, us(seen.next_expiry)), None)
+                    }
                     Err(e) => panic!("{context}: {e}"),
                 },
                 LeaseOp::Release(_) | LeaseOp::ReleaseUnknown => {

@@ -421,6 +421,21 @@ pub struct Full {
     pub degraded: bool,
 }
 
+/// A key's leases as they stand, read without taking a slot: what an acquisition would find
+/// now. Explain shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InFlight {
+    /// Leases of the key live now.
+    pub in_flight: u64,
+    /// The policy's `max_in_flight`.
+    pub limit: u64,
+    /// Time until the oldest live lease expires; `None` when no lease is live.
+    pub next_expiry: Option<Duration>,
+    /// Time until the newest live lease expires, when every slot is free at the latest;
+    /// `None` when no lease is live.
+    pub last_expiry: Option<Duration>,
+}
+
 /// The answer to a release. Releasing a lease that is not held is a normal answer, not an error:
 /// the lease was already released, expired, or never existed, and either way it holds no slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -480,6 +495,14 @@ pub trait ConcurrencyStore: Send + Sync {
         policy: &ConcurrencyPolicy,
         key: &[u8],
     ) -> impl Future<Output = Result<u64, Error>> + Send;
+
+    /// The key's live leases, read without changing anything (expired ones are not counted, and
+    /// not dropped either).
+    fn in_flight(
+        &self,
+        policy: &ConcurrencyPolicy,
+        key: &[u8],
+    ) -> impl Future<Output = Result<InFlight, Error>> + Send;
 }
 
 impl<S: ConcurrencyStore + ?Sized> ConcurrencyStore for Arc<S> {
@@ -506,6 +529,14 @@ impl<S: ConcurrencyStore + ?Sized> ConcurrencyStore for Arc<S> {
         key: &[u8],
     ) -> impl Future<Output = Result<u64, Error>> + Send {
         (**self).clear_leases(policy, key)
+    }
+
+    fn in_flight(
+        &self,
+        policy: &ConcurrencyPolicy,
+        key: &[u8],
+    ) -> impl Future<Output = Result<InFlight, Error>> + Send {
+        (**self).in_flight(policy, key)
     }
 }
 
@@ -617,6 +648,27 @@ pub mod step {
             in_flight: count,
             at_us: earliest,
         }
+    }
+
+    /// The leases live at `now_us` and the earliest and latest of their expiries, changing
+    /// nothing: what [`acquire`] would find.
+    ///
+    /// ```
+    /// use tollgate::concurrency::{LeaseId, step};
+    ///
+    /// let mut leases = step::Leases::default();
+    /// assert_eq!(step::in_flight(&leases, 0), (0, None));
+    /// step::acquire(&mut leases, 0, 2, 10, LeaseId::new(1));
+    /// step::acquire(&mut leases, 5, 2, 10, LeaseId::new(2));
+    /// assert_eq!(step::in_flight(&leases, 6), (2, Some((10, 15))));
+    /// assert_eq!(step::in_flight(&leases, 10), (1, Some((15, 15))), "an expiry equal to now has expired");
+    /// ```
+    pub fn in_flight(leases: &Leases, now_us: u64) -> (u64, Option<(u64, u64)>) {
+        let live = leases.held.iter().map(|&(_, e)| e).filter(|&e| e > now_us);
+        live.fold((0, None), |(count, span), e| {
+            let span = span.map_or((e, e), |(first, last): (u64, u64)| (first.min(e), last.max(e)));
+            (count + 1, Some(span))
+        })
     }
 
     /// Releases `id` at `now_us`: drops expired leases, then `id` if it is live. Returns

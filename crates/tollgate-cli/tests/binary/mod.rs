@@ -6,8 +6,13 @@
 
 #![allow(dead_code, unreachable_pub)]
 
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Command, ExitStatus};
+use std::time::Duration;
+
+use serde_json::Value;
 
 use tollgate_testkit::ChildProcess;
 
@@ -76,4 +81,108 @@ pub fn check_config(path: &Path) -> (bool, String) {
         .expect("run tollgate check-config");
     let text = String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);
     (output.status.success(), text)
+}
+
+/// `ADDR` of an `http://ADDR` URL.
+pub fn addr_of(url: &str) -> SocketAddr {
+    url.trim_start_matches("http://").parse().expect("address")
+}
+
+/// Sends `request` as is (no client-side path cleaning, no headers added) and reads the answer
+/// to the end (30 s at most): (status, the body as JSON or `Null`, the whole answer).
+pub fn raw(addr: SocketAddr, request: &str) -> (u16, Value, String) {
+    let mut socket = TcpStream::connect(addr).expect("connect");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    socket.write_all(request.as_bytes()).expect("send");
+    let mut answer = Vec::new();
+    let _ = socket.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {answer:?}"));
+    let body = answer
+        .split_once("\r\n\r\n")
+        .and_then(|(_, body)| serde_json::from_str(body).ok())
+        .unwrap_or(Value::Null);
+    (status, body, answer)
+}
+
+/// `GET target` over HTTP/1.1 with one `Host` and `Connection: close`, through [`raw`].
+pub fn get(addr: SocketAddr, target: &str) -> (u16, Value, String) {
+    raw(
+        addr,
+        &format!("GET {target} HTTP/1.1\r\nhost: example\r\nconnection: close\r\n\r\n"),
+    )
+}
+
+/// `GET path` over HTTP/2 with prior knowledge (h2c), `:authority` set and `headers` added:
+/// (status, body).
+pub async fn h2c_get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let exchange = async {
+        let socket = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (client, connection) = h2::client::handshake(socket).await.expect("h2 handshake");
+        let driver = tokio::spawn(connection);
+        let mut client = client.ready().await.expect("h2 ready");
+        let mut request = http::Request::get(format!("http://{addr}{path}"));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let (answer, _) = client
+            .send_request(request.body(()).expect("request"), true)
+            .expect("send");
+        let answer = answer.await.expect("answer");
+        let status = answer.status().as_u16();
+        let mut body = answer.into_body();
+        let mut text = Vec::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk.expect("body");
+            let _ = body.flow_control().release_capacity(chunk.len());
+            text.extend_from_slice(&chunk);
+        }
+        drop(client);
+        driver.abort();
+        (status, String::from_utf8_lossy(&text).into_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(30), exchange)
+        .await
+        .expect("the h2c exchange ends")
+}
+
+/// Checks that the listener at `addr` refuses HTTP/1.1 requests for `path` without `Host` or with
+/// two, as 400 problems, and answers one `Host`, HTTP/1.0 without one, and h2c with
+/// `:authority` alone with `ok`.
+pub async fn assert_exactly_one_host(addr: SocketAddr, path: &str, ok: u16) {
+    for (what, head) in [
+        ("no Host", String::new()),
+        ("two Hosts", "host: a.example\r\nhost: b.example\r\n".to_owned()),
+        ("two Hosts, one empty", "host: a.example\r\nhost:\r\n".to_owned()),
+    ] {
+        let request = format!("GET {path} HTTP/1.1\r\n{head}connection: close\r\n\r\n");
+        let (status, body, answer) = raw(addr, &request);
+        assert_eq!(status, 400, "{what}: {answer}");
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("content-type: application/problem+json"),
+            "{what}: {answer}"
+        );
+        assert_eq!(body["status"], 400, "{what}: {answer}");
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|detail| detail.contains("Host")),
+            "{what}: {answer}"
+        );
+    }
+    let one = format!("GET {path} HTTP/1.1\r\nhost: a.example\r\nconnection: close\r\n\r\n");
+    assert_eq!(raw(addr, &one).0, ok, "one Host");
+    let old = format!("GET {path} HTTP/1.0\r\n\r\n");
+    assert_eq!(raw(addr, &old).0, ok, "HTTP/1.0 without Host");
+    assert_eq!(h2c_get(addr, path, &[]).await.0, ok, "h2c with :authority");
+    let (status, body) = h2c_get(addr, path, &[("host", "a.example"), ("host", "b.example")]).await;
+    assert_eq!(status, 400, "h2c with two Host headers: {body}");
 }

@@ -10,8 +10,9 @@
 //! | `GET /v1/admin/top-offenders?policy=&n=` | the most denied keys per policy, from this instance |
 //!
 //! Where entries live and how soon another instance applies them: see [`crate::access`]. The
-//! top offenders are the keys this instance denied most (enforced rate limit denials, not
-//! blocked requests), per policy, in a fixed number of counters
+//! top offenders are the keys this instance denied most (enforced rate limit denials and
+//! refused leases of concurrency policies, not blocked requests), per policy, in a fixed number
+//! of counters
 //! ([`TOP_KEYS`], Space-Saving: see [`tollgate::top_keys`]), so their
 //! memory does not grow with the number of distinct keys; a count may be above the key's true
 //! count by at most its `overestimate`.
@@ -122,13 +123,19 @@ fn entry_of(state: &SharedState, body: &EntryBody) -> Result<AccessEntry, ApiErr
         |field: &str, err: tollgate::access::AccessError| ApiError::bad_request(format!("{field}: {err}"));
     let list: Listed = body.list.parse().map_err(|e| bad("list", e))?;
     let kind: EntryKind = body.kind.parse().map_err(|e| bad("kind", e))?;
-    if let Some(policy) = &body.policy
-        && state.limits.load().policy(policy).is_none()
-    {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            format!("unknown policy `{policy}`"),
-        ));
+    if let Some(policy) = &body.policy {
+        let limits = state.limits.load();
+        if limits.concurrency_policy(policy).is_some() {
+            return Err(ApiError::bad_request(format!(
+                "`{policy}` is a concurrency policy: allow and deny lists apply to rate policies (or give none for every policy)"
+            )));
+        }
+        if limits.policy(policy).is_none() {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!("unknown policy `{policy}`"),
+            ));
+        }
     }
     AccessEntry::new(body.policy.as_deref(), list, kind, &body.value).map_err(|e| bad("value", e))
 }
@@ -313,7 +320,7 @@ pub(crate) struct TopOffenders {
     tag = "admin",
     summary = "The most denied keys",
     description = "Per policy, the keys this instance denied most since start (enforced rate limit \
-                   denials), from a fixed-size heavy-hitter summary.",
+                   denials, refused leases of a concurrency policy), from a fixed-size heavy-hitter summary.",
     params(
         ("policy" = Option<String>, Query, description = "One policy; every policy that denied when absent"),
         ("n" = Option<usize>, Query, minimum = 1, maximum = 64, description = "How many keys per policy (default 10)"),
@@ -342,7 +349,9 @@ pub(crate) async fn top_offenders(
     let recorder = &*RECORDER;
     let names = match query.policy {
         Some(policy) => {
-            let known = state.limits.load().policy(&policy).is_some() || recorder.has(&policy);
+            let limits = state.limits.load();
+            let configured = limits.policy(&policy).is_some() || limits.concurrency_policy(&policy).is_some();
+            let known = configured || recorder.has(&policy);
             if !known {
                 return Err(ApiError::new(
                     StatusCode::NOT_FOUND,

@@ -173,6 +173,10 @@ pub(crate) async fn acquire(
         Acquire::Denied(full) => {
             let outcome = if full.degraded { "degraded" } else { "denied" };
             metrics::concurrency_acquire(policy.name(), outcome);
+            if !full.degraded {
+                // The admin API's top offenders, as an enforced rate limit denial counts.
+                count::denied_key(policy.name(), key.as_bytes());
+            }
             let body = LeaseDenied {
                 kind: "about:blank",
                 title: "Too Many Requests",

@@ -1,7 +1,8 @@
 //! Forwarding one request to the upstream and streaming the answer back.
 //!
 //! Bodies are streamed both ways, never buffered. End-to-end headers pass unchanged (`Host`
-//! included, so name-based virtual hosts upstream keep working); hop-by-hop headers (RFC 9110
+//! included, so name-based virtual hosts upstream keep working; an HTTP/2 client's `:authority`
+//! becomes `Host`); hop-by-hop headers (RFC 9110
 //! §7.6.1: `Connection` and the headers it names, `Keep-Alive`, `TE`, `Transfer-Encoding`,
 //! `Upgrade`, `Proxy-Connection`, `Proxy-Authorization`, `Proxy-Authenticate`, `Trailer`) are
 //! dropped. The peer's address is appended to `X-Forwarded-For`.
@@ -197,10 +198,14 @@ impl Forward {
         if let Some(peer) = peer {
             append_forwarded_for(&mut parts.headers, peer);
         }
-        if !parts.headers.contains_key(HOST)
-            && let Ok(host) = HeaderValue::from_str(self.upstream.authority.as_str())
-        {
-            parts.headers.insert(HOST, host);
+        // An HTTP/2 client names the host in `:authority`, not `Host`: passed on as `Host`, so the
+        // upstream sees the host the client asked for whichever protocol it spoke. Only an
+        // HTTP/1.0 request has neither (the listener refuses HTTP/1.1 without `Host`).
+        if !parts.headers.contains_key(HOST) {
+            let authority = parts.uri.authority().unwrap_or(&self.upstream.authority);
+            if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
+                parts.headers.insert(HOST, host);
+            }
         }
         let mut upstream_request = Request::new(body);
         *upstream_request.method_mut() = parts.method;

@@ -3,7 +3,8 @@
 //!
 //! Each request's path is first [normalized](path) (or refused with 400 when it is ambiguous),
 //! and the normal path is both what is matched and what is forwarded. It is then matched to a
-//! [route](tollgate_config::routes) by path prefix, case-sensitively; the route's policies are
+//! [route](tollgate_config::routes) by path prefix, in any case unless the route is
+//! case-sensitive (the path is forwarded in the case it was sent); the route's policies are
 //! applied by the tower middleware (`tollgate-tower`), exactly as a Rust app would apply them,
 //! and only an admitted request is forwarded (see [`forward`]). A denied one gets the same `429`
 //! problem response, `Retry-After` and `RateLimit` headers; admitted responses carry the

@@ -15,8 +15,15 @@
 //! Paths whose meaning differs between servers are refused with 400 instead of guessed at:
 //! an encoded `/` or `\` (`%2F`, `%5C`), a raw `\`, a `;` raw or encoded (matrix parameters, which
 //! some servers strip before routing and others do not), a `..` that would climb above the root, a bad
-//! escape, and a path that does not start with `/`. Matching stays case-sensitive: `/V4/movies`
-//! is a different path from `/v4/movies`, and is forwarded as written.
+//! escape, and a path that does not start with `/`. So are a control character anywhere, raw or
+//! encoded (`%00`, `%09`, `%0A`, `%7F`, `%C2%85`: C and Java servers end a name at NUL, others drop
+//! line breaks), and whitespace at either end of a segment, raw or encoded (`%20`, `%C2%A0`):
+//! servers that trim names would read `/v4/movies%20` as `/v4/movies`. Whitespace inside a
+//! segment (`/search/a%20b`) is kept.
+//!
+//! Case is kept as sent: `/V4/movies` is forwarded as written. Whether it matches the route
+//! `/v4/movies` is the route's choice (case-insensitive unless `case_sensitive: true`, see
+//! [`tollgate_config::routes`]).
 
 use std::borrow::Cow;
 
@@ -39,6 +46,16 @@ pub enum PathError {
     /// `..` above the root.
     #[error("the request path climbs above the root with `..`")]
     AboveRoot,
+    /// A control character (`%00`, `%0A`, `%7F`, ...), raw or encoded.
+    #[error(
+        "the request path has a control character (such as `%00` or `%0A`), which servers read differently"
+    )]
+    ControlCharacter,
+    /// Whitespace at the start or end of a segment (`%20`, `%09`, ...), raw or encoded.
+    #[error(
+        "a segment of the request path starts or ends with whitespace (such as `%20`), which some servers trim"
+    )]
+    EdgeWhitespace,
 }
 
 /// The path as matched and forwarded; borrowed when it is already normal.
@@ -54,6 +71,9 @@ pub enum PathError {
 /// assert_eq!(normalize("/v4/movies;x=1"), Err(PathError::Parameters));
 /// assert_eq!(normalize("/v4%2Fmovies"), Err(PathError::AmbiguousSeparator));
 /// assert_eq!(normalize("/../etc"), Err(PathError::AboveRoot));
+/// assert_eq!(normalize("/v4/movies%00"), Err(PathError::ControlCharacter));
+/// assert_eq!(normalize("/v4/movies%20"), Err(PathError::EdgeWhitespace));
+/// assert_eq!(normalize("/search/a%20b").unwrap(), "/search/a%20b");
 /// ```
 pub fn normalize(raw: &str) -> Result<Cow<'_, str>, PathError> {
     if !raw.starts_with('/') {
@@ -64,6 +84,9 @@ pub fn normalize(raw: &str) -> Result<Cow<'_, str>, PathError> {
     }
     if raw.contains('\\') {
         return Err(PathError::AmbiguousSeparator);
+    }
+    for segment in raw.split('/') {
+        check_segment(segment)?;
     }
     if !raw.contains('%') && !raw.contains("//") && !has_dot_segment(raw) {
         return Ok(Cow::Borrowed(raw));
@@ -93,6 +116,53 @@ pub fn normalize(raw: &str) -> Result<Cow<'_, str>, PathError> {
     Ok(Cow::Owned(path))
 }
 
+/// Refuses a control character anywhere in `segment` and whitespace at either end of it, raw or
+/// percent-encoded. Decoding the whole segment (unreserved escapes or not) is what a server that
+/// truncates or trims would see; dot-segment removal never changes a segment, so checking the
+/// segments as sent is checking the normal path's.
+fn check_segment(segment: &str) -> Result<(), PathError> {
+    // The common segment: printable ASCII with no escape, nothing to decode.
+    if segment
+        .bytes()
+        .all(|byte| byte.is_ascii_graphic() && byte != b'%')
+    {
+        return Ok(());
+    }
+    let bytes = segment.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            decoded.push(escape_at(bytes, i)?);
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+    }
+    // Bytes that are not UTF-8 become U+FFFD, which is neither control nor whitespace; a NUL or
+    // a C0 control is one byte in any encoding and is still seen.
+    let text = String::from_utf8_lossy(&decoded);
+    if text.chars().any(char::is_control) {
+        return Err(PathError::ControlCharacter);
+    }
+    if text.starts_with(char::is_whitespace) || text.ends_with(char::is_whitespace) {
+        return Err(PathError::EdgeWhitespace);
+    }
+    Ok(())
+}
+
+/// The byte of the `%XX` escape at `bytes[at]`.
+fn escape_at(bytes: &[u8], at: usize) -> Result<u8, PathError> {
+    match (
+        bytes.get(at + 1).and_then(|b| hex(*b)),
+        bytes.get(at + 2).and_then(|b| hex(*b)),
+    ) {
+        (Some(high), Some(low)) => Ok(high * 16 + low),
+        _ => Err(PathError::BadEscape),
+    }
+}
+
 /// Whether a segment is `.` or `..`.
 fn has_dot_segment(path: &str) -> bool {
     path.split('/').any(|segment| segment == "." || segment == "..")
@@ -113,14 +183,7 @@ fn decode_unreserved(raw: &str) -> Result<String, PathError> {
             i = next;
             continue;
         }
-        let (Some(high), Some(low)) = (
-            bytes.get(i + 1).and_then(|b| hex(*b)),
-            bytes.get(i + 2).and_then(|b| hex(*b)),
-        ) else {
-            return Err(PathError::BadEscape);
-        };
-        let value = high * 16 + low;
-        match value {
+        match escape_at(bytes, i)? {
             b'/' | b'\\' => return Err(PathError::AmbiguousSeparator),
             b';' => return Err(PathError::Parameters),
             v if v.is_ascii_alphanumeric() || matches!(v, b'-' | b'.' | b'_' | b'~') => {
@@ -200,5 +263,45 @@ mod tests {
         assert_eq!(normalize("/.."), Err(PathError::AboveRoot));
         assert_eq!(normalize("/a/../../b"), Err(PathError::AboveRoot));
         assert_eq!(normalize("/a/%2e%2e/%2E%2E/b"), Err(PathError::AboveRoot));
+    }
+
+    #[test]
+    fn control_characters_are_refused_raw_or_encoded() {
+        for path in [
+            "/v4/movies%00",
+            "/v4/movies%00.json",
+            "/v4/%00/movies",
+            "/v4/movies%09x",
+            "/v4/movies%0A",
+            "/v4/movies%0d%0aX-Injected:%201",
+            "/v4/movies%1F",
+            "/v4/movies%7f",
+            "/v4/movies%C2%85",
+            "/v4/movies\0",
+            "/v4/mo\tvies",
+            "/v4/movies\u{7f}",
+        ] {
+            assert_eq!(normalize(path), Err(PathError::ControlCharacter), "{path:?}");
+        }
+    }
+
+    #[test]
+    fn whitespace_at_a_segments_ends_is_refused_and_inside_kept() {
+        for path in [
+            "/v4/movies%20",
+            "/v4/movies%20/42",
+            "/v4/%20movies",
+            "/v4/%20/movies",
+            "/v4/movies%C2%A0",
+            "/v4/movies%E3%80%80",
+            "/v4/movies ",
+            "/v4/ movies",
+        ] {
+            assert_eq!(normalize(path), Err(PathError::EdgeWhitespace), "{path:?}");
+        }
+        assert_eq!(normalize("/search/a%20b").unwrap(), "/search/a%20b");
+        assert_eq!(normalize("/search/a b").unwrap(), "/search/a b");
+        assert_eq!(normalize("/x/%FF%FE").unwrap(), "/x/%FF%FE");
+        assert_eq!(normalize("/v4/movies%"), Err(PathError::BadEscape));
     }
 }

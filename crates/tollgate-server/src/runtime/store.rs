@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, LeaseId, Release};
+use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, InFlight, LeaseId, Release};
 use tollgate::overrides::{Override, OverridePage, OverrideStore, OverrideTarget};
 use tollgate::{AttemptsStatus, AttemptsStore, Decision, Decisions, Error, MemoryStore, Policy, Rule, Store};
 use tollgate_redis::{RedisStore, Target};
@@ -113,12 +113,17 @@ impl AnyStore {
         if let Some(path) = &options.ca_file {
             let pem = std::fs::read(path)
                 .with_context(|| format!("cannot read the store's CA file {}", path.display()))?;
+            // Checked here too, before the lazy connection, to name the file in the error.
+            tollgate_redis::check_ca_pem(&pem)
+                .with_context(|| format!("the store's CA file {} (--store-ca-file)", path.display()))?;
             builder = builder.tls_ca_pem(pem);
         }
+        // Flattened, not a context: the connect error's message already carries its cause, which
+        // a chain of causes would print a second time.
         let store = builder
             .connect_lazy()
             .await
-            .with_context(|| format!("store `{shown}`"))?;
+            .map_err(|err| anyhow::anyhow!("store `{shown}`: {err}"))?;
         // A first connection (TLS, AUTH) takes longer than a call: give it a second at least.
         match store.health(options.timeout.max(Duration::from_secs(1))).await {
             Ok(()) => {
@@ -320,5 +325,9 @@ impl ConcurrencyStore for AnyStore {
 
     async fn clear_leases(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<u64, Error> {
         dispatch!(ConcurrencyStore, self, clear_leases(policy, key))
+    }
+
+    async fn in_flight(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<InFlight, Error> {
+        dispatch!(ConcurrencyStore, self, in_flight(policy, key))
     }
 }

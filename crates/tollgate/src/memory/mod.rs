@@ -341,7 +341,8 @@ impl<C: Clock> MemoryStore<C> {
     /// Gives back up to `cost` of what `key` spent under `policy`, within the algorithm's meaning
     /// (see [`algorithm::refund`]), and answers what a check of cost 1 would get now (as
     /// [`peek`](Self::peek) with cost 1: `remaining` counts after that one request). A key with
-    /// nothing stored has nothing to give back. `cost` is 1 to the policy's limit.
+    /// nothing stored has nothing to give back. `cost` is 1 to the policy's limit. A key with an
+    /// [override](crate::overrides) is refunded and answered under the override, as it is checked.
     ///
     /// ```
     /// use std::time::Duration;
@@ -359,6 +360,10 @@ impl<C: Clock> MemoryStore<C> {
     pub fn refund(&self, policy: &Policy, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, Error> {
         let key = key.as_ref();
         store::validate_check(policy, key, cost)?;
+        // The key's override, as a check applies it: a bucket refills up to the override's
+        // capacity, and the answer shows the override's limit.
+        let in_force = self.in_force(policy, key);
+        let policy = in_force.as_ref();
         let lookup = Lookup::limit(policy.shared_name(), key);
         let hash = lookup.hash(&self.hasher);
         let mut shard = self.shard(hash).write();
@@ -653,6 +658,49 @@ impl<C: Clock> MemoryStore<C> {
                 retry_after: wait,
                 degraded: false,
             }),
+        })
+    }
+
+    /// The key's live leases, changing nothing; see [`ConcurrencyStore::in_flight`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::concurrency::ConcurrencyPolicy;
+    /// use tollgate::{ManualClock, MemoryStore};
+    ///
+    /// let clock = ManualClock::new(0);
+    /// let store = MemoryStore::builder().clock(clock.clone()).build();
+    /// let exports = ConcurrencyPolicy::new("exports", 2, Duration::from_secs(30))?;
+    /// store.acquire(&exports, "alice")?;
+    /// clock.advance(Duration::from_secs(10));
+    /// let seen = store.in_flight(&exports, "alice")?;
+    /// assert_eq!((seen.in_flight, seen.limit), (1, 2));
+    /// assert_eq!(seen.next_expiry, Some(Duration::from_secs(20)));
+    /// assert_eq!(seen.last_expiry, Some(Duration::from_secs(20)));
+    /// assert_eq!(store.in_flight(&exports, "bob")?.in_flight, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn in_flight(
+        &self,
+        policy: &ConcurrencyPolicy,
+        key: impl AsRef<[u8]>,
+    ) -> Result<concurrency::InFlight, Error> {
+        let key = key.as_ref();
+        store::validate_key(key)?;
+        let lookup = Lookup::limit(policy.shared_name(), key);
+        let hash = lookup.hash(&self.hasher);
+        let shard = self.shard(hash).read();
+        let now_us = self.clock.now_us();
+        let (in_flight, span) = match shard.find(hash, lookup).map(|slot| &slot.value) {
+            Some(Value::Leases(leases)) => concurrency::step::in_flight(leases, now_us),
+            _ => (0, None),
+        };
+        let after = |at_us: u64| std::time::Duration::from_micros(at_us - now_us);
+        Ok(concurrency::InFlight {
+            in_flight,
+            limit: policy.max_in_flight(),
+            next_expiry: span.map(|(first, _)| after(first)),
+            last_expiry: span.map(|(_, last)| after(last)),
         })
     }
 
@@ -1117,6 +1165,14 @@ impl<C: Clock> ConcurrencyStore for MemoryStore<C> {
 
     async fn clear_leases(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<u64, Error> {
         MemoryStore::clear_leases(self, policy, key)
+    }
+
+    async fn in_flight(
+        &self,
+        policy: &ConcurrencyPolicy,
+        key: &[u8],
+    ) -> Result<concurrency::InFlight, Error> {
+        MemoryStore::in_flight(self, policy, key)
     }
 }
 

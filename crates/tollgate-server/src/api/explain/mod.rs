@@ -15,6 +15,12 @@
 //! - what the check would decide: the rule's outcome and how long to wait when denied (a
 //!   `block_for` penalty shows as a denial whose wait is the penalty's).
 //!
+//! A concurrency policy (asked on its own, with cost 1) is explained by the key's live leases,
+//! read without taking a slot ([`ConcurrencyStore::in_flight`]): `limit` is `max_in_flight`,
+//! `used` the leases in flight, `reset_after_ms` the time until the last one expires, and the
+//! decision whether an acquisition would get a slot now (`retry_after_ms`: until the oldest lease
+//! expires).
+//!
 //! An Envoy descriptor set is planned by the same planner as `ShouldRateLimit` and `POST /json`
 //! ([`tollgate_config::envoy_plan`]), with the server's global modes (shadow, quota, upstream's
 //! counting), and its rules are looked at with [`Engine::peek_all`]: the answer is the one the
@@ -31,6 +37,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use tollgate::concurrency::{ConcurrencyPolicy, ConcurrencyStore};
 use tollgate::overrides::{Override, OverrideStore};
 use tollgate::{Engine, Error, Outcome, Policy, Rule, RuleVerdict, Store};
 use tollgate_config::Limits;
@@ -125,6 +132,14 @@ pub enum ExplainError {
     /// Nothing to explain.
     #[error("{0}")]
     Empty(&'static str),
+    /// A concurrency policy asked beside other rules, or with a cost other than 1.
+    #[error("`{policy}` is a concurrency policy: {why}")]
+    Concurrency {
+        /// The policy named.
+        policy: String,
+        /// What to ask instead.
+        why: &'static str,
+    },
     /// The planner refused a descriptor (a bad limit override or key).
     #[error(transparent)]
     Plan(#[from] PlanError),
@@ -158,7 +173,7 @@ pub enum ExplainError {
 /// # Ok(())
 /// # }
 /// ```
-pub async fn explain<S: Store + OverrideStore>(
+pub async fn explain<S: Store + OverrideStore + ConcurrencyStore>(
     limits: &Limits,
     engine: &Engine<S>,
     envoy: EnvoyContext<'_>,
@@ -191,7 +206,7 @@ pub async fn explain<S: Store + OverrideStore>(
 /// # Ok(())
 /// # }
 /// ```
-pub async fn explain_for<S: Store + OverrideStore>(
+pub async fn explain_for<S: Store + OverrideStore + ConcurrencyStore>(
     limits: &Limits,
     engine: &Engine<S>,
     envoy: EnvoyContext<'_>,
@@ -206,8 +221,8 @@ pub async fn explain_for<S: Store + OverrideStore>(
     }
 }
 
-/// tollgate rules, asked as questions.
-async fn explain_rules<S: Store + OverrideStore>(
+/// tollgate rules, asked as questions; a concurrency policy, by its leases.
+async fn explain_rules<S: Store + OverrideStore + ConcurrencyStore>(
     limits: &Limits,
     engine: &Engine<S>,
     asked: &[AskedRule],
@@ -216,11 +231,23 @@ async fn explain_rules<S: Store + OverrideStore>(
     if asked.is_empty() {
         return Err(ExplainError::Empty("rules must not be empty"));
     }
+    if let [one] = asked
+        && limits.policy(&one.policy).is_none()
+        && let Some(policy) = limits.concurrency_policy(&one.policy)
+    {
+        return explain_leases(engine, policy, one).await;
+    }
     let mut named = Vec::with_capacity(asked.len());
     for (i, rule) in asked.iter().enumerate() {
         // A check costs at least 1; only an Envoy descriptor asks with 0.
         if rule.cost == 0 {
             return Err(ExplainError::Store(Error::ZeroCost));
+        }
+        if limits.concurrency_policy(&rule.policy).is_some() {
+            return Err(ExplainError::Concurrency {
+                policy: rule.policy.clone(),
+                why: "explain it on its own; a check never holds a lease beside rate limits",
+            });
         }
         let found = limits
             .policy(&rule.policy)
@@ -274,6 +301,50 @@ async fn explain_rules<S: Store + OverrideStore>(
         degraded: verdict.degraded(),
         rules,
         hidden: audience.hidden(),
+    })
+}
+
+/// A concurrency policy: the key's live leases as they stand, read without taking a slot, and
+/// whether an acquisition would get one now.
+async fn explain_leases<S: ConcurrencyStore>(
+    engine: &Engine<S>,
+    policy: &ConcurrencyPolicy,
+    asked: &AskedRule,
+) -> Result<Explanation, ExplainError> {
+    if asked.cost != 1 {
+        return Err(ExplainError::Concurrency {
+            policy: asked.policy.clone(),
+            why: "a lease takes one slot, so the cost is 1",
+        });
+    }
+    let seen = engine.store().in_flight(policy, asked.key.as_bytes()).await?;
+    let free = seen.in_flight < seen.limit;
+    let decision = if free { Outcome::Allowed } else { Outcome::Denied };
+    let mut rule = unexplained(None, "policy", vec![], 1);
+    rule.policy = Some(policy.name().to_owned());
+    rule.key = Some(asked.key.clone());
+    rule.algorithm = Some("concurrency");
+    rule.parameters = Some(serde_json::json!({
+        "max_in_flight": policy.max_in_flight(),
+        "lease_timeout": tollgate_config::duration::format_duration(policy.lease_timeout()),
+    }));
+    rule.state = Some(BudgetState {
+        limit: seen.limit,
+        remaining: seen.limit.saturating_sub(seen.in_flight),
+        used: seen.in_flight,
+        reset_after_ms: seen.last_expiry.map_or(0, millis_up),
+        penalty_left_ms: None,
+        debt_left_ms: None,
+    });
+    rule.decision = decision.as_str();
+    rule.retry_after_ms = seen.next_expiry.filter(|_| !free).map(millis_up);
+    Ok(Explanation {
+        allowed: free,
+        outcome: decision.as_str(),
+        degraded: false,
+        rules: vec![rule],
+        // Leases have no overrides nor lists: nothing is left out, whoever asks.
+        hidden: vec![],
     })
 }
 
@@ -390,25 +461,41 @@ async fn budget<S: Store + OverrideStore>(
     policy: &Policy,
     key: &str,
     result: &RuleVerdict,
-    standing: Standing,
+    mut standing: Standing,
 ) -> Result<(), ExplainError> {
     let penalty = match policy.block_for() {
         Some(_) => engine.store().penalty_left(policy, key.as_bytes()).await?,
         None => None,
     };
     // Past its limit: a question of cost 0 is refused only for a key in debt (or blocked, which
-    // the penalty already says).
+    // the penalty already says); its `remaining` is the budget as it stands.
+    let past = Rule::new(policy, key, 0).as_question();
+    let mut limit = result.decision.limit;
+    let past = if result.outcome == Outcome::Blocked {
+        // A deny-listed rule was never put to the store (the engine blocks it first), so its
+        // budget is read past the lists: it shows what the key spent
+        // (nothing, for a fresh key). It is blocked by the list, not by spending.
+        let asked = engine.peek_all_unlisted(&[past]).await?;
+        let stands = asked.rules().first().map(|r| r.decision).unwrap_or_default();
+        limit = stands.limit;
+        standing = Standing {
+            remaining: stands.remaining,
+            reset_after: if stands.remaining >= stands.limit {
+                Duration::ZERO
+            } else {
+                stands.reset_after
+            },
+        };
+        Some(stands)
+    } else if penalty.is_none() {
+        let asked = audience.peek(engine, &[past]).await?;
+        asked.rules().first().map(|r| r.decision)
+    } else {
+        None
+    };
     let debt_left = match penalty {
         Some(_) => None,
-        None => {
-            let past = audience
-                .peek(engine, &[Rule::new(policy, key, 0).as_question()])
-                .await?;
-            past.rules()
-                .first()
-                .filter(|r| !r.decision.allowed)
-                .and_then(|r| r.decision.retry_after)
-        }
+        None => past.filter(|d| !d.allowed).and_then(|d| d.retry_after),
     };
     // The public is not told of an override: it names keys, and it is an operator's.
     let found: Option<Override> = match audience {
@@ -426,9 +513,9 @@ async fn budget<S: Store + OverrideStore>(
     rule.algorithm = Some(in_force.name());
     rule.parameters = Some(parameters(&in_force));
     rule.state = Some(BudgetState {
-        limit: d.limit,
+        limit,
         remaining: standing.remaining,
-        used: d.limit.saturating_sub(standing.remaining),
+        used: limit.saturating_sub(standing.remaining),
         reset_after_ms: millis_up(standing.reset_after),
         penalty_left_ms: penalty.map(millis_up),
         debt_left_ms: debt_left.map(millis_up),

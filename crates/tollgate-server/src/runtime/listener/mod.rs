@@ -23,6 +23,8 @@
 //!   `tollgate_connections_refused_per_address_total`; one address cannot hold the listener's
 //!   whole connection budget and lock every other client out.
 //! - **max URI bytes** / **max header bytes**: 414 and 431 problem answers.
+//! - **`Host`**: an HTTP/1.1 request without exactly one `Host` header, or any request with
+//!   two, gets a 400 problem answer ([`host`]).
 //! - **HTTP/2 keep-alive** and **max concurrent streams**: dead peers are found by pings; one
 //!   connection cannot open unbounded streams.
 //! - **drain timeout**: on shutdown the listener stops accepting and every connection is asked
@@ -34,6 +36,7 @@
 //! dropped, whatever ended it.
 
 mod guarded;
+mod host;
 mod inline;
 pub(crate) mod limits;
 mod per_address;
@@ -207,7 +210,8 @@ impl Default for ListenerOptions {
     }
 }
 
-/// Adds the request limits of `options` to `app` (414, 431, 413 and the body deadline), as
+/// Adds the request limits of `options` to `app` (414, 431, 413, the body deadline and the
+/// `Host` rule's 400), as
 /// [`serve_http`] expects of the routers it serves.
 pub(crate) fn with_request_limits(app: Router, listener: &'static str, options: &ListenerOptions) -> Router {
     app.layer(axum::middleware::from_fn_with_state(
