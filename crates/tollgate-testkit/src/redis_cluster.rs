@@ -21,6 +21,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::redis_server::{RedisServer, run_redis_cli, try_run_redis_cli};
+use crate::resp::{self, Reply};
 
 /// How many masters a cluster has.
 const MASTERS: usize = 3;
@@ -31,6 +32,8 @@ const SLOTS: u32 = 16384;
 /// How long the nodes get to agree on a healthy cluster after a change.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(20);
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// Bound on each connect, read and write of a command the cluster sends a node itself.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A three-master Redis Cluster on `127.0.0.1`, each node a [`RedisServer`]: without replicas
 /// ([`RedisCluster::start`]) or with one replica per master
@@ -225,6 +228,58 @@ impl RedisCluster {
             .unwrap_or_else(|| panic!("no node of the cluster owns slot {slot}"))
     }
 
+    /// The hash slot of the key `name`, as the cluster computes it (`CLUSTER KEYSLOT`): the slot
+    /// of its hash tag (the part between the first `{` and the next `}`) when it has one.
+    ///
+    /// # Panics
+    ///
+    /// When no running node answers.
+    ///
+    /// ```no_run
+    /// let cluster = tollgate_testkit::RedisCluster::start();
+    /// assert_eq!(cluster.key_slot("foo"), 12182);
+    /// assert_eq!(cluster.key_slot("{user1000}.following"), cluster.key_slot("{user1000}.followers"));
+    /// ```
+    pub fn key_slot(&self, name: &str) -> u16 {
+        let node = self.live_nodes().next().expect("a running node");
+        match resp::command(node.addr(), &["CLUSTER", "KEYSLOT", name], COMMAND_TIMEOUT) {
+            Ok(Reply::Integer(slot)) => u16::try_from(slot).expect("a slot below 16384"),
+            other => panic!("`CLUSTER KEYSLOT {name}` on port {}: {other:?}", node.port()),
+        }
+    }
+
+    /// Waits until every replica linked to its master has received all of its master's writes:
+    /// each master's `master_repl_offset` equals the offset each of its online replicas
+    /// acknowledged (`INFO replication`). A replica [cut from its
+    /// master](RedisServer::cut_from_master) is not online and not waited for.
+    ///
+    /// # Panics
+    ///
+    /// When that does not happen within 20 s.
+    ///
+    /// ```no_run
+    /// let cluster = tollgate_testkit::RedisCluster::start_with_replicas();
+    /// let owner = cluster.slot_owner(cluster.key_slot("k"));
+    /// let master = cluster.nodes().iter().find(|n| n.port() == owner).unwrap();
+    /// master.cli(&["SET", "k", "v"]);
+    /// cluster.wait_until_replicated();
+    /// ```
+    pub fn wait_until_replicated(&self) {
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        loop {
+            let behind = self.live_nodes().find_map(|node| {
+                let info = node.try_command(&["INFO", "replication"]).unwrap_or_default();
+                replicas_behind(&info).then(|| node.port())
+            });
+            let Some(port) = behind else { return };
+            assert!(
+                Instant::now() < deadline,
+                "the replicas of the master at port {port} did not catch up within {SETTLE_TIMEOUT:?}"
+            );
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+
     /// The running replica of the master listening on `master_port`, by the master's own
     /// account of its replicas (`CLUSTER NODES`); `None` when it has none (a cluster started
     /// without replicas, or a master promoted after its own master died).
@@ -242,7 +297,10 @@ impl RedisCluster {
     pub fn replica_of(&self, master_port: u16) -> Option<&RedisServer> {
         let master = self.node(master_port);
         let view = master.command(&["CLUSTER", "NODES"]);
-        let id = view.lines().find(|line| is_myself(line)).and_then(|line| field(line, 0))?;
+        let id = view
+            .lines()
+            .find(|line| is_myself(line))
+            .and_then(|line| field(line, 0))?;
         let replica_port = view
             .lines()
             .filter(|line| field(line, 3) == Some(id))
@@ -388,7 +446,9 @@ impl RedisCluster {
         for node in self.live_nodes() {
             let replication = node.try_command(&["INFO", "replication"])?;
             if replication.lines().any(|line| line.trim_end() == "role:slave")
-                && !replication.lines().any(|line| line.trim_end() == "master_link_status:up")
+                && !replication
+                    .lines()
+                    .any(|line| line.trim_end() == "master_link_status:up")
             {
                 return Ok(Some(format!(
                     "the replica at port {} does not have its link to its master up",
@@ -460,6 +520,29 @@ fn is_master(node: &RedisServer) -> bool {
         .is_some_and(|flags| flags.split(',').any(|f| f == "master"))
 }
 
+/// Whether a master's `INFO replication` shows an online replica that has not acknowledged
+/// every write (`slave0:ip=...,port=...,state=online,offset=N,lag=0` below `master_repl_offset`).
+fn replicas_behind(info: &str) -> bool {
+    let value = |line: &str, name: &str| -> Option<u64> {
+        line.split(',')
+            .find_map(|part| part.trim_end().strip_prefix(name))
+            .and_then(|n| n.parse().ok())
+    };
+    let Some(offset) = info
+        .lines()
+        .find_map(|line| line.trim_end().strip_prefix("master_repl_offset:"))
+        .and_then(|n| n.parse::<u64>().ok())
+    else {
+        return false;
+    };
+    let is_master = info.lines().any(|line| line.trim_end() == "role:master");
+    is_master
+        && info
+            .lines()
+            .filter(|line| line.starts_with("slave") && line.contains("state=online"))
+            .any(|line| value(line, "offset=").is_none_or(|acked| acked < offset))
+}
+
 /// Field `n` of a `CLUSTER NODES` line: `<id> <addr> <flags> <master id or -> ...`.
 fn field(line: &str, n: usize) -> Option<&str> {
     line.split(' ').nth(n)
@@ -516,6 +599,18 @@ b 127.0.0.1:7102@17202 master - 0 1795344610573 4 connected 0-99 5461-10922
 a 127.0.0.1:7101@17201 myself,master - 0 1795344610472 1 connected 100-5460 [5->-b]
 c 127.0.0.1:7103@17203 master - 0 1795344610000 3 connected 10923-16382 16383
 ";
+
+    #[test]
+    fn a_master_is_replicated_once_its_online_replicas_acknowledged_its_offset() {
+        let info = |acked: u64| {
+            format!(
+                "# Replication\r\nrole:master\r\nconnected_slaves:2\r\nslave0:ip=127.0.0.1,port=7104,state=online,offset={acked},lag=0\r\nslave1:ip=127.0.0.1,port=7105,state=wait_bgsave,offset=0,lag=0\r\nmaster_repl_offset:900\r\n"
+            )
+        };
+        assert!(replicas_behind(&info(899)));
+        assert!(!replicas_behind(&info(900)));
+        assert!(!replicas_behind("role:slave\r\nmaster_repl_offset:900\r\n"));
+    }
 
     #[test]
     fn reads_a_replica_line() {

@@ -374,8 +374,12 @@ impl RedisServer {
         );
         self.command(&["CONFIG", "SET", "masterauth", CUT_PASSWORD]);
         // The reply is the number of connections closed: 1, or 0 when the link was down already.
-        resp::command(self.addr(), &["CLIENT", "KILL", "TYPE", "master"], COMMAND_TIMEOUT)
-            .unwrap_or_else(|e| panic!("`CLIENT KILL TYPE master` on redis at port {}: {e}", self.port));
+        resp::command(
+            self.addr(),
+            &["CLIENT", "KILL", "TYPE", "master"],
+            COMMAND_TIMEOUT,
+        )
+        .unwrap_or_else(|e| panic!("`CLIENT KILL TYPE master` on redis at port {}: {e}", self.port));
         let deadline = Instant::now() + READY_TIMEOUT;
         while !self.replication_info().contains("master_link_status:down") {
             assert!(

@@ -247,7 +247,9 @@ fn a_replica_cut_from_its_master_is_promoted_without_the_writes_it_missed() {
         .iter()
         .find(|n| n.port() == master_port)
         .expect("the master");
-    let replica = cluster.replica_of(master_port).expect("every master has a replica");
+    let replica = cluster
+        .replica_of(master_port)
+        .expect("every master has a replica");
     let replica_port = replica.port();
     assert!(replica.cli(&["INFO", "replication"]).contains("role:slave"));
 
@@ -275,7 +277,11 @@ fn a_replica_cut_from_its_master_is_promoted_without_the_writes_it_missed() {
         .expect("the replica");
     assert!(promoted.cli(&["INFO", "replication"]).contains("role:master"));
     assert_eq!(promoted.cli(&["GET", "{k}replicated"]), "1");
-    assert_eq!(promoted.cli(&["EXISTS", "{k}lost"]), "0", "a write it never received");
+    assert_eq!(
+        promoted.cli(&["EXISTS", "{k}lost"]),
+        "0",
+        "a write it never received"
+    );
     // The promoted master has no replica of its own; the others keep theirs.
     assert!(cluster.replica_of(replica_port).is_none());
     for node in cluster.nodes().iter().filter(|n| n.pid().is_some()) {
