@@ -36,7 +36,7 @@ use crate::batch;
 use crate::concurrency;
 use crate::connection::{ConnectOptions, Target};
 use crate::deny_cache::{Denial, DenyCache};
-use crate::error::{ConnectError, bad_reply};
+use crate::error::{ConnectError, acknowledged, bad_reply};
 use crate::keys::{self, KeyNames};
 use crate::lease::{self, LeaseStats, Leases};
 use crate::overrides::Overrides;
@@ -479,9 +479,13 @@ impl RedisStore {
         let rule = Rule::new(policy, key, cost);
         let mode = if commit { Mode::Commit } else { Mode::Peek };
         let args = call_args(inner.transport.script_now(), mode, [(&rule, 0)].into_iter());
-        match inner.transport.decide_call(keys, args).await {
+        let replicas = if commit { policy.replicas() } else { 0 };
+        match inner.transport.decide_call(keys, args, replicas).await {
             Ok(reply) => {
-                let decision = outcomes(&reply, 1)?[0];
+                let decision = outcomes(&reply.value, 1)?[0];
+                if decision.allowed {
+                    acknowledged(replicas, reply.replicas)?;
+                }
                 if let (Some(cache), Some(retry)) = (&inner.deny_cache, decision.retry_after) {
                     let denial = Denial {
                         min_cost: cost,
@@ -619,8 +623,31 @@ impl RedisStore {
     ) -> Result<(Vec<Decision>, Vec<u64>), Error> {
         let call_keys: Vec<Vec<u8>> = group.iter().flat_map(|&i| keys[i].iter().cloned()).collect();
         let args = call_args(now.to_string(), mode, group.iter().map(|&i| (&rules[i], 0)));
-        let reply = self.inner.transport.decide_call(call_keys, args).await?;
+        // The most replicas any rule that may spend waits for.
+        let replicas = match mode {
+            Mode::Commit | Mode::Reserve => group
+                .iter()
+                .filter(|&&i| !rules[i].question)
+                .map(|&i| rules[i].policy.replicas())
+                .max()
+                .unwrap_or(0),
+            _ => 0,
+        };
+        let replied = self
+            .inner
+            .transport
+            .decide_call(call_keys, args, replicas)
+            .await?;
+        let reply = replied.value;
         let outcomes = outcomes(&reply, group.len())?;
+        // The group spent (and must be acknowledged) when no enforced rule denied.
+        if group
+            .iter()
+            .zip(&outcomes)
+            .all(|(&i, o)| rules[i].shadow || o.allowed)
+        {
+            acknowledged(replicas, replied.replicas)?;
+        }
         let marks = match mode {
             Mode::Reserve if reply.len() == (ANSWER + 1) * group.len() => {
                 reply[ANSWER * group.len()..].to_vec()
@@ -934,12 +961,13 @@ impl Store for RedisStore {
         let replies = join_all(groups.iter().map(|group| {
             let call_keys: Vec<Vec<u8>> = group.iter().flat_map(|&i| keys[i].iter().cloned()).collect();
             let args = call_args(now.clone(), Mode::Charge, group.iter().map(|&i| (&unique[i], 0)));
-            inner.transport.decide_call(call_keys, args)
+            // A charge is never refused, so it admits nothing to wait for replicas for.
+            inner.transport.decide_call(call_keys, args, 0)
         }))
         .await;
         let mut charged = vec![Charged::default(); unique.len()];
         for (group, reply) in groups.iter().zip(replies) {
-            let reply = reply?;
+            let reply = reply?.value;
             for (&i, answer) in group.iter().zip(charges(&reply, group.len())?) {
                 charged[i] = answer;
             }

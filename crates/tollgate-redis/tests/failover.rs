@@ -150,9 +150,41 @@ async fn kill_a_master_under_load(policy: Policy) -> Run {
         .collect();
     let counts = Arc::new(Counts::new());
 
-    // 1. Spends the replica receives.
+    // 1. Spends the replica receives. A decision that waits for replicas sends its FCALL and
+    // WAIT as one pipeline, which goes to the master of the key's slot alone.
+    if policy.replicas() > 0 {
+        let waits = |cluster: &RedisCluster| -> Vec<(u16, u64)> {
+            cluster
+                .nodes()
+                .iter()
+                .map(|node| (node.port(), node.command_calls("wait")))
+                .collect()
+        };
+        let before = waits(&cluster);
+        let failed = decide(&store, &policy, &counts, 0, false).await;
+        assert_eq!(failed, None, "key 0 before any fault");
+        let grown: Vec<u16> = before
+            .iter()
+            .zip(waits(&cluster))
+            .filter(|((_, old), (_, new))| new > old)
+            .map(|((port, _), _)| *port)
+            .collect();
+        assert_eq!(
+            grown,
+            [victim_port],
+            "WAIT went to the master of the key's slot only"
+        );
+        assert_eq!(
+            cluster
+                .nodes()
+                .iter()
+                .find(|n| n.port() == victim_port)
+                .map(|n| n.command_calls("wait")),
+            Some(1)
+        );
+    }
     for i in 0..KEYS {
-        for _ in 0..SPENT_REPLICATED {
+        for _ in counts.calls[i].load(Ordering::Relaxed)..SPENT_REPLICATED {
             let failed = decide(&store, &policy, &counts, i, false).await;
             assert_eq!(failed, None, "key {i} before any fault");
         }
@@ -166,12 +198,14 @@ async fn kill_a_master_under_load(policy: Policy) -> Run {
     // 2. Load until every key has had more calls than its window has room for: the victim's
     // spends since the cut exist on its master alone.
     let stop = Arc::new(AtomicBool::new(false));
+    let paused = Arc::new(AtomicBool::new(false));
     let promoted = Arc::new(AtomicBool::new(false));
     let errors = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
     let mut tasks = vec![];
     for t in 0..TASKS {
         let (store, policy, counts) = (store.clone(), policy.clone(), counts.clone());
-        let (stop, promoted, errors) = (stop.clone(), promoted.clone(), errors.clone());
+        let (stop, paused, promoted, errors) =
+            (stop.clone(), paused.clone(), promoted.clone(), errors.clone());
         tasks.push(tokio::spawn(async move {
             let mut i = t;
             // Ended by the stop flag, which the test sets within its phase timeouts; the count
@@ -179,6 +213,10 @@ async fn kill_a_master_under_load(policy: Policy) -> Run {
             for _ in 0..1_000_000 {
                 if stop.load(Ordering::Relaxed) {
                     return;
+                }
+                if paused.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    continue;
                 }
                 let after = promoted.load(Ordering::Relaxed);
                 if let Some(class) = decide(&store, &policy, &counts, i % KEYS, after).await {
@@ -196,15 +234,37 @@ async fn kill_a_master_under_load(policy: Policy) -> Run {
     .await;
 
     // 3. The master dies under load; its replica takes over without the writes since the cut.
+    // A policy that waits for a replica admits nothing from a master without one, so then the
+    // dead master is started again (load paused meanwhile), and rejoins as the new master's
+    // replica.
+    let restore_replica = policy.replicas() > 0;
+    let pause = paused.clone();
     let cluster = tokio::task::spawn_blocking(move || {
         let mut cluster = cluster;
         let failover = cluster.fail_over(victim_slot);
         assert_eq!(cluster.slot_owner(victim_slot), failover.new_master);
+        if restore_replica {
+            pause.store(true, Ordering::Relaxed);
+            let node = cluster
+                .nodes_mut()
+                .iter_mut()
+                .find(|node| node.port() == failover.old_master)
+                .expect("the dead master");
+            node.restart();
+            cluster.wait_until_ok();
+            let replica = cluster.replica_of(failover.new_master).map(|n| n.port());
+            assert_eq!(
+                replica,
+                Some(failover.old_master),
+                "the old master is the new one's replica"
+            );
+        }
         cluster
     })
     .await
     .expect("failover");
     promoted.store(true, Ordering::Relaxed);
+    paused.store(false, Ordering::Relaxed);
 
     // 4. Load on until the new master has decided every key often enough to spend whatever
     // budget the failover handed back.
@@ -260,4 +320,34 @@ async fn without_replica_acknowledgement_a_failover_admits_at_most_one_extra_win
     assert!(overshoot > 0, "{victims:?}");
     // Only the spends since the cut were lost: the promoted master had the first ones.
     assert!(high <= 2 * LIMIT - SPENT_REPLICATED, "{victims:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replica_acknowledgement_no_key_admits_more_than_its_limit_across_a_failover() {
+    let policy = login_policy().with_replicas(1).expect("replicas");
+    let run = kill_a_master_under_load(policy).await;
+    let (victims, others) = (run.admitted(true), run.admitted(false));
+    assert!(!victims.is_empty() && !others.is_empty(), "keys on both sides");
+    let (low, high, total) = spread(&victims);
+    println!(
+        "failover with replicas: 1: {} keys on the dead master admitted {low} to {high} of a limit of {LIMIT} \
+         ({total} in all); {} keys elsewhere admitted {} to {}; store errors {:?}",
+        victims.len(),
+        others.len(),
+        spread(&others).0,
+        spread(&others).1,
+        run.errors,
+    );
+    for (i, admitted) in (0..KEYS).map(|i| (i, run.counts.admitted(i))) {
+        assert!(admitted <= LIMIT, "key {i} admitted {admitted}");
+    }
+    // What the replica did not acknowledge was refused (fail_closed), not admitted.
+    assert!(
+        run.errors.get("unreplicated").is_some_and(|&n| n > 0),
+        "{:?}",
+        run.errors
+    );
+    // Admissions went on once the promoted master had a replica again.
+    assert!(total > SPENT_REPLICATED * victims.len() as u64, "{victims:?}");
+    assert!(others.iter().all(|&a| a == LIMIT), "{others:?}");
 }
