@@ -181,6 +181,7 @@ mod lease;
 mod overrides;
 mod reset_channel;
 mod scripts;
+mod state_loss;
 mod store;
 mod transport;
 

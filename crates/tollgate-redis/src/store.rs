@@ -210,6 +210,7 @@ impl RedisStoreBuilder {
                     calls_in_flight: self.calls_in_flight,
                     script_clock: self.clock,
                     reset_channel: channel.clone(),
+                    names: KeyNames::new(&self.prefix),
                 },
                 lazy,
             )
@@ -311,6 +312,11 @@ pub struct StoreStats {
     pub batch_calls: u64,
     /// Decisions that went out in those calls.
     pub batched_decisions: u64,
+    /// Times a decision found its Redis slot's state older than this instance had seen it:
+    /// writes lost by a failover to a replica that lagged, a restart without persistence or a
+    /// flush, once per slot and loss. Those keys admit again what they had spent (see
+    /// `docs/redis.md`).
+    pub state_lost: u64,
 }
 
 /// The store's own totals; the transport and the deny cache keep the others.
@@ -367,6 +373,7 @@ impl RedisStore {
             reset_publish_failures: calls.publish_failures,
             batch_calls: calls.batch_calls,
             batched_decisions: calls.batched_decisions,
+            state_lost: self.inner.transport.state_lost(),
         }
     }
 
@@ -396,19 +403,24 @@ impl RedisStore {
     /// The `EVALSHA` keys and arguments of a check of `key` under `policy`, exactly as the store
     /// sends them with Redis time (for benchmarking the bare script with `redis-benchmark`).
     ///
+    /// The last key is the sequence of the state's cluster slot (see `docs/redis.md`); on a
+    /// standalone server the store names slot 0's sequence instead, which costs the same.
+    ///
     /// ```
     /// use tollgate::{Algorithm, Policy, Rate};
     ///
     /// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 5)?)?;
     /// let (keys, args) = tollgate_redis::RedisStore::script_call("tollgate:", &policy, b"k", 1);
-    /// assert_eq!(keys, vec![b"tollgate:{api:k}".to_vec(), b"tollgate:{api:k}:ovr".to_vec()]);
+    /// assert_eq!(keys[..2], [b"tollgate:{api:k}".to_vec(), b"tollgate:{api:k}:ovr".to_vec()]);
+    /// assert!(keys[2].starts_with(b"tollgate:{") && keys[2].ends_with(b"}:seq"));
     /// assert_eq!(args, ["", "1", "commit", "gcra", "1", "0", "0", "0", "100000", "5", ""]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn script_call(prefix: &str, policy: &Policy, key: &[u8], cost: u64) -> (Vec<Vec<u8>>, Vec<String>) {
         let names = KeyNames::new(prefix);
         let rule = Rule::new(policy, key, cost);
-        let keys = call_keys(policy, names.state(policy.hash_tag(), policy.name(), key));
+        let mut keys = call_keys(policy, names.state(policy.hash_tag(), policy.name(), key));
+        keys.push(names.sequence(keys::slot(&keys[0])));
         (
             keys,
             call_args(String::new(), Mode::Commit, [(&rule, 0)].into_iter()),

@@ -33,8 +33,9 @@ use crate::batch::{self, Failure, Job, LaneKey, Lanes};
 use crate::breaker::{Admission, Breakers, Watch};
 use crate::connection::{self, ConnectOptions, Connection, Replied, Target, Wait};
 use crate::error::{self, ConnectError};
-use crate::keys;
+use crate::keys::{self, KeyNames};
 use crate::scripts::Scripts;
+use crate::state_loss::{Mark, StateLoss};
 
 /// What a transport is built with.
 pub(crate) struct Settings {
@@ -48,6 +49,8 @@ pub(crate) struct Settings {
     pub(crate) script_clock: Option<Arc<dyn Clock>>,
     /// Where [`Transport::publish`] publishes.
     pub(crate) reset_channel: String,
+    /// The store's key names, for the slots' sequences (see `state_loss`).
+    pub(crate) names: KeyNames,
 }
 
 /// The calls to Redis, shared by the store and its features.
@@ -68,6 +71,8 @@ pub(crate) struct Transport {
     script_clock: Option<Arc<dyn Clock>>,
     reset_channel: String,
     counters: Counters,
+    /// What the decisions' answers tell of each slot's sequence (see `state_loss`).
+    state_loss: StateLoss,
 }
 
 /// Running totals of the calls, since the transport was built.
@@ -145,6 +150,7 @@ impl Transport {
             script_clock: settings.script_clock,
             reset_channel: settings.reset_channel,
             counters: Counters::default(),
+            state_loss: StateLoss::new(settings.names),
         })
     }
 
@@ -173,6 +179,12 @@ impl Transport {
             batch_calls: c.batch_calls.load(Ordering::Relaxed),
             batched_decisions: c.batched_decisions.load(Ordering::Relaxed),
         }
+    }
+
+    /// How many times a decision found its slot's state older than this instance had seen it
+    /// (see `state_loss`).
+    pub(crate) fn state_lost(&self) -> u64 {
+        self.state_loss.lost()
     }
 
     /// True while a circuit breaker is open.
@@ -303,7 +315,7 @@ impl Transport {
     ) -> Result<Replied<Vec<u64>>, Error> {
         let Some(lanes) = &self.lanes else {
             return self
-                .try_call(&self.scripts.decide, &keys, &args, self.timeout, replicas)
+                .decide_one(keys, &args, self.timeout, replicas)
                 .await
                 .map_err(Failure::into_error);
         };
@@ -326,7 +338,7 @@ impl Transport {
                     lane,
                 };
                 return self
-                    .try_call::<Vec<u64>>(&self.scripts.decide, &job.keys, &job.args, self.timeout, replicas)
+                    .decide_one(job.keys, &job.args, self.timeout, replicas)
                     .await
                     .map_err(Failure::into_error);
             }
@@ -364,19 +376,32 @@ impl Transport {
         match jobs.len() {
             0 => {}
             1 => {
-                let Some(job) = jobs.pop() else { return };
-                let reply = self
-                    .try_call::<Vec<u64>>(&self.scripts.decide, &job.keys, &job.args, within, replicas)
-                    .await;
+                let Some(mut job) = jobs.pop() else { return };
+                let keys = std::mem::take(&mut job.keys);
+                let reply = self.decide_one(keys, &job.args, within, replicas).await;
                 job.answer(reply);
             }
             count => {
                 add(&self.counters.batch_calls, 1);
                 add(&self.counters.batched_decisions, count as u64);
-                let (keys, args) = batch::call(&mut jobs);
+                let wrote = jobs.iter().any(|job| writes(&job.args));
+                let (mut keys, args) = batch::call(&mut jobs);
+                let (mark, node) = self.sequence(&mut keys);
                 let reply = self
                     .try_call::<redis::Value>(&self.scripts.batch, &keys, &args, within, replicas)
-                    .await;
+                    .await
+                    .and_then(|mut replied| {
+                        let before = match &mut replied.value {
+                            redis::Value::Array(parts) => match parts.pop() {
+                                Some(redis::Value::Int(n)) => u64::try_from(n).ok(),
+                                _ => None,
+                            },
+                            _ => None,
+                        };
+                        let before = before.ok_or_else(|| Failure::Redis(no_sequence()))?;
+                        self.state_loss.observe(mark, before, wrote, &node);
+                        Ok(replied)
+                    });
                 if let Err(Failure::Refused(_)) = reply {
                     // Counted per decision, as unbatched refusals are.
                     add(&self.counters.breaker_refusals, count as u64 - 1);
@@ -384,6 +409,32 @@ impl Transport {
                 batch::answer(jobs, reply);
             }
         }
+    }
+
+    /// One call of the decision script with `keys` and `args`, its slot's sequence passed and
+    /// read back (see `state_loss`): the reply is the decision script's, without it.
+    async fn decide_one(
+        &self,
+        mut keys: Vec<Vec<u8>>,
+        args: &[String],
+        within: Duration,
+        replicas: u32,
+    ) -> Result<Replied<Vec<u64>>, Failure> {
+        let (mark, node) = self.sequence(&mut keys);
+        let mut replied = self
+            .try_call::<Vec<u64>>(&self.scripts.decide, &keys, args, within, replicas)
+            .await?;
+        let before = replied.value.pop().ok_or_else(|| Failure::Redis(no_sequence()))?;
+        self.state_loss.observe(mark, before, writes(args), &node);
+        Ok(replied)
+    }
+
+    /// Adds the sequence of the slot of `keys` as their last key; returns what the call is sent
+    /// with and the node it goes to.
+    fn sequence(&self, keys: &mut Vec<Vec<u8>>) -> (Mark, Arc<str>) {
+        let slot = self.slot_of(keys);
+        keys.push(self.state_loss.key(slot));
+        (self.state_loss.mark(slot), self.connection.node_of(slot))
     }
 
     /// The cluster slot of a call's keys (they share one); 0 on standalone Redis.
@@ -480,6 +531,20 @@ impl Transport {
         }
         Err(Failure::Redis(err))
     }
+}
+
+/// Whether a decision call with these arguments may write: any mode but a peek (ARGV[3]).
+fn writes(args: &[String]) -> bool {
+    args.get(2).is_some_and(|mode| mode != "peek")
+}
+
+/// A decision reply without the slot's sequence at its end.
+fn no_sequence() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected script reply",
+        "no sequence at the end".to_owned(),
+    ))
 }
 
 /// Frees a lane's place taken by a caller sending its own call: what queued meanwhile goes to

@@ -10,6 +10,9 @@
 //! 3. the master of the victim keys is killed under that load, and its replica promoted;
 //! 4. load runs on until every key has had [`AFTER_PROMOTION`] decisions from the new master.
 //!
+//! The store must notice the lost state (`StoreStats::state_lost`): once per slot that lost
+//! writes, none for the others.
+//!
 //! Each key's admissions (answers Redis gave "allowed"; the policy fails closed, so a failed call
 //! admits nothing) are counted over the whole run, one window of 10 minutes anchored at the first
 //! hit, with the deny cache off so that every decision is Redis's (as on a fleet, where other
@@ -79,6 +82,10 @@ struct Run {
     counts: Arc<Counts>,
     /// Store errors by class over the run.
     errors: BTreeMap<String, u64>,
+    /// The distinct slots of the keys on the master that died.
+    victim_slots: usize,
+    /// The store's own account.
+    stats: tollgate_redis::StoreStats,
 }
 
 impl Run {
@@ -279,10 +286,19 @@ async fn kill_a_master_under_load(policy: Policy) -> Run {
     // The nodes stop after the store's last call.
     drop(cluster);
     let errors = errors.lock().expect("errors").clone();
+    let victim_slots = slots
+        .iter()
+        .zip(&victim)
+        .filter(|(_, v)| **v)
+        .map(|(s, _)| *s)
+        .collect::<std::collections::BTreeSet<u16>>()
+        .len();
     Run {
         victim,
         counts,
         errors,
+        victim_slots,
+        stats: store.stats(),
     }
 }
 
@@ -320,6 +336,9 @@ async fn without_replica_acknowledgement_a_failover_admits_at_most_one_extra_win
     assert!(overshoot > 0, "{victims:?}");
     // Only the spends since the cut were lost: the promoted master had the first ones.
     assert!(high <= 2 * LIMIT - SPENT_REPLICATED, "{victims:?}");
+    // The store noticed: once for each slot of the dead master it had written to since the cut,
+    // never for the others.
+    assert_eq!(run.stats.state_lost, run.victim_slots as u64, "{:?}", run.stats);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -350,4 +369,6 @@ async fn with_replica_acknowledgement_no_key_admits_more_than_its_limit_across_a
     // Admissions went on once the promoted master had a replica again.
     assert!(total > SPENT_REPLICATED * victims.len() as u64, "{victims:?}");
     assert!(others.iter().all(|&a| a == LIMIT), "{others:?}");
+    // State was lost all the same (spends that were refused), and the store noticed it.
+    assert_eq!(run.stats.state_lost, run.victim_slots as u64, "{:?}", run.stats);
 }
