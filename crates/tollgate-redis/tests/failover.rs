@@ -319,12 +319,14 @@ async fn without_replica_acknowledgement_a_failover_admits_at_most_one_extra_win
     println!(
         "failover without replicas: {} keys on the dead master admitted {low} to {high} of a limit of {LIMIT} \
          ({total} in all, {overshoot} over their limits; bound {} each); {} keys elsewhere admitted at most {}; \
-         store errors {:?}",
+         store errors {:?}; lost state noticed {} times, {} slots on the dead master",
         victims.len(),
         2 * LIMIT,
         others.len(),
         spread(&others).1,
         run.errors,
+        run.stats.state_lost,
+        run.victim_slots,
     );
     // The documented bound: one extra window's worth per key, at most.
     for (i, admitted) in (0..KEYS).map(|i| (i, run.counts.admitted(i))) {
@@ -350,12 +352,15 @@ async fn with_replica_acknowledgement_no_key_admits_more_than_its_limit_across_a
     let (low, high, total) = spread(&victims);
     println!(
         "failover with replicas: 1: {} keys on the dead master admitted {low} to {high} of a limit of {LIMIT} \
-         ({total} in all); {} keys elsewhere admitted {} to {}; store errors {:?}",
+         ({total} in all); {} keys elsewhere admitted {} to {}; store errors {:?}; lost state noticed {} times, \
+         {} slots on the dead master",
         victims.len(),
         others.len(),
         spread(&others).0,
         spread(&others).1,
         run.errors,
+        run.stats.state_lost,
+        run.victim_slots,
     );
     for (i, admitted) in (0..KEYS).map(|i| (i, run.counts.admitted(i))) {
         assert!(admitted <= LIMIT, "key {i} admitted {admitted}");
