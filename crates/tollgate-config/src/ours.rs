@@ -59,6 +59,23 @@
 //! (`fail_open`, `fail_closed` or `local`, with `instances` for `local`, default 1) and `shadow`
 //! (check and count, but never deny; default false).
 //!
+//! A policy that must not overshoot across a Redis failover (a login form's brute-force limit)
+//! sets `replicas: N` (1 to 16): each decision that admits waits until `N` replicas of the Redis
+//! node that decided hold its write (`WAIT`), within the store's deadline, and an admission they
+//! do not acknowledge in time is a store failure (class `unreplicated`) that `on_store_failure`
+//! answers. See [`tollgate::Policy::with_replicas`] and `docs/redis.md`. A leasing policy cannot
+//! wait for replicas (it admits from its leased units without a store call).
+//!
+//! ```yaml
+//! policies:
+//!   login:
+//!     algorithm: fixed_window
+//!     limit: 5
+//!     window: 15m
+//!     on_store_failure: fail_closed
+//!     replicas: 1
+//! ```
+//!
 //! A policy may be enforced for a share of its keys only, and run in shadow mode for the rest
 //! (`docs/gradual-enforcement.md`, [`tollgate::enforcement`]): `enforce_percent: 10` (0 to 100,
 //! two decimals at most). The share is chosen by a fixed hash of the policy name and the key,
@@ -174,6 +191,8 @@ struct PolicySpec {
     #[serde(default)]
     shadow: bool,
     lease: Option<LeaseSpec>,
+    /// Replicas each admission waits for (see the module docs).
+    replicas: Option<u32>,
     enforce_percent: Option<Scalar>,
     access: Option<AccessSpec>,
     /// `concurrency` only.
@@ -605,6 +624,11 @@ impl PolicySpec {
                 err(Some(field), ConfigErrorKind::Policy(e))
             })?;
         }
+        if let Some(replicas) = self.replicas {
+            policy = policy
+                .with_replicas(replicas)
+                .map_err(|e| err(Some("replicas"), ConfigErrorKind::Policy(e)))?;
+        }
         if let Some(share) = &self.enforce_percent {
             let share = enforce_share(share.text().as_ref())
                 .map_err(|message| err(Some("enforce_percent"), ConfigErrorKind::Value(message)))?;
@@ -654,7 +678,7 @@ impl PolicySpec {
                 ));
             }
         }
-        let refused: [(&'static str, bool, &str); 5] = [
+        let refused: [(&'static str, bool, &str); 6] = [
             (
                 "block_for",
                 self.block_for.is_some(),
@@ -679,6 +703,11 @@ impl PolicySpec {
                 "lease",
                 self.lease.is_some(),
                 "is not used by concurrency: hot-key leases are for rate limits (a concurrency limit sets `lease_timeout`)",
+            ),
+            (
+                "replicas",
+                self.replicas.is_some(),
+                "is not used by concurrency: waiting for replicas is for rate limits (a lease lost in a failover ends at its `lease_timeout`)",
             ),
         ];
         for (field, present, why) in refused {
@@ -844,6 +873,7 @@ pub fn parse_override(file: &str, text: &str, policy: &Policy) -> Result<ParsedO
         hash_tag: None,
         shadow: false,
         lease: None,
+        replicas: None,
         enforce_percent: None,
         access: None,
         max_in_flight: None,

@@ -194,6 +194,18 @@ fn a_policy_may_lease_its_hot_keys() {
 }
 
 #[test]
+fn a_policy_may_wait_for_replicas() {
+    let limits = tollgate_config::parse(
+        "replicas.yaml",
+        "policies:\n  login:\n    algorithm: fixed_window\n    limit: 5\n    window: 15m\n    on_store_failure: fail_closed\n    replicas: 1\n  none: {algorithm: gcra, rate: 1/s, burst: 1, replicas: 0}\n  plain: {algorithm: gcra, rate: 1/s, burst: 1}\n",
+    )
+    .unwrap();
+    assert_eq!(limits.policy("login").unwrap().policy().replicas(), 1);
+    assert_eq!(limits.policy("none").unwrap().policy().replicas(), 0);
+    assert_eq!(limits.policy("plain").unwrap().policy().replicas(), 0);
+}
+
+#[test]
 fn a_concurrency_policy_loads_with_its_fields_and_apart_from_rate_policies() {
     let limits = tollgate_config::parse(
         "exports.yaml",

@@ -383,7 +383,9 @@ fn main() {
             for _ in 0..10 {
                 store.check(&policy, key.as_bytes(), 1).await.expect("check");
             }
-            let (names, _) = RedisStore::script_call("tollgate:", &policy, key.as_bytes(), 1);
+            let (mut names, _) = RedisStore::script_call("tollgate:", &policy, key.as_bytes(), 1);
+            // The slot's sequence is shared by every key of the slot, not this key's.
+            names.retain(|name| !name.ends_with(b"}:seq"));
             let mut bytes = 0;
             for name in &names {
                 let name = String::from_utf8(name.clone()).expect("utf-8 key");

@@ -5,7 +5,8 @@
 -- Running many requests per call pays the script's entry cost (loading the library, reading
 -- the time) once for all of them.
 --
--- KEYS     every request's keys, one request after the other (as for decide.lua)
+-- KEYS     every request's keys, one request after the other (as for decide.lua); last, the
+--          slot's sequence (see request.lua)
 -- ARGV[1]  the number of requests, M (at least 1)
 -- ARGV[2]  the number of distinct rule records, R (at least 1); then those R records (see
 --          prelude.lua), the same record written once however many requests use it
@@ -13,7 +14,8 @@
 --          N, the mode (as decide.lua's ARGV[1..3]), then N record numbers (1 to R), in order
 -- Returns  M answers in order, in one flat array: each the integers decide.lua would reply for
 --          that request alone, or for a request that failed, its error as one string, code
---          first (the caller knows how many integers each request has)
+--          first (the caller knows how many integers each request has); last, what the slot's
+--          sequence held before the call
 
 local count, record_count = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not count or count < 1 or not record_count or record_count < 1 then
@@ -28,6 +30,7 @@ for j = 1, record_count do
 end
 -- Each request's rules, now and mode, by its number.
 local rules_of, now_of, mode_of = {}, {}, {}
+local writes = false
 local a, k = 3 + record_count * RULE_FIELDS, 1
 for i = 1, count do
   local rule_count = ARGV[a + 1] == '1' and 1 or tonumber(ARGV[a + 1])
@@ -43,9 +46,10 @@ for i = 1, count do
     rules[r], k = rule_of(record, k)
   end
   rules_of[i], now_of[i], mode_of[i] = rules, ARGV[a], ARGV[a + 2]
+  writes = writes or ARGV[a + 2] ~= 'peek'
   a = a + 3 + rule_count
 end
-if a ~= #ARGV + 1 or k ~= #KEYS + 1 then
+if a ~= #ARGV + 1 or k ~= #KEYS then
   error('TOLLGATE_BAD_CALL ' .. #ARGV .. ' arguments and ' .. #KEYS .. ' keys for ' .. count .. ' requests')
 end
 
@@ -77,4 +81,5 @@ for i = 1, count do
     reply[start + 1] = error_text(err)
   end
 end
+reply[#reply + 1] = sequence(KEYS[#KEYS], writes)
 return reply

@@ -205,13 +205,14 @@ local function read_request_rules(a, k)
 end
 
 -- The rules of a call that is one request (ARGV from 1, KEYS from 1), checked against each other;
--- `extra` values follow the records (0 unless the driver takes arguments of its own).
-local function read_rules(extra)
+-- `extra` values follow the records and `extra_keys` keys follow the rules' (0 unless the driver
+-- takes arguments or keys of its own).
+local function read_rules(extra, extra_keys)
   local rules, a, k = read_request_rules(1, 1)
   if a + (extra or 0) ~= #ARGV + 1 then
     error('TOLLGATE_BAD_CALL expected ' .. tostring(ARGV[2]) .. ' rules of ' .. RULE_FIELDS .. ' arguments')
   end
-  if k ~= #KEYS + 1 then
+  if k + (extra_keys or 0) ~= #KEYS + 1 then
     error('TOLLGATE_BAD_CALL ' .. #KEYS .. ' keys for ' .. #rules .. ' rules')
   end
   return rules

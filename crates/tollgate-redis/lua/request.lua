@@ -20,6 +20,17 @@
 -- takes part in the decision but is never spent and starts no penalty. The rules that would have
 -- allowed in a denied request report their untouched budget.
 
+-- The slot's sequence, the last key of a decision or batch call (see src/state_loss.rs): a call
+-- that may write (any mode but "peek") adds one to it, so it moves with every write this slot
+-- takes and a replica promoted without some of those writes holds a smaller one. Returns what it
+-- held before the call, 0 when there is none.
+local function sequence(key, writes)
+  if writes then
+    return redis.call('INCR', key) - 1
+  end
+  return int(redis.call('GET', key), 'sequence') or 0
+end
+
 -- Redis TIME, read once per call: the requests of a batch share it (Redis time does not move
 -- while a script runs anyway).
 local redis_now = nil

@@ -7,7 +7,8 @@
 //! (`lua/batch.lua`), which decides each request in turn exactly as the decision script would
 //! decide it alone.
 //!
-//! Nothing ever waits for a batch to fill. Each lane (node or slot) keeps at most a few calls in
+//! Nothing ever waits for a batch to fill. Each lane (node or slot, and the number of replicas
+//! its decisions wait for: see [`LaneKey`]) keeps at most a few calls in
 //! flight; a decision that finds a free place and an empty queue is sent at once, alone, by its
 //! own caller; one that finds every place taken joins the lane's queue, and the next call to
 //! finish hands everything queued (up to [`MAX_BATCH`]) to a sender task as its next call. So
@@ -39,6 +40,7 @@ use redis::{RedisError, Value};
 use tokio::sync::oneshot;
 use tollgate::Error;
 
+use crate::connection::Replied;
 use crate::error::{self, BreakerOpen};
 use crate::scripts::{RULE_FIELDS, reply_len};
 
@@ -67,8 +69,9 @@ impl Failure {
     }
 }
 
-/// The reply of a decision script call: its integers, or why there are none.
-pub(crate) type Answer = Result<Vec<u64>, Failure>;
+/// The reply of a decision script call: its integers (and, when the call waited for replicas,
+/// how many acknowledged it), or why there are none.
+pub(crate) type Answer = Result<Replied<Vec<u64>>, Failure>;
 
 /// One decision waiting to be sent: the decision script's KEYS and ARGV for it.
 pub(crate) struct Job {
@@ -118,9 +121,18 @@ struct Lane {
     in_flight: usize,
 }
 
-/// Every lane's queue: lane 0 for standalone Redis, the slot on a cluster.
+/// Which decisions go out together: those for one node (standalone: slot 0; a cluster: one
+/// slot) that wait for the same number of replicas. Decisions that wait for none never share a
+/// call, nor a connection, with those that do, so they never wait for a replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct LaneKey {
+    pub(crate) slot: u16,
+    pub(crate) replicas: u32,
+}
+
+/// Every lane's queue.
 pub(crate) struct Lanes {
-    lanes: Mutex<HashMap<u16, Lane>>,
+    lanes: Mutex<HashMap<LaneKey, Lane>>,
     calls_in_flight: usize,
 }
 
@@ -134,7 +146,7 @@ impl Lanes {
 
     /// Queues `job` on `lane`. When the lane has a free place, the caller must start a sender
     /// for the returned jobs (this one, and any queued before it).
-    pub(crate) fn push(&self, lane: u16, job: Job) -> Option<Vec<Job>> {
+    pub(crate) fn push(&self, lane: LaneKey, job: Job) -> Option<Vec<Job>> {
         let mut lanes = self.lanes.lock();
         let state = lanes.entry(lane).or_default();
         state.queue.push(job);
@@ -147,7 +159,7 @@ impl Lanes {
 
     /// A sender of `lane` finished a call: the jobs queued meanwhile for its next call, or
     /// `None` when there are none (and the sender stops).
-    pub(crate) fn next(&self, lane: u16) -> Option<Vec<Job>> {
+    pub(crate) fn next(&self, lane: LaneKey) -> Option<Vec<Job>> {
         let mut lanes = self.lanes.lock();
         let state = lanes.get_mut(&lane)?;
         if !state.queue.is_empty() {
@@ -206,10 +218,14 @@ pub(crate) fn call(jobs: &mut [Job]) -> (Vec<Vec<u8>>, Vec<String>) {
 
 /// Gives each job its part of the batch script's reply (or the failure of the whole call): the
 /// reply is every request's integers in turn, or in place of a failed request's, its error text.
-pub(crate) fn answer(jobs: Vec<Job>, reply: Result<Value, Failure>) {
-    let parts = match reply {
-        Ok(Value::Array(parts)) => parts,
-        Ok(other) => return fail_all(jobs, &Failure::Redis(bad_reply(&other))),
+/// Every job gets the call's count of acknowledging replicas.
+pub(crate) fn answer(jobs: Vec<Job>, reply: Result<Replied<Value>, Failure>) {
+    let (parts, replicas) = match reply {
+        Ok(Replied {
+            value: Value::Array(parts),
+            replicas,
+        }) => (parts, replicas),
+        Ok(other) => return fail_all(jobs, &Failure::Redis(bad_reply(&other.value))),
         Err(failure) => return fail_all(jobs, &failure),
     };
     let mut parts = parts.into_iter();
@@ -218,7 +234,7 @@ pub(crate) fn answer(jobs: Vec<Job>, reply: Result<Value, Failure>) {
         let answer = match parts.next() {
             Some(Value::BulkString(text)) => Err(Failure::Redis(request_error(&text))),
             Some(first) => match integers(first, &mut parts, job.reply_len) {
-                Some(answer) => Ok(answer),
+                Some(value) => Ok(Replied { value, replicas }),
                 None => {
                     // Out of step from here on: no later part can be trusted either.
                     let failure =
@@ -289,6 +305,10 @@ pub(crate) fn time_left(jobs: &[Job], now: Instant) -> Duration {
 mod tests {
     use super::*;
 
+    fn lane(slot: u16) -> LaneKey {
+        LaneKey { slot, replicas: 0 }
+    }
+
     fn job(deadline: Instant) -> (Job, oneshot::Receiver<Answer>) {
         Job::new(
             vec![b"k".to_vec()],
@@ -302,20 +322,23 @@ mod tests {
         let lanes = Lanes::new(1);
         let later = Instant::now() + Duration::from_secs(60);
         let (first, _a) = job(later);
-        let sent = lanes.push(0, first).expect("a free lane sends at once");
+        let sent = lanes.push(lane(0), first).expect("a free lane sends at once");
         assert_eq!(sent.len(), 1);
         let (second, _b) = job(later);
         let (third, _c) = job(later);
-        assert!(lanes.push(0, second).is_none(), "the only place is taken");
-        assert!(lanes.push(0, third).is_none());
-        // Another lane is not held up by this one.
+        assert!(lanes.push(lane(0), second).is_none(), "the only place is taken");
+        assert!(lanes.push(lane(0), third).is_none());
+        // Another lane is not held up by this one, nor are decisions that wait for replicas.
         let (other, _d) = job(later);
-        assert!(lanes.push(7, other).is_some());
-        let next = lanes.next(0).expect("what queued meanwhile");
+        assert!(lanes.push(lane(7), other).is_some());
+        let (waiting, _w) = job(later);
+        let acknowledged = LaneKey { slot: 0, replicas: 1 };
+        assert!(lanes.push(acknowledged, waiting).is_some());
+        let next = lanes.next(lane(0)).expect("what queued meanwhile");
         assert_eq!(next.len(), 2);
-        assert!(lanes.next(0).is_none(), "nothing left: the sender stops");
+        assert!(lanes.next(lane(0)).is_none(), "nothing left: the sender stops");
         let (fourth, _e) = job(later);
-        assert!(lanes.push(0, fourth).is_some(), "the place is free again");
+        assert!(lanes.push(lane(0), fourth).is_some(), "the place is free again");
     }
 
     #[test]
@@ -325,15 +348,15 @@ mod tests {
         let mut receivers = vec![];
         let (first, r) = job(later);
         receivers.push(r);
-        assert!(lanes.push(0, first).is_some());
+        assert!(lanes.push(lane(0), first).is_some());
         for _ in 0..MAX_BATCH + 5 {
             let (j, r) = job(later);
             receivers.push(r);
-            assert!(lanes.push(0, j).is_none());
+            assert!(lanes.push(lane(0), j).is_none());
         }
-        assert_eq!(lanes.next(0).map(|b| b.len()), Some(MAX_BATCH));
-        assert_eq!(lanes.next(0).map(|b| b.len()), Some(5));
-        assert!(lanes.next(0).is_none());
+        assert_eq!(lanes.next(lane(0)).map(|b| b.len()), Some(MAX_BATCH));
+        assert_eq!(lanes.next(lane(0)).map(|b| b.len()), Some(5));
+        assert!(lanes.next(lane(0)).is_none());
     }
 
     #[test]
@@ -392,11 +415,19 @@ mod tests {
         let mut flat = ints([1, 4, 10, 0, 5]).to_vec();
         flat.push(failed);
         flat.extend(ints([0, 0, 10, 3, 5]));
-        answer(vec![a, b, c], Ok(Value::Array(flat)));
-        assert_eq!(ra.await.expect("answered").expect("decided"), [1, 4, 10, 0, 5]);
+        let reply = Replied {
+            value: Value::Array(flat),
+            replicas: Some(1),
+        };
+        answer(vec![a, b, c], Ok(reply));
+        let first = ra.await.expect("answered").expect("decided");
+        assert_eq!((first.value, first.replicas), (vec![1, 4, 10, 0, 5], Some(1)));
         let err = rb.await.expect("answered").expect_err("its own error");
         assert_eq!(err.into_error().class(), Some("corrupt"));
-        assert_eq!(rc.await.expect("answered").expect("decided"), [0, 0, 10, 3, 5]);
+        assert_eq!(
+            rc.await.expect("answered").expect("decided").value,
+            [0, 0, 10, 3, 5]
+        );
     }
 
     #[tokio::test]
@@ -407,7 +438,11 @@ mod tests {
         let (b, rb) = Job::new(vec![b"k".to_vec()], one_rule(), later);
         let mut flat = [1, 4, 10, 0, 5].map(Value::Int).to_vec();
         flat.extend([Value::Int(1), Value::Nil]);
-        answer(vec![a, b], Ok(Value::Array(flat)));
+        let reply = Replied {
+            value: Value::Array(flat),
+            replicas: None,
+        };
+        answer(vec![a, b], Ok(reply));
         assert!(ra.await.expect("answered").is_ok());
         assert!(rb.await.expect("answered").is_err());
     }

@@ -16,6 +16,13 @@
 //! A breaker keeps the failure that last opened it, so a refused call can still name the Redis
 //! error behind it (the refusal's `source()`). On a cluster the store keeps one breaker per
 //! master ([`Breakers`]), so one sick master does not refuse the calls of the healthy ones.
+//!
+//! The same breakers guard a node's *replicas* for the calls that wait for them ([`Watch`]):
+//! once a node's replicas fell short of acknowledging a call's writes, the next calls go without
+//! waiting (their denials stand, their admissions count as not acknowledged), and a probe waits
+//! again soon, then less and less often. Without this, every waiting call would hold the
+//! connection for its whole `WAIT` while a replica is away, and the calls behind it would miss
+//! their deadlines.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,9 +32,19 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 use redis::RedisError;
 
+/// What a breaker watches, for its log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Watch {
+    /// The node itself: every call to it.
+    Node,
+    /// The node's replicas acknowledging writes: the calls that wait for them.
+    Replicas,
+}
+
 pub(crate) struct Breaker {
     /// The node's `host:port` (or the standalone address), for the log lines.
     node: String,
+    watch: Watch,
     started: Instant,
     first_wait_us: u64,
     max_wait_us: u64,
@@ -54,15 +71,16 @@ pub(crate) enum Admission {
 impl Breaker {
     #[cfg(test)]
     pub(crate) fn new(first_wait: Duration, max_wait: Duration) -> Self {
-        Self::for_node(String::new(), first_wait, max_wait)
+        Self::for_node(String::new(), Watch::Node, first_wait, max_wait)
     }
 
     /// A breaker whose log lines name `node`.
-    pub(crate) fn for_node(node: String, first_wait: Duration, max_wait: Duration) -> Self {
+    pub(crate) fn for_node(node: String, watch: Watch, first_wait: Duration, max_wait: Duration) -> Self {
         let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX / 4);
         let max_wait_us = us(max_wait);
         Breaker {
             node,
+            watch,
             started: Instant::now(),
             first_wait_us: us(first_wait).min(max_wait_us).max(1),
             max_wait_us,
@@ -107,22 +125,38 @@ impl Breaker {
                 .is_ok()
         {
             self.wait_us.store(0, Ordering::Release);
-            tracing::info!(node = %self.node, "redis circuit breaker closed: the node answers again");
+            match self.watch {
+                Watch::Node => {
+                    tracing::info!(node = %self.node, "redis circuit breaker closed: the node answers again")
+                }
+                Watch::Replicas => tracing::info!(
+                    node = %self.node,
+                    "redis replicas acknowledge again: policies that wait for replicas admit again"
+                ),
+            }
         }
     }
 
-    /// Records a call that failed for lack of Redis: a closed breaker opens for the first wait,
-    /// a failed probe doubles the wait.
+    /// Records a call that failed for lack of Redis (or, watching replicas, of their
+    /// acknowledgement): a closed breaker opens for the first wait, a failed probe doubles the
+    /// wait.
     pub(crate) fn failed(&self, cause: RedisError, probe: bool) {
         let was_open = self.is_open();
         *self.cause.lock() = Some(cause.clone());
         self.failed_at(self.now_us(), probe);
         if !was_open && self.is_open() {
-            tracing::warn!(
-                node = %self.node,
-                error = %cause,
-                "redis circuit breaker opened: calls to the node fail fast (failure modes decide) until a probe succeeds"
-            );
+            match self.watch {
+                Watch::Node => tracing::warn!(
+                    node = %self.node,
+                    error = %cause,
+                    "redis circuit breaker opened: calls to the node fail fast (failure modes decide) until a probe succeeds"
+                ),
+                Watch::Replicas => tracing::warn!(
+                    node = %self.node,
+                    error = %cause,
+                    "redis replicas fell short of acknowledging an admission: admissions that wait for them fail fast (failure modes decide) until a probe is acknowledged"
+                ),
+            }
         }
     }
 
@@ -161,14 +195,16 @@ impl Breaker {
 /// One breaker per Redis node, made on first use. Standalone Redis has one node; a cluster one
 /// per master, named `host:port`.
 pub(crate) struct Breakers {
+    watch: Watch,
     first_wait: Duration,
     max_wait: Duration,
     nodes: RwLock<HashMap<String, Arc<Breaker>>>,
 }
 
 impl Breakers {
-    pub(crate) fn new(first_wait: Duration, max_wait: Duration) -> Self {
+    pub(crate) fn new(watch: Watch, first_wait: Duration, max_wait: Duration) -> Self {
         Breakers {
+            watch,
             first_wait,
             max_wait,
             nodes: RwLock::new(HashMap::new()),
@@ -186,6 +222,7 @@ impl Breakers {
             .or_insert_with(|| {
                 Arc::new(Breaker::for_node(
                     node.to_string(),
+                    self.watch,
                     self.first_wait,
                     self.max_wait,
                 ))
@@ -279,7 +316,7 @@ mod tests {
 
     #[test]
     fn one_node_failing_leaves_the_others_closed() {
-        let breakers = Breakers::new(Duration::from_millis(10), Duration::from_millis(500));
+        let breakers = Breakers::new(Watch::Node, Duration::from_millis(10), Duration::from_millis(500));
         breakers.node("a:1").failed_at(1, false);
         assert!(breakers.node("a:1").is_open());
         assert_eq!(breakers.node("b:2").admit(), Admission::Call { probe: false });

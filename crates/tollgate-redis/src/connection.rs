@@ -16,7 +16,9 @@
 //! did not run it: "Function not found" and `NOSCRIPT` (load, then call again), an unknown
 //! `FCALL` (the script instead: see `scripts::Library`), `MOVED`, `ASK`,
 //! `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, and a node the client has no connection to yet. The
-//! standalone client never sends a command twice (its reconnection only serves later calls).
+//! standalone client never sends a command twice (its reconnection only serves later calls). A
+//! call followed by `WAIT` ([`Wait`]) is one pipeline, judged by the call's own answer: `WAIT`
+//! only waits, so sending it again with a call that did not run changes nothing.
 //!
 //! # Nodes
 //!
@@ -421,24 +423,33 @@ impl Connection {
     }
 
     /// Runs `script` once: sent again only after an answer that says it did not run (see the
-    /// module docs).
+    /// module docs). With `wait`, the call is followed by `WAIT` on the same connection (see
+    /// [`Wait`]), and the reply comes with how many replicas acknowledged the call's writes.
     pub(crate) async fn invoke<T: redis::FromRedisValue>(
         &self,
         library: &Library,
         script: &Script,
         keys: &[Vec<u8>],
         args: &[String],
-    ) -> RedisResult<T> {
+        wait: Option<Wait>,
+    ) -> RedisResult<Replied<T>> {
+        let call = Call {
+            library,
+            script,
+            keys,
+            args,
+            wait,
+        };
         match self {
             Connection::Standalone { manager, .. } => {
                 let mut conn = manager.clone();
-                run(library, script, keys, args, &mut conn).await
+                run(&call, &mut conn).await
             }
             Connection::Cluster(cluster) => {
                 let mut conn = cluster.get().await?;
                 let mut attempt = 0;
                 loop {
-                    match run(library, script, keys, args, &mut conn).await {
+                    match run(&call, &mut conn).await {
                         Err(err) if attempt < MAX_REDIRECTIONS && did_not_run(&err) => {
                             if matches!(
                                 err.kind(),
@@ -484,42 +495,115 @@ impl Connection {
     }
 }
 
-/// `script`'s call: its function in the library while the server has functions for us, else
-/// the script itself. Every answer that leads to another command proves nothing ran: FCALL
-/// unknown or refused (Redis 6, an ACL), "Function not found" (a restart, `FUNCTION FLUSH`, a
-/// new node: the library is loaded, then called again), and a library that cannot be loaded now
-/// (`FUNCTION LOAD` refused out of memory, say: the script, this once).
+/// A script call: the script, its keys and arguments, and the `WAIT` that follows it, if any.
+struct Call<'a> {
+    library: &'a Library,
+    script: &'a Script,
+    keys: &'a [Vec<u8>],
+    args: &'a [String],
+    wait: Option<Wait>,
+}
+
+/// `WAIT replicas timeout_ms` sent right behind a script call, in one pipeline on the same
+/// connection: Redis answers it once `replicas` replicas acknowledged every write this
+/// connection made so far (the call's included), or after `timeout_ms` with how many did.
+///
+/// `WAIT` cannot run inside a script or a function, so it is a command of its own; in a
+/// pipeline it goes where the call goes. The cluster client routes a pipeline by its first
+/// command with a key, the call's (`route_for_pipeline` in redis-rs: `WAIT` alone would go to
+/// every master, but in a pipeline it names no node), so both reach the master of the call's
+/// slot on one connection, one after the other. Redis blocks the connection while `WAIT`
+/// waits, so calls that wait go on a connection of their own (see `transport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Wait {
+    pub(crate) replicas: u32,
+    /// At least 1: `WAIT n 0` would wait forever.
+    pub(crate) timeout_ms: u64,
+}
+
+/// A call's reply, and with a [`Wait`] how many replicas acknowledged its writes.
+#[derive(Debug)]
+pub(crate) struct Replied<T> {
+    pub(crate) value: T,
+    pub(crate) replicas: Option<u64>,
+}
+
+/// The call: its function in the library while the server has functions for us, else the
+/// script itself. Every answer that leads to another command proves nothing ran: FCALL unknown
+/// or refused (Redis 6, an ACL), "Function not found" (a restart, `FUNCTION FLUSH`, a new node:
+/// the library is loaded, then called again), and a library that cannot be loaded now
+/// (`FUNCTION LOAD` refused out of memory, say: the script, this once). A `WAIT` behind the call
+/// runs whatever the call answered; it only waits, so sending it again is harmless.
 async fn run<T: redis::FromRedisValue>(
-    library: &Library,
-    script: &Script,
-    keys: &[Vec<u8>],
-    args: &[String],
+    call: &Call<'_>,
     conn: &mut impl ConnectionLike,
-) -> RedisResult<T> {
-    let Some(function) = library.function_of(script) else {
-        return evalsha(script, keys, args, conn).await;
+) -> RedisResult<Replied<T>> {
+    let Some(function) = call.library.function_of(call.script) else {
+        return evalsha(call, conn).await;
     };
     let mut fcall = redis::cmd("FCALL");
-    fcall.arg(function).arg(keys.len()).arg(keys).arg(args);
-    match fcall.query_async(conn).await {
+    fcall
+        .arg(function)
+        .arg(call.keys.len())
+        .arg(call.keys)
+        .arg(call.args);
+    match query(&fcall, call.wait, conn).await {
         Err(err) if no_functions(&err) => {
-            library.unusable();
-            evalsha(script, keys, args, conn).await
+            call.library.unusable();
+            evalsha(call, conn).await
         }
-        Err(err) if function_missing(&err) => match load_library(library, conn).await {
-            Ok(()) => match fcall.query_async(conn).await {
-                Err(err) if function_missing(&err) => evalsha(script, keys, args, conn).await,
+        Err(err) if function_missing(&err) => match load_library(call.library, conn).await {
+            Ok(()) => match query(&fcall, call.wait, conn).await {
+                Err(err) if function_missing(&err) => evalsha(call, conn).await,
                 other => other,
             },
             Err(err) => {
                 if no_functions(&err) {
-                    library.unusable();
+                    call.library.unusable();
                 }
-                evalsha(script, keys, args, conn).await
+                evalsha(call, conn).await
             }
         },
         other => other,
     }
+}
+
+/// Sends `cmd`, alone or followed by `WAIT` in one pipeline. An error answer to `cmd` is the
+/// result (so the caller can tell whether it ran), whatever `WAIT` answered.
+async fn query<T: redis::FromRedisValue>(
+    cmd: &Cmd,
+    wait: Option<Wait>,
+    conn: &mut impl ConnectionLike,
+) -> RedisResult<Replied<T>> {
+    let Some(wait) = wait else {
+        let value = cmd.query_async(conn).await?;
+        return Ok(Replied {
+            value,
+            replicas: None,
+        });
+    };
+    let mut pipeline = redis::pipe();
+    pipeline
+        .add_command(cmd.clone())
+        .cmd("WAIT")
+        .arg(wait.replicas)
+        .arg(wait.timeout_ms.max(1))
+        // Each reply as it is, errors included, so the call's own error is seen as its own.
+        .ignore_errors();
+    let replies: Vec<Value> = pipeline.query_async(conn).await?;
+    let [reply, acknowledged] = <[Value; 2]>::try_from(replies).map_err(|replies| {
+        RedisError::from((
+            ErrorKind::UnexpectedReturnType,
+            "expected two replies to a call and its WAIT",
+            format!("{replies:?}"),
+        ))
+    })?;
+    let value = redis::from_redis_value(reply.extract_error()?)?;
+    let replicas = redis::from_redis_value::<u64>(acknowledged.extract_error()?)?;
+    Ok(Replied {
+        value,
+        replicas: Some(replicas),
+    })
 }
 
 /// Whether an answer says the node has no such function (it ran nothing).
@@ -544,35 +628,30 @@ pub(crate) fn no_functions(err: &RedisError) -> bool {
     err.code() == Some("NOPERM") || err.detail().is_some_and(|d| d.starts_with("unknown command"))
 }
 
-/// EVALSHA of `script` with its keys and arguments written straight into one command buffer
+/// EVALSHA of the script with its keys and arguments written straight into one command buffer
 /// (no copy per argument); on NOSCRIPT (a restart, `SCRIPT FLUSH`, a failover, a node that never
-/// saw it, all answers that say it did not run) `redis::Script` loads the script on the node that
-/// answered and sends it again.
+/// saw it, all answers that say it did not run) the script is loaded and sent again, as
+/// `redis::Script` does.
 async fn evalsha<T: redis::FromRedisValue>(
-    script: &Script,
-    keys: &[Vec<u8>],
-    args: &[String],
+    call: &Call<'_>,
     conn: &mut impl ConnectionLike,
-) -> RedisResult<T> {
+) -> RedisResult<Replied<T>> {
     let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys).arg(args);
-    match cmd.query_async(conn).await {
+    cmd.arg(call.script.get_hash())
+        .arg(call.keys.len())
+        .arg(call.keys)
+        .arg(call.args);
+    match query(&cmd, call.wait, conn).await {
         Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            let mut invocation = script.prepare_invoke();
-            for key in keys {
-                invocation.key(key.as_slice());
-            }
-            for arg in args {
-                invocation.arg(arg.as_str());
-            }
-            invocation.invoke_async(conn).await
+            call.script.load_async(conn).await?;
+            query(&cmd, call.wait, conn).await
         }
         other => other,
     }
 }
 
 /// Whether the answer says the node did not run the call, so sending it again cannot apply a
-/// decision twice. `NOSCRIPT` is handled inside `redis::Script` and never reaches this.
+/// decision twice. `NOSCRIPT` is handled by `evalsha` and never reaches this.
 fn did_not_run(err: &RedisError) -> bool {
     matches!(
         err.kind(),

@@ -162,6 +162,60 @@ pub(crate) fn breaker_open(refusal: BreakerOpen) -> Error {
     Error::store(StoreErrorKind::Connection, refusal)
 }
 
+/// An admission its policy's replicas did not acknowledge
+/// ([`Policy::with_replicas`](tollgate::Policy::with_replicas)).
+#[derive(Debug, Clone)]
+pub(crate) enum Unreplicated {
+    /// The call's `WAIT` counted fewer replicas than the policy asks for. The decision was
+    /// applied on the node that decided; it could be lost if that node failed over now.
+    Short { wanted: u32, acknowledged: u64 },
+    /// Not waited for: the node's replicas fell short lately, so the call was sent without
+    /// `WAIT` until the next probe (see `breaker`). The decision was applied on the node.
+    NotWaited,
+}
+
+impl std::fmt::Display for Unreplicated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unreplicated::Short { wanted, acknowledged } => write!(
+                f,
+                "{acknowledged} of the {wanted} replicas the policy waits for acknowledged the admission in time"
+            ),
+            Unreplicated::NotWaited => f.write_str(
+                "the node's replicas fell short of acknowledging admissions lately; this one was not waited for",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Unreplicated {}
+
+fn unreplicated(why: Unreplicated) -> Error {
+    Error::store(StoreErrorKind::Unreplicated, why)
+}
+
+/// `Ok` unless an admission of a policy that waits for `wanted` replicas was acknowledged by
+/// fewer (`replicas`: how many; `None` when the call did not wait).
+pub(crate) fn acknowledged(wanted: u32, replicas: Option<u64>) -> Result<(), Error> {
+    match replicas {
+        _ if wanted == 0 => Ok(()),
+        None => Err(unreplicated(Unreplicated::NotWaited)),
+        Some(acknowledged) if acknowledged < u64::from(wanted) => {
+            Err(unreplicated(Unreplicated::Short { wanted, acknowledged }))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+/// The cause a replicas breaker keeps when a call's `WAIT` fell short.
+pub(crate) fn replicas_short(wanted: u32, acknowledged: u64) -> RedisError {
+    RedisError::from((
+        ErrorKind::Client,
+        "replicas fell short",
+        format!("{acknowledged} of {wanted} replicas acknowledged the call's writes in time"),
+    ))
+}
+
 /// A Redis in the other mode than the address says: a standalone address at a cluster node, or
 /// a cluster address at a standalone server.
 #[derive(Debug)]
@@ -247,6 +301,21 @@ mod tests {
         for (err, expected) in cases {
             assert_eq!(classify(&err), expected, "{err}");
         }
+    }
+
+    #[test]
+    fn an_admission_fewer_replicas_acknowledged_is_unreplicated() {
+        assert!(acknowledged(0, None).is_ok());
+        assert!(acknowledged(1, Some(1)).is_ok());
+        assert!(acknowledged(1, Some(2)).is_ok());
+        let err = acknowledged(2, Some(1)).expect_err("one of two");
+        assert_eq!(err.class(), Some("unreplicated"));
+        assert_eq!(
+            err.to_string(),
+            "store unreplicated error: 1 of the 2 replicas the policy waits for acknowledged the admission in time"
+        );
+        let err = acknowledged(1, None).expect_err("not waited for");
+        assert_eq!(err.class(), Some("unreplicated"));
     }
 
     #[test]

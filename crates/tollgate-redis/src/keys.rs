@@ -25,6 +25,11 @@
 //!
 //! Escaping is injective, so one name decodes to exactly one (layout, policy, key, kind).
 //!
+//! Each cluster slot's sequence (see `state_loss`) lives at `<prefix>{<n>}:seq`, where `<n>` is
+//! the smallest decimal number whose hash tag lands on that slot ([`slot_tag`]): inside its
+//! braces are digits alone (no raw `:`, so no `PolicyAndKey` or attempts name), and right after
+//! them a raw `:` (no `Key` name has one there: a policy is never empty, and its `:` are escaped).
+//!
 //! Overrides (see `overrides`): a key's override hash is its state name plus `:ovr` (same hash
 //! tag, so the decision script reads it in the same slot; like `:log`, the one raw `:` after the
 //! braces). The lists of overrides live under the tag `{:}`, which no state or attempts name
@@ -137,6 +142,42 @@ impl KeyNames {
     pub(crate) fn attempts(&self, key: &[u8]) -> Vec<u8> {
         self.state(HashTag::PolicyAndKey, "", key)
     }
+
+    /// The sequence of cluster slot `slot` (see `state_loss`), a name on that slot.
+    pub(crate) fn sequence(&self, slot: u16) -> Vec<u8> {
+        let tag = slot_tag(slot);
+        let mut name = Vec::with_capacity(self.prefix.len() + tag.len() + 6);
+        name.extend_from_slice(&self.prefix);
+        name.push(b'{');
+        name.extend_from_slice(tag.as_bytes());
+        name.extend_from_slice(b"}:seq");
+        name
+    }
+}
+
+/// The smallest decimal number whose text hashes to `slot` (taken modulo 16384), to name a key
+/// on that slot. Found for every slot at once, on first use: about 110 000 numbers are tried
+/// before the last slot has one (a few milliseconds), and the table takes about 200 KB.
+pub(crate) fn slot_tag(slot: u16) -> &'static str {
+    static TAGS: std::sync::OnceLock<Vec<Box<str>>> = std::sync::OnceLock::new();
+    let tags = TAGS.get_or_init(|| {
+        let mut tags: Vec<Option<Box<str>>> = vec![None; usize::from(SLOTS)];
+        let mut missing = tags.len();
+        // Bounded: CRC16 reaches every slot well within the first million numbers.
+        for n in 0u32..10_000_000 {
+            let text = n.to_string();
+            let entry = &mut tags[usize::from(crc16(text.as_bytes()) % SLOTS)];
+            if entry.is_none() {
+                *entry = Some(text.into_boxed_str());
+                missing -= 1;
+                if missing == 0 {
+                    break;
+                }
+            }
+        }
+        tags.into_iter().map(Option::unwrap_or_default).collect()
+    });
+    tags.get(usize::from(slot)).map_or("", |tag| tag)
 }
 
 fn escape(out: &mut Vec<u8>, part: &[u8]) {
@@ -300,6 +341,34 @@ mod tests {
             assert_eq!(name.iter().filter(|&&b| b == b'{' || b == b'}').count(), 2);
             assert!(open < close);
         }
+    }
+
+    #[test]
+    fn every_slot_has_a_sequence_on_it_that_is_no_other_name() {
+        let n = names();
+        for slot in 0..SLOTS {
+            let name = n.sequence(slot);
+            assert!(!slot_tag(slot).is_empty(), "slot {slot}");
+            assert_eq!(super::slot(&name), slot, "{}", String::from_utf8_lossy(&name));
+        }
+        assert_eq!(n.sequence(0), b"tg:{3560}:seq".to_vec());
+        // Digits in the braces and a raw `:` right after them: no state, log, override, lease,
+        // attempts or list name looks like that.
+        let tag = slot_tag(0);
+        for tag_layout in [HashTag::PolicyAndKey, HashTag::Key] {
+            for (policy, key) in [(tag, tag.as_bytes()), (":seq", tag.as_bytes()), ("seq", b"")] {
+                let state = n.state(tag_layout, policy, key);
+                for other in [
+                    state.clone(),
+                    KeyNames::log(&state),
+                    KeyNames::override_of(&state),
+                    n.leases(tag_layout, policy, key),
+                ] {
+                    assert_ne!(other, n.sequence(0), "{policy:?} {key:?}");
+                }
+            }
+        }
+        assert_ne!(n.attempts(tag.as_bytes()), n.sequence(0));
     }
 
     #[test]

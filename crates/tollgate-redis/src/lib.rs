@@ -79,8 +79,8 @@
 //!   and implements the core's traits by calling them; the deny cache, multi-slot decisions
 //!   (reserve then refund), attempts and resets are its own.
 //! - `transport`: every call to Redis: the shared connection and scripts, the deadline of each
-//!   call, the circuit breaker of each node, the batch lanes of decisions, and publishing on
-//!   the reset channel.
+//!   call, the circuit breaker of each node (and of its replicas, for calls that wait for
+//!   them), the batch lanes of decisions, and publishing on the reset channel.
 //! - The features, each on the transport alone, none knowing the store:
 //!   - `lease`: hot-key leases: the local lease table and the lease path of a decision;
 //!   - `overrides`: runtime overrides, and this instance's copy of the prefix overrides;
@@ -92,9 +92,9 @@
 //! - The parts below them:
 //!   - `batch`: the queues that gather the decisions waiting for one node (or cluster slot)
 //!     into one call of the batch script, and that call's layout;
-//!   - `breaker`: the circuit breakers, one per node;
+//!   - `breaker`: the circuit breakers, one per node, and one per node's replicas;
 //!   - `connection`: [`Target`], the shared multiplexed connection, and at-most-once script
-//!     calls;
+//!     calls, alone or followed by `WAIT`;
 //!   - `scripts` and `lua/`: the decision script (every algorithm, one driver; its charge mode
 //!     is `Store::charge`, each algorithm's `charge`, a port of `tollgate::algorithm::charge`,
 //!     one call per slot), the refund script, the lease script, the attempts counter and reset;
@@ -105,8 +105,8 @@
 //! Imports point one way, down this list, and never back: `store` imports the features and
 //! `transport`; the features import `transport` and the parts (`reset_channel` also `lease`,
 //! for its lease table); `transport` imports `batch`, `breaker`, `connection`, `scripts`,
-//! `keys` and `error`; `batch` and `connection` import only `scripts`, `keys` and `error`; the
-//! rest import no module of this crate. No module imports `store`, and no module imports the
+//! `keys` and `error`; `batch` imports `connection`, `scripts` and `error`; `connection` imports
+//! only `scripts`, `keys` and `error`; the rest import no module of this crate. No module imports `store`, and no module imports the
 //! crate root's re-exports.
 //!
 //! # When Redis fails
@@ -140,6 +140,22 @@
 //! pauses for less and more than the deadline under concurrent load, on standalone Redis and a
 //! cluster.
 //!
+//! # Replicas and failovers
+//!
+//! Redis replicates asynchronously: a master that dies takes with it the writes its replicas
+//! had not received, and the promoted replica hands those keys back what they spent since, up
+//! to one extra window's worth per key (`tests/failover.rs` measures it). A policy built with
+//! [`Policy::with_replicas`](tollgate::Policy::with_replicas) makes each decision that admits
+//! wait for that many replicas: the decision script is followed by `WAIT n ms` in one pipeline
+//! on the same connection (on a cluster it goes to the master of the call's slot), with half of
+//! the call's remaining deadline as its timeout. An admission fewer replicas acknowledged is a
+//! store error of class `unreplicated`, which the policy's failure mode answers. Denials, peeks
+//! and charges never wait. Calls that wait travel on a connection of their own (Redis holds a
+//! connection's later commands while its `WAIT` waits), and a breaker per node and number of
+//! replicas stops waiting for replicas that fell short until a probe is acknowledged again, so a
+//! missing replica costs the calls behind it nothing: they go without waiting, their denials
+//! stand and their admissions count as not acknowledged.
+//!
 //! # Resets and the deny cache
 //!
 //! A reset publishes the key on a pub/sub channel (`<prefix>resets`) that every store with a deny
@@ -167,6 +183,7 @@ mod lease;
 mod overrides;
 mod reset_channel;
 mod scripts;
+mod state_loss;
 mod store;
 mod transport;
 

@@ -38,7 +38,7 @@ use crate::batch;
 use crate::concurrency;
 use crate::connection::{ConnectOptions, Target};
 use crate::deny_cache::{Denial, DenyCache};
-use crate::error::{ConnectError, bad_reply};
+use crate::error::{ConnectError, acknowledged, bad_reply};
 use crate::keys::{self, KeyNames};
 use crate::lease::{self, LeaseStats, Leases};
 use crate::overrides::Overrides;
@@ -216,6 +216,7 @@ impl RedisStoreBuilder {
                     calls_in_flight: self.calls_in_flight,
                     script_clock: self.clock,
                     reset_channel: channel.clone(),
+                    names: KeyNames::new(&self.prefix),
                 },
                 lazy,
             )
@@ -317,6 +318,11 @@ pub struct StoreStats {
     pub batch_calls: u64,
     /// Decisions that went out in those calls.
     pub batched_decisions: u64,
+    /// Times a decision found its Redis slot's state older than this instance had seen it:
+    /// writes lost by a failover to a replica that lagged, a restart without persistence or a
+    /// flush, once per slot and loss. Those keys admit again what they had spent (see
+    /// `docs/redis.md`).
+    pub state_lost: u64,
 }
 
 /// The store's own totals; the transport and the deny cache keep the others.
@@ -373,6 +379,7 @@ impl RedisStore {
             reset_publish_failures: calls.publish_failures,
             batch_calls: calls.batch_calls,
             batched_decisions: calls.batched_decisions,
+            state_lost: self.inner.transport.state_lost(),
         }
     }
 
@@ -402,19 +409,24 @@ impl RedisStore {
     /// The `EVALSHA` keys and arguments of a check of `key` under `policy`, exactly as the store
     /// sends them with Redis time (for benchmarking the bare script with `redis-benchmark`).
     ///
+    /// The last key is the sequence of the state's cluster slot (see `docs/redis.md`); on a
+    /// standalone server the store names slot 0's sequence instead, which costs the same.
+    ///
     /// ```
     /// use tollgate::{Algorithm, Policy, Rate};
     ///
     /// let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 5)?)?;
     /// let (keys, args) = tollgate_redis::RedisStore::script_call("tollgate:", &policy, b"k", 1);
-    /// assert_eq!(keys, vec![b"tollgate:{api:k}".to_vec(), b"tollgate:{api:k}:ovr".to_vec()]);
+    /// assert_eq!(keys[..2], [b"tollgate:{api:k}".to_vec(), b"tollgate:{api:k}:ovr".to_vec()]);
+    /// assert!(keys[2].starts_with(b"tollgate:{") && keys[2].ends_with(b"}:seq"));
     /// assert_eq!(args, ["", "1", "commit", "gcra", "1", "0", "0", "0", "100000", "5", ""]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn script_call(prefix: &str, policy: &Policy, key: &[u8], cost: u64) -> (Vec<Vec<u8>>, Vec<String>) {
         let names = KeyNames::new(prefix);
         let rule = Rule::new(policy, key, cost);
-        let keys = call_keys(policy, names.state(policy.hash_tag(), policy.name(), key));
+        let mut keys = call_keys(policy, names.state(policy.hash_tag(), policy.name(), key));
+        keys.push(names.sequence(keys::slot(&keys[0])));
         (
             keys,
             call_args(String::new(), Mode::Commit, [(&rule, 0)].into_iter()),
@@ -485,9 +497,13 @@ impl RedisStore {
         let rule = Rule::new(policy, key, cost);
         let mode = if commit { Mode::Commit } else { Mode::Peek };
         let args = call_args(inner.transport.script_now(), mode, [(&rule, 0)].into_iter());
-        match inner.transport.decide_call(keys, args).await {
+        let replicas = if commit { policy.replicas() } else { 0 };
+        match inner.transport.decide_call(keys, args, replicas).await {
             Ok(reply) => {
-                let decision = outcomes(&reply, 1)?[0];
+                let decision = outcomes(&reply.value, 1)?[0];
+                if decision.allowed {
+                    acknowledged(replicas, reply.replicas)?;
+                }
                 if let (Some(cache), Some(retry)) = (&inner.deny_cache, decision.retry_after) {
                     let denial = Denial {
                         min_cost: cost,
@@ -625,8 +641,31 @@ impl RedisStore {
     ) -> Result<(Vec<Decision>, Vec<u64>), Error> {
         let call_keys: Vec<Vec<u8>> = group.iter().flat_map(|&i| keys[i].iter().cloned()).collect();
         let args = call_args(now.to_string(), mode, group.iter().map(|&i| (&rules[i], 0)));
-        let reply = self.inner.transport.decide_call(call_keys, args).await?;
+        // The most replicas any rule that may spend waits for.
+        let replicas = match mode {
+            Mode::Commit | Mode::Reserve => group
+                .iter()
+                .filter(|&&i| !rules[i].question)
+                .map(|&i| rules[i].policy.replicas())
+                .max()
+                .unwrap_or(0),
+            _ => 0,
+        };
+        let replied = self
+            .inner
+            .transport
+            .decide_call(call_keys, args, replicas)
+            .await?;
+        let reply = replied.value;
         let outcomes = outcomes(&reply, group.len())?;
+        // The group spent (and must be acknowledged) when no enforced rule denied.
+        if group
+            .iter()
+            .zip(&outcomes)
+            .all(|(&i, o)| rules[i].shadow || o.allowed)
+        {
+            acknowledged(replicas, replied.replicas)?;
+        }
         let marks = match mode {
             Mode::Reserve if reply.len() == (ANSWER + 1) * group.len() => {
                 reply[ANSWER * group.len()..].to_vec()
@@ -940,12 +979,13 @@ impl Store for RedisStore {
         let replies = join_all(groups.iter().map(|group| {
             let call_keys: Vec<Vec<u8>> = group.iter().flat_map(|&i| keys[i].iter().cloned()).collect();
             let args = call_args(now.clone(), Mode::Charge, group.iter().map(|&i| (&unique[i], 0)));
-            inner.transport.decide_call(call_keys, args)
+            // A charge is never refused, so it admits nothing to wait for replicas for.
+            inner.transport.decide_call(call_keys, args, 0)
         }))
         .await;
         let mut charged = vec![Charged::default(); unique.len()];
         for (group, reply) in groups.iter().zip(replies) {
-            let reply = reply?;
+            let reply = reply?.value;
             for (&i, answer) in group.iter().zip(charges(&reply, group.len())?) {
                 charged[i] = answer;
             }

@@ -12,6 +12,13 @@
 //! 3. decisions waiting for the same node (or cluster slot) while calls are out there go out
 //!    together as one batch call, each keeping its own deadline (see `batch`).
 //!
+//! Decisions of a policy that waits for replicas go the same way, in lanes of their own, with
+//! `WAIT` behind each call (see `connection::Wait`), on a second connection: Redis holds a
+//! connection's later commands while a `WAIT` waits, and decisions that wait for none must
+//! never wait behind it. A second breaker per node and number of replicas remembers replicas
+//! that fell short; until its probe is acknowledged, those calls go on the main connection
+//! without waiting (see `breaker`).
+//!
 //! A failure is returned as a typed store error with the Redis error as its source.
 
 use std::future::Future;
@@ -20,14 +27,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::{RedisResult, Script};
-use tollgate::{Clock, Error};
+use tollgate::{Clock, Error, StoreErrorKind};
 
-use crate::batch::{self, Failure, Job, Lanes};
-use crate::breaker::{Admission, Breakers};
-use crate::connection::{self, ConnectOptions, Connection, Target};
+use crate::batch::{self, Failure, Job, LaneKey, Lanes};
+use crate::breaker::{Admission, Breakers, Watch};
+use crate::connection::{self, ConnectOptions, Connection, Replied, Target, Wait};
 use crate::error::{self, ConnectError};
-use crate::keys;
+use crate::keys::{self, KeyNames};
 use crate::scripts::Scripts;
+use crate::state_loss::{Mark, StateLoss};
 
 /// What a transport is built with.
 pub(crate) struct Settings {
@@ -41,20 +49,30 @@ pub(crate) struct Settings {
     pub(crate) script_clock: Option<Arc<dyn Clock>>,
     /// Where [`Transport::publish`] publishes.
     pub(crate) reset_channel: String,
+    /// The store's key names, for the slots' sequences (see `state_loss`).
+    pub(crate) names: KeyNames,
 }
 
 /// The calls to Redis, shared by the store and its features.
 pub(crate) struct Transport {
     connection: Connection,
+    /// Calls followed by `WAIT`, on a connection of their own: Redis holds a connection's later
+    /// commands while its `WAIT` waits, so a replica slow to acknowledge must not hold up the
+    /// decisions that wait for none. Made on first use.
+    waiting: Connection,
     scripts: Scripts,
     timeout: Duration,
     /// One circuit breaker per Redis node.
     breakers: Breakers,
+    /// One per Redis node and number of replicas, for the calls that wait for them.
+    replicas: Breakers,
     /// The decisions waiting to go out together, per node or slot (`None`: one call each).
     lanes: Option<Lanes>,
     script_clock: Option<Arc<dyn Clock>>,
     reset_channel: String,
     counters: Counters,
+    /// What the decisions' answers tell of each slot's sequence (see `state_loss`).
+    state_loss: StateLoss,
 }
 
 /// Running totals of the calls, since the transport was built.
@@ -98,6 +116,13 @@ impl Transport {
             options,
         )
         .await?;
+        let waiting = Connection::open(
+            target,
+            settings.timeout.max(Duration::from_millis(1)),
+            true,
+            options,
+        )
+        .await?;
         let scripts = Scripts::new();
         if !lazy {
             let mut conn = connection.clone();
@@ -112,13 +137,20 @@ impl Transport {
         }
         Ok(Transport {
             connection,
+            waiting,
             scripts,
             timeout: settings.timeout,
-            breakers: Breakers::new(settings.first_probe_after, settings.probe_interval),
+            breakers: Breakers::new(Watch::Node, settings.first_probe_after, settings.probe_interval),
+            replicas: Breakers::new(
+                Watch::Replicas,
+                settings.first_probe_after,
+                settings.probe_interval,
+            ),
             lanes: (settings.calls_in_flight > 0).then(|| Lanes::new(settings.calls_in_flight)),
             script_clock: settings.script_clock,
             reset_channel: settings.reset_channel,
             counters: Counters::default(),
+            state_loss: StateLoss::new(settings.names),
         })
     }
 
@@ -147,6 +179,12 @@ impl Transport {
             batch_calls: c.batch_calls.load(Ordering::Relaxed),
             batched_decisions: c.batched_decisions.load(Ordering::Relaxed),
         }
+    }
+
+    /// How many times a decision found its slot's state older than this instance had seen it
+    /// (see `state_loss`).
+    pub(crate) fn state_lost(&self) -> u64 {
+        self.state_loss.lost()
     }
 
     /// True while a circuit breaker is open.
@@ -187,8 +225,9 @@ impl Transport {
         keys: &[Vec<u8>],
         args: &[String],
     ) -> Result<T, Error> {
-        self.try_call(script, keys, args, self.timeout)
+        self.try_call(script, keys, args, self.timeout, 0)
             .await
+            .map(|replied| replied.value)
             .map_err(Failure::into_error)
     }
 
@@ -262,15 +301,28 @@ impl Transport {
     /// One call of the decision script: sent with the other decisions waiting for the same
     /// node (or cluster slot) as one batch call when calls are already in flight there (see
     /// `batch`), alone otherwise. The deadline counts from now, whenever the call goes out.
+    ///
+    /// With `replicas` above 0 the call is followed by `WAIT replicas` (see
+    /// `connection::Wait`), on the connection for calls that wait, with half the time left
+    /// before the deadline as its timeout (the other half is for the call and the answer to
+    /// come back); the reply then says how many replicas acknowledged. What to make of too few
+    /// is the caller's: only an admission needs them.
     pub(crate) async fn decide_call(
         self: &Arc<Self>,
         keys: Vec<Vec<u8>>,
         args: Vec<String>,
-    ) -> Result<Vec<u64>, Error> {
+        replicas: u32,
+    ) -> Result<Replied<Vec<u64>>, Error> {
         let Some(lanes) = &self.lanes else {
-            return self.call(&self.scripts.decide, &keys, &args).await;
+            return self
+                .decide_one(keys, &args, self.timeout, replicas)
+                .await
+                .map_err(Failure::into_error);
         };
-        let lane = self.slot_of(&keys);
+        let lane = LaneKey {
+            slot: self.slot_of(&keys),
+            replicas,
+        };
         let deadline = Instant::now() + self.timeout;
         let (job, answer) = Job::new(keys, args, deadline);
         match lanes.push(lane, job) {
@@ -286,7 +338,7 @@ impl Transport {
                     lane,
                 };
                 return self
-                    .try_call::<Vec<u64>>(&self.scripts.decide, &job.keys, &job.args, self.timeout)
+                    .decide_one(job.keys, &job.args, self.timeout, replicas)
                     .await
                     .map_err(Failure::into_error);
             }
@@ -304,13 +356,13 @@ impl Transport {
     }
 
     /// A lane's sender: sends `jobs`, then whatever queued meanwhile, until the queue is empty.
-    async fn send_batches(&self, lane: u16, mut jobs: Vec<Job>) {
+    async fn send_batches(&self, lane: LaneKey, mut jobs: Vec<Job>) {
         let Some(lanes) = &self.lanes else { return };
         loop {
             let now = Instant::now();
             // A decision past its deadline, or whose caller left, is never sent.
             jobs.retain(|job| job.is_live(now));
-            self.send_batch(jobs, now).await;
+            self.send_batch(jobs, now, lane.replicas).await;
             match lanes.next(lane) {
                 Some(next) => jobs = next,
                 None => return,
@@ -319,24 +371,37 @@ impl Transport {
     }
 
     /// One call for `jobs`: the decision script for one, the batch script for more.
-    async fn send_batch(&self, mut jobs: Vec<Job>, now: Instant) {
+    async fn send_batch(&self, mut jobs: Vec<Job>, now: Instant, replicas: u32) {
         let within = batch::time_left(&jobs, now);
         match jobs.len() {
             0 => {}
             1 => {
-                let Some(job) = jobs.pop() else { return };
-                let reply = self
-                    .try_call::<Vec<u64>>(&self.scripts.decide, &job.keys, &job.args, within)
-                    .await;
+                let Some(mut job) = jobs.pop() else { return };
+                let keys = std::mem::take(&mut job.keys);
+                let reply = self.decide_one(keys, &job.args, within, replicas).await;
                 job.answer(reply);
             }
             count => {
                 add(&self.counters.batch_calls, 1);
                 add(&self.counters.batched_decisions, count as u64);
-                let (keys, args) = batch::call(&mut jobs);
+                let wrote = jobs.iter().any(|job| writes(&job.args));
+                let (mut keys, args) = batch::call(&mut jobs);
+                let (mark, node) = self.sequence(&mut keys);
                 let reply = self
-                    .try_call::<redis::Value>(&self.scripts.batch, &keys, &args, within)
-                    .await;
+                    .try_call::<redis::Value>(&self.scripts.batch, &keys, &args, within, replicas)
+                    .await
+                    .and_then(|mut replied| {
+                        let before = match &mut replied.value {
+                            redis::Value::Array(parts) => match parts.pop() {
+                                Some(redis::Value::Int(n)) => u64::try_from(n).ok(),
+                                _ => None,
+                            },
+                            _ => None,
+                        };
+                        let before = before.ok_or_else(|| Failure::Redis(no_sequence()))?;
+                        self.state_loss.observe(mark, before, wrote, &node);
+                        Ok(replied)
+                    });
                 if let Err(Failure::Refused(_)) = reply {
                     // Counted per decision, as unbatched refusals are.
                     add(&self.counters.breaker_refusals, count as u64 - 1);
@@ -344,6 +409,32 @@ impl Transport {
                 batch::answer(jobs, reply);
             }
         }
+    }
+
+    /// One call of the decision script with `keys` and `args`, its slot's sequence passed and
+    /// read back (see `state_loss`): the reply is the decision script's, without it.
+    async fn decide_one(
+        &self,
+        mut keys: Vec<Vec<u8>>,
+        args: &[String],
+        within: Duration,
+        replicas: u32,
+    ) -> Result<Replied<Vec<u64>>, Failure> {
+        let (mark, node) = self.sequence(&mut keys);
+        let mut replied = self
+            .try_call::<Vec<u64>>(&self.scripts.decide, &keys, args, within, replicas)
+            .await?;
+        let before = replied.value.pop().ok_or_else(|| Failure::Redis(no_sequence()))?;
+        self.state_loss.observe(mark, before, writes(args), &node);
+        Ok(replied)
+    }
+
+    /// Adds the sequence of the slot of `keys` as their last key; returns what the call is sent
+    /// with and the node it goes to.
+    fn sequence(&self, keys: &mut Vec<Vec<u8>>) -> (Mark, Arc<str>) {
+        let slot = self.slot_of(keys);
+        keys.push(self.state_loss.key(slot));
+        (self.state_loss.mark(slot), self.connection.node_of(slot))
     }
 
     /// The cluster slot of a call's keys (they share one); 0 on standalone Redis.
@@ -354,17 +445,34 @@ impl Transport {
         }
     }
 
-    /// [`call`](Self::call) with a deadline `within` from now, failing with a [`Failure`] that
-    /// every decision of a batch can get a copy of.
+    /// [`call`](Self::call) with a deadline `within` from now, followed by `WAIT` when
+    /// `replicas` is above 0 (see [`decide_call`](Self::decide_call)), failing with a
+    /// [`Failure`] that every decision of a batch can get a copy of.
     async fn try_call<T: redis::FromRedisValue>(
         &self,
         script: &Script,
         keys: &[Vec<u8>],
         args: &[String],
         within: Duration,
-    ) -> Result<T, Failure> {
+        replicas: u32,
+    ) -> Result<Replied<T>, Failure> {
         let slot = self.slot_of(keys);
-        let breaker = self.breakers.node(&self.connection.node_of(slot));
+        let node = self.connection.node_of(slot);
+        // A call that would wait for replicas the node lately did not have goes without WAIT,
+        // on the main connection, until the next probe (see `breaker`): its denials are answered
+        // as usual, its admissions are not acknowledged. One breaker per node and number of
+        // replicas.
+        let mut replicas_breaker = (replicas > 0).then(|| self.replicas.node(&format!("{node}/{replicas}")));
+        let replicas_probe = match replicas_breaker.as_ref().map(|b| b.admit()) {
+            Some(Admission::Call { probe }) => probe,
+            Some(Admission::Refuse(_)) => {
+                replicas_breaker = None;
+                false
+            }
+            None => false,
+        };
+        let replicas = if replicas_breaker.is_some() { replicas } else { 0 };
+        let breaker = self.breakers.node(&node);
         let probe = match breaker.admit() {
             Admission::Call { probe } => probe,
             Admission::Refuse(next_probe_in) => {
@@ -377,33 +485,73 @@ impl Transport {
         };
         add(&self.counters.redis_calls, 1);
         // On the deadline the call is dropped, not sent again: it may have run already.
-        let call = self
-            .connection
-            .invoke::<T>(&self.scripts.library, script, keys, args);
+        let (connection, wait) = match replicas {
+            0 => (&self.connection, None),
+            replicas => {
+                // Half the time left, so that WAIT's own answer (too few) comes back before the
+                // deadline and is told apart from a node that does not answer.
+                let timeout_ms = u64::try_from((within / 2).as_millis()).unwrap_or(u64::MAX);
+                let wait = Wait {
+                    replicas,
+                    timeout_ms: timeout_ms.max(1),
+                };
+                (&self.waiting, Some(wait))
+            }
+        };
+        let call = connection.invoke::<T>(&self.scripts.library, script, keys, args, wait);
         let err = match tokio::time::timeout(within, call).await {
-            Ok(Ok(value)) => {
+            Ok(Ok(replied)) => {
                 breaker.succeeded();
-                return Ok(value);
+                if let Some(breaker) = &replicas_breaker {
+                    match replied.replicas {
+                        Some(n) if n >= u64::from(replicas) => breaker.succeeded(),
+                        n => breaker.failed(error::replicas_short(replicas, n.unwrap_or(0)), replicas_probe),
+                    }
+                }
+                return Ok(replied);
             }
             Ok(Err(e)) => e,
             Err(_) => error::deadline(self.timeout),
         };
-        if error::is_unavailable(error::classify(&err)) {
-            add(&self.counters.redis_unavailable, 1);
-            breaker.failed(err.clone(), probe);
-        } else {
+        let class = error::classify(&err);
+        match &replicas_breaker {
+            // A call that waits and times out may have waited behind another's WAIT on the
+            // connection of waiting calls: it says nothing of the node, which the calls that
+            // wait for none judge, but a replica may be missing.
+            Some(replicas_breaker) if class == StoreErrorKind::Timeout => {
+                add(&self.counters.redis_unavailable, 1);
+                replicas_breaker.failed(err.clone(), replicas_probe);
+            }
+            _ if error::is_unavailable(class) => {
+                add(&self.counters.redis_unavailable, 1);
+                breaker.failed(err.clone(), probe);
+            }
             // Redis answered, if with an error: it is there.
-            breaker.succeeded();
+            _ => breaker.succeeded(),
         }
         Err(Failure::Redis(err))
     }
+}
+
+/// Whether a decision call with these arguments may write: any mode but a peek (ARGV[3]).
+fn writes(args: &[String]) -> bool {
+    args.get(2).is_some_and(|mode| mode != "peek")
+}
+
+/// A decision reply without the slot's sequence at its end.
+fn no_sequence() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::UnexpectedReturnType,
+        "unexpected script reply",
+        "no sequence at the end".to_owned(),
+    ))
 }
 
 /// Frees a lane's place taken by a caller sending its own call: what queued meanwhile goes to
 /// a sender task.
 struct Handover<'a> {
     transport: &'a Arc<Transport>,
-    lane: u16,
+    lane: LaneKey,
 }
 
 impl Drop for Handover<'_> {

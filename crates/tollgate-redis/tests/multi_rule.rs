@@ -21,12 +21,14 @@ fn policy(name: &str, algorithm: Result<Algorithm, tollgate::PolicyError>) -> Po
     Policy::new(name, algorithm.expect("algorithm")).expect("policy")
 }
 
-/// The Redis key names of `key` under `policy` (the state hash, and a sliding log's set).
+/// The Redis key names of `key` under `policy` (the state hash, and a sliding log's set), with
+/// its override hash, without the slot's sequence (which every call moves).
 fn names(policy: &Policy, key: &str) -> Vec<String> {
     RedisStore::script_call("tollgate:", policy, key.as_bytes(), 1)
         .0
         .into_iter()
         .map(|name| String::from_utf8(name).expect("ascii key names"))
+        .filter(|name| !name.ends_with("}:seq"))
         .collect()
 }
 

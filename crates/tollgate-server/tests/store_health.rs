@@ -1,7 +1,9 @@
 //! A sick Redis is visible to operators: while Redis is stalled, every failed check is counted in
 //! `tollgate_store_errors_total` by class (the timeout that opened the breaker and the refusals
 //! of the open breaker alike), the breaker shows in `tollgate_store_breaker_open`, and `/readyz`
-//! answers 503 naming the class; once Redis is back, all of it clears.
+//! answers 503 naming the class; once Redis is back, all of it clears. State Redis lost shows in
+//! `tollgate_store_state_lost_total`, and admissions of a policy with `replicas` that no replica
+//! acknowledged as the `unreplicated` class.
 
 use std::time::Duration;
 
@@ -119,4 +121,69 @@ async fn a_stalled_redis_shows_in_metrics_and_readiness_by_class() {
     assert!(closed, "the store never recovered");
     let (_, metrics) = call(&state, "GET", "/metrics", None).await;
     assert_eq!(sample(&metrics, &breaker), 0.0, "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_state_and_unacknowledged_admissions_show_in_metrics() {
+    tollgate_server::metrics::install();
+    // A master without a replica: a policy that waits for one admits nothing.
+    let server = RedisServer::start();
+    let store = AnyStore::open(Some(&server.url()), &StoreOptions::default())
+        .await
+        .expect("store");
+    let policies = format!(
+        "{POLICIES}  login:\n    algorithm: fixed_window\n    limit: 5\n    window: 15m\n    on_store_failure: fail_closed\n    replicas: 1\n"
+    );
+    let limits = tollgate_config::parse("policies.yaml", &policies).expect("config");
+    let state = AppState::new(limits, store, Settings::default());
+
+    // Refused (fail_closed) each time: not acknowledged, or, when the first calls' WAIT does not
+    // answer before the store's 50 ms deadline on a busy machine, timed out; then the store stops
+    // waiting for replicas that fell short, and the refusals come at once.
+    let mut metrics = String::new();
+    for i in 0..20 {
+        let check = json!({"policy": "login", "key": format!("user-{i}")});
+        let (status, body) = call(&state, "POST", "/v1/check", Some(check)).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        metrics = call(&state, "GET", "/metrics", None).await.1;
+        if sample(&metrics, "tollgate_store_errors_total{kind=\"unreplicated\"}") >= 1.0 {
+            break;
+        }
+    }
+    assert!(
+        sample(&metrics, "tollgate_store_errors_total{kind=\"unreplicated\"}") >= 1.0,
+        "{metrics}"
+    );
+    // Policies that wait for none are not held up.
+    let (status, body) = call(
+        &state,
+        "POST",
+        "/v1/check",
+        Some(json!({"policy": "open", "key": "k"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        sample(&metrics, "tollgate_store_state_lost_total"),
+        0.0,
+        "{metrics}"
+    );
+
+    // Redis forgets everything (as a restart without persistence would): the next decision
+    // notices.
+    server.cli(&["FLUSHALL"]);
+    let (status, body) = call(
+        &state,
+        "POST",
+        "/v1/check",
+        Some(json!({"policy": "open", "key": "k"})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, metrics) = call(&state, "GET", "/metrics", None).await;
+    assert_eq!(
+        sample(&metrics, "tollgate_store_state_lost_total"),
+        1.0,
+        "{metrics}"
+    );
 }

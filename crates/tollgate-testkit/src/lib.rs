@@ -21,9 +21,11 @@
 //!   stopped on drop.
 //! - [`redis_server`]: [`RedisServer`], one `redis-server` on a free loopback port in a temporary
 //!   directory, with fault helpers (kill, restart, pause, freeze, password, full memory, script
-//!   flush).
+//!   flush, a replica cut from its master).
 //! - [`redis_cluster`]: [`RedisCluster`], three such servers joined into a cluster with
-//!   `redis-cli --cluster create`, with helpers to reshard and to flush scripts on every node.
+//!   `redis-cli --cluster create` (or six: three masters with a replica each), with helpers to
+//!   reshard, to flush scripts on every node, and to kill a master and wait for its replica's
+//!   promotion ([`RedisCluster::fail_over`]).
 //! - [`vectors`]: the step tables every store must agree on (memory, Redis, Redis Cluster).
 //! - `resp` (private): just enough of the Redis protocol to poll readiness and send commands
 //!   without a client crate or an async runtime.
@@ -41,5 +43,5 @@ pub mod vectors;
 
 pub use app_server::AppServer;
 pub use child::ChildProcess;
-pub use redis_cluster::RedisCluster;
+pub use redis_cluster::{Failover, RedisCluster};
 pub use redis_server::RedisServer;

@@ -47,6 +47,9 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_millis(200);
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
 const LOG_FILE: &str = "redis.log";
+/// The password a replica cut from its master sends: its master has none, so every reconnection
+/// fails.
+const CUT_PASSWORD: &str = "tollgate-testkit-cut-from-master";
 const LOG_TAIL_LINES: usize = 20;
 
 const SERVER_NOT_FOUND: &str = "redis-server not found on PATH: install it with \
@@ -340,6 +343,68 @@ impl RedisServer {
             .status()
             .unwrap_or_else(|e| panic!("could not run `kill {signal} {pid}`: {e}"));
         assert!(status.success(), "`kill {signal} {pid}` failed ({status})");
+    }
+
+    /// Makes a replica stop receiving its master's writes, as a replica that lags behind or lost
+    /// its link does: its link to the master is dropped (`CLIENT KILL TYPE master`) and every
+    /// reconnection fails, because the replica now sends a password its master does not have
+    /// (`masterauth`). It keeps its data and stays a replica, so the cluster can still promote it
+    /// when its master dies; it then lacks every write its master took since. Returns once the
+    /// replica reports `master_link_status:down`. [`RedisServer::rejoin_master`] undoes it.
+    ///
+    /// # Panics
+    ///
+    /// When the server is not a replica, does not accept the commands, or its link is still up
+    /// after 10 s.
+    ///
+    /// ```no_run
+    /// let cluster = tollgate_testkit::RedisCluster::start_with_replicas();
+    /// let master = cluster.slot_owner(0);
+    /// let replica = cluster.replica_of(master).expect("a replica");
+    /// replica.cut_from_master();
+    /// assert!(replica.cli(&["INFO", "replication"]).contains("master_link_status:down"));
+    /// replica.rejoin_master();
+    /// ```
+    pub fn cut_from_master(&self) {
+        let info = self.command(&["INFO", "replication"]);
+        assert!(
+            info.lines().any(|line| line.trim_end() == "role:slave"),
+            "redis at port {} is not a replica:\n{info}",
+            self.port
+        );
+        self.command(&["CONFIG", "SET", "masterauth", CUT_PASSWORD]);
+        // The reply is the number of connections closed: 1, or 0 when the link was down already.
+        resp::command(
+            self.addr(),
+            &["CLIENT", "KILL", "TYPE", "master"],
+            COMMAND_TIMEOUT,
+        )
+        .unwrap_or_else(|e| panic!("`CLIENT KILL TYPE master` on redis at port {}: {e}", self.port));
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while !self.replication_info().contains("master_link_status:down") {
+            assert!(
+                Instant::now() < deadline,
+                "the replica at port {} kept its link to its master",
+                self.port
+            );
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    /// Lets a replica cut by [`RedisServer::cut_from_master`] reconnect to its master (it does
+    /// within a second, and catches up from the master's backlog). Also harmless on a replica
+    /// that was never cut, or one promoted since.
+    ///
+    /// # Panics
+    ///
+    /// When the server does not accept the command.
+    pub fn rejoin_master(&self) {
+        self.command(&["CONFIG", "SET", "masterauth", ""]);
+    }
+
+    /// `INFO replication`, or an empty text when the server cannot be asked.
+    fn replication_info(&self) -> String {
+        self.try_command(&["INFO", "replication"]).unwrap_or_default()
     }
 
     /// Makes the server require `password` from new connections (`CONFIG SET requirepass`);

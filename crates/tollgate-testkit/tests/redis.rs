@@ -220,6 +220,75 @@ fn cluster_starts_reshards_recovers_a_node_and_stops_cleanly() {
     }
 }
 
+/// Polls `node`'s key count until it is `keys`, for at most 10 s.
+fn wait_for_key_count(node: &RedisServer, keys: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node.cli(&["DBSIZE"]) != keys {
+        assert!(
+            Instant::now() < deadline,
+            "redis at port {} never held {keys} keys",
+            node.port()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_replica_cut_from_its_master_is_promoted_without_the_writes_it_missed() {
+    let mut cluster = RedisCluster::start_with_replicas();
+    assert_eq!(cluster.nodes().len(), 6);
+    let slot: u16 = cluster.nodes()[0]
+        .cli(&["CLUSTER", "KEYSLOT", "{k}"])
+        .parse()
+        .expect("a slot");
+    let master_port = cluster.slot_owner(slot);
+    let master = cluster
+        .nodes()
+        .iter()
+        .find(|n| n.port() == master_port)
+        .expect("the master");
+    let replica = cluster
+        .replica_of(master_port)
+        .expect("every master has a replica");
+    let replica_port = replica.port();
+    assert!(replica.cli(&["INFO", "replication"]).contains("role:slave"));
+
+    master.cli(&["SET", "{k}replicated", "1"]);
+    wait_for_key_count(replica, "1");
+    replica.cut_from_master();
+    master.cli(&["SET", "{k}lost", "1"]);
+    assert_eq!(master.cli(&["DBSIZE"]), "2");
+    // The link stays down: the replica's reconnections (one a second) fail.
+    thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(replica.cli(&["DBSIZE"]), "1");
+    let master_pid = master.pid().expect("running");
+    let master_addr = master.addr();
+
+    let failover = cluster.fail_over(slot);
+    assert_eq!(failover.old_master, master_port);
+    assert_eq!(failover.new_master, replica_port);
+    assert_eq!(cluster.slot_owner(slot), replica_port);
+    assert_refused(master_addr);
+    assert_reaped(master_pid);
+    let promoted = cluster
+        .nodes()
+        .iter()
+        .find(|n| n.port() == replica_port)
+        .expect("the replica");
+    assert!(promoted.cli(&["INFO", "replication"]).contains("role:master"));
+    assert_eq!(promoted.cli(&["GET", "{k}replicated"]), "1");
+    assert_eq!(
+        promoted.cli(&["EXISTS", "{k}lost"]),
+        "0",
+        "a write it never received"
+    );
+    // The promoted master has no replica of its own; the others keep theirs.
+    assert!(cluster.replica_of(replica_port).is_none());
+    for node in cluster.nodes().iter().filter(|n| n.pid().is_some()) {
+        assert!(node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok"));
+    }
+}
+
 #[test]
 fn spawners_can_be_shared_across_threads() {
     // Fault tests move a cluster into a blocking task to reshard it while traffic runs.

@@ -79,6 +79,14 @@ pub const MAX_KEY_LEN: usize = 8 * 1024;
 /// ```
 pub const MAX_NAME_LEN: usize = 255;
 
+/// The most replicas a policy may ask a networked store to wait for
+/// ([`Policy::with_replicas`](crate::Policy::with_replicas)).
+///
+/// ```
+/// assert_eq!(tollgate::bounds::MAX_REPLICAS, 16);
+/// ```
+pub const MAX_REPLICAS: u32 = 16;
+
 /// Checks that `value` is within `MIN_PERIOD..=MAX_PERIOD` and returns it in whole microseconds
 /// (sub-microsecond parts are dropped).
 pub(crate) fn period_us(field: &'static str, value: Duration) -> Result<u64, PolicyError> {

@@ -103,6 +103,11 @@ pub enum PolicyError {
         /// The name given.
         name: String,
     },
+    /// A policy asks for replica acknowledgement and leases, which admit without a store call.
+    #[error(
+        "replicas cannot be combined with lease: an instance admits from its leased units without a store call that could wait for replicas"
+    )]
+    ReplicasWithLease,
     /// The policy name is empty or too long.
     #[error("policy name must be 1 to {max} bytes, got {len}")]
     BadName {
@@ -232,6 +237,10 @@ pub enum StoreErrorKind {
     Cluster,
     /// A stored value is not one this crate wrote.
     Corrupt,
+    /// The store applied a decision that admits, but fewer of its replicas than the policy asks
+    /// for acknowledged it in time ([`Policy::with_replicas`](crate::Policy::with_replicas)): it
+    /// could be lost in a failover.
+    Unreplicated,
 }
 
 impl std::fmt::Display for StoreErrorKind {
@@ -244,6 +253,7 @@ impl std::fmt::Display for StoreErrorKind {
             StoreErrorKind::Script => "script",
             StoreErrorKind::Cluster => "cluster",
             StoreErrorKind::Corrupt => "corrupt value",
+            StoreErrorKind::Unreplicated => "unreplicated",
         })
     }
 }
@@ -269,7 +279,7 @@ impl Error {
     }
 
     /// The class of a store failure as a short label (`timeout`, `connection`, `out_of_memory`,
-    /// `auth`, `script`, `cluster`, `corrupt`, `full`), `None` for bad input. A bounded set, for
+    /// `auth`, `script`, `cluster`, `corrupt`, `unreplicated`, `full`), `None` for bad input. A bounded set, for
     /// metrics.
     ///
     /// ```
@@ -287,6 +297,7 @@ impl Error {
                 StoreErrorKind::Script => "script",
                 StoreErrorKind::Cluster => "cluster",
                 StoreErrorKind::Corrupt => "corrupt",
+                StoreErrorKind::Unreplicated => "unreplicated",
             }),
             _ => None,
         }

@@ -382,6 +382,8 @@ pub struct Policy {
     hash_tag: HashTag,
     lease: Option<LeaseOptions>,
     enforcement: Option<Enforcement>,
+    /// Replicas a networked store waits for after an admission; 0 for none.
+    replicas: u8,
 }
 
 /// Which part of a policy's key names the shard a networked store keeps it on (the Redis Cluster
@@ -479,6 +481,7 @@ impl Policy {
             hash_tag: HashTag::default(),
             lease: None,
             enforcement: None,
+            replicas: 0,
         })
     }
 
@@ -587,6 +590,9 @@ impl Policy {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn with_lease(mut self, lease: LeaseOptions) -> Result<Self, PolicyError> {
+        if self.replicas > 0 {
+            return Err(PolicyError::ReplicasWithLease);
+        }
         match self.algorithm {
             Algorithm::FixedWindow(_) | Algorithm::TokenBucket(_) | Algorithm::Gcra(_) => {}
             _ => {
@@ -604,6 +610,55 @@ impl Policy {
         }
         self.lease = Some(lease);
         Ok(self)
+    }
+
+    /// Makes a networked store hold back each admission of this policy until `replicas`
+    /// replicas of the node that decided have its write, so that a failover cannot hand a key
+    /// back budget it already spent (the Redis store sends `WAIT replicas ms` after the decision,
+    /// on the same connection, within its deadline). An admission not acknowledged in time is a
+    /// store failure of class `unreplicated`, which the policy's [`FailureMode`] answers (the
+    /// decision was applied on the node all the same). Denials and peeks do not wait. 0, the
+    /// default, waits for none; at most [`MAX_REPLICAS`](bounds::MAX_REPLICAS). Memory stores
+    /// have no replicas and ignore it. Leases admit without a store call, so a leasing policy
+    /// cannot wait for replicas.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, FailureMode, Policy, Rate};
+    ///
+    /// let login = Policy::new("login", Algorithm::gcra(Rate::per_minute(5)?, 5)?)?
+    ///     .with_failure_mode(FailureMode::FailClosed)
+    ///     .with_replicas(1)?;
+    /// assert_eq!(login.replicas(), 1);
+    /// assert!(login.with_replicas(17).is_err());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn with_replicas(mut self, replicas: u32) -> Result<Self, PolicyError> {
+        if replicas > bounds::MAX_REPLICAS {
+            return Err(PolicyError::OutOfRange {
+                field: "replicas",
+                value: u64::from(replicas),
+                min: 0,
+                max: u64::from(bounds::MAX_REPLICAS),
+            });
+        }
+        if replicas > 0 && self.lease.is_some() {
+            return Err(PolicyError::ReplicasWithLease);
+        }
+        self.replicas = u8::try_from(replicas).unwrap_or(u8::MAX);
+        Ok(self)
+    }
+
+    /// How many replicas a networked store waits for after an admission (0: none); see
+    /// [`Policy::with_replicas`].
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?;
+    /// assert_eq!(policy.replicas(), 0);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    pub fn replicas(&self) -> u32 {
+        u32::from(self.replicas)
     }
 
     /// Enforces this policy for a share of its keys only, and runs it in shadow mode for the

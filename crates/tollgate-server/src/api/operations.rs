@@ -51,6 +51,9 @@ pub(crate) struct Readiness {
 )]
 pub(crate) async fn render_metrics(State(state): State<SharedState>, headers: HeaderMap) -> String {
     metrics::store_breakers(&state.store.breakers());
+    if let Some(lost) = state.store.state_lost() {
+        metrics::store_state_lost(lost);
+    }
     let mut text = metrics::install().render();
     if super::auth::authorize_admin(&state, &headers).is_ok() {
         metrics::render_top_offenders(&mut text);

@@ -282,6 +282,13 @@ pub(crate) fn store_breakers(states: &[(String, bool)]) {
     }
 }
 
+/// How many times the Redis store found its state older than it had seen it (state a failover,
+/// a restart without persistence or a flush lost; see `tollgate_redis::StoreStats::state_lost`):
+/// `tollgate_store_state_lost_total`, the store's own running count.
+pub(crate) fn store_state_lost(lost: u64) {
+    metrics::counter!("tollgate_store_state_lost_total").absolute(lost);
+}
+
 /// What the proxy's routes decided so far (the layers' running counts, which survive reloads):
 /// `tollgate_proxy_requests_total{outcome}` with `allowed`, `denied`, `failed_closed` (a store
 /// failure met `fail_closed`: 503), `rejected_key` (no usable key: 400) and `blocked` (a deny

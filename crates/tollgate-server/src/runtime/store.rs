@@ -184,6 +184,15 @@ impl AnyStore {
         }
     }
 
+    /// How many times the store found its state older than it had seen it (see
+    /// `tollgate_redis::StoreStats::state_lost`); `None` for memory, which cannot lose it.
+    pub fn state_lost(&self) -> Option<u64> {
+        match self {
+            AnyStore::Memory(_) => None,
+            AnyStore::Redis(store) => Some(store.stats().state_lost),
+        }
+    }
+
     /// `memory` or `redis`, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {

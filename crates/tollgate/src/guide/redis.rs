@@ -83,6 +83,21 @@
 //! - **Hot keys**: one key is one Redis slot, so one key's decisions are bounded by one Redis
 //!   core. [`Policy::with_lease`](crate::Policy::with_lease) lets an instance take a slice of a
 //!   hot key's budget in one call and spend it locally.
+//! - **Failovers** lose what a replica had not received yet: a key may then admit up to one
+//!   extra window's worth, and the store counts it (`StoreStats::state_lost`). A policy that
+//!   must not overshoot waits for its replicas:
+//!
+//! ```
+//! use std::time::Duration;
+//! use tollgate::{Algorithm, Anchor, FailureMode, Policy};
+//!
+//! // Each admission returns once a replica holds it; one that none acknowledges is refused.
+//! let login = Policy::new("login", Algorithm::fixed_window(5, Duration::from_secs(900), Anchor::Epoch)?)?
+//!     .with_failure_mode(FailureMode::FailClosed)
+//!     .with_replicas(1)?;
+//! assert_eq!(login.replicas(), 1);
+//! # Ok::<(), tollgate::PolicyError>(())
+//! ```
 //!
 //! The repository's `docs/redis.md` covers the key layout, memory per key, resharding,
-//! failover, TLS and AUTH.
+//! failover and acknowledged decisions, TLS and AUTH.
