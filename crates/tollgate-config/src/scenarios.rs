@@ -179,6 +179,24 @@ impl ScenarioFile {
         Self::parse(&name, &yaml)
     }
 
+    /// Reads the scenario files of `paths`: each file as given, and each directory's `*.yaml`
+    /// and `*.yml` files in name order, chosen as a config directory's are.
+    pub fn load_all(paths: &[impl AsRef<Path>]) -> Result<Vec<ScenarioFile>, ConfigError> {
+        let mut files = Vec::new();
+        for path in paths {
+            let path = path.as_ref();
+            let io = |e| ConfigError::new(path.display().to_string(), None, ConfigErrorKind::Io(e));
+            if std::fs::metadata(path).map_err(io)?.is_dir() {
+                for file in crate::config_files(path).map_err(io)? {
+                    files.push(Self::load(&file)?);
+                }
+            } else {
+                files.push(Self::load(path)?);
+            }
+        }
+        Ok(files)
+    }
+
     /// Reads one scenario file's text; `file` names it in errors.
     ///
     /// ```
@@ -243,7 +261,9 @@ impl ScenarioFile {
             let mut steps = Vec::with_capacity(scenario.steps.len());
             let mut now = Duration::ZERO;
             for (j, step) in scenario.steps.into_iter().enumerate() {
-                let step = step.read(&format!("{here}.steps[{j}]"), now).map_err(|(path, kind)| at(path, kind))?;
+                let step = step
+                    .read(&format!("{here}.steps[{j}]"), now)
+                    .map_err(|(path, kind)| at(path, kind))?;
                 now = step.time_of(step.repeat - 1);
                 steps.push(step);
             }
@@ -428,7 +448,10 @@ impl RawStep {
                 if !request.path.starts_with('/') {
                     return Err((
                         field("request.path"),
-                        ConfigErrorKind::Value(format!("expected a path starting with `/`, got \"{}\"", request.path)),
+                        ConfigErrorKind::Value(format!(
+                            "expected a path starting with `/`, got \"{}\"",
+                            request.path
+                        )),
                     ));
                 }
                 Ask::Request {
@@ -500,7 +523,9 @@ impl RawExpect {
         if envoy && self.status.is_some() {
             return Err((
                 field("status"),
-                ConfigErrorKind::Value("an Envoy answer has a `code` (OK or OVER_LIMIT), not a status".into()),
+                ConfigErrorKind::Value(
+                    "an Envoy answer has a `code` (OK or OVER_LIMIT), not a status".into(),
+                ),
             ));
         }
         if let Some(code) = &self.code {
@@ -622,7 +647,11 @@ mod tests {
             ),
         ];
         for (yaml, expected) in cases {
-            assert!(error(yaml).starts_with(expected), "{}\n  wanted: {expected}", error(yaml));
+            assert!(
+                error(yaml).starts_with(expected),
+                "{}\n  wanted: {expected}",
+                error(yaml)
+            );
         }
     }
 }

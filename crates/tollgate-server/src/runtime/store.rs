@@ -18,7 +18,9 @@ use anyhow::Context;
 
 use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, LeaseId, Release};
 use tollgate::overrides::{Override, OverridePage, OverrideStore, OverrideTarget};
-use tollgate::{AttemptsStatus, AttemptsStore, Decision, Decisions, Error, MemoryStore, Policy, Rule, Store};
+use tollgate::{
+    AttemptsStatus, AttemptsStore, Decision, Decisions, Error, ManualClock, MemoryStore, Policy, Rule, Store,
+};
 use tollgate_redis::{RedisStore, Target};
 
 /// How the server opens its store, besides the address.
@@ -64,6 +66,9 @@ pub enum AnyStore {
     Memory(Arc<MemoryStore>),
     /// In Redis or Redis Cluster, shared by every server of a fleet.
     Redis(RedisStore),
+    /// In this process, on a clock moved by hand: `tollgate test` runs its scenarios on virtual
+    /// time ([`policy_test`](crate::policy_test)), so a minute's window passes at once.
+    ManualMemory(Arc<MemoryStore<ManualClock>>),
 }
 
 impl AnyStore {
@@ -152,7 +157,7 @@ impl AnyStore {
     /// proves the password and the cluster mode.
     pub async fn health(&self) -> Health {
         match self {
-            AnyStore::Memory(_) => Health {
+            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => Health {
                 ready: true,
                 class: None,
                 error: None,
@@ -174,15 +179,20 @@ impl AnyStore {
     /// Each Redis node called so far and whether its circuit breaker is open (none for memory).
     pub fn breakers(&self) -> Vec<(String, bool)> {
         match self {
-            AnyStore::Memory(_) => vec![],
+            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => vec![],
             AnyStore::Redis(store) => store.breaker_states(),
         }
+    }
+
+    /// Whether decisions are made in this process (on the system clock or a manual one).
+    pub fn is_memory(&self) -> bool {
+        matches!(self, AnyStore::Memory(_) | AnyStore::ManualMemory(_))
     }
 
     /// `memory` or `redis`, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
-            AnyStore::Memory(_) => "memory",
+            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => "memory",
             AnyStore::Redis(_) => "redis",
         }
     }
@@ -213,6 +223,7 @@ macro_rules! dispatch {
     ($trait:ident, $self:ident, $method:ident ( $($arg:expr),* )) => {
         match $self {
             AnyStore::Memory(store) => $trait::$method(store.as_ref(), $($arg),*).await,
+            AnyStore::ManualMemory(store) => $trait::$method(store.as_ref(), $($arg),*).await,
             AnyStore::Redis(store) => $trait::$method(store, $($arg),*).await,
         }
     };
