@@ -65,7 +65,7 @@ pub enum TestError {
     #[error(transparent)]
     File(#[from] tollgate_config::ConfigError),
     /// Anything else: the store, the stand-in upstream.
-    #[error("{0:#}")]
+    #[error("{}", crate::runtime::store::error_chain(.0.as_ref()))]
     Run(anyhow::Error),
 }
 

@@ -204,7 +204,7 @@ impl AnyStore {
 }
 
 /// An error and its causes, `: `-separated, for one log field or message.
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
