@@ -16,8 +16,14 @@ fn repo(path: &str) -> String {
 /// The shipped configs and their scenario files.
 fn shipped() -> [(String, String); 3] {
     [
-        (repo("examples/movies/limits"), repo("examples/movies/scenarios.yaml")),
-        (repo("examples/login/limits"), repo("examples/login/scenarios.yaml")),
+        (
+            repo("examples/movies/limits"),
+            repo("examples/movies/scenarios.yaml"),
+        ),
+        (
+            repo("examples/login/limits"),
+            repo("examples/login/scenarios.yaml"),
+        ),
         (
             repo("crates/tollgate-config/src/demo.yaml"),
             repo("crates/tollgate-config/src/demo.scenarios.yaml"),
@@ -181,5 +187,9 @@ fn an_unreachable_store_is_an_error_not_a_difference() {
     // Nothing listens on port 1.
     let out = tollgate(&["test", config, scenarios, "--store", "redis://127.0.0.1:1"]);
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
-    assert!(stderr(&out).starts_with("tollgate test: store `redis://127.0.0.1:1`"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("tollgate test: store `redis://127.0.0.1:1`"),
+        "{}",
+        stderr(&out)
+    );
 }

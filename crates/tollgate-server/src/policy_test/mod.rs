@@ -7,7 +7,7 @@
 //! doors, not a copy of them:
 //!
 //! - `check` steps go to the HTTP API's router (`POST /v1/check`);
-//! - `envoy` steps go to the Envoy rate limit service ([`RlsService::answer`], which gRPC and
+//! - `envoy` steps go to the Envoy rate limit service ([`RlsService::answer`](crate::grpc::RlsService::answer), which gRPC and
 //!   `POST /json` both call, planned by [`tollgate_config::envoy_plan`]);
 //! - `request` steps go to `tollgate proxy`'s router ([`proxy::app`](crate::proxy::app)), whose
 //!   admitted requests reach a stand-in upstream on loopback that answers 200.

@@ -221,7 +221,7 @@ mod tests {
             fields,
             [
                 "status: expected 429, got 200",
-                "retry_after: expected 60s, got none"
+                "retry_after: expected 1m, got none"
             ]
         );
     }
