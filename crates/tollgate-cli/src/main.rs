@@ -6,7 +6,7 @@
 //!
 //! - `listener_args`: the timeout and limit flags every listener has (`serve` and `proxy`).
 //! - `main.rs` (this file): the subcommands (`serve`, `proxy`, `explain`, `check-config`,
-//!   `bench`, `completions`, `man`), each turned into the options of the library call that does the work, and the
+//!   `test`, `bench`, `completions`, `man`), each turned into the options of the library call that does the work, and the
 //!   runtime the server calls run on (with envoyproxy/ratelimit's environment variables, read by
 //!   `envoy_env`, filling in what no flag gives), and the log set-up: `tracing` events (a failing store, a
 //!   rejected reload) go to stderr as text or JSON, filtered by `RUST_LOG` (default: warnings and
@@ -149,6 +149,27 @@ enum Command {
     CheckConfig {
         /// The file or directory.
         path: PathBuf,
+    },
+    /// Test a config against scenario files: timed requests and the answers they must get, run
+    /// through the server's own doors on a virtual clock. Exits 0 when every answer is the
+    /// expected one, 1 with each difference printed, 2 when the config, a scenario file or the
+    /// store is unusable.
+    ///
+    /// A step asks one door: `check: {policy, key, cost}` (as POST /v1/check),
+    /// `envoy: {domain, descriptors, hits_addend}` (as ShouldRateLimit and POST /json) or
+    /// `request: {method, path, from, headers}` (as `tollgate proxy` over the config's routes),
+    /// at a virtual time `at`, sent `repeat` times `every` apart, and `expect`s any of
+    /// `allowed`, `status`, `code`, `retry_after`, `remaining`. See docs/changing-limits.md.
+    Test {
+        /// The config file or directory under test.
+        config: PathBuf,
+        /// Scenario files, or directories of them (`*.yaml`, `*.yml`).
+        #[arg(required = true)]
+        scenarios: Vec<PathBuf>,
+        /// Run on Redis (`redis://host:port`, `redis+cluster://host:port,...`) instead of the
+        /// memory store; each scenario uses keys of its own under `tollgate-test:`.
+        #[arg(long)]
+        store: Option<String>,
     },
     /// Run a scenario (bot, boundary, throughput, compare): Markdown on stdout, optional PNG chart.
     Bench(tollgate_scenarios::BenchArgs),
@@ -346,6 +367,15 @@ fn main() -> ExitCode {
                 Ok(())
             })
         }
+        Command::Test {
+            config,
+            scenarios,
+            store,
+        } => policy_test(tollgate_server::policy_test::TestOptions {
+            config,
+            scenarios,
+            store,
+        }),
         Command::CheckConfig { path } => match tollgate_config::load(&path) {
             Ok(limits) => {
                 let policies = limits.policies().count() + limits.concurrency_policies().count();
@@ -397,6 +427,31 @@ fn main() -> ExitCode {
                 settings,
             };
             run(tollgate_server::serve(options))
+        }
+    }
+}
+
+/// `tollgate test`: the report on stdout; exit 1 on a difference, 2 when it could not run.
+fn policy_test(options: tollgate_server::policy_test::TestOptions) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("tollgate: cannot start the runtime: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(tollgate_server::policy_test::run(&options)) {
+        Ok(report) => {
+            print!("{report}");
+            if report.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(err) => {
+            eprintln!("tollgate test: {err}");
+            ExitCode::from(2)
         }
     }
 }

@@ -53,6 +53,8 @@
 //! - [`limits`]: [`Limits`], the compiled configuration, and the envoyproxy/ratelimit descriptor
 //!   matcher ([`Limits::resolve`]) with its store keys.
 //! - [`routes`]: which policies `tollgate proxy` applies to a request path, and its key.
+//! - [`scenarios`]: policy test scenarios (`tollgate test`), timed requests and the answers they
+//!   must get, read with the same file and field errors.
 //! - `read` (private): reading one file with a size cap ([`MAX_FILE_BYTES`]) and a timeout
 //!   ([`READ_TIMEOUT`]); a FIFO or a device is refused before it is opened.
 //!
@@ -101,6 +103,7 @@ pub mod ours;
 mod pattern;
 mod read;
 pub mod routes;
+pub mod scenarios;
 mod unit;
 
 use std::collections::HashMap;

@@ -48,6 +48,8 @@
 //!   the old one kept, so an edit can never take the limits away.
 //! - `serve_proxy` ([`serve_proxy()`], [`ProxyOptions`]): `tollgate proxy`'s start, reload
 //!   and shutdown around the proxy's door.
+//! - [`policy_test`]: `tollgate test`, scenario files run through the doors on a virtual
+//!   clock, on the memory store or Redis, with each answer that differed from the expected one.
 //!
 //! **Doors**, each only translating its protocol to rules and the verdict back:
 //!
@@ -76,6 +78,7 @@
 mod api;
 mod envoy;
 mod ops;
+pub mod policy_test;
 pub mod proxy;
 pub mod reload;
 mod runtime;

@@ -133,7 +133,7 @@ pub async fn run(
         let _ = stopped.wait_for(|stop| *stop).await;
     };
     // Health turns NOT_SERVING as soon as the shutdown starts, before the listeners drain.
-    let health = Health::new(matches!(state.store, AnyStore::Memory(_))).await;
+    let health = Health::new(state.store.is_memory()).await;
     let _probe = AbortOnDrop(tokio::spawn(health::watch_store(
         health.clone(),
         state.store.clone(),

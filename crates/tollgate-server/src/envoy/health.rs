@@ -138,7 +138,7 @@ impl Health {
 /// completes. The memory store always answers: it is reported once.
 pub(crate) async fn watch_store(health: Health, store: AnyStore, stop: impl Future<Output = ()>) {
     let mut stop = std::pin::pin!(stop);
-    if matches!(store, AnyStore::Memory(_)) {
+    if store.is_memory() {
         health.set_store(true).await;
         return;
     }

@@ -18,7 +18,9 @@ use anyhow::Context;
 
 use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, InFlight, LeaseId, Release};
 use tollgate::overrides::{Override, OverridePage, OverrideStore, OverrideTarget};
-use tollgate::{AttemptsStatus, AttemptsStore, Decision, Decisions, Error, MemoryStore, Policy, Rule, Store};
+use tollgate::{
+    AttemptsStatus, AttemptsStore, Decision, Decisions, Error, ManualClock, MemoryStore, Policy, Rule, Store,
+};
 use tollgate_redis::{RedisStore, Target};
 
 /// How the server opens its store, besides the address.
@@ -64,6 +66,9 @@ pub enum AnyStore {
     Memory(Arc<MemoryStore>),
     /// In Redis or Redis Cluster, shared by every server of a fleet.
     Redis(RedisStore),
+    /// In this process, on a clock moved by hand: `tollgate test` runs its scenarios on virtual
+    /// time ([`policy_test`](crate::policy_test)), so a minute's window passes at once.
+    ManualMemory(Arc<MemoryStore<ManualClock>>),
 }
 
 impl AnyStore {
@@ -157,7 +162,7 @@ impl AnyStore {
     /// proves the password and the cluster mode.
     pub async fn health(&self) -> Health {
         match self {
-            AnyStore::Memory(_) => Health {
+            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => Health {
                 ready: true,
                 class: None,
                 error: None,
@@ -179,7 +184,7 @@ impl AnyStore {
     /// Each Redis node called so far and whether its circuit breaker is open (none for memory).
     pub fn breakers(&self) -> Vec<(String, bool)> {
         match self {
-            AnyStore::Memory(_) => vec![],
+            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => vec![],
             AnyStore::Redis(store) => store.breaker_states(),
         }
     }
@@ -188,15 +193,20 @@ impl AnyStore {
     /// `tollgate_redis::StoreStats::state_lost`); `None` for memory, which cannot lose it.
     pub fn state_lost(&self) -> Option<u64> {
         match self {
-            AnyStore::Memory(_) => None,
+            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => None,
             AnyStore::Redis(store) => Some(store.stats().state_lost),
         }
+    }
+
+    /// Whether decisions are made in this process (on the system clock or a manual one).
+    pub fn is_memory(&self) -> bool {
+        matches!(self, AnyStore::Memory(_) | AnyStore::ManualMemory(_))
     }
 
     /// `memory` or `redis`, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
-            AnyStore::Memory(_) => "memory",
+            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => "memory",
             AnyStore::Redis(_) => "redis",
         }
     }
@@ -208,7 +218,7 @@ impl AnyStore {
 }
 
 /// An error and its causes, `: `-separated, for one log field or message.
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
@@ -227,6 +237,7 @@ macro_rules! dispatch {
     ($trait:ident, $self:ident, $method:ident ( $($arg:expr),* )) => {
         match $self {
             AnyStore::Memory(store) => $trait::$method(store.as_ref(), $($arg),*).await,
+            AnyStore::ManualMemory(store) => $trait::$method(store.as_ref(), $($arg),*).await,
             AnyStore::Redis(store) => $trait::$method(store, $($arg),*).await,
         }
     };

@@ -1,0 +1,142 @@
+//! `tollgate test CONFIG SCENARIOS`: policy tests, run in CI before a limit is deployed, as
+//! code is tested before it ships.
+//!
+//! A scenario file ([`tollgate_config::scenarios`]) holds timed requests and the answers they
+//! must get. Each scenario runs on a fresh store whose clock is moved by hand
+//! ([`tollgate::ManualClock`]), so a step at `at: 2m` runs at once, and through the server's own
+//! doors, not a copy of them:
+//!
+//! - `check` steps go to the HTTP API's router (`POST /v1/check`);
+//! - `envoy` steps go to the Envoy rate limit service ([`RlsService::answer`](crate::grpc::RlsService::answer), which gRPC and
+//!   `POST /json` both call, planned by [`tollgate_config::envoy_plan`]);
+//! - `request` steps go to `tollgate proxy`'s router ([`proxy::app`](crate::proxy::app)), whose
+//!   admitted requests reach a stand-in upstream on loopback that answers 200.
+//!
+//! So a scenario that passes here is answered the same way by `tollgate serve` and `tollgate
+//! proxy` over the same config.
+//!
+//! On the memory store every scenario gets a new store. On Redis (`--store redis://...`) every
+//! scenario gets a key prefix of its own, new on every run, and the store passes the manual
+//! clock's time to the scripts instead of Redis `TIME` (the store's test clock,
+//! [`RedisStoreBuilder::clock`]), so the same scenario gives the same answers on both stores.
+//!
+//! Virtual time starts at [`START_US`], 2024-01-01T00:00:00Z, a Monday at midnight: windows
+//! aligned to the minute, hour, day or week all begin at `at: 0s`.
+//!
+//! [`RedisStoreBuilder::clock`]: tollgate_redis::RedisStoreBuilder::clock
+
+mod doors;
+mod report;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tollgate::{ManualClock, MemoryStore};
+use tollgate_config::scenarios::{Ask, ScenarioFile};
+use tollgate_redis::{RedisStore, Target};
+
+pub use report::{Difference, Mismatch, Report, ScenarioResult};
+
+use crate::runtime::store::AnyStore;
+use doors::{Doors, StandIn};
+
+/// Where virtual time starts, in microseconds since the Unix epoch: 2024-01-01T00:00:00Z.
+pub const START_US: u64 = 1_704_067_200_000_000;
+
+/// What `tollgate test` runs.
+#[derive(Debug, Clone)]
+pub struct TestOptions {
+    /// The config file or directory under test.
+    pub config: PathBuf,
+    /// Scenario files, or directories of `*.yaml` and `*.yml` scenario files.
+    pub scenarios: Vec<PathBuf>,
+    /// A Redis store to run on (`redis://...`, `redis+cluster://...`); the memory store when
+    /// `None`.
+    pub store: Option<String>,
+}
+
+/// Why the scenarios could not be run (not a difference: those are in the [`Report`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TestError {
+    /// The config, or a scenario file, is unusable; the message names the file and field.
+    #[error(transparent)]
+    File(#[from] tollgate_config::ConfigError),
+    /// Anything else: the store, the stand-in upstream.
+    #[error("{}", crate::runtime::store::error_chain(.0.as_ref()))]
+    Run(anyhow::Error),
+}
+
+/// Loads the config and the scenario files, checks every scenario against the config, then runs
+/// them all, in file order; see the [module docs](self).
+pub async fn run(options: &TestOptions) -> Result<Report, TestError> {
+    let limits = tollgate_config::load(&options.config)?;
+    let loaded = ScenarioFile::load_all(&options.scenarios)?;
+    for file in &loaded {
+        file.check_against(&limits)?;
+    }
+    let proxied = loaded.iter().any(|file| {
+        file.scenarios
+            .iter()
+            .any(|s| s.steps.iter().any(|step| matches!(step.ask, Ask::Request { .. })))
+    });
+    let stand_in = match proxied {
+        true => Some(StandIn::start().await.map_err(TestError::Run)?),
+        false => None,
+    };
+    let run_id = run_id();
+    let mut report = Report::default();
+    let mut number = 0;
+    for file in &loaded {
+        for scenario in &file.scenarios {
+            number += 1;
+            let clock = ManualClock::new(START_US);
+            let store = open_store(options.store.as_deref(), &clock, &format!("{run_id}:{number}"))
+                .await
+                .map_err(TestError::Run)?;
+            // Loaded again for each scenario: the doors own their limits.
+            let limits = || tollgate_config::load(&options.config);
+            let doors = Doors::new(limits, store, stand_in.as_ref())?;
+            let result = doors
+                .run(&file.file, scenario, &clock)
+                .await
+                .map_err(TestError::Run)?;
+            report.scenarios.push(result);
+        }
+    }
+    if let Some(stand_in) = stand_in {
+        stand_in.stop().await;
+    }
+    Ok(report)
+}
+
+/// A fresh store on `clock`: memory, or Redis under a prefix no other run or scenario uses.
+async fn open_store(url: Option<&str>, clock: &ManualClock, scenario: &str) -> anyhow::Result<AnyStore> {
+    let Some(url) = url else {
+        return Ok(AnyStore::ManualMemory(Arc::new(
+            MemoryStore::builder().clock(clock.clone()).build(),
+        )));
+    };
+    let target = Target::parse(url)?;
+    let shown = target.display();
+    let store = RedisStore::builder(target)
+        .prefix(format!("tollgate-test:{scenario}:"))
+        .clock(clock.clone())
+        // A CI machine's Redis may be slow to answer; a timeout would read as a failure mode.
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await
+        .with_context(|| format!("store `{shown}`"))?;
+    Ok(AnyStore::Redis(store))
+}
+
+/// What tells this run's Redis keys from every other run's: the process and the time.
+fn run_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!("{}-{nanos}", std::process::id())
+}
