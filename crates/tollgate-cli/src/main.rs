@@ -129,6 +129,8 @@ enum Command {
         /// `redis+cluster://host:port,...`).
         #[arg(long)]
         store: Option<String>,
+        #[command(flatten)]
+        store_options: StoreArgs,
         /// A tollgate policy.
         #[arg(long, requires = "key", conflicts_with_all = ["domain", "descriptors"])]
         policy: Option<String>,
@@ -313,6 +315,7 @@ fn main() -> ExitCode {
         Command::Explain {
             config,
             store,
+            store_options,
             policy,
             key,
             cost,
@@ -361,7 +364,7 @@ fn main() -> ExitCode {
             }
             let modes = settings.envoy.modes();
             run(async move {
-                let options = tollgate_server::StoreOptions::default();
+                let options = store_options.into();
                 let answer = explain::run_cli(&config, store.as_deref(), &options, modes, &request).await?;
                 println!("{}", answer.to_pretty_json());
                 Ok(())
