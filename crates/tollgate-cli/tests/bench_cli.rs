@@ -148,6 +148,7 @@ fn bench_compare_runs_end_to_end_on_memory_and_writes_its_files() {
 
 #[test]
 fn bench_compare_refuses_a_store_off_this_machine() {
+    // no store deadline: the address is refused before any call
     let out = tollgate(&["bench", "compare", "--store", "redis://192.0.2.7:6379"]);
     assert!(!out.status.success());
     let stderr = text(&out.stderr);

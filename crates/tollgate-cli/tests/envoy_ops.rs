@@ -16,7 +16,7 @@ use tollgate_server::grpc::proto::rate_limit_response::Code;
 use tollgate_server::grpc::proto::rate_limit_response::rate_limit::Unit;
 use tollgate_server::grpc::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest};
-use tollgate_testkit::{ChildProcess, RedisCluster, RedisServer};
+use tollgate_testkit::{ChildProcess, RedisCluster, RedisServer, store_timeout_arg};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
@@ -207,6 +207,7 @@ async fn grpc_and_json_are_one_service_configured_from_the_runtime_tree() {
 
 #[tokio::test]
 async fn grpc_and_json_are_one_service_on_redis_from_redis_url() {
+    let timeout = store_timeout_arg();
     let redis = RedisServer::start();
     let mut vars = runtime_vars();
     vars.extend([
@@ -215,13 +216,25 @@ async fn grpc_and_json_are_one_service_on_redis_from_redis_url() {
         // Upstream's log level, used since RUST_LOG is not set: the info event shows.
         ("LOG_LEVEL", "INFO".to_owned()),
     ]);
-    let mut server = Tollgate::start(&["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"], &vars, false);
+    let mut server = Tollgate::start(
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--store-timeout",
+            &timeout,
+        ],
+        &vars,
+        false,
+    );
     server.child.printed("store answers: health is serving");
     one_service(&server, "redis").await;
 }
 
 #[tokio::test]
 async fn grpc_and_json_are_one_service_on_redis_cluster_from_redis_type() {
+    let timeout = store_timeout_arg();
     let cluster = RedisCluster::start();
     let nodes: Vec<String> = cluster
         .ports()
@@ -234,12 +247,24 @@ async fn grpc_and_json_are_one_service_on_redis_cluster_from_redis_type() {
         ("REDIS_TYPE", "cluster".to_owned()),
         ("REDIS_URL", nodes.join(",")),
     ]);
-    let server = Tollgate::start(&["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"], &vars, false);
+    let server = Tollgate::start(
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--store-timeout",
+            &timeout,
+        ],
+        &vars,
+        false,
+    );
     one_service(&server, "redis").await;
 }
 
 #[tokio::test]
 async fn redis_auth_logs_in_and_a_changed_password_turns_health_off() {
+    let timeout = store_timeout_arg();
     let redis = RedisServer::start();
     redis.require_password("s3cret@with%signs");
     let vars = |auth: &str| {
@@ -254,7 +279,14 @@ async fn redis_auth_logs_in_and_a_changed_password_turns_health_off() {
     let mut watches = Vec::new();
     for auth in ["s3cret@with%signs", "default:s3cret@with%signs"] {
         let server = Tollgate::start(
-            &["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"],
+            &[
+                "--http",
+                "127.0.0.1:0",
+                "--grpc",
+                "127.0.0.1:0",
+                "--store-timeout",
+                &timeout,
+            ],
             &vars(auth),
             false,
         );
@@ -765,13 +797,25 @@ async fn wait_until(stream: &mut tonic::Streaming<HealthCheckResponse>, wanted: 
 
 #[tokio::test]
 async fn health_follows_redis_and_turns_not_serving_on_shutdown() {
+    let timeout = store_timeout_arg();
     let mut redis = RedisServer::start();
     let mut vars = runtime_vars();
     vars.extend([
         ("REDIS_SOCKET_TYPE", "tcp".to_owned()),
         ("REDIS_URL", format!("127.0.0.1:{}", redis.port())),
     ]);
-    let server = Tollgate::start(&["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"], &vars, false);
+    let server = Tollgate::start(
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--store-timeout",
+            &timeout,
+        ],
+        &vars,
+        false,
+    );
     assert!(
         server
             .child

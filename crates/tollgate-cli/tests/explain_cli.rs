@@ -67,19 +67,26 @@ async fn explain_reads_a_live_store_and_spends_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("policies.yaml");
     std::fs::write(&config, POLICIES).unwrap();
-    let store = tollgate_redis::RedisStore::connect(&server.url()).await.unwrap();
+    let store = tollgate_redis::RedisStore::builder(tollgate_redis::Target::Standalone(server.url()))
+        .timeout(tollgate_testkit::STORE_TIMEOUT)
+        .connect()
+        .await
+        .unwrap();
     let login = Policy::new(
         "login",
         Algorithm::sliding_log(3, std::time::Duration::from_secs(3600)).unwrap(),
     )
     .unwrap();
     store.check(&login, b"ann", 1).await.unwrap();
+    let timeout = tollgate_testkit::store_timeout_arg();
     let args = [
         "explain",
         "--config",
         config.to_str().unwrap(),
         "--store",
         &server.url(),
+        "--store-timeout",
+        &timeout,
         "--policy",
         "login",
         "--key",

@@ -308,7 +308,8 @@ async fn shadow_mode_counts_but_never_denies_and_reload_keeps_counters() {
 #[tokio::test]
 async fn the_redis_store_serves_and_readiness_follows_redis() {
     let mut redis = tollgate_testkit::RedisServer::start();
-    let server = Server::start(&["--store", &redis.url()]);
+    let timeout = tollgate_testkit::store_timeout_arg();
+    let server = Server::start(&["--store", &redis.url(), "--store-timeout", &timeout]);
     server_checks_five_then_denies(&server).await;
     assert_eq!(
         client()
@@ -485,7 +486,8 @@ fn a_request_in_flight_at_shutdown_is_answered_before_exit() {
 #[tokio::test]
 async fn a_failing_store_is_logged_at_warn_with_its_class() {
     // Nothing listens on port 1: every store call is refused.
-    let mut server = Server::start(&["--store", "redis://127.0.0.1:1"]);
+    let timeout = tollgate_testkit::store_timeout_arg();
+    let mut server = Server::start(&["--store", "redis://127.0.0.1:1", "--store-timeout", &timeout]);
     let (status, _, body) = check(&server, json!({"policy": "demo", "key": "me"})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["degraded"], json!(true), "{body}");

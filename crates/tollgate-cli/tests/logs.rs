@@ -72,9 +72,10 @@ async fn a_dead_store_logs_its_class_and_the_failure_mode_decision() {
     let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("redis://{}", free.local_addr().expect("addr"));
     drop(free);
+    let timeout = tollgate_testkit::store_timeout_arg();
     let (mut child, http, _dir) = start(
         "policies:\n  open:\n    algorithm: fixed_window\n    limit: 5\n    window: 1m\n    on_store_failure: fail_open\n",
-        &["--store", &url],
+        &["--store", &url, "--store-timeout", &timeout],
     );
     assert_eq!(check(&http, "open").await, 200, "fail_open admits");
     let failed = json_line(&mut child, "rate limit store failed");

@@ -69,7 +69,9 @@ fn shipped_scenarios_pass_on_redis_twice() {
     let redis = RedisServer::start();
     let url = redis.url();
     // A second run on the same Redis starts from empty budgets too: each run has its own keys.
+    // no store deadline: `tollgate test` gives its store one of its own
     shipped_pass(&["--store", &url]);
+    // no store deadline: as above
     shipped_pass(&["--store", &url]);
 }
 
@@ -131,6 +133,7 @@ fn wrong_expectations_fail_with_each_difference_on_memory() {
 #[test]
 fn wrong_expectations_fail_with_each_difference_on_redis() {
     let redis = RedisServer::start();
+    // no store deadline: `tollgate test` gives its store one of its own
     wrong_fails(&["--store", &redis.url()]);
 }
 
@@ -185,6 +188,7 @@ fn unusable_files_are_named_with_the_field() {
 fn an_unreachable_store_is_an_error_not_a_difference() {
     let (config, scenarios) = &shipped()[0];
     // Nothing listens on port 1.
+    // no store deadline: `tollgate test` gives its store one of its own
     let out = tollgate(&["test", config, scenarios, "--store", "redis://127.0.0.1:1"]);
     assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
     assert!(

@@ -10,7 +10,7 @@ use std::time::Duration;
 use binary::Server;
 use reqwest::StatusCode;
 use serde_json::Value;
-use tollgate_testkit::{ChildProcess, RedisCluster, RedisServer};
+use tollgate_testkit::{ChildProcess, RedisCluster, RedisServer, store_timeout_arg};
 
 /// `tollgate <args>` that must exit on its own: its exit status and the line naming the refusal.
 fn refused(args: &[&str]) -> (bool, String) {
@@ -47,6 +47,7 @@ fn require_store_refuses_to_start_naming_the_class() {
         (format!("redis://127.0.0.1:{}", cluster.ports()[0]), "(cluster)"),
         ("redis://127.0.0.1:1".to_string(), "(connection)"),
     ];
+    let timeout = store_timeout_arg();
     for (url, class) in &cases {
         let serve = [
             "serve",
@@ -56,6 +57,8 @@ fn require_store_refuses_to_start_naming_the_class() {
             "127.0.0.1:0",
             "--store",
             url,
+            "--store-timeout",
+            &timeout,
             "--require-store",
         ];
         let (ok, line) = refused(&serve);
@@ -73,6 +76,8 @@ fn require_store_refuses_to_start_naming_the_class() {
             "127.0.0.1:0",
             "--store",
             url,
+            "--store-timeout",
+            &timeout,
             "--require-store",
         ];
         let (ok, line) = refused(&proxy);
@@ -85,6 +90,7 @@ async fn a_misconfigured_store_is_reported_at_start_and_in_readyz() {
     let redis = RedisServer::start();
     redis.require_password("right");
     let url = format!("redis://:wrong@127.0.0.1:{}", redis.port());
+    let timeout = store_timeout_arg();
     let mut child = ChildProcess::start(Command::new(env!("CARGO_BIN_EXE_tollgate")).args([
         "serve",
         "--http",
@@ -94,7 +100,7 @@ async fn a_misconfigured_store_is_reported_at_start_and_in_readyz() {
         "--store",
         &url,
         "--store-timeout",
-        "200ms",
+        &timeout,
     ]));
     let http = child.wait_for_addr("http listening on ");
     // stdout and stderr are read apart, so the report may come before or after the address.
@@ -111,7 +117,7 @@ async fn a_misconfigured_store_is_reported_at_start_and_in_readyz() {
     // A standalone address at a cluster node: the class says so.
     let cluster = RedisCluster::start();
     let url = format!("redis://127.0.0.1:{}", cluster.ports()[0]);
-    let server = Server::start(&["--store", &url]);
+    let server = Server::start(&["--store", &url, "--store-timeout", &timeout]);
     let (status, body) = readyz(&server).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(body["class"], "cluster", "{body}");
@@ -124,7 +130,13 @@ async fn a_misconfigured_store_is_reported_at_start_and_in_readyz() {
     );
 
     // A healthy store: ready, and its breaker shows as closed.
-    let server = Server::start(&["--store", &redis_url_with_password(&redis), "--require-store"]);
+    let server = Server::start(&[
+        "--store",
+        &redis_url_with_password(&redis),
+        "--store-timeout",
+        &timeout,
+        "--require-store",
+    ]);
     let (status, body) = readyz(&server).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(
@@ -171,6 +183,7 @@ fn a_ca_file_that_is_not_pem_certificates_stops_the_start_naming_it() {
             ][..],
         ] {
             // Not required, so only the CA file can stop the start.
+            // no store deadline: the CA file is refused before any call
             let mut child =
                 ChildProcess::start(Command::new(env!("CARGO_BIN_EXE_tollgate")).args(command).args([
                     "--store",
@@ -191,6 +204,7 @@ fn a_password_that_breaks_the_url_gets_one_hint_and_is_never_printed() {
         "redis://:my/secret@127.0.0.1:1",
         "redis+cluster://app:my/secret?x@127.0.0.1:1,127.0.0.1:2",
     ] {
+        // no store deadline: the address is refused before any call
         let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
             .args([
                 "serve",
@@ -253,10 +267,13 @@ async fn serve_reaches_redis_over_tls_with_a_password_and_its_own_ca() {
     .unwrap_or_else(|e| panic!("redis-server could not start with --tls-port (is it built with TLS?): {e}"));
     redis.require_password("tls-pass");
     let url = format!("rediss://:tls-pass@127.0.0.1:{tls_port}");
+    let timeout = store_timeout_arg();
 
     let server = Server::start(&[
         "--store",
         &url,
+        "--store-timeout",
+        &timeout,
         "--store-ca-file",
         &path("ca.pem"),
         "--require-store",
@@ -282,6 +299,8 @@ async fn serve_reaches_redis_over_tls_with_a_password_and_its_own_ca() {
         "127.0.0.1:0",
         "--store",
         &url,
+        "--store-timeout",
+        &timeout,
         "--require-store",
     ]);
     assert!(!ok, "{line}");

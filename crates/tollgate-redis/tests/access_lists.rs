@@ -1,6 +1,8 @@
 //! Allow and deny list entries kept in Redis for the whole fleet, and the engine applying lists
 //! and gradual enforcement over a Redis store and a cluster.
 
+mod common;
+
 use std::time::Duration;
 
 use tollgate::access::{AccessEntry, AccessLists, Added, EntryKind, Listed};
@@ -14,8 +16,8 @@ fn entry(policy: Option<&str>, list: Listed, kind: EntryKind, value: &str) -> Ac
 
 /// Two instances over one store see each other's entries; the hash has a TTL.
 async fn entries_are_shared(target: Target, ttl_of: impl Fn() -> i64) {
-    let one = RedisStore::builder(target.clone()).connect().await.unwrap();
-    let two = RedisStore::builder(target).connect().await.unwrap();
+    let one = common::store(target.clone()).await;
+    let two = common::store(target).await;
     let deny = entry(Some("login"), Listed::Deny, EntryKind::Cidr, "203.0.113.0/24");
     let allow = entry(None, Listed::Allow, EntryKind::Prefix, "office:");
     assert_eq!(one.add_access_entry(&deny).await.unwrap(), Added::New);
@@ -132,17 +134,13 @@ async fn lists_and_shares_decide(store: RedisStore) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_and_gradual_enforcement_on_redis() {
     let server = RedisServer::start();
-    lists_and_shares_decide(RedisStore::connect(&server.url()).await.unwrap()).await;
+    lists_and_shares_decide(common::store(Target::Standalone(server.url())).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_and_gradual_enforcement_on_a_cluster() {
     let cluster = RedisCluster::start();
-    let store = RedisStore::builder(Target::Cluster(cluster.urls()))
-        .connect()
-        .await
-        .unwrap();
-    lists_and_shares_decide(store).await;
+    lists_and_shares_decide(common::store(Target::Cluster(cluster.urls())).await).await;
 }
 
 /// Entries of 8 KiB reach the byte bound long before the count bound: the hash never holds more
@@ -150,10 +148,7 @@ async fn lists_and_gradual_enforcement_on_a_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_entries_are_bounded_by_their_bytes() {
     let server = RedisServer::start();
-    let store = RedisStore::builder(Target::Standalone(server.url()))
-        .connect()
-        .await
-        .unwrap();
+    let store = common::store(Target::Standalone(server.url())).await;
     let value = |i: usize| format!("{i:08}{}", "k".repeat(tollgate::bounds::MAX_KEY_LEN - 8));
     let size = entry(None, Listed::Deny, EntryKind::Key, &value(0)).encoded_len();
     let fit = tollgate_redis::MAX_ACCESS_BYTES / size;

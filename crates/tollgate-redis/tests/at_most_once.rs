@@ -14,8 +14,10 @@ use std::time::Duration;
 
 use tollgate::{Algorithm, Anchor, Engine, FailureMode, Outcome, Policy};
 use tollgate_redis::{RedisStore, Target};
-use tollgate_testkit::{RedisCluster, RedisServer};
+use tollgate_testkit::{RedisCluster, RedisServer, STORE_TIMEOUT};
 
+/// The store's deadline, shorter than most pauses: this test is about calls that end at it, so
+/// it sets its own rather than the test kit's.
 const DEADLINE: Duration = Duration::from_millis(40);
 const TASKS: usize = 8;
 /// The tight budget, on one key all tasks share.
@@ -153,7 +155,7 @@ async fn assert_at_most_once(target: Target, nodes: Vec<String>) {
     // Every call sent during a pause has run by now: the last pause ended 40 ms ago, and the
     // reader queues behind anything still waiting.
     let reader = RedisStore::builder(target)
-        .timeout(Duration::from_secs(5))
+        .timeout(STORE_TIMEOUT)
         .deny_cache(false)
         .connect()
         .await

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tollgate::{Algorithm, Anchor, ManualClock, Policy, Rate};
 use tollgate_redis::{RedisStore, Target};
-use tollgate_testkit::{RedisCluster, RedisServer};
+use tollgate_testkit::{RedisCluster, RedisServer, STORE_TIMEOUT};
 
 const TASKS: u64 = 200;
 const CHECKS_PER_TASK: u64 = 5;
@@ -60,7 +60,7 @@ async fn assert_exact(target: Target) {
     let store = RedisStore::builder(target.clone())
         .clock(clock)
         .deny_cache(false)
-        .timeout(Duration::from_secs(5))
+        .timeout(STORE_TIMEOUT)
         .connect()
         .await
         .unwrap();
@@ -75,7 +75,7 @@ async fn assert_exact(target: Target) {
     // And on Redis's own clock, for an algorithm with no window edge to cross.
     let store = RedisStore::builder(target.clone())
         .deny_cache(false)
-        .timeout(Duration::from_secs(5))
+        .timeout(STORE_TIMEOUT)
         .connect()
         .await
         .unwrap();

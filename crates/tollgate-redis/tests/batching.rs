@@ -12,7 +12,7 @@ use futures_util::future::join_all;
 use tollgate::{Algorithm, Anchor, Decisions, ManualClock, MemoryStore, Policy, Rate, Rule, Store};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::vectors::T0_US;
-use tollgate_testkit::{RedisCluster, RedisServer};
+use tollgate_testkit::{RedisCluster, RedisServer, STORE_TIMEOUT};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -182,7 +182,7 @@ async fn one_batch_decides_each_request_as_it_would_alone() {
     let store = RedisStore::builder(Target::Standalone(server.url()))
         .clock(clock.clone())
         .deny_cache(false)
-        .timeout(Duration::from_secs(5))
+        .timeout(STORE_TIMEOUT)
         .batch_calls_in_flight(1)
         .connect()
         .await
@@ -288,6 +288,7 @@ async fn a_pause_past_the_deadline_times_out_each_decision_and_applies_none_twic
     let server = RedisServer::start();
     let store = RedisStore::builder(Target::Standalone(server.url()))
         .deny_cache(false)
+        // A deadline of its own, shorter than the pause: the test is about calls that meet it.
         .timeout(Duration::from_millis(150))
         // No breaker: every batch that can go out does, so batches meet the pause.
         .probe_interval(Duration::ZERO)

@@ -11,7 +11,8 @@ use tollgate::{Algorithm, Engine, FailureMode, Outcome, Policy, Rate};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::{RedisCluster, RedisServer};
 
-/// Long enough that a healthy answer on a busy machine always comes in time.
+/// The store's deadline, its own rather than the test kit's: calls to the frozen server must
+/// meet it, so it is short; yet long enough that a healthy answer on a busy machine comes in time.
 const DEADLINE: Duration = Duration::from_millis(500);
 /// Soon next to the 60 s maximum, and long enough that the check right after the failure is
 /// surely refused, however busy the machine.

@@ -14,7 +14,7 @@ use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, LeaseI
 use tollgate::{Engine, FailureMode, HashTag, ManualClock, MemoryStore};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::vectors::{self, T0_US};
-use tollgate_testkit::{RedisCluster, RedisServer};
+use tollgate_testkit::{RedisCluster, RedisServer, STORE_TIMEOUT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_vectors_give_the_same_answers_on_every_store() {
@@ -97,7 +97,7 @@ async fn never_over_the_limit(stores: Vec<RedisStore>, label: &str) {
 async fn instances(target: impl Fn() -> Target, n: usize) -> Vec<RedisStore> {
     let mut stores = Vec::new();
     for _ in 0..n {
-        stores.push(RedisStore::builder(target()).connect().await.expect("connect"));
+        stores.push(common::store(target()).await);
     }
     stores
 }
@@ -117,7 +117,7 @@ async fn instances_together_never_hold_more_than_max_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lease_set_has_a_ttl_and_goes_away_when_emptied() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let store = common::store_at(&server.url()).await;
     let policy = ConcurrencyPolicy::new("exports", 2, Duration::from_secs(30)).unwrap();
     let name = "tollgate:{exports:alice}:leases";
     let Acquire::Granted(lease) = store.acquire(&policy, b"alice").await.unwrap() else {
@@ -158,7 +158,7 @@ async fn the_lease_set_has_a_ttl_and_goes_away_when_emptied() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_of_another_type_is_a_corrupt_value_not_an_answer() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let store = common::store_at(&server.url()).await;
     server.cli(&["SET", "tollgate:{exports:mallory}:leases", "x"]);
     let policy = ConcurrencyPolicy::new("exports", 2, Duration::from_secs(30)).unwrap();
     let err = store.acquire(&policy, b"mallory").await.unwrap_err();
@@ -171,7 +171,7 @@ async fn a_dead_redis_is_answered_by_the_failure_mode() {
     let url = server.url();
     server.kill();
     let store = RedisStore::builder(Target::parse(&url).unwrap())
-        .timeout(Duration::from_millis(500))
+        .timeout(STORE_TIMEOUT)
         .connect_lazy()
         .await
         .expect("a lazy store needs no server");

@@ -1,10 +1,12 @@
 //! The local deny cache answers a one-key flood without Redis once Redis has denied the key.
 
+mod common;
+
 use std::time::Duration;
 
 use tollgate::{Algorithm, Policy, Store};
 use tollgate_redis::{RedisStore, Target};
-use tollgate_testkit::RedisServer;
+use tollgate_testkit::{RedisServer, STORE_TIMEOUT};
 
 async fn flood(store: &RedisStore, policy: &Policy, checks: u64) -> u64 {
     let mut admitted = 0;
@@ -30,6 +32,7 @@ async fn a_one_key_flood_stays_local_after_the_first_denial() {
 
     let cached = RedisStore::builder(Target::Standalone(server.url()))
         .prefix("on:")
+        .timeout(STORE_TIMEOUT)
         .connect()
         .await
         .unwrap();
@@ -41,6 +44,7 @@ async fn a_one_key_flood_stays_local_after_the_first_denial() {
     let uncached = RedisStore::builder(Target::Standalone(server.url()))
         .prefix("off:")
         .deny_cache(false)
+        .timeout(STORE_TIMEOUT)
         .connect()
         .await
         .unwrap();
@@ -55,7 +59,7 @@ async fn a_one_key_flood_stays_local_after_the_first_denial() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cached_denial_never_blocks_a_smaller_cost() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let store = common::store_at(&server.url()).await;
     let policy = Policy::new(
         "export",
         Algorithm::sliding_log(10, Duration::from_secs(60)).unwrap(),
@@ -82,8 +86,8 @@ async fn a_reset_on_one_instance_clears_every_instance_deny_cache() {
     .unwrap()
     .with_block_for(Duration::from_secs(3600))
     .unwrap();
-    let a = RedisStore::connect(&server.url()).await.unwrap();
-    let b = RedisStore::connect(&server.url()).await.unwrap();
+    let a = common::store_at(&server.url()).await;
+    let b = common::store_at(&server.url()).await;
 
     assert_eq!(flood(&b, &policy, 10).await, 2);
     let hits = b.stats().deny_cache_hits;
@@ -110,6 +114,7 @@ async fn a_reset_on_one_instance_clears_every_instance_deny_cache() {
     // not listen (no deny cache) is not affected, and one reset more is harmless.
     let c = RedisStore::builder(Target::Standalone(server.url()))
         .deny_cache(false)
+        .timeout(STORE_TIMEOUT)
         .connect()
         .await
         .unwrap();
@@ -128,16 +133,8 @@ async fn a_reset_reaches_the_deny_caches_of_cluster_instances() {
     .with_block_for(Duration::from_secs(3600))
     .unwrap();
     let target = Target::Cluster(cluster.urls());
-    let a = RedisStore::builder(target.clone())
-        .timeout(Duration::from_secs(2))
-        .connect()
-        .await
-        .unwrap();
-    let b = RedisStore::builder(target)
-        .timeout(Duration::from_secs(2))
-        .connect()
-        .await
-        .unwrap();
+    let a = common::store(target.clone()).await;
+    let b = common::store(target).await;
     assert_eq!(flood(&b, &policy, 5).await, 1);
     assert!(b.stats().deny_cache_hits > 0);
     a.reset(&policy, b"bot").await.unwrap();

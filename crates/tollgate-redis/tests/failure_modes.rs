@@ -16,7 +16,7 @@ use tollgate::{
     Algorithm, Engine, FailureMode, ManualClock, MemoryStore, Outcome, Policy, Rate, Rule, Store, Verdict,
 };
 use tollgate_redis::{RedisStore, Target};
-use tollgate_testkit::RedisServer;
+use tollgate_testkit::{RedisServer, STORE_TIMEOUT};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -217,8 +217,10 @@ fn engine<S>(store: S) -> Engine<S> {
     Engine::builder(store).clock(ManualClock::new(1)).build()
 }
 
+/// A store with the test kit's deadline: each fault below is answered by Redis or by the
+/// socket, never by the deadline, except the frozen server's, which sets its own.
 fn builder(url: &str) -> tollgate_redis::RedisStoreBuilder {
-    RedisStore::builder(Target::parse(url).expect("url")).timeout(Duration::from_millis(100))
+    RedisStore::builder(Target::parse(url).expect("url")).timeout(STORE_TIMEOUT)
 }
 
 /// Asserts that the store works, through the engine, before the fault.
@@ -231,8 +233,10 @@ async fn healthy(engine: &Engine<RedisStore>, p: &Policies) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_redis_times_out_under_every_failure_mode() {
     let redis = RedisServer::start();
-    // No circuit breaker, so every call meets the frozen server and times out on its own.
+    // No circuit breaker, so every call meets the frozen server and times out on its own; a
+    // deadline of its own, short, since every call of the matrix waits for it.
     let store = builder(&redis.url())
+        .timeout(Duration::from_millis(100))
         .probe_interval(Duration::ZERO)
         .connect()
         .await

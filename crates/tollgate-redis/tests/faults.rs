@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tollgate::{Algorithm, Anchor, Engine, FailureMode, Outcome, Policy, Rate};
 use tollgate_redis::{RedisStore, Target};
-use tollgate_testkit::{RedisCluster, RedisServer};
+use tollgate_testkit::{RedisCluster, RedisServer, STORE_TIMEOUT};
 
 fn policy(name: &str, mode: FailureMode) -> Policy {
     Policy::new(name, Algorithm::gcra(Rate::per_second(1).unwrap(), 10).unwrap())
@@ -17,12 +17,11 @@ fn policy(name: &str, mode: FailureMode) -> Policy {
         .with_failure_mode(mode)
 }
 
-/// A store with a deadline far above any answer time: the NOSCRIPT tests are about the reload,
-/// and run beside cluster tests on a busy machine, where a 50 ms deadline can pass and any store
+/// A store with the test kit's deadline: the NOSCRIPT tests are about the reload, and any store
 /// error fails them.
 async fn patient(target: Target) -> RedisStore {
     RedisStore::builder(target)
-        .timeout(Duration::from_secs(2))
+        .timeout(STORE_TIMEOUT)
         .connect()
         .await
         .unwrap()
@@ -81,7 +80,7 @@ async fn script_flush_on_every_cluster_node_is_invisible() {
 async fn a_killed_redis_follows_each_failure_mode_and_recovery_is_automatic() {
     let mut server = RedisServer::start();
     let store = RedisStore::builder(Target::Standalone(server.url()))
-        .timeout(Duration::from_millis(100))
+        .timeout(STORE_TIMEOUT)
         .first_probe_after(Duration::from_millis(200))
         .probe_interval(Duration::from_millis(200))
         .connect()
@@ -155,6 +154,7 @@ async fn a_killed_redis_follows_each_failure_mode_and_recovery_is_automatic() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_redis_takes_the_timeout_path_without_hanging() {
     let server = RedisServer::start();
+    // A deadline of its own, shorter than the pause: the call must meet it.
     let store = RedisStore::builder(Target::Standalone(server.url()))
         .timeout(Duration::from_millis(100))
         .first_probe_after(Duration::from_secs(60))
@@ -188,7 +188,8 @@ async fn a_stalled_redis_takes_the_timeout_path_without_hanging() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_that_timed_out_is_applied_once_and_never_sent_again() {
     let server = RedisServer::start();
-    // No breaker, so the call right after the thaw goes to Redis on the same connection.
+    // No breaker, so the call right after the thaw goes to Redis on the same connection; a
+    // deadline of its own, shorter than the freeze, so the first call times out.
     let store = RedisStore::builder(Target::Standalone(server.url()))
         .timeout(Duration::from_millis(100))
         .probe_interval(Duration::ZERO)
@@ -229,7 +230,7 @@ async fn a_call_that_timed_out_is_applied_once_and_never_sent_again() {
 async fn a_cluster_reshard_during_a_run_is_invisible() {
     let cluster = RedisCluster::start();
     let store = RedisStore::builder(Target::Cluster(cluster.urls()))
-        .timeout(Duration::from_secs(2))
+        .timeout(STORE_TIMEOUT)
         .connect()
         .await
         .unwrap();
@@ -270,11 +271,15 @@ async fn a_store_started_while_redis_is_down_follows_its_failure_modes_until_red
     server.kill();
     let target = Target::Standalone(server.url());
     assert!(
-        RedisStore::builder(target.clone()).connect().await.is_err(),
+        RedisStore::builder(target.clone())
+            .timeout(STORE_TIMEOUT)
+            .connect()
+            .await
+            .is_err(),
         "an eager connect reports the unreachable redis"
     );
     let store = RedisStore::builder(target)
-        .timeout(Duration::from_millis(100))
+        .timeout(STORE_TIMEOUT)
         .probe_interval(Duration::from_millis(100))
         .connect_lazy()
         .await

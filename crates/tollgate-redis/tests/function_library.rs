@@ -9,8 +9,8 @@ use std::time::Duration;
 use common::exact_store;
 use tollgate::{Algorithm, Anchor, ManualClock, Policy};
 use tollgate_redis::{RedisStore, Target};
-use tollgate_testkit::RedisServer;
 use tollgate_testkit::vectors::T0_US;
+use tollgate_testkit::{RedisServer, STORE_TIMEOUT};
 
 fn window() -> Policy {
     Policy::new(
@@ -25,7 +25,7 @@ async fn lazy_store(url: String, clock: &ManualClock) -> RedisStore {
     RedisStore::builder(Target::Standalone(url))
         .clock(clock.clone())
         .deny_cache(false)
-        .timeout(Duration::from_secs(2))
+        .timeout(STORE_TIMEOUT)
         .connect_lazy()
         .await
         .unwrap()

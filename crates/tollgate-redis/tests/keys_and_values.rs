@@ -36,7 +36,7 @@ fn every_algorithm() -> Vec<Policy> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_key_gets_a_ttl_and_idle_keys_vanish() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let store = common::store_at(&server.url()).await;
     for policy in every_algorithm() {
         for _ in 0..12 {
             store.check(&policy, b"user:{7} x", 1).await.unwrap();
@@ -71,7 +71,7 @@ async fn every_key_gets_a_ttl_and_idle_keys_vanish() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_rejected_before_any_redis_call() {
     let mut server = RedisServer::start();
-    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let store = common::store_at(&server.url()).await;
     server.kill();
     let policy = Policy::new("p", Algorithm::sliding_log(5, Duration::from_secs(1)).unwrap()).unwrap();
     assert!(matches!(
@@ -98,6 +98,7 @@ async fn bad_input_is_rejected_before_any_redis_call() {
     assert!(matches!(
         RedisStore::builder(Target::Standalone(server.url()))
             .prefix("a{b")
+            .timeout(tollgate_testkit::STORE_TIMEOUT)
             .connect()
             .await,
         Err(ConnectError::BadPrefix(_))
@@ -107,7 +108,7 @@ async fn bad_input_is_rejected_before_any_redis_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn values_we_did_not_write_give_a_typed_error() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let store = common::store_at(&server.url()).await;
     let gcra = Policy::new("g", Algorithm::gcra(Rate::per_second(1).unwrap(), 5).unwrap()).unwrap();
     let log = Policy::new("l", Algorithm::sliding_log(5, Duration::from_secs(1)).unwrap()).unwrap();
     let corrupt = |result: Result<tollgate::Decision, Error>| match result {
@@ -150,7 +151,7 @@ async fn values_we_did_not_write_give_a_typed_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn str_string_and_byte_keys_are_one_key_as_on_the_memory_store() {
     let server = RedisServer::start();
-    let redis = RedisStore::connect(&server.url()).await.unwrap();
+    let redis = common::store_at(&server.url()).await;
     let memory = tollgate::MemoryStore::new();
     let policy = Policy::new(
         "same-key",

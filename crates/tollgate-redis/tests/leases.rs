@@ -15,7 +15,7 @@ use tollgate::{
     Algorithm, Anchor, Engine, FailureMode, LeaseOptions, ManualClock, Outcome, Policy, Rate, Rule, Store,
 };
 use tollgate_redis::{RedisStore, Target};
-use tollgate_testkit::{RedisCluster, RedisServer};
+use tollgate_testkit::{RedisCluster, RedisServer, STORE_TIMEOUT};
 
 /// The hold period: a tenth of a window.
 const HOLD: Duration = Duration::from_secs(6);
@@ -40,7 +40,7 @@ async fn fleet(target: &Target, prefix: &str, instances: usize, clock: &ManualCl
         let store = RedisStore::builder(target.clone())
             .prefix(prefix)
             .clock(clock.clone())
-            .timeout(Duration::from_secs(5))
+            .timeout(STORE_TIMEOUT)
             .connect()
             .await
             .expect("connect to redis");

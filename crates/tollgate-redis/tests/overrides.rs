@@ -11,7 +11,7 @@ use tollgate::overrides::{Override, OverrideStore, OverrideTarget};
 use tollgate::{Algorithm, HashTag, ManualClock, Policy, Rate, Rule, Store};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::vectors::T0_US;
-use tollgate_testkit::{RedisCluster, RedisServer};
+use tollgate_testkit::{RedisCluster, RedisServer, STORE_TIMEOUT};
 
 fn log(name: &str, limit: u64) -> Policy {
     Policy::new(
@@ -113,7 +113,7 @@ async fn every_instance_of_a_fleet_applies_overrides_on_a_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_override_is_one_hash_next_to_the_state_with_its_ttl() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let store = common::store_at(&server.url()).await;
     let policy = Policy::new("api", Algorithm::gcra(Rate::per_second(10).unwrap(), 10).unwrap()).unwrap();
     let value = Override::new(
         &policy,
@@ -156,7 +156,7 @@ async fn a_key_override_is_one_hash_next_to_the_state_with_its_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_raised_limit_is_not_hidden_behind_a_cached_denial() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let store = common::store_at(&server.url()).await;
     let policy = log("cached", 1);
     assert!(store.check(&policy, b"k", 1).await.unwrap().allowed);
     assert!(!store.check(&policy, b"k", 1).await.unwrap().allowed);
@@ -206,6 +206,7 @@ async fn prefix_overrides_are_bounded_per_policy_in_redis_too() {
     let clock = ManualClock::new(T0_US);
     let store = RedisStore::builder(Target::Standalone(server.url()))
         .clock(clock.clone())
+        .timeout(STORE_TIMEOUT)
         .connect()
         .await
         .unwrap();
@@ -263,7 +264,7 @@ async fn prefix_overrides_are_bounded_per_policy_in_redis_too() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn key_overrides_are_bounded_per_policy_in_redis_too() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let store = common::store_at(&server.url()).await;
     let (policy, other) = (log("many", 1), log("other", 1));
     let max = tollgate::overrides::MAX_KEY_OVERRIDES;
     let fill = format!(

@@ -3,13 +3,9 @@
 //! naming the class of what is wrong (wrong password, nothing listening, a cluster address at a
 //! standalone server and the reverse).
 
-use std::time::Duration;
-
 use tollgate::{Algorithm, Policy, Rate};
 use tollgate_redis::{RedisStore, Target};
-use tollgate_testkit::{RedisCluster, RedisServer};
-
-const WITHIN: Duration = Duration::from_secs(2);
+use tollgate_testkit::{RedisCluster, RedisServer, STORE_TIMEOUT};
 
 fn policy() -> Policy {
     Policy::new("tls", Algorithm::gcra(Rate::per_second(10).unwrap(), 5).unwrap()).unwrap()
@@ -17,14 +13,14 @@ fn policy() -> Policy {
 
 async fn store(url: &str) -> RedisStore {
     RedisStore::builder(Target::parse(url).unwrap())
-        .timeout(WITHIN)
+        .timeout(STORE_TIMEOUT)
         .connect_lazy()
         .await
         .unwrap()
 }
 
 async fn class_of(url: &str) -> Option<&'static str> {
-    match store(url).await.health(WITHIN).await {
+    match store(url).await.health(STORE_TIMEOUT).await {
         Ok(()) => None,
         Err(err) => Some(err.class().expect("a store error")),
     }
@@ -43,7 +39,7 @@ async fn passwords_and_acl_users_in_the_address_authenticate() {
     ] {
         let store = store(&url).await;
         store
-            .health(WITHIN)
+            .health(STORE_TIMEOUT)
             .await
             .unwrap_or_else(|e| panic!("{url}: {e}"));
         assert!(store.check(&policy(), b"k", 1).await.unwrap().allowed, "{url}");
@@ -57,6 +53,7 @@ async fn passwords_and_acl_users_in_the_address_authenticate() {
     }
     // An eager connect refuses a wrong password at once.
     let eager = RedisStore::builder(Target::parse(&format!("redis://:wrong@127.0.0.1:{port}")).unwrap())
+        .timeout(STORE_TIMEOUT)
         .connect()
         .await;
     assert!(eager.is_err(), "a wrong password must fail an eager connect");
@@ -84,7 +81,7 @@ async fn health_names_the_class_of_a_misconfigured_store() {
     );
     let err = store(&format!("redis://127.0.0.1:{}", cluster.ports()[0]))
         .await
-        .health(WITHIN)
+        .health(STORE_TIMEOUT)
         .await
         .unwrap_err();
     // The message says what to do about it.
@@ -145,12 +142,12 @@ async fn rediss_connects_with_tls_and_a_password() {
 
     let url = format!("rediss://:tls-pass@127.0.0.1:{tls_port}");
     let store = RedisStore::builder(Target::parse(&url).unwrap())
-        .timeout(WITHIN)
+        .timeout(STORE_TIMEOUT)
         .tls_ca_pem(ca.as_bytes())
         .connect()
         .await
         .unwrap_or_else(|e| panic!("{url}: {e}"));
-    store.health(WITHIN).await.unwrap();
+    store.health(STORE_TIMEOUT).await.unwrap();
     let p = policy();
     assert!(store.check(&p, b"k", 1).await.unwrap().allowed);
     store.reset(&p, b"k").await.unwrap();
@@ -158,15 +155,18 @@ async fn rediss_connects_with_tls_and_a_password() {
 
     // A wrong password over TLS is still an auth failure.
     let wrong = RedisStore::builder(Target::parse(&format!("rediss://:nope@127.0.0.1:{tls_port}")).unwrap())
-        .timeout(WITHIN)
+        .timeout(STORE_TIMEOUT)
         .tls_ca_pem(ca.as_bytes())
         .connect_lazy()
         .await
         .unwrap();
-    assert_eq!(wrong.health(WITHIN).await.unwrap_err().class(), Some("auth"));
+    assert_eq!(
+        wrong.health(STORE_TIMEOUT).await.unwrap_err().class(),
+        Some("auth")
+    );
     // Without our CA the server's certificate is not trusted: no connection.
     let untrusted = RedisStore::builder(Target::parse(&url).unwrap())
-        .timeout(WITHIN)
+        .timeout(STORE_TIMEOUT)
         .connect()
         .await;
     assert!(

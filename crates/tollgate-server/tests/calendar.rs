@@ -2,6 +2,8 @@
 //! calendar day, and every answer, the first included, says when the day ends in the policy's
 //! time zone (bracketed by the wall clock read before and after the call, no timing threshold).
 
+mod common;
+
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
@@ -88,12 +90,12 @@ async fn daily_quota_on_memory() {
 #[tokio::test]
 async fn daily_quota_on_redis() {
     let redis = tollgate_testkit::RedisServer::start();
-    the_day_ends_at_midnight_in_the_zone(AnyStore::redis(&redis.url()).await.expect("redis store")).await;
+    the_day_ends_at_midnight_in_the_zone(common::redis_store(&redis.url()).await).await;
 }
 
 #[tokio::test]
 async fn daily_quota_on_a_cluster() {
     let cluster = tollgate_testkit::RedisCluster::start();
     let url = cluster.store_url();
-    the_day_ends_at_midnight_in_the_zone(AnyStore::redis(&url).await.expect("cluster store")).await;
+    the_day_ends_at_midnight_in_the_zone(common::redis_store(&url).await).await;
 }

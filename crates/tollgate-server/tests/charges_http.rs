@@ -3,12 +3,12 @@
 //! cost after it; a charge past the limit puts the key in debt, and checks are refused until the
 //! algorithm has paid it back.
 
-use std::time::Duration;
+mod common;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
-use tollgate_server::{AnyStore, AppState, Settings, SharedState, StoreOptions};
+use tollgate_server::{AnyStore, AppState, Settings, SharedState};
 use tollgate_testkit::RedisServer;
 use tower::ServiceExt;
 
@@ -160,16 +160,10 @@ async fn charges_on_the_memory_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn charges_on_redis() {
     let redis = RedisServer::start();
-    // A deadline no busy test machine reaches: a slow call must not turn into a degraded answer.
-    let options = StoreOptions {
-        timeout: Duration::from_secs(5),
-        ..StoreOptions::default()
-    };
     let url = redis.url();
-    let store = || AnyStore::open(Some(&url), &options);
-    peek_then_charge_passes_at_most_two(store().await.expect("redis")).await;
+    peek_then_charge_passes_at_most_two(common::redis_store(&url).await).await;
     redis.cli(&["FLUSHALL"]);
-    a_bucket_in_debt_waits_for_its_refill(store().await.expect("redis")).await;
+    a_bucket_in_debt_waits_for_its_refill(common::redis_store(&url).await).await;
     redis.cli(&["FLUSHALL"]);
-    lists_and_bad_input(store().await.expect("redis")).await;
+    lists_and_bad_input(common::redis_store(&url).await).await;
 }

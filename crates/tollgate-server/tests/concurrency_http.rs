@@ -3,6 +3,8 @@
 //! problems, a concurrency policy in `/v1/check` as a 400 that says where to go, and the same on
 //! a real Redis and a dead one (`fail_closed`: 503), and an admin clearing a full key on both.
 
+mod common;
+
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
@@ -132,7 +134,7 @@ async fn leases_are_acquired_until_full_and_released_on_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_are_acquired_until_full_and_released_on_redis() {
     let redis = RedisServer::start();
-    let store = AnyStore::redis(&redis.url()).await.expect("redis store");
+    let store = common::redis_store(&redis.url()).await;
     acquire_and_release(&state(store)).await;
 }
 
@@ -207,7 +209,7 @@ async fn an_admin_clears_a_full_key_on_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_clears_a_full_key_on_redis() {
     let redis = RedisServer::start();
-    clear_a_full_key(AnyStore::redis(&redis.url()).await.expect("redis store")).await;
+    clear_a_full_key(common::redis_store(&redis.url()).await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -215,7 +217,7 @@ async fn a_dead_store_fails_closed_with_503_and_a_failed_release_is_503() {
     let mut redis = RedisServer::start();
     let url = redis.url();
     redis.kill();
-    let store = AnyStore::redis(&url).await.expect("lazy redis store");
+    let store = common::redis_store(&url).await;
     let state = state(store);
     let (status, body, headers) = call(&state, "POST", "/v1/concurrency/strict/k/acquire", None).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");

@@ -3,6 +3,8 @@
 //! same failure-mode answer for the same policy settings. The HTTP API is driven in process with
 //! `oneshot`; the gRPC service over a socket with the generated client, on the same state.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,7 +97,7 @@ async fn a_list_where_one_rule_denies_spends_nothing_on_the_others() {
 #[tokio::test]
 async fn a_list_is_all_or_nothing_in_redis_too() {
     let redis = tollgate_testkit::RedisServer::start();
-    let store = AnyStore::redis(&redis.url()).await.expect("redis store");
+    let store = common::redis_store(&redis.url()).await;
     list_all_or_nothing(&state(store)).await;
 }
 
@@ -256,7 +258,7 @@ async fn of_two_racing_lists_where_only_one_fits_exactly_one_passes() {
 #[tokio::test]
 async fn with_redis_down_both_doors_follow_the_same_failure_mode() {
     let mut redis = tollgate_testkit::RedisServer::start();
-    let store = AnyStore::redis(&redis.url()).await.expect("redis store");
+    let store = common::redis_store(&redis.url()).await;
     let state = state(store);
     let (mut client, stop) = grpc(&state).await;
     let (status, _, body) = check(&state, json!({"policy": "closed", "key": "k"})).await;

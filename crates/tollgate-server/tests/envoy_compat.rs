@@ -2,6 +2,8 @@
 //! (`tests/fixtures/envoy/`), each case stating upstream's answer. The features that count run
 //! on the memory store, on a real `redis-server` and on a real Redis Cluster.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -142,7 +144,7 @@ macro_rules! on_memory_and_redis {
         #[tokio::test]
         async fn $redis() {
             let redis = tollgate_testkit::RedisServer::start();
-            let store = AnyStore::redis(&redis.url()).await.expect("redis store");
+            let store = common::redis_store(&redis.url()).await;
             $case(store).await;
         }
 
@@ -155,7 +157,7 @@ macro_rules! on_memory_and_redis {
                 .map(|p| format!("127.0.0.1:{p}"))
                 .collect();
             let url = format!("redis+cluster://{}", nodes.join(","));
-            let store = AnyStore::redis(&url).await.expect("redis cluster store");
+            let store = common::redis_store(&url).await;
             $case(store).await;
         }
     };

@@ -4,10 +4,11 @@
 //! in the store; and that a caller without the admin token is told of no override and no list
 //! membership.
 
+mod common;
+
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
-use tollgate_redis::{RedisStore, Target};
 use tollgate_server::AnyStore;
 use tollgate_server::{AppState, Settings, SharedState};
 use tollgate_testkit::{RedisCluster, RedisServer};
@@ -464,23 +465,19 @@ fn dump(servers: &[&RedisServer]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_on_redis() {
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url()).await.expect("connect");
-    explain_tells_why(AnyStore::Redis(store), || dump(&[&server])).await;
+    explain_tells_why(common::redis_store(&server.url()).await, || dump(&[&server])).await;
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url()).await.expect("connect");
-    a_deny_listed_key_shows_what_it_spent(AnyStore::Redis(store), || dump(&[&server])).await;
+    a_deny_listed_key_shows_what_it_spent(common::redis_store(&server.url()).await, || dump(&[&server]))
+        .await;
     let server = RedisServer::start();
-    let store = RedisStore::connect(&server.url()).await.expect("connect");
-    a_concurrency_policy_shows_its_leases(AnyStore::Redis(store), || dump(&[&server])).await;
+    a_concurrency_policy_shows_its_leases(common::redis_store(&server.url()).await, || dump(&[&server]))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_on_a_cluster() {
     let cluster = RedisCluster::start();
-    let store = RedisStore::builder(Target::Cluster(cluster.urls()))
-        .connect()
-        .await
-        .expect("connect");
+    let store = common::redis_store(&cluster.store_url()).await;
     let nodes: Vec<&RedisServer> = cluster.nodes().iter().collect();
-    explain_tells_why(AnyStore::Redis(store), || dump(&nodes)).await;
+    explain_tells_why(store, || dump(&nodes)).await;
 }

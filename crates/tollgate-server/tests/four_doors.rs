@@ -15,6 +15,8 @@
 //! The Envoy doors (gRPC, `POST /json` and explain) are compared on Envoy's own semantics in
 //! `envoy_doors`.
 
+mod common;
+
 #[path = "four_doors/envoy_doors.rs"]
 mod envoy_doors;
 
@@ -307,7 +309,7 @@ async fn store(kind: StoreKind, redis_url: &str) -> AnyStore {
             assert!(spent.allowed && spent.remaining == 0, "{spent:?}");
             AnyStore::Memory(memory)
         }
-        StoreKind::RedisDown => AnyStore::redis(redis_url).await.expect("lazy redis store"),
+        StoreKind::RedisDown => common::redis_store(redis_url).await,
     }
 }
 

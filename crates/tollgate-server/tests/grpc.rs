@@ -1,6 +1,8 @@
 //! The Envoy rate limit service over a real socket, driven by the generated tonic client, with
 //! configs in envoyproxy/ratelimit's format (`tests/fixtures/grpc/`).
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -781,7 +783,7 @@ async fn shutdown_lets_the_server_return() {
 #[tokio::test]
 async fn decides_in_redis() {
     let redis = tollgate_testkit::RedisServer::start();
-    let store = AnyStore::redis(&redis.url()).await.expect("redis store");
+    let store = common::redis_store(&redis.url()).await;
     let mut rls = Rls::start("messaging.yaml", store).await;
 
     for left in [2, 1, 0] {

@@ -3,6 +3,8 @@
 //! the top offenders (of rate and concurrency policies; their keys `/metrics` shows, on the HTTP
 //! and debug ports, only with the admin token).
 
+mod common;
+
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
 use serde_json::{Value, json};
@@ -273,7 +275,7 @@ async fn fleet_shares_entries(one: SharedState, two: SharedState) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_entries_apply_across_instances_on_redis() {
     let server = RedisServer::start();
-    let store = || async { AnyStore::redis(&server.url()).await.expect("redis") };
+    let store = || async { common::redis_store(&server.url()).await };
     fleet_shares_entries(state(store().await), state(store().await)).await;
 }
 
@@ -289,7 +291,7 @@ async fn admin_entries_apply_across_instances_on_a_cluster() {
             .collect::<Vec<_>>()
             .join(",")
     );
-    let store = || async { AnyStore::redis(&url).await.expect("cluster") };
+    let store = || async { common::redis_store(&url).await };
     fleet_shares_entries(state(store().await), state(store().await)).await;
 }
 

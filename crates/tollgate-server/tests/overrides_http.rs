@@ -179,6 +179,7 @@ async fn the_override_api_on_the_memory_store() {
 async fn redis_store(target: Target) -> AnyStore {
     let store = RedisStore::builder(target)
         .clock(ManualClock::new(tollgate_testkit::vectors::T0_US))
+        .timeout(tollgate_testkit::STORE_TIMEOUT)
         .connect()
         .await
         .expect("connect");

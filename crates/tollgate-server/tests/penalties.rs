@@ -2,6 +2,8 @@
 //! offense answers with the next, longer block in `retry_after_ms` and `Retry-After`, and the
 //! offense count outlives the algorithm's own state (on Redis, the key's TTL covers the memory).
 
+mod common;
+
 use std::time::Duration;
 
 use axum::body::Body;
@@ -91,12 +93,12 @@ async fn repeat_offenses_block_longer_on_memory() {
 #[tokio::test]
 async fn repeat_offenses_block_longer_on_redis() {
     let redis = tollgate_testkit::RedisServer::start();
-    repeat_offenses_block_longer(AnyStore::redis(&redis.url()).await.expect("redis store")).await;
+    repeat_offenses_block_longer(common::redis_store(&redis.url()).await).await;
 }
 
 #[tokio::test]
 async fn repeat_offenses_block_longer_on_a_cluster() {
     let cluster = tollgate_testkit::RedisCluster::start();
     let url = cluster.store_url();
-    repeat_offenses_block_longer(AnyStore::redis(&url).await.expect("cluster store")).await;
+    repeat_offenses_block_longer(common::redis_store(&url).await).await;
 }

@@ -2,6 +2,8 @@
 //! the next check sees it, a block stays, bad input is a problem, and the answer is the key's
 //! override when it has one.
 
+mod common;
+
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
@@ -185,15 +187,14 @@ async fn refunds_on_memory() {
 #[tokio::test]
 async fn refunds_on_redis() {
     let redis = tollgate_testkit::RedisServer::start();
-    refunds_give_the_budget_back(AnyStore::redis(&redis.url()).await.expect("redis store")).await;
-    refunds_answer_with_the_override_in_force(AnyStore::redis(&redis.url()).await.expect("redis store"))
-        .await;
+    refunds_give_the_budget_back(common::redis_store(&redis.url()).await).await;
+    refunds_answer_with_the_override_in_force(common::redis_store(&redis.url()).await).await;
 }
 
 #[tokio::test]
 async fn refunds_on_a_cluster() {
     let cluster = tollgate_testkit::RedisCluster::start();
     let url = cluster.store_url();
-    refunds_give_the_budget_back(AnyStore::redis(&url).await.expect("cluster store")).await;
-    refunds_answer_with_the_override_in_force(AnyStore::redis(&url).await.expect("cluster store")).await;
+    refunds_give_the_budget_back(common::redis_store(&url).await).await;
+    refunds_answer_with_the_override_in_force(common::redis_store(&url).await).await;
 }

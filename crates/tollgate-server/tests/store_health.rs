@@ -54,6 +54,7 @@ fn sample(metrics: &str, name: &str) -> f64 {
 async fn a_stalled_redis_shows_in_metrics_and_readiness_by_class() {
     tollgate_server::metrics::install();
     let server = RedisServer::start();
+    // A deadline of its own, not the test kit's: the frozen server's calls must meet it.
     let options = StoreOptions {
         timeout: Duration::from_millis(200),
         ..StoreOptions::default()

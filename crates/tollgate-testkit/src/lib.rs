@@ -26,6 +26,8 @@
 //!   `redis-cli --cluster create` (or six: three masters with a replica each), with helpers to
 //!   reshard, to flush scripts on every node, and to kill a master and wait for its replica's
 //!   promotion ([`RedisCluster::fail_over`]).
+//! - [`store_timeout`]: [`STORE_TIMEOUT`], the deadline of each store call in tests, chosen once
+//!   for a loaded CI machine, and [`store_timeout_arg`] for the binaries' `--store-timeout`.
 //! - [`vectors`]: the step tables every store must agree on (memory, Redis, Redis Cluster).
 //! - `resp` (private): just enough of the Redis protocol to poll readiness and send commands
 //!   without a client crate or an async runtime.
@@ -39,9 +41,11 @@ pub mod child;
 pub mod redis_cluster;
 pub mod redis_server;
 mod resp;
+pub mod store_timeout;
 pub mod vectors;
 
 pub use app_server::AppServer;
 pub use child::ChildProcess;
 pub use redis_cluster::{Failover, RedisCluster};
 pub use redis_server::RedisServer;
+pub use store_timeout::{STORE_TIMEOUT, store_timeout_arg};

@@ -13,7 +13,7 @@ use axum::http::{HeaderName, Request, StatusCode};
 use axum::routing::{get, post};
 use tollgate::{Algorithm, Anchor, Engine, MemoryStore, Policy, Store};
 use tollgate_redis::{RedisStore, Target};
-use tollgate_testkit::RedisServer;
+use tollgate_testkit::{RedisServer, STORE_TIMEOUT};
 use tollgate_tower::{ChargeAfterLayer, KeyExtractor};
 use tower::ServiceExt;
 
@@ -101,7 +101,7 @@ async fn charged_on_the_memory_store() {
 async fn charged_on_redis() {
     let redis = RedisServer::start();
     let store = RedisStore::builder(Target::parse(&redis.url()).expect("url"))
-        .timeout(Duration::from_secs(5))
+        .timeout(STORE_TIMEOUT)
         .connect()
         .await
         .expect("connect");
@@ -207,7 +207,7 @@ async fn a_streamed_body_is_charged_its_bytes_on_the_memory_store() {
 async fn a_streamed_body_is_charged_its_bytes_on_redis() {
     let redis = RedisServer::start();
     let store = RedisStore::builder(Target::parse(&redis.url()).expect("url"))
-        .timeout(Duration::from_secs(5))
+        .timeout(STORE_TIMEOUT)
         .connect()
         .await
         .expect("connect");

@@ -17,8 +17,8 @@ use http_body::Frame;
 use tokio::sync::mpsc;
 use tollgate::MemoryStore;
 use tollgate::concurrency::ConcurrencyPolicy;
-use tollgate_redis::RedisStore;
-use tollgate_testkit::RedisServer;
+use tollgate_redis::{RedisStore, Target};
+use tollgate_testkit::{RedisServer, STORE_TIMEOUT};
 use tollgate_tower::{ConcurrencyLimitLayer, KeyExtractor, MissingKey};
 use tower::util::BoxCloneService;
 use tower::{Service, ServiceBuilder, ServiceExt};
@@ -215,7 +215,11 @@ fn service_fn_ok() -> impl Service<Request<Body>, Response = Response<Body>, Err
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lease_is_held_until_the_body_ends_on_redis() {
     let redis = RedisServer::start();
-    let store = RedisStore::connect(&redis.url()).await.unwrap();
+    let store = RedisStore::builder(Target::parse(&redis.url()).unwrap())
+        .timeout(STORE_TIMEOUT)
+        .connect()
+        .await
+        .unwrap();
     let senders = Senders::default();
     let app = app(store.clone(), senders.clone());
 

@@ -12,14 +12,14 @@ use axum::http::StatusCode;
 use common::{fresh_client, policy, request, routes, send};
 use tollgate::FailureMode;
 use tollgate_redis::{RedisStore, Target};
-use tollgate_testkit::{AppServer, RedisServer};
+use tollgate_testkit::{AppServer, RedisServer, STORE_TIMEOUT};
 use tollgate_tower::{KeyExtractor, KeyedPolicy, RateLimitLayer, Stats};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
 async fn connect(redis: &RedisServer) -> RedisStore {
     RedisStore::builder(Target::parse(&redis.url()).expect("url"))
-        .timeout(Duration::from_millis(500))
+        .timeout(STORE_TIMEOUT)
         .connect()
         .await
         .expect("connect")

@@ -12,7 +12,7 @@ use axum::routing::get;
 use common::{policy, request, send};
 use tollgate::{MemoryStore, Store};
 use tollgate_redis::{RedisStore, Target};
-use tollgate_testkit::RedisServer;
+use tollgate_testkit::{RedisServer, STORE_TIMEOUT};
 use tollgate_tower::{KeyExtractor, KeyedPolicy, RateLimitLayer, Stats};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -69,6 +69,7 @@ async fn server_errors_give_the_cost_back_on_memory() {
 async fn server_errors_give_the_cost_back_on_redis() {
     let redis = RedisServer::start();
     let store = RedisStore::builder(Target::parse(&redis.url()).expect("url"))
+        .timeout(STORE_TIMEOUT)
         .connect()
         .await
         .expect("connect");

@@ -6,6 +6,21 @@ use std::time::Duration;
 
 use tollgate::{Algorithm, Anchor, ManualClock, Policy, Rate};
 use tollgate_redis::{RedisStore, Target};
+use tollgate_testkit::STORE_TIMEOUT;
+
+/// A store on `target` with the test kit's deadline and otherwise the defaults.
+pub async fn store(target: Target) -> RedisStore {
+    RedisStore::builder(target)
+        .timeout(STORE_TIMEOUT)
+        .connect()
+        .await
+        .expect("connect to redis")
+}
+
+/// [`store`] at a `redis://` or `redis+cluster://` address.
+pub async fn store_at(url: &str) -> RedisStore {
+    store(Target::parse(url).expect("a store address")).await
+}
 
 /// A store on `target` whose scripts use `clock`, with the deny cache off so every decision is
 /// Redis's own.
@@ -13,7 +28,7 @@ pub async fn exact_store(target: Target, clock: &ManualClock) -> RedisStore {
     RedisStore::builder(target)
         .clock(clock.clone())
         .deny_cache(false)
-        .timeout(Duration::from_secs(2))
+        .timeout(STORE_TIMEOUT)
         .connect()
         .await
         .expect("connect to redis")

@@ -22,7 +22,7 @@ use tollgate_server::grpc::proto::rate_limit_response::rate_limit::Unit;
 use tollgate_server::grpc::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest};
 use tollgate_server::grpc::{EnvoySettings, RlsService};
-use tollgate_server::{AnyStore, AppState, Settings, SharedState, StoreOptions};
+use tollgate_server::{AnyStore, AppState, Settings, SharedState};
 use tollgate_testkit::RedisServer;
 use tower::ServiceExt;
 
@@ -381,17 +381,11 @@ async fn grpc_json_and_explain_agree_on_the_memory_store() {
 async fn grpc_json_and_explain_agree_on_redis() {
     let redis = RedisServer::start();
     let url = redis.url();
-    // A deadline no busy test machine reaches: a slow call must not turn into a degraded answer.
-    let options = StoreOptions {
-        timeout: std::time::Duration::from_secs(5),
-        ..StoreOptions::default()
-    };
     run_cases(
         "redis",
         || {
             let url = url.clone();
-            let options = options.clone();
-            async move { AnyStore::open(Some(&url), &options).await.expect("redis store") }
+            async move { crate::common::redis_store(&url).await }
         },
         || {
             redis.cli(&["FLUSHALL"]);
