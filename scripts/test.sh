@@ -77,7 +77,8 @@ cargo package --no-verify --allow-dirty --offline --quiet \
     -p tollgate-scenarios -p tollgate-cli
 cargo test --workspace --locked
 stage "tests"
-# The model checks of the memory store's compare-and-swap cells, on loom's atomics (a build of
-# its own, in a directory of its own, so the one above stays warm).
+# The model checks of the memory store's compare-and-swap cells and of its hot-key memos against
+# reset, sweeps and locked decisions, on loom's atomics and locks (a build of its own, in a
+# directory of its own, so the one above stays warm).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p tollgate --lib --locked loom
 stage "loom models"

@@ -107,7 +107,15 @@ impl GcraCell {
     /// [`hot_until_us`](crate::algorithm::hot_until_us)): `TAT + interval − tolerance`.
     #[inline]
     pub(crate) fn hot_until_us(&self) -> u64 {
-        (self.tat_us() + self.interval_us).saturating_sub(self.tolerance_us)
+        self.hot_until_at(self.tat_us())
+    }
+
+    /// [`hot_until_us`](Self::hot_until_us) for a TAT read once, or taken.
+    #[inline]
+    pub(crate) fn hot_until_at(&self, tat_us: u64) -> u64 {
+        tat_us
+            .saturating_add(self.interval_us)
+            .saturating_sub(self.tolerance_us)
     }
 
     /// Decides a request of `cost` without the write lock; see the [module docs](self).
@@ -260,7 +268,12 @@ impl BucketCell {
     /// When the bucket is full again if nothing else arrives.
     #[inline]
     pub(crate) fn expires_at_us(&self) -> u64 {
-        let s = self.state();
+        self.expires_at_of(self.state())
+    }
+
+    /// [`expires_at_us`](Self::expires_at_us) of a bucket read once, or taken.
+    #[inline]
+    pub(crate) fn expires_at_of(&self, s: token_bucket::State) -> u64 {
         let missing = u64::from(self.capacity).saturating_sub(s.tokens);
         s.refilled_at_us
             .saturating_add(missing.saturating_mul(self.refill_interval_us))
@@ -269,7 +282,12 @@ impl BucketCell {
     /// While empty, a request of cost 1 is denied until the next token.
     #[inline]
     pub(crate) fn hot_until_us(&self) -> u64 {
-        let s = self.state();
+        self.hot_until_of(self.state())
+    }
+
+    /// [`hot_until_us`](Self::hot_until_us) of a bucket read once, or taken.
+    #[inline]
+    pub(crate) fn hot_until_of(&self, s: token_bucket::State) -> u64 {
         if s.tokens == 0 {
             s.refilled_at_us.saturating_add(self.refill_interval_us)
         } else {

@@ -19,6 +19,7 @@
 mod cell;
 mod hot;
 mod key;
+mod lock;
 mod shard;
 
 use std::borrow::Cow;
@@ -27,10 +28,9 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use parking_lot::{RwLock, RwLockWriteGuard};
-
 use self::cell::Step;
 use self::key::Lookup;
+use self::lock::{RwLock, RwLockWriteGuard};
 use self::shard::{Full, Shard, Slot, Value};
 use crate::Algorithm;
 use crate::algorithm::{self, KeyState, StepDecision};

@@ -26,7 +26,7 @@ use std::collections::hash_map::RandomState;
 use hashbrown::HashTable;
 
 use super::cell::{BucketCell, GcraCell};
-use super::hot::{HotCell, Shared};
+use super::hot::{HotCell, Shared, Taken};
 use super::key::{self, KeyBytes, Lookup, Owner};
 use crate::Algorithm;
 use crate::algorithm::{AlgorithmState, KeyState, gcra};
@@ -133,27 +133,43 @@ impl Slot {
         self.hot_until_us() > now_us
     }
 
-    /// Turns a cell back into a plain state with its times, for the locked path (which holds the
-    /// write lock, so no swap can race this).
+    /// Turns a cell back into a plain state with its times, for the locked path. The write lock
+    /// keeps the swaps of a cell in the table away; a hot cell's memos take no lock, so it is
+    /// killed first and its times are those of the state it leaves.
     #[inline]
     pub(crate) fn thaw(&mut self) {
-        if !matches!(self.value, Value::Gcra(_) | Value::Bucket(_) | Value::Hot(_)) {
-            return;
-        }
-        self.expires_at_s = seconds_up(self.expires_at_us());
-        self.hot_until_s = seconds_up(self.hot_until_us());
-        let algorithm = match &self.value {
-            Value::Gcra(cell) => AlgorithmState::Gcra(gcra::State {
-                tat_us: cell.tat_us(),
-            }),
-            Value::Bucket(cell) => AlgorithmState::TokenBucket(cell.state()),
+        let taken = match &self.value {
+            Value::Gcra(cell) => {
+                let tat_us = cell.tat_us();
+                Taken {
+                    state: AlgorithmState::Gcra(gcra::State { tat_us }),
+                    expires_at_us: tat_us,
+                    hot_until_us: cell.hot_until_at(tat_us),
+                }
+            }
+            Value::Bucket(cell) => {
+                let state = cell.state();
+                Taken {
+                    state: AlgorithmState::TokenBucket(state),
+                    expires_at_us: cell.expires_at_of(state),
+                    hot_until_us: cell.hot_until_of(state),
+                }
+            }
             // Killed here, so memos holding it stop deciding before the lock is released.
             Value::Hot(shared) => shared.cell().take(),
             _ => return,
         };
+        self.expires_at_s = seconds_up(taken.expires_at_us);
+        self.hot_until_s = seconds_up(taken.hot_until_us);
         let mut state = KeyState::default();
-        state.algorithm = algorithm;
+        state.algorithm = taken.state;
         self.value = Value::Limit(state);
+    }
+
+    /// Whether a memo may still step this slot's cell without the lock.
+    #[inline]
+    fn memoised(&self) -> bool {
+        matches!(self.value, Value::Hot(_))
     }
 
     /// Moves a cell into its own allocation, so threads can decide it without the lock.
@@ -341,6 +357,11 @@ impl Shard {
         let mut next_expiry = u64::MAX;
         let mut extra_units = 0;
         self.table.retain(|slot| {
+            // A memo may admit from a hot cell right up to its death: judge the state the cell
+            // leaves, or an admission made after the expiry was read would go with the slot.
+            if slot.memoised() && slot.expired(now_us) {
+                slot.thaw();
+            }
             let keep = !slot.expired(now_us);
             if keep {
                 if let Value::Leases(leases) = &mut slot.value {
@@ -367,7 +388,8 @@ impl Shard {
         }
         self.sweep(now_us);
         // Each victim frees at least one unit, and there are at most `need + 1` too many (one
-        // lease past the bound, or a new slot of a few units): a bounded number of evictions.
+        // lease past the bound, or a new slot of a few units): a bounded number of evictions,
+        // and at most one more turn for each memoised slot thawed on the way.
         while self.units() + need > self.bound {
             if now_us < self.all_hot_until_us {
                 return Err(Full);
@@ -377,6 +399,16 @@ impl Shard {
                 .or_else(|| self.scan_victim(now_us, spare));
             match victim {
                 Some(bucket) => {
+                    // A memo may have spent the victim's last unit since it was judged cold:
+                    // judge the state its cell leaves, and look again if that state is hot.
+                    if let Some(slot) = self.table.get_bucket_mut(bucket)
+                        && slot.memoised()
+                    {
+                        slot.thaw();
+                        if slot.hot(now_us) {
+                            continue;
+                        }
+                    }
                     if let Ok(entry) = self.table.get_bucket_entry(bucket) {
                         let (slot, _) = entry.remove();
                         self.extra_units -= weight(&slot) - 1;
