@@ -1,5 +1,5 @@
 //! 200 concurrent tasks × 5 checks on one key with limit 100: exactly 100 admitted, for every
-//! exact algorithm, on standalone Redis and on a cluster.
+//! exact algorithm (calendar quotas included), on standalone Redis and on a cluster.
 
 mod common;
 
@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tollgate::algorithm::calendar_quota::Period;
 use tollgate::{Algorithm, Anchor, ManualClock, Policy, Rate};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::{RedisCluster, RedisServer, STORE_TIMEOUT};
@@ -26,6 +27,8 @@ fn exact_policies() -> Vec<Policy> {
         Algorithm::token_bucket(LIMIT, slow),
         Algorithm::leaky_bucket(LIMIT, slow),
         Algorithm::gcra(Rate::per_second(1).unwrap(), LIMIT),
+        // The frozen clock is far from any midnight in the zone.
+        Algorithm::calendar_quota(LIMIT, Period::Day, "Asia/Kolkata"),
     ]
     .into_iter()
     .enumerate()

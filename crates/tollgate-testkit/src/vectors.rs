@@ -843,6 +843,42 @@ pub fn multi() -> Vec<MultiVector> {
                 ),
             ],
         },
+        MultiVector {
+            name: "a calendar quota beside another rule: all or nothing, and its day ends at midnight in its zone",
+            policies: vec![
+                calendar("mv-cal-day", 2, Period::Day, "Asia/Kolkata"),
+                policy("mv-cal-log", Algorithm::sliding_log(3, s(3_600))),
+            ],
+            steps: vec![
+                request(
+                    utc("2023-11-15T18:29:00Z"),
+                    vec![(0, b"c", 1, false), (1, b"c", 1, false)],
+                    vec![yes(1), yes(2)],
+                ),
+                request(
+                    utc("2023-11-15T18:29:00Z"),
+                    vec![(0, b"c", 1, false), (1, b"c", 1, false)],
+                    vec![yes(0), yes(1)],
+                ),
+                // Midnight in Kolkata (UTC+05:30) is 18:30 UTC: the day's quota is spent until
+                // then, and the log's budget stays untouched.
+                request(
+                    utc("2023-11-15T18:29:30Z"),
+                    vec![(0, b"c", 1, false), (1, b"c", 1, false)],
+                    vec![denied(30_000), yes(0)],
+                ),
+                look(
+                    utc("2023-11-15T18:29:59.999Z"),
+                    vec![(0, b"c", 1, false)],
+                    vec![denied(1)],
+                ),
+                request(
+                    utc("2023-11-15T18:30:00Z"),
+                    vec![(0, b"c", 1, false), (1, b"c", 1, false)],
+                    vec![yes(1), yes(0)],
+                ),
+            ],
+        },
     ]
 }
 

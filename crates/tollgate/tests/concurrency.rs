@@ -1,8 +1,10 @@
-//! Parallel checks of one key are exact: T threads × M checks with limit L admit exactly L.
+//! Parallel checks of one key are exact: T threads × M checks with limit L admit exactly L, for
+//! every algorithm, calendar quotas included.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use tollgate::algorithm::calendar_quota::Period;
 use tollgate::{Algorithm, Anchor, ManualClock, MemoryStore, Policy, Rate};
 
 const THREADS: u64 = 8;
@@ -20,6 +22,9 @@ fn exact_algorithms() -> Vec<Algorithm> {
         Algorithm::token_bucket(LIMIT, slow).unwrap(),
         Algorithm::leaky_bucket(LIMIT, slow).unwrap(),
         Algorithm::gcra(Rate::new(1, Duration::from_secs(1)).unwrap(), LIMIT).unwrap(),
+        // The frozen clock below is far from any midnight, in either zone.
+        Algorithm::calendar_quota(LIMIT, Period::Day, "UTC").unwrap(),
+        Algorithm::calendar_quota(LIMIT, Period::Month, "Asia/Kolkata").unwrap(),
     ]
 }
 
