@@ -5,6 +5,7 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -20,6 +21,7 @@ use tonic::transport::Channel;
 
 /// A server on a free port and a client connected to it.
 struct Rls {
+    addr: SocketAddr,
     client: RateLimitServiceClient<Channel>,
     shutdown: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<std::io::Result<()>>>,
@@ -43,6 +45,7 @@ impl Rls {
             .await
             .expect("connect");
         Rls {
+            addr,
             client,
             shutdown: Some(tx),
             server: Some(server),
@@ -144,21 +147,35 @@ async fn answers_ok_under_the_limit_with_the_budget_left() {
     rls.stop().await;
 }
 
-/// Many calls in flight on one HTTP/2 connection, as Envoy sends them: each is answered on its
-/// own stream, and one budget shared by all of them is spent exactly.
-#[tokio::test]
-async fn concurrent_calls_on_one_connection_spend_one_budget_exactly() {
+/// Many calls in flight on each of four HTTP/2 connections, as Envoys send them: each is
+/// answered on its own stream, and one budget shared by all of them is spent exactly. One
+/// connection's streams are served by one task, so it is the connections that decide side by
+/// side: each on a worker thread of its own, the calls released together, so a store that lost an
+/// update between two checks would admit more than 50.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_calls_on_four_connections_spend_one_budget_exactly() {
     let rls = Rls::start("messaging.yaml", AnyStore::memory()).await;
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        // A channel of its own is a connection of its own.
+        let client = RateLimitServiceClient::connect(format!("http://{}", rls.addr))
+            .await
+            .expect("connect");
+        clients.push(client);
+    }
     // 50 an hour per number: 64 calls for one number, 64 more each on its own number.
+    let start = Arc::new(tokio::sync::Barrier::new(128));
     let calls: Vec<_> = (0..128)
         .map(|i| {
-            let mut client = rls.client.clone();
+            let mut client = clients[(i / 2) % 4].clone();
+            let start = start.clone();
             let number = if i % 2 == 0 {
                 "2060000000".to_owned()
             } else {
                 format!("20611{i:05}")
             };
             tokio::spawn(async move {
+                start.wait().await;
                 let call = client.should_rate_limit(one(&[("to_number", number.as_str())]));
                 let answer = tokio::time::timeout(Duration::from_secs(10), call)
                     .await

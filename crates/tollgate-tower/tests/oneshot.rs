@@ -12,6 +12,7 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderName, Request, Response, StatusCode};
 use common::{Answer, policy, request, routes, send};
+use tokio::sync::Barrier;
 use tollgate::{Engine, FailureMode, ManualClock, MemoryStore};
 use tollgate_tower::{ClientIp, KeyExtractor, KeyedPolicy, MissingKey, RateLimitLayer};
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
@@ -57,19 +58,23 @@ async fn the_limit_holds_across_every_clone_of_layer_and_service() {
     assert_eq!((stats.allowed, stats.denied), (7, 23));
 }
 
-#[tokio::test]
+/// On worker threads of their own, released together: the checks really run side by side, so
+/// a store or layer that lost an update between two of them would admit more than the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_requests_through_an_axum_router_admit_exactly_the_limit() {
     let app = routes().layer(RateLimitLayer::new(
         MemoryStore::new(),
         KeyedPolicy::new(policy("api", 10, MINUTE), KeyExtractor::peer_ip()),
     ));
+    let start = Arc::new(Barrier::new(50));
     let tasks: Vec<_> = (0..50)
         .map(|i| {
-            let app = app.clone();
+            let (app, start) = (app.clone(), start.clone());
             // Different source ports: what separate connections look like.
-            tokio::spawn(
-                async move { send(&app, request("/", &format!("192.0.2.1:{}", 2000 + i), &[])).await },
-            )
+            tokio::spawn(async move {
+                start.wait().await;
+                send(&app, request("/", &format!("192.0.2.1:{}", 2000 + i), &[])).await
+            })
         })
         .collect();
     let mut answers = Vec::new();
