@@ -106,3 +106,13 @@ struct PenaltiesDoc;
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/calendar-quotas.md")]
 struct CalendarQuotasDoc;
+
+/// The examples of `docs/access-lists.md`, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/access-lists.md")]
+struct AccessListsDoc;
+
+/// The examples of `docs/gradual-enforcement.md`, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/gradual-enforcement.md")]
+struct GradualEnforcementDoc;
