@@ -785,19 +785,47 @@ impl AccessLists {
     }
 }
 
-/// A key as an IP address, when it is one in text form; an IPv4-mapped IPv6 address as IPv4.
+/// A key as an IP address, when it is one in text form: bare, with a port (`203.0.113.9:443`,
+/// `[2001:db8::1]:443`) or in brackets (`[2001:db8::1]`), as clients' addresses are often
+/// written; an IPv4-mapped IPv6 address as IPv4.
 fn parse_ip(key: &[u8]) -> Option<IpAddr> {
-    // The longest IPv6 text is 45 bytes; anything longer is not an address.
-    if key.len() > 45 {
+    // The longest IPv6 text is 45 bytes, 53 in brackets with a port; anything longer is not an
+    // address.
+    if key.len() > 53 {
         return None;
     }
-    let ip: IpAddr = std::str::from_utf8(key).ok()?.parse().ok()?;
+    let text = std::str::from_utf8(key).ok()?;
+    let ip = text
+        .parse::<IpAddr>()
+        .ok()
+        .or_else(|| text.parse::<std::net::SocketAddr>().ok().map(|a| a.ip()))
+        .or_else(|| text.strip_prefix('[')?.strip_suffix(']')?.parse().ok())?;
     Some(ip.to_canonical())
 }
 
 #[cfg(test)]
 mod tests {
     use std::net::Ipv4Addr;
+
+    #[test]
+    fn keys_with_a_port_or_brackets_are_read_as_their_address() {
+        let v4: IpAddr = "203.0.113.9".parse().unwrap();
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        for (key, ip) in [
+            ("203.0.113.9", Some(v4)),
+            ("203.0.113.9:443", Some(v4)),
+            ("::ffff:203.0.113.9", Some(v4)),
+            ("[::ffff:203.0.113.9]:80", Some(v4)),
+            ("2001:db8::1", Some(v6)),
+            ("[2001:db8::1]", Some(v6)),
+            ("[2001:db8::1]:443", Some(v6)),
+            ("203.0.113.9:", None),
+            ("[203.0.113.9", None),
+            ("user:203.0.113.9", None),
+        ] {
+            assert_eq!(super::parse_ip(key.as_bytes()), ip, "{key}");
+        }
+    }
 
     use super::*;
     use proptest::prelude::*;
