@@ -38,6 +38,20 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
+    /// `file`'s YAML that does not parse, with where it broke.
+    pub(crate) fn syntax(file: &str, e: &yaml_serde::Error) -> Self {
+        let location = e.location();
+        ConfigError::new(
+            file,
+            None,
+            ConfigErrorKind::Syntax {
+                message: e.to_string(),
+                line: location.as_ref().map(|l| l.line()),
+                column: location.as_ref().map(|l| l.column()),
+            },
+        )
+    }
+
     pub(crate) fn new(file: impl Into<String>, path: Option<String>, kind: ConfigErrorKind) -> Self {
         ConfigError {
             file: file.into(),

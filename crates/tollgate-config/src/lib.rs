@@ -440,18 +440,7 @@ enum Parsed {
 
 /// Reads the YAML, tells the format from the top-level keys and checks the shape.
 fn read_file(file: &str, yaml: &str) -> Result<Parsed, ConfigError> {
-    let syntax = |e: yaml_serde::Error| {
-        let location = e.location();
-        ConfigError::new(
-            file,
-            None,
-            ConfigErrorKind::Syntax {
-                message: e.to_string(),
-                line: location.as_ref().map(|l| l.line()),
-                column: location.as_ref().map(|l| l.column()),
-            },
-        )
-    };
+    let syntax = |e: yaml_serde::Error| ConfigError::syntax(file, &e);
     let mut value: Value = yaml_serde::from_str(yaml).map_err(syntax)?;
     // `<<: *anchor` merge keys, which Go's yaml.v2 (upstream's parser) also applies.
     value.apply_merge().map_err(syntax)?;

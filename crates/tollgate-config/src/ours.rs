@@ -801,18 +801,7 @@ pub struct ParsedOverride {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn parse_override(file: &str, text: &str, policy: &Policy) -> Result<ParsedOverride, ConfigError> {
-    let syntax = |e: yaml_serde::Error| {
-        let location = e.location();
-        ConfigError::new(
-            file,
-            None,
-            ConfigErrorKind::Syntax {
-                message: e.to_string(),
-                line: location.as_ref().map(|l| l.line()),
-                column: location.as_ref().map(|l| l.column()),
-            },
-        )
-    };
+    let syntax = |e: yaml_serde::Error| ConfigError::syntax(file, &e);
     let value: yaml_serde::Value = yaml_serde::from_str(text).map_err(syntax)?;
     let spec: OverrideSpec = serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();

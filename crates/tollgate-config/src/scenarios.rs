@@ -220,18 +220,7 @@ impl ScenarioFile {
     /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn parse(file: &str, yaml: &str) -> Result<ScenarioFile, ConfigError> {
-        let syntax = |e: yaml_serde::Error| {
-            let location = e.location();
-            ConfigError::new(
-                file,
-                None,
-                ConfigErrorKind::Syntax {
-                    message: e.to_string(),
-                    line: location.as_ref().map(|l| l.line()),
-                    column: location.as_ref().map(|l| l.column()),
-                },
-            )
-        };
+        let syntax = |e: yaml_serde::Error| ConfigError::syntax(file, &e);
         let value: Value = yaml_serde::from_str(yaml).map_err(syntax)?;
         if value.is_null() {
             return Err(ConfigError::new(

@@ -1209,12 +1209,7 @@ fn decide_in(
             ));
         }
         if expired || !matches!(slot.value, Value::Limit(_)) {
-            // Reuse the slot in place: no second lookup, and a sliding log keeps its buffer.
-            match &mut slot.value {
-                Value::Limit(state) => state.clear(),
-                other => *other = Value::Limit(KeyState::default()),
-            }
-            slot.set_hot_until_us(0);
+            restart_as_limit(slot);
         }
         let hot_until_us = slot.hot_until_us();
         let Value::Limit(state) = &mut slot.value else {
@@ -1277,11 +1272,7 @@ fn charge_in(
     };
     slot.thaw();
     if slot.expired(now_us) || !matches!(slot.value, Value::Limit(_)) {
-        match &mut slot.value {
-            Value::Limit(state) => state.clear(),
-            other => *other = Value::Limit(KeyState::default()),
-        }
-        slot.set_hot_until_us(0);
+        restart_as_limit(slot);
     }
     let was_hot_until_us = slot.hot_until_us();
     let Value::Limit(state) = &mut slot.value else {
@@ -1299,6 +1290,16 @@ fn charge_in(
         shard.note_cooled();
     }
     Ok(outcome)
+}
+
+/// Makes a slot whose state means nothing (expired, or of another kind) a fresh limit state, in
+/// place: no second lookup, and a sliding log keeps its buffer.
+fn restart_as_limit(slot: &mut Slot) {
+    match &mut slot.value {
+        Value::Limit(state) => state.clear(),
+        other => *other = Value::Limit(KeyState::default()),
+    }
+    slot.set_hot_until_us(0);
 }
 
 fn prev_power_of_two(n: usize) -> usize {
