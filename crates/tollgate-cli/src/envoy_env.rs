@@ -237,11 +237,9 @@ pub(crate) fn log_level(value: &str) -> Option<&'static str> {
 fn header_names(get: &impl Fn(&str) -> Option<String>) -> Result<Option<HeaderNames>, EnvError> {
     let name = |var: &'static str, default: &str| {
         let name = get(var).unwrap_or_else(|| default.to_owned());
-        let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-        if name.bytes().all(token) {
-            Ok(name)
-        } else {
-            Err(EnvError::new(var, &name, "expected an HTTP header name"))
+        match header_name(&name) {
+            Some(_) => Ok(name),
+            None => Err(EnvError::new(var, &name, "expected an HTTP header name")),
         }
     };
     let names = HeaderNames {
@@ -254,6 +252,12 @@ fn header_names(get: &impl Fn(&str) -> Option<String>) -> Result<Option<HeaderNa
         get("LIMIT_RESPONSE_HEADERS_ENABLED"),
     )?;
     Ok(enabled.then_some(names))
+}
+
+/// `name` when it is an HTTP header name (a non-empty token), `None` otherwise.
+pub(crate) fn header_name(name: &str) -> Option<&str> {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    (!name.is_empty() && name.bytes().all(token)).then_some(name)
 }
 
 /// A Go boolean; unset is false.

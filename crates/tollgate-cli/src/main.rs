@@ -5,6 +5,8 @@
 //! # Layout
 //!
 //! - `listener_args`: the timeout and limit flags every listener has (`serve` and `proxy`).
+//! - `envoy_args`: the flags of the Envoy service's settings (`serve`, `explain`,
+//!   `check-config`).
 //! - `main.rs` (this file): the subcommands (`serve`, `proxy`, `explain`, `check-config`,
 //!   `test`, `bench`, `completions`, `man`), each turned into the options of the library call that does the work, and the
 //!   runtime the server calls run on (with envoyproxy/ratelimit's environment variables, read by
@@ -16,10 +18,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod envoy_args;
 mod envoy_env;
 mod listener_args;
 
 use clap::{CommandFactory, Parser, Subcommand};
+use envoy_args::{LoadArgs, ModeArgs, ReplyArgs};
 use envoy_env::EnvoyEnv;
 use listener_args::{ListenerArgs, UpstreamArgs};
 use tollgate_server::{ServeOptions, Settings};
@@ -86,6 +90,12 @@ enum Command {
         max_key_len: usize,
         #[command(flatten)]
         listener: ListenerArgs,
+        #[command(flatten)]
+        load: LoadArgs,
+        #[command(flatten)]
+        modes: ModeArgs,
+        #[command(flatten)]
+        reply: ReplyArgs,
     },
     /// Forward requests to an upstream, applying the config's route policies first.
     Proxy {
@@ -146,11 +156,19 @@ enum Command {
         /// A descriptor of --domain: `key=value,key=value`; repeat for several.
         #[arg(long = "descriptor", requires = "domain")]
         descriptors: Vec<String>,
+        #[command(flatten)]
+        load: LoadArgs,
+        #[command(flatten)]
+        modes: ModeArgs,
     },
     /// Validate a config file or directory without serving; exits non-zero on the first error.
+    ///
+    /// Reads envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG as `serve` does.
     CheckConfig {
         /// The file or directory.
         path: PathBuf,
+        #[command(flatten)]
+        load: LoadArgs,
     },
     /// Test a config against scenario files: timed requests and the answers they must get, run
     /// through the server's own doors on a virtual clock. Exits 0 when every answer is the
@@ -321,6 +339,8 @@ fn main() -> ExitCode {
             cost,
             domain,
             descriptors,
+            load,
+            modes,
         } => {
             use tollgate_server::explain::{self, AskedRule, ExplainRequest};
             let request = match (policy, key, domain) {
@@ -353,19 +373,17 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            // Upstream's SHADOW_MODE and QUOTA_MODE change the answer, as they do the server's.
-            let mut settings = Settings::default();
-            match EnvoyEnv::from_env() {
-                Ok(upstream) => upstream.compat.apply(&mut settings),
-                Err(err) => {
-                    eprintln!("tollgate: {err}");
-                    return ExitCode::FAILURE;
-                }
-            }
-            let modes = settings.envoy.modes();
+            // The modes and the way files are read change the answer, as they do the server's.
+            let Some(settings) = settings_from_env(|settings| {
+                load.apply(settings);
+                modes.apply(settings);
+            }) else {
+                return ExitCode::FAILURE;
+            };
             run(async move {
                 let options = store_options.into();
-                let answer = explain::run_cli(&config, store.as_deref(), &options, modes, &request).await?;
+                let answer =
+                    explain::run_cli(&config, store.as_deref(), &options, &settings, &request).await?;
                 println!("{}", answer.to_pretty_json());
                 Ok(())
             })
@@ -379,21 +397,12 @@ fn main() -> ExitCode {
             scenarios,
             store,
         }),
-        Command::CheckConfig { path } => match tollgate_config::load(&path) {
-            Ok(limits) => {
-                let policies = limits.policies().count() + limits.concurrency_policies().count();
-                let domains = limits.domains().len();
-                println!(
-                    "{}: ok ({policies} policies, {domains} envoy domains)",
-                    path.display()
-                );
-                ExitCode::SUCCESS
-            }
-            Err(err) => {
-                eprintln!("{err}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::CheckConfig { path, load } => {
+            let Some(settings) = settings_from_env(|settings| load.apply(settings)) else {
+                return ExitCode::FAILURE;
+            };
+            check_config(&path, &settings.load)
+        }
         Command::Serve {
             config,
             store,
@@ -404,6 +413,9 @@ fn main() -> ExitCode {
             admin_token,
             max_key_len,
             listener,
+            load,
+            modes,
+            reply,
         } => {
             // Upstream's variables fill in what neither a flag nor a TOLLGATE_* variable says.
             let upstream = match EnvoyEnv::from_env() {
@@ -420,6 +432,9 @@ fn main() -> ExitCode {
                 ..Settings::default()
             };
             upstream.compat.apply(&mut settings);
+            load.apply(&mut settings);
+            modes.apply(&mut settings);
+            reply.apply(&mut settings);
             let options = ServeOptions {
                 config: config.or(upstream.config),
                 store: store.or(upstream.store),
@@ -432,6 +447,40 @@ fn main() -> ExitCode {
             run(tollgate_server::serve(options))
         }
     }
+}
+
+/// `tollgate check-config`: a summary on stdout, or the first error on stderr.
+fn check_config(path: &std::path::Path, options: &tollgate_config::LoadOptions) -> ExitCode {
+    match tollgate_config::load_with(path, options) {
+        Ok(limits) => {
+            let policies = limits.policies().count() + limits.concurrency_policies().count();
+            let domains = limits.domains().len();
+            println!(
+                "{}: ok ({policies} policies, {domains} envoy domains)",
+                path.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("{err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// [`Settings`] from envoyproxy/ratelimit's variables, then `flags`; `None` (the error printed)
+/// when a variable cannot be read.
+fn settings_from_env(flags: impl FnOnce(&mut Settings)) -> Option<Settings> {
+    let mut settings = Settings::default();
+    match EnvoyEnv::from_env() {
+        Ok(upstream) => upstream.compat.apply(&mut settings),
+        Err(err) => {
+            eprintln!("tollgate: {err}");
+            return None;
+        }
+    }
+    flags(&mut settings);
+    Some(settings)
 }
 
 /// `tollgate test`: the report on stdout; exit 1 on a difference, 2 when it could not run.

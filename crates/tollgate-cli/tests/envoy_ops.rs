@@ -771,6 +771,95 @@ async fn upstream_switches_shadow_mode_and_response_headers_take_effect() {
     );
 }
 
+#[tokio::test]
+async fn every_envoy_setting_is_a_flag_of_serve() {
+    let server = Tollgate::start(
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--debug-addr",
+            "127.0.0.1:0",
+            "--shadow-mode",
+            "--count-every-descriptor",
+            "--max-stats-keys",
+            "1",
+            "--limit-response-headers",
+            "--limit-remaining-header",
+            "X-RateLimit-Remaining",
+        ],
+        &runtime_vars(),
+        true,
+    );
+    let mut rls = server.rls().await;
+    let both = request("edge", &[&[("one_per_day", "flags")], &[("five_per_day", "flags")]]);
+    let first = rls.should_rate_limit(both.clone()).await.expect("ShouldRateLimit").into_inner();
+    assert_eq!(first.statuses[1].limit_remaining, 4);
+    // --shadow-mode: OK overall though a descriptor is over.
+    let second = rls.should_rate_limit(both).await.expect("ShouldRateLimit").into_inner();
+    assert_eq!(
+        (second.overall_code(), second.statuses[0].code()),
+        (Code::Ok, Code::OverLimit)
+    );
+    // --count-every-descriptor: the descriptor within its limit spent although the other is over.
+    assert_eq!(second.statuses[1].limit_remaining, 3);
+    // --limit-response-headers with a name of its own.
+    let headers: Vec<(String, String)> = second
+        .response_headers_to_add
+        .iter()
+        .map(|h| (h.key.clone(), h.value.clone()))
+        .collect();
+    assert!(
+        headers.contains(&("X-RateLimit-Remaining".to_owned(), "0".to_owned())),
+        "{headers:?}"
+    );
+    // --max-stats-keys 1: the second stats key is counted under `_other`.
+    let debug = server.debug.clone().expect("debug port");
+    let (_, metrics) = server.get(&debug, "/metrics").await;
+    let keys: std::collections::BTreeSet<&str> = metrics
+        .lines()
+        .filter(|line| line.starts_with("tollgate_envoy_total_hits_total{"))
+        .filter_map(|line| line.split("key=\"").nth(1)?.split('"').next())
+        .collect();
+    assert_eq!(keys.len(), 2, "{metrics}");
+    assert!(keys.contains("_other"), "{keys:?}");
+}
+
+/// `tollgate check-config` with `args`, with exactly `vars` of upstream's variables.
+fn check_config(args: &[&str], vars: &[(&str, &str)]) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tollgate"));
+    command.arg("check-config").args(args);
+    for var in UPSTREAM_VARS.iter().chain(&["TOLLGATE_MERGE_DOMAIN_CONFIG"]) {
+        command.env_remove(var);
+    }
+    command.envs(vars.iter().copied());
+    command.output().expect("run tollgate check-config")
+}
+
+#[test]
+fn check_config_reads_merge_domain_config_as_serve_does() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (file, key) in [("a.yaml", "user"), ("b.yaml", "path")] {
+        let yaml = format!("domain: shared\ndescriptors:\n  - key: {key}\n    rate_limit: {{unit: minute, requests_per_unit: 1}}\n");
+        std::fs::write(dir.path().join(file), yaml).expect("write config");
+    }
+    let path = dir.path().to_str().expect("utf-8 path");
+    let refused = check_config(&[path], &[]);
+    assert!(!refused.status.success(), "one domain in two files loaded without merging");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("b.yaml"), "{refused:?}");
+    for (args, vars) in [
+        (vec![path], vec![("MERGE_DOMAIN_CONFIG", "true")]),
+        (vec![path, "--merge-domain-config"], vec![]),
+        (vec![path], vec![("TOLLGATE_MERGE_DOMAIN_CONFIG", "true")]),
+    ] {
+        let merged = check_config(&args, &vars);
+        let stdout = String::from_utf8_lossy(&merged.stdout);
+        assert!(merged.status.success(), "{args:?} {vars:?}: {merged:?}");
+        assert!(stdout.contains("1 envoy domains"), "{stdout}");
+    }
+}
+
 /// The next status a `Watch` stream reports; `None` when the stream ended.
 async fn next_status(stream: &mut tonic::Streaming<HealthCheckResponse>) -> Option<ServingStatus> {
     let message = tokio::time::timeout(HEALTH_WAIT, stream.message())

@@ -71,10 +71,9 @@ fn line(node: &Node) -> Option<String> {
     let limit = node.limit.as_ref()?;
     let (unit, requests_per_unit) = match &limit.quota {
         Quota::Unlimited => ("UNKNOWN", 0),
-        Quota::DenyAll { period, .. } => (Unit::scaled(1, *period).1.name(), 0),
+        Quota::DenyAll { period, .. } => (Unit::reported(1, *period, 1).1.name(), 0),
         Quota::Limited(policy) => {
-            let (count, period) = per_period(policy);
-            let (requests_per_unit, unit) = Unit::scaled(count, period);
+            let (requests_per_unit, unit) = reported_limit(policy);
             (unit.name(), requests_per_unit)
         }
     };
@@ -84,9 +83,26 @@ fn line(node: &Node) -> Option<String> {
     ))
 }
 
+/// The policy as upstream's `requests_per_unit` per `unit`, for `/rlconfig` and the gRPC
+/// answer's `current_limit`: its rate ([`per_period`]) in the shortest unit that admits the most
+/// a key can hold ([`Unit::reported`]), so the reported limit is never below a `limit_remaining`.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{Algorithm, Anchor, Policy};
+/// use tollgate_config::Unit;
+///
+/// let login = Policy::new("login", Algorithm::fixed_window(5, Duration::from_secs(900), Anchor::Epoch)?)?;
+/// assert_eq!(tollgate_config::reported_limit(&login), (20, Unit::Hour));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn reported_limit(policy: &Policy) -> (u32, Unit) {
+    let (count, period) = per_period(policy);
+    Unit::reported(count, period, policy.max_cost())
+}
+
 /// What the policy admits per what period: a window's limit, a bucket's or GCRA's rate. The one
-/// reading of a policy as upstream's `requests_per_unit` per `unit`, for `/rlconfig` and for the
-/// gRPC answer's `current_limit`.
+/// reading of a policy's rate, which [`reported_limit`] tells in upstream's units.
 ///
 /// ```
 /// use std::time::Duration;
@@ -146,7 +162,7 @@ descriptors:
         .unwrap();
         assert_eq!(
             limits.dump(),
-            "edge.burst: unit=MINUTE requests_per_unit=66, shadow_mode: false, quota_mode: false\n\
+            "edge.burst: unit=HOUR requests_per_unit=4000, shadow_mode: false, quota_mode: false\n\
              edge.path_/login*: unit=MINUTE requests_per_unit=0, shadow_mode: false, quota_mode: false\n\
              edge.remote_address: unit=SECOND requests_per_unit=10, shadow_mode: false, quota_mode: false\n\
              edge.tenant_acme.user: unit=HOUR requests_per_unit=100, shadow_mode: false, quota_mode: false\n"

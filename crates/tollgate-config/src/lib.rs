@@ -112,7 +112,7 @@ use std::path::{Path, PathBuf};
 
 use yaml_serde::Value;
 
-pub use dump::per_period;
+pub use dump::{per_period, reported_limit};
 pub use error::{ConfigError, ConfigErrorKind};
 pub use limits::{ENVOY_POLICY_PREFIX, Limits, NamedPolicy, Resolved, apply_replaces, override_key};
 pub use metadata::{Metadata, MetadataValue};

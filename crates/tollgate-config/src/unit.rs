@@ -13,8 +13,8 @@ use std::time::Duration;
 ///
 /// assert_eq!(Unit::from_name("Minute"), Some(Unit::Minute));
 /// assert_eq!(Unit::Month.length(), Duration::from_secs(30 * 86_400));
-/// // 100 per 90 s, told in the longest unit not longer than 90 s.
-/// assert_eq!(Unit::scaled(100, Duration::from_secs(90)), (66, Unit::Minute));
+/// // 100 per 90 s, up to 100 at once: told in the shortest unit that admits 100.
+/// assert_eq!(Unit::reported(100, Duration::from_secs(90), 100), (4_000, Unit::Hour));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Unit {
@@ -84,16 +84,21 @@ impl Unit {
             .find(|unit| unit.name().eq_ignore_ascii_case(name))
     }
 
-    /// `count` per `period` in the longest unit not longer than `period` (seconds when shorter
-    /// than a second), rounded down, at least 1: how a window or rate that is not one of
-    /// upstream's units is reported in them.
-    pub fn scaled(count: u64, period: Duration) -> (u32, Unit) {
+    /// `count` per `period` as upstream's `requests_per_unit` per `unit`, for a key that can hold
+    /// at most `budget` at once (a window's limit, a bucket's capacity, a GCRA burst): the
+    /// shortest unit in which the rate admits at least `budget`, and the rate scaled to it,
+    /// rounded down. So the reported limit is never below the `limit_remaining` an answer can
+    /// carry, and a window that is one of upstream's units is reported as it is. Past a year,
+    /// a year and at least `budget`.
+    pub fn reported(count: u64, period: Duration, budget: u64) -> (u32, Unit) {
         let period_us = period.as_micros().max(1);
-        let unit = Unit::LONGEST_FIRST
+        let per = |unit: Unit| u128::from(count) * u128::from(unit.seconds()) * 1_000_000 / period_us;
+        let (scaled, unit) = Unit::LONGEST_FIRST
             .into_iter()
-            .find(|unit| u128::from(unit.seconds()) * 1_000_000 <= period_us)
-            .unwrap_or(Unit::Second);
-        let scaled = u128::from(count) * u128::from(unit.seconds()) * 1_000_000 / period_us;
+            .rev()
+            .map(|unit| (per(unit), unit))
+            .find(|&(scaled, _)| scaled >= u128::from(budget))
+            .unwrap_or_else(|| (per(Unit::Year).max(u128::from(budget)), Unit::Year));
         (u32::try_from(scaled.max(1)).unwrap_or(u32::MAX), unit)
     }
 
@@ -118,28 +123,71 @@ mod tests {
 
     #[test]
     fn whole_units_are_reported_as_they_are() {
-        assert_eq!(Unit::scaled(10, Duration::from_secs(1)), (10, Unit::Second));
-        assert_eq!(Unit::scaled(5, Duration::from_secs(86_400)), (5, Unit::Day));
-        assert_eq!(Unit::scaled(7, Duration::from_secs(7 * 86_400)), (7, Unit::Week));
+        let days = |n: u64| Duration::from_secs(n * 86_400);
+        assert_eq!(Unit::reported(10, Duration::from_secs(1), 10), (10, Unit::Second));
+        assert_eq!(Unit::reported(5, days(1), 5), (5, Unit::Day));
+        assert_eq!(Unit::reported(7, days(7), 7), (7, Unit::Week));
+        assert_eq!(Unit::reported(3, days(365), 3), (3, Unit::Year));
+    }
+
+    #[test]
+    fn other_windows_are_told_in_the_shortest_unit_that_admits_their_budget() {
+        // 5 per 15 minutes: a minute would say 1 while 4 remain.
+        assert_eq!(Unit::reported(5, Duration::from_secs(900), 5), (20, Unit::Hour));
         assert_eq!(
-            Unit::scaled(3, Duration::from_secs(365 * 86_400)),
-            (3, Unit::Year)
+            Unit::reported(100, Duration::from_secs(90), 100),
+            (4_000, Unit::Hour)
+        );
+        assert_eq!(
+            Unit::reported(5, Duration::from_millis(500), 5),
+            (10, Unit::Second)
+        );
+        assert_eq!(
+            Unit::reported(1, Duration::from_secs(2 * 3_600), 1),
+            (12, Unit::Day)
+        );
+        // A bucket of 100 refilled at 10 a second: a second admits 10, a minute 600.
+        assert_eq!(
+            Unit::reported(10, Duration::from_secs(1), 100),
+            (600, Unit::Minute)
+        );
+        assert_eq!(
+            Unit::reported(u64::MAX / 2, Duration::from_millis(1), 1),
+            (u32::MAX, Unit::Second)
         );
     }
 
     #[test]
-    fn other_windows_are_scaled_down_to_the_longest_shorter_unit() {
-        assert_eq!(Unit::scaled(100, Duration::from_secs(90)), (66, Unit::Minute));
-        assert_eq!(
-            Unit::scaled(1, Duration::from_secs(2 * 3_600)),
-            (1, Unit::Hour),
-            "at least 1"
-        );
-        assert_eq!(Unit::scaled(5, Duration::from_millis(500)), (10, Unit::Second));
-        assert_eq!(
-            Unit::scaled(u64::MAX / 2, Duration::from_millis(1)),
-            (u32::MAX, Unit::Second)
-        );
+    fn past_a_year_the_budget_is_told_per_year() {
+        let years = |n: u64| Duration::from_secs(n * 365 * 86_400);
+        assert_eq!(Unit::reported(4, years(2), 4), (4, Unit::Year));
+        assert_eq!(Unit::reported(1, years(3), 1), (1, Unit::Year));
+    }
+
+    #[test]
+    fn the_reported_limit_is_never_below_the_budget() {
+        for count in [1, 2, 3, 5, 7, 10, 60, 100, 999, 1_000_000] {
+            for period_ms in [
+                1,
+                250,
+                999,
+                1_000,
+                1_500,
+                60_000,
+                90_000,
+                900_000,
+                86_400_000,
+                40_000_000_000,
+            ] {
+                for budget in [1, count, count * 3] {
+                    let (limit, _) = Unit::reported(count, Duration::from_millis(period_ms), budget);
+                    assert!(
+                        u64::from(limit) >= budget.min(u64::from(u32::MAX)),
+                        "{count} per {period_ms} ms, {budget}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -504,26 +504,22 @@ async fn statuses_follow_the_request_order() {
 }
 
 #[tokio::test]
-async fn windows_without_an_upstream_unit_are_reported_in_the_nearest_one() {
+async fn limits_without_an_upstream_unit_never_report_less_than_remains() {
     let mut rls = Rls::start("extensions.yaml", AnyStore::memory()).await;
-    let window = rls
-        .ask(request("extensions", vec![descriptor(&[("window", "x")])], 0))
-        .await;
-    assert_eq!(
-        limit_of(&window.statuses[0]),
-        (66, Unit::Minute, ""),
-        "100 per 90 s"
-    );
-    assert_eq!(window.statuses[0].limit_remaining, 99);
-    let bucket = rls
-        .ask(request("extensions", vec![descriptor(&[("bucket", "x")])], 0))
-        .await;
-    assert_eq!(
-        limit_of(&bucket.statuses[0]),
-        (10, Unit::Second, ""),
-        "the refill rate"
-    );
-    assert_eq!(bucket.statuses[0].limit_remaining, 19, "the burst");
+    let cases: [(&str, (u32, Unit), u32); 3] = [
+        ("login", (20, Unit::Hour), 4),      // 5 per 15 minutes, not 1 per minute
+        ("window", (4_000, Unit::Hour), 99), // 100 per 90 s
+        ("bucket", (600, Unit::Minute), 19), // 10 a second, a burst of 20
+    ];
+    for (key, (per_unit, unit), remaining) in cases {
+        let answer = rls
+            .ask(request("extensions", vec![descriptor(&[(key, "x")])], 0))
+            .await;
+        let status = &answer.statuses[0];
+        assert_eq!(limit_of(status), (per_unit, unit, ""), "{key}");
+        assert_eq!(status.limit_remaining, remaining, "{key}");
+        assert!(status.limit_remaining <= per_unit, "{key}");
+    }
     rls.stop().await;
 }
 

@@ -416,8 +416,7 @@ fn over_at_door(matched: &Matched<'_>, limit: u64) -> Hit {
 
 /// The policy as upstream's `requests_per_unit` per `unit`.
 fn current_limit<'p>(policy: &Policy, name: Option<&'p str>) -> CurrentLimit<'p> {
-    let (count, period) = crate::per_period(policy);
-    let (requests_per_unit, unit) = Unit::scaled(count, period);
+    let (requests_per_unit, unit) = crate::reported_limit(policy);
     CurrentLimit {
         name: name.unwrap_or_default(),
         requests_per_unit,

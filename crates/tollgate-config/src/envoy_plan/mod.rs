@@ -249,7 +249,7 @@ impl Planner {
                     ),
                     (None, Some((period, policy_name))) => Slot::DenyAll {
                         matched: Matched::configured(resolved, &asked, modes.global_quota),
-                        unit: Unit::scaled(1, period).1,
+                        unit: Unit::reported(1, period, 1).1,
                         policy_name: Cow::Borrowed(policy_name),
                     },
                     (None, None) => Slot::Unlimited,

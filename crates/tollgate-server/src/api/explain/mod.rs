@@ -553,16 +553,18 @@ pub fn parse_descriptor(text: &str) -> Result<Vec<(String, String)>, String> {
 /// store, empty, when `None`: the answer then shows matching and parameters on a fresh budget)
 /// and explains `request`.
 ///
-/// `modes` are the Envoy modes the server runs with (upstream's `SHADOW_MODE`, `QUOTA_MODE`), so
-/// a descriptor set is explained as that server would answer it.
+/// `settings` are those the server runs with (its Envoy modes, such as upstream's
+/// `SHADOW_MODE`, and how it reads config files), so a request is explained as that server
+/// would answer it.
 pub async fn run_cli(
     config: &std::path::Path,
     store: Option<&str>,
     options: &crate::runtime::store::StoreOptions,
-    modes: Modes,
+    settings: &crate::Settings,
     request: &ExplainRequest,
 ) -> anyhow::Result<Explanation> {
-    let limits = tollgate_config::load(config)?;
+    let limits = tollgate_config::load_with(config, &settings.load)?;
+    let modes = settings.envoy.modes();
     let store = crate::runtime::store::AnyStore::open(store, options).await?;
     let engine = Engine::new(store);
     let planner = Planner::default();
