@@ -136,7 +136,7 @@ out="$work/compare.md"
     echo "Run it on your own store with \`tollgate bench compare --store redis://127.0.0.1:6379\`"
     echo "(loopback addresses only)."
     echo
-    cat docs/compare-guide.md
+    tail -n +3 scripts/compare-guide.md   # without its two comment lines
     echo
     "$tollgate" bench compare --store memory --duration "$DURATION" --chart docs/compare/memory.png
     echo "![compare on the memory store: speed, latency, accuracy, CPU and memory per algorithm](compare/memory.png)"
