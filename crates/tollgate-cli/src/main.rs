@@ -164,9 +164,15 @@ enum Command {
     /// Validate a config file or directory without serving; exits non-zero on the first error.
     ///
     /// Reads envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG as `serve` does.
+    ///
+    /// With --against OLD, also lists each policy that differs from OLD's and what happens to
+    /// its keys, as a reload from OLD to this config would log it.
     CheckConfig {
         /// The file or directory.
         path: PathBuf,
+        /// The config now served: list what changes from it.
+        #[arg(long, value_name = "OLD")]
+        against: Option<PathBuf>,
         #[command(flatten)]
         load: LoadArgs,
     },
@@ -397,11 +403,11 @@ fn main() -> ExitCode {
             scenarios,
             store,
         }),
-        Command::CheckConfig { path, load } => {
+        Command::CheckConfig { path, against, load } => {
             let Some(settings) = settings_from_env(|settings| load.apply(settings)) else {
                 return ExitCode::FAILURE;
             };
-            check_config(&path, &settings.load)
+            check_config(&path, against.as_deref(), &settings.load)
         }
         Command::Serve {
             config,
@@ -449,23 +455,40 @@ fn main() -> ExitCode {
     }
 }
 
-/// `tollgate check-config`: a summary on stdout, or the first error on stderr.
-fn check_config(path: &std::path::Path, options: &tollgate_config::LoadOptions) -> ExitCode {
-    match tollgate_config::load_with(path, options) {
-        Ok(limits) => {
-            let policies = limits.policies().count() + limits.concurrency_policies().count();
-            let domains = limits.domains().len();
-            println!(
-                "{}: ok ({policies} policies, {domains} envoy domains)",
-                path.display()
-            );
-            ExitCode::SUCCESS
-        }
-        Err(err) => {
-            eprintln!("{err}");
-            ExitCode::FAILURE
+/// `tollgate check-config`: a summary on stdout, and with `against` each policy that changes
+/// from it; or the first error on stderr.
+fn check_config(
+    path: &std::path::Path,
+    against: Option<&std::path::Path>,
+    options: &tollgate_config::LoadOptions,
+) -> ExitCode {
+    let load =
+        |path: &std::path::Path| tollgate_config::load_with(path, options).map_err(|err| eprintln!("{err}"));
+    let Ok(limits) = load(path) else {
+        return ExitCode::FAILURE;
+    };
+    let policies = limits.policies().count() + limits.concurrency_policies().count();
+    let domains = limits.domains().len();
+    println!(
+        "{}: ok ({policies} policies, {domains} envoy domains)",
+        path.display()
+    );
+    let Some(against) = against else {
+        return ExitCode::SUCCESS;
+    };
+    let Ok(before) = load(against) else {
+        return ExitCode::FAILURE;
+    };
+    let changes = limits.changes_from(&before);
+    if changes.is_empty() {
+        println!("against {}: no policy changes", against.display());
+    } else {
+        println!("against {}: {} policies change", against.display(), changes.len());
+        for change in changes {
+            println!("  {change}");
         }
     }
+    ExitCode::SUCCESS
 }
 
 /// [`Settings`] from envoyproxy/ratelimit's variables, then `flags`; `None` (the error printed)

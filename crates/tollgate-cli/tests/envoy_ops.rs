@@ -793,11 +793,22 @@ async fn every_envoy_setting_is_a_flag_of_serve() {
         true,
     );
     let mut rls = server.rls().await;
-    let both = request("edge", &[&[("one_per_day", "flags")], &[("five_per_day", "flags")]]);
-    let first = rls.should_rate_limit(both.clone()).await.expect("ShouldRateLimit").into_inner();
+    let both = request(
+        "edge",
+        &[&[("one_per_day", "flags")], &[("five_per_day", "flags")]],
+    );
+    let first = rls
+        .should_rate_limit(both.clone())
+        .await
+        .expect("ShouldRateLimit")
+        .into_inner();
     assert_eq!(first.statuses[1].limit_remaining, 4);
     // --shadow-mode: OK overall though a descriptor is over.
-    let second = rls.should_rate_limit(both).await.expect("ShouldRateLimit").into_inner();
+    let second = rls
+        .should_rate_limit(both)
+        .await
+        .expect("ShouldRateLimit")
+        .into_inner();
     assert_eq!(
         (second.overall_code(), second.statuses[0].code()),
         (Code::Ok, Code::OverLimit)
@@ -841,13 +852,21 @@ fn check_config(args: &[&str], vars: &[(&str, &str)]) -> std::process::Output {
 fn check_config_reads_merge_domain_config_as_serve_does() {
     let dir = tempfile::tempdir().expect("temp dir");
     for (file, key) in [("a.yaml", "user"), ("b.yaml", "path")] {
-        let yaml = format!("domain: shared\ndescriptors:\n  - key: {key}\n    rate_limit: {{unit: minute, requests_per_unit: 1}}\n");
+        let yaml = format!(
+            "domain: shared\ndescriptors:\n  - key: {key}\n    rate_limit: {{unit: minute, requests_per_unit: 1}}\n"
+        );
         std::fs::write(dir.path().join(file), yaml).expect("write config");
     }
     let path = dir.path().to_str().expect("utf-8 path");
     let refused = check_config(&[path], &[]);
-    assert!(!refused.status.success(), "one domain in two files loaded without merging");
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("b.yaml"), "{refused:?}");
+    assert!(
+        !refused.status.success(),
+        "one domain in two files loaded without merging"
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("b.yaml"),
+        "{refused:?}"
+    );
     for (args, vars) in [
         (vec![path], vec![("MERGE_DOMAIN_CONFIG", "true")]),
         (vec![path, "--merge-domain-config"], vec![]),

@@ -59,6 +59,24 @@ fn explain_tells_how_each_descriptor_matched() {
     assert_eq!(matched, ["default", "wildcard", "no_match"]);
     assert_eq!(answer["rules"][1]["parameters"]["limit"], 5);
     assert_eq!(answer["rules"][1]["state"]["remaining"], 5);
+    // The fingerprint of what decides, and another one once its limit changes.
+    let fingerprint = |answer: &serde_json::Value| answer["rules"][1]["fingerprint"].as_str().map(str::to_owned);
+    let before = fingerprint(&answer).expect("a fingerprint");
+    assert!(before.len() == 16 && before.bytes().all(|b| b.is_ascii_hexdigit()), "{before}");
+    std::fs::write(&config, CONFIG.replace("requests_per_unit: 5", "requests_per_unit: 6")).unwrap();
+    let raised = json(&tollgate(&[
+        "explain",
+        "--config",
+        config.to_str().unwrap(),
+        "--domain",
+        "edge",
+        "--descriptor",
+        "remote_address=192.0.2.7",
+        "--descriptor",
+        "path=/api/orders",
+    ]));
+    assert_eq!(raised["rules"][1]["parameters"]["limit"], 6);
+    assert_ne!(fingerprint(&raised), Some(before));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -67,6 +67,37 @@ async fn a_shadow_denial_is_logged_as_json_naming_the_policy() {
 }
 
 #[tokio::test]
+async fn a_reload_logs_each_changed_policy_and_warns_when_keys_start_fresh() {
+    let (mut child, http, dir) = start(
+        "policies:\n  login: {algorithm: sliding_log, limit: 1, window: 1h}\n  api: {algorithm: fixed_window, limit: 1, window: 1h}\n",
+        &[],
+    );
+    assert_eq!(check(&http, "login").await, 200);
+    assert_eq!(check(&http, "login").await, 429);
+    std::fs::write(
+        dir.path().join("tollgate.yaml"),
+        "policies:\n  login: {algorithm: gcra, rate: 1/h, burst: 1}\n  api: {algorithm: fixed_window, limit: 2, window: 1h}\n",
+    )
+    .expect("write the new config");
+    child.signal("HUP");
+    let fresh = json_line(&mut child, "policy changed: login");
+    assert_eq!(fresh["level"], "WARN", "{fresh}");
+    assert!(
+        fresh["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("sliding_log") && m.contains("gcra") && m.contains("whole budget")),
+        "{fresh}"
+    );
+    let (before, after) = (&fresh["fields"]["before"], &fresh["fields"]["after"]);
+    assert!(before.as_str().is_some_and(|f| f.len() == 16) && before != after, "{fresh}");
+    let kept = json_line(&mut child, "policy changed: api");
+    assert_eq!(kept["level"], "INFO", "{kept}");
+    child.wait_for("config reloaded");
+    // As logged: the login key starts with a whole budget under the new algorithm.
+    assert_eq!(check(&http, "login").await, 200);
+}
+
+#[tokio::test]
 async fn a_dead_store_logs_its_class_and_the_failure_mode_decision() {
     // A port nothing listens on: every call fails with a connection error.
     let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");

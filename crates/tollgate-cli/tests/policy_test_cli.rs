@@ -197,3 +197,40 @@ fn an_unreachable_store_is_an_error_not_a_difference() {
         stderr(&out)
     );
 }
+
+#[test]
+fn check_config_against_the_served_config_lists_each_policy_that_changes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, yaml: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, yaml).expect("write config");
+        path.to_str().expect("a UTF-8 path").to_owned()
+    };
+    let old = write(
+        "old.yaml",
+        "policies:\n  login: {algorithm: sliding_log, limit: 5, window: 15m}\n  api: {algorithm: fixed_window, limit: 100, window: 1m}\n",
+    );
+    let new = write(
+        "new.yaml",
+        "policies:\n  login: {algorithm: gcra, rate: 5/15m, burst: 5}\n  api: {algorithm: fixed_window, limit: 200, window: 1m}\n",
+    );
+    let out = tollgate(&["check-config", &new, "--against", &old]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout.contains("2 policies change"), "{stdout}");
+    assert!(
+        stdout.contains("api: fixed_window limit: 100, window: 1m, anchor: epoch -> fixed_window limit: 200, window: 1m, anchor: epoch; its keys keep their state"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("login: sliding_log limit: 5, window: 15m -> gcra rate: 5/15m, burst: 5; its keys start with a whole budget"),
+        "{stdout}"
+    );
+    let same = tollgate(&["check-config", &new, "--against", &new]);
+    assert!(String::from_utf8_lossy(&same.stdout).contains("no policy changes"), "{same:?}");
+    // A broken OLD is an error naming it.
+    let broken = write("broken.yaml", "policies:\n  x: {algorithm: nope}\n");
+    let out = tollgate(&["check-config", &new, "--against", &broken]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("broken.yaml"), "{out:?}");
+}

@@ -10,7 +10,7 @@
 //! level's `key` or `key_value`, joined by `.`). An `unlimited` limit prints `unit=UNKNOWN
 //! requests_per_unit=0`, as upstream. A limit whose window is not one of upstream's units (a
 //! tollgate extension: `window: 90s`, a bucket's rate) prints as the gRPC answer's
-//! `current_limit` states it: in the longest unit not longer than the window, scaled down.
+//! `current_limit` states it ([`reported_limit`]).
 //!
 //! Upstream prints in the random order of Go's maps; here lines are sorted by name, so two dumps
 //! of one configuration are equal and a parent comes before its children.
@@ -50,17 +50,7 @@ impl Limits {
     /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn dump(&self) -> String {
-        let mut lines = Vec::new();
-        for domain in self.domain_trees() {
-            let mut pending: Vec<&Node> = domain.root.nodes().collect();
-            // Bounded: each descriptor is visited once, the tree has no cycles.
-            while let Some(node) = pending.pop() {
-                if let Some(line) = line(node) {
-                    lines.push(line);
-                }
-                pending.extend(node.children.nodes());
-            }
-        }
+        let mut lines: Vec<String> = self.descriptors().into_iter().filter_map(line).collect();
         lines.sort_unstable();
         lines.concat()
     }

@@ -91,6 +91,7 @@
 //! a duration: `window: 90` is refused with a hint to write `"90s"`, because seconds,
 //! milliseconds and nanoseconds are all common defaults elsewhere.
 
+pub mod changes;
 mod dump;
 pub mod duration;
 pub mod envoy;

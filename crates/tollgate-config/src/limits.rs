@@ -354,9 +354,16 @@ impl Limits {
         self.domains.get_mut(name)
     }
 
-    /// Every envoyproxy/ratelimit domain's tree, in no particular order.
-    pub(crate) fn domain_trees(&self) -> impl Iterator<Item = &Domain> {
-        self.domains.values()
+    /// Every descriptor of every domain, at any depth, in no particular order.
+    pub(crate) fn descriptors(&self) -> Vec<&Node> {
+        let mut found = Vec::new();
+        let mut pending: Vec<&Node> = self.domains.values().flat_map(|d| d.root.nodes()).collect();
+        // Bounded: each descriptor is visited once, the tree has no cycles.
+        while let Some(node) = pending.pop() {
+            found.push(node);
+            pending.extend(node.children.nodes());
+        }
+        found
     }
 
     pub(crate) fn has_policy(&self, name: &str) -> bool {

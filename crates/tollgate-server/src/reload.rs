@@ -7,7 +7,9 @@
 //! that changes nothing reloads nothing. Only events that can change a file count: opening and
 //! reading files (as hashing and loading do) is ignored, so the watcher never wakes itself up.
 //! A broken config is rejected with a log line and a metric, and the previous limits keep
-//! serving; counters live in the store, so they survive every reload.
+//! serving; counters live in the store, so they survive every reload. A reload logs each policy
+//! it changes and what happens to that policy's keys (`tollgate_config::changes`): a warning
+//! where keys start with a whole budget, so a changed algorithm never resets them silently.
 //!
 //! SIGHUP is caught in every mode, so it never ends the process: without a config file there is
 //! nothing to reload, which is logged.
@@ -21,6 +23,8 @@ use std::time::Duration;
 use notify::{EventKind, RecursiveMode};
 use notify_debouncer_full::DebounceEventResult;
 use tokio::sync::mpsc;
+
+use tollgate_config::changes::{Keys, PolicyChange};
 
 use crate::ops::metrics;
 use crate::ops::recorder::RECORDER;
@@ -37,6 +41,7 @@ const MAX_HASHED: u64 = tollgate_config::MAX_FILE_BYTES;
 pub fn reload(state: &SharedState, path: &Path) -> bool {
     match tollgate_config::load_with(path, &state.settings.load) {
         Ok(limits) => {
+            log_changes(&limits.changes_from(&state.limits.load()));
             state.limits.store(Arc::new(limits));
             state.access.apply(state.served());
             metrics::config_reload(true);
@@ -54,6 +59,31 @@ pub fn reload(state: &SharedState, path: &Path) -> bool {
             );
             false
         }
+    }
+}
+
+/// The most policy changes a reload logs one by one; the rest are counted in one line.
+const MAX_CHANGES_LOGGED: usize = 100;
+
+/// One log line per changed policy (see the module docs), at most [`MAX_CHANGES_LOGGED`].
+fn log_changes(changes: &[PolicyChange]) {
+    for change in changes.iter().take(MAX_CHANGES_LOGGED) {
+        let fingerprint = |f: Option<tollgate::Fingerprint>| f.map(|f| f.to_string()).unwrap_or_default();
+        let (before, after) = (
+            fingerprint(change.fingerprints.0),
+            fingerprint(change.fingerprints.1),
+        );
+        if change.keys == Keys::Fresh && change.before.is_some() {
+            tracing::warn!(policy = %change.name, before, after, "policy changed: {change}");
+        } else {
+            tracing::info!(policy = %change.name, before, after, "policy changed: {change}");
+        }
+    }
+    if let Some(more) = changes.len().checked_sub(MAX_CHANGES_LOGGED).filter(|n| *n > 0) {
+        tracing::info!(
+            more,
+            "{more} more policies changed; `tollgate check-config NEW --against OLD` lists them all"
+        );
     }
 }
 

@@ -51,6 +51,8 @@
 //!   decided under the locks of the shards they touch, taken in order.
 //! - [`clock`]: [`Clock`], with [`SystemClock`] and [`ManualClock`] for tests.
 //! - [`bounds`]: the accepted range of every parameter.
+//! - [`fingerprint`]: [`Fingerprint`], one number for an algorithm's parameters, so a changed
+//!   policy is seen across a reload and a fleet.
 //! - [`error`]: [`PolicyError`] at construction, [`Error`] from store operations.
 //! - [`top_keys`]: [`top_keys::TopKeys`], the most frequent keys of a stream (Space-Saving) in
 //!   memory fixed up front, for "who is being limited" without a count per key.
@@ -72,6 +74,7 @@ pub mod decision;
 pub mod enforcement;
 pub mod engine;
 pub mod error;
+pub mod fingerprint;
 pub mod guide;
 pub mod headers;
 pub mod lease;
@@ -89,6 +92,7 @@ pub use decision::{AttemptsStatus, Charged, Decision, Decisions, PerRule};
 pub use enforcement::Enforcement;
 pub use engine::{Charges, Engine, EngineBuilder, Outcome, RuleVerdict, Verdict};
 pub use error::{Error, PolicyError, StoreErrorKind};
+pub use fingerprint::Fingerprint;
 pub use lease::LeaseOptions;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use overrides::{Override, OverrideStore, OverrideTarget};

@@ -6,8 +6,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tollgate::headers::millis_up;
 use tollgate::overrides::{Override, OverrideTarget};
-use tollgate::{Algorithm, Anchor, Policy};
-use tollgate_config::duration::{format_duration, format_rate};
+use tollgate::{Algorithm, Policy};
+use tollgate_config::changes::Parameter;
 
 /// One override, as stored.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -29,29 +29,19 @@ pub struct OverrideAnswer {
     pub expires_in_ms: Option<u64>,
 }
 
-/// An algorithm's parameters as a config file writes them.
+/// An algorithm's parameters as a config file writes them, counts as numbers.
 pub(crate) fn parameters(algorithm: &Algorithm) -> Value {
-    match algorithm {
-        Algorithm::FixedWindow(p) => json!({
-            "limit": p.limit(),
-            "window": format_duration(p.window()),
-            "anchor": match p.anchor() {
-                Anchor::Epoch => "epoch",
-                Anchor::FirstHit => "first_hit",
-            },
-        }),
-        Algorithm::SlidingLog(p) => json!({"limit": p.limit(), "window": format_duration(p.window())}),
-        Algorithm::SlidingWindow(p) => json!({"limit": p.limit(), "window": format_duration(p.window())}),
-        Algorithm::TokenBucket(p) => json!({"capacity": p.capacity(), "refill": format_rate(p.refill())}),
-        Algorithm::LeakyBucket(p) => json!({"capacity": p.capacity(), "leak": format_rate(p.leak())}),
-        Algorithm::Gcra(p) => json!({"rate": format_rate(p.rate()), "burst": p.burst()}),
-        Algorithm::CalendarQuota(p) => json!({
-            "limit": p.limit(),
-            "period": p.period().as_str(),
-            "time_zone": p.time_zone(),
-            "week_starts": format!("{:?}", p.week_start()).to_lowercase(),
-        }),
-    }
+    let fields = tollgate_config::changes::parameters(algorithm)
+        .into_iter()
+        .map(|(name, value)| {
+            let value = match value {
+                Parameter::Count(n) => json!(n),
+                Parameter::Text(text) => json!(text),
+            };
+            (name.to_owned(), value)
+        })
+        .collect();
+    Value::Object(fields)
 }
 
 pub(crate) fn answer(policy: &Policy, value: &Override) -> OverrideAnswer {

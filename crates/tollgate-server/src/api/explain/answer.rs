@@ -57,6 +57,10 @@ pub struct ExplainedRule {
     /// Its parameters in force (the override's, else the policy's), in the config's fields.
     #[schema(value_type = Option<Object>)]
     pub parameters: Option<serde_json::Value>,
+    /// The fingerprint of the algorithm and parameters in force (16 hexadecimal digits): it
+    /// changes exactly when a config change makes stored state read under other numbers; a
+    /// reload logs it and `tollgate check-config --against` compares it.
+    pub fingerprint: Option<String>,
     /// The budget as it stands, before this request.
     pub state: Option<BudgetState>,
     /// What the check would decide for this rule: `allowed`, `denied`, `shadow_denied`,
@@ -119,6 +123,7 @@ pub(super) fn unexplained(
         r#override: None,
         algorithm: None,
         parameters: None,
+        fingerprint: None,
         state: None,
         decision: "no_match",
         retry_after_ms: None,

@@ -512,6 +512,7 @@ async fn budget<S: Store + OverrideStore>(
     rule.r#override = found.as_ref().map(|o| override_answer(policy, o));
     rule.algorithm = Some(in_force.name());
     rule.parameters = Some(parameters(&in_force));
+    rule.fingerprint = Some(in_force.fingerprint().to_string());
     rule.state = Some(BudgetState {
         limit,
         remaining: standing.remaining,
