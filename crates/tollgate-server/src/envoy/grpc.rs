@@ -36,9 +36,9 @@
 //! `docs/envoy.md` lists them all. In this module:
 //!
 //! - `current_limit` for a window or rate that is not one of upstream's units (tollgate's
-//!   `window: 90s`, or a bucket or GCRA `rate`) is given in the longest unit not longer than the
-//!   window ([`Unit::scaled`](tollgate_config::Unit::scaled)): `100` per `90s` is reported as
-//!   66 per minute. Buckets and GCRA report their refill, leak or emission rate.
+//!   `window: 90s`, or a bucket or GCRA `rate`) is its rate in the shortest unit that admits the
+//!   most a key can hold ([`reported_limit`](tollgate_config::reported_limit)), so
+//!   `limit_remaining` is never above it: `100` per `90s` is reported as 4,000 per hour.
 //! - `duration_until_reset` is rounded up to whole seconds, as upstream reports it.
 //! - The local over-limit cache is not offered; the store answers every request.
 
