@@ -60,10 +60,18 @@ fn explain_tells_how_each_descriptor_matched() {
     assert_eq!(answer["rules"][1]["parameters"]["limit"], 5);
     assert_eq!(answer["rules"][1]["state"]["remaining"], 5);
     // The fingerprint of what decides, and another one once its limit changes.
-    let fingerprint = |answer: &serde_json::Value| answer["rules"][1]["fingerprint"].as_str().map(str::to_owned);
+    let fingerprint =
+        |answer: &serde_json::Value| answer["rules"][1]["fingerprint"].as_str().map(str::to_owned);
     let before = fingerprint(&answer).expect("a fingerprint");
-    assert!(before.len() == 16 && before.bytes().all(|b| b.is_ascii_hexdigit()), "{before}");
-    std::fs::write(&config, CONFIG.replace("requests_per_unit: 5", "requests_per_unit: 6")).unwrap();
+    assert!(
+        before.len() == 16 && before.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{before}"
+    );
+    std::fs::write(
+        &config,
+        CONFIG.replace("requests_per_unit: 5", "requests_per_unit: 6"),
+    )
+    .unwrap();
     let raised = json(&tollgate(&[
         "explain",
         "--config",

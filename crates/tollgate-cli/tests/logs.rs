@@ -89,7 +89,10 @@ async fn a_reload_logs_each_changed_policy_and_warns_when_keys_start_fresh() {
         "{fresh}"
     );
     let (before, after) = (&fresh["fields"]["before"], &fresh["fields"]["after"]);
-    assert!(before.as_str().is_some_and(|f| f.len() == 16) && before != after, "{fresh}");
+    assert!(
+        before.as_str().is_some_and(|f| f.len() == 16) && before != after,
+        "{fresh}"
+    );
     let kept = json_line(&mut child, "policy changed: api");
     assert_eq!(kept["level"], "INFO", "{kept}");
     child.wait_for("config reloaded");

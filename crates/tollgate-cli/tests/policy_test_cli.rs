@@ -227,10 +227,16 @@ fn check_config_against_the_served_config_lists_each_policy_that_changes() {
         "{stdout}"
     );
     let same = tollgate(&["check-config", &new, "--against", &new]);
-    assert!(String::from_utf8_lossy(&same.stdout).contains("no policy changes"), "{same:?}");
+    assert!(
+        String::from_utf8_lossy(&same.stdout).contains("no policy changes"),
+        "{same:?}"
+    );
     // A broken OLD is an error naming it.
     let broken = write("broken.yaml", "policies:\n  x: {algorithm: nope}\n");
     let out = tollgate(&["check-config", &new, "--against", &broken]);
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("broken.yaml"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("broken.yaml"),
+        "{out:?}"
+    );
 }

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Instructions Redis runs per rate limit decision, per algorithm and case, beside the same figure
+# for other limiters on the same redis-server: the figure of merit for what a fleet pays in Redis
+# CPU. redis-server runs under callgrind (Debian package valgrind); for each row the counters are
+# zeroed, the decisions made, and the total divided by their number. Unlike wall time, the count
+# does not move with the machine's load.
+#
+#   ./scripts/redis-instructions.sh
+#   KEYS_PER_CASE=5000 MODE=single ./scripts/redis-instructions.sh
+#   CELL_MODULE=/path/to/libredis_cell.so ./scripts/redis-instructions.sh
+#
+# Rows: every tollgate algorithm for a new key, a key counting within its limit and a denied
+# key (policies of 3 per hour: `benches/decision_instructions.rs`, 64 decisions in flight, so
+# the store batches them as under load; MODE=single for one decision per call);
+# rate-limiter-flexible's RateLimiterRedis (a fixed window, `benches/versus_rate_limiter_flexible/
+# phases.js`; needs node and npm, installed into a temporary directory); a bare `INCR` + `PEXPIRE`
+# per decision (the floor for any counter); and redis-cell's `CL.THROTTLE` (the floor for GCRA, a
+# native module) when CELL_MODULE names its built library. Stops redis-server (by PID) however it
+# exits.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+KEYS_PER_CASE="${KEYS_PER_CASE:-2000}"
+MODE="${MODE:-batched}"
+RLF_VERSION="${RLF_VERSION:-11}"
+IOREDIS_VERSION="${IOREDIS_VERSION:-5}"
+for tool in valgrind callgrind_control redis-server redis-cli cargo; do
+    command -v "$tool" >/dev/null || { echo "redis-instructions: $tool not found" >&2; exit 1; }
+done
+
+work="$(mktemp -d)"
+redis_pid=""
+cleanup() {
+    if [ -n "$redis_pid" ]; then
+        kill -TERM "$redis_pid" 2>/dev/null || true
+        wait "$redis_pid" 2>/dev/null || true
+    fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+    local port
+    for _ in $(seq 1 200); do
+        port=$((20000 + RANDOM % 30000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            echo "$port"
+            return 0
+        fi
+    done
+    echo "redis-instructions: no free port" >&2
+    return 1
+}
+
+echo "building the tollgate side (release)" >&2
+cargo bench -p tollgate-redis --bench decision_instructions --no-run --quiet 2>/dev/null
+driver=$(ls -t target/release/deps/decision_instructions-* | grep -v '\.d$' | head -1)
+
+peer=""
+if command -v node >/dev/null && command -v npm >/dev/null; then
+    echo "installing rate-limiter-flexible@$RLF_VERSION and ioredis@$IOREDIS_VERSION into $work" >&2
+    cp crates/tollgate-redis/benches/versus_rate_limiter_flexible/phases.js "$work/"
+    if (cd "$work" && npm init -y >/dev/null 2>&1 && npm install --no-audit --no-fund --silent \
+        "rate-limiter-flexible@$RLF_VERSION" "ioredis@$IOREDIS_VERSION" >/dev/null); then
+        peer="$work/phases.js"
+    fi
+fi
+
+port=$(free_port)
+module_args=()
+if [ -n "${CELL_MODULE:-}" ]; then
+    module_args=(--loadmodule "$CELL_MODULE")
+fi
+valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" \
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$work" "${module_args[@]}" >"$work/redis.log" 2>&1 &
+redis_pid=$!
+for _ in $(seq 1 600); do
+    redis-cli -p "$port" ping >/dev/null 2>&1 && break
+    kill -0 "$redis_pid" 2>/dev/null || { cat "$work/redis.log" >&2; exit 1; }
+    sleep 0.1
+done
+redis-cli -p "$port" ping >/dev/null
+
+# Instructions of redis-server while `$@` runs, divided by $KEYS_PER_CASE.
+measured() {
+    callgrind_control -z "$redis_pid" >/dev/null 2>&1
+    "$@" >/dev/null
+    callgrind_control -d "$redis_pid" >/dev/null 2>&1
+    local dump total
+    dump=$(ls -t "$work"/callgrind.out* | head -1)
+    total=$(awk '/^(totals|summary):/ { print $2; exit }' "$dump")
+    rm -f "$dump"
+    echo $((total / KEYS_PER_CASE))
+}
+
+# Inline commands for redis-cli --pipe into file $1: $2 rounds over the keys, each key getting
+# every format that follows (each with one %d for the key).
+commands() {
+    local file=$1 rounds=$2
+    shift 2
+    : >"$file"
+    for _ in $(seq 1 "$rounds"); do
+        for key in $(seq 0 $((KEYS_PER_CASE - 1))); do
+            for format in "$@"; do
+                # shellcheck disable=SC2059
+                printf "$format\r\n" "$key"
+            done
+        done
+    done >>"$file"
+}
+pipe() { redis-cli -p "$port" --pipe <"$1" >/dev/null; }
+
+# A row of commands sent with redis-cli --pipe: label, then the formats of one decision.
+pipe_row() {
+    local label=$1 case
+    shift
+    local row=()
+    for case in new counting denied; do
+        local formats=()
+        local format
+        for format in "$@"; do formats+=("${format//@/$case}"); done
+        commands "$work/prepare" "$(before_of "$case")" "${formats[0]}"
+        pipe "$work/prepare"
+        commands "$work/measure" 1 "${formats[@]}"
+        row+=("$(measured pipe "$work/measure")")
+    done
+    printf '%-40s %12s %12s %12s\n' "$label" "${row[@]}"
+}
+
+before_of() { case $1 in new) echo 0 ;; counting) echo 1 ;; denied) echo 3 ;; esac; }
+
+printf '%-40s %12s %12s %12s\n' "instructions per decision ($MODE)" new counting denied
+for algorithm in fixed_window sliding_window sliding_log token_bucket leaky_bucket gcra calendar_quota; do
+    row=()
+    for case in new counting denied; do
+        "$driver" "$port" "$algorithm" "$case" prepare "$KEYS_PER_CASE" "$MODE" >/dev/null
+        row+=("$(measured "$driver" "$port" "$algorithm" "$case" measure "$KEYS_PER_CASE" "$MODE")")
+    done
+    printf '%-40s %12s %12s %12s\n' "tollgate $algorithm" "${row[@]}"
+done
+if [ -n "$peer" ]; then
+    row=()
+    for case in new counting denied; do
+        node "$peer" "$port" "$case" prepare "$KEYS_PER_CASE" >/dev/null
+        row+=("$(measured node "$peer" "$port" "$case" measure "$KEYS_PER_CASE")")
+    done
+    printf '%-40s %12s %12s %12s\n' "rate-limiter-flexible fixed window" "${row[@]}"
+else
+    echo "rate-limiter-flexible: skipped (node and npm with the registry are needed)" >&2
+fi
+pipe_row "INCR (floor, no expiry)" "INCR floor-@-%d"
+pipe_row "INCR + PEXPIRE (floor for a counter)" "INCR both-@-%d" "PEXPIRE both-@-%d 3600000"
+if [ -n "${CELL_MODULE:-}" ]; then
+    pipe_row "redis-cell CL.THROTTLE (GCRA, native)" "CL.THROTTLE cell-@-%d 2 3 3600 1"
+fi
