@@ -392,7 +392,8 @@ impl Connection {
                 let mut builder = ClusterClient::builder(nodes.clone())
                     .connection_timeout(connect_timeout(timeout))
                     // Longer than any store deadline: the store drops the call first, and the
-                    // client never retries (see the module docs).
+                    // client never retries (see the module docs; `tests/at_most_once.rs` fails
+                    // with any other number of retries).
                     .response_timeout(timeout.saturating_mul(20).max(Duration::from_secs(5)))
                     .retries(0);
                 if let Some(certs) = tls {

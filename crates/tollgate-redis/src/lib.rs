@@ -136,9 +136,11 @@
 //! where *admitted* are the calls whose callers were told "allowed" by Redis. A call that timed
 //! out may still run once Redis reads it (a stalled Redis runs what it buffered), so under
 //! `fail_closed` a refused caller may have spent, and under `fail_open` a degraded admission may
-//! be counted once more; never twice. `tests/at_most_once.rs` checks this bound while Redis
-//! pauses for less and more than the deadline under concurrent load, on standalone Redis and a
-//! cluster.
+//! be counted once more; never twice. `tests/at_most_once.rs` checks this bound under concurrent
+//! load while Redis pauses for less and more than the deadline and while it drops the store's
+//! connections mid-call, on standalone Redis and a cluster, and while standalone Redis is killed
+//! and restarted (from its append-only file); and it drops a connection right after Redis ran a
+//! check and before the answer left, where any retry would count the check twice.
 //!
 //! # Replicas and failovers
 //!
