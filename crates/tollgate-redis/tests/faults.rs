@@ -1,8 +1,8 @@
 //! Faults: NOSCRIPT, a killed Redis, a stalled Redis, a resharded cluster. NOSCRIPT and
-//! resharding never reach the caller; an unavailable Redis is a store error that the `Engine`
-//! answers with each policy's failure mode; no call hangs, a call that timed out is never sent
-//! again, and the store recovers by itself. (`failure_modes.rs` runs every class of failure
-//! under every failure mode.)
+//! resharding never reach the caller (and a reshard counts every decision once); an unavailable
+//! Redis is a store error that the `Engine` answers with each policy's failure mode; no call
+//! hangs, a call that timed out is never sent again, and the store recovers by itself.
+//! (`failure_modes.rs` runs every class of failure under every failure mode.)
 
 use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
@@ -234,14 +234,25 @@ async fn a_cluster_reshard_during_a_run_is_invisible() {
         .connect()
         .await
         .unwrap();
-    // A budget no round can spend: a denial here would be the limit, not the reshard.
+    // A counter no round can fill: a denial here would be the limit, not the reshard. Its
+    // window starts at each key's first check, so it cannot end during the run.
+    const LIMIT: u64 = 1_000_000;
     let p = Policy::new(
         "reshard",
-        Algorithm::gcra(Rate::per_second(1).unwrap(), 1_000_000).unwrap(),
+        Algorithm::fixed_window(LIMIT, Duration::from_secs(3600), Anchor::FirstHit).unwrap(),
     )
     .unwrap()
     .with_failure_mode(FailureMode::FailClosed);
     let keys: Vec<String> = (0..200).map(|i| format!("user-{i}")).collect();
+    // The reshard moves the lowest slots: some keys must live there.
+    let moving = keys
+        .iter()
+        .filter(|key| {
+            let name = RedisStore::script_call("tollgate:", &p, key.as_bytes(), 1).0[0].clone();
+            cluster.key_slot(&String::from_utf8(name).unwrap()) < 1000
+        })
+        .count();
+    assert!(moving > 0, "no key lives on the slots that move");
     // Run traffic before, during and after moving 1000 slots.
     let cluster = std::sync::Arc::new(cluster);
     let mover = cluster.clone();
@@ -263,6 +274,19 @@ async fn a_cluster_reshard_during_a_run_is_invisible() {
     }
     assert!(reshard.is_finished(), "the reshard outlasted {rounds} rounds");
     reshard.await.unwrap();
+    // Every key was decided once a round, each decision admitted: Redis counts exactly that, on
+    // the slot's new node as on the old. A call run on both sides of a move, or sent again after
+    // MOVED or ASK when it had run, would show as more; one lost in the move, as less.
+    for key in &keys {
+        // A peek reports what would remain after one more call: one less than now.
+        let d = store.peek(&p, key.as_bytes(), 1).await.unwrap();
+        assert!(d.allowed, "{key}: {d:?}");
+        assert_eq!(
+            LIMIT - d.remaining - 1,
+            rounds,
+            "{key}: counted after {rounds} rounds"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
