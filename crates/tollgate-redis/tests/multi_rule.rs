@@ -118,7 +118,8 @@ async fn rules_tagged_by_key_are_one_call_on_a_cluster_and_others_one_per_slot()
 }
 
 /// Three budgets of 1 and three kinds of request, each needing two of them: any two requests
-/// share a budget, so at most one may pass, however they race.
+/// share a budget, so at most one may pass, however they race. Returns how many passed in the
+/// race; with a request made alone after it, exactly one passes.
 async fn race_where_only_one_fits(store: &RedisStore, cluster: Option<&RedisCluster>, round: u64) -> u64 {
     let budgets: Vec<Policy> = ["race-a", "race-b", "race-c"]
         .iter()
@@ -177,6 +178,16 @@ async fn race_where_only_one_fits(store: &RedisStore, cluster: Option<&RedisClus
         }
     }
     assert_eq!(spent, 2 * passed, "round {round}");
+    // So one request fits, in the race or after it: a request alone afterwards passes exactly
+    // when none passed in the race.
+    let rules = [Rule::new(&budgets[0], "k", 1), Rule::new(&budgets[1], "k", 1)];
+    let decisions = store.decide(&rules, true).await.expect("decide");
+    let alone = u64::from(decisions.as_slice().iter().all(|d| d.allowed));
+    assert_eq!(
+        passed + alone,
+        1,
+        "round {round}: {passed} passed in the race, {alone} alone after it"
+    );
     passed
 }
 
@@ -196,8 +207,11 @@ async fn racing_requests_where_only_one_fits_never_both_pass_on_a_cluster() {
     let cluster = RedisCluster::start();
     let clock = ManualClock::new(T0_US);
     let store = exact_store(Target::Cluster(cluster.urls()), &clock).await;
+    // Each request reserves on both its slots at once and gives back when either denies, so
+    // requests that reserve crosswise (one holds a, another b, a third c) deny one another and
+    // all give back: a round may pass none (as the crate docs allow, a request can be denied by
+    // the reservation of one that was itself denied), never two, and never loses the budget.
     for round in 0..20 {
-        // Reservations may deny every request of a round; never two.
         race_where_only_one_fits(&store, Some(&cluster), round).await;
     }
 }
