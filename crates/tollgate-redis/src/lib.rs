@@ -35,11 +35,12 @@
 //! on one slot, so a request limited by several of them stays one call on a cluster.
 //!
 //! Otherwise the store makes one call per slot, all at once, each deciding its own rules all or
-//! nothing and keeping what it spent (a *reservation*). If any slot denies, the slots that spent
-//! run a refund script that gives back exactly their spend. What that guarantees:
+//! nothing and keeping what it spent (a *reservation*). If any slot denies or fails, the slots
+//! that spent run a refund script that gives back exactly their spend. What that guarantees:
 //!
 //! - A request passes only if every slot admitted it at once: two requests that only fit one at a
-//!   time never both pass.
+//!   time never both pass. Both may be denied, each by the other's reservation on one slot; then
+//!   both give back, and the next request fits.
 //! - Fixed and sliding windows and sliding logs: a denied request leaves them as they were. The
 //!   refund takes the cost back out of the very window (or log entry, by its time) the reserve
 //!   counted it in; if that window or entry has since expired, the spend expired with it.
@@ -50,9 +51,13 @@
 //! - The denied request reports what a peek says of each rule after the refund, as
 //!   [`Store::decide`](tollgate::Store::decide) asks.
 //! - A slot whose call fails may or may not have spent; it is never retried nor refunded (a
-//!   decision is applied at most once), and the error goes to the caller. A refund that fails
-//!   leaves its reservation spent until the state expires (counted in
-//!   [`StoreStats::refund_failures`]).
+//!   decision is applied at most once), and the error goes to the caller; the slots that spent
+//!   are refunded. A refund that fails (counted in [`StoreStats::refund_failures`]) is never
+//!   sent again either: one that timed out may still run once when its node reads it, otherwise
+//!   its reservation stays spent until the state expires. So a request costs at most its own
+//!   cost on each rule, even when it was denied or failed, and a refund waits no longer than any
+//!   call: the store's deadline.
+//!   `tests/multi_rule.rs` kills and freezes masters between a reservation and its refund.
 //!
 //! # Hot-key leases
 //!

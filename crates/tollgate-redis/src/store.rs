@@ -309,7 +309,8 @@ pub struct StoreStats {
     /// Refund calls: a request whose rules span cluster slots was denied by one slot after
     /// another had reserved its budget.
     pub refunds: u64,
-    /// Refund calls that failed: their reservation stays spent until it expires.
+    /// Refund calls that failed, never sent again: their reservation stays spent until it
+    /// expires, unless the call timed out and its node still ran it.
     pub refund_failures: u64,
     /// Resets whose message to the other instances' deny caches could not be sent.
     pub reset_publish_failures: u64,
@@ -563,10 +564,10 @@ impl RedisStore {
         self.reserve_then_refund(rules, &keys, &groups, &now).await
     }
 
-    /// Each slot decides its rules all or nothing and keeps what it spent; if any slot denied,
-    /// the slots that spent give it back. A slot whose call failed may have spent: that cannot
-    /// be told apart from one that did not, so it is not refunded (the error goes to the
-    /// caller, whose failure mode decides).
+    /// Each slot decides its rules all or nothing and keeps what it spent; if any slot denied
+    /// or failed, the slots that spent give it back. A slot whose call failed may have spent:
+    /// that cannot be told apart from one that did not, so it is not refunded (the error goes
+    /// to the caller, whose failure mode decides).
     async fn reserve_then_refund(
         &self,
         rules: &[Rule<'_>],

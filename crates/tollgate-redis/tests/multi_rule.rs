@@ -1,7 +1,8 @@
 //! Requests of several rules: one script call on standalone Redis (and on a cluster when the
 //! rules share a slot), never two racing requests through where only one fits, and on a cluster
 //! across slots, reserve-then-refund that leaves a denied request's counters and logs exactly as
-//! they were and buckets within their bound.
+//! they were and buckets within their bound, also when a master dies or freezes between a
+//! reservation and its refund.
 
 mod common;
 
@@ -10,7 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::exact_store;
-use tollgate::{Algorithm, Anchor, HashTag, ManualClock, Policy, Rate, Rule, Store};
+use tollgate::{
+    Algorithm, Anchor, Engine, FailureMode, HashTag, ManualClock, Outcome, Policy, Rate, Rule, Store,
+};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::vectors::T0_US;
 use tollgate_testkit::{RedisCluster, RedisServer};
@@ -218,7 +221,11 @@ async fn racing_requests_where_only_one_fits_never_both_pass_on_a_cluster() {
 
 /// Every field of `key`'s state hash and every entry of its log, read on the cluster.
 fn raw_state(cluster: &RedisCluster, policy: &Policy, key: &str) -> Vec<String> {
-    let node = &cluster.nodes()[0];
+    raw_state_on(&cluster.nodes()[0], policy, key)
+}
+
+/// [`raw_state`], asked of `node` (which follows redirections to the key's master).
+fn raw_state_on(node: &RedisServer, policy: &Policy, key: &str) -> Vec<String> {
     names(policy, key)
         .iter()
         .map(|name| match name.ends_with(":log") {
@@ -449,4 +456,169 @@ async fn questions_across_cluster_slots_are_decided_but_never_spent_as_on_memory
     let clock = ManualClock::new(T0_US);
     let redis = exact_store(Target::Cluster(cluster.urls()), &clock).await;
     questions_match_memory(&redis, &clock).await;
+}
+
+/// A request of two rules on two masters of a cluster: a counter (fixed window of 5, cost 2) on
+/// the master at index `first`, and a log of 1 on the master at index `second`.
+struct TwoMasters {
+    cluster: RedisCluster,
+    counter: Policy,
+    log: Policy,
+    first: usize,
+    second: usize,
+}
+
+const KEY: &str = "acct-3";
+
+impl TwoMasters {
+    fn start() -> Self {
+        let cluster = RedisCluster::start();
+        let index_of = |policy: &Policy| {
+            let owner = cluster.slot_owner(cluster.key_slot(&names(policy, KEY)[0]));
+            cluster
+                .ports()
+                .iter()
+                .position(|&port| port == owner)
+                .expect("a node")
+        };
+        let counter = policy("aon-counter", Algorithm::fixed_window(5, HOUR, Anchor::Epoch))
+            .with_failure_mode(FailureMode::FailClosed);
+        let first = index_of(&counter);
+        // Bounded: a name lands on one of three masters, so a few tries find another one.
+        let (log, second) = (0..100)
+            .map(|i| policy(&format!("aon-log-{i}"), Algorithm::sliding_log(1, HOUR)))
+            .map(|log| log.with_failure_mode(FailureMode::FailClosed))
+            .map(|log| {
+                let at = index_of(&log);
+                (log, at)
+            })
+            .find(|&(_, at)| at != first)
+            .expect("a log on another master");
+        TwoMasters {
+            cluster,
+            counter,
+            log,
+            first,
+            second,
+        }
+    }
+
+    fn counter_state(&self) -> Vec<String> {
+        raw_state_on(&self.cluster.nodes()[self.first], &self.counter, KEY)
+    }
+
+    /// Waits until the counter's master holds a state other than `before`: the request's
+    /// reservation, made while the other master is frozen.
+    async fn wait_for_reservation(&self, before: &[String]) {
+        for _ in 0..500 {
+            if self.counter_state() != before {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the counter's master never saw the reservation");
+    }
+}
+
+/// The second slot's master dies after the first slot reserved and before it could be refunded:
+/// the request fails (its failure mode answers: closed, so refused), and the first slot, whose
+/// master answers, gets its reservation back exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_slot_request_whose_other_master_dies_fails_and_gives_its_reservation_back() {
+    let mut two = TwoMasters::start();
+    let clock = ManualClock::new(T0_US);
+    let store = exact_store(Target::Cluster(two.cluster.urls()), &clock).await;
+    let engine = Arc::new(Engine::new(store.clone()));
+    assert!(
+        store
+            .check(&two.counter, KEY.as_bytes(), 1)
+            .await
+            .expect("check")
+            .allowed
+    );
+    let before = two.counter_state();
+    let stats = store.stats();
+
+    two.cluster.nodes()[two.second].freeze();
+    let request = tokio::spawn({
+        let (engine, counter, log) = (engine.clone(), two.counter.clone(), two.log.clone());
+        async move {
+            let rules = [Rule::new(&counter, KEY, 2), Rule::new(&log, KEY, 1)];
+            engine.check_all(&rules).await.expect("valid rules")
+        }
+    });
+    two.wait_for_reservation(&before).await;
+    // A frozen process dies of SIGKILL too: the call waiting for it fails at once.
+    two.cluster.nodes_mut()[two.second].kill();
+    let verdict = request.await.expect("request");
+
+    assert!(
+        !verdict.allowed() && verdict.outcome() == Outcome::Error,
+        "{verdict:?}"
+    );
+    assert_eq!(
+        verdict.store_error().and_then(|e| e.class()),
+        Some("connection"),
+        "{verdict:?}"
+    );
+    assert_eq!(two.counter_state(), before, "the reservation was not given back");
+    assert_eq!(store.stats().refunds - stats.refunds, 1);
+    assert_eq!(store.stats().refund_failures, stats.refund_failures);
+}
+
+/// The second slot denies, and the first slot's master freezes between its reservation and the
+/// refund: the request is denied all the same, the refund fails at the store's deadline and is
+/// counted, and it is never sent again. What Redis read before the deadline runs once the master
+/// thaws: the reservation comes back exactly once (twice would take the earlier spend with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_that_cannot_be_made_is_counted_and_the_request_stays_denied() {
+    let two = TwoMasters::start();
+    let clock = ManualClock::new(T0_US);
+    let store = exact_store(Target::Cluster(two.cluster.urls()), &clock).await;
+    let engine = Arc::new(Engine::new(store.clone()));
+    assert!(
+        store
+            .check(&two.counter, KEY.as_bytes(), 1)
+            .await
+            .expect("check")
+            .allowed
+    );
+    // The log is full: its slot denies.
+    assert!(
+        store
+            .check(&two.log, KEY.as_bytes(), 1)
+            .await
+            .expect("check")
+            .allowed
+    );
+    let before = two.counter_state();
+    let stats = store.stats();
+
+    let (first, second) = (&two.cluster.nodes()[two.first], &two.cluster.nodes()[two.second]);
+    second.freeze();
+    let request = tokio::spawn({
+        let (engine, counter, log) = (engine.clone(), two.counter.clone(), two.log.clone());
+        async move {
+            let rules = [Rule::new(&counter, KEY, 2), Rule::new(&log, KEY, 1)];
+            engine.check_all(&rules).await.expect("valid rules")
+        }
+    });
+    two.wait_for_reservation(&before).await;
+    first.freeze();
+    second.thaw();
+    let verdict = request.await.expect("request");
+    first.thaw();
+
+    assert!(
+        !verdict.allowed() && verdict.outcome() == Outcome::Denied,
+        "{verdict:?}"
+    );
+    assert_eq!(store.stats().refunds - stats.refunds, 1);
+    assert_eq!(store.stats().refund_failures - stats.refund_failures, 1);
+    // The late refund ran before this read: the master reads its sockets in the order data came.
+    assert_eq!(
+        two.counter_state(),
+        before,
+        "the reservation came back other than once"
+    );
 }
