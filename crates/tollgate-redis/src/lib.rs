@@ -52,7 +52,8 @@
 //!   [`Store::decide`](tollgate::Store::decide) asks.
 //! - A slot whose call fails may or may not have spent; it is never retried nor refunded (a
 //!   decision is applied at most once), and the error goes to the caller; the slots that spent
-//!   are refunded. A refund that fails (counted in [`StoreStats::refund_failures`]) is never
+//!   are refunded. A refund that fails (counted in [`StoreStats::refund_failures`] and
+//!   `tollgate_store_refund_failures_total`, logged at most once a second) is never
 //!   sent again either: one that timed out may still run once when its node reads it, otherwise
 //!   its reservation stays spent until the state expires. So a request costs at most its own
 //!   cost on each rule, even when it was denied or failed, and a refund waits no longer than any

@@ -331,6 +331,32 @@ pub struct StoreStats {
 struct Counters {
     refunds: AtomicU64,
     refund_failures: AtomicU64,
+    /// When a refund failure was last logged, in seconds since the Unix epoch.
+    refund_failure_logged_s: AtomicU64,
+}
+
+impl Counters {
+    /// Counts a refund that failed and logs it, at most once a second (with the running total),
+    /// so a node that fails many refunds is seen without a line per request.
+    fn refund_failed(&self, err: &tollgate::Error) {
+        let total = self.refund_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        let now_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let last = self.refund_failure_logged_s.load(Ordering::Relaxed);
+        if now_s > last
+            && self
+                .refund_failure_logged_s
+                .compare_exchange(last, now_s, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                error = %err,
+                refund_failures = total,
+                "a refund of a cross-slot reservation failed and is not sent again: the reservation stays spent until its state expires, unless its node still runs the call"
+            );
+        }
+    }
 }
 
 fn bump(counter: &AtomicU64) {
@@ -621,7 +647,7 @@ impl RedisStore {
                         outcomes[i] = outcome;
                     }
                 }
-                Err(_) => bump(&self.inner.stats.refund_failures),
+                Err(err) => self.inner.stats.refund_failed(&err),
             }
         }
         match failure {

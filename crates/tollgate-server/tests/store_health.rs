@@ -169,6 +169,10 @@ async fn lost_state_and_unacknowledged_admissions_show_in_metrics() {
         0.0,
         "{metrics}"
     );
+    assert!(
+        metrics.contains("tollgate_store_refund_failures_total 0"),
+        "refund failures are exposed from the start: {metrics}"
+    );
 
     // Redis forgets everything (as a restart without persistence would): the next decision
     // notices.

@@ -54,6 +54,9 @@ pub(crate) async fn render_metrics(State(state): State<SharedState>, headers: He
     if let Some(lost) = state.store.state_lost() {
         metrics::store_state_lost(lost);
     }
+    if let Some(failures) = state.store.refund_failures() {
+        metrics::store_refund_failures(failures);
+    }
     let mut text = metrics::install().render();
     if super::auth::authorize_admin(&state, &headers).is_ok() {
         metrics::render_top_offenders(&mut text);

@@ -289,6 +289,13 @@ pub(crate) fn store_state_lost(lost: u64) {
     metrics::counter!("tollgate_store_state_lost_total").absolute(lost);
 }
 
+/// The store's refunds of cross-slot reservations that failed (see
+/// `tollgate_redis::StoreStats::refund_failures`): `tollgate_store_refund_failures_total`, the
+/// store's own running count.
+pub(crate) fn store_refund_failures(failures: u64) {
+    metrics::counter!("tollgate_store_refund_failures_total").absolute(failures);
+}
+
 /// What the proxy's routes decided so far (the layers' running counts, which survive reloads):
 /// `tollgate_proxy_requests_total{outcome}` with `allowed`, `denied`, `failed_closed` (a store
 /// failure met `fail_closed`: 503), `rejected_key` (no usable key: 400) and `blocked` (a deny

@@ -189,6 +189,15 @@ impl AnyStore {
         }
     }
 
+    /// Refunds of cross-slot reservations that failed (see
+    /// `tollgate_redis::StoreStats::refund_failures`); `None` for memory, which reserves nothing.
+    pub fn refund_failures(&self) -> Option<u64> {
+        match self {
+            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => None,
+            AnyStore::Redis(store) => Some(store.stats().refund_failures),
+        }
+    }
+
     /// How many times the store found its state older than it had seen it (see
     /// `tollgate_redis::StoreStats::state_lost`); `None` for memory, which cannot lose it.
     pub fn state_lost(&self) -> Option<u64> {
