@@ -230,7 +230,7 @@ impl Limits {
     /// assert_eq!(changes[0].keys, Keys::Fresh);
     /// assert_eq!(
     ///     changes[0].to_string(),
-    ///     "api: fixed_window limit: 5, window: 1m, anchor: epoch -> gcra rate: 5/m, burst: 5; its keys start with a whole budget"
+    ///     "api: fixed_window limit: 5, window: 1m, anchor: epoch -> gcra rate: 5/1m, burst: 5; its keys start with a whole budget"
     /// );
     /// assert!(new.changes_from(&new).is_empty());
     /// # Ok::<(), tollgate_config::ConfigError>(())
