@@ -7,13 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "valgrind not found (apt-get install valgrind)" >&2; exit 1; }
 cargo bench -p tollgate-redis --bench charge_vs_check --no-run --quiet
-bench=$(ls -t target/release/deps/charge_vs_check-* | grep -v '\.d$' | head -1)
+bench=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/deps/charge_vs_check-* | grep -v '\.d$' | head -1)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # 5 rounds of 200 000 operations per loop (the bench's ROUNDS x MEMORY_OPS).
 ops=$((5 * 200000))
 printf '%-16s %14s %14s %16s\n' algorithm "check instr" "charge instr" "charge / check"
-for algorithm in fixed_window sliding_window token_bucket leaky_bucket gcra; do
+for algorithm in fixed_window sliding_window token_bucket leaky_bucket gcra sliding_log calendar_quota; do
     valgrind --tool=callgrind --callgrind-out-file="$out/$algorithm" "$bench" memory "$algorithm" >/dev/null 2>&1
     inclusive() {
         callgrind_annotate --inclusive=yes "$out/$algorithm" 2>/dev/null \

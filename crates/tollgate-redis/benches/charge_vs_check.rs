@@ -18,6 +18,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tollgate::algorithm::calendar_quota::Period;
 use tollgate::{Algorithm, Anchor, MemoryStore, Policy, Rate, Rule, Store};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::RedisServer;
@@ -37,6 +38,9 @@ fn policies() -> Vec<Policy> {
         Algorithm::token_bucket(1_000_000, rate),
         Algorithm::leaky_bucket(1_000_000, rate),
         Algorithm::gcra(rate, 1_000_000),
+        // The longest log a limit allows: no key comes near it in a run.
+        Algorithm::sliding_log(100_000, minute),
+        Algorithm::calendar_quota(1_000_000_000, Period::Day, "UTC"),
     ]
     .into_iter()
     .map(|algorithm| {
