@@ -33,7 +33,7 @@ use jiff::civil::Date;
 pub use jiff::civil::Weekday;
 use jiff::tz::TimeZone;
 
-use super::StepDecision;
+use super::{StepCharge, StepDecision};
 use super::fixed_window::State;
 use crate::{PolicyError, bounds};
 
@@ -311,14 +311,22 @@ impl CalendarQuota {
             Some(s) if s.count > 0 && s.window_start_us == start_us => s.count,
             _ => 0,
         };
-        let allowed = count.saturating_add(cost) <= self.limit;
-        let count = if allowed { count + cost } else { count };
-        if allowed && commit {
+        let outcome = self.answer(count, end_us, now_us, cost);
+        if outcome.allowed && commit {
             *state = Some(State {
                 window_start_us: start_us,
-                count,
+                count: count + cost,
             });
         }
+        outcome
+    }
+
+    /// The answer to a request of `cost` at `now_us` with `count` spent in the period ending at
+    /// `end_us`.
+    #[inline(always)]
+    fn answer(&self, count: u64, end_us: u64, now_us: u64, cost: u64) -> StepDecision {
+        let allowed = count.saturating_add(cost) <= self.limit;
+        let count = if allowed { count + cost } else { count };
         StepDecision {
             allowed,
             remaining: self.limit.saturating_sub(count),
@@ -360,34 +368,39 @@ impl CalendarQuota {
     ///
     /// let daily = CalendarQuota::new(2, Period::Day, "UTC")?;
     /// let mut state = None;
-    /// assert_eq!(daily.charge(&mut state, 5, 3), 1);
+    /// let charged = daily.charge(&mut state, 5, 3);
+    /// assert_eq!(charged.debt, 1);
+    /// assert!(!charged.decision.allowed);
     /// assert!(!daily.step(&mut state, 6, 1, false).allowed);
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
-    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> u64 {
+    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> StepCharge {
         let period = self.period_at(now_us);
         self.charge_in(state, period, now_us, cost)
     }
 
     /// Records `cost` in the period `[start, end)` whatever is left (see the module's *Debt*),
-    /// and returns the debt: how far the count is past the limit.
+    /// and returns the debt (how far the count is past the limit) with the answer a request of
+    /// cost 1 would get right after, in the same period.
     ///
     /// ```
     /// use tollgate::algorithm::calendar_quota::{CalendarQuota, Period};
     ///
     /// let quota = CalendarQuota::new(3, Period::Day, "UTC")?;
     /// let mut state = None;
-    /// assert_eq!(quota.charge_in(&mut state, (0, 100), 40, 5), 2);
+    /// let charged = quota.charge_in(&mut state, (0, 100), 40, 5);
+    /// assert_eq!((charged.debt, charged.decision.retry_after_us), (2, Some(60)));
     /// assert_eq!(quota.step_in(&mut state, (0, 100), 50, 1, false).retry_after_us, Some(50));
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
+    #[inline]
     pub fn charge_in(
         &self,
         state: &mut Option<State>,
-        (start_us, _end_us): (u64, u64),
-        _now_us: u64,
+        (start_us, end_us): (u64, u64),
+        now_us: u64,
         cost: u64,
-    ) -> u64 {
+    ) -> StepCharge {
         let count = match state {
             Some(s) if s.count > 0 && s.window_start_us == start_us => s.count,
             _ => 0,
@@ -397,7 +410,10 @@ impl CalendarQuota {
             window_start_us: start_us,
             count,
         });
-        count.saturating_sub(self.limit)
+        StepCharge {
+            decision: self.answer(count, end_us, now_us, 1),
+            debt: count.saturating_sub(self.limit),
+        }
     }
 
     /// The first day of the period holding `date`.

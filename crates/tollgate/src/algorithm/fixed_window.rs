@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use super::StepDecision;
+use super::{StepCharge, StepDecision};
 use crate::{Anchor, PolicyError, bounds};
 
 /// Parameters: `limit` requests per `window`, windows anchored per [`Anchor`].
@@ -137,21 +137,28 @@ impl FixedWindow {
     /// ```
     #[inline]
     pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> StepDecision {
-        let w = self.window_us;
         let current = self.current_window(state.as_ref(), now_us);
-        let window_end = current.window_start_us + w;
+        let outcome = self.answer(&current, now_us, cost);
+        if outcome.allowed && commit {
+            *state = Some(State {
+                count: current.count + cost,
+                ..current
+            });
+        }
+        outcome
+    }
+
+    /// The answer to a request of `cost` at `now_us` in the window `current` (see
+    /// `current_window`).
+    #[inline(always)]
+    fn answer(&self, current: &State, now_us: u64, cost: u64) -> StepDecision {
+        let window_end = current.window_start_us + self.window_us;
         let allowed = current.count.saturating_add(cost) <= self.limit;
         let count = if allowed {
             current.count + cost
         } else {
             current.count
         };
-        if allowed && commit {
-            *state = Some(State {
-                window_start_us: current.window_start_us,
-                count,
-            });
-        }
         StepDecision {
             allowed,
             remaining: self.limit.saturating_sub(count),
@@ -191,7 +198,8 @@ impl FixedWindow {
     }
 
     /// Records `cost` in the current window whatever is left (see the module's *Debt*), and
-    /// returns the debt: how far the count is past the limit, 0 when it is not.
+    /// returns the debt (how far the count is past the limit, 0 when it is not) with the answer
+    /// a request of cost 1 would get right after.
     ///
     /// ```
     /// use std::time::Duration;
@@ -200,19 +208,25 @@ impl FixedWindow {
     ///
     /// let params = FixedWindow::new(2, Duration::from_secs(1), Anchor::Epoch)?;
     /// let mut state = None;
-    /// assert_eq!(params.charge(&mut state, 0, 5), 3);
+    /// let charged = params.charge(&mut state, 0, 5);
+    /// assert_eq!((charged.debt, charged.decision.retry_after_us), (3, Some(1_000_000)));
     /// assert_eq!(params.step(&mut state, 400_000, 1, false).retry_after_us, Some(600_000));
     /// assert!(params.step(&mut state, 1_000_000, 2, false).allowed); // the window's end clears it
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
-    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> u64 {
+    #[inline]
+    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> StepCharge {
         let current = self.current_window(state.as_ref(), now_us);
-        let count = current.count.saturating_add(cost).min(bounds::MAX_COUNT);
-        *state = Some(State {
-            window_start_us: current.window_start_us,
-            count,
-        });
-        count.saturating_sub(self.limit)
+        // Still the window `now_us` falls in, so the answer comes from it as a step's would.
+        let written = State {
+            count: current.count.saturating_add(cost).min(bounds::MAX_COUNT),
+            ..current
+        };
+        *state = Some(written);
+        StepCharge {
+            decision: self.answer(&written, now_us, 1),
+            debt: written.count.saturating_sub(self.limit),
+        }
     }
 
     /// The window `now_us` falls in, with the count carried over when it is the stored one.

@@ -29,7 +29,7 @@
 //! frees any spent burst. The TAT stops at `now + tolerance +`
 //! [`MAX_DEBT_PERIOD`](crate::bounds::MAX_DEBT_PERIOD).
 
-use super::StepDecision;
+use super::{StepCharge, StepDecision};
 use crate::{PolicyError, Rate, bounds};
 
 /// Parameters: `rate` on average, up to `burst` requests at once.
@@ -121,29 +121,39 @@ impl Gcra {
     /// ```
     #[inline(always)]
     pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> StepDecision {
+        let tat = state.map_or(now_us, |s| s.tat_us.max(now_us));
+        let (outcome, tat) = self.answer(tat, now_us, cost);
+        if outcome.allowed && commit {
+            *state = Some(State { tat_us: tat });
+        }
+        outcome
+    }
+
+    /// The answer to a request of `cost` at `now_us` on a TAT no earlier than now, and the TAT
+    /// it leaves when admitted (the TAT as it was when denied).
+    #[inline(always)]
+    fn answer(&self, tat: u64, now_us: u64, cost: u64) -> (StepDecision, u64) {
         let interval = self.rate.interval_us();
         let tolerance = self.tolerance_us();
-        let tat = state.map_or(now_us, |s| s.tat_us.max(now_us));
         let pushed = tat.saturating_add(cost.saturating_mul(interval));
         let allowed = pushed - now_us <= tolerance;
         let tat = if allowed { pushed } else { tat };
-        if allowed && commit {
-            *state = Some(State { tat_us: tat });
-        }
         let ahead = tat - now_us;
         // Less than one interval of slack is no request left: the common case of a denial, and
         // no division needed for it.
         let slack = tolerance.saturating_sub(ahead);
-        StepDecision {
+        let outcome = StepDecision {
             allowed,
             remaining: if slack < interval { 0 } else { slack / interval },
             reset_after_us: ahead,
             retry_after_us: (!allowed).then(|| pushed - now_us - tolerance),
-        }
+        };
+        (outcome, tat)
     }
 
-    /// Records `cost` requests whatever is left (see the module's *Debt*) and returns the debt:
-    /// the requests owed beyond the burst, 0 when none.
+    /// Records `cost` requests whatever is left (see the module's *Debt*) and returns the debt
+    /// (the requests owed beyond the burst, 0 when none) with the answer a request of cost 1
+    /// would get right after.
     ///
     /// ```
     /// use tollgate::Rate;
@@ -151,19 +161,26 @@ impl Gcra {
     ///
     /// let params = Gcra::new(Rate::per_second(10)?, 5)?;
     /// let mut state = None;
-    /// assert_eq!(params.charge(&mut state, 0, 7), 2);
+    /// let charged = params.charge(&mut state, 0, 7);
+    /// assert_eq!(charged.debt, 2);
     /// // Two intervals to pay the debt, one more for a request of cost 1.
-    /// assert_eq!(params.step(&mut state, 0, 1, false).retry_after_us, Some(300_000));
+    /// assert_eq!(charged.decision.retry_after_us, Some(300_000));
+    /// assert_eq!(charged.decision, params.step(&mut state, 0, 1, false));
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
-    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> u64 {
+    #[inline]
+    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> StepCharge {
         let interval = self.rate.interval_us();
         let tolerance = self.tolerance_us();
         let tat = state.map_or(now_us, |s| s.tat_us.max(now_us));
         let latest = (now_us + tolerance + bounds::MAX_DEBT_US).max(tat);
         let tat = tat.saturating_add(cost.saturating_mul(interval)).min(latest);
         *state = Some(State { tat_us: tat });
-        (tat - now_us).saturating_sub(tolerance).div_ceil(interval)
+        let owed_us = (tat - now_us).saturating_sub(tolerance);
+        StepCharge {
+            decision: self.answer(tat, now_us, 1).0,
+            debt: if owed_us == 0 { 0 } else { owed_us.div_ceil(interval) },
+        }
     }
 
     /// Gives back `cost` requests: the TAT moves back by `cost` intervals (a TAT in the past is a

@@ -11,7 +11,7 @@
 //! leaked. The level stops at `capacity +` what leaks in
 //! [`MAX_DEBT_PERIOD`](crate::bounds::MAX_DEBT_PERIOD).
 
-use super::StepDecision;
+use super::{StepCharge, StepDecision};
 use crate::{PolicyError, Rate, bounds};
 
 /// Parameters: a bucket of `capacity` units draining at `leak`.
@@ -98,13 +98,23 @@ impl LeakyBucket {
     /// ```
     #[inline]
     pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> StepDecision {
-        let interval = self.leak.interval_us();
         let s = self.drained(state.as_ref(), now_us);
+        let outcome = self.answer(&s, now_us, cost);
+        if outcome.allowed && commit {
+            *state = Some(State {
+                level: s.level + cost,
+                ..s
+            });
+        }
+        outcome
+    }
+
+    /// The answer to a request of `cost` at `now_us` on a bucket as of now (see `drained`).
+    #[inline(always)]
+    fn answer(&self, s: &State, now_us: u64, cost: u64) -> StepDecision {
+        let interval = self.leak.interval_us();
         let allowed = s.level.saturating_add(cost) <= self.capacity;
         let level = if allowed { s.level + cost } else { s.level };
-        if allowed && commit {
-            *state = Some(State { level, ..s });
-        }
         // Time until `n` more units have drained.
         let drain = |n: u64| {
             s.leaked_at_us
@@ -138,8 +148,9 @@ impl LeakyBucket {
         }
     }
 
-    /// Pours `cost` units whatever room is left (see the module's *Debt*) and returns the debt:
-    /// the units above the capacity, 0 when none.
+    /// Pours `cost` units whatever room is left (see the module's *Debt*) and returns the debt
+    /// (the units above the capacity, 0 when none) with the answer a request of cost 1 would
+    /// get right after.
     ///
     /// ```
     /// use tollgate::Rate;
@@ -147,17 +158,27 @@ impl LeakyBucket {
     ///
     /// let params = LeakyBucket::new(3, Rate::per_second(1)?)?;
     /// let mut state = None;
-    /// assert_eq!(params.charge(&mut state, 0, 5), 2);
+    /// let charged = params.charge(&mut state, 0, 5);
+    /// assert_eq!((charged.debt, charged.decision.retry_after_us), (2, Some(3_000_000)));
     /// assert_eq!(params.step(&mut state, 0, 1, false).retry_after_us, Some(3_000_000));
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
-    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> u64 {
+    #[inline]
+    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> StepCharge {
         let interval = self.leak.interval_us();
         let s = self.drained(state.as_ref(), now_us);
         let most = (self.capacity + bounds::MAX_DEBT_US / interval).max(s.level);
-        let level = s.level.saturating_add(cost).min(most);
-        *state = Some(State { level, ..s });
-        level.saturating_sub(self.capacity)
+        // Its drain clock is within an interval of now, so the answer comes from the bucket
+        // written as a step's would.
+        let written = State {
+            level: s.level.saturating_add(cost).min(most),
+            ..s
+        };
+        *state = Some(written);
+        StepCharge {
+            decision: self.answer(&written, now_us, 1),
+            debt: written.level.saturating_sub(self.capacity),
+        }
     }
 
     /// Takes up to `cost` units back out of the bucket, never below empty.

@@ -161,9 +161,26 @@ impl KeyState {
 /// ```
 #[inline]
 pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, commit: bool) -> StepDecision {
+    // A blocked key's step only answers: nothing is spent while the block holds.
+    let spends = commit && state.blocked_until_us() <= now_us;
+    let outcome = step(policy.algorithm(), &mut state.algorithm, now_us, cost, spends);
+    penalize(policy, state, now_us, outcome, commit)
+}
+
+/// The penalty on the algorithm's answer `outcome` (see [`decide`]): a blocked key is denied
+/// until the block ends; a denial under a penalty reports the block it starts, and with
+/// `commit` starts it. Shared by [`decide`] and [`charge`], whose answer is the one a peek would
+/// give.
+#[inline(always)]
+fn penalize(
+    policy: &Policy,
+    state: &mut KeyState,
+    now_us: u64,
+    mut outcome: StepDecision,
+    commit: bool,
+) -> StepDecision {
     if state.blocked_until_us() > now_us {
         let blocked_for = state.blocked_until_us() - now_us;
-        let outcome = step(policy.algorithm(), &mut state.algorithm, now_us, cost, false);
         return StepDecision {
             allowed: false,
             remaining: 0,
@@ -171,7 +188,6 @@ pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, com
             retry_after_us: Some(outcome.retry_after_us.unwrap_or(0).max(blocked_for)),
         };
     }
-    let mut outcome = step(policy.algorithm(), &mut state.algorithm, now_us, cost, commit);
     let remembered = remembered_offenses(policy, state, now_us);
     match (outcome.allowed, policy.penalty()) {
         (false, Some(penalty)) => {
@@ -291,9 +307,12 @@ pub fn refund(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64) {
 }
 
 /// What a charge did: the answer a check of cost 1 would get right after it, and the debt.
+///
+/// Each algorithm's `charge` returns one with its own answer, computed from the state it wrote;
+/// [`charge`] adds the penalty to it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepCharge {
-    /// What a check of cost 1 would get now (a peek, penalty included).
+    /// What a check of cost 1 would get now (a peek; from [`charge`], penalty included).
     pub decision: StepDecision,
     /// Units owed beyond the budget, 0 when none; see each algorithm's *Debt*.
     pub debt: u64,
@@ -305,7 +324,8 @@ pub struct StepCharge {
 /// algorithm's module docs give its formula). Until then a check is refused with the exact
 /// `retry_after`. A charge starts no penalty and lifts none; a key blocked by one stays
 /// blocked. A state of another algorithm counts as empty. The answer is what a check of cost 1
-/// would get right after the charge (as [`refund`] answers), with the debt.
+/// would get right after the charge (what [`decide`] would answer for a peek), with the debt:
+/// the algorithm computes it from the state it wrote, in the same pass.
 ///
 /// ```
 /// use std::time::Duration;
@@ -317,6 +337,7 @@ pub struct StepCharge {
 /// let charged = charge(&policy, &mut state, 0, 130);
 /// assert_eq!(charged.debt, 30);
 /// assert_eq!(charged.decision.retry_after_us, Some(3_100_000));
+/// assert_eq!(charged.decision, decide(&policy, &mut state, 0, 1, false));
 /// // Three seconds pay the debt back; a tenth more brings one token.
 /// assert!(decide(&policy, &mut state, 3_100_000, 1, true).allowed);
 /// # Ok::<(), tollgate::PolicyError>(())
@@ -329,33 +350,33 @@ pub fn charge(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64) -> 
                 AlgorithmState::$variant(s) => Some(*s),
                 _ => None,
             };
-            let debt = $params.charge(&mut state, now_us, cost);
+            let charged = $params.charge(&mut state, now_us, cost);
             if let Some(s) = state {
                 *slot = AlgorithmState::$variant(s);
             }
-            debt
+            charged
         }};
     }
-    let debt = match policy.algorithm() {
+    let charged = match policy.algorithm() {
         Algorithm::FixedWindow(p) => copy_state!(p, FixedWindow),
         Algorithm::SlidingWindow(p) => copy_state!(p, SlidingWindow),
         Algorithm::TokenBucket(p) => copy_state!(p, TokenBucket),
         Algorithm::LeakyBucket(p) => copy_state!(p, LeakyBucket),
         Algorithm::Gcra(p) => copy_state!(p, Gcra),
         Algorithm::CalendarQuota(p) => copy_state!(p, CalendarQuota),
-        Algorithm::SlidingLog(p) => {
-            if !matches!(slot, AlgorithmState::SlidingLog(_)) {
-                *slot = AlgorithmState::SlidingLog(Box::default());
+        Algorithm::SlidingLog(p) => match slot {
+            AlgorithmState::SlidingLog(log) => p.charge(log, now_us, cost),
+            _ => {
+                let mut log = Box::default();
+                let charged = p.charge(&mut log, now_us, cost);
+                *slot = AlgorithmState::SlidingLog(log);
+                charged
             }
-            match slot {
-                AlgorithmState::SlidingLog(log) => p.charge(log, now_us, cost),
-                _ => 0,
-            }
-        }
+        },
     };
     StepCharge {
-        decision: decide(policy, state, now_us, 1, false),
-        debt,
+        decision: penalize(policy, state, now_us, charged.decision, false),
+        debt: charged.debt,
     }
 }
 
@@ -423,4 +444,124 @@ pub fn hot_until_us(policy: &Policy, state: &mut KeyState, now_us: u64) -> u64 {
     }
     let outcome = step(policy.algorithm(), &mut state.algorithm, now_us, 1, false);
     now_us + outcome.retry_after_us.unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::algorithm::calendar_quota::Period;
+    use crate::{Anchor, Penalty, Rate};
+
+    /// A day boundary, so that windows and periods start here.
+    const T0: u64 = 20_000 * 86_400_000_000;
+
+    /// SplitMix64: a fixed sequence, so a failure replays exactly.
+    struct Random(u64);
+
+    impl Random {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+
+        /// A number in `0..n`.
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// Every algorithm, with small budgets (so charges go into debt and checks are refused) and
+    /// short periods (so time moves them on).
+    fn algorithms() -> Vec<Algorithm> {
+        let ms = Duration::from_millis;
+        let rate = |n, millis| Rate::new(n, ms(millis)).unwrap();
+        vec![
+            Algorithm::fixed_window(3, ms(50), Anchor::Epoch).unwrap(),
+            Algorithm::fixed_window(5, ms(30), Anchor::FirstHit).unwrap(),
+            Algorithm::sliding_log(3, ms(50)).unwrap(),
+            Algorithm::sliding_log(6, ms(20)).unwrap(),
+            Algorithm::sliding_window(3, ms(50)).unwrap(),
+            Algorithm::sliding_window(7, ms(20)).unwrap(),
+            Algorithm::token_bucket(3, rate(1, 10)).unwrap(),
+            Algorithm::token_bucket(6, rate(3, 7)).unwrap(),
+            Algorithm::leaky_bucket(3, rate(1, 10)).unwrap(),
+            Algorithm::leaky_bucket(6, rate(3, 7)).unwrap(),
+            Algorithm::gcra(rate(1, 10), 3).unwrap(),
+            Algorithm::gcra(rate(3, 7), 6).unwrap(),
+            Algorithm::calendar_quota(3, Period::Day, "UTC").unwrap(),
+            Algorithm::calendar_quota(5, Period::Week, "Europe/Paris").unwrap(),
+        ]
+    }
+
+    /// Each algorithm without a penalty, with a fixed block, and with an escalating one.
+    fn policies() -> Vec<Policy> {
+        let ms = Duration::from_millis;
+        algorithms()
+            .into_iter()
+            .flat_map(|algorithm| {
+                let plain = Policy::new("p", algorithm).unwrap();
+                let blocked = plain.clone().with_block_for(ms(15)).unwrap();
+                let escalating = plain.clone().with_penalty(
+                    Penalty::sequence([ms(5), ms(20), ms(60)])
+                        .unwrap()
+                        .remember_for(ms(100))
+                        .unwrap(),
+                );
+                [plain, blocked, escalating]
+            })
+            .collect()
+    }
+
+    /// A charge's answer is the one a peek of cost 1 gets on the state it left, whatever the
+    /// algorithm, penalty, state and time: random checks, peeks, refunds and charges on one key,
+    /// with time moving forward (a little, or past a window or a day) and sometimes back.
+    #[test]
+    fn a_charge_answers_as_a_peek_of_one_after_it() {
+        let mut random = Random(0x7011_6a7e);
+        let mut charges = 0;
+        for policy in policies() {
+            let max_cost = policy.max_cost();
+            let mut state = KeyState::default();
+            let mut now = T0;
+            for i in 0..400 {
+                now = match random.below(20) {
+                    0 => now.saturating_sub(random.below(30_000)),
+                    1 => now + random.below(2 * 86_400_000_000),
+                    2..=5 => now,
+                    _ => now + random.below(40_000),
+                };
+                let cost = 1 + random.below(max_cost);
+                match random.below(10) {
+                    0..=3 => {
+                        decide(&policy, &mut state, now, cost, true);
+                    }
+                    4 => {
+                        decide(&policy, &mut state, now, cost, false);
+                    }
+                    5 => refund(&policy, &mut state, now, cost),
+                    _ => {
+                        // From nothing to three budgets: within it, exactly spent, in debt.
+                        let cost = random.below(3 * max_cost + 1);
+                        let before = state.clone();
+                        let charged = charge(&policy, &mut state, now, cost);
+                        let peek = decide(&policy, &mut state.clone(), now, 1, false);
+                        assert_eq!(
+                            charged.decision,
+                            peek,
+                            "{:?}, step {i}, a charge of {cost} at {now} on {before:?} left {state:?}",
+                            policy.algorithm(),
+                        );
+                        charges += 1;
+                    }
+                }
+            }
+        }
+        // Most draws are charges: the comparison above ran thousands of times.
+        assert!(charges > 10 * policies().len(), "{charges} charges");
+    }
 }

@@ -21,7 +21,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::StepDecision;
+use super::{StepCharge, StepDecision};
 use crate::{PolicyError, bounds};
 
 /// Parameters: at most `limit` requests in any `window`.
@@ -160,14 +160,27 @@ impl SlidingLog {
             live_from += 1;
             expired_cost += n;
         }
-        let live = log.entries.range(live_from..);
-        let used = log.total - expired_cost;
+        let outcome = self.answer(log, live_from, log.total - expired_cost, now_us, cost);
+        if commit {
+            log.entries.drain(..live_from);
+            log.total -= expired_cost;
+            if outcome.allowed {
+                self.append(log, now_us, cost);
+            }
+        }
+        outcome
+    }
+
+    /// The answer to a request of `cost` at `now_us` on `log`, whose entries from `live_from`
+    /// on are in the window and add up to `used`.
+    #[inline(always)]
+    fn answer(&self, log: &Log, live_from: usize, used: u64, now_us: u64, cost: u64) -> StepDecision {
         let allowed = used.saturating_add(cost) <= self.limit;
         let retry_after_us = (!allowed).then(|| {
             // Entries must expire, oldest first, until `cost` fits.
             let mut to_free = used.saturating_add(cost) - self.limit;
             let mut frees_at = now_us;
-            for &(t, n) in live.clone() {
+            for &(t, n) in log.entries.range(live_from..) {
                 frees_at = t + self.window_us;
                 to_free = to_free.saturating_sub(n);
                 if to_free == 0 {
@@ -182,13 +195,6 @@ impl SlidingLog {
             log.entries.back().map(|&(t, _)| t)
         };
         let used = if allowed { used + cost } else { used };
-        if commit {
-            log.entries.drain(..live_from);
-            log.total -= expired_cost;
-            if allowed {
-                self.append(log, now_us, cost);
-            }
-        }
         StepDecision {
             allowed,
             remaining: self.limit.saturating_sub(used),
@@ -236,7 +242,8 @@ impl SlidingLog {
     }
 
     /// Records `cost` units at `now_us` whatever is left (see the module's *Debt*), dropping
-    /// the expired entries first, and returns the debt: the units in the window past the limit.
+    /// the expired entries first, and returns the debt (the units in the window past the limit)
+    /// with the answer a request of cost 1 would get right after.
     ///
     /// ```
     /// use std::time::Duration;
@@ -245,12 +252,14 @@ impl SlidingLog {
     /// let params = SlidingLog::new(2, Duration::from_secs(10))?;
     /// let mut log = Log::default();
     /// params.step(&mut log, 0, 1, true);
-    /// assert_eq!(params.charge(&mut log, 1_000_000, 4), 3);
+    /// let charged = params.charge(&mut log, 1_000_000, 4);
+    /// assert_eq!(charged.debt, 3);
     /// // The entry from 0 s leaves at 10 s, the charge's four units at 11 s.
+    /// assert_eq!(charged.decision.retry_after_us, Some(10_000_000));
     /// assert_eq!(params.step(&mut log, 2_000_000, 1, false).retry_after_us, Some(9_000_000));
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
-    pub fn charge(&self, log: &mut Log, now_us: u64, cost: u64) -> u64 {
+    pub fn charge(&self, log: &mut Log, now_us: u64, cost: u64) -> StepCharge {
         let live_from = log
             .entries
             .iter()
@@ -270,7 +279,12 @@ impl SlidingLog {
                 _ => self.append(log, now_us, cost),
             }
         }
-        log.total.saturating_sub(self.limit)
+        // Every entry left is in the window (the expired ones are gone, the newest is no
+        // earlier than now), so the answer comes from the whole log as a step's would.
+        StepCharge {
+            decision: self.answer(log, 0, log.total, now_us, 1),
+            debt: log.total.saturating_sub(self.limit),
+        }
     }
 
     fn expired(&self, t: u64, now_us: u64) -> bool {

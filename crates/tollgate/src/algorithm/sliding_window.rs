@@ -27,7 +27,7 @@
 
 use std::time::Duration;
 
-use super::StepDecision;
+use super::{StepCharge, StepDecision};
 use crate::{PolicyError, bounds};
 
 /// Parameters: about `limit` requests per sliding `window`.
@@ -159,8 +159,23 @@ impl SlidingWindow {
     /// ```
     #[inline]
     pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> StepDecision {
-        let w = self.window_ms();
         let s = self.current_windows(state.as_ref(), now_us);
+        let outcome = self.answer(&s, now_us, cost);
+        if outcome.allowed && commit {
+            *state = Some(State {
+                window_start_us: s.window_start_us,
+                previous: narrow(s.previous),
+                current: narrow(s.current + cost),
+            });
+        }
+        outcome
+    }
+
+    /// The answer to a request of `cost` at `now_us` on the counters as of now (see
+    /// `current_windows`).
+    #[inline(always)]
+    fn answer(&self, s: &Counts, now_us: u64, cost: u64) -> StepDecision {
+        let w = self.window_ms();
         // Whole milliseconds into the current window: the previous window weighs (w - e) / w.
         let e = now_us.saturating_sub(s.window_start_us) / 1000;
         let capacity = self.limit * w;
@@ -174,13 +189,6 @@ impl SlidingWindow {
         } else {
             (s.current, used)
         };
-        if allowed && commit {
-            *state = Some(State {
-                window_start_us: s.window_start_us,
-                previous: narrow(s.previous),
-                current: narrow(current),
-            });
-        }
         let window_end_us = s.window_start_us + self.window_us;
         StepDecision {
             allowed,
@@ -192,11 +200,10 @@ impl SlidingWindow {
             } else {
                 0
             },
-            retry_after_us: (!allowed).then(|| self.retry_at_us(&s, cost) - now_us),
+            retry_after_us: (!allowed).then(|| self.retry_at_us(s, cost) - now_us),
         }
     }
 
-    /// The counters as of `now_us`: rolled forward one window, or cleared after two.
     /// Gives back up to `cost`, newest spends first: from the stored window's count while it
     /// still weighs (it is the current window, or the one before), then from the count before it
     /// while that still weighs (the stored window is the current one). What has stopped weighing
@@ -230,7 +237,8 @@ impl SlidingWindow {
     }
 
     /// Records `cost` in the current window whatever is left (see the module's *Debt*) and
-    /// returns the debt: what the weighted count owes beyond the limit, rounded up.
+    /// returns the debt (what the weighted count owes beyond the limit, rounded up) with the
+    /// answer a request of cost 1 would get right after.
     ///
     /// ```
     /// use std::time::Duration;
@@ -238,29 +246,40 @@ impl SlidingWindow {
     ///
     /// let params = SlidingWindow::new(10, Duration::from_secs(10))?;
     /// let mut state = None;
-    /// assert_eq!(params.charge(&mut state, 0, 20), 10);
+    /// let charged = params.charge(&mut state, 0, 20);
+    /// assert_eq!(charged.debt, 10);
+    /// assert_eq!(charged.decision, params.step(&mut state, 0, 1, false));
     /// // At 15 s the 20 weigh 10: a request fits once they weigh 9, at 15.5 s.
     /// assert_eq!(params.step(&mut state, 15_000_000, 1, false).retry_after_us, Some(500_000));
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
-    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> u64 {
+    #[inline]
+    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> StepCharge {
         let w = self.window_ms();
         let s = self.current_windows(state.as_ref(), now_us);
-        let current = s
-            .current
-            .saturating_add(cost)
-            .min(self.max_count().max(s.current));
+        // Still the counters as of now (within a `u32` each), so the answer comes from them as
+        // a step's would.
+        let written = Counts {
+            current: s
+                .current
+                .saturating_add(cost)
+                .min(self.max_count().max(s.current)),
+            ..s
+        };
         *state = Some(State {
-            window_start_us: s.window_start_us,
-            previous: narrow(s.previous),
-            current: narrow(current),
+            window_start_us: written.window_start_us,
+            previous: narrow(written.previous),
+            current: narrow(written.current),
         });
         let e = now_us.saturating_sub(s.window_start_us) / 1000;
-        let used = s
+        let used = written
             .previous
             .saturating_mul(w.saturating_sub(e))
-            .saturating_add(current.saturating_mul(w));
-        used.saturating_sub(self.limit * w).div_ceil(w)
+            .saturating_add(written.current.saturating_mul(w));
+        StepCharge {
+            decision: self.answer(&written, now_us, 1),
+            debt: used.saturating_sub(self.limit * w).div_ceil(w),
+        }
     }
 
     /// The largest count a window may hold: `3 × 2^50 / window in ms`, so that `used` (two
@@ -269,6 +288,7 @@ impl SlidingWindow {
         ((3 << 50) / self.window_ms()).min(u64::from(u32::MAX))
     }
 
+    /// The counters as of `now_us`: rolled forward one window, or cleared after two.
     fn current_windows(&self, state: Option<&State>, now_us: u64) -> Counts {
         let w = self.window_us;
         let start = now_us - now_us % w;

@@ -13,7 +13,7 @@
 //! `refilled_at + cost × interval − now` (the step's usual answer for an empty bucket). The
 //! clock stops at `now +` [`MAX_DEBT_PERIOD`](crate::bounds::MAX_DEBT_PERIOD).
 
-use super::StepDecision;
+use super::{StepCharge, StepDecision};
 use crate::{PolicyError, Rate, bounds};
 
 /// Parameters: `capacity` tokens, refilled at `refill`.
@@ -102,15 +102,26 @@ impl TokenBucket {
     /// ```
     #[inline(always)]
     pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> StepDecision {
-        let interval = self.refill.interval_us();
         let s = self.refilled(state.as_ref(), now_us);
+        let outcome = self.answer(&s, now_us, cost);
+        if outcome.allowed && commit {
+            *state = Some(State {
+                tokens: outcome.remaining,
+                ..s
+            });
+        }
+        outcome
+    }
+
+    /// The answer to a request of `cost` at `now_us` on a bucket as of now (see `refilled`);
+    /// when admitted, `remaining` is what the bucket holds after it.
+    #[inline(always)]
+    fn answer(&self, s: &State, now_us: u64, cost: u64) -> StepDecision {
+        let interval = self.refill.interval_us();
         // A refill clock ahead of now is a debt (see `charge`): nothing passes, not even a
         // question of cost 0 ("is the key past its limit?").
         let allowed = s.tokens >= cost && s.refilled_at_us <= now_us;
         let tokens = if allowed { s.tokens - cost } else { s.tokens };
-        if allowed && commit {
-            *state = Some(State { tokens, ..s });
-        }
         // Time until `n` more tokens have accrued.
         let accrue = |n: u64| {
             s.refilled_at_us
@@ -125,7 +136,8 @@ impl TokenBucket {
             } else {
                 0
             },
-            retry_after_us: (!allowed).then(|| accrue(cost - s.tokens)),
+            // Tokens enough but a clock ahead (it stepped back): wait for the clock.
+            retry_after_us: (!allowed).then(|| accrue(cost.saturating_sub(s.tokens))),
         }
     }
 
@@ -148,8 +160,9 @@ impl TokenBucket {
         }
     }
 
-    /// Takes `cost` tokens whatever is left (see the module's *Debt*) and returns the debt: the
-    /// tokens owed beyond an empty bucket, 0 when none.
+    /// Takes `cost` tokens whatever is left (see the module's *Debt*) and returns the debt (the
+    /// tokens owed beyond an empty bucket, 0 when none) with the answer a request of cost 1
+    /// would get right after.
     ///
     /// ```
     /// use tollgate::Rate;
@@ -157,32 +170,43 @@ impl TokenBucket {
     ///
     /// let params = TokenBucket::new(2, Rate::per_second(1)?)?;
     /// let mut state = None;
-    /// assert_eq!(params.charge(&mut state, 0, 5), 3);
+    /// let charged = params.charge(&mut state, 0, 5);
+    /// assert_eq!(charged.debt, 3);
+    /// assert_eq!(charged.decision.retry_after_us, Some(4_000_000));
     /// // Three seconds pay the debt, the fourth brings a token.
     /// assert_eq!(params.step(&mut state, 500_000, 1, false).retry_after_us, Some(3_500_000));
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
-    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> u64 {
+    #[inline]
+    pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> StepCharge {
         let interval = self.refill.interval_us();
         let s = self.refilled(state.as_ref(), now_us);
-        if s.tokens >= cost {
-            *state = Some(State {
+        // The bucket written is one as of now too (its clock is within an interval of now, or
+        // ahead of it in debt), so the answer comes from it as a step's would.
+        let (s, debt) = if s.tokens >= cost {
+            let left = State {
                 tokens: s.tokens - cost,
                 ..s
-            });
-            return 0;
+            };
+            (left, 0)
+        } else {
+            let owed = cost - s.tokens;
+            let latest = (now_us + bounds::MAX_DEBT_US).max(s.refilled_at_us);
+            let refilled_at_us = s
+                .refilled_at_us
+                .saturating_add(owed.saturating_mul(interval))
+                .min(latest);
+            let empty = State {
+                tokens: 0,
+                refilled_at_us,
+            };
+            (empty, refilled_at_us.saturating_sub(now_us).div_ceil(interval))
+        };
+        *state = Some(s);
+        StepCharge {
+            decision: self.answer(&s, now_us, 1),
+            debt,
         }
-        let owed = cost - s.tokens;
-        let latest = (now_us + bounds::MAX_DEBT_US).max(s.refilled_at_us);
-        let refilled_at_us = s
-            .refilled_at_us
-            .saturating_add(owed.saturating_mul(interval))
-            .min(latest);
-        *state = Some(State {
-            tokens: 0,
-            refilled_at_us,
-        });
-        refilled_at_us.saturating_sub(now_us).div_ceil(interval)
     }
 
     /// The bucket as of `now_us`. A missing key has a full bucket. A full bucket does not

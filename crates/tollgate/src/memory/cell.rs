@@ -63,7 +63,7 @@ pub(crate) enum Step {
 
 /// What a lock-free charge did.
 pub(crate) enum Charge {
-    /// Recorded; the answer is a peek of cost 1 on the state it wrote.
+    /// Recorded; the answer is the one a check of cost 1 would get on the state it wrote.
     Done(StepCharge),
     /// Nothing recorded: charge under the write lock (a penalty would change the answer, the
     /// cell left its slot, or the state does not pack).
@@ -162,9 +162,9 @@ impl GcraCell {
 
 impl GcraCell {
     /// Records `cost` whatever is left without the write lock ([`Gcra::charge`] on the TAT,
-    /// swapped in as a step's is), and answers with a peek of cost 1 on what it wrote. A denied
-    /// answer under a penalty goes to the locked path before anything is swapped: the peek there
-    /// reports the block a check would start.
+    /// swapped in as a step's is), with the charge's own answer for a check of cost 1 on what it
+    /// wrote. A denied answer under a penalty goes to the locked path before anything is
+    /// swapped: the answer there reports the block a check would start.
     #[inline]
     pub(crate) fn charge(&self, params: &Gcra, penalty: bool, clock: &impl Clock, cost: u64) -> Charge {
         let mut seen = self.tat_us.load(Ordering::Acquire);
@@ -174,9 +174,8 @@ impl GcraCell {
             }
             let now_us = clock.now_us();
             let mut state = Some(State { tat_us: seen });
-            let debt = params.charge(&mut state, now_us, cost);
-            let answer = params.step(&mut state.clone(), now_us, 1, false);
-            if penalty && !answer.allowed {
+            let charged = params.charge(&mut state, now_us, cost);
+            if penalty && !charged.decision.allowed {
                 return Charge::Locked;
             }
             let tat_us = state.map_or(seen, |s| s.tat_us);
@@ -184,12 +183,7 @@ impl GcraCell {
                 .tat_us
                 .compare_exchange_weak(seen, tat_us, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => {
-                    return Charge::Done(StepCharge {
-                        decision: answer,
-                        debt,
-                    });
-                }
+                Ok(_) => return Charge::Done(charged),
                 Err(now_seen) => seen = now_seen,
             }
         }
@@ -358,9 +352,8 @@ impl BucketCell {
             }
             let now_us = clock.now_us();
             let mut state = Some(self.unpack(seen));
-            let debt = params.charge(&mut state, now_us, cost);
-            let answer = params.step(&mut state.clone(), now_us, 1, false);
-            if penalty && !answer.allowed {
+            let charged = params.charge(&mut state, now_us, cost);
+            if penalty && !charged.decision.allowed {
                 return Charge::Locked;
             }
             let Some(word) = state.and_then(|s| self.pack(s)) else {
@@ -370,12 +363,7 @@ impl BucketCell {
                 .word
                 .compare_exchange_weak(seen, word, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => {
-                    return Charge::Done(StepCharge {
-                        decision: answer,
-                        debt,
-                    });
-                }
+                Ok(_) => return Charge::Done(charged),
                 Err(now_seen) => seen = now_seen,
             }
         }
