@@ -37,19 +37,12 @@ ALGORITHMS.calendar_quota = function()
     return b[3], b[4]
   end
 
-  function calendar_quota.step(rule, stored, now, cost, commit)
-    local limit = rule.limit
-    local start, period_end = period(rule, now)
-    local count = 0
-    if stored.c and stored.c > 0 and stored.s == start then
-      count = stored.c
-    end
-    local allowed = count + cost <= limit
+  -- The answer to a request of cost at now with count spent in the period ending at period_end:
+  -- port of CalendarQuota::answer.
+  local function answer(rule, count, period_end, now, cost)
+    local allowed = count + cost <= rule.limit
     if allowed then
       count = count + cost
-      if commit then
-        save(rule, 's', start, 'c', count)
-      end
     end
     -- Every answer tells when the period ends, even with nothing spent in it.
     local reset_after = math.max(period_end - now, 0)
@@ -57,7 +50,20 @@ ALGORITHMS.calendar_quota = function()
     if not allowed then
       retry_after = math.max(period_end - now, 0)
     end
-    return allowed, math.max(limit - count, 0), reset_after, retry_after
+    return allowed, math.max(rule.limit - count, 0), reset_after, retry_after
+  end
+
+  function calendar_quota.step(rule, stored, now, cost, commit)
+    local start, period_end = period(rule, now)
+    local count = 0
+    if stored.c and stored.c > 0 and stored.s == start then
+      count = stored.c
+    end
+    local allowed, remaining, reset_after, retry_after = answer(rule, count, period_end, now, cost)
+    if allowed and commit then
+      save(rule, 's', start, 'c', count + cost)
+    end
+    return allowed, remaining, reset_after, retry_after
   end
 
   function calendar_quota.mark(rule)
@@ -81,17 +87,17 @@ ALGORITHMS.calendar_quota = function()
   end
 
   -- A charge: port of CalendarQuota::charge_in. The cost is recorded whatever is left; returns
-  -- the debt; stored becomes the state written.
+  -- the answer a step of cost 1 would give in the same period, then the debt.
   function calendar_quota.charge(rule, stored, now, cost)
-    local start = period(rule, now)
+    local start, period_end = period(rule, now)
     local count = 0
     if stored.c and stored.c > 0 and stored.s == start then
       count = stored.c
     end
     count = math.min(count + cost, MAX_COUNT)
     save(rule, 's', start, 'c', count)
-    stored.s, stored.c = start, count
-    return math.max(count - rule.limit, 0)
+    local allowed, remaining, reset_after, retry_after = answer(rule, count, period_end, now, 1)
+    return allowed, remaining, reset_after, retry_after, math.max(count - rule.limit, 0)
   end
 
   return calendar_quota

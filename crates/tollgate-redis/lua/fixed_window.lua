@@ -12,32 +12,16 @@ ALGORITHMS.fixed_window = function()
     rule.limit, rule.window, rule.first_hit = tonumber(limit), tonumber(window), anchor == 'first_hit'
   end
 
-  function fixed_window.step(rule, stored, now, cost, commit)
-    local limit, window, first_hit = rule.limit, rule.window, rule.first_hit
-    local start, count = stored.s, stored.c
-    -- Still inside the stored window (or the clock stepped back into it or before it)? Then the
-    -- state already lives at least until the window ends (see expire in request.lua).
-    local continued = count and count > 0 and now < start + window
-    if not continued then
-      if first_hit then
-        start = now
-      else
-        start = now - now % window
-      end
-      count = 0
-    end
-    local window_end = start + window
+  -- The answer to a request of cost at now in the window from start holding count: port of
+  -- FixedWindow::answer. (Comparisons are written out rather than math.max: a call costs Lua
+  -- more than the step.)
+  local function answer(rule, start, count, now, cost)
+    local limit = rule.limit
     local allowed = count + cost <= limit
     if allowed then
       count = count + cost
-      if commit and continued then
-        redis.call('HSET', rule.state, 'c', count)
-      elseif commit then
-        redis.call('HSET', rule.state, 'a', 'fixed_window', 'v', rule.overridden and '1' or '0', 's', start, 'c', count)
-      end
     end
-    -- (Comparisons are written out rather than math.max: a call costs Lua more than the step.)
-    local left = window_end - now
+    local left = start + rule.window - now
     if left < 0 then
       left = 0
     end
@@ -51,6 +35,31 @@ ALGORITHMS.fixed_window = function()
     local remaining = limit - count
     if remaining < 0 then
       remaining = 0
+    end
+    return allowed, remaining, reset_after, retry_after
+  end
+
+  function fixed_window.step(rule, stored, now, cost, commit)
+    local window, first_hit = rule.window, rule.first_hit
+    local start, count = stored.s, stored.c
+    -- Still inside the stored window (or the clock stepped back into it or before it)? Then the
+    -- state already lives at least until the window ends (see expire in request.lua).
+    local continued = count and count > 0 and now < start + window
+    if not continued then
+      if first_hit then
+        start = now
+      else
+        start = now - now % window
+      end
+      count = 0
+    end
+    local allowed, remaining, reset_after, retry_after = answer(rule, start, count, now, cost)
+    if allowed and commit then
+      if continued then
+        redis.call('HSET', rule.state, 'c', count + cost)
+      else
+        redis.call('HSET', rule.state, 'a', 'fixed_window', 'v', rule.overridden and '1' or '0', 's', start, 'c', count + cost)
+      end
     end
     return allowed, remaining, reset_after, retry_after, continued
   end
@@ -74,9 +83,10 @@ ALGORITHMS.fixed_window = function()
     end
   end
 
-  -- A charge: port of FixedWindow::charge. The cost is recorded whatever is left; stored becomes
-  -- the state written; returns the debt and whether it continued a window the state counts in
-  -- (so its expiry already covers it).
+  -- A charge: port of FixedWindow::charge. The cost is recorded whatever is left; returns the
+  -- answer a step of cost 1 would give in the window written (still the one now falls in), the
+  -- debt, and whether it continued a window the state counts in (so its expiry already covers
+  -- it).
   function fixed_window.charge(rule, stored, now, cost)
     local limit, window = rule.limit, rule.window
     local start, count = stored.s, stored.c
@@ -95,8 +105,8 @@ ALGORITHMS.fixed_window = function()
     else
       save(rule, 's', start, 'c', count)
     end
-    stored.s, stored.c = start, count
-    return math.max(count - limit, 0), continued
+    local allowed, remaining, reset_after, retry_after = answer(rule, start, count, now, 1)
+    return allowed, remaining, reset_after, retry_after, math.max(count - limit, 0), continued
   end
 
   return fixed_window

@@ -14,20 +14,15 @@ ALGORITHMS.gcra = function()
     rule.tolerance = rule.burst * rule.interval
   end
 
-  -- (Comparisons are written out rather than math.max: a call costs Lua more than the step.)
-  function gcra.step(rule, stored, now, cost, commit)
+  -- The answer to a request of cost at now on a TAT no earlier than now, and the TAT it leaves
+  -- when admitted: port of Gcra::answer. (Comparisons are written out rather than math.max: a
+  -- call costs Lua more than the step.)
+  local function answer(rule, tat, now, cost)
     local interval, tolerance = rule.interval, rule.tolerance
-    local tat = stored.t or now
-    if tat < now then
-      tat = now
-    end
     local pushed = tat + cost * interval
     local allowed = pushed - now <= tolerance
     if allowed then
       tat = pushed
-      if commit then
-        save(rule, 't', tat)
-      end
     end
     local ahead = tat - now
     local retry_after = 0
@@ -38,7 +33,19 @@ ALGORITHMS.gcra = function()
     if room < 0 then
       room = 0
     end
-    return allowed, idiv(room, interval), ahead, retry_after
+    return allowed, idiv(room, interval), ahead, retry_after, tat
+  end
+
+  function gcra.step(rule, stored, now, cost, commit)
+    local tat = stored.t or now
+    if tat < now then
+      tat = now
+    end
+    local allowed, remaining, reset_after, retry_after, pushed = answer(rule, tat, now, cost)
+    if allowed and commit then
+      save(rule, 't', pushed)
+    end
+    return allowed, remaining, reset_after, retry_after
   end
 
   function gcra.mark(_)
@@ -57,7 +64,7 @@ ALGORITHMS.gcra = function()
   end
 
   -- A charge: port of Gcra::charge. The TAT moves cost intervals ahead whatever is left;
-  -- returns the debt; stored becomes the state written.
+  -- returns the answer a step of cost 1 would give on the TAT written, then the debt.
   function gcra.charge(rule, stored, now, cost)
     local interval, tolerance = rule.interval, rule.tolerance
     local tat = stored.t or now
@@ -67,8 +74,9 @@ ALGORITHMS.gcra = function()
     local latest = math.max(now + tolerance + MAX_DEBT_US, tat)
     tat = math.min(tat + cost * interval, latest)
     save(rule, 't', tat)
-    stored.t = tat
-    return idiv(math.max(tat - now - tolerance, 0) + interval - 1, interval)
+    local allowed, remaining, reset_after, retry_after = answer(rule, tat, now, 1)
+    return allowed, remaining, reset_after, retry_after,
+      idiv(math.max(tat - now - tolerance, 0) + interval - 1, interval)
   end
 
   return gcra

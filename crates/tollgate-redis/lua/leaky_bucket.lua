@@ -13,12 +13,28 @@ ALGORITHMS.leaky_bucket = function()
     return math.max(leaked_at + n * interval - now, 0)
   end
 
+  -- The answer to a request of cost at now on a bucket as of now (level, leaked_at): port of
+  -- LeakyBucket::answer.
+  local function answer(rule, level, leaked_at, now, cost)
+    local capacity, interval = rule.capacity, rule.interval
+    local allowed = level + cost <= capacity
+    local filled = level
+    if allowed then
+      filled = level + cost
+    end
+    local retry_after = 0
+    if not allowed then
+      retry_after = drain(leaked_at, level + cost - capacity, interval, now)
+    end
+    return allowed, math.max(capacity - filled, 0), drain(leaked_at, filled, interval, now), retry_after
+  end
+
   function leaky_bucket.params(rule, capacity, interval)
     rule.capacity, rule.interval = tonumber(capacity), tonumber(interval)
   end
 
   function leaky_bucket.step(rule, stored, now, cost, commit)
-    local capacity, interval = rule.capacity, rule.interval
+    local interval = rule.interval
     local level, leaked_at = 0, now
     if stored.l and stored.d then
       local leaked = idiv(math.max(now - stored.d, 0), interval)
@@ -27,19 +43,11 @@ ALGORITHMS.leaky_bucket = function()
         leaked_at = stored.d + leaked * interval
       end
     end
-    local allowed = level + cost <= capacity
-    local filled = level
-    if allowed then
-      filled = level + cost
-      if commit then
-        save(rule, 'l', filled, 'd', leaked_at)
-      end
+    local allowed, remaining, reset_after, retry_after = answer(rule, level, leaked_at, now, cost)
+    if allowed and commit then
+      save(rule, 'l', level + cost, 'd', leaked_at)
     end
-    local retry_after = 0
-    if not allowed then
-      retry_after = drain(leaked_at, level + cost - capacity, interval, now)
-    end
-    return allowed, math.max(capacity - filled, 0), drain(leaked_at, filled, interval, now), retry_after
+    return allowed, remaining, reset_after, retry_after
   end
 
   function leaky_bucket.mark(_)
@@ -58,7 +66,8 @@ ALGORITHMS.leaky_bucket = function()
   end
 
   -- A charge: port of LeakyBucket::charge. The cost is poured in whatever room is left; returns
-  -- the debt; stored becomes the state written.
+  -- the answer a step of cost 1 would give on the bucket written (still one as of now), then
+  -- the debt.
   function leaky_bucket.charge(rule, stored, now, cost)
     local capacity, interval = rule.capacity, rule.interval
     local level, leaked_at = 0, now
@@ -72,8 +81,8 @@ ALGORITHMS.leaky_bucket = function()
     local most = math.max(capacity + idiv(MAX_DEBT_US, interval), level)
     level = math.min(level + cost, most)
     save(rule, 'l', level, 'd', leaked_at)
-    stored.l, stored.d = level, leaked_at
-    return math.max(level - capacity, 0)
+    local allowed, remaining, reset_after, retry_after = answer(rule, level, leaked_at, now, 1)
+    return allowed, remaining, reset_after, retry_after, math.max(level - capacity, 0)
   end
 
   return leaky_bucket

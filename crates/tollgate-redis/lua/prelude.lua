@@ -14,9 +14,9 @@
 --   mark(rule)  after a committed spend: where it went (read back from the state), for a refund
 --   refund(rule, stored, cost, mark)  gives back a spend of cost made at mark
 --   charge(rule, stored, now, cost)  the port of its core charge function: records cost
---           whatever is left and updates stored in place to the state it wrote (as load would
---           read it back); returns the debt, and optionally whether it continued a window the
---           state already counts in
+--           whatever is left; returns what a step of cost 1 would answer right after (allowed,
+--           remaining, reset_after_us, retry_after_us, computed from the state it wrote), the
+--           debt, and optionally whether it continued a window the state already counts in
 --
 -- A rule is one record of RULE_FIELDS values in ARGV, from ARGV[4] on (in a batch, the call's
 -- distinct records come first and each request names its records by number: see batch.lua):
@@ -235,24 +235,20 @@ local function keep_for(rule, blocked_until, offenses, now)
   return 0
 end
 
--- One rule, penalty included: port of algorithm::decide. A blocked key is denied until the
--- block ends; a denial by the algorithm starts a block when the rule has a penalty, as long as
--- the step of this offense. Returns allowed, remaining, reset_after_us, retry_after_us, how long
--- the state must be kept for its offense count (see keep_for), and whether the state's expiry
--- already covers this answer (a step that continued a window it counts in, with no penalty
--- involved: then there is no expiry to move).
--- decide_loaded is the same for a cost of the caller's on a state already loaded (a charge
--- answers for a cost of 1 from the state it just wrote, without reading it back, and without
--- setting a field on the rule: a table that grows is rebuilt).
-local function decide_loaded(rule, now, commit, cost, stored, blocked_until, offenses)
-  local step = rule.impl.step
+-- The penalty on a step's answer: port of algorithm::penalize. A blocked key is denied until
+-- the block ends; a denial by the algorithm under a penalty reports the block it starts (as long
+-- as the step of this offense), and with commit starts it. Takes the step's answer (allowed,
+-- remaining, reset_after_us, retry_after_us, continued) after the key's penalty, and returns
+-- it with how long the state must be kept for its offense count (see keep_for) and whether the
+-- state's expiry already covers this answer (a step that continued a window it counts in, with
+-- no penalty involved: then there is no expiry to move).
+local function penalize(rule, now, commit, blocked_until, offenses, allowed, remaining, reset_after, retry_after,
+                        continued)
   if blocked_until > now then
     local blocked_for = blocked_until - now
-    local _, _, reset, retry = step(rule, stored, now, cost, false)
-    return false, 0, math.max(reset, blocked_for), math.max(retry, blocked_for),
+    return false, 0, math.max(reset_after, blocked_for), math.max(retry_after, blocked_for),
       keep_for(rule, blocked_until, offenses, now), false
   end
-  local allowed, remaining, reset_after, retry_after, continued = step(rule, stored, now, cost, commit)
   if offenses == 0 and rule.block_for == 0 then
     -- No penalty and no offense remembered (most rules): nothing to start, forget or keep.
     return allowed, remaining, reset_after, retry_after, 0, continued
@@ -285,8 +281,12 @@ local function decide_loaded(rule, now, commit, cost, stored, blocked_until, off
   return allowed, remaining, reset_after, retry_after, keep, continued and keep == 0
 end
 
+-- One rule, penalty included: port of algorithm::decide. Returns what penalize returns.
 local function decide(rule, now, commit)
-  return decide_loaded(rule, now, commit, rule.cost, load(rule))
+  local stored, blocked_until, offenses = load(rule)
+  -- A blocked key's step only answers: nothing is spent while the block holds.
+  local spends = commit and blocked_until <= now
+  return penalize(rule, now, commit, blocked_until, offenses, rule.impl.step(rule, stored, now, rule.cost, spends))
 end
 
 -- Appends one rule's answer to a reply: {allowed (1 or 0), remaining, reset_after_us,

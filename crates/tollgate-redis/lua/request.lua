@@ -80,18 +80,17 @@ end
 -- A charge: a port of MemoryStore::charge, each rule through its algorithm's charge (the port
 -- of algorithm::charge). It is never refused: a key without enough left goes into debt, which
 -- its algorithm pays back the way it forgets spending (see each algorithm file's "Charge"). It
--- starts no penalty and lifts none. Its answer is a peek of cost 1 on the state the charge
--- wrote (not read back), and the TTL is set from that peek's reset time, so a key in debt lives
--- until its debt is paid and its budget is whole again.
+-- starts no penalty and lifts none. Its answer is the algorithm's own answer for a check of cost
+-- 1 on the state the charge wrote, with the penalty on top (as a peek would report it), and the
+-- TTL is set from that answer's reset time, so a key in debt lives until its debt is paid and
+-- its budget is whole again.
 local function charge_request(rules, now, reply)
   for _, rule in ipairs(rules) do
     local stored, blocked_until, offenses = load(rule)
-    if stored == NO_STATE then
-      stored = {}
-    end
-    local debt, continued = rule.impl.charge(rule, stored, now, rule.cost)
-    local allowed, remaining, reset_after, retry_after, keep =
-      decide_loaded(rule, now, false, 1, stored, blocked_until, offenses)
+    local allowed, remaining, reset_after, retry_after, debt, continued = rule.impl.charge(rule, stored, now, rule.cost)
+    local keep
+    allowed, remaining, reset_after, retry_after, keep =
+      penalize(rule, now, false, blocked_until, offenses, allowed, remaining, reset_after, retry_after)
     expire(rule, reset_after, keep, continued and keep == 0)
     answer(reply, rule, allowed, remaining, reset_after, retry_after)
     reply[#reply + 1] = debt

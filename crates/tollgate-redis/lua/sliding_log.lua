@@ -23,8 +23,39 @@ ALGORITHMS.sliding_log = function()
     rule.limit, rule.window = tonumber(limit), tonumber(window)
   end
 
+  -- The answer to a request of cost at now on a log whose entries in the window add up to used,
+  -- its newest entry at newest (nil when it has none): port of SlidingLog::answer.
+  local function answer(rule, used, newest, now, cost)
+    local limit, window = rule.limit, rule.window
+    local allowed = used + cost <= limit
+    local retry_after = 0
+    if not allowed then
+      -- Entries must expire, oldest first, until cost fits.
+      local to_free = used + cost - limit
+      local live = redis.call('ZRANGEBYSCORE', rule.log, '(' .. num(now - window), '+inf', 'WITHSCORES')
+      local frees_at = now
+      for i = 1, #live, 2 do
+        frees_at = tonumber(live[i + 1]) + window
+        to_free = to_free - member_cost(live[i])
+        if to_free <= 0 then
+          break
+        end
+      end
+      retry_after = math.max(frees_at - now, 0)
+    end
+    if allowed then
+      used = used + cost
+      newest = math.max(newest or now, now)
+    end
+    local reset_after = 0
+    if used > 0 and newest then
+      reset_after = math.max(newest + window - now, 0)
+    end
+    return allowed, math.max(limit - used, 0), reset_after, retry_after
+  end
+
   function sliding_log.step(rule, stored, now, cost, commit)
-    local limit, window, LOG = rule.limit, rule.window, rule.log
+    local window, LOG = rule.window, rule.log
     -- Without our total, whatever the set holds (left by another algorithm's era) means nothing.
     -- (ZCARD also makes Redis answer WRONGTYPE if someone else wrote another type there.)
     local fresh = not stored.n
@@ -39,25 +70,6 @@ ALGORITHMS.sliding_log = function()
         expired_cost = expired_cost + member_cost(member)
       end
     end
-    local used = total - expired_cost
-    local allowed = used + cost <= limit
-
-    local retry_after = 0
-    if not allowed then
-      -- Entries must expire, oldest first, until cost fits.
-      local to_free = used + cost - limit
-      local live = redis.call('ZRANGEBYSCORE', LOG, '(' .. num(now - window), '+inf', 'WITHSCORES')
-      local frees_at = now
-      for i = 1, #live, 2 do
-        frees_at = tonumber(live[i + 1]) + window
-        to_free = to_free - member_cost(live[i])
-        if to_free <= 0 then
-          break
-        end
-      end
-      retry_after = math.max(frees_at - now, 0)
-    end
-
     local newest_member, newest = nil, nil
     if not fresh then
       local last = redis.call('ZRANGE', LOG, -1, -1, 'WITHSCORES')
@@ -65,9 +77,7 @@ ALGORITHMS.sliding_log = function()
         newest_member, newest = last[1], tonumber(last[2])
       end
     end
-    if allowed then
-      used = used + cost
-    end
+    local allowed, remaining, reset_after, retry_after = answer(rule, total - expired_cost, newest, now, cost)
     if commit then
       redis.call('ZREMRANGEBYSCORE', LOG, '-inf', num(now - window))
       total = total - expired_cost
@@ -79,18 +89,11 @@ ALGORITHMS.sliding_log = function()
           redis.call('ZADD', LOG, num(newest), num(newest) .. ':' .. num(member_cost(newest_member) + cost))
         else
           redis.call('ZADD', LOG, num(now), num(now) .. ':' .. num(cost))
-          newest = now
         end
       end
       save(rule, 'n', total)
-    elseif allowed then
-      newest = math.max(newest or now, now)
     end
-    local reset_after = 0
-    if used > 0 and newest then
-      reset_after = math.max(newest + window - now, 0)
-    end
-    return allowed, math.max(limit - used, 0), reset_after, retry_after
+    return allowed, remaining, reset_after, retry_after
   end
 
   -- A spend always goes into the newest entry, so right after it that entry's time is the mark.
@@ -152,7 +155,8 @@ ALGORITHMS.sliding_log = function()
 
   -- A charge: port of SlidingLog::charge. Drops the expired entries, then records the cost
   -- whatever is left: a new entry, or the newest one (taking the charge's time) once the log
-  -- holds limit + 1 entries. Returns the debt; stored becomes the state written.
+  -- holds limit + 1 entries. Returns the answer a step of cost 1 would give on the log written
+  -- (every entry left is in the window), then the debt.
   function sliding_log.charge(rule, stored, now, cost)
     local limit, window, LOG = rule.limit, rule.window, rule.log
     local fresh = not stored.n
@@ -167,22 +171,25 @@ ALGORITHMS.sliding_log = function()
       redis.call('ZREMRANGEBYSCORE', LOG, '-inf', num(now - window))
     end
     cost = math.min(cost, math.max(MAX_COUNT - total, 0))
+    local last = redis.call('ZRANGE', LOG, -1, -1, 'WITHSCORES')
+    local newest = last[2] and tonumber(last[2])
     if cost > 0 then
-      local last = redis.call('ZRANGE', LOG, -1, -1, 'WITHSCORES')
       local full = redis.call('ZCARD', LOG) > limit
-      if #last == 2 and (full or tonumber(last[2]) >= now) then
+      if newest and (full or newest >= now) then
         -- Same microsecond, or a full log: the newest entry takes the cost, at the later time.
-        local t = math.max(tonumber(last[2]), now)
+        local t = math.max(newest, now)
         redis.call('ZREM', LOG, last[1])
         redis.call('ZADD', LOG, num(t), num(t) .. ':' .. num(member_cost(last[1]) + cost))
+        newest = t
       else
         redis.call('ZADD', LOG, num(now), num(now) .. ':' .. num(cost))
+        newest = now
       end
       total = total + cost
     end
     save(rule, 'n', total)
-    stored.n = total
-    return math.max(total - limit, 0)
+    local allowed, remaining, reset_after, retry_after = answer(rule, total, newest, now, 1)
+    return allowed, remaining, reset_after, retry_after, math.max(total - limit, 0)
   end
 
   return sliding_log

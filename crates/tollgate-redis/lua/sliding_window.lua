@@ -14,16 +14,11 @@ ALGORITHMS.sliding_window = function()
     rule.w = idiv(rule.window_us, 1000)
   end
 
-  function sliding_window.step(rule, stored, now, cost, commit)
+  -- The answer to a request of cost at now on the counters as of now (the window from s, its
+  -- previous and current counts): port of SlidingWindow::answer.
+  local function answer(rule, s, previous, current, now, cost)
     local limit, window_us, w = rule.limit, rule.window_us, rule.w
-    local start = idiv(now, window_us) * window_us
-    local s, previous, current = start, 0, 0
-    if stored.s and stored.s >= start then
-      -- The clock stepped back before the stored window: keep counting in it.
-      s, previous, current = stored.s, stored.p or 0, stored.c or 0
-    elseif stored.s and stored.s + window_us == start then
-      previous = stored.c or 0
-    end
+    -- Whole ms into the current window: the previous window weighs (w - e) / w.
     local e = idiv(math.max(now - s, 0), 1000)
     local capacity = limit * w
     local used = previous * (w - e) + current * w
@@ -31,9 +26,6 @@ ALGORITHMS.sliding_window = function()
     if allowed then
       current = current + cost
       used = used + cost * w
-      if commit then
-        save(rule, 's', s, 'p', previous, 'c', current)
-      end
     end
     local window_end = s + window_us
     local reset_after = 0
@@ -54,6 +46,23 @@ ALGORITHMS.sliding_window = function()
       retry_after = from + (w - longest_overlap) * 1000 - now
     end
     return allowed, idiv(math.max(capacity - used, 0), w), reset_after, retry_after
+  end
+
+  function sliding_window.step(rule, stored, now, cost, commit)
+    local window_us = rule.window_us
+    local start = idiv(now, window_us) * window_us
+    local s, previous, current = start, 0, 0
+    if stored.s and stored.s >= start then
+      -- The clock stepped back before the stored window: keep counting in it.
+      s, previous, current = stored.s, stored.p or 0, stored.c or 0
+    elseif stored.s and stored.s + window_us == start then
+      previous = stored.c or 0
+    end
+    local allowed, remaining, reset_after, retry_after = answer(rule, s, previous, current, now, cost)
+    if allowed and commit then
+      save(rule, 's', s, 'p', previous, 'c', current + cost)
+    end
+    return allowed, remaining, reset_after, retry_after
   end
 
   function sliding_window.mark(rule)
@@ -97,7 +106,8 @@ ALGORITHMS.sliding_window = function()
   end
 
   -- A charge: port of SlidingWindow::charge. The cost is counted whatever is left; returns the
-  -- debt; stored becomes the state written.
+  -- answer a step of cost 1 would give on the counters written (still the ones as of now), then
+  -- the debt.
   function sliding_window.charge(rule, stored, now, cost)
     local limit, window_us, w = rule.limit, rule.window_us, rule.w
     local start = idiv(now, window_us) * window_us
@@ -112,8 +122,8 @@ ALGORITHMS.sliding_window = function()
     save(rule, 's', s, 'p', previous, 'c', current)
     local e = idiv(math.max(now - s, 0), 1000)
     local used = previous * (w - e) + current * w
-    stored.s, stored.p, stored.c = s, previous, current
-    return idiv(math.max(used - limit * w, 0) + w - 1, w)
+    local allowed, remaining, reset_after, retry_after = answer(rule, s, previous, current, now, 1)
+    return allowed, remaining, reset_after, retry_after, idiv(math.max(used - limit * w, 0) + w - 1, w)
   end
 
   return sliding_window

@@ -13,6 +13,29 @@ ALGORITHMS.token_bucket = function()
     return math.max(refilled_at + n * interval - now, 0)
   end
 
+  -- The answer to a request of cost at now on a bucket as of now (tokens, refilled_at): port of
+  -- TokenBucket::answer. When admitted, remaining is what the bucket holds after it.
+  local function answer(rule, tokens, refilled_at, now, cost)
+    local capacity, interval = rule.capacity, rule.interval
+    -- A refill clock ahead of now is a debt (see charge): nothing passes, not even a question
+    -- of cost 0 ("is the key past its limit?").
+    local allowed = tokens >= cost and refilled_at <= now
+    local left = tokens
+    if allowed then
+      left = tokens - cost
+    end
+    local reset_after = 0
+    if left < capacity then
+      reset_after = accrue(refilled_at, capacity - left, interval, now)
+    end
+    local retry_after = 0
+    if not allowed then
+      -- Tokens enough but a clock ahead (it stepped back): wait for the clock.
+      retry_after = accrue(refilled_at, math.max(cost - tokens, 0), interval, now)
+    end
+    return allowed, left, reset_after, retry_after
+  end
+
   function token_bucket.params(rule, capacity, interval)
     rule.capacity, rule.interval = tonumber(capacity), tonumber(interval)
   end
@@ -27,23 +50,9 @@ ALGORITHMS.token_bucket = function()
         refilled_at = stored.r + accrued * interval
       end
     end
-    -- A refill clock ahead of now is a debt (see charge): nothing passes, not even a question
-    -- of cost 0 ("is the key past its limit?").
-    local allowed = tokens >= cost and refilled_at <= now
-    local left = tokens
-    if allowed then
-      left = tokens - cost
-      if commit then
-        save(rule, 't', left, 'r', refilled_at)
-      end
-    end
-    local reset_after = 0
-    if left < capacity then
-      reset_after = accrue(refilled_at, capacity - left, interval, now)
-    end
-    local retry_after = 0
-    if not allowed then
-      retry_after = accrue(refilled_at, cost - tokens, interval, now)
+    local allowed, left, reset_after, retry_after = answer(rule, tokens, refilled_at, now, cost)
+    if allowed and commit then
+      save(rule, 't', left, 'r', refilled_at)
     end
     return allowed, left, reset_after, retry_after
   end
@@ -64,7 +73,8 @@ ALGORITHMS.token_bucket = function()
   end
 
   -- A charge: port of TokenBucket::charge. What the bucket holds is spent, the rest is owed:
-  -- the refill clock moves owed intervals ahead. Returns the debt; stored becomes the state written.
+  -- the refill clock moves owed intervals ahead. Returns the answer a step of cost 1 would give
+  -- on the bucket written (still one as of now), then the debt.
   function token_bucket.charge(rule, stored, now, cost)
     local capacity, interval = rule.capacity, rule.interval
     local tokens, refilled_at = capacity, now
@@ -75,17 +85,18 @@ ALGORITHMS.token_bucket = function()
         refilled_at = stored.r + accrued * interval
       end
     end
+    local debt = 0
     if tokens >= cost then
-      save(rule, 't', tokens - cost, 'r', refilled_at)
-      stored.t, stored.r = tokens - cost, refilled_at
-      return 0
+      tokens = tokens - cost
+    else
+      local owed = cost - tokens
+      local latest = math.max(now + MAX_DEBT_US, refilled_at)
+      tokens, refilled_at = 0, math.min(refilled_at + owed * interval, latest)
+      debt = idiv(math.max(refilled_at - now, 0) + interval - 1, interval)
     end
-    local owed = cost - tokens
-    local latest = math.max(now + MAX_DEBT_US, refilled_at)
-    refilled_at = math.min(refilled_at + owed * interval, latest)
-    save(rule, 't', 0, 'r', refilled_at)
-    stored.t, stored.r = 0, refilled_at
-    return idiv(math.max(refilled_at - now, 0) + interval - 1, interval)
+    save(rule, 't', tokens, 'r', refilled_at)
+    local allowed, remaining, reset_after, retry_after = answer(rule, tokens, refilled_at, now, 1)
+    return allowed, remaining, reset_after, retry_after, debt
   end
 
   return token_bucket

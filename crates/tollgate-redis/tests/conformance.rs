@@ -1,6 +1,6 @@
 //! Memory, standalone Redis and Redis Cluster give exactly the same decisions: the shared
-//! vectors (one rule and many), then random traffic (checks, peeks, resets and refunds) compared
-//! step by step, one rule per request and several.
+//! vectors (one rule and many), then random traffic (checks, peeks, resets, refunds and charges)
+//! compared step by step, one rule per request and several.
 
 mod common;
 
@@ -64,6 +64,18 @@ async fn random_traffic_gives_the_same_decisions_on_memory_and_redis() {
                 memory.reset(&policy, &key).unwrap();
                 Store::reset(&redis, &policy, key.as_bytes()).await.unwrap();
                 Store::reset(&clustered, &policy, key.as_bytes()).await.unwrap();
+                continue;
+            }
+            if op == 4 {
+                // A charge within the budget, of it exactly, or into debt up to twice over: its
+                // answer (the algorithm's own, with the penalty) and its debt.
+                let cost = rng.between(1, 3 * policy.max_cost());
+                let rules = [Rule::new(&policy, &key, cost)];
+                let want = memory.charge(&rules).unwrap()[0];
+                let got = Store::charge(&redis, &rules).await.unwrap()[0];
+                let got_cluster = Store::charge(&clustered, &rules).await.unwrap()[0];
+                assert_eq!(got, want, "standalone: {context}, a charge of {cost}");
+                assert_eq!(got_cluster, want, "cluster: {context}, a charge of {cost}");
                 continue;
             }
             let (want, got, got_cluster) = if op == 3 {
