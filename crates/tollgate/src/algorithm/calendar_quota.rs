@@ -33,8 +33,8 @@ use jiff::civil::Date;
 pub use jiff::civil::Weekday;
 use jiff::tz::TimeZone;
 
-use super::{StepCharge, StepDecision};
 use super::fixed_window::State;
+use super::{StepCharge, StepDecision};
 use crate::{PolicyError, bounds};
 
 /// The calendar unit of a quota.

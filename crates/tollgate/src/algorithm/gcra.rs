@@ -179,7 +179,11 @@ impl Gcra {
         let owed_us = (tat - now_us).saturating_sub(tolerance);
         StepCharge {
             decision: self.answer(tat, now_us, 1).0,
-            debt: if owed_us == 0 { 0 } else { owed_us.div_ceil(interval) },
+            debt: if owed_us == 0 {
+                0
+            } else {
+                owed_us.div_ceil(interval)
+            },
         }
     }
 

@@ -165,15 +165,15 @@ impl LeakyBucket {
     /// ```
     #[inline]
     pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> StepCharge {
-        let interval = self.leak.interval_us();
         let s = self.drained(state.as_ref(), now_us);
-        let most = (self.capacity + bounds::MAX_DEBT_US / interval).max(s.level);
+        let mut level = s.level.saturating_add(cost);
+        if level > self.capacity {
+            let most = self.capacity + bounds::MAX_DEBT_US / self.leak.interval_us();
+            level = level.min(most.max(s.level));
+        }
         // Its drain clock is within an interval of now, so the answer comes from the bucket
         // written as a step's would.
-        let written = State {
-            level: s.level.saturating_add(cost).min(most),
-            ..s
-        };
+        let written = State { level, ..s };
         *state = Some(written);
         StepCharge {
             decision: self.answer(&written, now_us, 1),

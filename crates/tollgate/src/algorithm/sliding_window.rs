@@ -160,7 +160,7 @@ impl SlidingWindow {
     #[inline]
     pub fn step(&self, state: &mut Option<State>, now_us: u64, cost: u64, commit: bool) -> StepDecision {
         let s = self.current_windows(state.as_ref(), now_us);
-        let outcome = self.answer(&s, now_us, cost);
+        let outcome = self.answer(&s, self.used(&s, now_us), now_us, cost);
         if outcome.allowed && commit {
             *state = Some(State {
                 window_start_us: s.window_start_us,
@@ -171,18 +171,26 @@ impl SlidingWindow {
         outcome
     }
 
-    /// The answer to a request of `cost` at `now_us` on the counters as of now (see
-    /// `current_windows`).
+    /// What the counters as of now weigh at `now_us`, in request·ms: `previous × (w − e) +
+    /// current × w`.
     #[inline(always)]
-    fn answer(&self, s: &Counts, now_us: u64, cost: u64) -> StepDecision {
+    fn used(&self, s: &Counts, now_us: u64) -> u64 {
         let w = self.window_ms();
         // Whole milliseconds into the current window: the previous window weighs (w - e) / w.
+        // Below w, as counters as of now start within a window of now (0 when the clock stepped
+        // back before their window: the previous one then weighs fully).
         let e = now_us.saturating_sub(s.window_start_us) / 1000;
-        let capacity = self.limit * w;
-        let used = s
-            .previous
+        s.previous
             .saturating_mul(w - e)
-            .saturating_add(s.current.saturating_mul(w));
+            .saturating_add(s.current.saturating_mul(w))
+    }
+
+    /// The answer to a request of `cost` at `now_us` on the counters as of now (see
+    /// `current_windows`), which weigh `used` (see `used`).
+    #[inline(always)]
+    fn answer(&self, s: &Counts, used: u64, now_us: u64, cost: u64) -> StepDecision {
+        let w = self.window_ms();
+        let capacity = self.limit * w;
         let allowed = used.saturating_add(cost.saturating_mul(w)) <= capacity;
         let (current, used) = if allowed {
             (s.current + cost, used + cost * w)
@@ -271,14 +279,11 @@ impl SlidingWindow {
             previous: narrow(written.previous),
             current: narrow(written.current),
         });
-        let e = now_us.saturating_sub(s.window_start_us) / 1000;
-        let used = written
-            .previous
-            .saturating_mul(w.saturating_sub(e))
-            .saturating_add(written.current.saturating_mul(w));
+        let used = self.used(&written, now_us);
+        let owed = used.saturating_sub(self.limit * w);
         StepCharge {
-            decision: self.answer(&written, now_us, 1),
-            debt: used.saturating_sub(self.limit * w).div_ceil(w),
+            decision: self.answer(&written, used, now_us, 1),
+            debt: if owed == 0 { 0 } else { owed.div_ceil(w) },
         }
     }
 

@@ -136,8 +136,17 @@ impl Slot {
     /// Turns a cell back into a plain state with its times, for the locked path. The write lock
     /// keeps the swaps of a cell in the table away; a hot cell's memos take no lock, so it is
     /// killed first and its times are those of the state it leaves.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn thaw(&mut self) {
+        // A plain state (every algorithm but GCRA and the token bucket) has nothing to thaw:
+        // that test stays inline on every locked path, the rest is a call.
+        if matches!(self.value, Value::Gcra(_) | Value::Bucket(_) | Value::Hot(_)) {
+            self.thaw_cell();
+        }
+    }
+
+    #[inline(never)]
+    fn thaw_cell(&mut self) {
         let taken = match &self.value {
             Value::Gcra(cell) => {
                 let tat_us = cell.tat_us();
