@@ -12,6 +12,7 @@
 # Rows: every tollgate algorithm for a new key, a key counting within its limit and a denied
 # key (policies of 3 per hour: `benches/decision_instructions.rs`, 64 decisions in flight, so
 # the store batches them as under load; MODE=single for one decision per call);
+# then, per algorithm, a charge of 1 against a check on a key counting within its limit;
 # rate-limiter-flexible's RateLimiterRedis (a fixed window, `benches/versus_rate_limiter_flexible/
 # phases.js`; needs node and npm, installed into a temporary directory); a bare `INCR` + `PEXPIRE`
 # per decision (the floor for any counter); and redis-cell's `CL.THROTTLE` (the floor for GCRA, a
@@ -140,6 +141,17 @@ for algorithm in fixed_window sliding_window sliding_log token_bucket leaky_buck
     done
     printf '%-40s %12s %12s %12s\n' "tollgate $algorithm" "${row[@]}"
 done
+printf '\n%-40s %12s %12s %12s\n' "charge of 1 on a counting key ($MODE)" check charge "charge/check"
+for algorithm in fixed_window sliding_window sliding_log token_bucket leaky_bucket gcra calendar_quota; do
+    row=()
+    for op in check charge; do
+        "$driver" "$port" "$algorithm" counting prepare "$KEYS_PER_CASE" "$MODE" "$op" >/dev/null
+        row+=("$(measured "$driver" "$port" "$algorithm" counting measure "$KEYS_PER_CASE" "$MODE" "$op")")
+    done
+    printf '%-40s %12s %12s %12s\n' "tollgate $algorithm" "${row[@]}" \
+        "$(awk -v c="${row[0]}" -v g="${row[1]}" 'BEGIN { printf "%.3f", g / c }')"
+done
+echo
 if [ -n "$peer" ]; then
     row=()
     for case in new counting denied; do

@@ -3,7 +3,7 @@
 //! count the instructions Redis spends per decision.
 //!
 //! ```sh
-//! cargo bench -p tollgate-redis --bench decision_instructions -- <port> <algorithm> <case> <phase> <keys> [batched|single]
+//! cargo bench -p tollgate-redis --bench decision_instructions -- <port> <algorithm> <case> <phase> <keys> [batched|single] [check|charge]
 //! ```
 //!
 //! Every policy admits 3 per hour (a calendar quota 3 a day), so nothing expires during a run.
@@ -11,12 +11,13 @@
 //! `denied` (each key's fourth, refused). The `prepare` phase brings the keys to the case (the
 //! script does not count it), `measure` makes one decision per key. `batched` (the default)
 //! keeps 64 decisions in flight, so the store groups them into batch calls as it does under
-//! load; `single` sends one decision per call.
+//! load; `single` sends one decision per call. `charge` makes the measured decisions charges of
+//! 1 (recorded whatever is left) instead of checks, to compare the two.
 
 use std::time::Duration;
 
 use tollgate::algorithm::calendar_quota::Period;
-use tollgate::{Algorithm, Anchor, Policy, Rate};
+use tollgate::{Algorithm, Anchor, Policy, Rate, Store};
 use tollgate_redis::{RedisStore, Target};
 
 /// Decisions in flight when batched.
@@ -45,7 +46,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let usage = || -> ! {
         eprintln!(
-            "usage: decision_instructions <port> <algorithm> <new|counting|denied> <prepare|measure> <keys> [batched|single]"
+            "usage: decision_instructions <port> <algorithm> <new|counting|denied> <prepare|measure> <keys> [batched|single] [check|charge]"
         );
         std::process::exit(2)
     };
@@ -72,6 +73,14 @@ fn main() {
         Some("single") => 1,
         _ => usage(),
     };
+    // Named, the operation gets keys of its own (the prepare phase is given the same word), so
+    // a check and a charge compared start from the same state.
+    let (suffix, charges) = match rest.get(1).map(String::as_str) {
+        None => ("", false),
+        Some("check") => ("-check", false),
+        Some("charge") => ("-charge", phase == "measure"),
+        _ => usage(),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -86,7 +95,7 @@ fn main() {
             .connect()
             .await
             .expect("connect");
-        let policy = Policy::new(format!("{name}-{case}"), algorithm).expect("policy");
+        let policy = Policy::new(format!("{name}-{case}{suffix}"), algorithm).expect("policy");
         let mut allowed = 0;
         for _ in 0..decisions_per_key {
             let mut tasks = tokio::task::JoinSet::new();
@@ -95,10 +104,13 @@ fn main() {
                 tasks.spawn(async move {
                     let mut allowed = 0;
                     for key in (task..keys).step_by(in_flight) {
-                        let decision = store
-                            .check(&policy, format!("k{key}").as_bytes(), 1)
-                            .await
-                            .expect("check");
+                        let key = format!("k{key}");
+                        let decision = if charges {
+                            let rule = [tollgate::Rule::new(&policy, key.as_bytes(), 1)];
+                            store.charge(&rule).await.expect("charge")[0].decision
+                        } else {
+                            store.check(&policy, key.as_bytes(), 1).await.expect("check")
+                        };
                         allowed += usize::from(decision.allowed);
                     }
                     allowed
