@@ -81,6 +81,7 @@ mod ops;
 pub mod policy_test;
 pub mod proxy;
 pub mod reload;
+pub mod replay;
 mod runtime;
 mod serve;
 mod serve_proxy;
@@ -88,7 +89,7 @@ mod serve_proxy;
 pub use api::explain;
 pub use api::router as api_router;
 pub use envoy::grpc;
-pub use ops::{count, metrics};
+pub use ops::{count, decision_log, metrics};
 pub use runtime::{
     AnyStore, AppState, EnvoySettings, ListenerOptions, ResponseHeaders, Settings, SharedState, StoreOptions,
 };
