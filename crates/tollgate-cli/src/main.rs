@@ -219,6 +219,9 @@ enum Command {
         /// How many flipped requests to print.
         #[arg(long, default_value_t = 20)]
         show: usize,
+        /// Print the report as JSON instead of Markdown.
+        #[arg(long)]
+        json: bool,
         /// Log files, oldest first (`decisions.jsonl.2 decisions.jsonl.1 decisions.jsonl`).
         #[arg(required = true)]
         logs: Vec<PathBuf>,
@@ -433,13 +436,17 @@ fn main() -> ExitCode {
             config,
             baseline,
             show,
+            json,
             logs,
-        } => replay(&tollgate_server::replay::ReplayOptions {
-            config,
-            baseline,
-            logs,
-            shown: show,
-        }),
+        } => replay(
+            &tollgate_server::replay::ReplayOptions {
+                config,
+                baseline,
+                logs,
+                shown: show,
+            },
+            json,
+        ),
         Command::CheckConfig { path, against, load } => {
             let Some(settings) = settings_from_env(|settings| load.apply(settings)) else {
                 return ExitCode::FAILURE;
@@ -571,8 +578,8 @@ fn policy_test(options: tollgate_server::policy_test::TestOptions) -> ExitCode {
 }
 
 /// `tollgate replay`: the report on stdout; exit 2 when a file is unusable.
-fn replay(options: &tollgate_server::replay::ReplayOptions) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread().build() {
+fn replay(options: &tollgate_server::replay::ReplayOptions, json: bool) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("tollgate: cannot start the runtime: {err}");
@@ -580,10 +587,8 @@ fn replay(options: &tollgate_server::replay::ReplayOptions) -> ExitCode {
         }
     };
     match runtime.block_on(tollgate_server::replay::run(options)) {
-        Ok(report) => {
-            print!("{report}");
-            ExitCode::SUCCESS
-        }
+        Ok(report) if json => print_all("replay", format!("{}\n", report.to_json()).as_bytes()),
+        Ok(report) => print_all("replay", report.to_string().as_bytes()),
         Err(err) => {
             eprintln!("tollgate replay: {err:#}");
             ExitCode::from(2)

@@ -136,6 +136,59 @@ impl Report {
     }
 }
 
+impl Report {
+    /// The report as JSON, for scripts: `decisions`, `flipped`, `groups` (by policy or
+    /// `domain NAME`: `before` and `after` tallies, `flipped`), `flips` (the first ones, with
+    /// `time_us`) and `most_affected`.
+    ///
+    /// ```
+    /// let report = tollgate_server::replay::Report::default();
+    /// assert_eq!(report.to_json()["flipped"], 0);
+    /// ```
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        let tally = |t: &Tally| json!({"allowed": t.allowed, "denied": t.denied, "error": t.error});
+        let groups: serde_json::Map<String, serde_json::Value> = self
+            .groups
+            .iter()
+            .map(|(name, g)| {
+                (
+                    name.clone(),
+                    json!({"before": tally(&g.baseline), "after": tally(&g.new), "flipped": g.flipped}),
+                )
+            })
+            .collect();
+        let flips: Vec<_> = self
+            .flips
+            .iter()
+            .map(|f| {
+                json!({
+                    "time_us": f.time_us,
+                    "door": door_name(f.door),
+                    "policy": f.group,
+                    "key": f.key,
+                    "before": f.before.as_str(),
+                    "after": f.after.as_str(),
+                })
+            })
+            .collect();
+        let most: Vec<_> = self
+            .most_affected()
+            .into_iter()
+            .map(|(key, n)| json!({"key": key, "flipped": n}))
+            .collect();
+        json!({
+            "config": self.config,
+            "baseline": self.baseline,
+            "decisions": self.decisions,
+            "flipped": self.flipped,
+            "groups": groups,
+            "flips": flips,
+            "most_affected": most,
+        })
+    }
+}
+
 fn lookup<'a>(groups: &'a mut BTreeMap<String, Group>, name: &str, owned: impl FnOnce() -> String) -> &'a mut Group {
     if !groups.contains_key(name) {
         groups.insert(owned(), Group::default());
