@@ -1,4 +1,4 @@
-//! `serve`'s decision log flags (`tollgate_server::decision_log`), each with an environment
+//! The decision log flags `serve` and `proxy` share (`tollgate_server::decision_log`), each with an environment
 //! variable; every flag but `--decision-log` needs it. `docs/changing-limits.md` says how the
 //! log is read back by `tollgate replay`.
 

@@ -4,7 +4,7 @@
 //!
 //! # Layout
 //!
-//! - `decision_log_args`: `serve`'s decision log flags.
+//! - `decision_log_args`: the decision log flags of `serve` and `proxy`.
 //! - `listener_args`: the timeout and limit flags every listener has (`serve` and `proxy`).
 //! - `envoy_args`: the flags of the Envoy service's settings (`serve`, `explain`,
 //!   `check-config`).
@@ -129,6 +129,8 @@ enum Command {
         listener: ListenerArgs,
         #[command(flatten)]
         upstream_deadlines: UpstreamArgs,
+        #[command(flatten)]
+        decision_log: DecisionLogArgs,
     },
     /// Explain what a check would decide and why, against a config, spending nothing: the
     /// limit each rule or descriptor reaches and how it matched, the runtime override in force,
@@ -354,6 +356,7 @@ fn main() -> ExitCode {
             admin,
             listener,
             upstream_deadlines,
+            decision_log,
         } => run(tollgate_server::serve_proxy(tollgate_server::ProxyOptions {
             upstream,
             config,
@@ -364,6 +367,7 @@ fn main() -> ExitCode {
             admin,
             listeners: listener.options(tollgate_server::ListenerOptions::PROXY_MAX_BODY_BYTES),
             forward: upstream_deadlines.options(),
+            decision_log: decision_log.options(),
         })),
         Command::Explain {
             config,

@@ -341,3 +341,48 @@ fn replay_refuses_a_line_that_is_not_a_decision_naming_file_and_line() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("d.jsonl: line 2: not a decision log line"), "{stderr}");
 }
+
+#[tokio::test]
+async fn the_proxy_logs_its_routes_decisions_and_they_replay() {
+    let upstream = tollgate_testkit::AppServer::start(axum::Router::new().fallback(|| async { "upstream" })).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let write = |name: &str, limit: u64| {
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!(
+                "policies:\n  movies:\n    algorithm: sliding_log\n    limit: {limit}\n    window: 1h\nroutes:\n  - prefix: /v4/movies\n    policies: [movies]\n"
+            ),
+        )
+        .expect("write the config");
+        path.to_str().expect("utf-8").to_owned()
+    };
+    let served = write("served.yaml", 3);
+    let strict = write("strict.yaml", 1);
+    let log = dir.path().join("proxy.jsonl");
+    let log = log.to_str().expect("utf-8");
+    let upstream_url = format!("http://{}", upstream.addr());
+    let mut proxy = Server::start_proxy(&["--upstream", &upstream_url, "--config", &served, "--decision-log", log]);
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client");
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let status = http.get(proxy.url("/v4/movies")).send().await.expect("get").status();
+        statuses.push(status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    proxy.signal("TERM");
+    assert!(proxy.wait_exit().success());
+    let lines = log_lines(Path::new(log));
+    let outcomes: Vec<&str> = lines.iter().map(|l| l["outcome"].as_str().expect("outcome")).collect();
+    assert_eq!(outcomes, ["allowed", "allowed", "allowed", "denied"]);
+    assert!(lines.iter().all(|l| l["door"] == "proxy" && l["rules"][0]["policy"] == "movies"));
+    assert_eq!(replay(&["--config", &served, log])["flipped"], 0);
+    // Under 1 an hour, the second and third requests flip.
+    let report = replay(&["--config", &strict, log]);
+    let flipped: Vec<&Value> = report["flips"].as_array().expect("flips").iter().map(|f| &f["time_us"]).collect();
+    assert_eq!(flipped, [&lines[1]["time_us"], &lines[2]["time_us"]], "{report}");
+    upstream.stop().await;
+}

@@ -275,6 +275,18 @@ pub enum Door {
     Proxy,
 }
 
+impl Door {
+    /// The door's name, as lines write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Door::Http => "http",
+            Door::Grpc => "grpc",
+            Door::Json => "json",
+            Door::Proxy => "proxy",
+        }
+    }
+}
+
 /// What a request was answered, in the three terms a replay compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

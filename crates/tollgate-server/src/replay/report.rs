@@ -164,7 +164,7 @@ impl Report {
             .map(|f| {
                 json!({
                     "time_us": f.time_us,
-                    "door": door_name(f.door),
+                    "door": f.door.as_str(),
                     "policy": f.group,
                     "key": f.key,
                     "before": f.before.as_str(),
@@ -272,7 +272,7 @@ impl fmt::Display for Report {
                 f,
                 "| {} | {} | {} | {} | {} → {} |",
                 utc(flip.time_us),
-                door_name(flip.door),
+                flip.door.as_str(),
                 flip.group,
                 flip.key,
                 flip.before.as_str(),
@@ -288,15 +288,6 @@ impl fmt::Display for Report {
             writeln!(f, "| {key} | {n} |")?;
         }
         Ok(())
-    }
-}
-
-fn door_name(door: Door) -> &'static str {
-    match door {
-        Door::Http => "http",
-        Door::Grpc => "grpc",
-        Door::Json => "json",
-        Door::Proxy => "proxy",
     }
 }
 
