@@ -22,7 +22,9 @@ fn config(dir: &Path, policy_limit: u64, envoy_limit: u64) {
     std::fs::create_dir_all(dir).expect("config dir");
     std::fs::write(
         dir.join("movies.yaml"),
-        format!("policies:\n  movies:\n    algorithm: sliding_log\n    limit: {policy_limit}\n    window: 1h\n"),
+        format!(
+            "policies:\n  movies:\n    algorithm: sliding_log\n    limit: {policy_limit}\n    window: 1h\n"
+        ),
     )
     .expect("write the policy");
     std::fs::write(
@@ -147,7 +149,11 @@ async fn serve_sequence(dir: &Path, extra: &[&str]) -> std::path::PathBuf {
                 status == 200
             }
             Ask::Grpc(ip) => {
-                let answer = grpc.should_rate_limit(envoy_request(ip)).await.expect("call").into_inner();
+                let answer = grpc
+                    .should_rate_limit(envoy_request(ip))
+                    .await
+                    .expect("call")
+                    .into_inner();
                 answer.overall_code == Code::Ok as i32
             }
             Ask::Json(ip) => {
@@ -218,8 +224,14 @@ async fn replay_flips_exactly_what_a_stricter_config_refuses(extra: &[&str]) {
     assert_eq!(same["flipped"], 0, "{same}");
     let itself = replay(&["--config", limits, "--baseline", limits, log]);
     assert_eq!(itself["flipped"], 0, "{itself}");
-    assert_eq!(itself["groups"]["movies"]["before"], json!({"allowed": 8, "denied": 2, "error": 0}));
-    assert_eq!(itself["groups"]["domain edge"]["after"], json!({"allowed": 9, "denied": 2, "error": 0}));
+    assert_eq!(
+        itself["groups"]["movies"]["before"],
+        json!({"allowed": 8, "denied": 2, "error": 0})
+    );
+    assert_eq!(
+        itself["groups"]["domain edge"]["after"],
+        json!({"allowed": 9, "denied": 2, "error": 0})
+    );
 
     // Stricter: 3 per key, 2 per address. The flips are the requests allowed under (5, 4)
     // and denied under (3, 2), in order.
@@ -246,14 +258,19 @@ async fn replay_flips_exactly_what_a_stricter_config_refuses(extra: &[&str]) {
         assert_eq!(shown.len(), flips.len(), "{report}");
         for ((i, ask), flip) in flips.iter().zip(shown) {
             assert_eq!(flip["time_us"], lines[*i]["time_us"], "request {i}: {flip}");
-            assert_eq!((&flip["before"], &flip["after"]), (&json!("allowed"), &json!("denied")));
+            assert_eq!(
+                (&flip["before"], &flip["after"]),
+                (&json!("allowed"), &json!("denied"))
+            );
             assert_eq!(flip["door"], lines[*i]["door"]);
             // In clear, the report names the key; hashed, the log's hash of it.
             let key = match ask {
                 Ask::Check(_) => lines[*i]["rules"][0]["key"].as_str().expect("key").to_owned(),
                 Ask::Grpc(_) | Ask::Json(_) => format!(
                     "remote_address={}",
-                    lines[*i]["descriptors"][0]["entries"][0][1].as_str().expect("value")
+                    lines[*i]["descriptors"][0]["entries"][0][1]
+                        .as_str()
+                        .expect("value")
                 ),
             };
             if extra.is_empty() {
@@ -264,7 +281,11 @@ async fn replay_flips_exactly_what_a_stricter_config_refuses(extra: &[&str]) {
             assert_eq!(flip["key"], key);
         }
         assert_eq!(report["groups"]["movies"]["flipped"], 2, "{report}");
-        assert_eq!(report["groups"]["domain edge"]["flipped"], flips.len() - 2, "{report}");
+        assert_eq!(
+            report["groups"]["domain edge"]["flipped"],
+            flips.len() - 2,
+            "{report}"
+        );
     }
 }
 
@@ -284,7 +305,10 @@ fn run(args: &[&str]) -> (bool, String) {
         .args(args)
         .output()
         .expect("run tollgate");
-    (output.status.success(), String::from_utf8_lossy(&output.stderr).into_owned())
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -298,13 +322,39 @@ fn bad_decision_log_flags_are_refused_naming_the_flag() {
         run(&args)
     };
     for (flags, flag, says) in [
-        (vec!["--decision-log", log, "--decision-log-sample", "0"], "--decision-log-sample", "above 0"),
-        (vec!["--decision-log", log, "--decision-log-sample", "1.5"], "--decision-log-sample", "at most 1"),
-        (vec!["--decision-log", log, "--decision-log-sample", "often"], "--decision-log-sample", "a number"),
-        (vec!["--decision-log", log, "--decision-log-max-bytes", "10"], "--decision-log-max-bytes", "1024"),
-        (vec!["--decision-log", log, "--decision-log-files", "5000"], "--decision-log-files", "at most 1000"),
         (
-            vec!["--decision-log", log, "--decision-log-hash-keys", "--decision-log-hash-secret", "short"],
+            vec!["--decision-log", log, "--decision-log-sample", "0"],
+            "--decision-log-sample",
+            "above 0",
+        ),
+        (
+            vec!["--decision-log", log, "--decision-log-sample", "1.5"],
+            "--decision-log-sample",
+            "at most 1",
+        ),
+        (
+            vec!["--decision-log", log, "--decision-log-sample", "often"],
+            "--decision-log-sample",
+            "a number",
+        ),
+        (
+            vec!["--decision-log", log, "--decision-log-max-bytes", "10"],
+            "--decision-log-max-bytes",
+            "1024",
+        ),
+        (
+            vec!["--decision-log", log, "--decision-log-files", "5000"],
+            "--decision-log-files",
+            "at most 1000",
+        ),
+        (
+            vec![
+                "--decision-log",
+                log,
+                "--decision-log-hash-keys",
+                "--decision-log-hash-secret",
+                "short",
+            ],
             "--decision-log-hash-secret",
             "at least 16 bytes",
         ),
@@ -312,13 +362,19 @@ fn bad_decision_log_flags_are_refused_naming_the_flag() {
     ] {
         let (ok, stderr) = serve(&flags);
         assert!(!ok, "{flags:?} was accepted");
-        assert!(stderr.contains(flag) && stderr.contains(says), "{flags:?}: {stderr}");
+        assert!(
+            stderr.contains(flag) && stderr.contains(says),
+            "{flags:?}: {stderr}"
+        );
     }
     // A log in a directory that does not exist: refused at start, naming the file.
     let missing = dir.path().join("no/such/dir/d.jsonl");
     let (ok, stderr) = serve(&["--decision-log", missing.to_str().expect("utf-8")]);
     assert!(!ok);
-    assert!(stderr.contains("decision log") && stderr.contains("no/such/dir/d.jsonl"), "{stderr}");
+    assert!(
+        stderr.contains("decision log") && stderr.contains("no/such/dir/d.jsonl"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -339,12 +395,16 @@ fn replay_refuses_a_line_that_is_not_a_decision_naming_file_and_line() {
         .expect("run tollgate replay");
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("d.jsonl: line 2: not a decision log line"), "{stderr}");
+    assert!(
+        stderr.contains("d.jsonl: line 2: not a decision log line"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]
 async fn the_proxy_logs_its_routes_decisions_and_they_replay() {
-    let upstream = tollgate_testkit::AppServer::start(axum::Router::new().fallback(|| async { "upstream" })).await;
+    let upstream =
+        tollgate_testkit::AppServer::start(axum::Router::new().fallback(|| async { "upstream" })).await;
     let dir = tempfile::tempdir().expect("temp dir");
     let write = |name: &str, limit: u64| {
         let path = dir.path().join(name);
@@ -362,27 +422,51 @@ async fn the_proxy_logs_its_routes_decisions_and_they_replay() {
     let log = dir.path().join("proxy.jsonl");
     let log = log.to_str().expect("utf-8");
     let upstream_url = format!("http://{}", upstream.addr());
-    let mut proxy = Server::start_proxy(&["--upstream", &upstream_url, "--config", &served, "--decision-log", log]);
+    let mut proxy = Server::start_proxy(&[
+        "--upstream",
+        &upstream_url,
+        "--config",
+        &served,
+        "--decision-log",
+        log,
+    ]);
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()
         .expect("client");
     let mut statuses = Vec::new();
     for _ in 0..4 {
-        let status = http.get(proxy.url("/v4/movies")).send().await.expect("get").status();
+        let status = http
+            .get(proxy.url("/v4/movies"))
+            .send()
+            .await
+            .expect("get")
+            .status();
         statuses.push(status.as_u16());
     }
     assert_eq!(statuses, [200, 200, 200, 429]);
     proxy.signal("TERM");
     assert!(proxy.wait_exit().success());
     let lines = log_lines(Path::new(log));
-    let outcomes: Vec<&str> = lines.iter().map(|l| l["outcome"].as_str().expect("outcome")).collect();
+    let outcomes: Vec<&str> = lines
+        .iter()
+        .map(|l| l["outcome"].as_str().expect("outcome"))
+        .collect();
     assert_eq!(outcomes, ["allowed", "allowed", "allowed", "denied"]);
-    assert!(lines.iter().all(|l| l["door"] == "proxy" && l["rules"][0]["policy"] == "movies"));
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["door"] == "proxy" && l["rules"][0]["policy"] == "movies")
+    );
     assert_eq!(replay(&["--config", &served, log])["flipped"], 0);
     // Under 1 an hour, the second and third requests flip.
     let report = replay(&["--config", &strict, log]);
-    let flipped: Vec<&Value> = report["flips"].as_array().expect("flips").iter().map(|f| &f["time_us"]).collect();
+    let flipped: Vec<&Value> = report["flips"]
+        .as_array()
+        .expect("flips")
+        .iter()
+        .map(|f| &f["time_us"])
+        .collect();
     assert_eq!(flipped, [&lines[1]["time_us"], &lines[2]["time_us"]], "{report}");
     upstream.stop().await;
 }

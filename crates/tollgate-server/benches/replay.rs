@@ -64,7 +64,12 @@ fn replay_round(runtime: &tokio::runtime::Runtime, path: &std::path::Path) -> (D
     let started = Instant::now();
     let lines = tollgate_server::replay::read_logs(&[path.to_owned()]).expect("read the log");
     let parsed = started.elapsed();
-    let report = runtime.block_on(tollgate_server::replay::replay(&lines, limits(10), Some(limits(20)), 20));
+    let report = runtime.block_on(tollgate_server::replay::replay(
+        &lines,
+        limits(10),
+        Some(limits(20)),
+        20,
+    ));
     assert_eq!(report.decisions, LINES as u64);
     (started.elapsed(), report.flipped, parsed)
 }
@@ -116,7 +121,9 @@ fn main() {
         ratios.push(replay_rate / live_rate);
         parse_share.push(parsed.as_secs_f64() / replay.as_secs_f64());
     }
-    println!("| log | replayed lines/s (2 configs, parsing included) | live decisions/s (engine + memory store) | ratio | share of replay spent parsing | flips found |");
+    println!(
+        "| log | replayed lines/s (2 configs, parsing included) | live decisions/s (engine + memory store) | ratio | share of replay spent parsing | flips found |"
+    );
     println!("|---|---:|---:|---:|---:|---:|");
     println!(
         "| {LINES} lines, {KEYS} keys, {:.0} MB | {:.0} | {:.0} | **{:.3}** (rounds {}) | {:.2} | {flipped} |",
@@ -124,7 +131,11 @@ fn main() {
         median(replayed),
         median(live),
         median(ratios.clone()),
-        ratios.iter().map(|r| format!("{r:.3}")).collect::<Vec<_>>().join(", "),
+        ratios
+            .iter()
+            .map(|r| format!("{r:.3}"))
+            .collect::<Vec<_>>()
+            .join(", "),
         median(parse_share),
     );
 }

@@ -194,7 +194,9 @@ impl RlsService {
                     pending.answered(LoggedOutcome::Denied);
                 }
                 Ok(_) => pending.answered(LoggedOutcome::Allowed),
-                Err(status) if status.code() == tonic::Code::Unavailable => pending.answered(LoggedOutcome::Error),
+                Err(status) if status.code() == tonic::Code::Unavailable => {
+                    pending.answered(LoggedOutcome::Error)
+                }
                 Err(_) => {}
             }
         }

@@ -26,7 +26,7 @@ use super::metrics;
 use super::recorder::RECORDER;
 
 /// A rules door answered `asked` with `outcome`: one line in the decision log, when one is on
-/// and samples the request's keys. Costs one atomic load when the log is off.
+/// and samples the request's keys. When the log is off this is one lock-free load.
 pub fn answered(door: Door, asked: Asked<'_>, outcome: impl Into<LoggedOutcome>) {
     if let Some(pending) = decision_log::asked(door, asked) {
         pending.answered(outcome.into());

@@ -125,7 +125,9 @@ impl DecisionLogOptions {
             )));
         }
         if self.queue == 0 {
-            return Err(DecisionLogError::Bound("the decision log queue must hold at least one line".into()));
+            return Err(DecisionLogError::Bound(
+                "the decision log queue must hold at least one line".into(),
+            ));
         }
         Ok(())
     }
@@ -437,7 +439,11 @@ impl Asked<'_> {
                 line.descriptors = descriptors
                     .iter()
                     .map(|d| LoggedDescriptor {
-                        entries: d.entries.iter().map(|e| [e.key.clone(), e.value.clone()]).collect(),
+                        entries: d
+                            .entries
+                            .iter()
+                            .map(|e| [e.key.clone(), e.value.clone()])
+                            .collect(),
                         hits_addend: d.hits_addend.map(|a| a.value),
                         refund: d.is_negative_hits,
                     })
@@ -510,7 +516,9 @@ pub struct DecisionLog {
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared").field("sample_below", &self.sample_below).finish_non_exhaustive()
+        f.debug_struct("Shared")
+            .field("sample_below", &self.sample_below)
+            .finish_non_exhaustive()
     }
 }
 
@@ -535,13 +543,17 @@ impl DecisionLog {
 
     /// [`start`](Self::start), the writer waiting for `gate` before it writes anything (a
     /// stalled disk, for tests).
-    fn start_gated(options: DecisionLogOptions, gate: Option<Receiver<()>>) -> Result<DecisionLog, DecisionLogError> {
+    fn start_gated(
+        options: DecisionLogOptions,
+        gate: Option<Receiver<()>>,
+    ) -> Result<DecisionLog, DecisionLogError> {
         options.validate()?;
-        let file = RotatingFile::open(&options.path, options.max_file_bytes, options.rotated_files)
-            .map_err(|source| DecisionLogError::Open {
+        let file = RotatingFile::open(&options.path, options.max_file_bytes, options.rotated_files).map_err(
+            |source| DecisionLogError::Open {
                 path: options.path.clone(),
                 source,
-            })?;
+            },
+        )?;
         let (sender, receiver) = std::sync::mpsc::sync_channel(options.queue);
         let counts = Arc::new(Counts::default());
         let hash = options.hash_keys.as_ref().map(KeyedHash::new);
@@ -556,7 +568,8 @@ impl DecisionLog {
             })
             .map_err(DecisionLogError::Thread)?;
         // `sample * 2^64` as a threshold on a uniform 64-bit hash.
-        let sample_below = (options.sample < 1.0).then(|| (options.sample * 18_446_744_073_709_551_616.0) as u64);
+        let sample_below =
+            (options.sample < 1.0).then_some((options.sample * 18_446_744_073_709_551_616.0) as u64);
         Ok(DecisionLog {
             shared: Arc::new(Shared {
                 sender,
@@ -594,7 +607,10 @@ impl DecisionLog {
     /// Stops logging (uninstalling this log if it is the installed one), writes every queued
     /// line and closes the file. Blocks until the writer is done.
     pub fn finish(mut self) {
-        let ours = INSTALLED.load().as_ref().is_some_and(|installed| Arc::ptr_eq(installed, &self.shared));
+        let ours = INSTALLED
+            .load()
+            .as_ref()
+            .is_some_and(|installed| Arc::ptr_eq(installed, &self.shared));
         if ours {
             INSTALLED.store(None);
         }
@@ -637,7 +653,12 @@ fn now_us() -> u64 {
 
 /// The writer's loop: each line hashed (if asked), encoded and written; the file flushed
 /// whenever the queue runs empty, so a quiet server's log is on disk within a moment.
-fn write_lines(receiver: &Receiver<LogLine>, mut file: RotatingFile, hash: Option<&KeyedHash>, counts: &Counts) {
+fn write_lines(
+    receiver: &Receiver<LogLine>,
+    mut file: RotatingFile,
+    hash: Option<&KeyedHash>,
+    counts: &Counts,
+) {
     let mut buffer = Vec::with_capacity(512);
     loop {
         let mut line = match receiver.try_recv() {
@@ -681,7 +702,8 @@ fn write_lines(receiver: &Receiver<LogLine>, mut file: RotatingFile, hash: Optio
     }
 }
 
-static IO_LOG: tollgate_tower::LogSampler = tollgate_tower::LogSampler::new(std::time::Duration::from_secs(60));
+static IO_LOG: tollgate_tower::LogSampler =
+    tollgate_tower::LogSampler::new(std::time::Duration::from_secs(60));
 
 /// Replaces every key and descriptor value by its keyed hash.
 fn hash_keys(line: &mut LogLine, hash: &KeyedHash) {
@@ -791,7 +813,8 @@ mod tests {
     }
 
     fn policy() -> tollgate::Policy {
-        let algorithm = tollgate::Algorithm::sliding_log(5, std::time::Duration::from_secs(60)).expect("algorithm");
+        let algorithm =
+            tollgate::Algorithm::sliding_log(5, std::time::Duration::from_secs(60)).expect("algorithm");
         tollgate::Policy::new("movies", algorithm).expect("policy")
     }
 
@@ -803,10 +826,12 @@ mod tests {
         let rules = [Rule::new(&policy, "alice", 2)];
         log.record(Door::Http, Asked::Rules(&rules), LoggedOutcome::Denied);
         let descriptors = [RateLimitDescriptor {
-            entries: vec![envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry {
-                key: "remote_address".into(),
-                value: "192.0.2.7".into(),
-            }],
+            entries: vec![
+                envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry {
+                    key: "remote_address".into(),
+                    value: "192.0.2.7".into(),
+                },
+            ],
             ..Default::default()
         }];
         log.record(
@@ -833,7 +858,10 @@ mod tests {
         assert_eq!(lines[0].outcome, LoggedOutcome::Denied);
         assert_eq!(lines[1].domain.as_deref(), Some("edge"));
         assert_eq!(lines[1].hits_addend, 3);
-        assert_eq!(lines[1].descriptors[0].entries, [["remote_address".to_owned(), "192.0.2.7".to_owned()]]);
+        assert_eq!(
+            lines[1].descriptors[0].entries,
+            [["remote_address".to_owned(), "192.0.2.7".to_owned()]]
+        );
         assert!(lines[0].time_us > 1_700_000_000_000_000 && lines[1].time_us >= lines[0].time_us);
     }
 
@@ -850,7 +878,11 @@ mod tests {
         let policy = policy();
         for n in 0..200 {
             let key = format!("user-{n:04}");
-            log.record(Door::Http, Asked::Rules(&[Rule::new(&policy, &key, 1)]), LoggedOutcome::Allowed);
+            log.record(
+                Door::Http,
+                Asked::Rules(&[Rule::new(&policy, &key, 1)]),
+                LoggedOutcome::Allowed,
+            );
         }
         let written = {
             // Let the writer take everything before finishing (finish writes the rest anyway).
@@ -892,8 +924,16 @@ mod tests {
         .expect("start");
         let policy = policy();
         let long = "k".repeat(2000);
-        log.record(Door::Http, Asked::Rules(&[Rule::new(&policy, &long, 1)]), LoggedOutcome::Allowed);
-        log.record(Door::Http, Asked::Rules(&[Rule::new(&policy, "short", 1)]), LoggedOutcome::Allowed);
+        log.record(
+            Door::Http,
+            Asked::Rules(&[Rule::new(&policy, &long, 1)]),
+            LoggedOutcome::Allowed,
+        );
+        log.record(
+            Door::Http,
+            Asked::Rules(&[Rule::new(&policy, "short", 1)]),
+            LoggedOutcome::Allowed,
+        );
         let counts = Arc::clone(&log.shared.counts);
         log.finish();
         assert_eq!(counts.too_long.load(Ordering::Relaxed), 1);
@@ -923,7 +963,11 @@ mod tests {
             let policy = policy();
             for n in 0..1000 {
                 let key = format!("user-{n}");
-                flooding.record(Door::Http, Asked::Rules(&[Rule::new(&policy, &key, 1)]), LoggedOutcome::Allowed);
+                flooding.record(
+                    Door::Http,
+                    Asked::Rules(&[Rule::new(&policy, &key, 1)]),
+                    LoggedOutcome::Allowed,
+                );
             }
             let _ = done.send(());
         });
@@ -951,7 +995,11 @@ mod tests {
         .expect("start");
         let policy = policy();
         for key in ["alice", "bob", "alice"] {
-            log.record(Door::Http, Asked::Rules(&[Rule::new(&policy, key, 1)]), LoggedOutcome::Allowed);
+            log.record(
+                Door::Http,
+                Asked::Rules(&[Rule::new(&policy, key, 1)]),
+                LoggedOutcome::Allowed,
+            );
         }
         log.finish();
         let keys: Vec<_> = read_lines(&dir.path().join("decisions.jsonl"))
@@ -971,7 +1019,10 @@ mod tests {
     fn keyed_hash_is_hmac_sha256() {
         // RFC 4231, test case 2: key "Jefe", data "what do ya want for nothing?".
         let hash = KeyedHash::new(&HashSecret(b"Jefe".to_vec()));
-        assert_eq!(hash.hex(b"what do ya want for nothing?"), "5bdcc146bf60754e6a042426089575c7");
+        assert_eq!(
+            hash.hex(b"what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c7"
+        );
     }
 
     #[test]
@@ -986,7 +1037,11 @@ mod tests {
         for _ in 0..5 {
             for n in 0..100 {
                 let key = format!("user-{n}");
-                log.record(Door::Http, Asked::Rules(&[Rule::new(&policy, &key, 1)]), LoggedOutcome::Allowed);
+                log.record(
+                    Door::Http,
+                    Asked::Rules(&[Rule::new(&policy, &key, 1)]),
+                    LoggedOutcome::Allowed,
+                );
             }
         }
         log.finish();
@@ -996,16 +1051,48 @@ mod tests {
         }
         assert!(per_key.values().all(|&n| n == 5), "{per_key:?}");
         // Some keys kept, some not (a 1 in 2^99 chance each way of a false failure).
-        assert!(!per_key.is_empty() && per_key.len() < 100, "{} keys kept", per_key.len());
+        assert!(
+            !per_key.is_empty() && per_key.len() < 100,
+            "{} keys kept",
+            per_key.len()
+        );
     }
 
     #[test]
     fn bounds_are_checked() {
         let base = DecisionLogOptions::new("x");
-        assert!(DecisionLogOptions { sample: 1.5, ..base.clone() }.validate().is_err());
-        assert!(DecisionLogOptions { sample: f64::NAN, ..base.clone() }.validate().is_err());
-        assert!(DecisionLogOptions { max_file_bytes: 10, ..base.clone() }.validate().is_err());
-        assert!(DecisionLogOptions { rotated_files: 5000, ..base.clone() }.validate().is_err());
+        assert!(
+            DecisionLogOptions {
+                sample: 1.5,
+                ..base.clone()
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            DecisionLogOptions {
+                sample: f64::NAN,
+                ..base.clone()
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            DecisionLogOptions {
+                max_file_bytes: 10,
+                ..base.clone()
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            DecisionLogOptions {
+                rotated_files: 5000,
+                ..base.clone()
+            }
+            .validate()
+            .is_err()
+        );
         assert!(DecisionLogOptions { queue: 0, ..base }.validate().is_err());
     }
 }

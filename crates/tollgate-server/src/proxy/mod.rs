@@ -49,8 +49,8 @@ use tower::{Layer, ServiceExt};
 
 pub use forward::{Forward, ForwardOptions, UpstreamError};
 
-use crate::runtime::problem::{bare_errors, problem};
 use crate::ops::decision_log::{Asked, Door};
+use crate::runtime::problem::{bare_errors, problem};
 use crate::runtime::store::AnyStore;
 use tollgate_config::Limits;
 use tollgate_config::{Route, RouteKey};

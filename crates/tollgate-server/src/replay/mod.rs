@@ -37,7 +37,9 @@ pub use report::{Flip, Group, Report, Tally};
 use crate::decision_log::{Door, LogLine, LoggedOutcome, LoggedRule};
 use crate::envoy::grpc::RlsService;
 use crate::envoy::grpc::proto::rate_limit_response::Code;
-use crate::envoy::grpc::proto::{RateLimitDescriptor, RateLimitRequest, UInt64Value, rate_limit_descriptor::Entry};
+use crate::envoy::grpc::proto::{
+    RateLimitDescriptor, RateLimitRequest, UInt64Value, rate_limit_descriptor::Entry,
+};
 use crate::runtime::store::AnyStore;
 use crate::runtime::{AppState, Settings, SharedState};
 
@@ -57,7 +59,11 @@ pub struct ReplayOptions {
 /// Loads the configs and the logs, replays, and reports; see the [module docs](self).
 pub async fn run(options: &ReplayOptions) -> anyhow::Result<Report> {
     let new = tollgate_config::load(&options.config)?;
-    let baseline = options.baseline.as_deref().map(tollgate_config::load).transpose()?;
+    let baseline = options
+        .baseline
+        .as_deref()
+        .map(tollgate_config::load)
+        .transpose()?;
     let lines = read_logs(&options.logs)?;
     let mut report = replay(&lines, new, baseline, options.shown).await;
     report.config = options.config.display().to_string();
@@ -98,7 +104,11 @@ fn read_log(path: &Path, lines: &mut Vec<LogLine>) -> anyhow::Result<()> {
         let parsed: LogLine = serde_json::from_str(line)
             .with_context(|| format!("{}: line {}: not a decision log line", path.display(), n + 1))?;
         if parsed.rules.is_empty() && parsed.domain.is_none() {
-            anyhow::bail!("{}: line {}: neither rules nor an Envoy domain", path.display(), n + 1);
+            anyhow::bail!(
+                "{}: line {}: neither rules nor an Envoy domain",
+                path.display(),
+                n + 1
+            );
         }
         lines.push(parsed);
     }

@@ -2,6 +2,7 @@
 //! each config, the requests whose outcome flips, and the keys with the most flips; printed
 //! as Markdown.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
 
@@ -102,7 +103,11 @@ impl Report {
                 self.groups.entry(name).or_default()
             }
             (rules, None) => {
-                let name = rules.iter().map(|r| r.policy.as_str()).collect::<Vec<_>>().join("+");
+                let name = rules
+                    .iter()
+                    .map(|r| r.policy.as_str())
+                    .collect::<Vec<_>>()
+                    .join("+");
                 self.groups.entry(name).or_default()
             }
         };
@@ -119,12 +124,18 @@ impl Report {
                 time_us: line.time_us,
                 door: line.door,
                 group: group_name(line),
-                key: key.clone(),
+                key: key.clone().into_owned(),
                 before,
                 after,
             });
         }
-        *self.per_key.entry(key).or_default() += 1;
+        // A key's first flip stores it; the others only count.
+        match self.per_key.get_mut(key.as_ref()) {
+            Some(flips) => *flips += 1,
+            None => {
+                self.per_key.insert(key.into_owned(), 1);
+            }
+        }
     }
 
     /// The keys with the most flips, most first (ties by key).
@@ -189,23 +200,38 @@ impl Report {
     }
 }
 
-fn lookup<'a>(groups: &'a mut BTreeMap<String, Group>, name: &str, owned: impl FnOnce() -> String) -> &'a mut Group {
+fn lookup<'a>(
+    groups: &'a mut BTreeMap<String, Group>,
+    name: &str,
+    owned: impl FnOnce() -> String,
+) -> &'a mut Group {
     if !groups.contains_key(name) {
         groups.insert(owned(), Group::default());
     }
-    groups.get_mut(name).unwrap_or_else(|| unreachable!("inserted above"))
+    groups
+        .get_mut(name)
+        .unwrap_or_else(|| unreachable!("inserted above"))
 }
 
 fn group_name(line: &LogLine) -> String {
     match &line.domain {
         Some(domain) if line.rules.is_empty() => format!("domain {domain}"),
-        _ => line.rules.iter().map(|r| r.policy.as_str()).collect::<Vec<_>>().join("+"),
+        _ => line
+            .rules
+            .iter()
+            .map(|r| r.policy.as_str())
+            .collect::<Vec<_>>()
+            .join("+"),
     }
 }
 
-/// A rules line's keys, or an Envoy line's descriptors (`k=v,k=v; k=v`).
-fn key_of(line: &LogLine) -> String {
-    if line.rules.is_empty() {
+/// A rules line's keys, or an Envoy line's descriptors (`k=v,k=v; k=v`); borrowed from the
+/// line for one rule.
+fn key_of(line: &LogLine) -> Cow<'_, str> {
+    if let [one] = line.rules.as_slice() {
+        return Cow::Borrowed(&one.key);
+    }
+    Cow::Owned(if line.rules.is_empty() {
         let mut key = String::new();
         for (i, descriptor) in line.descriptors.iter().enumerate() {
             if i > 0 {
@@ -220,8 +246,12 @@ fn key_of(line: &LogLine) -> String {
         }
         key
     } else {
-        line.rules.iter().map(|r| r.key.as_str()).collect::<Vec<_>>().join(",")
-    }
+        line.rules
+            .iter()
+            .map(|r| r.key.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    })
 }
 
 impl fmt::Display for Report {
@@ -230,7 +260,11 @@ impl fmt::Display for Report {
             Some(path) => format!("`{path}`"),
             None => "the logged outcomes".to_owned(),
         };
-        writeln!(f, "# Replay of {} decisions under `{}`", self.decisions, self.config)?;
+        writeln!(
+            f,
+            "# Replay of {} decisions under `{}`",
+            self.decisions, self.config
+        )?;
         writeln!(f)?;
         if let Some(first) = self.first_us {
             writeln!(
@@ -251,7 +285,13 @@ impl fmt::Display for Report {
             writeln!(
                 f,
                 "| {name} | {} | {} | {} | {} | {} | {} | {} |",
-                g.baseline.allowed, g.baseline.denied, g.new.allowed, g.new.denied, g.baseline.error, g.new.error, g.flipped
+                g.baseline.allowed,
+                g.baseline.denied,
+                g.new.allowed,
+                g.new.denied,
+                g.baseline.error,
+                g.new.error,
+                g.flipped
             )?;
         }
         if self.flipped == 0 {
@@ -328,6 +368,9 @@ mod tests {
     fn utc_formats_the_epoch_and_a_leap_day() {
         assert_eq!(utc(0), "1970-01-01T00:00:00.000000Z");
         assert_eq!(utc(1_704_067_200_000_000), "2024-01-01T00:00:00.000000Z");
-        assert_eq!(utc(1_709_164_800_000_001 + 3_723_000_000), "2024-02-29T01:02:03.000001Z");
+        assert_eq!(
+            utc(1_709_164_800_000_001 + 3_723_000_000),
+            "2024-02-29T01:02:03.000001Z"
+        );
     }
 }
