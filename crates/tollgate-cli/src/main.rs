@@ -4,11 +4,12 @@
 //!
 //! # Layout
 //!
+//! - `decision_log_args`: the decision log flags of `serve` and `proxy`.
 //! - `listener_args`: the timeout and limit flags every listener has (`serve` and `proxy`).
 //! - `envoy_args`: the flags of the Envoy service's settings (`serve`, `explain`,
 //!   `check-config`).
 //! - `main.rs` (this file): the subcommands (`serve`, `proxy`, `explain`, `check-config`,
-//!   `test`, `bench`, `completions`, `man`), each turned into the options of the library call that does the work, and the
+//!   `test`, `replay`, `bench`, `completions`, `man`), each turned into the options of the library call that does the work, and the
 //!   runtime the server calls run on (with envoyproxy/ratelimit's environment variables, read by
 //!   `envoy_env`, filling in what no flag gives), and the log set-up: `tracing` events (a failing store, a
 //!   rejected reload) go to stderr as text or JSON, filtered by `RUST_LOG` (default: warnings and
@@ -18,11 +19,13 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+mod decision_log_args;
 mod envoy_args;
 mod envoy_env;
 mod listener_args;
 
 use clap::{CommandFactory, Parser, Subcommand};
+use decision_log_args::DecisionLogArgs;
 use envoy_args::{LoadArgs, ModeArgs, ReplyArgs};
 use envoy_env::EnvoyEnv;
 use listener_args::{ListenerArgs, UpstreamArgs};
@@ -96,6 +99,8 @@ enum Command {
         modes: ModeArgs,
         #[command(flatten)]
         reply: ReplyArgs,
+        #[command(flatten)]
+        decision_log: DecisionLogArgs,
     },
     /// Forward requests to an upstream, applying the config's route policies first.
     Proxy {
@@ -124,6 +129,8 @@ enum Command {
         listener: ListenerArgs,
         #[command(flatten)]
         upstream_deadlines: UpstreamArgs,
+        #[command(flatten)]
+        decision_log: DecisionLogArgs,
     },
     /// Explain what a check would decide and why, against a config, spending nothing: the
     /// limit each rule or descriptor reaches and how it matched, the runtime override in force,
@@ -196,6 +203,30 @@ enum Command {
         /// memory store; each scenario uses keys of its own under `tollgate-test:`.
         #[arg(long)]
         store: Option<String>,
+    },
+    /// Replay a decision log (`serve --decision-log`) under a new config on a virtual clock
+    /// (the logged times), through the memory store, and print per policy what would change:
+    /// admitted and denied under each config, the requests whose outcome flips, and the keys
+    /// most affected. Exits 0 whatever changed, 2 when a file is unusable.
+    ///
+    /// Without --baseline the logged outcomes are the baseline: what the server answered.
+    /// See docs/changing-limits.md.
+    Replay {
+        /// The config to try.
+        #[arg(long)]
+        config: PathBuf,
+        /// The config to compare with, replayed the same way [default: the logged outcomes].
+        #[arg(long)]
+        baseline: Option<PathBuf>,
+        /// How many flipped requests to print.
+        #[arg(long, default_value_t = 20)]
+        show: usize,
+        /// Print the report as JSON instead of Markdown.
+        #[arg(long)]
+        json: bool,
+        /// Log files, oldest first (`decisions.jsonl.2 decisions.jsonl.1 decisions.jsonl`).
+        #[arg(required = true)]
+        logs: Vec<PathBuf>,
     },
     /// Run a scenario (bot, boundary, throughput, compare): Markdown on stdout, optional PNG chart.
     Bench(tollgate_scenarios::BenchArgs),
@@ -325,6 +356,7 @@ fn main() -> ExitCode {
             admin,
             listener,
             upstream_deadlines,
+            decision_log,
         } => run(tollgate_server::serve_proxy(tollgate_server::ProxyOptions {
             upstream,
             config,
@@ -335,6 +367,7 @@ fn main() -> ExitCode {
             admin,
             listeners: listener.options(tollgate_server::ListenerOptions::PROXY_MAX_BODY_BYTES),
             forward: upstream_deadlines.options(),
+            decision_log: decision_log.options(),
         })),
         Command::Explain {
             config,
@@ -403,6 +436,21 @@ fn main() -> ExitCode {
             scenarios,
             store,
         }),
+        Command::Replay {
+            config,
+            baseline,
+            show,
+            json,
+            logs,
+        } => replay(
+            &tollgate_server::replay::ReplayOptions {
+                config,
+                baseline,
+                logs,
+                shown: show,
+            },
+            json,
+        ),
         Command::CheckConfig { path, against, load } => {
             let Some(settings) = settings_from_env(|settings| load.apply(settings)) else {
                 return ExitCode::FAILURE;
@@ -422,6 +470,7 @@ fn main() -> ExitCode {
             load,
             modes,
             reply,
+            decision_log,
         } => {
             // Upstream's variables fill in what neither a flag nor a TOLLGATE_* variable says.
             let upstream = match EnvoyEnv::from_env() {
@@ -449,6 +498,7 @@ fn main() -> ExitCode {
                 grpc: grpc.or(upstream.grpc).unwrap_or(DEFAULT_GRPC),
                 debug: debug_addr.or(upstream.debug),
                 settings,
+                decision_log: decision_log.options(),
             };
             run(tollgate_server::serve(options))
         }
@@ -526,6 +576,25 @@ fn policy_test(options: tollgate_server::policy_test::TestOptions) -> ExitCode {
         }
         Err(err) => {
             eprintln!("tollgate test: {err}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `tollgate replay`: the report on stdout; exit 2 when a file is unusable.
+fn replay(options: &tollgate_server::replay::ReplayOptions, json: bool) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("tollgate: cannot start the runtime: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(tollgate_server::replay::run(options)) {
+        Ok(report) if json => print_all("replay", format!("{}\n", report.to_json()).as_bytes()),
+        Ok(report) => print_all("replay", report.to_string().as_bytes()),
+        Err(err) => {
+            eprintln!("tollgate replay: {err:#}");
             ExitCode::from(2)
         }
     }

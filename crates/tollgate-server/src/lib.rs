@@ -50,6 +50,8 @@
 //!   and shutdown around the proxy's door.
 //! - [`policy_test`]: `tollgate test`, scenario files run through the doors on a virtual
 //!   clock, on the memory store or Redis, with each answer that differed from the expected one.
+//! - [`replay`]: `tollgate replay`, a decision log decided again under a new config (and a
+//!   baseline) on a virtual clock, with the requests whose outcome flips.
 //!
 //! **Doors**, each only translating its protocol to rules and the verdict back:
 //!
@@ -69,7 +71,8 @@
 //! **Operations and runtime**, which know no door:
 //!
 //! - `ops`: [`count::verdict`], the one place a verdict is counted for every door (Prometheus
-//!   and the dashboard fed together, so they cannot disagree), the dashboard's bounded recorder
+//!   and the dashboard fed together, so they cannot disagree), [`count::answered`], the one
+//!   path to the opt-in [`decision_log`], the dashboard's bounded recorder
 //!   and most denied keys, and the [`metrics`] recorder.
 //! - `runtime`: [`AppState`] (live limits, the engine, [`Settings`]), [`AnyStore`], the access
 //!   lists added at run time, the listeners' timeouts and limits ([`ListenerOptions`]), the Envoy
@@ -81,6 +84,7 @@ mod ops;
 pub mod policy_test;
 pub mod proxy;
 pub mod reload;
+pub mod replay;
 mod runtime;
 mod serve;
 mod serve_proxy;
@@ -88,7 +92,7 @@ mod serve_proxy;
 pub use api::explain;
 pub use api::router as api_router;
 pub use envoy::grpc;
-pub use ops::{count, metrics};
+pub use ops::{count, decision_log, metrics};
 pub use runtime::{
     AnyStore, AppState, EnvoySettings, ListenerOptions, ResponseHeaders, Settings, SharedState, StoreOptions,
 };

@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use crate::envoy::debug;
 use crate::envoy::grpc;
 use crate::envoy::health::{self, Health};
+use crate::ops::decision_log::{DecisionLog, DecisionLogOptions};
 use crate::ops::metrics;
 use crate::runtime::listener;
 use crate::runtime::problem::bare_errors;
@@ -46,6 +47,8 @@ pub struct ServeOptions {
     pub debug: Option<SocketAddr>,
     /// Fixed settings.
     pub settings: Settings,
+    /// Log every decision (sampled, bounded) for `tollgate replay`; `None` logs nothing.
+    pub decision_log: Option<DecisionLogOptions>,
 }
 
 /// The bound sockets [`run`] serves on.
@@ -219,6 +222,10 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         Some(path) => tollgate_config::load_with(path, &settings.load)?,
         None => tollgate_config::demo()?,
     };
+    let decision_log = match &options.decision_log {
+        Some(log) => Some(DecisionLog::start(log.clone())?),
+        None => None,
+    };
     let store = AnyStore::open(options.store.as_deref(), &options.store_options).await?;
     let state = AppState::new(limits, store, settings);
     let mut listeners = Listeners::bind(options.http, options.grpc).await?;
@@ -262,7 +269,15 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
                 p.display()
             ))
     );
-    run(state, listeners, shutdown).await
+    if let Some(log) = &decision_log {
+        log.install();
+    }
+    let served = run(state, listeners, shutdown).await;
+    // Every answered request's line is written before the process ends.
+    if let Some(log) = decision_log {
+        let _ = tokio::task::spawn_blocking(move || log.finish()).await;
+    }
+    served
 }
 
 /// Loud warnings at start for what answers anyone who can reach a non-loopback address: the

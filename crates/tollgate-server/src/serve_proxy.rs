@@ -36,6 +36,9 @@ pub struct ProxyOptions {
     pub listeners: ListenerOptions,
     /// Deadlines of upstream calls.
     pub forward: ForwardOptions,
+    /// Log every decision of the routes (sampled, bounded) for `tollgate replay`; `None` logs
+    /// nothing.
+    pub decision_log: Option<crate::ops::decision_log::DecisionLogOptions>,
 }
 
 impl ProxyOptions {
@@ -61,6 +64,7 @@ impl ProxyOptions {
                 ..ListenerOptions::default()
             },
             forward: ForwardOptions::default(),
+            decision_log: None,
         }
     }
 }
@@ -80,6 +84,10 @@ pub async fn serve_proxy(options: ProxyOptions) -> anyhow::Result<()> {
     }
     crate::ops::metrics::install();
     let limits = load_or_demo(options.config.as_deref())?;
+    let decision_log = match &options.decision_log {
+        Some(log) => Some(crate::ops::decision_log::DecisionLog::start(log.clone())?),
+        None => None,
+    };
     let forward = Forward::with_options(&options.upstream, options.forward)?;
     let store = AnyStore::open(options.store.as_deref(), &options.store_options).await?;
     if limits.routes().is_empty() {
@@ -126,6 +134,9 @@ pub async fn serve_proxy(options: ProxyOptions) -> anyhow::Result<()> {
         options.upstream,
         limits.routes().len()
     );
+    if let Some(log) = &decision_log {
+        log.install();
+    }
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let when_stopped = |mut stopped: tokio::sync::watch::Receiver<bool>| async move {
         let _ = stopped.wait_for(|stop| *stop).await;
@@ -159,6 +170,10 @@ pub async fn serve_proxy(options: ProxyOptions) -> anyhow::Result<()> {
     .context("proxy server");
     if let Some(task) = admin_task {
         task.await.context("admin server task")?.context("admin server")?;
+    }
+    // Every answered request's line is written before the process ends.
+    if let Some(log) = decision_log {
+        let _ = tokio::task::spawn_blocking(move || log.finish()).await;
     }
     served
 }

@@ -19,6 +19,7 @@ use super::body::json_body;
 use super::error::ApiError;
 use super::policy::rate_policy;
 use super::rules::{CheckBody, CostQuery, RuleBody, one_or_many, rule};
+use crate::ops::decision_log::{Asked, Door};
 use crate::ops::{count, metrics};
 use crate::runtime::SharedState;
 use crate::runtime::problem::Problem;
@@ -98,6 +99,7 @@ async fn decide(state: &SharedState, rules: &[Rule<'_>], commit: bool) -> Result
     let verdict = result?;
     if commit {
         count::verdict(rules, &verdict);
+        count::answered(Door::Http, Asked::Rules(rules), verdict.outcome());
     } else if let Some(err) = verdict.store_error() {
         metrics::store_error(err);
     }

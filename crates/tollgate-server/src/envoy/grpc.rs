@@ -60,6 +60,7 @@ use tollgate_config::Unit;
 use tollgate_config::envoy_plan::{Answer, Asked, Hits, LimitOverride, OverrideError, PlanError, Settlement};
 use tonic::{Request, Response, Status};
 
+use crate::ops::decision_log::{Asked as LogAsked, Door, LoggedOutcome};
 use crate::ops::{count, metrics};
 use crate::runtime::SharedState;
 use crate::runtime::listener::ListenerOptions;
@@ -169,6 +170,38 @@ impl RlsService {
     pub async fn answer(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
         should_rate_limit(self, request).await
     }
+
+    /// [`answer`](Self::answer) for a request that came through `door`: what it asked and
+    /// the overall answer go to the decision log when one is on (an `UNAVAILABLE` status is
+    /// an `error`; other errors are refused input, not decisions, and are not logged).
+    pub(crate) async fn answer_through(
+        &self,
+        door: Door,
+        request: RateLimitRequest,
+    ) -> Result<RateLimitResponse, Status> {
+        let pending = count::asked(
+            door,
+            LogAsked::Envoy {
+                domain: &request.domain,
+                descriptors: &request.descriptors,
+                hits_addend: request.hits_addend,
+            },
+        );
+        let answer = should_rate_limit(self, request).await;
+        if let Some(pending) = pending {
+            match &answer {
+                Ok(response) if response.overall_code == Code::OverLimit as i32 => {
+                    pending.answered(LoggedOutcome::Denied);
+                }
+                Ok(_) => pending.answered(LoggedOutcome::Allowed),
+                Err(status) if status.code() == tonic::Code::Unavailable => {
+                    pending.answered(LoggedOutcome::Error)
+                }
+                Err(_) => {}
+            }
+        }
+        answer
+    }
 }
 
 /// Serves the Envoy rate limit service on `listener` until `shutdown` completes; then stops
@@ -231,7 +264,9 @@ impl RateLimitService for RlsService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        self.answer(request.into_inner()).await.map(Response::new)
+        self.answer_through(Door::Grpc, request.into_inner())
+            .await
+            .map(Response::new)
     }
 }
 

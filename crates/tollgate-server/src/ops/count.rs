@@ -9,14 +9,35 @@
 //! the pieces [`verdict`] is made of.
 //!
 //! Outcome labels are [`Outcome::as_str`], the same bounded set at every door.
+//!
+//! What a request asked and what it was answered also goes to the decision log, when one is
+//! on ([`decision_log`]), through the same module: [`answered`] for a rules door (the HTTP API,
+//! the proxy), [`asked`] then [`Pending::answered`] for the Envoy doors (gRPC and `/json`, one
+//! handler), which know the overall answer only once every descriptor is decided. A door
+//! passes what it was asked; whether to log, sample or hash is decided here, once.
 
 use std::time::Duration;
 
 use tollgate::{Outcome, Rule, RuleVerdict, Verdict};
 use tollgate_tower::LogSampler;
 
+use super::decision_log::{self, Asked, Door, LoggedOutcome, Pending};
 use super::metrics;
 use super::recorder::RECORDER;
+
+/// A rules door answered `asked` with `outcome`: one line in the decision log, when one is on
+/// and samples the request's keys. When the log is off this is one lock-free load.
+pub fn answered(door: Door, asked: Asked<'_>, outcome: impl Into<LoggedOutcome>) {
+    if let Some(pending) = decision_log::asked(door, asked) {
+        pending.answered(outcome.into());
+    }
+}
+
+/// A door that knows its answer only later (the Envoy doors) takes the request's line here,
+/// before the request is consumed; `None` when no log is on or the keys are not sampled.
+pub fn asked(door: Door, asked: Asked<'_>) -> Option<Pending> {
+    decision_log::asked(door, asked)
+}
 
 /// Records what the engine decided for `rules` (a committed check, not a peek): each rule's
 /// outcome under its policy, the rules a failure mode decided, the denied keys, and the store

@@ -4,10 +4,13 @@
 //!
 //! - [`count`]: the one path a [`tollgate::Verdict`] is counted by, for every door: Prometheus
 //!   decision counters and the dashboard's tally and top keys, fed together.
+//! - [`decision_log`]: the opt-in log of what each request asked and was answered, for
+//!   `tollgate replay`; fed through [`count`], written by a background thread, bounded.
 //! - [`recorder`]: the dashboard's bounded memory of recent decisions and most denied keys.
 //! - [`metrics`]: the Prometheus recorder and every other metric (store, listeners, reloads,
 //!   the proxy's requests).
 
 pub mod count;
+pub mod decision_log;
 pub mod metrics;
 pub(crate) mod recorder;

@@ -49,6 +49,7 @@ use tower::{Layer, ServiceExt};
 
 pub use forward::{Forward, ForwardOptions, UpstreamError};
 
+use crate::ops::decision_log::{Asked, Door};
 use crate::runtime::problem::{bare_errors, problem};
 use crate::runtime::store::AnyStore;
 use tollgate_config::Limits;
@@ -107,7 +108,10 @@ impl Gates {
             // Counted as every door counts a verdict: `tollgate_decisions_total`, the dashboard.
             let layer = layer
                 .stats(self.stats.clone())
-                .on_verdict(crate::ops::count::verdict)
+                .on_verdict(|rules, verdict| {
+                    crate::ops::count::verdict(rules, verdict);
+                    crate::ops::count::answered(Door::Proxy, Asked::Rules(rules), verdict.outcome());
+                })
                 .build()
                 .with_context(|| format!("route {}", route.prefix()))?;
             gates.push(Gate {

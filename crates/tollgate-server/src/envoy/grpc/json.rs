@@ -52,6 +52,7 @@ use tonic::Code as GrpcCode;
 
 use super::RlsService;
 use super::proto::rate_limit_response::Code;
+use crate::ops::decision_log::Door;
 use crate::runtime::listener::MAX_BODY;
 use crate::runtime::problem::problem;
 
@@ -104,7 +105,7 @@ async fn json(State(rls): State<RlsService>, body: Result<Bytes, BytesRejection>
         Ok(request) => request,
         Err(detail) => return problem(StatusCode::BAD_REQUEST, detail, None),
     };
-    match rls.answer(request).await {
+    match rls.answer_through(Door::Json, request).await {
         Ok(response) => {
             let status = match Code::try_from(response.overall_code) {
                 Ok(Code::OverLimit) => StatusCode::TOO_MANY_REQUESTS,
