@@ -94,10 +94,18 @@ ALGORITHMS.calendar_quota = function()
     if stored.c and stored.c > 0 and stored.s == start then
       count = stored.c
     end
-    count = math.min(count + cost, MAX_COUNT)
+    -- (Comparisons written out rather than math.min and math.max: a call costs Lua more.)
+    count = count + cost
+    if count > MAX_COUNT then
+      count = MAX_COUNT
+    end
     save(rule, 's', start, 'c', count)
     local allowed, remaining, reset_after, retry_after = answer(rule, count, period_end, now, 1)
-    return allowed, remaining, reset_after, retry_after, math.max(count - rule.limit, 0)
+    local debt = count - rule.limit
+    if debt < 0 then
+      debt = 0
+    end
+    return allowed, remaining, reset_after, retry_after, debt
   end
 
   return calendar_quota

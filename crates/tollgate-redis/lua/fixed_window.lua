@@ -99,14 +99,22 @@ ALGORITHMS.fixed_window = function()
       end
       count = 0
     end
-    count = math.min(count + cost, MAX_COUNT)
+    -- (Comparisons written out rather than math.min and math.max: a call costs Lua more.)
+    count = count + cost
+    if count > MAX_COUNT then
+      count = MAX_COUNT
+    end
     if continued then
       redis.call('HSET', rule.state, 'c', count)
     else
       save(rule, 's', start, 'c', count)
     end
     local allowed, remaining, reset_after, retry_after = answer(rule, start, count, now, 1)
-    return allowed, remaining, reset_after, retry_after, math.max(count - limit, 0), continued
+    local debt = count - limit
+    if debt < 0 then
+      debt = 0
+    end
+    return allowed, remaining, reset_after, retry_after, debt, continued
   end
 
   return fixed_window

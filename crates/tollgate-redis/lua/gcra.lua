@@ -71,12 +71,23 @@ ALGORITHMS.gcra = function()
     if tat < now then
       tat = now
     end
-    local latest = math.max(now + tolerance + MAX_DEBT_US, tat)
-    tat = math.min(tat + cost * interval, latest)
+    -- (Comparisons written out rather than math.min and math.max: a call costs Lua more.)
+    local latest = now + tolerance + MAX_DEBT_US
+    if latest < tat then
+      latest = tat
+    end
+    tat = tat + cost * interval
+    if tat > latest then
+      tat = latest
+    end
     save(rule, 't', tat)
     local allowed, remaining, reset_after, retry_after = answer(rule, tat, now, 1)
-    return allowed, remaining, reset_after, retry_after,
-      idiv(math.max(tat - now - tolerance, 0) + interval - 1, interval)
+    local owed_us = tat - now - tolerance
+    local debt = 0
+    if owed_us > 0 then
+      debt = idiv(owed_us + interval - 1, interval)
+    end
+    return allowed, remaining, reset_after, retry_after, debt
   end
 
   return gcra

@@ -78,11 +78,26 @@ ALGORITHMS.leaky_bucket = function()
         leaked_at = stored.d + leaked * interval
       end
     end
-    local most = math.max(capacity + idiv(MAX_DEBT_US, interval), level)
-    level = math.min(level + cost, most)
+    -- (Comparisons written out rather than math.min and math.max: a call costs Lua more.) Past
+    -- the capacity, the level stops at the debt's ceiling, or where it already was above it.
+    local filled = level + cost
+    if filled > capacity then
+      local most = capacity + idiv(MAX_DEBT_US, interval)
+      if most < level then
+        most = level
+      end
+      if filled > most then
+        filled = most
+      end
+    end
+    level = filled
     save(rule, 'l', level, 'd', leaked_at)
     local allowed, remaining, reset_after, retry_after = answer(rule, level, leaked_at, now, 1)
-    return allowed, remaining, reset_after, retry_after, math.max(level - capacity, 0)
+    local debt = level - capacity
+    if debt < 0 then
+      debt = 0
+    end
+    return allowed, remaining, reset_after, retry_after, debt
   end
 
   return leaky_bucket

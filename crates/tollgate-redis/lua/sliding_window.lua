@@ -14,14 +14,23 @@ ALGORITHMS.sliding_window = function()
     rule.w = idiv(rule.window_us, 1000)
   end
 
-  -- The answer to a request of cost at now on the counters as of now (the window from s, its
-  -- previous and current counts): port of SlidingWindow::answer.
-  local function answer(rule, s, previous, current, now, cost)
-    local limit, window_us, w = rule.limit, rule.window_us, rule.w
+  -- The budget the counters use at now, in count x ms (the window from s, its previous and
+  -- current counts): port of SlidingWindow::used.
+  local function used_at(rule, s, previous, current, now)
+    local w = rule.w
     -- Whole ms into the current window: the previous window weighs (w - e) / w.
-    local e = idiv(math.max(now - s, 0), 1000)
+    local into = now - s
+    if into < 0 then
+      into = 0
+    end
+    return previous * (w - idiv(into, 1000)) + current * w
+  end
+
+  -- The answer to a request of cost at now on the counters as of now, which use `used`: port
+  -- of SlidingWindow::answer.
+  local function answer(rule, s, previous, current, used, now, cost)
+    local limit, window_us, w = rule.limit, rule.window_us, rule.w
     local capacity = limit * w
-    local used = previous * (w - e) + current * w
     local allowed = used + cost * w <= capacity
     if allowed then
       current = current + cost
@@ -58,7 +67,8 @@ ALGORITHMS.sliding_window = function()
     elseif stored.s and stored.s + window_us == start then
       previous = stored.c or 0
     end
-    local allowed, remaining, reset_after, retry_after = answer(rule, s, previous, current, now, cost)
+    local used = used_at(rule, s, previous, current, now)
+    local allowed, remaining, reset_after, retry_after = answer(rule, s, previous, current, used, now, cost)
     if allowed and commit then
       save(rule, 's', s, 'p', previous, 'c', current + cost)
     end
@@ -117,13 +127,27 @@ ALGORITHMS.sliding_window = function()
     elseif stored.s and stored.s + window_us == start then
       previous = stored.c or 0
     end
-    local max_count = math.min(idiv(3 * MAX_COUNT, w), 4294967295)
-    current = math.min(current + cost, math.max(max_count, current))
+    -- (Comparisons written out rather than math.min and math.max: a call costs Lua more.)
+    local max_count = idiv(3 * MAX_COUNT, w)
+    if max_count > 4294967295 then
+      max_count = 4294967295
+    end
+    if max_count < current then
+      max_count = current
+    end
+    current = current + cost
+    if current > max_count then
+      current = max_count
+    end
     save(rule, 's', s, 'p', previous, 'c', current)
-    local e = idiv(math.max(now - s, 0), 1000)
-    local used = previous * (w - e) + current * w
-    local allowed, remaining, reset_after, retry_after = answer(rule, s, previous, current, now, 1)
-    return allowed, remaining, reset_after, retry_after, idiv(math.max(used - limit * w, 0) + w - 1, w)
+    local used = used_at(rule, s, previous, current, now)
+    local allowed, remaining, reset_after, retry_after = answer(rule, s, previous, current, used, now, 1)
+    local owed = used - limit * w
+    local debt = 0
+    if owed > 0 then
+      debt = idiv(owed + w - 1, w)
+    end
+    return allowed, remaining, reset_after, retry_after, debt
   end
 
   return sliding_window
