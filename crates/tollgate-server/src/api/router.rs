@@ -42,6 +42,10 @@ pub fn router(state: SharedState) -> Router {
             get(attempts::check_attempts),
         )
         .route(
+            "/v1/attempts/{purpose}/{key}/try",
+            post(attempts::try_attempt),
+        )
+        .route(
             "/v1/admin/access",
             get(admin::list).post(admin::add).delete(admin::remove),
         )
