@@ -58,7 +58,7 @@ async fn assert_exactly_max(server: &Server) {
     let mut counts: Vec<u64> = allowed.iter().map(|(_, _, b)| b["attempts"].as_u64().unwrap()).collect();
     counts.sort_unstable();
     assert_eq!(counts, [1, 2, 3, 4, 5], "each counted try saw its own count");
-    for (_, headers, body) in &allowed {
+    for (_, _, body) in &allowed {
         assert_eq!(body["allowed"], true);
         assert_eq!(body["remaining"], MAX - body["attempts"].as_u64().unwrap());
     }
