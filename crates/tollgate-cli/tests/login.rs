@@ -23,7 +23,11 @@ fn client() -> Client {
 }
 
 /// One try: the status, the headers and the JSON body.
-async fn try_once(client: &Client, url: &str, body: &Value) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+async fn try_once(
+    client: &Client,
+    url: &str,
+    body: &Value,
+) -> (StatusCode, reqwest::header::HeaderMap, Value) {
     let response = client.post(url).json(body).send().await.expect("try");
     let (status, headers) = (response.status(), response.headers().clone());
     (status, headers, response.json().await.expect("json body"))
@@ -54,8 +58,15 @@ async fn assert_exactly_max(server: &Server) {
         .iter()
         .filter(|(s, _, _)| *s == StatusCode::TOO_MANY_REQUESTS)
         .collect();
-    assert_eq!((allowed.len(), refused.len()), (MAX as usize, TRIES - MAX as usize), "{answers:?}");
-    let mut counts: Vec<u64> = allowed.iter().map(|(_, _, b)| b["attempts"].as_u64().unwrap()).collect();
+    assert_eq!(
+        (allowed.len(), refused.len()),
+        (MAX as usize, TRIES - MAX as usize),
+        "{answers:?}"
+    );
+    let mut counts: Vec<u64> = allowed
+        .iter()
+        .map(|(_, _, b)| b["attempts"].as_u64().unwrap())
+        .collect();
     counts.sort_unstable();
     assert_eq!(counts, [1, 2, 3, 4, 5], "each counted try saw its own count");
     for (_, _, body) in &allowed {
@@ -64,7 +75,10 @@ async fn assert_exactly_max(server: &Server) {
     }
     for (_, headers, body) in &refused {
         assert_eq!(headers["content-type"], "application/problem+json");
-        assert_eq!((body["allowed"].clone(), body["attempts"].clone()), (json!(false), json!(MAX)));
+        assert_eq!(
+            (body["allowed"].clone(), body["attempts"].clone()),
+            (json!(false), json!(MAX))
+        );
         let ttl = body["ttl_seconds"].as_u64().expect("ttl_seconds");
         assert!((1..=3600).contains(&ttl), "{ttl}");
         assert_eq!(headers["retry-after"], ttl.to_string().as_str());
@@ -119,7 +133,12 @@ async fn a_good_password_clears_the_counter_with_the_app_token() {
         .await
         .expect("try");
     assert_eq!(tried.status(), StatusCode::OK);
-    let cleared = client.delete(&url).bearer_auth("app-s3cret").send().await.expect("clear");
+    let cleared = client
+        .delete(&url)
+        .bearer_auth("app-s3cret")
+        .send()
+        .await
+        .expect("clear");
     assert_eq!(cleared.status(), StatusCode::NO_CONTENT);
     let again = client
         .post(format!("{url}/try"))
@@ -144,7 +163,10 @@ async fn bad_tries_get_a_400_problem_naming_the_field() {
         (r#"{"max": 5}"#, "missing field `ttl_seconds`"),
         (r#"{"ttl_seconds": 60}"#, "missing field `max`"),
         (r#"{"max": -1, "ttl_seconds": 60}"#, "invalid value"),
-        (r#"{"max": 5, "ttl_seconds": 60, "cost": 2}"#, "unknown field `cost`"),
+        (
+            r#"{"max": 5, "ttl_seconds": 60, "cost": 2}"#,
+            "unknown field `cost`",
+        ),
         ("not json", "invalid JSON body"),
     ] {
         let response = client
@@ -155,7 +177,11 @@ async fn bad_tries_get_a_400_problem_naming_the_field() {
             .await
             .expect("post");
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{body}");
-        assert_eq!(response.headers()["content-type"], "application/problem+json", "{body}");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json",
+            "{body}"
+        );
         let problem: Value = response.json().await.expect("problem");
         let detail = problem["detail"].as_str().expect("detail");
         assert!(detail.contains(message), "{body}: {detail}");
@@ -166,7 +192,11 @@ async fn bad_tries_get_a_400_problem_naming_the_field() {
         .send()
         .await
         .expect("post");
-    assert!(empty_purpose.status().is_client_error(), "{}", empty_purpose.status());
+    assert!(
+        empty_purpose.status().is_client_error(),
+        "{}",
+        empty_purpose.status()
+    );
 }
 
 /// The check-then-count recipe stays available, but the login page says why it leaks and what
@@ -179,11 +209,7 @@ fn the_check_then_count_recipe_is_documented_with_its_race() {
         .split("\n## ")
         .find(|s| s.starts_with("Check, then count"))
         .expect("docs/login.md has a section `## Check, then count`");
-    for needed in [
-        "/check?max=",
-        "parallel",
-        "/try",
-    ] {
+    for needed in ["/check?max=", "parallel", "/try"] {
         assert!(section.contains(needed), "the section names {needed:?}");
     }
     let http_api = std::fs::read_to_string(root.join("docs/http-api.md")).expect("docs/http-api.md");
@@ -191,6 +217,12 @@ fn the_check_then_count_recipe_is_documented_with_its_race() {
         .split("\n### ")
         .find(|s| s.starts_with("`GET /v1/attempts/{purpose}/{key}/check`"))
         .expect("docs/http-api.md documents the check");
-    assert!(check.contains("login.md"), "the check's reference links the login page");
-    assert!(check.contains("parallel"), "the check's reference states the race");
+    assert!(
+        check.contains("login.md"),
+        "the check's reference links the login page"
+    );
+    assert!(
+        check.contains("parallel"),
+        "the check's reference states the race"
+    );
 }

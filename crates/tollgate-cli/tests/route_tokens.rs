@@ -115,7 +115,10 @@ fn openapi(document: &Value) -> BTreeMap<Operation, Token> {
             let optional = operation["security"]
                 .as_array()
                 .is_none_or(|r| r.iter().any(|r| r.as_object().is_some_and(|o| o.is_empty())));
-            assert!(optional, "{method} {path}: a server without tokens asks for none (`{{}}`)");
+            assert!(
+                optional,
+                "{method} {path}: a server without tokens asks for none (`{{}}`)"
+            );
             operations.insert((method.to_uppercase(), path.clone()), token);
         }
     }
@@ -180,7 +183,10 @@ async fn every_route_needs_the_same_token_in_the_server_the_openapi_document_and
         "## Routes by token",
         "docs/operations.md",
     );
-    assert_eq!(readme, operations, "README.md and docs/operations.md list the same routes alike");
+    assert_eq!(
+        readme, operations,
+        "README.md and docs/operations.md list the same routes alike"
+    );
     // Routes outside the OpenAPI document (the dashboard's) are in the tables only.
     for (operation, token) in &documented {
         assert_eq!(
@@ -201,7 +207,10 @@ async fn every_route_needs_the_same_token_in_the_server_the_openapi_document_and
     }
     // Each kind of route is present, so the walk cannot pass by checking nothing.
     for kind in [Token::None, Token::App, Token::Admin] {
-        assert!(readme.values().any(|t| *t == kind), "no {kind:?} route in the tables");
+        assert!(
+            readme.values().any(|t| *t == kind),
+            "no {kind:?} route in the tables"
+        );
     }
 }
 
@@ -219,8 +228,15 @@ async fn without_tokens_every_route_is_open_and_with_only_the_admin_token_app_ro
     let admin_only = Server::start(&["--admin-token", ADMIN]);
     for (operation, token) in &readme {
         let without = status(&admin_only, operation, None).await;
-        assert_eq!(without == StatusCode::UNAUTHORIZED, *token != Token::None, "{operation:?}");
-        assert_ne!(status(&admin_only, operation, Some(ADMIN)).await, StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            without == StatusCode::UNAUTHORIZED,
+            *token != Token::None,
+            "{operation:?}"
+        );
+        assert_ne!(
+            status(&admin_only, operation, Some(ADMIN)).await,
+            StatusCode::UNAUTHORIZED
+        );
     }
 }
 
@@ -239,9 +255,16 @@ fn startup_error(args: &[&str], env: &[(&str, &str)], expect: &str) -> (bool, St
 
 #[test]
 fn an_app_token_equal_to_the_admin_token_or_empty_is_a_startup_error() {
-    let (ok, line) = startup_error(&["--admin-token", "same", "--app-token", "same"], &[], "app token");
+    let (ok, line) = startup_error(
+        &["--admin-token", "same", "--app-token", "same"],
+        &[],
+        "app token",
+    );
     assert!(!ok);
-    assert!(line.contains("the app token must differ from the admin token"), "{line}");
+    assert!(
+        line.contains("the app token must differ from the admin token"),
+        "{line}"
+    );
     let (ok, line) = startup_error(&["--app-token", ""], &[], "app token");
     assert!(!ok);
     assert!(line.contains("must not be empty"), "{line}");
@@ -249,7 +272,11 @@ fn an_app_token_equal_to_the_admin_token_or_empty_is_a_startup_error() {
 
 #[test]
 fn the_app_token_is_read_from_tollgate_app_token_as_the_admin_token_from_its_variable() {
-    let (ok, line) = startup_error(&[], &[("TOLLGATE_APP_TOKEN", "same"), ("TOLLGATE_ADMIN_TOKEN", "same")], "app token");
+    let (ok, line) = startup_error(
+        &[],
+        &[("TOLLGATE_APP_TOKEN", "same"), ("TOLLGATE_ADMIN_TOKEN", "same")],
+        "app token",
+    );
     assert!(!ok);
     assert!(line.contains("must differ"), "{line}");
 }

@@ -30,7 +30,8 @@ use tollgate::concurrency::{
 use tollgate::overrides::{Override, OverridePage, OverrideStore, OverrideTarget};
 use tollgate::store::{self as core_store, AttemptsStore, Store};
 use tollgate::{
-    AttemptTry, AttemptsStatus, Charged, Clock, Decision, Decisions, Error, PerRule, Policy, Rule, SystemClock,
+    AttemptTry, AttemptsStatus, Charged, Clock, Decision, Decisions, Error, PerRule, Policy, Rule,
+    SystemClock,
 };
 
 use crate::access;
@@ -752,11 +753,9 @@ impl RedisStore {
             .await?;
         match reply[..] {
             [0, _, now_us, 0] => Ok((None, now_us, false)),
-            [count, expires_at_us, now_us, counted @ (0 | 1)] => Ok((
-                Some(Attempts { count, expires_at_us }),
-                now_us,
-                counted == 1,
-            )),
+            [count, expires_at_us, now_us, counted @ (0 | 1)] => {
+                Ok((Some(Attempts { count, expires_at_us }), now_us, counted == 1))
+            }
             _ => Err(bad_reply(&reply)),
         }
     }

@@ -132,17 +132,28 @@ async fn assert_tries_exact(target: Target) {
         .connect()
         .await
         .unwrap();
-    assert_eq!(tries_allowed(&store, "login:victim").await, MAX_ATTEMPTS, "{target:?}");
+    assert_eq!(
+        tries_allowed(&store, "login:victim").await,
+        MAX_ATTEMPTS,
+        "{target:?}"
+    );
     let refused = store
         .try_attempt("login:victim", MAX_ATTEMPTS, Duration::from_secs(3600))
         .await
         .unwrap();
-    assert_eq!((refused.allowed, refused.attempts, refused.remaining), (false, 5, 0));
+    assert_eq!(
+        (refused.allowed, refused.attempts, refused.remaining),
+        (false, 5, 0)
+    );
     assert!(refused.ttl <= Duration::from_secs(3600) && refused.ttl > Duration::ZERO);
     assert_eq!(store.get_attempts("login:victim").await.unwrap(), MAX_ATTEMPTS);
     // A success clears the counter, and the next round admits exactly the maximum again.
     store.reset_attempts("login:victim").await.unwrap();
-    assert_eq!(tries_allowed(&store, "login:victim").await, MAX_ATTEMPTS, "{target:?}");
+    assert_eq!(
+        tries_allowed(&store, "login:victim").await,
+        MAX_ATTEMPTS,
+        "{target:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

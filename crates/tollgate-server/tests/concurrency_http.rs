@@ -194,7 +194,10 @@ async fn clear_a_full_key(store: AnyStore) {
         .header("authorization", "Bearer s3cret")
         .body(Body::from(json!({"lease_id": first["lease_id"]}).to_string()))
         .unwrap();
-    let response = tollgate_server::api_router(state.clone()).oneshot(release).await.unwrap();
+    let response = tollgate_server::api_router(state.clone())
+        .oneshot(release)
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
     let old: Value = serde_json::from_slice(&bytes).unwrap();

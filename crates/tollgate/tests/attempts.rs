@@ -112,16 +112,25 @@ fn a_refused_try_changes_nothing_and_reports_the_wait() {
     let (clock, store) = store();
     for expected in 1..=3 {
         let tried = store.try_attempt("erin", 3, HOUR).unwrap();
-        assert_eq!((tried.allowed, tried.attempts, tried.remaining), (true, expected, 3 - expected));
+        assert_eq!(
+            (tried.allowed, tried.attempts, tried.remaining),
+            (true, expected, 3 - expected)
+        );
     }
     clock.advance(Duration::from_secs(600));
     let refused = store.try_attempt("erin", 3, HOUR).unwrap();
-    assert_eq!((refused.allowed, refused.attempts, refused.remaining), (false, 3, 0));
+    assert_eq!(
+        (refused.allowed, refused.attempts, refused.remaining),
+        (false, 3, 0)
+    );
     assert_eq!(refused.ttl, Duration::from_secs(3000));
     assert_eq!(store.get_attempts("erin").unwrap(), 3);
     // A higher maximum lets the next try count; the expiry is the first try's.
     let tried = store.try_attempt("erin", 4, HOUR).unwrap();
-    assert_eq!((tried.allowed, tried.attempts, tried.ttl), (true, 4, Duration::from_secs(3000)));
+    assert_eq!(
+        (tried.allowed, tried.attempts, tried.ttl),
+        (true, 4, Duration::from_secs(3000))
+    );
     clock.advance(Duration::from_secs(3000));
     assert_eq!(store.try_attempt("erin", 3, HOUR).unwrap().attempts, 1);
 }
@@ -129,7 +138,10 @@ fn a_refused_try_changes_nothing_and_reports_the_wait() {
 #[test]
 fn try_rejects_bad_input() {
     let (_, store) = store();
-    assert!(matches!(store.try_attempt("k", 0, HOUR), Err(Error::ZeroMaxAttempts)));
+    assert!(matches!(
+        store.try_attempt("k", 0, HOUR),
+        Err(Error::ZeroMaxAttempts)
+    ));
     assert!(matches!(
         store.try_attempt("k", 5, Duration::ZERO),
         Err(Error::TtlOutOfRange { .. })

@@ -122,7 +122,10 @@ impl Modify for Tokens {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
         let schemes = [
-            ("admin_token", "The server's --admin-token, when it has one: every protected operation"),
+            (
+                "admin_token",
+                "The server's --admin-token, when it has one: every protected operation",
+            ),
             (
                 "app_token",
                 "The server's --app-token, when it has one: the app operations only (attempts try, \

@@ -19,7 +19,8 @@ use anyhow::Context;
 use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, InFlight, LeaseId, Release};
 use tollgate::overrides::{Override, OverridePage, OverrideStore, OverrideTarget};
 use tollgate::{
-    AttemptTry, AttemptsStatus, AttemptsStore, Decision, Decisions, Error, ManualClock, MemoryStore, Policy, Rule, Store,
+    AttemptTry, AttemptsStatus, AttemptsStore, Decision, Decisions, Error, ManualClock, MemoryStore, Policy,
+    Rule, Store,
 };
 use tollgate_redis::{RedisStore, Target};
 

@@ -40,7 +40,10 @@ use crate::concurrency::{
 };
 use crate::overrides::{Override, OverridePage, OverrideStore, OverrideTable, OverrideTarget};
 use crate::store::{self, AttemptsStore, Store};
-use crate::{AttemptTry, AttemptsStatus, Charged, Clock, Decision, Decisions, Error, PerRule, Policy, Rule, SystemClock};
+use crate::{
+    AttemptTry, AttemptsStatus, Charged, Clock, Decision, Decisions, Error, PerRule, Policy, Rule,
+    SystemClock,
+};
 
 /// The default bound on stored keys.
 ///
