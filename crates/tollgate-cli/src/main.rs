@@ -85,9 +85,14 @@ enum Command {
         /// DEBUG_PORT is set, else off].
         #[arg(long, env = "TOLLGATE_DEBUG_ADDR")]
         debug_addr: Option<SocketAddr>,
-        /// Token required by admin endpoints (`Authorization: Bearer <token>`).
+        /// Token required by admin endpoints (`Authorization: Bearer <token>`); app endpoints
+        /// take it too.
         #[arg(long, env = "TOLLGATE_ADMIN_TOKEN")]
         admin_token: Option<String>,
+        /// Token for applications: it opens only the app endpoints (attempts try, count and
+        /// clear, refunds, charges, lease release), never an admin one.
+        #[arg(long, env = "TOLLGATE_APP_TOKEN")]
+        app_token: Option<String>,
         /// Longest key accepted, in bytes.
         #[arg(long, default_value_t = 1024)]
         max_key_len: usize,
@@ -465,6 +470,7 @@ fn main() -> ExitCode {
             grpc,
             debug_addr,
             admin_token,
+            app_token,
             max_key_len,
             listener,
             load,
@@ -482,6 +488,7 @@ fn main() -> ExitCode {
             };
             let mut settings = Settings {
                 admin_token,
+                app_token,
                 max_key_len,
                 listeners: listener.options(tollgate_server::ListenerOptions::default().max_body_bytes),
                 ..Settings::default()

@@ -30,7 +30,8 @@ use tollgate::concurrency::{
 use tollgate::overrides::{Override, OverridePage, OverrideStore, OverrideTarget};
 use tollgate::store::{self as core_store, AttemptsStore, Store};
 use tollgate::{
-    AttemptsStatus, Charged, Clock, Decision, Decisions, Error, PerRule, Policy, Rule, SystemClock,
+    AttemptTry, AttemptsStatus, Charged, Clock, Decision, Decisions, Error, PerRule, Policy, Rule,
+    SystemClock,
 };
 
 use crate::access;
@@ -729,18 +730,32 @@ impl RedisStore {
         outcomes(&reply, spends.len())
     }
 
-    /// Runs the attempts script: the live counter (if any) and the time the script used.
-    async fn attempts(&self, key: &[u8], op: &str, ttl_us: u64) -> Result<(Option<Attempts>, u64), Error> {
+    /// Runs the attempts script: the live counter (if any), the time the script used and
+    /// whether this call counted an attempt. `max_attempts` matters to `try` only.
+    async fn attempts(
+        &self,
+        key: &[u8],
+        op: &str,
+        ttl_us: u64,
+        max_attempts: u64,
+    ) -> Result<(Option<Attempts>, u64, bool), Error> {
         core_store::validate_key(key)?;
         let name = self.inner.keys.attempts(key);
         let transport = &self.inner.transport;
-        let args = [transport.script_now(), op.to_string(), ttl_us.to_string()];
+        let args = [
+            transport.script_now(),
+            op.to_string(),
+            ttl_us.to_string(),
+            max_attempts.to_string(),
+        ];
         let reply: Vec<u64> = transport
             .call(&transport.scripts().attempts, &[name], &args)
             .await?;
         match reply[..] {
-            [0, _, now_us] => Ok((None, now_us)),
-            [count, expires_at_us, now_us] => Ok((Some(Attempts { count, expires_at_us }), now_us)),
+            [0, _, now_us, 0] => Ok((None, now_us, false)),
+            [count, expires_at_us, now_us, counted @ (0 | 1)] => {
+                Ok((Some(Attempts { count, expires_at_us }), now_us, counted == 1))
+            }
             _ => Err(bad_reply(&reply)),
         }
     }
@@ -863,13 +878,12 @@ async fn join_all<F: Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
 /// let tenant = String::from("tenant-7");
 /// let _ = store.peek(&api, &tenant, 1).await?;
 ///
+/// // Count the try before verifying the password; a good password clears the counter.
 /// let hour = Duration::from_secs(3600);
-/// if store.check_limit("login:alice", 5).await?.allowed {
+/// if store.try_attempt("login:alice", 5, hour).await?.allowed {
 ///     let password_ok = false;
 ///     if password_ok {
 ///         store.reset_attempts("login:alice").await?;
-///     } else {
-///         store.increment_attempts("login:alice", hour).await?;
 ///     }
 /// }
 /// # Ok(()) }
@@ -912,7 +926,19 @@ impl RedisStore {
         AttemptsStore::reset_attempts(self, key.as_ref()).await
     }
 
-    /// [`AttemptsStore::check_limit`]: whether another attempt is allowed.
+    /// [`AttemptsStore::try_attempt`]: counts a try only if fewer than `max_attempts` are
+    /// counted, in one script call.
+    pub async fn try_attempt(
+        &self,
+        key: impl AsRef<[u8]>,
+        max_attempts: u64,
+        ttl: Duration,
+    ) -> Result<AttemptTry, Error> {
+        AttemptsStore::try_attempt(self, key.as_ref(), max_attempts, ttl).await
+    }
+
+    /// [`AttemptsStore::check_limit`]: whether another attempt is allowed (a reading only: use
+    /// [`try_attempt`](Self::try_attempt) to admit a login).
     pub async fn check_limit(
         &self,
         key: impl AsRef<[u8]>,
@@ -1128,16 +1154,16 @@ impl RedisStore {
 impl AttemptsStore for RedisStore {
     async fn increment_attempts(&self, key: &[u8], ttl: Duration) -> Result<u64, Error> {
         let ttl_us = validate_ttl(ttl)?;
-        let (counter, _) = self.attempts(key, "incr", ttl_us).await?;
+        let (counter, _, _) = self.attempts(key, "incr", ttl_us, 0).await?;
         Ok(counter.map_or(0, |c| c.count))
     }
 
     async fn get_attempts(&self, key: &[u8]) -> Result<u64, Error> {
-        Ok(self.attempts(key, "get", 0).await?.0.map_or(0, |c| c.count))
+        Ok(self.attempts(key, "get", 0, 0).await?.0.map_or(0, |c| c.count))
     }
 
     async fn get_ttl(&self, key: &[u8]) -> Result<Option<Duration>, Error> {
-        let (counter, now_us) = self.attempts(key, "get", 0).await?;
+        let (counter, now_us, _) = self.attempts(key, "get", 0, 0).await?;
         Ok(counter.map(|c| Duration::from_micros(c.expires_at_us.saturating_sub(now_us))))
     }
 
@@ -1146,9 +1172,23 @@ impl AttemptsStore for RedisStore {
         self.delete(&[self.inner.keys.attempts(key)]).await
     }
 
+    async fn try_attempt(&self, key: &[u8], max_attempts: u64, ttl: Duration) -> Result<AttemptTry, Error> {
+        core_store::validate_max_attempts(max_attempts)?;
+        let ttl_us = validate_ttl(ttl)?;
+        let (counter, now_us, counted) = self.attempts(key, "try", ttl_us, max_attempts).await?;
+        // A try always leaves a live counter: a refused one found it full, a counted one made it.
+        let counter = counter.ok_or_else(|| bad_reply(&[0, 0, now_us, u64::from(counted)]))?;
+        Ok(AttemptTry {
+            allowed: counted,
+            attempts: counter.count,
+            remaining: max_attempts.saturating_sub(counter.count),
+            ttl: Duration::from_micros(counter.expires_at_us.saturating_sub(now_us)),
+        })
+    }
+
     async fn check_limit(&self, key: &[u8], max_attempts: u64) -> Result<AttemptsStatus, Error> {
         core_store::validate_max_attempts(max_attempts)?;
-        let (counter, now_us) = self.attempts(key, "get", 0).await?;
+        let (counter, now_us, _) = self.attempts(key, "get", 0, 0).await?;
         Ok(Attempts::status(counter.as_ref(), now_us, max_attempts))
     }
 }

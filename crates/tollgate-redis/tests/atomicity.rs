@@ -1,5 +1,6 @@
 //! 200 concurrent tasks × 5 checks on one key with limit 100: exactly 100 admitted, for every
-//! exact algorithm (calendar quotas included), on standalone Redis and on a cluster.
+//! exact algorithm (calendar quotas included), on standalone Redis and on a cluster. And 50
+//! concurrent login tries against an attempts maximum of 5: exactly 5 counted.
 
 mod common;
 
@@ -100,4 +101,69 @@ async fn standalone_redis_admits_exactly_the_limit() {
 async fn redis_cluster_admits_exactly_the_limit() {
     let cluster = RedisCluster::start();
     assert_exact(Target::Cluster(cluster.urls())).await;
+}
+
+const TRIES: u64 = 50;
+const MAX_ATTEMPTS: u64 = 5;
+
+/// 50 tries of one account in parallel tasks (on a multi-threaded runtime), each one call.
+async fn tries_allowed(store: &RedisStore, account: &str) -> u64 {
+    let mut tasks = vec![];
+    for _ in 0..TRIES {
+        let (store, account) = (store.clone(), account.to_owned());
+        tasks.push(tokio::spawn(async move {
+            store
+                .try_attempt(&account, MAX_ATTEMPTS, Duration::from_secs(3600))
+                .await
+                .expect("try")
+                .allowed
+        }));
+    }
+    let mut allowed = 0;
+    for task in tasks {
+        allowed += u64::from(task.await.expect("task"));
+    }
+    allowed
+}
+
+async fn assert_tries_exact(target: Target) {
+    let store = RedisStore::builder(target.clone())
+        .timeout(STORE_TIMEOUT)
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(
+        tries_allowed(&store, "login:victim").await,
+        MAX_ATTEMPTS,
+        "{target:?}"
+    );
+    let refused = store
+        .try_attempt("login:victim", MAX_ATTEMPTS, Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!(
+        (refused.allowed, refused.attempts, refused.remaining),
+        (false, 5, 0)
+    );
+    assert!(refused.ttl <= Duration::from_secs(3600) && refused.ttl > Duration::ZERO);
+    assert_eq!(store.get_attempts("login:victim").await.unwrap(), MAX_ATTEMPTS);
+    // A success clears the counter, and the next round admits exactly the maximum again.
+    store.reset_attempts("login:victim").await.unwrap();
+    assert_eq!(
+        tries_allowed(&store, "login:victim").await,
+        MAX_ATTEMPTS,
+        "{target:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_redis_counts_exactly_max_of_parallel_login_tries() {
+    let server = RedisServer::start();
+    assert_tries_exact(Target::Standalone(server.url())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_counts_exactly_max_of_parallel_login_tries() {
+    let cluster = RedisCluster::start();
+    assert_tries_exact(Target::Cluster(cluster.urls())).await;
 }

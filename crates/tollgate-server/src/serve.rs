@@ -282,7 +282,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
 
 /// Loud warnings at start for what answers anyone who can reach a non-loopback address: the
 /// debug listener (it prints the configuration, whatever the token; upstream's `DEBUG_PORT`
-/// binds `0.0.0.0`), and the admin endpoints (limits and attempts resets) without a token.
+/// binds `0.0.0.0`), and the admin endpoints (resets, overrides, lists) without an admin token.
 /// The debug one comes first, so a test that sees the other knows it was not logged.
 fn warn_if_open(options: &ServeOptions) {
     if let Some(addr) = options.debug
@@ -300,8 +300,8 @@ fn warn_if_open(options: &ServeOptions) {
         tracing::warn!(
             listener = "http",
             http = %options.http,
-            "admin endpoints (DELETE /v1/limits/..., DELETE /v1/attempts/...) are reachable without \
-             a token on a non-loopback address; set --admin-token or TOLLGATE_ADMIN_TOKEN"
+            "admin endpoints (DELETE /v1/limits/..., /v1/overrides/..., /v1/admin/...) are reachable \
+             without a token on a non-loopback address; set --admin-token or TOLLGATE_ADMIN_TOKEN"
         );
     }
 }

@@ -186,13 +186,21 @@ async fn clear_a_full_key(store: AnyStore) {
     assert_eq!((status, again), (StatusCode::OK, json!({"cleared": 0})));
     let (status, granted, _) = call(&state, "POST", acquire, None).await;
     assert_eq!((status, granted["in_flight"].as_u64()), (StatusCode::OK, Some(1)));
-    let (_, old, _) = call(
-        &state,
-        "POST",
-        "/v1/concurrency/exports/carol/release",
-        Some(json!({"lease_id": first["lease_id"]})),
-    )
-    .await;
+    // A release is an app call: on a server with only the admin token, it takes that token.
+    let release = Request::builder()
+        .method("POST")
+        .uri("/v1/concurrency/exports/carol/release")
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer s3cret")
+        .body(Body::from(json!({"lease_id": first["lease_id"]}).to_string()))
+        .unwrap();
+    let response = tollgate_server::api_router(state.clone())
+        .oneshot(release)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+    let old: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(old["released"], false, "a cleared lease is not held");
 
     let (status, rate) = clear(Some("s3cret"), "/v1/concurrency/api/carol").await;

@@ -263,7 +263,7 @@ async fn oversized_and_malformed_requests_get_problem_answers() {
     let bad_escape = "GET /v1/limits/api/%FF%FE HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
     assert_problem(&exchange(addr, bad_escape.as_bytes()).await, 400);
 
-    // Mutating admin endpoints need the token.
+    // Clearing a counter needs a token (here the admin one: the server has no app token).
     let reset = "DELETE /v1/attempts/login/alice HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
     assert_problem(&exchange(addr, reset.as_bytes()).await, 401);
     let reset_ok = "DELETE /v1/attempts/login/alice HTTP/1.1\r\nhost: x\r\nauthorization: Bearer secret\r\nconnection: close\r\n\r\n";

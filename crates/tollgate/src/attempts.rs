@@ -1,13 +1,15 @@
 //! The attempts counter for brute-force protection, as pure functions on its state.
 //!
-//! A login flow checks before acting (`check_limit`), counts a failure (`increment`), and clears
-//! the counter on success (`reset`). The TTL is fixed when the counter is created and is not
-//! extended by later failures, so "5 failures within an hour lock the account for the rest of
-//! that hour" is exactly what happens.
+//! A login flow counts each try before verifying the password (`try_once`: counted only while
+//! fewer than `max` are, in one step, so parallel guesses cannot slip past the check) and clears
+//! the counter on success (`reset`). `check_limit` then `increment` is the older two-step recipe:
+//! parallel requests can all pass the check before any of them counts. The TTL is fixed when the
+//! counter is created and is not extended by later attempts, so "5 tries within an hour lock the
+//! account for the rest of that hour" is exactly what happens.
 
 use std::time::Duration;
 
-use crate::{AttemptsStatus, Error, bounds};
+use crate::{AttemptTry, AttemptsStatus, Error, bounds};
 
 /// A live counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +75,44 @@ impl Attempts {
             remaining: max_attempts.saturating_sub(count),
             ttl: live.map(|c| Duration::from_micros(c.expires_at_us - now_us)),
         }
+    }
+}
+
+impl Attempts {
+    /// Counts one try at `now_us` only if fewer than `max_attempts` are counted: the new counter
+    /// (`None` when the try was refused and nothing changes) and the answer. A new counter lives
+    /// for `ttl_us`; a counted try keeps an existing counter's expiry.
+    ///
+    /// ```
+    /// use tollgate::attempts::Attempts;
+    ///
+    /// let (first, answer) = Attempts::try_once(None, 0, 2, 1_000);
+    /// assert!(answer.allowed && answer.attempts == 1 && answer.remaining == 1);
+    /// let (second, _) = Attempts::try_once(first.as_ref(), 10, 2, 1_000);
+    /// let (third, refused) = Attempts::try_once(second.as_ref(), 20, 2, 1_000);
+    /// assert_eq!(third, None);
+    /// assert!(!refused.allowed);
+    /// assert_eq!((refused.attempts, refused.remaining), (2, 0));
+    /// assert_eq!(refused.ttl, std::time::Duration::from_micros(980));
+    /// ```
+    pub fn try_once(
+        counter: Option<&Attempts>,
+        now_us: u64,
+        max_attempts: u64,
+        ttl_us: u64,
+    ) -> (Option<Attempts>, AttemptTry) {
+        let live = Self::live(counter, now_us);
+        let (next, allowed) = match live {
+            Some(c) if c.count >= max_attempts => (c, false),
+            _ => (Self::increment(live.as_ref(), now_us, ttl_us), true),
+        };
+        let answer = AttemptTry {
+            allowed,
+            attempts: next.count,
+            remaining: max_attempts.saturating_sub(next.count),
+            ttl: Duration::from_micros(next.expires_at_us.saturating_sub(now_us)),
+        };
+        (allowed.then_some(next), answer)
     }
 }
 

@@ -85,6 +85,35 @@ pub struct Charged {
     pub debt: u64,
 }
 
+/// The answer to [`try_attempt`](crate::AttemptsStore::try_attempt): whether the try was
+/// counted, and the counter after it.
+///
+/// ```
+/// use std::time::Duration;
+/// use tollgate::{ManualClock, MemoryStore};
+///
+/// let store = MemoryStore::builder().clock(ManualClock::new(0)).build();
+/// let hour = Duration::from_secs(3600);
+/// let first = store.try_attempt("login:alice", 2, hour)?;
+/// assert_eq!((first.allowed, first.attempts, first.remaining), (true, 1, 1));
+/// store.try_attempt("login:alice", 2, hour)?;
+/// let refused = store.try_attempt("login:alice", 2, hour)?;
+/// assert_eq!((refused.allowed, refused.attempts, refused.remaining), (false, 2, 0));
+/// assert_eq!(refused.ttl, hour);
+/// # Ok::<(), tollgate::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptTry {
+    /// The try was counted: fewer than the maximum were counted before it.
+    pub allowed: bool,
+    /// Attempts counted, this one included when it was allowed.
+    pub attempts: u64,
+    /// Tries left before the maximum.
+    pub remaining: u64,
+    /// Time until the counter expires: when refused, how long until tries are allowed again.
+    pub ttl: Duration,
+}
+
 /// The answer to [`check_limit`](crate::AttemptsStore::check_limit) on an attempts counter.
 ///
 /// ```

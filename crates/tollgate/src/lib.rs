@@ -38,7 +38,7 @@
 //!   [`ConcurrencyStore`](concurrency::ConcurrencyStore) trait: at most `n` requests of a key in
 //!   flight, with leases that are released or expire.
 //! - [`attempts`]: the attempts counter for brute-force protection.
-//! - [`decision`]: [`Decision`], [`Charged`] and [`AttemptsStatus`], the answers.
+//! - [`decision`]: [`Decision`], [`Charged`], [`AttemptTry`] and [`AttemptsStatus`], the answers.
 //! - [`rule`]: a [`Rule`] is one limit of a request: a policy, a key, a cost, shadow or not.
 //! - [`engine`]: the [`Engine`] decides a request's rules all or nothing on any store, applies
 //!   failure modes once, and labels the [`Outcome`]; every door (HTTP, gRPC, middleware, proxy)
@@ -88,7 +88,7 @@ pub mod top_keys;
 
 pub use cidr::{Cidr, CidrError};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use decision::{AttemptsStatus, Charged, Decision, Decisions, PerRule};
+pub use decision::{AttemptTry, AttemptsStatus, Charged, Decision, Decisions, PerRule};
 pub use enforcement::Enforcement;
 pub use engine::{Charges, Engine, EngineBuilder, Outcome, RuleVerdict, Verdict};
 pub use error::{Error, PolicyError, StoreErrorKind};
@@ -105,6 +105,11 @@ pub use store::{AttemptsStore, Store};
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/penalties.md")]
 struct PenaltiesDoc;
+
+/// The examples of `docs/login.md`, run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/login.md")]
+struct LoginDoc;
 
 /// The examples of `docs/calendar-quotas.md`, run as doc tests.
 #[cfg(doctest)]

@@ -12,7 +12,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{AttemptsStatus, Charged, Decision, Decisions, Error, PerRule, Policy, Rule, bounds};
+use crate::{AttemptTry, AttemptsStatus, Charged, Decision, Decisions, Error, PerRule, Policy, Rule, bounds};
 
 /// A place where rate limit state lives.
 ///
@@ -255,7 +255,21 @@ pub trait AttemptsStore: Send + Sync {
     /// Removes the counter (after a successful login, say).
     fn reset_attempts(&self, key: &[u8]) -> impl Future<Output = Result<(), Error>> + Send;
 
-    /// Whether another attempt is allowed: true while the count is below `max_attempts`.
+    /// Counts a try only if fewer than `max_attempts` are counted, in one atomic step: of any
+    /// number of parallel tries, exactly as many as were left are allowed. A new counter lives
+    /// for `ttl`; later tries do not extend it. Call it before verifying a password and
+    /// [`reset_attempts`](AttemptsStore::reset_attempts) on success; a refused try changes
+    /// nothing.
+    fn try_attempt(
+        &self,
+        key: &[u8],
+        max_attempts: u64,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<AttemptTry, Error>> + Send;
+
+    /// Whether another attempt is allowed: true while the count is below `max_attempts`. Only a
+    /// reading: parallel callers all see the same answer before any of them counts, so use
+    /// [`try_attempt`](AttemptsStore::try_attempt) to admit a login.
     fn check_limit(
         &self,
         key: &[u8],

@@ -1,4 +1,5 @@
-//! The attempts counter: increment on failure, reset on success, check before acting.
+//! The attempts counter: try before acting (atomic, exact under parallel tries), increment on
+//! failure, reset on success, check.
 
 use std::time::Duration;
 
@@ -80,4 +81,70 @@ fn rejects_bad_input() {
         store.get_attempts(vec![b'x'; 9000]),
         Err(Error::KeyTooLong { len: 9000, .. })
     ));
+}
+
+#[test]
+fn parallel_tries_admit_exactly_max() {
+    let (_, store) = store();
+    let store = std::sync::Arc::new(store);
+    // 50 threads released together by a barrier, each trying once against a maximum of 5.
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(50));
+    let threads: Vec<_> = (0..50)
+        .map(|_| {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                store.try_attempt("login:victim", 5, HOUR).unwrap().allowed
+            })
+        })
+        .collect();
+    let allowed = threads
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .filter(|&allowed| allowed)
+        .count();
+    assert_eq!(allowed, 5);
+    assert_eq!(store.get_attempts("login:victim").unwrap(), 5);
+}
+
+#[test]
+fn a_refused_try_changes_nothing_and_reports_the_wait() {
+    let (clock, store) = store();
+    for expected in 1..=3 {
+        let tried = store.try_attempt("erin", 3, HOUR).unwrap();
+        assert_eq!(
+            (tried.allowed, tried.attempts, tried.remaining),
+            (true, expected, 3 - expected)
+        );
+    }
+    clock.advance(Duration::from_secs(600));
+    let refused = store.try_attempt("erin", 3, HOUR).unwrap();
+    assert_eq!(
+        (refused.allowed, refused.attempts, refused.remaining),
+        (false, 3, 0)
+    );
+    assert_eq!(refused.ttl, Duration::from_secs(3000));
+    assert_eq!(store.get_attempts("erin").unwrap(), 3);
+    // A higher maximum lets the next try count; the expiry is the first try's.
+    let tried = store.try_attempt("erin", 4, HOUR).unwrap();
+    assert_eq!(
+        (tried.allowed, tried.attempts, tried.ttl),
+        (true, 4, Duration::from_secs(3000))
+    );
+    clock.advance(Duration::from_secs(3000));
+    assert_eq!(store.try_attempt("erin", 3, HOUR).unwrap().attempts, 1);
+}
+
+#[test]
+fn try_rejects_bad_input() {
+    let (_, store) = store();
+    assert!(matches!(
+        store.try_attempt("k", 0, HOUR),
+        Err(Error::ZeroMaxAttempts)
+    ));
+    assert!(matches!(
+        store.try_attempt("k", 5, Duration::ZERO),
+        Err(Error::TtlOutOfRange { .. })
+    ));
+    assert!(matches!(store.try_attempt("", 5, HOUR), Err(Error::EmptyKey)));
 }

@@ -4,9 +4,9 @@
 //!
 //! | answer | when |
 //! |---|---|
-//! | 200 `{"username", "session_token", "note"}` | right password; the account's failures are forgotten |
+//! | 200 `{"username", "session_token", "note"}` | right password; the account's counter is cleared |
 //! | 401 problem, `attempts_remaining` | wrong password or unknown user (the same answer for both) |
-//! | 429 problem, `Retry-After`, `retry_after_ms` | [`MAX_FAILURES`] failures within the [`LOCKOUT`] hour that began with the first one |
+//! | 429 problem, `Retry-After`, `retry_after_ms` | [`MAX_FAILURES`] tries without a success within the [`LOCKOUT`] hour that began with the first one |
 //! | 400 problem | malformed JSON, a missing field, an empty or overlong username |
 //! | 415 problem | a body that is not declared `application/json` |
 //! | 503 problem | the attempts store failed: a login limiter fails closed |
@@ -28,7 +28,7 @@
 //!
 //! # Layout
 //!
-//! - this file: the router and the login handler, where the counter is checked, bumped and reset.
+//! - this file: the router and the login handler, where a try is counted and the counter reset.
 //! - [`users`]: [`Users`], the in-memory user table with constant-time password checks.
 //! - [`problem`]: the 400, 401, 415, 429 and 503 problem answers.
 
@@ -50,9 +50,10 @@ use tollgate::AttemptsStore;
 
 pub use users::Users;
 
-/// Failed logins an account may have before it is locked.
+/// Failed logins an account may have before it is locked: each try counts before the password
+/// is verified, and a success clears the count.
 pub const MAX_FAILURES: u64 = 5;
-/// How long the failure counter lives, from the first failure; later failures do not extend it.
+/// How long the counter lives, from the try that creates it; later tries do not extend it.
 pub const LOCKOUT: Duration = Duration::from_secs(60 * 60);
 /// The longest accepted username, in bytes (the counter key must stay small).
 pub const MAX_USERNAME_LEN: usize = 128;
@@ -120,18 +121,17 @@ async fn login<S: AttemptsStore>(
     let key = attempts_key(&credentials.username);
     let store = &state.store;
 
-    // Check before looking at the password: a locked account answers 429 even to the right one,
-    // so a guesser learns nothing from the answers once locked. (Guesses already in flight when
-    // the count reaches the limit still get their answer; the overshoot is at most the number of
-    // concurrent requests for the account.)
-    let status = match store.check_limit(key.as_bytes(), MAX_FAILURES).await {
-        Ok(status) => status,
+    // Count the try before looking at the password, in one atomic step: of any number of
+    // parallel guesses, at most `MAX_FAILURES` get this far. A locked account answers 429 even
+    // to the right password, so a guesser learns nothing from the answers once locked.
+    // (Checking first and counting failures after would let every guess in flight pass the
+    // check before any is counted: see docs/login.md.)
+    let tried = match store.try_attempt(key.as_bytes(), MAX_FAILURES, LOCKOUT).await {
+        Ok(tried) => tried,
         Err(err) => return problem::store_unavailable(&err),
     };
-    if !status.allowed {
-        // `check_limit` reads the count and the counter's remaining TTL in one step (the same
-        // value `get_ttl` gives), so the two agree even as the counter expires.
-        return problem::locked(status.ttl.unwrap_or(Duration::ZERO));
+    if !tried.allowed {
+        return problem::locked(tried.ttl);
     }
 
     if state.users.verify(&credentials.username, &credentials.password) {
@@ -148,9 +148,6 @@ async fn login<S: AttemptsStore>(
     }
 
     // Unknown users land here too, counted and answered exactly like a wrong password, so the
-    // answers do not reveal which usernames exist.
-    match store.increment_attempts(key.as_bytes(), LOCKOUT).await {
-        Ok(failures) => problem::unauthorized(MAX_FAILURES.saturating_sub(failures)),
-        Err(err) => problem::store_unavailable(&err),
-    }
+    // answers do not reveal which usernames exist. The try is already counted.
+    problem::unauthorized(tried.remaining)
 }

@@ -10,13 +10,14 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use tollgate::headers::millis_up;
 use tollgate::{Charged, FailureMode, Policy, Rule};
 use utoipa::ToSchema;
 
+use super::auth::authorize_app;
 use super::body::json_body;
 use super::error::ApiError;
 use super::policy::rate_policy;
@@ -88,21 +89,25 @@ pub(crate) enum ChargeAnswer {
                    debt, and checks are refused (429 with `Retry-After`) until the algorithm has \
                    paid it back: a window's end, a log's entries leaving it, a bucket's refill or \
                    leak, GCRA's rate. One rule (`policy`, `key`, `cost`) or a list under `rules`, \
-                   recorded together. The cost may exceed the policy's limit. Open to the same \
-                   callers as a check (no admin token). Starts no `block_for` penalty; the next \
-                   refused check does.",
+                   recorded together. The cost may exceed the policy's limit. Needs \
+                   `Authorization: Bearer <token>` with the app or the admin token when the server \
+                   has one. Starts no `block_for` penalty; the next refused check does.",
     request_body(content = CheckBody, content_type = "application/json"),
     responses(
         (status = 200, description = "Recorded (or, with `recorded: false`, lost to a failing store); what a check of cost 1 would get now, with the debt", body = ChargeAnswer),
         (status = 400, description = "Unusable input", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "App or admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
-    )
+    ),
+    security((), ("app_token" = []), ("admin_token" = []))
 )]
 pub(crate) async fn charge(
     State(state): State<SharedState>,
+    request_headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    authorize_app(&state, &request_headers)?;
     let (is_list, bodies) = match one_or_many(json_body(body)?, "charge")? {
         CheckBody::Many(list) => (true, list.rules),
         CheckBody::One(one) => (

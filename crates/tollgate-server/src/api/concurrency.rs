@@ -38,7 +38,7 @@ use tollgate::headers::millis_up;
 use utoipa::ToSchema;
 
 use super::answer::insert;
-use super::auth::authorize_admin;
+use super::auth::{authorize_admin, authorize_app};
 use super::body::json_body;
 use super::error::ApiError;
 use super::policy::concurrency_policy;
@@ -218,7 +218,9 @@ fn retry_after(response: &mut Response, wait: Duration) {
     summary = "Release a lease",
     description = "Frees the slot of `lease_id`. A lease that is not held (released before, expired, \
                    never granted) answers `released: false`: not an error, since it holds no slot. \
-                   When the store fails the answer is 503 and the lease ends at its `lease_timeout`.",
+                   When the store fails the answer is 503 and the lease ends at its `lease_timeout`. \
+                   Needs `Authorization: Bearer <token>` with the app or the admin token when the \
+                   server has one.",
     params(
         ("policy" = String, Path, description = "A configured concurrency policy"),
         ("key" = String, Path, description = "The key the lease was acquired for"),
@@ -227,16 +229,20 @@ fn retry_after(response: &mut Response, wait: Duration) {
     responses(
         (status = 200, description = "Released, or not held", body = LeaseReleased),
         (status = 400, description = "Unusable input, or a rate policy", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "App or admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store failed; the lease ends at its timeout", body = Problem, content_type = "application/problem+json"),
-    )
+    ),
+    security((), ("app_token" = []), ("admin_token" = []))
 )]
 pub(crate) async fn release(
     State(state): State<SharedState>,
     Path((policy, key)): Path<(String, String)>,
+    request_headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    authorize_app(&state, &request_headers)?;
     let limits = state.limits.load_full();
     let policy = concurrency_policy(&limits, &policy)?;
     state.settings.check_key(key.as_bytes())?;

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::answer::Decision;
-use super::auth::authorize_admin;
+use super::auth::{authorize_admin, authorize_app};
 use super::body::json_body;
 use super::error::ApiError;
 use super::policy::rate_policy;
@@ -29,21 +29,26 @@ use crate::runtime::problem::Problem;
                    request that then failed on the caller's side, within the algorithm's meaning: a \
                    window's count while that window is current, a log's newest entries, a bucket's or \
                    GCRA's budget up to full. A penalty already started stays. The answer is what a \
-                   check of cost 1 would get now. Open to the same callers as a check (no admin \
-                   token): it can only give back, never lift a block nor raise a budget past full.",
+                   check of cost 1 would get now. It can only give back, never lift a block nor raise \
+                   a budget past full. Needs `Authorization: Bearer <token>` with the app or the \
+                   admin token when the server has one.",
     request_body(content = OneRule, content_type = "application/json"),
     responses(
         (status = 200, description = "Refunded; what a check of cost 1 would get now", body = Decision),
         (status = 400, description = "Unusable input", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "App or admin token missing or wrong", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store failed: nothing may have been given back", body = Problem, content_type = "application/problem+json"),
-    )
+    ),
+    security((), ("app_token" = []), ("admin_token" = []))
 )]
 pub(crate) async fn refund(
     State(state): State<SharedState>,
+    request_headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    authorize_app(&state, &request_headers)?;
     let one: OneRule = json_body(body)?;
     let limits = state.limits.load_full();
     let named = limits

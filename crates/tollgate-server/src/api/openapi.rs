@@ -29,6 +29,7 @@ use crate::runtime::problem::Problem;
         limits::refund,
         limits::reset,
         charge::charge,
+        attempts::try_attempt,
         attempts::count_attempt,
         attempts::attempts,
         attempts::check_attempts,
@@ -67,6 +68,9 @@ use crate::runtime::problem::Problem;
         rules::OneRule,
         rules::RuleList,
         rules::RuleBody,
+        attempts::TryAttempt,
+        attempts::AttemptAllowed,
+        attempts::AttemptRefused,
         attempts::CountAttempt,
         attempts::AttemptCount,
         attempts::Attempts,
@@ -97,7 +101,7 @@ use crate::runtime::problem::Problem;
         concurrency::LeasesCleared,
         concurrency::ReleaseBody
     )),
-    modifiers(&AdminToken),
+    modifiers(&Tokens),
     tags(
         (name = "decisions", description = "Check, peek, explain, charge, refund and reset"),
         (name = "attempts", description = "Failed-attempt counters"),
@@ -109,18 +113,32 @@ use crate::runtime::problem::Problem;
 )]
 pub(crate) struct ApiDoc;
 
-/// The `admin_token` scheme the reset and clear operations name: a bearer token, required only
-/// when the server was started with `--admin-token`.
-struct AdminToken;
+/// The two bearer schemes operations name: `admin_token` (admin operations, and app ones too)
+/// and `app_token` (app operations only). Each lists `{}` as well, since a server without
+/// tokens asks for none.
+struct Tokens;
 
-impl Modify for AdminToken {
+impl Modify for Tokens {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let components = openapi.components.get_or_insert_with(Default::default);
-        let scheme = Http::builder()
-            .scheme(HttpAuthScheme::Bearer)
-            .description(Some("The server's --admin-token, when it has one"))
-            .build();
-        components.add_security_scheme("admin_token", SecurityScheme::Http(scheme));
+        let schemes = [
+            (
+                "admin_token",
+                "The server's --admin-token, when it has one: every protected operation",
+            ),
+            (
+                "app_token",
+                "The server's --app-token, when it has one: the app operations only (attempts try, \
+                 count and clear, refund, charge, lease release)",
+            ),
+        ];
+        for (name, description) in schemes {
+            let scheme = Http::builder()
+                .scheme(HttpAuthScheme::Bearer)
+                .description(Some(description))
+                .build();
+            components.add_security_scheme(name, SecurityScheme::Http(scheme));
+        }
     }
 }
 
@@ -167,6 +185,7 @@ mod tests {
             "/v1/limits/{policy}/{key}",
             "/v1/attempts/{purpose}/{key}",
             "/v1/attempts/{purpose}/{key}/check",
+            "/v1/attempts/{purpose}/{key}/try",
             "/metrics",
             "/healthz",
             "/readyz",

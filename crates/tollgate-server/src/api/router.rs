@@ -41,6 +41,7 @@ pub fn router(state: SharedState) -> Router {
             "/v1/attempts/{purpose}/{key}/check",
             get(attempts::check_attempts),
         )
+        .route("/v1/attempts/{purpose}/{key}/try", post(attempts::try_attempt))
         .route(
             "/v1/admin/access",
             get(admin::list).post(admin::add).delete(admin::remove),

@@ -18,9 +18,15 @@ use tollgate_config::Limits;
 /// Server settings that do not change on reload.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// When set, admin endpoints (limits reset, attempts reset) require
-    /// `Authorization: Bearer <token>`. An empty token is refused by [`Settings::validate`].
+    /// When set, admin endpoints (resets, overrides, access lists, top offenders, the
+    /// dashboard's data) require `Authorization: Bearer <token>`, and app endpoints take it too.
+    /// An empty token is refused by [`Settings::validate`].
     pub admin_token: Option<String>,
+    /// When set, app endpoints (attempts try, count and clear, refunds, charges, lease release)
+    /// require `Authorization: Bearer <token>` with this token or the admin token; admin
+    /// endpoints refuse it. An empty token, or one equal to the admin token, is refused by
+    /// [`Settings::validate`].
+    pub app_token: Option<String>,
     /// The longest key the HTTP API accepts, in bytes (default 1 KiB, at most the core's
     /// [`MAX_KEY_LEN`](tollgate::bounds::MAX_KEY_LEN), 8 KiB, which [`Settings::validate`]
     /// checks). This is the one bound on a key at the HTTP door, checked once by
@@ -39,6 +45,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             admin_token: None,
+            app_token: None,
             max_key_len: 1024,
             listeners: ListenerOptions::default(),
             envoy: EnvoySettings::default(),
@@ -48,8 +55,9 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// Checks the settings before serving: an empty admin token (which would silently turn the
-    /// check off) and zero timeouts or limits are errors.
+    /// Checks the settings before serving: an empty admin or app token (which would silently
+    /// turn the check off), an app token equal to the admin token (which would make every
+    /// application an admin) and zero timeouts or limits are errors.
     ///
     /// ```
     /// use tollgate_server::Settings;
@@ -59,11 +67,26 @@ impl Settings {
     ///     empty.validate().unwrap_err().to_string(),
     ///     "the admin token must not be empty (leave it unset to run without one)"
     /// );
+    /// let same = Settings {
+    ///     admin_token: Some("s3cret".into()),
+    ///     app_token: Some("s3cret".into()),
+    ///     ..Settings::default()
+    /// };
+    /// assert_eq!(
+    ///     same.validate().unwrap_err().to_string(),
+    ///     "the app token must differ from the admin token"
+    /// );
     /// assert!(Settings::default().validate().is_ok());
     /// ```
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.admin_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
             anyhow::bail!("the admin token must not be empty (leave it unset to run without one)");
+        }
+        if self.app_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            anyhow::bail!("the app token must not be empty (leave it unset to run without one)");
+        }
+        if self.app_token.is_some() && self.app_token == self.admin_token {
+            anyhow::bail!("the app token must differ from the admin token");
         }
         if self.max_key_len == 0 || self.max_key_len > tollgate::bounds::MAX_KEY_LEN {
             anyhow::bail!(

@@ -19,7 +19,8 @@ use anyhow::Context;
 use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, InFlight, LeaseId, Release};
 use tollgate::overrides::{Override, OverridePage, OverrideStore, OverrideTarget};
 use tollgate::{
-    AttemptsStatus, AttemptsStore, Decision, Decisions, Error, ManualClock, MemoryStore, Policy, Rule, Store,
+    AttemptTry, AttemptsStatus, AttemptsStore, Decision, Decisions, Error, ManualClock, MemoryStore, Policy,
+    Rule, Store,
 };
 use tollgate_redis::{RedisStore, Target};
 
@@ -331,6 +332,10 @@ impl AttemptsStore for AnyStore {
 
     async fn reset_attempts(&self, key: &[u8]) -> Result<(), Error> {
         dispatch!(AttemptsStore, self, reset_attempts(key))
+    }
+
+    async fn try_attempt(&self, key: &[u8], max_attempts: u64, ttl: Duration) -> Result<AttemptTry, Error> {
+        dispatch!(AttemptsStore, self, try_attempt(key, max_attempts, ttl))
     }
 
     async fn check_limit(&self, key: &[u8], max_attempts: u64) -> Result<AttemptsStatus, Error> {

@@ -50,7 +50,7 @@
 //! ```text
 //! let store = tollgate_redis::RedisStore::connect("redis://192.0.2.10:6379").await?;
 //! let decision = store.check(&movies, "198.51.100.4", 1).await?;
-//! store.increment_attempts("login:alice", Duration::from_secs(3600)).await?;
+//! let tried = store.try_attempt("login:alice", 5, Duration::from_secs(3600)).await?;
 //! ```
 //!
 //! ## What changes on Redis

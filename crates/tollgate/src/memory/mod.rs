@@ -40,7 +40,10 @@ use crate::concurrency::{
 };
 use crate::overrides::{Override, OverridePage, OverrideStore, OverrideTable, OverrideTarget};
 use crate::store::{self, AttemptsStore, Store};
-use crate::{AttemptsStatus, Charged, Clock, Decision, Decisions, Error, PerRule, Policy, Rule, SystemClock};
+use crate::{
+    AttemptTry, AttemptsStatus, Charged, Clock, Decision, Decisions, Error, PerRule, Policy, Rule,
+    SystemClock,
+};
 
 /// The default bound on stored keys.
 ///
@@ -479,9 +482,53 @@ impl<C: Clock> MemoryStore<C> {
     /// # Ok::<(), tollgate::Error>(())
     /// ```
     pub fn increment_attempts(&self, key: impl AsRef<[u8]>, ttl: Duration) -> Result<u64, Error> {
-        let key = key.as_ref();
-        store::validate_key(key)?;
         let ttl_us = attempts::ttl_us(ttl)?;
+        self.update_attempts(key.as_ref(), |live, now_us| {
+            let counter = Attempts::increment(live, now_us, ttl_us);
+            (Some(counter), counter.count)
+        })
+    }
+
+    /// Counts a try only if fewer than `max_attempts` are counted, under the key's shard lock;
+    /// see [`AttemptsStore::try_attempt`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let store = tollgate::MemoryStore::new();
+    /// let hour = Duration::from_secs(3600);
+    /// // Before verifying the password: a refused try is not even looked at.
+    /// for _ in 0..3 {
+    ///     assert!(store.try_attempt("login:bob", 3, hour)?.allowed);
+    /// }
+    /// let locked = store.try_attempt("login:bob", 3, hour)?;
+    /// assert!(!locked.allowed);
+    /// // After a good password, the account starts afresh.
+    /// store.reset_attempts("login:bob")?;
+    /// assert_eq!(store.try_attempt("login:bob", 3, hour)?.attempts, 1);
+    /// # Ok::<(), tollgate::Error>(())
+    /// ```
+    pub fn try_attempt(
+        &self,
+        key: impl AsRef<[u8]>,
+        max_attempts: u64,
+        ttl: Duration,
+    ) -> Result<AttemptTry, Error> {
+        store::validate_max_attempts(max_attempts)?;
+        let ttl_us = attempts::ttl_us(ttl)?;
+        self.update_attempts(key.as_ref(), |live, now_us| {
+            Attempts::try_once(live, now_us, max_attempts, ttl_us)
+        })
+    }
+
+    /// Runs `step` on the live counter of `key` (if any) under its shard's write lock and stores
+    /// the counter it returns, if it returns one: one atomic step for every attempts write.
+    fn update_attempts<R>(
+        &self,
+        key: &[u8],
+        step: impl FnOnce(Option<&Attempts>, u64) -> (Option<Attempts>, R),
+    ) -> Result<R, Error> {
+        store::validate_key(key)?;
         let lookup = Lookup::attempts(key);
         let hash = lookup.hash(&self.hasher);
         let mut shard = self.shard(hash).write();
@@ -491,16 +538,20 @@ impl<C: Clock> MemoryStore<C> {
                 Value::Attempts(counter) if !slot.expired(now_us) => Some(*counter),
                 _ => None,
             };
-            let counter = Attempts::increment(live.as_ref(), now_us, ttl_us);
-            slot.value = Value::Attempts(counter);
-            slot.set_expires_at_us(counter.expires_at_us);
-            shard.note_expiry(counter.expires_at_us);
-            return Ok(counter.count);
+            let (next, answer) = step(live.as_ref(), now_us);
+            if let Some(counter) = next {
+                slot.value = Value::Attempts(counter);
+                slot.set_expires_at_us(counter.expires_at_us);
+                shard.note_expiry(counter.expires_at_us);
+            }
+            return Ok(answer);
         }
-        let counter = Attempts::increment(None, now_us, ttl_us);
-        let slot = Slot::new(lookup, Value::Attempts(counter), counter.expires_at_us, 0);
-        shard.insert(hash, slot, now_us).map_err(|_| self.full())?;
-        Ok(counter.count)
+        let (next, answer) = step(None, now_us);
+        if let Some(counter) = next {
+            let slot = Slot::new(lookup, Value::Attempts(counter), counter.expires_at_us, 0);
+            shard.insert(hash, slot, now_us).map_err(|_| self.full())?;
+        }
+        Ok(answer)
     }
 
     /// The attempts count, 0 when there is no counter.
@@ -1405,6 +1456,10 @@ impl<C: Clock> AttemptsStore for MemoryStore<C> {
 
     async fn reset_attempts(&self, key: &[u8]) -> Result<(), Error> {
         MemoryStore::reset_attempts(self, key)
+    }
+
+    async fn try_attempt(&self, key: &[u8], max_attempts: u64, ttl: Duration) -> Result<AttemptTry, Error> {
+        MemoryStore::try_attempt(self, key, max_attempts, ttl)
     }
 
     async fn check_limit(&self, key: &[u8], max_attempts: u64) -> Result<AttemptsStatus, Error> {
