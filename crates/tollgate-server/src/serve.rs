@@ -300,8 +300,10 @@ fn warn_if_open(options: &ServeOptions) {
         tracing::warn!(
             listener = "http",
             http = %options.http,
-            "admin endpoints (DELETE /v1/limits/..., /v1/overrides/..., /v1/admin/...) are reachable \
-             without a token on a non-loopback address; set --admin-token or TOLLGATE_ADMIN_TOKEN"
+            "every admin route (resets, overrides, access lists, top offenders, dashboard data, \
+             clearing leases) and every application route (refunds, charges, attempts, lease \
+             release) is reachable without a token on a non-loopback address; set --admin-token \
+             (and --app-token for applications); docs/operations.md lists the routes by token"
         );
     }
 }
