@@ -140,7 +140,10 @@ async fn kill_a_master_under_load(policy: Policy) -> Run {
     let store = Arc::new(
         RedisStore::builder(Target::parse(&cluster.store_url()).expect("url"))
             .deny_cache(false)
-            .timeout(Duration::from_millis(250))
+            // The test kit's deadline: a loaded machine can take longer than a short one to
+            // acknowledge a replicated write before any fault, and calls to the killed master
+            // fail at once (refused), not at the deadline.
+            .timeout(tollgate_testkit::STORE_TIMEOUT)
             .connect()
             .await
             .expect("connect"),
