@@ -342,10 +342,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Bench(args) => match tollgate_scenarios::run(&args) {
-            Ok(output) => {
-                print!("{}", output.markdown);
-                ExitCode::SUCCESS
-            }
+            Ok(output) => print_all("bench", output.markdown.as_bytes()),
             Err(err) => {
                 eprintln!("tollgate bench: {err}");
                 ExitCode::FAILURE
@@ -424,13 +421,16 @@ fn main() -> ExitCode {
             }) else {
                 return ExitCode::FAILURE;
             };
-            run(async move {
+            let answer = run_for(async move {
                 let options = store_options.into();
                 let answer =
                     explain::run_cli(&config, store.as_deref(), &options, &settings, &request).await?;
-                println!("{}", answer.to_pretty_json());
-                Ok(())
-            })
+                Ok(answer.to_pretty_json())
+            });
+            match answer {
+                Ok(json) => print_all("explain", format!("{json}\n").as_bytes()),
+                Err(code) => code,
+            }
         }
         Command::Test {
             config,
@@ -526,26 +526,29 @@ fn check_config(
     };
     let policies = limits.policies().count() + limits.concurrency_policies().count();
     let domains = limits.domains().len();
-    println!(
-        "{}: ok ({policies} policies, {domains} envoy domains)",
+    let mut out = format!(
+        "{}: ok ({policies} policies, {domains} envoy domains)\n",
         path.display()
     );
-    let Some(against) = against else {
-        return ExitCode::SUCCESS;
-    };
-    let Ok(before) = load(against) else {
-        return ExitCode::FAILURE;
-    };
-    let changes = limits.changes_from(&before);
-    if changes.is_empty() {
-        println!("against {}: no policy changes", against.display());
-    } else {
-        println!("against {}: {} policies change", against.display(), changes.len());
-        for change in changes {
-            println!("  {change}");
+    if let Some(against) = against {
+        let Ok(before) = load(against) else {
+            return ExitCode::FAILURE;
+        };
+        let changes = limits.changes_from(&before);
+        if changes.is_empty() {
+            out += &format!("against {}: no policy changes\n", against.display());
+        } else {
+            out += &format!(
+                "against {}: {} policies change\n",
+                against.display(),
+                changes.len()
+            );
+            for change in changes {
+                out += &format!("  {change}\n");
+            }
         }
     }
-    ExitCode::SUCCESS
+    print_all("check-config", out.as_bytes())
 }
 
 /// [`Settings`] from envoyproxy/ratelimit's variables, then `flags`; `None` (the error printed)
@@ -574,9 +577,9 @@ fn policy_test(options: tollgate_server::policy_test::TestOptions) -> ExitCode {
     };
     match runtime.block_on(tollgate_server::policy_test::run(&options)) {
         Ok(report) => {
-            print!("{report}");
+            let printed = print_all("test", report.to_string().as_bytes());
             if report.passed() {
-                ExitCode::SUCCESS
+                printed
             } else {
                 ExitCode::FAILURE
             }
@@ -609,20 +612,23 @@ fn replay(options: &tollgate_server::replay::ReplayOptions, json: bool) -> ExitC
 
 /// Runs `job` on a multi-threaded runtime; an error is printed with its causes.
 fn run(job: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
+    run_for(job).err().unwrap_or(ExitCode::SUCCESS)
+}
+
+/// [`run`], for a job with an answer to print: the answer, or the exit code once the error is
+/// printed.
+fn run_for<T>(job: impl std::future::Future<Output = anyhow::Result<T>>) -> Result<T, ExitCode> {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("tollgate: cannot start the runtime: {err}");
-            return ExitCode::FAILURE;
+            return Err(ExitCode::FAILURE);
         }
     };
-    match runtime.block_on(job) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("tollgate: {err:#}");
-            ExitCode::FAILURE
-        }
-    }
+    runtime.block_on(job).map_err(|err| {
+        eprintln!("tollgate: {err:#}");
+        ExitCode::FAILURE
+    })
 }
 
 /// The log filter when neither `RUST_LOG` nor upstream's `LOG_LEVEL` says: warnings, and reload

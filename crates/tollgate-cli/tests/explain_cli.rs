@@ -157,3 +157,40 @@ fn explain_without_a_rule_or_with_an_unknown_policy_fails_clearly() {
         "tollgate: --descriptor: expected `key=value`, got `x`"
     );
 }
+
+#[test]
+fn a_reader_that_stops_early_ends_the_output_quietly() {
+    // `tollgate explain ... | head -c 0` and the like: the reader is gone before the answer is
+    // written. Writing to the closed pipe must end the command, not panic.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("edge.yaml");
+    std::fs::write(&config, CONFIG).unwrap();
+    for args in [
+        vec![
+            "explain",
+            "--config",
+            config.to_str().unwrap(),
+            "--domain",
+            "edge",
+            "--descriptor",
+            "user=ann",
+        ],
+        vec![
+            "check-config",
+            config.to_str().unwrap(),
+            "--against",
+            config.to_str().unwrap(),
+        ],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .args(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start tollgate");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("tollgate ends");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
