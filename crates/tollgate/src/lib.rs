@@ -86,6 +86,7 @@ pub mod rule;
 pub mod store;
 pub mod top_keys;
 
+pub use algorithm::migrate::OnChange;
 pub use cidr::{Cidr, CidrError};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{AttemptTry, AttemptsStatus, Charged, Decision, Decisions, PerRule};

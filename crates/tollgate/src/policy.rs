@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::PolicyError;
+use crate::algorithm::migrate::OnChange;
 use crate::algorithm::{
     calendar_quota::{CalendarQuota, Period},
     fixed_window::FixedWindow,
@@ -20,6 +21,7 @@ use crate::algorithm::{
 };
 use crate::bounds::{self, MAX_NAME_LEN};
 use crate::enforcement::Enforcement;
+use crate::fingerprint::Fingerprint;
 use crate::lease::LeaseOptions;
 use crate::penalty::Penalty;
 
@@ -377,6 +379,9 @@ impl Algorithm {
 pub struct Policy {
     name: Arc<PolicyName>,
     algorithm: Algorithm,
+    /// What a change of `algorithm` does to the keys already counted (see
+    /// [`migrate`](crate::algorithm::migrate)).
+    on_change: OnChange,
     penalty: Option<Penalty>,
     on_store_failure: FailureMode,
     hash_tag: HashTag,
@@ -474,8 +479,9 @@ impl Policy {
             });
         }
         Ok(Policy {
-            name: Arc::new(PolicyName::new(name)),
+            name: Arc::new(PolicyName::new(name, &algorithm)),
             algorithm,
+            on_change: OnChange::default(),
             penalty: None,
             on_store_failure: FailureMode::default(),
             hash_tag: HashTag::default(),
@@ -772,6 +778,70 @@ impl Policy {
         }
     }
 
+    /// Declares what a later change of this policy's algorithm or parameters does to the keys
+    /// it already counts: see [`OnChange`] (the default is [`OnChange::Keep`]). The declaration
+    /// of the policy a key is decided under after the change is the one that applies.
+    ///
+    /// ```
+    /// use tollgate::algorithm::migrate::OnChange;
+    /// use tollgate::{Algorithm, Policy, Rate};
+    ///
+    /// let api = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 10)?)?.with_on_change(OnChange::Scale);
+    /// assert_eq!(api.on_change(), OnChange::Scale);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn with_on_change(mut self, on_change: OnChange) -> Self {
+        self.on_change = on_change;
+        self
+    }
+
+    /// What a change of this policy's algorithm or parameters does to its keys.
+    pub fn on_change(&self) -> OnChange {
+        self.on_change
+    }
+
+    /// Sets the generation of this version of the policy: when two versions of one policy name
+    /// meet on a key (instances of a fleet that reloaded at different moments), the state written
+    /// by the later generation is never migrated back by the earlier one, which decides such a
+    /// key under the later version's numbers. A config loader sets it to the time the config
+    /// was loaded, in milliseconds since the Unix epoch; the default is 0.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Policy, Rate};
+    ///
+    /// let api = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 10)?)?.with_generation(1_790_000_000_000);
+    /// assert_eq!(api.generation(), 1_790_000_000_000);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn with_generation(mut self, generation: u64) -> Self {
+        if let Some(version) = &mut Arc::make_mut(&mut self.name).version {
+            version.generation = generation;
+        }
+        self
+    }
+
+    /// The fingerprint of this policy's algorithm and parameters (see
+    /// [`Fingerprint`]), computed once when the policy was made.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Policy, Rate};
+    ///
+    /// let api = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 10)?)?;
+    /// assert_eq!(api.fingerprint(), api.algorithm().fingerprint());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.name
+            .version
+            .as_ref()
+            .map_or_else(|| self.algorithm.fingerprint(), |v| v.fingerprint)
+    }
+
+    /// This version's generation (see [`with_generation`](Self::with_generation)).
+    pub fn generation(&self) -> u64 {
+        self.name.version.as_ref().map_or(0, |v| v.generation)
+    }
+
     /// The name, which namespaces this policy's state in a store.
     ///
     /// ```
@@ -781,6 +851,15 @@ impl Policy {
     /// ```
     pub fn name(&self) -> &str {
         &self.name.text
+    }
+
+    /// This policy as the version `name` was made for decides: its algorithm and parameters
+    /// under that name (see [`PolicyName`]); `None` for a name without a version.
+    pub(crate) fn as_version(&self, name: &Arc<PolicyName>) -> Option<Policy> {
+        let version = name.version.as_ref()?;
+        let mut policy = self.with_parameters(version.algorithm.clone());
+        policy.name = name.clone();
+        Some(policy)
     }
 
     /// The shared name, which the memory store keeps beside each key it stores for this policy.
@@ -839,10 +918,16 @@ impl Policy {
 }
 
 /// A policy's name, shared by the policy's clones and the memory store's slots, with a hash of it
-/// computed once.
+/// computed once. A rate policy's name also carries the version of the policy it was made for
+/// (its algorithm and generation): the memory store's slot keeps the name of the version that
+/// last wrote it, which is how a reload that changed the algorithm is noticed and the state
+/// migrated (see [`migrate`](crate::algorithm::migrate)).
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct PolicyName {
     text: Box<str>,
+    /// The algorithm and parameters this name was made with, and their order among versions;
+    /// `None` for a concurrency policy, which keeps no algorithm state.
+    pub(crate) version: Option<Version>,
     /// FNV-1a of `text` (and of the kind): not keyed, since names come from the operator, not
     /// from clients; the store mixes it into its keyed hash of the client's key.
     pub(crate) hash: u64,
@@ -850,9 +935,24 @@ pub(crate) struct PolicyName {
     concurrency: bool,
 }
 
+/// One version of a rate policy: see [`PolicyName`].
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Version {
+    pub(crate) algorithm: Algorithm,
+    pub(crate) fingerprint: Fingerprint,
+    /// Orders versions of one name across a fleet (see [`Policy::with_generation`]).
+    pub(crate) generation: u64,
+}
+
 impl PolicyName {
-    fn new(text: &str) -> Self {
-        Self::of_kind(text, false)
+    fn new(text: &str, algorithm: &Algorithm) -> Self {
+        let mut name = Self::of_kind(text, false);
+        name.version = Some(Version {
+            algorithm: algorithm.clone(),
+            fingerprint: algorithm.fingerprint(),
+            generation: 0,
+        });
+        name
     }
 
     /// The name of a [`ConcurrencyPolicy`](crate::concurrency::ConcurrencyPolicy).
@@ -867,6 +967,7 @@ impl PolicyName {
         PolicyName {
             text: text.into(),
             hash: hash ^ (u64::from(concurrency) << 1),
+            version: None,
             concurrency,
         }
     }

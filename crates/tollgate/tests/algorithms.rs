@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Algorithm, Anchor, ManualClock, MemoryStore, Policy, Rate};
+use tollgate::{Algorithm, Anchor, ManualClock, MemoryStore, OnChange, Policy, Rate};
 
 const T0_US: u64 = 28_333_333 * 60_000_000;
 
@@ -299,16 +299,26 @@ fn policies_with_the_same_key_do_not_share_state() {
 }
 
 #[test]
-fn a_policy_switching_algorithm_starts_fresh() {
+fn a_policy_switching_algorithm_carries_what_was_spent_or_starts_fresh_as_declared() {
     let store = MemoryStore::builder().clock(ManualClock::new(T0_US)).build();
     let log = Policy::new("api", Algorithm::sliding_log(1, secs(60)).unwrap()).unwrap();
-    let bucket = Policy::new(
-        "api",
-        Algorithm::token_bucket(2, Rate::per_second(1).unwrap()).unwrap(),
-    )
-    .unwrap();
+    let bucket = |on_change| {
+        Policy::new(
+            "api",
+            Algorithm::token_bucket(2, Rate::per_second(1).unwrap()).unwrap(),
+        )
+        .unwrap()
+        .with_on_change(on_change)
+    };
+    // keep (the default): the unit spent under the log stays spent in the bucket of 2.
     assert!(store.check(&log, "k", 1).unwrap().allowed);
-    assert_eq!(store.check(&bucket, "k", 1).unwrap().remaining, 1);
+    assert_eq!(store.check(&bucket(OnChange::Keep), "k", 1).unwrap().remaining, 0);
+    // reset: a fresh bucket.
+    assert!(store.check(&log, "r", 1).unwrap().allowed);
+    assert_eq!(
+        store.check(&bucket(OnChange::Reset), "r", 1).unwrap().remaining,
+        1
+    );
 }
 
 #[test]

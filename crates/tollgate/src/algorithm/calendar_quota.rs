@@ -416,6 +416,16 @@ impl CalendarQuota {
         }
     }
 
+    /// Units counted in the period holding `now_us`, debt included: what a changed limit
+    /// carries over (see [`migrate`](super::migrate)).
+    pub fn spent(&self, state: Option<&State>, now_us: u64) -> u64 {
+        let (start_us, _) = self.period_at(now_us);
+        match state {
+            Some(s) if s.window_start_us == start_us => s.count,
+            _ => 0,
+        }
+    }
+
     /// The first day of the period holding `date`.
     fn start_date(&self, date: Date) -> Date {
         match self.period {

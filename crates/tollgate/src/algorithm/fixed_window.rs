@@ -247,4 +247,11 @@ impl FixedWindow {
             },
         }
     }
+
+    /// Units spent at `now_us` as this window counts them, debt included: the count while its
+    /// window is current, 0 after. What a changed limit carries over (see
+    /// [`migrate`](super::migrate)).
+    pub fn spent(&self, state: Option<&State>, now_us: u64) -> u64 {
+        self.current_window(state, now_us).count
+    }
 }

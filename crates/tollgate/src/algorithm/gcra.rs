@@ -208,4 +208,12 @@ impl Gcra {
                 .saturating_sub(cost.saturating_mul(self.rate.interval_us()));
         }
     }
+
+    /// Requests spent at `now_us`, debt included: how far ahead of now the TAT is, in whole
+    /// intervals rounded up. What a changed limit carries over (see [`migrate`](super::migrate)).
+    pub fn spent(&self, state: Option<&State>, now_us: u64) -> u64 {
+        state.map_or(0, |s| {
+            s.tat_us.saturating_sub(now_us).div_ceil(self.rate.interval_us())
+        })
+    }
 }

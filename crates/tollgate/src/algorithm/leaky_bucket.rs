@@ -199,4 +199,10 @@ impl LeakyBucket {
             s.level = s.level.saturating_sub(cost);
         }
     }
+
+    /// Units in the bucket at `now_us`, debt included: what a changed limit carries over (see
+    /// [`migrate`](super::migrate)).
+    pub fn spent(&self, state: Option<&State>, now_us: u64) -> u64 {
+        self.drained(state, now_us).level
+    }
 }

@@ -19,6 +19,7 @@ pub mod calendar_quota;
 pub mod fixed_window;
 pub mod gcra;
 pub mod leaky_bucket;
+pub mod migrate;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;

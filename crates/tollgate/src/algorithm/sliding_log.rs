@@ -287,6 +287,16 @@ impl SlidingLog {
         }
     }
 
+    /// Units logged in the window ending at `now_us`, debt included: what a changed limit
+    /// carries over (see [`migrate`](super::migrate)).
+    pub fn spent(&self, log: &Log, now_us: u64) -> u64 {
+        log.entries
+            .iter()
+            .filter(|&&(t, _)| !self.expired(t, now_us))
+            .map(|&(_, n)| n)
+            .sum()
+    }
+
     fn expired(&self, t: u64, now_us: u64) -> bool {
         t + self.window_us <= now_us
     }

@@ -337,6 +337,13 @@ impl SlidingWindow {
         window_start_us + (w - longest_overlap) * 1000
     }
 
+    /// Units the window weighs at `now_us`, rounded up, debt included: what a changed limit
+    /// carries over (see [`migrate`](super::migrate)).
+    pub fn spent(&self, state: Option<&State>, now_us: u64) -> u64 {
+        let counts = self.current_windows(state, now_us);
+        self.used(&counts, now_us).div_ceil(self.window_ms())
+    }
+
     fn window_ms(&self) -> u64 {
         self.window_us / 1000
     }

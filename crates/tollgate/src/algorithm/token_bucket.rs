@@ -209,6 +209,18 @@ impl TokenBucket {
         }
     }
 
+    /// Tokens spent at `now_us`, debt included: what the bucket misses of its capacity, plus the
+    /// tokens owed while its refill clock is ahead of now. What a changed limit carries over
+    /// (see [`migrate`](super::migrate)).
+    pub fn spent(&self, state: Option<&State>, now_us: u64) -> u64 {
+        let s = self.refilled(state, now_us);
+        let owed = s
+            .refilled_at_us
+            .saturating_sub(now_us)
+            .div_ceil(self.refill.interval_us());
+        self.capacity - s.tokens + owed
+    }
+
     /// The bucket as of `now_us`. A missing key has a full bucket. A full bucket does not
     /// accrue, so its refill clock restarts at `now_us`.
     #[inline]

@@ -375,10 +375,14 @@ impl<C: Clock> MemoryStore<C> {
             // A cell (or a hot key's cell) back to a plain state: the write lock is held, so no
             // compare-and-swap races this, and memos of a hot cell stop deciding.
             slot.thaw();
-            if !slot.expired(now_us)
-                && let Value::Limit(state) = &mut slot.value
-            {
-                algorithm::refund(policy, state, now_us, cost);
+            if !slot.expired(now_us) && matches!(slot.value, Value::Limit(_)) {
+                let later = match settle(slot, policy, now_us) {
+                    Settled::Later(later) => Some(later),
+                    _ => None,
+                };
+                if let Value::Limit(state) = &mut slot.value {
+                    algorithm::refund(later.as_ref().unwrap_or(policy), state, now_us, cost);
+                }
             }
         }
         // The answer is a peek, which also hands the state back to the lock-free path.
@@ -1262,6 +1266,9 @@ fn decide_in(
         if expired || !matches!(slot.value, Value::Limit(_)) {
             restart_as_limit(slot);
         }
+        if let Settled::Later(later) = settle(slot, policy, now_us) {
+            return decide_in(shard, hash, lookup, &later, cost, commit, now_us);
+        }
         let hot_until_us = slot.hot_until_us();
         let Value::Limit(state) = &mut slot.value else {
             unreachable!("set to a limit just above")
@@ -1325,6 +1332,9 @@ fn charge_in(
     if slot.expired(now_us) || !matches!(slot.value, Value::Limit(_)) {
         restart_as_limit(slot);
     }
+    if let Settled::Later(later) = settle(slot, policy, now_us) {
+        return charge_in(shard, hash, lookup, &later, cost, now_us);
+    }
     let was_hot_until_us = slot.hot_until_us();
     let Value::Limit(state) = &mut slot.value else {
         unreachable!("set to a limit just above")
@@ -1341,6 +1351,50 @@ fn charge_in(
         shard.note_cooled();
     }
     Ok(outcome)
+}
+
+/// How a slot's state stands to the version of the policy deciding it (see
+/// [`migrate`](algorithm::migrate)).
+enum Settled {
+    /// Written by this version, by one with the same algorithm and parameters, or migrated to
+    /// this version just now: decide as is.
+    Current,
+    /// Written by a later version of the policy (one loaded after this one): decided under
+    /// that version's numbers, never migrated back.
+    Later(Policy),
+}
+
+/// Brings a slot holding a limit state up to `policy`'s version before anything reads it: a
+/// state written under other parameters of the same policy name is migrated in place as
+/// `policy` declares, and the slot then belongs to this version. The first touch migrates,
+/// a peek included, so that when a key migrates (and so what it carries over) does not depend
+/// on which operation came first; the Redis scripts do the same. A key with an override in
+/// force keeps its state: the override's numbers decide it before and after.
+fn settle(slot: &mut Slot, policy: &Policy, now_us: u64) -> Settled {
+    let (Some(owner), Value::Limit(state)) = (&slot.owner, &mut slot.value) else {
+        return Settled::Current;
+    };
+    let name = policy.shared_name();
+    if std::sync::Arc::ptr_eq(owner, name) {
+        return Settled::Current;
+    }
+    let (Some(old), Some(new)) = (&owner.version, &name.version) else {
+        return Settled::Current;
+    };
+    if old.fingerprint == new.fingerprint {
+        return Settled::Current;
+    }
+    if old.generation > new.generation {
+        return match policy.as_version(owner) {
+            Some(later) => Settled::Later(later),
+            None => Settled::Current,
+        };
+    }
+    if *policy.algorithm() == new.algorithm {
+        algorithm::migrate::migrate(&old.algorithm, policy, state, now_us);
+    }
+    slot.owner = Some(name.clone());
+    Settled::Current
 }
 
 /// Makes a slot whose state means nothing (expired, or of another kind) a fresh limit state, in
