@@ -248,6 +248,43 @@ async fn an_http11_request_needs_exactly_one_host_and_h2c_needs_none() {
 }
 
 #[tokio::test]
+async fn a_reload_that_changes_a_policy_migrates_its_keys_as_declared() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tollgate.yaml");
+    let write = |text: &str| std::fs::write(&path, text).expect("write config");
+    write("policies:\n  api:\n    algorithm: fixed_window\n    limit: 5\n    window: 1h\n");
+    let mut server = Server::start(&["--config", path.to_str().expect("utf-8 path")]);
+    let remaining = |body: serde_json::Value| body["remaining"].as_u64();
+    for _ in 0..2 {
+        let (status, _, _) = check(&server, json!({"policy": "api", "key": "k"})).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    // Another algorithm, declared to scale: 2 of 5 spent is 4 of 10.
+    write(
+        "policies:\n  api:\n    algorithm: token_bucket\n    capacity: 10\n    refill: 10/h\n    on_change: scale\n",
+    );
+    server.signal("HUP");
+    let line = server.wait_for("policy changed");
+    assert!(line.contains("on_change scale"), "{line}");
+    server.wait_for("reloaded");
+    let (_, _, body) = check(&server, json!({"policy": "api", "key": "k"})).await;
+    assert_eq!(remaining(body), Some(5), "4 carried over, 1 spent now");
+    // Reset: a warning, and every key starts afresh.
+    write(
+        "policies:\n  api:\n    algorithm: token_bucket\n    capacity: 20\n    refill: 10/h\n    on_change: reset\n",
+    );
+    server.signal("HUP");
+    let line = server.wait_for("policy changed");
+    assert!(
+        line.contains("WARN") && line.contains("on_change reset"),
+        "{line}"
+    );
+    server.wait_for("reloaded");
+    let (_, _, body) = check(&server, json!({"policy": "api", "key": "k"})).await;
+    assert_eq!(remaining(body), Some(19));
+}
+
+#[tokio::test]
 async fn shadow_mode_counts_but_never_denies_and_reload_keeps_counters() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("tollgate.yaml");

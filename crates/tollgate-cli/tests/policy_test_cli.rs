@@ -212,18 +212,18 @@ fn check_config_against_the_served_config_lists_each_policy_that_changes() {
     );
     let new = write(
         "new.yaml",
-        "policies:\n  login: {algorithm: gcra, rate: 5/15m, burst: 5}\n  api: {algorithm: fixed_window, limit: 200, window: 1m}\n",
+        "policies:\n  login: {algorithm: gcra, rate: 5/15m, burst: 5, on_change: reset}\n  api: {algorithm: fixed_window, limit: 200, window: 1m}\n",
     );
     let out = tollgate(&["check-config", &new, "--against", &old]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
     assert!(stdout.contains("2 policies change"), "{stdout}");
     assert!(
-        stdout.contains("api: fixed_window limit: 100, window: 1m, anchor: epoch -> fixed_window limit: 200, window: 1m, anchor: epoch; its keys keep their state"),
+        stdout.contains("api: fixed_window limit: 100, window: 1m, anchor: epoch -> fixed_window limit: 200, window: 1m, anchor: epoch; on_change keep: its keys keep what they spent, up to the new limit"),
         "{stdout}"
     );
     assert!(
-        stdout.contains("login: sliding_log limit: 5, window: 15m -> gcra rate: 5/15m, burst: 5; its keys start with a whole budget"),
+        stdout.contains("login: sliding_log limit: 5, window: 15m -> gcra rate: 5/15m, burst: 5; on_change reset: its keys start with a whole budget"),
         "{stdout}"
     );
     let same = tollgate(&["check-config", &new, "--against", &new]);

@@ -4,15 +4,14 @@
 //!
 //! A policy is compared by name (an Envoy descriptor by its policy name, `envoy:` and upstream's
 //! name) and by its [`Fingerprint`]: the algorithm and the parameters its stored state depends
-//! on. What happens to a changed policy's keys follows from how the stores read a state: a state
-//! of the same algorithm is kept and read under the new parameters (a window's count against
-//! the new limit, a bucket's tokens up to the new capacity); a state of another algorithm counts
-//! as empty, so those keys start with a whole budget.
+//! on. What happens to a changed policy's keys is what the new policy declares in `on_change`
+//! ([`OnChange`]): the stores migrate each key's state at its first touch under the new numbers
+//! (see [`tollgate::algorithm::migrate`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
 
-use tollgate::{Algorithm, Anchor, Fingerprint};
+use tollgate::{Algorithm, Anchor, Fingerprint, OnChange, Policy};
 
 use crate::Limits;
 use crate::duration::{format_duration, format_rate};
@@ -99,7 +98,8 @@ pub fn parameters(algorithm: &Algorithm) -> Vec<(&'static str, Parameter)> {
 /// anchor: epoch`), or what a descriptor without a counted limit does.
 fn described(limit: &Limit<'_>) -> String {
     match limit {
-        Limit::Counted(algorithm) => {
+        Limit::Counted(policy) => {
+            let algorithm = policy.algorithm();
             let parameters: Vec<String> = parameters(algorithm)
                 .into_iter()
                 .map(|(name, value)| format!("{name}: {value}"))
@@ -120,7 +120,7 @@ fn described(limit: &Limit<'_>) -> String {
 /// What a named policy of a config is, as far as its keys' state is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Limit<'a> {
-    Counted(&'a Algorithm),
+    Counted(&'a Policy),
     Concurrency {
         max_in_flight: u64,
         lease_timeout: String,
@@ -132,7 +132,7 @@ enum Limit<'a> {
 impl Limit<'_> {
     fn fingerprint(&self) -> Option<Fingerprint> {
         match self {
-            Limit::Counted(algorithm) => Some(algorithm.fingerprint()),
+            Limit::Counted(policy) => Some(policy.fingerprint()),
             _ => None,
         }
     }
@@ -143,7 +143,7 @@ impl Limit<'_> {
 fn named_limits(limits: &Limits) -> BTreeMap<String, Limit<'_>> {
     let mut named = BTreeMap::new();
     for (name, policy) in limits.policies() {
-        named.insert(name.to_owned(), Limit::Counted(policy.policy().algorithm()));
+        named.insert(name.to_owned(), Limit::Counted(policy.policy()));
     }
     for (name, policy) in limits.concurrency_policies() {
         let limit = Limit::Concurrency {
@@ -155,7 +155,7 @@ fn named_limits(limits: &Limits) -> BTreeMap<String, Limit<'_>> {
     for node in limits.descriptors() {
         let Some(limit) = &node.limit else { continue };
         let (name, limit) = match &limit.quota {
-            Quota::Limited(policy) => (policy.name().to_owned(), Limit::Counted(policy.algorithm())),
+            Quota::Limited(policy) => (policy.name().to_owned(), Limit::Counted(policy)),
             Quota::DenyAll { policy_name, .. } => (policy_name.clone(), Limit::DenyAll),
             Quota::Unlimited => (
                 crate::limits::descriptor_policy_name(&node.full_name),
@@ -170,10 +170,12 @@ fn named_limits(limits: &Limits) -> BTreeMap<String, Limit<'_>> {
 /// What happens to the keys of a policy that changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Keys {
-    /// Same algorithm: each key keeps its state, read under the new parameters.
+    /// Another algorithm or other parameters: each key's state is migrated as the new policy's
+    /// `on_change` declares.
+    Migrated(OnChange),
+    /// A concurrency policy: each key keeps its leases, counted against the new maximum.
     Kept,
-    /// Another algorithm (or a limit that counted nothing before): each key starts with a whole
-    /// budget.
+    /// A limit that counted nothing before: each key starts with a whole budget.
     Fresh,
     /// Nothing is counted any more under this name.
     Dropped,
@@ -205,7 +207,14 @@ impl fmt::Display for PolicyChange {
             ),
             (Some(before), Some(after)) => {
                 let keys = match self.keys {
-                    Keys::Kept => "its keys keep their state, read under the new parameters",
+                    Keys::Migrated(OnChange::Keep) => {
+                        "on_change keep: its keys keep what they spent, up to the new limit"
+                    }
+                    Keys::Migrated(OnChange::Scale) => {
+                        "on_change scale: its keys keep the same share of their budget"
+                    }
+                    Keys::Migrated(OnChange::Reset) => "on_change reset: its keys start with a whole budget",
+                    Keys::Kept => "its keys keep their leases, counted against the new maximum",
                     Keys::Fresh => "its keys start with a whole budget",
                     Keys::Dropped => "its keys are no longer counted",
                 };
@@ -227,10 +236,10 @@ impl Limits {
     /// let new = tollgate_config::parse("a.yaml", "policies:\n  api: {algorithm: gcra, rate: 5/m, burst: 5}\n")?;
     /// let changes = new.changes_from(&old);
     /// assert_eq!(changes.len(), 1);
-    /// assert_eq!(changes[0].keys, Keys::Fresh);
+    /// assert_eq!(changes[0].keys, Keys::Migrated(tollgate::OnChange::Keep));
     /// assert_eq!(
     ///     changes[0].to_string(),
-    ///     "api: fixed_window limit: 5, window: 1m, anchor: epoch -> gcra rate: 5/1m, burst: 5; its keys start with a whole budget"
+    ///     "api: fixed_window limit: 5, window: 1m, anchor: epoch -> gcra rate: 5/1m, burst: 5; on_change keep: its keys keep what they spent, up to the new limit"
     /// );
     /// assert!(new.changes_from(&new).is_empty());
     /// # Ok::<(), tollgate_config::ConfigError>(())
@@ -244,12 +253,15 @@ impl Limits {
             .into_iter()
             .filter_map(|name| {
                 let (was, is) = (old.get(name), new.get(name));
-                if was == is {
-                    return None;
-                }
                 let keys = match (was, is) {
+                    (Some(Limit::Counted(a)), Some(Limit::Counted(b)))
+                        if a.fingerprint() == b.fingerprint() =>
+                    {
+                        return None;
+                    }
+                    _ if was == is => return None,
                     (_, None | Some(Limit::Unlimited | Limit::DenyAll)) => Keys::Dropped,
-                    (Some(Limit::Counted(a)), Some(Limit::Counted(b))) if a.name() == b.name() => Keys::Kept,
+                    (Some(Limit::Counted(_)), Some(Limit::Counted(b))) => Keys::Migrated(b.on_change()),
                     (Some(Limit::Concurrency { .. }), Some(Limit::Concurrency { .. })) => Keys::Kept,
                     _ => Keys::Fresh,
                 };
@@ -282,17 +294,18 @@ mod tests {
     }
 
     #[test]
-    fn a_raised_limit_keeps_the_keys_and_another_algorithm_starts_them_fresh() {
-        let old = "policies:\n  a: {algorithm: fixed_window, limit: 5, window: 1m}\n  b: {algorithm: sliding_log, limit: 5, window: 1m}\n  c: {algorithm: gcra, rate: 1/s, burst: 2}\n";
-        let new = "policies:\n  a: {algorithm: fixed_window, limit: 10, window: 1m}\n  b: {algorithm: token_bucket, capacity: 5, refill: 5/m}\n  c: {algorithm: gcra, rate: 1/s, burst: 2, block_for: 1m}\n  d: {algorithm: sliding_window, limit: 3, window: 1s}\n";
+    fn each_changed_policy_says_what_its_on_change_does_to_its_keys() {
+        let old = "policies:\n  a: {algorithm: fixed_window, limit: 5, window: 1m}\n  b: {algorithm: sliding_log, limit: 5, window: 1m}\n  c: {algorithm: gcra, rate: 1/s, burst: 2}\n  e: {algorithm: gcra, rate: 1/s, burst: 2}\n";
+        let new = "policies:\n  a: {algorithm: fixed_window, limit: 10, window: 1m, on_change: scale}\n  b: {algorithm: token_bucket, capacity: 5, refill: 5/m, on_change: reset}\n  c: {algorithm: gcra, rate: 1/s, burst: 2, block_for: 1m, on_change: reset}\n  d: {algorithm: sliding_window, limit: 3, window: 1s}\n  e: {algorithm: gcra, rate: 1/s, burst: 3}\n";
         assert_eq!(
             lines(new, old),
             [
-                "a: fixed_window limit: 5, window: 1m, anchor: epoch -> fixed_window limit: 10, window: 1m, anchor: epoch; its keys keep their state, read under the new parameters",
-                "b: sliding_log limit: 5, window: 1m -> token_bucket capacity: 5, refill: 5/1m; its keys start with a whole budget",
+                "a: fixed_window limit: 5, window: 1m, anchor: epoch -> fixed_window limit: 10, window: 1m, anchor: epoch; on_change scale: its keys keep the same share of their budget",
+                "b: sliding_log limit: 5, window: 1m -> token_bucket capacity: 5, refill: 5/1m; on_change reset: its keys start with a whole budget",
                 "d: added: sliding_window limit: 3, window: 1s",
+                "e: gcra rate: 1/1s, burst: 2 -> gcra rate: 1/1s, burst: 3; on_change keep: its keys keep what they spent, up to the new limit",
             ],
-            "a penalty alone (c) changes no stored state"
+            "a penalty or an on_change alone (c) changes no stored state"
         );
     }
 
@@ -304,7 +317,7 @@ mod tests {
             lines(new, old),
             [
                 "envoy:edge.bot: fixed_window limit: 1, window: 1m, anchor: epoch -> unlimited; its keys are no longer counted",
-                "envoy:edge.ip: fixed_window limit: 5, window: 1m, anchor: epoch -> fixed_window limit: 5, window: 1h, anchor: epoch; its keys keep their state, read under the new parameters",
+                "envoy:edge.ip: fixed_window limit: 5, window: 1m, anchor: epoch -> fixed_window limit: 5, window: 1h, anchor: epoch; on_change keep: its keys keep what they spent, up to the new limit",
             ]
         );
         let old = "policies:\n  exports: {algorithm: concurrency, max_in_flight: 2, lease_timeout: 30s}\n";
@@ -312,7 +325,7 @@ mod tests {
         assert_eq!(
             lines(new, old),
             [
-                "exports: concurrency max_in_flight: 2, lease_timeout: 30s -> concurrency max_in_flight: 4, lease_timeout: 30s; its keys keep their state, read under the new parameters"
+                "exports: concurrency max_in_flight: 2, lease_timeout: 30s -> concurrency max_in_flight: 4, lease_timeout: 30s; its keys keep their leases, counted against the new maximum"
             ]
         );
         assert_eq!(

@@ -44,7 +44,9 @@
 //! - `block_for`: a penalty after a denial;
 //! - `on_store_failure`: `fail_open`, `fail_closed` or `local`, with `instances`;
 //! - `hash_tag`: `key` places the counter on a Redis Cluster by the request's values alone
-//!   (default `policy_and_key`).
+//!   (default `policy_and_key`);
+//! - `on_change`: `keep`, `scale` or `reset` (default `keep`), what a later change of this
+//!   limit does to the counters it already holds (docs/changing-limits.md).
 //!
 //! They sit in `rate_limit`, next to the fields they modify, rather than on the descriptor.
 //!
@@ -69,7 +71,8 @@ use serde::Deserialize;
 use tollgate::{Algorithm, Anchor, Policy, PolicyError, Rate};
 
 use crate::fields::{
-    AlgorithmName, FailureName, HashTagName, PenaltySpec, Scalar, failure_mode, join, policy_error_field,
+    AlgorithmName, FailureName, HashTagName, OnChangeName, PenaltySpec, Scalar, failure_mode, join,
+    policy_error_field,
 };
 use crate::limits::{DescriptorLimit, Domain, Level, Node, Quota, descriptor_policy_name};
 use crate::{ConfigError, ConfigErrorKind, Unit};
@@ -121,6 +124,7 @@ struct RateLimitSpec {
     on_store_failure: Option<FailureName>,
     instances: Option<NonZeroU32>,
     hash_tag: Option<HashTagName>,
+    on_change: Option<OnChangeName>,
 }
 
 /// One entry of `replaces`.
@@ -342,6 +346,7 @@ impl RateLimitSpec {
                 ("on_store_failure", self.on_store_failure.is_some()),
                 ("instances", self.instances.is_some()),
                 ("hash_tag", self.hash_tag.is_some()),
+                ("on_change", self.on_change.is_some()),
             ];
             if let Some((field, _)) = set.into_iter().find(|(_, set)| *set) {
                 return Err(at.err(
@@ -415,6 +420,7 @@ impl RateLimitSpec {
                 ("on_store_failure", self.on_store_failure.is_some()),
                 ("instances", self.instances.is_some()),
                 ("hash_tag", self.hash_tag.is_some()),
+                ("on_change", self.on_change.is_some()),
             ];
             if let Some((field, _)) = set.into_iter().find(|(_, set)| *set) {
                 return Err(field_err(
@@ -496,7 +502,8 @@ impl RateLimitSpec {
         }
         .map_err(policy_err)?;
         let mut policy = Policy::new(descriptor_policy_name(full_name), algorithm)
-            .map_err(|e| at.err(path.to_owned(), ConfigErrorKind::Policy(e)))?;
+            .map_err(|e| at.err(path.to_owned(), ConfigErrorKind::Policy(e)))?
+            .with_generation(crate::load_generation());
         match (&self.block_for, &self.block_memory) {
             (Some(block_for), memory) => {
                 let penalty = block_for
@@ -517,6 +524,9 @@ impl RateLimitSpec {
         }
         if let Some(tag) = self.hash_tag {
             policy = policy.with_hash_tag(tag.into());
+        }
+        if let Some(on_change) = self.on_change {
+            policy = policy.with_on_change(on_change.into());
         }
         Ok(Quota::Limited(policy))
     }

@@ -183,6 +183,26 @@ pub(crate) enum AnchorName {
     FirstHit,
 }
 
+/// The `on_change` field: what a later change of the policy's algorithm or parameters does to
+/// the keys it already counts (see [`tollgate::OnChange`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum OnChangeName {
+    Keep,
+    Scale,
+    Reset,
+}
+
+impl From<OnChangeName> for tollgate::OnChange {
+    fn from(name: OnChangeName) -> Self {
+        match name {
+            OnChangeName::Keep => tollgate::OnChange::Keep,
+            OnChangeName::Scale => tollgate::OnChange::Scale,
+            OnChangeName::Reset => tollgate::OnChange::Reset,
+        }
+    }
+}
+
 /// The `hash_tag` field: which part of a policy's Redis keys picks the cluster slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -235,6 +235,16 @@ pub fn parse(file_name: &str, yaml: &str) -> Result<Limits, ConfigError> {
     loader.finish()
 }
 
+/// The generation given to the policies a load makes: the time of the load, in milliseconds
+/// since the Unix epoch. When instances of a fleet reload at different moments, a key's state
+/// migrated by the later load is never migrated back by an instance still on the earlier one
+/// (see [`tollgate::Policy::with_generation`]).
+pub(crate) fn load_generation() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// The policies and routes served when no config is given: enough to try every kind of limit
 /// from curl.
 pub const DEMO_CONFIG: &str = include_str!("demo.yaml");

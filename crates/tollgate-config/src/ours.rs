@@ -57,7 +57,9 @@
 //! `block_memory`, how long after a block ends a new offense still counts as a repeat, by default
 //! the longest block; see `docs/penalties.md`), `on_store_failure`
 //! (`fail_open`, `fail_closed` or `local`, with `instances` for `local`, default 1) and `shadow`
-//! (check and count, but never deny; default false).
+//! (check and count, but never deny; default false), and `on_change` (`keep`, `scale` or
+//! `reset`, default `keep`: what a later change of the policy's algorithm or parameters does to
+//! the keys it already counts; see [`tollgate::OnChange`] and `docs/changing-limits.md`).
 //!
 //! A policy that must not overshoot across a Redis failover (a login form's brute-force limit)
 //! sets `replicas: N` (1 to 16): each decision that admits waits until `N` replicas of the Redis
@@ -129,8 +131,8 @@ use tollgate::concurrency::ConcurrencyPolicy;
 use tollgate::{Algorithm, Anchor, Enforcement, LeaseOptions, Policy, PolicyError};
 
 use crate::fields::{
-    AlgorithmName, AnchorName, FailureName, HashTagName, PenaltySpec, PeriodName, Scalar, WeekdayName,
-    failure_mode, join, policy_error_field,
+    AlgorithmName, AnchorName, FailureName, HashTagName, OnChangeName, PenaltySpec, PeriodName, Scalar,
+    WeekdayName, failure_mode, join, policy_error_field,
 };
 use crate::limits::{ENVOY_POLICY_PREFIX, NamedPolicy};
 use crate::routes::{Route, RouteKey};
@@ -188,6 +190,7 @@ struct PolicySpec {
     on_store_failure: Option<FailureName>,
     instances: Option<NonZeroU32>,
     hash_tag: Option<HashTagName>,
+    on_change: Option<OnChangeName>,
     #[serde(default)]
     shadow: bool,
     lease: Option<LeaseSpec>,
@@ -590,7 +593,9 @@ impl PolicySpec {
         }
         .map_err(policy_err)?;
 
-        let mut policy = Policy::new(name, algorithm).map_err(|e| err(None, ConfigErrorKind::Policy(e)))?;
+        let mut policy = Policy::new(name, algorithm)
+            .map_err(|e| err(None, ConfigErrorKind::Policy(e)))?
+            .with_generation(crate::load_generation());
         match (&self.block_for, &self.block_memory) {
             (Some(block_for), memory) => {
                 let penalty = block_for
@@ -611,6 +616,9 @@ impl PolicySpec {
         }
         if let Some(tag) = self.hash_tag {
             policy = policy.with_hash_tag(tag.into());
+        }
+        if let Some(on_change) = self.on_change {
+            policy = policy.with_on_change(on_change.into());
         }
         if let Some(lease) = self.lease {
             let lease = lease.compile(file, at)?;
@@ -678,7 +686,12 @@ impl PolicySpec {
                 ));
             }
         }
-        let refused: [(&'static str, bool, &str); 6] = [
+        let refused: [(&'static str, bool, &str); 7] = [
+            (
+                "on_change",
+                self.on_change.is_some(),
+                "is not used by concurrency: its leases are kept across a change, each until it ends",
+            ),
             (
                 "block_for",
                 self.block_for.is_some(),
@@ -860,6 +873,7 @@ pub fn parse_override(file: &str, text: &str, policy: &Policy) -> Result<ParsedO
         on_store_failure: None,
         instances: None,
         hash_tag: None,
+        on_change: None,
         shadow: false,
         lease: None,
         replicas: None,

@@ -102,7 +102,7 @@ error_fixtures! {
     concurrency_replicas => "concurrency_replicas.yaml: policies.exports.replicas: `replicas` is not used by concurrency: waiting for replicas is for rate limits (a lease lost in a failover ends at its `lease_timeout`)",
     lease_unknown_field => "lease_unknown_field.yaml: policies.api.lease.units: unknown field `units`, expected one of `max_units`, `hot_per_second`, `hold`",
     // tollgate's format: fields
-    unknown_field => "unknown_field.yaml: policies.login.windw: unknown field `windw`, expected one of `algorithm`, `limit`, `window`, `anchor`, `capacity`, `refill`, `leak`, `rate`, `burst`, `period`, `time_zone`, `week_starts`, `block_for`, `block_memory`, `on_store_failure`, `instances`, `hash_tag`, `shadow`, `lease`, `replicas`, `enforce_percent`, `access`, `max_in_flight`, `lease_timeout`",
+    unknown_field => "unknown_field.yaml: policies.login.windw: unknown field `windw`, expected one of `algorithm`, `limit`, `window`, `anchor`, `capacity`, `refill`, `leak`, `rate`, `burst`, `period`, `time_zone`, `week_starts`, `block_for`, `block_memory`, `on_store_failure`, `instances`, `hash_tag`, `on_change`, `shadow`, `lease`, `replicas`, `enforce_percent`, `access`, `max_in_flight`, `lease_timeout`",
     unknown_algorithm => "unknown_algorithm.yaml: policies.login.algorithm: unknown variant `gcr`, expected one of `fixed_window`, `sliding_log`, `sliding_window`, `token_bucket`, `leaky_bucket`, `gcra`, `concurrency`, `calendar_quota`",
     missing_algorithm => "missing_algorithm.yaml: policies.login: missing field `algorithm`",
     field_not_used => "field_not_used.yaml: policies.login.window: `window` is not used by gcra, which takes `rate` and `burst`",
@@ -135,7 +135,7 @@ error_fixtures! {
     envoy_replaces_self => r#"envoy_replaces_self.yaml: descriptors[0].rate_limit.replaces[1].name: a rate limit cannot replace itself ("per_user")"#,
     envoy_bad_metadata => "envoy_bad_metadata.yaml: descriptors[0].metadata: expected a map",
     envoy_unknown_key => "envoy_unknown_key.yaml: descriptors[0].ratelimit: unknown field `ratelimit`, expected one of `key`, `value`, `rate_limit`, `descriptors`, `shadow_mode`, `quota_mode`, `detailed_metric`, `value_to_metric`, `share_threshold`, `metadata`",
-    envoy_unknown_rate_limit_key => "envoy_unknown_rate_limit_key.yaml: descriptors[0].rate_limit.requestsperunit: unknown field `requestsperunit`, expected one of `unit`, `requests_per_unit`, `unlimited`, `name`, `replaces`, `algorithm`, `window`, `burst`, `block_for`, `block_memory`, `on_store_failure`, `instances`, `hash_tag`",
+    envoy_unknown_rate_limit_key => "envoy_unknown_rate_limit_key.yaml: descriptors[0].rate_limit.requestsperunit: unknown field `requestsperunit`, expected one of `unit`, `requests_per_unit`, `unlimited`, `name`, `replaces`, `algorithm`, `window`, `burst`, `block_for`, `block_memory`, `on_store_failure`, `instances`, `hash_tag`, `on_change`",
     envoy_non_map_list => r#"envoy_non_map_list.yaml: descriptors[0]: invalid type: string "a", expected a descriptor: a map with `key` and optionally `value`, `rate_limit` and `descriptors`"#,
     envoy_rate_limit_list => "envoy_rate_limit_list.yaml: descriptors[0].rate_limit: invalid type: sequence, expected a rate limit: a map with `unit` and `requests_per_unit`, or `unlimited: true`",
     envoy_share_threshold_without_wildcard => "envoy_share_threshold_without_wildcard.yaml: descriptors[0].share_threshold: `share_threshold` applies only to a wildcard value (one with a `*`)",

@@ -8,8 +8,8 @@
 //! reading files (as hashing and loading do) is ignored, so the watcher never wakes itself up.
 //! A broken config is rejected with a log line and a metric, and the previous limits keep
 //! serving; counters live in the store, so they survive every reload. A reload logs each policy
-//! it changes and what happens to that policy's keys (`tollgate_config::changes`): a warning
-//! where keys start with a whole budget, so a changed algorithm never resets them silently.
+//! it changes and what its `on_change` does to that policy's keys (`tollgate_config::changes`):
+//! a warning where keys start with a whole budget, so no change resets them silently.
 //!
 //! SIGHUP is caught in every mode, so it never ends the process: without a config file there is
 //! nothing to reload, which is logged.
@@ -73,7 +73,9 @@ fn log_changes(changes: &[PolicyChange]) {
             fingerprint(change.fingerprints.0),
             fingerprint(change.fingerprints.1),
         );
-        if change.keys == Keys::Fresh && change.before.is_some() {
+        let starts_fresh = matches!(change.keys, Keys::Migrated(tollgate::OnChange::Reset))
+            || (change.keys == Keys::Fresh && change.before.is_some());
+        if starts_fresh {
             tracing::warn!(policy = %change.name, before, after, "policy changed: {change}");
         } else {
             tracing::info!(policy = %change.name, before, after, "policy changed: {change}");
