@@ -3,7 +3,8 @@
 -- (CalendarQuota::step_in, refund).
 -- Params: limit, boundaries ("b0,b1,b2,b3": µs, the periods [b0, b1), [b1, b2), [b2, b3) that the
 --         store computed in Rust around its notion of now, zone rules and DST included)
--- Fields: s = period start (µs), c = count
+-- Fields: s = period start (µs), c = count, e = period end (µs: what spent needs, since another
+--         version of the policy has no periods to place it with)
 -- Mark: the start of the period a spend counted in
 -- Charge: the count goes past the limit (debt = count - limit); the period's end clears it
 --
@@ -12,7 +13,7 @@
 -- is in. A now outside all three (a clock off by a whole period) takes the nearest one.
 
 ALGORITHMS.calendar_quota = function()
-  local calendar_quota = {fields = {'s', 'c'}}
+  local calendar_quota = {fields = {'s', 'c', 'e'}}
 
   function calendar_quota.params(rule, limit, boundaries)
     rule.limit = tonumber(limit)
@@ -61,7 +62,7 @@ ALGORITHMS.calendar_quota = function()
     end
     local allowed, remaining, reset_after, retry_after = answer(rule, count, period_end, now, cost)
     if allowed and commit then
-      save(rule, 's', start, 'c', count + cost)
+      save(rule, 's', start, 'c', count + cost, 'e', period_end)
     end
     return allowed, remaining, reset_after, retry_after
   end
@@ -99,13 +100,24 @@ ALGORITHMS.calendar_quota = function()
     if count > MAX_COUNT then
       count = MAX_COUNT
     end
-    save(rule, 's', start, 'c', count)
+    save(rule, 's', start, 'c', count, 'e', period_end)
     local allowed, remaining, reset_after, retry_after = answer(rule, count, period_end, now, 1)
     local debt = count - rule.limit
     if debt < 0 then
       debt = 0
     end
     return allowed, remaining, reset_after, retry_after, debt
+  end
+
+  -- Units counted at now: port of CalendarQuota::spent, the count while its period holds now.
+  -- A state written before periods were stored without their end counts until it expires,
+  -- which is when its period ends.
+  function calendar_quota.spent(_, stored, now)
+    local count = stored.c
+    if count and count > 0 and stored.s <= now and (not stored.e or now < stored.e) then
+      return count
+    end
+    return 0
   end
 
   return calendar_quota

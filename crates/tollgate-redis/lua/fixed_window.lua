@@ -57,8 +57,12 @@ ALGORITHMS.fixed_window = function()
     if allowed and commit then
       if continued then
         redis.call('HSET', rule.state, 'c', count + cost)
+      elseif rule.stamped then
+        redis.call('HSET', rule.state, 'a', rule.stamp, 'v', rule.overridden and '1' or '0', 's', start, 'c', count + cost)
       else
-        redis.call('HSET', rule.state, 'a', 'fixed_window', 'v', rule.overridden and '1' or '0', 's', start, 'c', count + cost)
+        -- A new state: it also records the version that wrote it (see save).
+        redis.call('HSET', rule.state, 'a', rule.stamp, 'g', rule.version, 'v', rule.overridden and '1' or '0', 's', start,
+          'c', count + cost)
       end
     end
     return allowed, remaining, reset_after, retry_after, continued
@@ -115,6 +119,15 @@ ALGORITHMS.fixed_window = function()
       debt = 0
     end
     return allowed, remaining, reset_after, retry_after, debt, continued
+  end
+
+  -- Units spent at now: port of FixedWindow::spent, the count while its window is current.
+  function fixed_window.spent(rule, stored, now)
+    local count = stored.c
+    if count and count > 0 and now < stored.s + rule.window then
+      return count
+    end
+    return 0
   end
 
   return fixed_window

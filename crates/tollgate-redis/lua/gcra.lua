@@ -90,5 +90,15 @@ ALGORITHMS.gcra = function()
     return allowed, remaining, reset_after, retry_after, debt
   end
 
+  -- Requests spent at now: port of Gcra::spent, how far ahead of now the TAT is, in whole
+  -- intervals rounded up.
+  function gcra.spent(rule, stored, now)
+    local tat, interval = stored.t, rule.interval
+    if tat and tat > now then
+      return idiv(tat - now + interval - 1, interval)
+    end
+    return 0
+  end
+
   return gcra
 end

@@ -100,5 +100,16 @@ ALGORITHMS.leaky_bucket = function()
     return allowed, remaining, reset_after, retry_after, debt
   end
 
+  -- Units in the bucket at now: port of LeakyBucket::spent.
+  function leaky_bucket.spent(rule, stored, now)
+    if stored.l and stored.d then
+      local leaked = idiv(math.max(now - stored.d, 0), rule.interval)
+      if leaked < stored.l then
+        return stored.l - leaked
+      end
+    end
+    return 0
+  end
+
   return leaky_bucket
 end

@@ -7,10 +7,10 @@
 -- ARGV[1]   now in µs since the Unix epoch, or "" to use Redis TIME
 -- ARGV[2]   "1"
 -- ARGV[3]   "lease"
--- ARGV[4..11] the rule record (see prelude.lua); its cost is the request's cost
--- ARGV[12]  want: the units to take, at least the cost
--- ARGV[13]  give back: the unused units of the previous lease (0 for none)
--- ARGV[14]  the previous lease's mark (for a fixed window, the start of the window it counted in)
+-- ARGV[4..13] the rule record (see prelude.lua); its cost is the request's cost
+-- ARGV[14]  want: the units to take, at least the cost
+-- ARGV[15]  give back: the unused units of the previous lease (0 for none)
+-- ARGV[16]  the previous lease's mark (for a fixed window, the start of the window it counted in)
 -- Returns   allowed (1 or 0), remaining, reset_after_us, retry_after_us, limit (as the
 --           decision script, for the request), then granted (the units taken, cost included; 0 when
 --           denied) and the mark of the grant
@@ -22,13 +22,13 @@
 
 local NOW = now_us(ARGV[1])
 local rule = read_rules(3)[1]
-local WANT = tonumber(ARGV[12])
-local GIVE_BACK = tonumber(ARGV[13])
-local GIVE_MARK = tonumber(ARGV[14])
+local WANT = tonumber(ARGV[4 + RULE_FIELDS])
+local GIVE_BACK = tonumber(ARGV[5 + RULE_FIELDS])
+local GIVE_MARK = tonumber(ARGV[6 + RULE_FIELDS])
 local COST = rule.cost
 
 if GIVE_BACK > 0 then
-  local stored = load(rule)
+  local stored = load(rule, NOW)
   rule.impl.refund(rule, stored, GIVE_BACK, GIVE_MARK)
 end
 

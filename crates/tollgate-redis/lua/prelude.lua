@@ -17,6 +17,8 @@
 --           whatever is left; returns what a step of cost 1 would answer right after (allowed,
 --           remaining, reset_after_us, retry_after_us, computed from the state it wrote), the
 --           debt, and optionally whether it continued a window the state already counts in
+--   spent(rule, stored, now)  the port of its core spent function: the units the state has
+--           spent at now, debt included (what a migration carries over: see settle)
 --
 -- A rule is one record of RULE_FIELDS values in ARGV, from ARGV[4] on (in a batch, the call's
 -- distinct records come first and each request names its records by number: see batch.lua):
@@ -25,24 +27,32 @@
 --   µs joined by commas, then for an escalating penalty "/" and its memory in µs: see
 --   Penalty::wire), mark (what a
 --   reserve reported; "0" when deciding), then three parameters (listed in the algorithm's
---   file, "" when unused)
+--   file, "" when unused), then the policy version's stamp ("<algorithm>/<fingerprint as 16 hex
+--   digits>") and its version text ("<generation>|<on_change>|<parameters>": the three
+--   parameters without an override, joined by spaces; a calendar quota's is only its limit)
 -- and its keys in KEYS, in the same order: its state hash, a sliding log's set next, then its
 -- override hash (always: whether a key has an override is only known in Redis).
 -- An override hash (written by the store's set_override, see src/overrides.rs) holds "a" = the
 -- algorithm name and "p1", "p2", "p3" = parameters in the record's format; when its algorithm is
 -- the rule's, they replace the record's parameters (the port of Override::apply_to). Otherwise
 -- (no override, or one left by an algorithm the policy no longer uses) the record's stand.
--- A state hash holds the algorithm's fields, "a" = the algorithm name, "b" = blocked until
+-- A state hash holds the algorithm's fields, "a" = the stamp of the policy version that wrote
+-- it, "g" = that version's text (written when the state is created or migrated), "b" = blocked until
 -- (µs since the Unix epoch), under an escalating penalty "o" = offenses in a row, and "v" =
 -- whether the key had an override hash when the state was written ("0" or "1"; override.lua
 -- sets it to "1" on a state that exists). A state of the rule's algorithm with "v" = "0" proves
 -- the key has no override, so the override hash is read only for a new state, a state of
 -- another algorithm, or "v" = "1": most decisions of a busy key skip that read. A key holding
 -- another type makes Redis answer WRONGTYPE, which the store reports as a corrupt value.
+--
+-- A state stamped by another version of the policy (its algorithm or parameters changed under
+-- the same name: a reload) is migrated on its first touch, a peek included, as the port of
+-- MemoryStore's settle and algorithm::migrate (see settle below): the same state on every store,
+-- whichever instance of a fleet touches the key first.
 
 local ALGORITHMS = {}
 local BUILT = {}
-local RULE_FIELDS = 8
+local RULE_FIELDS = 10
 
 -- The algorithm named name, built on first use.
 local function algorithm(name)
@@ -65,7 +75,7 @@ end
 -- read_record). The limit in force (limit, capacity or burst) is reported with every answer.
 local function resolve(rule, raw)
   local found = nil
-  if raw[1] ~= rule.algorithm or raw[4] ~= '0' then
+  if raw[1] ~= rule.stamp or raw[4] ~= '0' then
     if redis.call('EXISTS', rule.override) == 1 then
       found = redis.call('HMGET', rule.override, 'a', 'p1', 'p2', 'p3')
     end
@@ -74,6 +84,7 @@ local function resolve(rule, raw)
   if found and found[1] == rule.algorithm then
     rule.impl.params(rule, found[2], found[3] or '', found[4] or '')
     rule.max = rule.limit or rule.capacity or rule.burst
+    rule.forced = {found[2], found[3] or '', found[4] or ''}
   end
   rule.resolved = true
 end
@@ -81,30 +92,6 @@ end
 -- The state of a key that has none of the rule's algorithm; never written to (no step writes
 -- to the state it is given).
 local NO_STATE = {}
-
--- Reads the penalty and the algorithm's fields in one call; a state written by another
--- algorithm reads as empty (its penalty still holds). Returns the state, blocked until, and the
--- offense count.
-local function load(rule)
-  local fields = rule.impl.fields
-  local raw = redis.call('HMGET', rule.state, unpack(rule.impl.read))
-  if not rule.resolved then
-    resolve(rule, raw)
-  end
-  -- Most states carry no penalty: their absent fields are not parsed.
-  local blocked_until, offenses = raw[2], raw[3]
-  blocked_until = blocked_until and int(blocked_until, 'b') or 0
-  offenses = offenses and int(offenses, 'o') or 0
-  if raw[1] ~= rule.algorithm then
-    return NO_STATE, blocked_until, offenses
-  end
-  local state = {}
-  for i = 1, #fields do
-    local name = fields[i]
-    state[name] = int(raw[i + 4], name)
-  end
-  return state, blocked_until, offenses
-end
 
 -- A rule's penalty field: the block of each offense (µs), and the memory (µs, 0 when the
 -- penalty does not escalate). "0" is no penalty: one step of 0.
@@ -135,16 +122,29 @@ local function penalty(spec)
 end
 
 -- Writes the algorithm's fields, given as name and integer pairs (one to three: no algorithm
--- has more), with the algorithm's name and the override mark. Spelled out for each count: a
+-- has more), with the version's stamp and the override mark. Spelled out for each count: a
 -- table of the fields, walked and unpacked, costs more than the write itself.
 local function save(rule, f1, v1, f2, v2, f3, v3)
   local mark = rule.overridden and '1' or '0'
+  if not rule.stamped then
+    -- A state this version creates or migrates also records the version (see settle).
+    rule.stamped = true
+    local stamp, version = rule.stamp, rule.version
+    if f3 then
+      redis.call('HSET', rule.state, 'a', stamp, 'g', version, 'v', mark, f1, num(v1), f2, num(v2), f3, num(v3))
+    elseif f2 then
+      redis.call('HSET', rule.state, 'a', stamp, 'g', version, 'v', mark, f1, num(v1), f2, num(v2))
+    else
+      redis.call('HSET', rule.state, 'a', stamp, 'g', version, 'v', mark, f1, num(v1))
+    end
+    return
+  end
   if f3 then
-    redis.call('HSET', rule.state, 'a', rule.algorithm, 'v', mark, f1, num(v1), f2, num(v2), f3, num(v3))
+    redis.call('HSET', rule.state, 'a', rule.stamp, 'v', mark, f1, num(v1), f2, num(v2), f3, num(v3))
   elseif f2 then
-    redis.call('HSET', rule.state, 'a', rule.algorithm, 'v', mark, f1, num(v1), f2, num(v2))
+    redis.call('HSET', rule.state, 'a', rule.stamp, 'v', mark, f1, num(v1), f2, num(v2))
   else
-    redis.call('HSET', rule.state, 'a', rule.algorithm, 'v', mark, f1, num(v1))
+    redis.call('HSET', rule.state, 'a', rule.stamp, 'v', mark, f1, num(v1))
   end
 end
 
@@ -161,6 +161,9 @@ local function read_record(at)
     shadow = role == '1' or role == '3',
     question = role == '2' or role == '3',
     mark = tonumber(ARGV[at + 5]),
+    stamp = ARGV[at + 9],
+    version = ARGV[at + 10],
+    at = at,
   }
   record.steps, record.memory = penalty(ARGV[at + 4])
   record.block_for = record.steps[1]
@@ -185,7 +188,7 @@ local function rule_of(record, k)
     error('TOLLGATE_BAD_CALL too few keys for the rules')
   end
   -- Made with every field its call sets (see resolve): a table that grows is rebuilt as it does.
-  local rule = {state = state, log = log, override = override, overridden = false, resolved = false}
+  local rule = {state = state, log = log, override = override, overridden = false, resolved = false, stamped = false}
   return setmetatable(rule, record.rule), k + 1
 end
 
@@ -281,9 +284,210 @@ local function penalize(rule, now, commit, blocked_until, offenses, allowed, rem
   return allowed, remaining, reset_after, retry_after, keep, continued and keep == 0
 end
 
+-- Whether the generation a is later than b (both decimal digits, as Rust wrote them): compared
+-- as text, so it is exact at any size.
+local function later(a, b)
+  return #a > #b or (#a == #b and a > b)
+end
+
+-- A version text (see the rule record): its generation, on_change and parameters (the text,
+-- then each of the three, "" when absent).
+local function version_of(text)
+  local generation, on_change, params = string.match(text or '', '^(%d+)|(%a+)|(.*)$')
+  if not generation then
+    corrupt('field g holds ' .. tostring(text))
+  end
+  local p1, p2, p3 = string.match(params, '^([^ ]*) ?([^ ]*) ?(.*)$')
+  return generation, on_change, params, p1, p2, p3
+end
+
+-- A rule of the version of algorithm name with the version text's parameters: its impl, its
+-- parameters and its limit (max). A calendar quota's periods are placed around each call's
+-- time, so a version text only holds its limit, and its state stores its period's end (e) for
+-- spent.
+local function version_rule(name, p1, p2, p3)
+  if not ALGORITHMS[name] then
+    corrupt('field a names algorithm ' .. tostring(name))
+  end
+  local impl = algorithm(name)
+  local version = {impl = impl}
+  if name == 'calendar_quota' then
+    version.limit = tonumber(p1)
+  else
+    impl.params(version, p1, p2, p3)
+  end
+  version.max = version.limit or version.capacity or version.burst
+  if not version.max then
+    corrupt('field g holds parameters ' .. tostring(p1) .. ' ' .. tostring(p2) .. ' ' .. tostring(p3))
+  end
+  return version
+end
+
+-- The units a key that spent `spent` of `old` carries to `new` as on_change says: port of
+-- migrate::carried, the same float operations in the same order (scale rounds alike).
+local function carried(on_change, spent, old, new)
+  if on_change == 'keep' then
+    return math.min(spent, new)
+  elseif on_change == 'scale' then
+    return math.min(math.ceil((math.min(spent, old) / old) * new), new)
+  end
+  return 0
+end
+
+-- The parameters the rule decides with, in the version text's form: a key override's, or the
+-- record's (which a prefix override may have replaced).
+local function in_force(rule)
+  local p = rule.forced or {ARGV[rule.at + 6], ARGV[rule.at + 7], ARGV[rule.at + 8]}
+  if rule.algorithm == 'calendar_quota' then
+    return p[1]
+  end
+  return p[1] .. ' ' .. p[2] .. ' ' .. p[3]
+end
+
+-- Brings a state stamped otherwise than the rule (raw is what load read) to the rule's version:
+-- the port of MemoryStore's settle. Returns whether the state or the rule changed, so load reads
+-- again.
+-- - A state written before states carried their version (no "/" in its stamp): of the rule's
+--   algorithm it is this version's (restamped); of another it reads as empty.
+-- - Written by a later generation (an instance that reloaded first): the key is decided under
+--   that version's algorithm and parameters, and keeps its stamp; an earlier version never
+--   migrates it back. A later calendar quota cannot be rebuilt here (its periods are not
+--   stored): a calendar quota rule decides it with its own periods and the later version's
+--   limit; any other rule reads it as empty, as a state of another algorithm.
+-- - The key has an override in force (parameters other than the version's): only restamped
+--   (a state of another algorithm is emptied, its penalty kept), as the override decides it
+--   before and after.
+-- - Else migrated (migrate::migrate): the units spent under the old version at now, carried as
+--   the rule's on_change says, are charged on an empty state of the rule's algorithm; reset
+--   also drops the penalty, keep and scale keep it.
+local function settle(rule, stamp, raw, now)
+  local state = rule.state
+  local slash = string.find(stamp, '/', 1, true)
+  if not slash then
+    if stamp ~= rule.algorithm then
+      return false
+    end
+    redis.call('HSET', state, 'a', rule.stamp, 'g', rule.version)
+    return true
+  end
+  local name = string.sub(stamp, 1, slash - 1)
+  local generation, _, _, p1, p2, p3 = version_of(redis.call('HGET', state, 'g'))
+  local own_generation, on_change, own_params = version_of(rule.version)
+
+  if later(generation, own_generation) then
+    if name == 'calendar_quota' then
+      if rule.algorithm ~= 'calendar_quota' then
+        return false
+      end
+      rule.limit = tonumber(p1)
+    else
+      -- The answer still reports the rule's own limit, as the memory store does.
+      local version = version_rule(name, p1, p2, p3)
+      version.max = nil
+      for field, value in pairs(version) do
+        rule[field] = value
+      end
+      rule.log = version.impl.log and (state .. ':log') or false
+    end
+    rule.stamp = stamp
+    return true
+  end
+
+  local old = version_rule(name, p1, p2, p3)
+  old.state, old.log = state, state .. ':log'
+  local fields = old.impl.fields
+
+  if in_force(rule) ~= own_params then
+    if name ~= rule.algorithm then
+      redis.call('HDEL', state, unpack(fields))
+      if old.impl.log then
+        redis.call('DEL', old.log)
+      end
+    end
+    redis.call('HSET', state, 'a', rule.stamp, 'g', rule.version)
+    return true
+  end
+
+  local values = redis.call('HMGET', state, unpack(fields))
+  local stored = {}
+  for i = 1, #fields do
+    stored[fields[i]] = int(values[i], fields[i])
+  end
+  local units = carried(on_change, old.impl.spent(old, stored, now), old.max, rule.max)
+  if on_change == 'reset' then
+    redis.call('DEL', state, old.log)
+    return true
+  end
+  redis.call('HDEL', state, unpack(fields))
+  if old.impl.log then
+    redis.call('DEL', old.log)
+  end
+
+  local blocked_until = raw[2] and int(raw[2], 'b') or 0
+  local offenses = raw[3] and int(raw[3], 'o') or 0
+  local reset_after = 0
+  if units > 0 then
+    rule.stamped = false
+    local _
+    _, _, reset_after = rule.impl.charge(rule, NO_STATE, now, units)
+  elseif raw[2] or raw[3] then
+    redis.call('HSET', state, 'a', rule.stamp, 'g', rule.version, 'v', rule.overridden and '1' or '0')
+  else
+    redis.call('DEL', state)
+    return true
+  end
+  -- The state lives as long as the charge or the penalty needs it.
+  local longest = math.max(reset_after, keep_for(rule, blocked_until, offenses, now), blocked_until - now)
+  local ttl_ms = idiv(longest + 999, 1000)
+  if ttl_ms > 0 then
+    redis.call('PEXPIRE', state, ttl_ms)
+    if rule.log then
+      redis.call('PEXPIRE', rule.log, ttl_ms)
+    end
+  else
+    redis.call('DEL', state)
+    if rule.log then
+      redis.call('DEL', rule.log)
+    end
+  end
+  return true
+end
+
+-- Reads the penalty and the algorithm's fields in one call; a state written by another
+-- algorithm reads as empty (its penalty still holds), and one written by another version of
+-- the policy is settled first (see settle). Returns the state, blocked until, and the offense
+-- count.
+local function load(rule, now)
+  local raw = redis.call('HMGET', rule.state, unpack(rule.impl.read))
+  if not rule.resolved then
+    resolve(rule, raw)
+  end
+  local stamp = raw[1]
+  if stamp ~= rule.stamp and stamp and settle(rule, stamp, raw, now) then
+    raw = redis.call('HMGET', rule.state, unpack(rule.impl.read))
+    stamp = raw[1]
+  end
+  local stamped = stamp == rule.stamp
+  rule.stamped = stamped
+  -- Most states carry no penalty: their absent fields are not parsed.
+  local blocked_until, offenses = raw[2], raw[3]
+  blocked_until = blocked_until and int(blocked_until, 'b') or 0
+  offenses = offenses and int(offenses, 'o') or 0
+  if not stamped then
+    return NO_STATE, blocked_until, offenses
+  end
+  local fields = rule.impl.fields
+  local state = {}
+  for i = 1, #fields do
+    local name = fields[i]
+    state[name] = int(raw[i + 4], name)
+  end
+  return state, blocked_until, offenses
+end
+
 -- One rule, penalty included: port of algorithm::decide. Returns what penalize returns.
 local function decide(rule, now, commit)
-  local stored, blocked_until, offenses = load(rule)
+  local stored, blocked_until, offenses = load(rule, now)
   -- A blocked key's step only answers: nothing is spent while the block holds.
   local spends = commit and blocked_until <= now
   return penalize(rule, now, commit, blocked_until, offenses, rule.impl.step(rule, stored, now, rule.cost, spends))

@@ -86,7 +86,7 @@ end
 -- its budget is whole again.
 local function charge_request(rules, now, reply)
   for _, rule in ipairs(rules) do
-    local stored, blocked_until, offenses = load(rule)
+    local stored, blocked_until, offenses = load(rule, now)
     local allowed, remaining, reset_after, retry_after, debt, continued = rule.impl.charge(rule, stored, now, rule.cost)
     local keep
     allowed, remaining, reset_after, retry_after, keep =

@@ -192,5 +192,18 @@ ALGORITHMS.sliding_log = function()
     return allowed, remaining, reset_after, retry_after, math.max(total - limit, 0)
   end
 
+  -- Units logged in the window ending at now: port of SlidingLog::spent. Without our total,
+  -- whatever the set holds means nothing (see step).
+  function sliding_log.spent(rule, stored, now)
+    if not stored.n then
+      return 0
+    end
+    local spent = 0
+    for _, member in ipairs(redis.call('ZRANGEBYSCORE', rule.log, '(' .. num(now - rule.window), '+inf')) do
+      spent = spent + member_cost(member)
+    end
+    return spent
+  end
+
   return sliding_log
 end

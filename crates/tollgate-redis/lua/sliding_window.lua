@@ -150,5 +150,18 @@ ALGORITHMS.sliding_window = function()
     return allowed, remaining, reset_after, retry_after, debt
   end
 
+  -- Units the window weighs at now, rounded up: port of SlidingWindow::spent.
+  function sliding_window.spent(rule, stored, now)
+    local window_us, w = rule.window_us, rule.w
+    local start = idiv(now, window_us) * window_us
+    local s, previous, current = start, 0, 0
+    if stored.s and stored.s >= start then
+      s, previous, current = stored.s, stored.p or 0, stored.c or 0
+    elseif stored.s and stored.s + window_us == start then
+      previous = stored.c or 0
+    end
+    return idiv(used_at(rule, s, previous, current, now) + w - 1, w)
+  end
+
   return sliding_window
 end

@@ -99,5 +99,24 @@ ALGORITHMS.token_bucket = function()
     return allowed, remaining, reset_after, retry_after, debt
   end
 
+  -- Tokens spent at now: port of TokenBucket::spent, what the bucket misses of its capacity
+  -- plus the tokens owed while its refill clock is ahead of now.
+  function token_bucket.spent(rule, stored, now)
+    local capacity, interval = rule.capacity, rule.interval
+    local tokens, refilled_at = capacity, now
+    if stored.t and stored.r then
+      local accrued = idiv(math.max(now - stored.r, 0), interval)
+      if stored.t + accrued < capacity then
+        tokens = stored.t + accrued
+        refilled_at = stored.r + accrued * interval
+      end
+    end
+    local owed = 0
+    if refilled_at > now then
+      owed = idiv(refilled_at - now + interval - 1, interval)
+    end
+    return capacity - tokens + owed
+  end
+
   return token_bucket
 end

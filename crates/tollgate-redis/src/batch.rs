@@ -375,7 +375,7 @@ mod tests {
     fn the_batch_call_writes_each_record_once_and_each_request_in_turn() {
         let later = Instant::now() + Duration::from_secs(60);
         let record = |name: &str, limit: &str| -> Vec<String> {
-            [name, "1", "0", "0", "0", limit, "1000000", ""]
+            [name, "1", "0", "0", "0", limit, "1000000", "", "gcra/0", "0|keep|1000000 5 "]
                 .map(String::from)
                 .to_vec()
         };

@@ -222,7 +222,8 @@ impl Mode {
 
 /// The ARGV of a decision or refund call, as documented in `lua/decide.lua` and
 /// `lua/prelude.lua`: `now` ("" for Redis time), the count, the mode, then one record of
-/// [`RULE_FIELDS`] values per rule, with its mark (0 unless refunding).
+/// [`RULE_FIELDS`] values per rule, with its mark (0 unless refunding), ending with the policy
+/// version's [`stamp`] and [`version`].
 pub(crate) fn call_args<'r>(
     now: String,
     mode: Mode,
@@ -244,12 +245,34 @@ pub(crate) fn call_args<'r>(
         args.push(rule.policy.penalty().map_or_else(|| "0".to_owned(), |p| p.wire()));
         args.push(mark.to_string());
         args.extend(params(algorithm, around_us));
+        args.push(stamp(rule.policy));
+        args.push(version(rule.policy));
     }
     args
 }
 
 /// Values per rule record.
-pub(crate) const RULE_FIELDS: usize = 8;
+pub(crate) const RULE_FIELDS: usize = 10;
+
+/// The stamp a state written under this version of `policy` carries (its field `a`): the
+/// algorithm's name and the version's fingerprint, "fixed_window/0123456789abcdef". A state
+/// stamped otherwise was written under other numbers and is migrated (see `lua/prelude.lua`).
+pub(crate) fn stamp(policy: &tollgate::Policy) -> String {
+    format!("{}/{}", policy.version_algorithm().name(), policy.fingerprint())
+}
+
+/// This version of `policy` as a state written under it records it (its field `g`), so that
+/// another version can read it: "<generation>|<on_change>|<parameters>", the parameters those of
+/// the rule record without an override, joined by spaces; a calendar quota's is only its limit
+/// (its periods are placed around each call's time, so they cannot be stored).
+pub(crate) fn version(policy: &tollgate::Policy) -> String {
+    let algorithm = policy.version_algorithm();
+    let params = match algorithm {
+        Algorithm::CalendarQuota(p) => p.limit().to_string(),
+        other => params(other, 0).join(" "),
+    };
+    format!("{}|{}|{params}", policy.generation(), policy.on_change())
+}
 
 /// Integers per rule in a decision script's reply (see `lua/decide.lua`).
 pub(crate) const ANSWER: usize = 5;

@@ -447,7 +447,10 @@ impl RedisStore {
     /// let (keys, args) = tollgate_redis::RedisStore::script_call("tollgate:", &policy, b"k", 1);
     /// assert_eq!(keys[..2], [b"tollgate:{api:k}".to_vec(), b"tollgate:{api:k}:ovr".to_vec()]);
     /// assert!(keys[2].starts_with(b"tollgate:{") && keys[2].ends_with(b"}:seq"));
-    /// assert_eq!(args, ["", "1", "commit", "gcra", "1", "0", "0", "0", "100000", "5", ""]);
+    /// assert_eq!(args[..11], ["", "1", "commit", "gcra", "1", "0", "0", "0", "100000", "5", ""]);
+    /// // The version of the policy: its stamp, then generation, on_change and parameters.
+    /// assert_eq!(args[11], format!("gcra/{}", policy.fingerprint()));
+    /// assert_eq!(args[12], "0|keep|100000 5 ");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn script_call(prefix: &str, policy: &Policy, key: &[u8], cost: u64) -> (Vec<Vec<u8>>, Vec<String>) {

@@ -842,6 +842,22 @@ impl Policy {
         self.name.version.as_ref().map_or(0, |v| v.generation)
     }
 
+    /// The algorithm and parameters this version of the policy was made with: what its
+    /// [`fingerprint`](Self::fingerprint) is of, and what a state written under this version
+    /// means. An override changes [`algorithm`](Self::algorithm), not this.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Policy, Rate};
+    ///
+    /// let api = Policy::new("api", Algorithm::gcra(Rate::per_second(10)?, 10)?)?;
+    /// let vip = api.with_parameters(Algorithm::gcra(Rate::per_second(100)?, 50)?);
+    /// assert_eq!(vip.version_algorithm(), api.algorithm());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn version_algorithm(&self) -> &Algorithm {
+        self.name.version.as_ref().map_or(&self.algorithm, |v| &v.algorithm)
+    }
+
     /// The name, which namespaces this policy's state in a store.
     ///
     /// ```

@@ -1,0 +1,228 @@
+//! A policy whose algorithm or parameters change under the same name (a reload) migrates each
+//! key's state at its first touch, as its `on_change` declares: memory, standalone Redis and a
+//! Redis Cluster migrate alike, and instances of a fleet that reload at different moments never
+//! migrate a key back and forth.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{UNIT, exact_store};
+use tollgate::algorithm::calendar_quota::Period;
+use tollgate::algorithm::migrate::OnChange;
+use tollgate::{Algorithm, Anchor, Clock, Decision, ManualClock, MemoryStore, Policy, Rate};
+use tollgate_redis::{RedisStore, Target};
+use tollgate_testkit::vectors::T0_US;
+use tollgate_testkit::{RedisCluster, RedisServer};
+
+const MODES: [OnChange; 3] = [OnChange::Keep, OnChange::Scale, OnChange::Reset];
+
+/// Algorithm `i` (0 to 6, in the order of the core's list) with `limit`; windows of 10 UNITs and
+/// one unit back every 2 UNITs, so a few UNITs between touches matter to every algorithm.
+fn algorithm(i: usize, limit: u64) -> Algorithm {
+    let window = UNIT * 10;
+    let rate = Rate::new(1, UNIT * 2).expect("rate");
+    match i {
+        0 => Algorithm::fixed_window(limit, window, Anchor::Epoch),
+        1 => Algorithm::sliding_log(limit, window),
+        2 => Algorithm::sliding_window(limit, window),
+        3 => Algorithm::token_bucket(limit, rate),
+        4 => Algorithm::leaky_bucket(limit, rate),
+        5 => Algorithm::gcra(rate, limit),
+        _ => Algorithm::calendar_quota(limit, Period::Day, "Europe/Paris"),
+    }
+    .expect("algorithm")
+}
+
+/// One touch of a key: a check (a peek when `peek`) of `cost` under `policy`.
+struct Touch<'p> {
+    policy: &'p Policy,
+    cost: u64,
+    peek: bool,
+    /// How long after the previous touch.
+    after: Duration,
+}
+
+/// The stores a script runs on: memory, or Redis.
+enum Subject<'s> {
+    Memory(&'s MemoryStore<ManualClock>),
+    Redis(&'s RedisStore),
+}
+
+impl Subject<'_> {
+    async fn touch(&self, touch: &Touch<'_>, key: &str) -> Decision {
+        let (policy, cost) = (touch.policy, touch.cost);
+        match (self, touch.peek) {
+            (Subject::Memory(m), false) => m.check(policy, key, cost).expect("memory check"),
+            (Subject::Memory(m), true) => m.peek(policy, key, cost).expect("memory peek"),
+            (Subject::Redis(r), false) => r.check(policy, key.as_bytes(), cost).await.expect("redis check"),
+            (Subject::Redis(r), true) => r.peek(policy, key.as_bytes(), cost).await.expect("redis peek"),
+        }
+    }
+}
+
+/// Runs `touches` on `key` of `subject`, the clock moved before each as the touch says; the
+/// clock is put back where it was, so every subject runs the script at the same times.
+async fn run(subject: &Subject<'_>, clock: &ManualClock, key: &str, touches: &[Touch<'_>]) -> Vec<Decision> {
+    let start = clock.now_us();
+    let mut decisions = Vec::with_capacity(touches.len());
+    for touch in touches {
+        clock.advance(touch.after);
+        decisions.push(subject.touch(touch, key).await);
+    }
+    clock.set_us(start);
+    decisions
+}
+
+/// Spends under `a`, then touches under `b` a third of a window later and a few times after.
+fn script<'p>(a: &'p Policy, b: &'p Policy) -> Vec<Touch<'p>> {
+    let touch = |policy, cost, peek, after| Touch {
+        policy,
+        cost,
+        peek,
+        after,
+    };
+    vec![
+        touch(a, 2, false, Duration::ZERO),
+        touch(a, 1, false, UNIT / 2),
+        // Past the limit of 5: a denial, which starts a penalty where the policy has one.
+        touch(a, 3, false, UNIT / 2),
+        touch(b, 1, false, UNIT * 3),
+        touch(b, 1, true, Duration::ZERO),
+        touch(b, 2, false, UNIT * 2),
+        touch(b, 1, false, UNIT * 5),
+        touch(b, 1, true, UNIT * 4),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_change_of_algorithm_or_limit_migrates_alike_on_every_store() {
+    let server = RedisServer::start();
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::new(T0_US);
+    let memory = MemoryStore::builder().clock(clock.clone()).build();
+    let redis = exact_store(Target::Standalone(server.url()), &clock).await;
+    let clustered = exact_store(Target::Cluster(cluster.urls()), &clock).await;
+    let subjects = [
+        ("standalone", Subject::Redis(&redis)),
+        ("cluster", Subject::Redis(&clustered)),
+    ];
+    let mut scenarios = 0;
+    for from in 0..7 {
+        for to in 0..7 {
+            // A raise and a cut: for the same algorithm, only its limit changes.
+            for to_limit in [8, 3] {
+                for mode in MODES {
+                    let name = format!("change-{from}-{to}-{to_limit}-{mode}");
+                    let a = Policy::new(&name, algorithm(from, 5)).expect("policy").with_generation(1);
+                    let b = Policy::new(&name, algorithm(to, to_limit))
+                        .expect("policy")
+                        .with_generation(2)
+                        .with_on_change(mode);
+                    // Every other pair under a penalty, which keep and scale carry and reset drops.
+                    let (a, b) = if (from + to) % 2 == 0 {
+                        let block = UNIT * 4;
+                        (
+                            a.with_block_for(block).expect("block_for"),
+                            b.with_block_for(block).expect("block_for"),
+                        )
+                    } else {
+                        (a, b)
+                    };
+                    let touches = script(&a, &b);
+                    let want = run(&Subject::Memory(&memory), &clock, "k", &touches).await;
+                    for (store, subject) in &subjects {
+                        let got = run(subject, &clock, "k", &touches).await;
+                        assert_eq!(got, want, "{store}: {name}: {:?} to {:?}", a.algorithm(), b.algorithm());
+                    }
+                    scenarios += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(scenarios, 7 * 7 * 2 * 3);
+}
+
+/// The fields of `key`'s state hash under `policy`, sorted.
+async fn state_of(url: &str, policy: &Policy, key: &str) -> Vec<(String, String)> {
+    let (keys, _) = RedisStore::script_call("tollgate:", policy, key.as_bytes(), 1);
+    let client = redis::Client::open(url).expect("client");
+    let mut connection = client.get_multiplexed_async_connection().await.expect("connect");
+    let mut fields: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(&keys[0])
+        .query_async(&mut connection)
+        .await
+        .expect("HGETALL");
+    fields.sort();
+    fields
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_that_reload_at_different_moments_agree() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US);
+    let memory = MemoryStore::builder().clock(clock.clone()).build();
+    let redis = exact_store(Target::Standalone(server.url()), &clock).await;
+    for mode in MODES {
+        for (from, to) in [(0, 3), (3, 5), (1, 2), (5, 1)] {
+            let name = format!("fleet-{from}-{to}-{mode}");
+            // Version A (generation 1), B (2, other numbers) and B' (3, B's numbers again).
+            let a = Policy::new(&name, algorithm(from, 5)).expect("policy").with_generation(1);
+            let b = Policy::new(&name, algorithm(to, 4))
+                .expect("policy")
+                .with_generation(2)
+                .with_on_change(mode);
+            let b_again = Policy::new(&name, algorithm(to, 4))
+                .expect("policy")
+                .with_generation(3)
+                .with_on_change(mode);
+            assert_eq!(b.fingerprint(), b_again.fingerprint());
+            let touch = |policy, after| Touch {
+                policy,
+                cost: 1,
+                peek: false,
+                after,
+            };
+            // One instance reloads to B, the other stays on A a while, then moves to B'.
+            let fleet = [
+                touch(&a, Duration::ZERO),
+                touch(&a, UNIT),
+                touch(&b, UNIT),
+                touch(&a, UNIT),
+                touch(&b, UNIT),
+                touch(&a, UNIT),
+                touch(&b_again, UNIT),
+                touch(&b, UNIT),
+            ];
+            // The same, with every touch after the change made under B.
+            let alone: Vec<_> = fleet
+                .iter()
+                .enumerate()
+                .map(|(i, t)| touch(if i < 2 { &a } else { &b }, t.after))
+                .collect();
+            let on_redis = run(&Subject::Redis(&redis), &clock, "fleet", &fleet).await;
+            // Every answer but the limit, which each instance reports as its own policy's.
+            let numbers = |decisions: &[Decision]| -> Vec<_> {
+                decisions
+                    .iter()
+                    .map(|d| (d.allowed, d.remaining, d.reset_after, d.retry_after))
+                    .collect()
+            };
+            assert_eq!(
+                numbers(&on_redis),
+                numbers(&run(&Subject::Redis(&redis), &clock, "alone", &alone).await),
+                "{name}: A decides under B's numbers and B' does not migrate again"
+            );
+            assert_eq!(
+                on_redis,
+                run(&Subject::Memory(&memory), &clock, "fleet", &fleet).await,
+                "{name}: memory"
+            );
+            assert_eq!(
+                state_of(&server.url(), &b, "fleet").await,
+                state_of(&server.url(), &b, "alone").await,
+                "{name}: the state"
+            );
+        }
+    }
+}
