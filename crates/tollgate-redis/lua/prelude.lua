@@ -359,7 +359,8 @@ end
 --   before and after.
 -- - Else migrated (migrate::migrate): the units spent under the old version at now, carried as
 --   the rule's on_change says, are charged on an empty state of the rule's algorithm; reset
---   also drops the penalty, keep and scale keep it.
+--   also drops the penalty, keep and scale keep it. The charge is a write of a new state, so
+--   save also records the version (rule.stamped is false: the state was read as another's).
 local function settle(rule, stamp, raw, now)
   local state = rule.state
   local slash = string.find(stamp, '/', 1, true)
@@ -414,40 +415,35 @@ local function settle(rule, stamp, raw, now)
     stored[fields[i]] = int(values[i], fields[i])
   end
   local units = carried(on_change, old.impl.spent(old, stored, now), old.max, rule.max)
-  if on_change == 'reset' then
-    redis.call('DEL', state, old.log)
-    return true
-  end
   redis.call('HDEL', state, unpack(fields))
   if old.impl.log then
     redis.call('DEL', old.log)
   end
-
   local blocked_until = raw[2] and int(raw[2], 'b') or 0
   local offenses = raw[3] and int(raw[3], 'o') or 0
-  local reset_after = 0
-  if units > 0 then
-    rule.stamped = false
-    local _
-    _, _, reset_after = rule.impl.charge(rule, NO_STATE, now, units)
-  elseif raw[2] or raw[3] then
-    redis.call('HSET', state, 'a', rule.stamp, 'g', rule.version, 'v', rule.overridden and '1' or '0')
-  else
-    redis.call('DEL', state)
-    return true
+  if on_change == 'reset' then
+    redis.call('HDEL', state, 'b', 'o')
+    blocked_until, offenses = 0, 0
   end
-  -- The state lives as long as the charge or the penalty needs it.
-  local longest = math.max(reset_after, keep_for(rule, blocked_until, offenses, now), blocked_until - now)
-  local ttl_ms = idiv(longest + 999, 1000)
+  -- What is left of the state is this version's, empty, with its penalty; its TTL stays (an
+  -- empty state of the new version until then, as the memory store's slot).
+  redis.call('HSET', state, 'a', rule.stamp, 'g', rule.version, 'v', rule.overridden and '1' or '0')
+  -- The migrated state lives at least as long as a peek of it says it matters (what a charge
+  -- of it would set), and a sliding log's new set as long as its state.
+  local allowed, remaining, reset_after, retry_after
+  if units > 0 then
+    allowed, remaining, reset_after, retry_after = rule.impl.charge(rule, NO_STATE, now, units)
+  else
+    allowed, remaining, reset_after, retry_after = rule.impl.step(rule, NO_STATE, now, 1, false)
+  end
+  local _, keep
+  _, _, reset_after, _, keep =
+    penalize(rule, now, false, blocked_until, offenses, allowed, remaining, reset_after, retry_after)
+  local ttl_ms = math.max(idiv(math.max(reset_after, keep) + 999, 1000), redis.call('PTTL', state))
   if ttl_ms > 0 then
     redis.call('PEXPIRE', state, ttl_ms)
-    if rule.log then
+    if rule.log and redis.call('EXISTS', rule.log) == 1 then
       redis.call('PEXPIRE', rule.log, ttl_ms)
-    end
-  else
-    redis.call('DEL', state)
-    if rule.log then
-      redis.call('DEL', rule.log)
     end
   end
   return true

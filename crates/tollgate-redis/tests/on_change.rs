@@ -10,7 +10,8 @@ use std::time::Duration;
 use common::{UNIT, exact_store};
 use tollgate::algorithm::calendar_quota::Period;
 use tollgate::algorithm::migrate::OnChange;
-use tollgate::{Algorithm, Anchor, Clock, Decision, ManualClock, MemoryStore, Policy, Rate};
+use tollgate::overrides::{Override, OverrideStore, OverrideTarget};
+use tollgate::{Algorithm, Anchor, Clock, Decision, ManualClock, MemoryStore, Policy, Rate, Rule, Store};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::vectors::T0_US;
 use tollgate_testkit::{RedisCluster, RedisServer};
@@ -34,11 +35,20 @@ fn algorithm(i: usize, limit: u64) -> Algorithm {
     .expect("algorithm")
 }
 
-/// One touch of a key: a check (a peek when `peek`) of `cost` under `policy`.
+/// What a touch does.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Check,
+    Peek,
+    Charge,
+    Refund,
+}
+
+/// One touch of a key: `kind` of `cost` under `policy`.
 struct Touch<'p> {
     policy: &'p Policy,
     cost: u64,
-    peek: bool,
+    kind: Kind,
     /// How long after the previous touch.
     after: Duration,
 }
@@ -50,20 +60,36 @@ enum Subject<'s> {
 }
 
 impl Subject<'_> {
-    async fn touch(&self, touch: &Touch<'_>, key: &str) -> Decision {
+    /// The touch's decision; for a charge, its answer and debt.
+    async fn touch(&self, touch: &Touch<'_>, key: &str) -> Decided {
         let (policy, cost) = (touch.policy, touch.cost);
-        match (self, touch.peek) {
-            (Subject::Memory(m), false) => m.check(policy, key, cost).expect("memory check"),
-            (Subject::Memory(m), true) => m.peek(policy, key, cost).expect("memory peek"),
-            (Subject::Redis(r), false) => r.check(policy, key.as_bytes(), cost).await.expect("redis check"),
-            (Subject::Redis(r), true) => r.peek(policy, key.as_bytes(), cost).await.expect("redis peek"),
-        }
+        let rules = [Rule::new(policy, key, cost)];
+        let decision = match (self, touch.kind) {
+            (Subject::Memory(m), Kind::Check) => m.check(policy, key, cost),
+            (Subject::Memory(m), Kind::Peek) => m.peek(policy, key, cost),
+            (Subject::Memory(m), Kind::Refund) => m.refund(policy, key, cost),
+            (Subject::Memory(m), Kind::Charge) => {
+                let charged = m.charge(&rules).expect("memory charge")[0];
+                return (charged.decision, charged.debt);
+            }
+            (Subject::Redis(r), Kind::Check) => r.check(policy, key.as_bytes(), cost).await,
+            (Subject::Redis(r), Kind::Peek) => r.peek(policy, key.as_bytes(), cost).await,
+            (Subject::Redis(r), Kind::Refund) => Store::refund(*r, policy, key.as_bytes(), cost).await,
+            (Subject::Redis(r), Kind::Charge) => {
+                let charged = Store::charge(*r, &rules).await.expect("redis charge")[0];
+                return (charged.decision, charged.debt);
+            }
+        };
+        (decision.expect("a decision"), 0)
     }
 }
 
+/// A touch's decision, and a charge's debt (0 for the others).
+type Decided = (Decision, u64);
+
 /// Runs `touches` on `key` of `subject`, the clock moved before each as the touch says; the
 /// clock is put back where it was, so every subject runs the script at the same times.
-async fn run(subject: &Subject<'_>, clock: &ManualClock, key: &str, touches: &[Touch<'_>]) -> Vec<Decision> {
+async fn run(subject: &Subject<'_>, clock: &ManualClock, key: &str, touches: &[Touch<'_>]) -> Vec<Decided> {
     let start = clock.now_us();
     let mut decisions = Vec::with_capacity(touches.len());
     for touch in touches {
@@ -75,23 +101,24 @@ async fn run(subject: &Subject<'_>, clock: &ManualClock, key: &str, touches: &[T
 }
 
 /// Spends under `a`, then touches under `b` a third of a window later and a few times after.
-fn script<'p>(a: &'p Policy, b: &'p Policy) -> Vec<Touch<'p>> {
-    let touch = |policy, cost, peek, after| Touch {
+/// `first` is what the first touch under `b` does.
+fn script<'p>(a: &'p Policy, b: &'p Policy, first: Kind) -> Vec<Touch<'p>> {
+    let touch = |policy, cost, kind, after| Touch {
         policy,
         cost,
-        peek,
+        kind,
         after,
     };
     vec![
-        touch(a, 2, false, Duration::ZERO),
-        touch(a, 1, false, UNIT / 2),
+        touch(a, 2, Kind::Check, Duration::ZERO),
+        touch(a, 1, Kind::Check, UNIT / 2),
         // Past the limit of 5: a denial, which starts a penalty where the policy has one.
-        touch(a, 3, false, UNIT / 2),
-        touch(b, 1, false, UNIT * 3),
-        touch(b, 1, true, Duration::ZERO),
-        touch(b, 2, false, UNIT * 2),
-        touch(b, 1, false, UNIT * 5),
-        touch(b, 1, true, UNIT * 4),
+        touch(a, 3, Kind::Check, UNIT / 2),
+        touch(b, 1, first, UNIT * 3),
+        touch(b, 1, Kind::Peek, Duration::ZERO),
+        touch(b, 2, Kind::Check, UNIT * 2),
+        touch(b, 1, Kind::Check, UNIT * 5),
+        touch(b, 1, Kind::Peek, UNIT * 4),
     ]
 }
 
@@ -129,11 +156,24 @@ async fn every_change_of_algorithm_or_limit_migrates_alike_on_every_store() {
                     } else {
                         (a, b)
                     };
-                    let touches = script(&a, &b);
+                    // The first touch is a check; for a few, a peek, a charge or a refund.
+                    let first = match (from * 7 + to) % 5 {
+                        1 => Kind::Peek,
+                        2 => Kind::Charge,
+                        3 => Kind::Refund,
+                        _ => Kind::Check,
+                    };
+                    let touches = script(&a, &b, first);
                     let want = run(&Subject::Memory(&memory), &clock, "k", &touches).await;
                     for (store, subject) in &subjects {
                         let got = run(subject, &clock, "k", &touches).await;
-                        assert_eq!(got, want, "{store}: {name}: {:?} to {:?}", a.algorithm(), b.algorithm());
+                        assert_eq!(
+                            got,
+                            want,
+                            "{store}: {name}: {:?} to {:?}, first {first:?}",
+                            a.algorithm(),
+                            b.algorithm()
+                        );
                     }
                     scenarios += 1;
                 }
@@ -180,7 +220,7 @@ async fn two_instances_that_reload_at_different_moments_agree() {
             let touch = |policy, after| Touch {
                 policy,
                 cost: 1,
-                peek: false,
+                kind: Kind::Check,
                 after,
             };
             // One instance reloads to B, the other stays on A a while, then moves to B'.
@@ -202,10 +242,10 @@ async fn two_instances_that_reload_at_different_moments_agree() {
                 .collect();
             let on_redis = run(&Subject::Redis(&redis), &clock, "fleet", &fleet).await;
             // Every answer but the limit, which each instance reports as its own policy's.
-            let numbers = |decisions: &[Decision]| -> Vec<_> {
+            let numbers = |decisions: &[Decided]| -> Vec<_> {
                 decisions
                     .iter()
-                    .map(|d| (d.allowed, d.remaining, d.reset_after, d.retry_after))
+                    .map(|(d, _)| (d.allowed, d.remaining, d.reset_after, d.retry_after))
                     .collect()
             };
             assert_eq!(
@@ -225,4 +265,42 @@ async fn two_instances_that_reload_at_different_moments_agree() {
             );
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_with_an_override_in_force_keeps_its_state_across_a_change() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US);
+    let memory = MemoryStore::builder().clock(clock.clone()).build();
+    let redis = exact_store(Target::Standalone(server.url()), &clock).await;
+    let a = Policy::new("overridden", algorithm(0, 5)).expect("policy").with_generation(1);
+    // Reset: a migrated key starts afresh, an overridden one keeps counting.
+    let b = Policy::new("overridden", algorithm(0, 8))
+        .expect("policy")
+        .with_generation(2)
+        .with_on_change(OnChange::Reset);
+    let more = Override::new(&a, OverrideTarget::key("vip"), algorithm(0, 20), None).expect("override");
+    memory.set_override(&a, &more).expect("memory override");
+    OverrideStore::set_override(&redis, &a, &more).await.expect("redis override");
+    let touch = |policy, kind, after| Touch {
+        policy,
+        cost: 3,
+        kind,
+        after,
+    };
+    let touches = [
+        touch(&a, Kind::Check, Duration::ZERO),
+        touch(&b, Kind::Check, UNIT),
+        touch(&b, Kind::Peek, UNIT),
+        touch(&a, Kind::Check, UNIT),
+    ];
+    let mut after_change = vec![];
+    for key in ["vip", "plain"] {
+        let want = run(&Subject::Memory(&memory), &clock, key, &touches).await;
+        let got = run(&Subject::Redis(&redis), &clock, key, &touches).await;
+        assert_eq!(got, want, "{key}");
+        after_change.push((got[1].0.limit, got[1].0.remaining));
+    }
+    // The override's 20 counts on (3 + 3 spent); the plain key started afresh under B's 8.
+    assert_eq!(after_change, [(20, 14), (8, 5)]);
 }

@@ -1390,10 +1390,20 @@ fn settle(slot: &mut Slot, policy: &Policy, now_us: u64) -> Settled {
             None => Settled::Current,
         };
     }
+    let mut lives_until_us = 0;
     if *policy.algorithm() == new.algorithm {
         algorithm::migrate::migrate(&old.algorithm, policy, state, now_us);
+        // A peek or a refund that migrates sets no expiry of its own, so the slot lives at least
+        // as long as the migrated state needs (as a charge of it would set), or the units it
+        // carried over would be forgotten with the old state's expiry. The Redis scripts do the
+        // same.
+        let answer = algorithm::decide(policy, state, now_us, 1, false);
+        lives_until_us = (now_us + answer.reset_after_us).max(algorithm::keep_until_us(policy, state, now_us));
     }
     slot.owner = Some(name.clone());
+    if lives_until_us > slot.expires_at_us() {
+        slot.set_expires_at_us(lives_until_us);
+    }
     Settled::Current
 }
 
