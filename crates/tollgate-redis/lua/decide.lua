@@ -9,7 +9,7 @@
 -- ARGV[3]  "peek" (change nothing), "commit", "reserve" (commit, and also report where each
 --          spend went, so that a refund can undo it exactly), or "charge" (record each rule's
 --          cost whatever is left; the rules name distinct keys)
--- ARGV[4..] N rule records of 8 values (see prelude.lua)
+-- ARGV[4..] N rule records of 10 values (see prelude.lua)
 -- Returns  5 integers per rule, in order: allowed (1 or 0), remaining, reset_after_us,
 --          retry_after_us (0 when allowed), the limit in force; with "reserve", then one mark per rule (where its
 --          spend went, 0 when it spent nothing); with "charge", each rule's 5 for a peek of cost

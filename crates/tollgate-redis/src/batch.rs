@@ -375,9 +375,20 @@ mod tests {
     fn the_batch_call_writes_each_record_once_and_each_request_in_turn() {
         let later = Instant::now() + Duration::from_secs(60);
         let record = |name: &str, limit: &str| -> Vec<String> {
-            [name, "1", "0", "0", "0", limit, "1000000", "", "gcra/0", "0|keep|1000000 5 "]
-                .map(String::from)
-                .to_vec()
+            [
+                name,
+                "1",
+                "0",
+                "0",
+                "0",
+                limit,
+                "1000000",
+                "",
+                "gcra/0",
+                "0|keep|1000000 5 ",
+            ]
+            .map(String::from)
+            .to_vec()
         };
         let request = |mode: &str, records: &[Vec<String>]| -> Vec<String> {
             let mut args = vec![String::new(), records.len().to_string(), mode.to_string()];

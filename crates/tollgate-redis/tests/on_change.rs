@@ -141,7 +141,9 @@ async fn every_change_of_algorithm_or_limit_migrates_alike_on_every_store() {
             for to_limit in [8, 3] {
                 for mode in MODES {
                     let name = format!("change-{from}-{to}-{to_limit}-{mode}");
-                    let a = Policy::new(&name, algorithm(from, 5)).expect("policy").with_generation(1);
+                    let a = Policy::new(&name, algorithm(from, 5))
+                        .expect("policy")
+                        .with_generation(1);
                     let b = Policy::new(&name, algorithm(to, to_limit))
                         .expect("policy")
                         .with_generation(2)
@@ -207,7 +209,9 @@ async fn two_instances_that_reload_at_different_moments_agree() {
         for (from, to) in [(0, 3), (3, 5), (1, 2), (5, 1)] {
             let name = format!("fleet-{from}-{to}-{mode}");
             // Version A (generation 1), B (2, other numbers) and B' (3, B's numbers again).
-            let a = Policy::new(&name, algorithm(from, 5)).expect("policy").with_generation(1);
+            let a = Policy::new(&name, algorithm(from, 5))
+                .expect("policy")
+                .with_generation(1);
             let b = Policy::new(&name, algorithm(to, 4))
                 .expect("policy")
                 .with_generation(2)
@@ -273,7 +277,9 @@ async fn a_key_with_an_override_in_force_keeps_its_state_across_a_change() {
     let clock = ManualClock::new(T0_US);
     let memory = MemoryStore::builder().clock(clock.clone()).build();
     let redis = exact_store(Target::Standalone(server.url()), &clock).await;
-    let a = Policy::new("overridden", algorithm(0, 5)).expect("policy").with_generation(1);
+    let a = Policy::new("overridden", algorithm(0, 5))
+        .expect("policy")
+        .with_generation(1);
     // Reset: a migrated key starts afresh, an overridden one keeps counting.
     let b = Policy::new("overridden", algorithm(0, 8))
         .expect("policy")
@@ -281,7 +287,9 @@ async fn a_key_with_an_override_in_force_keeps_its_state_across_a_change() {
         .with_on_change(OnChange::Reset);
     let more = Override::new(&a, OverrideTarget::key("vip"), algorithm(0, 20), None).expect("override");
     memory.set_override(&a, &more).expect("memory override");
-    OverrideStore::set_override(&redis, &a, &more).await.expect("redis override");
+    OverrideStore::set_override(&redis, &a, &more)
+        .await
+        .expect("redis override");
     let touch = |policy, kind, after| Touch {
         policy,
         cost: 3,

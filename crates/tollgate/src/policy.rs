@@ -855,7 +855,10 @@ impl Policy {
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
     pub fn version_algorithm(&self) -> &Algorithm {
-        self.name.version.as_ref().map_or(&self.algorithm, |v| &v.algorithm)
+        self.name
+            .version
+            .as_ref()
+            .map_or(&self.algorithm, |v| &v.algorithm)
     }
 
     /// The name, which namespaces this policy's state in a store.

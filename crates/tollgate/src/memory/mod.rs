@@ -1398,7 +1398,8 @@ fn settle(slot: &mut Slot, policy: &Policy, now_us: u64) -> Settled {
         // carried over would be forgotten with the old state's expiry. The Redis scripts do the
         // same.
         let answer = algorithm::decide(policy, state, now_us, 1, false);
-        lives_until_us = (now_us + answer.reset_after_us).max(algorithm::keep_until_us(policy, state, now_us));
+        lives_until_us =
+            (now_us + answer.reset_after_us).max(algorithm::keep_until_us(policy, state, now_us));
     }
     slot.owner = Some(name.clone());
     if lives_until_us > slot.expires_at_us() {
