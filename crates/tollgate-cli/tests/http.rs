@@ -284,6 +284,65 @@ async fn a_reload_that_changes_a_policy_migrates_its_keys_as_declared() {
     assert_eq!(remaining(body), Some(19));
 }
 
+/// Two servers share a store and reload at different moments: the first to reload migrates a
+/// key once, the one still on the old config decides it under the new numbers without migrating
+/// it back, and once both have reloaded they agree on every key.
+async fn two_servers_reloading_at_different_moments_agree(store: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let before = "policies:\n  api:\n    algorithm: fixed_window\n    limit: 5\n    window: 1h\n";
+    let after = "policies:\n  api:\n    algorithm: token_bucket\n    capacity: 10\n    refill: 10/h\n    on_change: scale\n";
+    let (a_path, b_path) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
+    for path in [&a_path, &b_path] {
+        std::fs::write(path, before).expect("write config");
+    }
+    let timeout = tollgate_testkit::store_timeout_arg();
+    let start = |path: &std::path::Path| {
+        Server::start(&[
+            "--config",
+            path.to_str().expect("utf-8 path"),
+            "--store",
+            store,
+            "--store-timeout",
+            &timeout,
+        ])
+    };
+    let (mut a, mut b) = (start(&a_path), start(&b_path));
+    let remaining = |body: serde_json::Value| body["remaining"].as_u64();
+    for _ in 0..2 {
+        let (status, _, _) = check(&a, json!({"policy": "api", "key": "k"})).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    std::fs::write(&b_path, after).expect("write config");
+    b.signal("HUP");
+    b.wait_for("reloaded");
+    // B migrates: 2 of 5 is 4 of 10; its check spends one more.
+    let (_, _, body) = check(&b, json!({"policy": "api", "key": "k"})).await;
+    assert_eq!(remaining(body), Some(5));
+    // A, still on the window, decides under the bucket and does not scale it back.
+    let (status, _, body) = check(&a, json!({"policy": "api", "key": "k"})).await;
+    assert_eq!((status, remaining(body)), (StatusCode::OK, Some(4)));
+    std::fs::write(&a_path, after).expect("write config");
+    a.signal("HUP");
+    a.wait_for("reloaded");
+    // Same numbers on both now: no second migration, and one answer.
+    let (_, _, body) = check(&a, json!({"policy": "api", "key": "k"})).await;
+    assert_eq!(remaining(body), Some(3));
+    let (_, _, body) = check(&b, json!({"policy": "api", "key": "k"})).await;
+    assert_eq!(remaining(body), Some(2));
+}
+
+#[tokio::test]
+async fn two_servers_reloading_at_different_moments_agree_on_redis() {
+    let redis = tollgate_testkit::RedisServer::start();
+    two_servers_reloading_at_different_moments_agree(&redis.url()).await;
+}
+
+#[tokio::test]
+async fn two_servers_reloading_at_different_moments_agree_on_a_cluster() {
+    let cluster = tollgate_testkit::RedisCluster::start();
+    two_servers_reloading_at_different_moments_agree(&cluster.store_url()).await;
+}
+
 #[tokio::test]
 async fn shadow_mode_counts_but_never_denies_and_reload_keeps_counters() {
     let dir = tempfile::tempdir().expect("tempdir");
