@@ -10,7 +10,10 @@
 //! rotating every round, and ratios are taken per round, so this machine's slow drift cancels
 //! out; the reported ratio is the median over the rounds, with the middle half.
 //!
-//! Run with `cargo bench -p tollgate-tower --bench versus_tower_governor`.
+//! Run with `cargo bench -p tollgate-tower --bench versus_tower_governor`. With an app's name
+//! (`no-limiter`, `tollgate`, `tower_governor`) as argument, the bench runs that app alone for
+//! one round, in `measured_round`, for callgrind: `scripts/tower-instructions.sh` divides that
+//! function's instructions by its requests, a count that does not move with the machine's load.
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -68,15 +71,22 @@ fn request(client: u32) -> Request<Body> {
 
 /// Nanoseconds per request over one round.
 fn ns_per_request(runtime: &tokio::runtime::Runtime, router: &Router) -> f64 {
+    let started = Instant::now();
+    measured_round(runtime, router);
+    started.elapsed().as_nanos() as f64 / f64::from(REQUESTS_PER_ROUND)
+}
+
+/// One round of requests: what callgrind counts per app (kept out of line so that its
+/// inclusive count is the round's).
+#[inline(never)]
+fn measured_round(runtime: &tokio::runtime::Runtime, router: &Router) {
     runtime.block_on(async {
-        let started = Instant::now();
         for i in 0..REQUESTS_PER_ROUND {
             let client = i.wrapping_mul(7_919) % CLIENTS;
             let response = router.clone().oneshot(request(client)).await.expect("infallible");
             assert!(response.status().is_success(), "every request is admitted");
             black_box(response);
         }
-        started.elapsed().as_nanos() as f64 / f64::from(REQUESTS_PER_ROUND)
     })
 }
 
@@ -92,17 +102,30 @@ fn main() {
         .build()
         .expect("runtime");
     let apps = [
-        ("no limiter", app()),
+        ("no-limiter", app()),
         ("tollgate", tollgate_app()),
         ("tower_governor", governor_app()),
     ];
+    let only = std::env::args().skip(1).find(|a| !a.starts_with("--"));
     // Every client seen once by each limiter, unmeasured.
-    for (_, router) in &apps {
+    for (_, router) in apps
+        .iter()
+        .filter(|(name, _)| only.as_ref().is_none_or(|o| o == name))
+    {
         runtime.block_on(async {
             for client in 0..CLIENTS {
                 black_box(router.clone().oneshot(request(client)).await.expect("infallible"));
             }
         });
+    }
+    if let Some(only) = only {
+        let (_, router) = apps
+            .iter()
+            .find(|(name, _)| *name == only)
+            .expect("an app's name: no-limiter, tollgate or tower_governor");
+        measured_round(&runtime, router);
+        println!("{only}: {REQUESTS_PER_ROUND} requests in measured_round");
+        return;
     }
     let mut times: [Vec<f64>; 3] = Default::default();
     let (mut versus_governor, mut overhead_ours, mut overhead_theirs) = (vec![], vec![], vec![]);

@@ -63,6 +63,18 @@ pub trait Store: Send + Sync {
         commit: bool,
     ) -> impl Future<Output = Result<Decisions, Error>> + Send;
 
+    /// [`decide`](Self::decide) for rules the [`Engine`](crate::Engine) has already validated,
+    /// so that each request's rules are validated once: a store whose `decide` validates its
+    /// input may skip that here. Only the engine can make [`ValidRules`]. The default calls
+    /// `decide`.
+    fn decide_valid(
+        &self,
+        rules: ValidRules<'_, '_>,
+        commit: bool,
+    ) -> impl Future<Output = Result<Decisions, Error>> + Send {
+        self.decide(rules.rules(), commit)
+    }
+
     /// Forgets `key`'s state under `policy`, penalty included.
     fn reset(&self, policy: &Policy, key: &[u8]) -> impl Future<Output = Result<(), Error>> + Send;
 
@@ -185,6 +197,14 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         (**self).decide(rules, commit)
     }
 
+    fn decide_valid(
+        &self,
+        rules: ValidRules<'_, '_>,
+        commit: bool,
+    ) -> impl Future<Output = Result<Decisions, Error>> + Send {
+        (**self).decide_valid(rules, commit)
+    }
+
     fn reset(&self, policy: &Policy, key: &[u8]) -> impl Future<Output = Result<(), Error>> + Send {
         (**self).reset(policy, key)
     }
@@ -297,6 +317,29 @@ pub fn validate_rule(rule: &Rule<'_>) -> Result<(), Error> {
         return Err(Error::ZeroCost);
     }
     Ok(())
+}
+
+/// Rules that passed the checks of [`Store::decide`] (keys by [`validate_key`], costs of at
+/// least 1 unless a question), for [`Store::decide_valid`]. Made only by the
+/// [`Engine`](crate::Engine), after it validated them; anyone can read them.
+#[derive(Debug, Clone, Copy)]
+pub struct ValidRules<'r, 'a> {
+    rules: &'r [Rule<'a>],
+}
+
+impl<'r, 'a> ValidRules<'r, 'a> {
+    /// `rules`, which the caller has validated (with [`validate_rule`] or stricter).
+    #[inline]
+    pub(crate) fn validated(rules: &'r [Rule<'a>]) -> Self {
+        debug_assert!(rules.iter().all(|rule| validate_rule(rule).is_ok()));
+        ValidRules { rules }
+    }
+
+    /// The rules.
+    #[inline]
+    pub fn rules(&self) -> &'r [Rule<'a>] {
+        self.rules
+    }
 }
 
 /// Rejects an empty key or one longer than [`MAX_KEY_LEN`](bounds::MAX_KEY_LEN). Any bytes are

@@ -18,6 +18,7 @@ use anyhow::Context;
 
 use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, InFlight, LeaseId, Release};
 use tollgate::overrides::{Override, OverridePage, OverrideStore, OverrideTarget};
+use tollgate::store::ValidRules;
 use tollgate::{
     AttemptTry, AttemptsStatus, AttemptsStore, Decision, Decisions, Error, ManualClock, MemoryStore, Policy,
     Rule, Store,
@@ -256,6 +257,10 @@ macro_rules! dispatch {
 impl Store for AnyStore {
     async fn decide(&self, rules: &[Rule<'_>], commit: bool) -> Result<Decisions, Error> {
         dispatch!(Store, self, decide(rules, commit))
+    }
+
+    async fn decide_valid(&self, rules: ValidRules<'_, '_>, commit: bool) -> Result<Decisions, Error> {
+        dispatch!(Store, self, decide_valid(rules, commit))
     }
 
     async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {

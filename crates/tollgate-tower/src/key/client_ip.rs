@@ -302,6 +302,27 @@ impl ClientIp {
 /// adds 4.
 const INLINE_KEY_CAP: usize = 48;
 
+/// Every octet's decimal digits followed by a dot, padded to 4 bytes, with the digit count:
+/// `"7.  "` and 1, `"192."` and 3.
+static OCTET_TEXT: [([u8; 4], u8); 256] = octet_text();
+
+const fn octet_text() -> [([u8; 4], u8); 256] {
+    let mut table = [([0; 4], 0); 256];
+    let mut n = 0;
+    while n < 256 {
+        let (hundreds, tens, ones) = ((n / 100) as u8, (n / 10 % 10) as u8, (n % 10) as u8);
+        table[n] = if n >= 100 {
+            ([b'0' + hundreds, b'0' + tens, b'0' + ones, b'.'], 3)
+        } else if n >= 10 {
+            ([b'0' + tens, b'0' + ones, b'.', 0], 2)
+        } else {
+            ([b'0' + ones, b'.', 0, 0], 1)
+        };
+        n += 1;
+    }
+    table
+}
+
 /// An address key's text, in a buffer on the stack: no allocation per request.
 #[derive(Clone, Copy)]
 pub(crate) struct InlineKey {
@@ -331,15 +352,20 @@ impl InlineKey {
         self.len = end;
     }
 
-    /// The dotted quad, as `Ipv4Addr`'s `Display` writes it, without the formatting machinery.
+    /// Appends the dotted quad, as `Ipv4Addr`'s `Display` writes it, from a table of every
+    /// octet's digits: fixed-size copies, no formatting. At most 15 bytes, and the key is empty
+    /// when this is called, so every write is inside the buffer.
     fn push_ipv4(&mut self, octets: [u8; 4]) {
-        let mut digits = itoa::Buffer::new();
+        let mut at = self.len;
         for (i, octet) in octets.into_iter().enumerate() {
-            if i > 0 {
-                self.push(b".");
+            let (digits, len) = OCTET_TEXT[usize::from(octet)];
+            if let Some(out) = self.bytes.get_mut(at..at + 4) {
+                // The digits and a dot; a shorter octet's dot lands where its padding went.
+                out.copy_from_slice(&digits);
             }
-            self.push(digits.format(octet).as_bytes());
+            at += usize::from(len) + usize::from(i < 3);
         }
+        self.len = at.min(INLINE_KEY_CAP);
     }
 
     fn push_display(&mut self, value: &impl fmt::Display) {
@@ -394,6 +420,24 @@ mod tests {
             v4.key(&parts("255.255.255.255:1", &[])).as_deref(),
             Some("255.255.255.254/31")
         );
+    }
+
+    #[test]
+    fn every_octet_is_written_as_display_writes_it() {
+        let ip = ClientIp::peer();
+        for n in 0..=255u8 {
+            for octets in [
+                [n, 0, 0, 0],
+                [255, n, 9, 10],
+                [1, 99, n, 100],
+                [200, 7, 50, n],
+                [n; 4],
+            ] {
+                let addr = std::net::Ipv4Addr::from(octets);
+                let key = ip.key(&parts(&format!("{addr}:1"), &[]));
+                assert_eq!(key, Some(addr.to_string()), "{octets:?}");
+            }
+        }
     }
 
     fn parts(peer: &str, headers: &[(&str, &str)]) -> Parts {

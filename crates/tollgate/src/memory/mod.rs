@@ -39,7 +39,7 @@ use crate::concurrency::{
     self, Acquire, ConcurrencyPolicy, ConcurrencyStore, Lease, LeaseId, LeaseIds, Release,
 };
 use crate::overrides::{Override, OverridePage, OverrideStore, OverrideTable, OverrideTarget};
-use crate::store::{self, AttemptsStore, Store};
+use crate::store::{self, AttemptsStore, Store, ValidRules};
 use crate::{
     AttemptTry, AttemptsStatus, Charged, Clock, Decision, Decisions, Error, PerRule, Policy, Rule,
     SystemClock,
@@ -299,6 +299,13 @@ impl<C: Clock> MemoryStore<C> {
         for rule in rules {
             store::validate_rule(rule)?;
         }
+        self.decide_valid(ValidRules::validated(rules), commit)
+    }
+
+    /// [`decide`](Self::decide) without validating again what the engine validated.
+    #[inline]
+    fn decide_valid(&self, rules: ValidRules<'_, '_>, commit: bool) -> Result<Decisions, Error> {
+        let rules = rules.rules();
         if self.any_overrides.load(Ordering::Acquire) && rules.len() > 1 {
             let policies: Vec<Cow<'_, Policy>> =
                 rules.iter().map(|r| self.in_force(r.policy, r.key)).collect();
@@ -1448,6 +1455,10 @@ fn next_hot_until_us(
 impl<C: Clock> Store for MemoryStore<C> {
     async fn decide(&self, rules: &[Rule<'_>], commit: bool) -> Result<Decisions, Error> {
         MemoryStore::decide(self, rules, commit)
+    }
+
+    async fn decide_valid(&self, rules: ValidRules<'_, '_>, commit: bool) -> Result<Decisions, Error> {
+        MemoryStore::decide_valid(self, rules, commit)
     }
 
     async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {
