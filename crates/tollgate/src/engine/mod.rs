@@ -993,16 +993,23 @@ mod tests {
     /// takes the general one. Both must answer it alike, spent or not.
     #[tokio::test]
     async fn a_lone_rule_is_answered_as_it_is_among_others() {
-        let log = |name: &str| {
-            Policy::new(name, Algorithm::sliding_log(2, Duration::from_secs(60)).unwrap()).unwrap()
+        let log = |name: &str, limit| {
+            Policy::new(
+                name,
+                Algorithm::sliding_log(limit, Duration::from_secs(60)).unwrap(),
+            )
+            .unwrap()
         };
-        let (lone, among, other) = (log("lone"), log("among"), log("other"));
+        // `other` never denies, so the request's outcome is the first rule's.
+        let (lone, among, other) = (log("lone", 2), log("among", 2), log("other", 100));
         // One clock for both, so that their reset times agree too.
         let clock = crate::ManualClock::new(0);
         let engine = || Engine::new(MemoryStore::builder().clock(clock.clone()).build());
         let (alone, together) = (engine(), engine());
         type Shape = fn(Rule<'_>) -> Rule<'_>;
-        let shapes: [(Shape, bool); 5] = [
+        // Budget 2: a question sees it whole, two spends take it, the rest see it gone.
+        let shapes: [(Shape, bool); 6] = [
+            (|r| r.as_question(), true),
             (|r| r, true),
             (|r| r, false),
             (|r| r.as_shadow(), true),
@@ -1033,7 +1040,7 @@ mod tests {
                 "step {step}"
             );
         }
-        // The budget of two is spent by steps 0 and 2; step 4 was denied.
+        // Spent by steps 1 and 3 only.
         assert_eq!(
             alone
                 .peek_all(&[Rule::new(&lone, "k", 1)])
