@@ -102,11 +102,7 @@ ALGORITHMS.calendar_quota = function()
     end
     save(rule, 's', start, 'c', count, 'e', period_end)
     local allowed, remaining, reset_after, retry_after = answer(rule, count, period_end, now, 1)
-    local debt = count - rule.limit
-    if debt < 0 then
-      debt = 0
-    end
-    return allowed, remaining, reset_after, retry_after, debt
+    return allowed, remaining, reset_after, retry_after, count - rule.limit
   end
 
   -- Units counted at now: port of CalendarQuota::spent, the count while its period holds now.

@@ -13,8 +13,8 @@
 -- Returns  5 integers per rule, in order: allowed (1 or 0), remaining, reset_after_us,
 --          retry_after_us (0 when allowed), the limit in force; with "reserve", then one mark per rule (where its
 --          spend went, 0 when it spent nothing); with "charge", each rule's 5 for a peek of cost
---          1 after its charge, then its debt (see request.lua); last, what the slot's sequence
---          held before the call
+--          1 after its charge, the first 1 + its debt when in debt (see request.lua); last,
+--          what the slot's sequence held before the call
 
 local rules = read_rules(0, 1)
 local reply = decide_request(rules, request_now(ARGV[1]), ARGV[3])

@@ -114,11 +114,7 @@ ALGORITHMS.fixed_window = function()
       save(rule, 's', start, 'c', count)
     end
     local allowed, remaining, reset_after, retry_after = answer(rule, start, count, now, 1)
-    local debt = count - limit
-    if debt < 0 then
-      debt = 0
-    end
-    return allowed, remaining, reset_after, retry_after, debt, continued
+    return allowed, remaining, reset_after, retry_after, count - limit, continued
   end
 
   -- Units spent at now: port of FixedWindow::spent, the count while its window is current.

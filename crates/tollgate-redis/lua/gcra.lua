@@ -72,20 +72,25 @@ ALGORITHMS.gcra = function()
       tat = now
     end
     -- (Comparisons written out rather than math.min and math.max: a call costs Lua more.)
+    local pushed = tat + cost * interval
     local latest = now + tolerance + MAX_DEBT_US
-    if latest < tat then
-      latest = tat
+    if pushed > latest then
+      -- Past the debt's ceiling: the TAT stops there, or where it already was above it.
+      if latest < tat then
+        latest = tat
+      end
+      pushed = latest
     end
-    tat = tat + cost * interval
-    if tat > latest then
-      tat = latest
-    end
+    tat = pushed
     save(rule, 't', tat)
     local allowed, remaining, reset_after, retry_after = answer(rule, tat, now, 1)
-    local owed_us = tat - now - tolerance
     local debt = 0
-    if owed_us > 0 then
-      debt = idiv(owed_us + interval - 1, interval)
+    if not allowed then
+      -- A key in debt refuses a request of 1, so only a refused one is worked out.
+      local owed_us = tat - now - tolerance
+      if owed_us > 0 then
+        debt = idiv(owed_us + interval - 1, interval)
+      end
     end
     return allowed, remaining, reset_after, retry_after, debt
   end

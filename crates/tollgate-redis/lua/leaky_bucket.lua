@@ -93,11 +93,7 @@ ALGORITHMS.leaky_bucket = function()
     level = filled
     save(rule, 'l', level, 'd', leaked_at)
     local allowed, remaining, reset_after, retry_after = answer(rule, level, leaked_at, now, 1)
-    local debt = level - capacity
-    if debt < 0 then
-      debt = 0
-    end
-    return allowed, remaining, reset_after, retry_after, debt
+    return allowed, remaining, reset_after, retry_after, level - capacity
   end
 
   -- Units in the bucket at now: port of LeakyBucket::spent.

@@ -16,7 +16,8 @@
 --   charge(rule, stored, now, cost)  the port of its core charge function: records cost
 --           whatever is left; returns what a step of cost 1 would answer right after (allowed,
 --           remaining, reset_after_us, retry_after_us, computed from the state it wrote), the
---           debt, and optionally whether it continued a window the state already counts in
+--           debt (0 or below when none: what is left of the budget need not be worked out),
+--           and optionally whether it continued a window the state already counts in
 --   spent(rule, stored, now)  the port of its core spent function: the units the state has
 --           spent at now, debt included (what a migration carries over: see settle)
 --

@@ -11,9 +11,10 @@
 -- store adds up the rules of one budget before calling).
 -- Its answer: 5 integers per rule, in order: allowed (1 or 0), remaining, reset_after_us,
 -- retry_after_us (0 when allowed), the limit in force (the policy's or its override's); with "reserve", then one mark per rule (where its spend went,
--- 0 when it spent nothing); with "charge", 6 integers per rule: those 5 for what a check of
--- cost 1 would get right after the charge (a peek, penalty included), then the debt (units
--- owed beyond the budget, 0 when none).
+-- 0 when it spent nothing); with "charge", the same 5 per rule for what a check of cost 1 would
+-- get right after the charge (a peek, penalty included), the first of them carrying the debt
+-- (units owed beyond the budget): 1 when allowed, 0 when refused without debt, 1 + the debt when
+-- in debt (a key in debt refuses a check of cost 1, so allowed and a debt never meet).
 --
 -- With a commit: if an enforced (non-shadow) rule denies, nothing is spent on any rule and only
 -- the rules that denied start their block_for penalty; otherwise every rule spends. A question
@@ -85,7 +86,8 @@ end
 -- TTL is set from that answer's reset time, so a key in debt lives until its debt is paid and
 -- its budget is whole again.
 local function charge_request(rules, now, reply)
-  for _, rule in ipairs(rules) do
+  for i = 1, #rules do
+    local rule = rules[i]
     local stored, blocked_until, offenses = load(rule, now)
     local allowed, remaining, reset_after, retry_after, debt, continued = rule.impl.charge(rule, stored, now, rule.cost)
     local keep
@@ -93,7 +95,10 @@ local function charge_request(rules, now, reply)
       penalize(rule, now, false, blocked_until, offenses, allowed, remaining, reset_after, retry_after)
     expire(rule, reset_after, keep, continued and keep == 0)
     answer(reply, rule, allowed, remaining, reset_after, retry_after)
-    reply[#reply + 1] = debt
+    if debt > 0 then
+      -- Refused (a key in debt always is): its first integer carries the debt (see above).
+      reply[#reply - 4] = debt + 1
+    end
   end
   return reply
 end

@@ -170,11 +170,15 @@ ALGORITHMS.sliding_log = function()
       end
       redis.call('ZREMRANGEBYSCORE', LOG, '-inf', num(now - window))
     end
-    cost = math.min(cost, math.max(MAX_COUNT - total, 0))
+    if total + cost > MAX_COUNT then
+      cost = math.max(MAX_COUNT - total, 0)
+    end
     local last = redis.call('ZRANGE', LOG, -1, -1, 'WITHSCORES')
     local newest = last[2] and tonumber(last[2])
     if cost > 0 then
-      local full = redis.call('ZCARD', LOG) > limit
+      -- Every entry holds at least 1, so a log whose total is within the limit has at most
+      -- limit entries: only a log in debt is counted.
+      local full = total > limit and redis.call('ZCARD', LOG) > limit
       if newest and (full or newest >= now) then
         -- Same microsecond, or a full log: the newest entry takes the cost, at the later time.
         local t = math.max(newest, now)
@@ -189,7 +193,7 @@ ALGORITHMS.sliding_log = function()
     end
     save(rule, 'n', total)
     local allowed, remaining, reset_after, retry_after = answer(rule, total, newest, now, 1)
-    return allowed, remaining, reset_after, retry_after, math.max(total - limit, 0)
+    return allowed, remaining, reset_after, retry_after, total - limit
   end
 
   -- Units logged in the window ending at now: port of SlidingLog::spent. Without our total,

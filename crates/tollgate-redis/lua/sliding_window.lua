@@ -119,7 +119,7 @@ ALGORITHMS.sliding_window = function()
   -- answer a step of cost 1 would give on the counters written (still the ones as of now), then
   -- the debt.
   function sliding_window.charge(rule, stored, now, cost)
-    local limit, window_us, w = rule.limit, rule.window_us, rule.w
+    local window_us, w = rule.window_us, rule.w
     local start = idiv(now, window_us) * window_us
     local s, previous, current = start, 0, 0
     if stored.s and stored.s >= start then
@@ -128,24 +128,30 @@ ALGORITHMS.sliding_window = function()
       previous = stored.c or 0
     end
     -- (Comparisons written out rather than math.min and math.max: a call costs Lua more.)
-    local max_count = idiv(3 * MAX_COUNT, w)
-    if max_count > 4294967295 then
-      max_count = 4294967295
+    -- Past the bound (3 x MAX_COUNT weighed, and a u32), the count stops at it, or where it
+    -- already was above it; the bound is worked out only then.
+    local counted = current + cost
+    if counted * w > 3 * MAX_COUNT or counted > 4294967295 then
+      local most = idiv(3 * MAX_COUNT, w)
+      if most > 4294967295 then
+        most = 4294967295
+      end
+      if most < current then
+        most = current
+      end
+      counted = most
     end
-    if max_count < current then
-      max_count = current
-    end
-    current = current + cost
-    if current > max_count then
-      current = max_count
-    end
+    current = counted
     save(rule, 's', s, 'p', previous, 'c', current)
     local used = used_at(rule, s, previous, current, now)
     local allowed, remaining, reset_after, retry_after = answer(rule, s, previous, current, used, now, 1)
-    local owed = used - limit * w
     local debt = 0
-    if owed > 0 then
-      debt = idiv(owed + w - 1, w)
+    if not allowed then
+      -- A key in debt refuses a request of 1, so only a refused one is worked out.
+      local owed = used - rule.limit * w
+      if owed > 0 then
+        debt = idiv(owed + w - 1, w)
+      end
     end
     return allowed, remaining, reset_after, retry_after, debt
   end

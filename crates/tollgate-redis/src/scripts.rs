@@ -277,18 +277,13 @@ pub(crate) fn version(policy: &tollgate::Policy) -> String {
 /// Integers per rule in a decision script's reply (see `lua/decide.lua`).
 pub(crate) const ANSWER: usize = 5;
 
-/// Integers per rule in a charge's reply (see `lua/request.lua`): an answer and the debt.
-pub(crate) const CHARGE_ANSWER: usize = ANSWER + 1;
-
-/// How many integers the decision script answers the call `args` with: [`ANSWER`] per rule,
-/// with "reserve" one mark per rule more, and with "charge" [`CHARGE_ANSWER`] per rule.
+/// How many integers the decision script answers the call `args` with: [`ANSWER`] per rule
+/// (a charge's too, its first carrying the debt), with "reserve" one mark per rule more.
 pub(crate) fn reply_len(args: &[String]) -> usize {
     let rules = args.get(1).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
     let mode = args.get(2).map(String::as_str);
     let per_rule = if mode == Some(Mode::Reserve.as_str()) {
         ANSWER + 1
-    } else if mode == Some(Mode::Charge.as_str()) {
-        CHARGE_ANSWER
     } else {
         ANSWER
     };

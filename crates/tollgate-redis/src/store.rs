@@ -44,7 +44,7 @@ use crate::keys::{self, KeyNames};
 use crate::lease::{self, LeaseStats, Leases};
 use crate::overrides::Overrides;
 use crate::reset_channel::{self, Listener};
-use crate::scripts::{ANSWER, CHARGE_ANSWER, Mode, Scripts, call_args};
+use crate::scripts::{ANSWER, Mode, Scripts, call_args};
 use crate::transport::{self, Transport};
 
 /// Configures and connects a [`RedisStore`].
@@ -805,21 +805,21 @@ fn outcomes(reply: &[u64], count: usize) -> Result<Vec<Decision>, Error> {
         .collect())
 }
 
-/// The answers of `count` rules in a charge's reply ([`CHARGE_ANSWER`] integers each, as
-/// `lua/request.lua` says).
+/// The answers of `count` rules in a charge's reply ([`ANSWER`] integers each, as a decision's:
+/// `lua/request.lua` says how the first carries the debt, 1 + the debt for a key in debt).
 fn charges(reply: &[u64], count: usize) -> Result<Vec<Charged>, Error> {
-    if reply.len() != CHARGE_ANSWER * count {
+    if reply.len() != ANSWER * count {
         return Err(bad_reply(reply));
     }
-    reply
-        .chunks_exact(CHARGE_ANSWER)
-        .map(|r| {
-            Ok(Charged {
-                decision: outcomes(&r[..ANSWER], 1)?[0],
-                debt: r[ANSWER],
-            })
+    let decisions = outcomes(reply, count)?;
+    Ok(reply
+        .chunks_exact(ANSWER)
+        .zip(decisions)
+        .map(|(r, decision)| Charged {
+            decision,
+            debt: r[0].saturating_sub(1),
         })
-        .collect()
+        .collect())
 }
 
 /// Rule indices grouped by the cluster slot of their keys (a rule's keys share one), in the
