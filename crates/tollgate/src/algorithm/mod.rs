@@ -164,30 +164,27 @@ impl KeyState {
 pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, commit: bool) -> StepDecision {
     // A blocked key's step only answers: nothing is spent while the block holds.
     let spends = commit && state.blocked_until_us() <= now_us;
-    let outcome = step(policy.algorithm(), &mut state.algorithm, now_us, cost, spends);
-    penalize(policy, state, now_us, outcome, commit)
+    let mut outcome = step(policy.algorithm(), &mut state.algorithm, now_us, cost, spends);
+    penalize(policy, state, now_us, &mut outcome, commit);
+    outcome
 }
 
-/// The penalty on the algorithm's answer `outcome` (see [`decide`]): a blocked key is denied
-/// until the block ends; a denial under a penalty reports the block it starts, and with
+/// Puts the penalty on the algorithm's answer `outcome` (see [`decide`]): a blocked key is
+/// denied until the block ends; a denial under a penalty reports the block it starts, and with
 /// `commit` starts it. Shared by [`decide`] and [`charge`], whose answer is the one a peek would
-/// give.
+/// give. It changes the answer in place: most keys have no penalty, and their answer is then
+/// not copied at all.
 #[inline(always)]
-fn penalize(
-    policy: &Policy,
-    state: &mut KeyState,
-    now_us: u64,
-    mut outcome: StepDecision,
-    commit: bool,
-) -> StepDecision {
+fn penalize(policy: &Policy, state: &mut KeyState, now_us: u64, outcome: &mut StepDecision, commit: bool) {
     if state.blocked_until_us() > now_us {
         let blocked_for = state.blocked_until_us() - now_us;
-        return StepDecision {
+        *outcome = StepDecision {
             allowed: false,
             remaining: 0,
             reset_after_us: outcome.reset_after_us.max(blocked_for),
             retry_after_us: Some(outcome.retry_after_us.unwrap_or(0).max(blocked_for)),
         };
+        return;
     }
     let remembered = remembered_offenses(policy, state, now_us);
     match (outcome.allowed, policy.penalty()) {
@@ -205,7 +202,6 @@ fn penalize(
         _ if commit && remembered == 0 => state.set_penalty(state.blocked_until_us(), 0),
         _ => {}
     }
-    outcome
 }
 
 /// The offenses in a row `state` still remembers at `now_us` under `policy`'s penalty: its count
@@ -343,6 +339,7 @@ pub struct StepCharge {
 /// assert!(decide(&policy, &mut state, 3_100_000, 1, true).allowed);
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
+#[inline(always)]
 pub fn charge(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64) -> StepCharge {
     let slot = &mut state.algorithm;
     macro_rules! copy_state {
@@ -358,7 +355,7 @@ pub fn charge(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64) -> 
             charged
         }};
     }
-    let charged = match policy.algorithm() {
+    let mut charged = match policy.algorithm() {
         Algorithm::FixedWindow(p) => copy_state!(p, FixedWindow),
         Algorithm::SlidingWindow(p) => copy_state!(p, SlidingWindow),
         Algorithm::TokenBucket(p) => copy_state!(p, TokenBucket),
@@ -375,10 +372,8 @@ pub fn charge(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64) -> 
             }
         },
     };
-    StepCharge {
-        decision: penalize(policy, state, now_us, charged.decision, false),
-        debt: charged.debt,
-    }
+    penalize(policy, state, now_us, &mut charged.decision, false);
+    charged
 }
 
 /// Runs the policy's algorithm on `slot`, treating a state of another algorithm as empty.

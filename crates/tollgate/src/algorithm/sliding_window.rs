@@ -261,17 +261,22 @@ impl SlidingWindow {
     /// assert_eq!(params.step(&mut state, 15_000_000, 1, false).retry_after_us, Some(500_000));
     /// # Ok::<(), tollgate::PolicyError>(())
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn charge(&self, state: &mut Option<State>, now_us: u64, cost: u64) -> StepCharge {
         let w = self.window_ms();
         let s = self.current_windows(state.as_ref(), now_us);
         // Still the counters as of now (within a `u32` each), so the answer comes from them as
         // a step's would.
+        // Past the bound (3 × MAX_COUNT weighed, and a `u32`), the count stops at it, or where
+        // it already was above it; the bound is worked out only then.
+        let counted = s.current.saturating_add(cost);
+        let past_bound = counted.saturating_mul(w) > 3 << 50 || counted > u64::from(u32::MAX);
         let written = Counts {
-            current: s
-                .current
-                .saturating_add(cost)
-                .min(self.max_count().max(s.current)),
+            current: if past_bound {
+                self.max_count().max(s.current)
+            } else {
+                counted
+            },
             ..s
         };
         *state = Some(State {
