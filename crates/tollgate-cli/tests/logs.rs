@@ -76,7 +76,7 @@ async fn a_reload_logs_each_changed_policy_and_warns_when_keys_start_fresh() {
     assert_eq!(check(&http, "login").await, 429);
     std::fs::write(
         dir.path().join("tollgate.yaml"),
-        "policies:\n  login: {algorithm: gcra, rate: 1/h, burst: 1}\n  api: {algorithm: fixed_window, limit: 2, window: 1h}\n",
+        "policies:\n  login: {algorithm: gcra, rate: 1/h, burst: 1, on_change: reset}\n  api: {algorithm: fixed_window, limit: 2, window: 1h}\n",
     )
     .expect("write the new config");
     child.signal("HUP");
@@ -85,7 +85,10 @@ async fn a_reload_logs_each_changed_policy_and_warns_when_keys_start_fresh() {
     assert!(
         fresh["fields"]["message"]
             .as_str()
-            .is_some_and(|m| m.contains("sliding_log") && m.contains("gcra") && m.contains("whole budget")),
+            .is_some_and(|m| m.contains("sliding_log")
+                && m.contains("gcra")
+                && m.contains("on_change reset")
+                && m.contains("whole budget")),
         "{fresh}"
     );
     let (before, after) = (&fresh["fields"]["before"], &fresh["fields"]["after"]);
@@ -96,7 +99,8 @@ async fn a_reload_logs_each_changed_policy_and_warns_when_keys_start_fresh() {
     let kept = json_line(&mut child, "policy changed: api");
     assert_eq!(kept["level"], "INFO", "{kept}");
     child.wait_for("config reloaded");
-    // As logged: the login key starts with a whole budget under the new algorithm.
+    // As logged (on_change: reset): the login key starts with a whole budget under the new
+    // algorithm.
     assert_eq!(check(&http, "login").await, 200);
 }
 
