@@ -51,9 +51,12 @@ fn main() {
         eprintln!("usage: bare_rls ADDR");
         return;
     }
-    let addr: SocketAddr = args[0]
-        .parse()
-        .unwrap_or_else(|err| panic!("ADDR: expected an address like 127.0.0.1:8081, got {:?}: {err}", args[0]));
+    let addr: SocketAddr = args[0].parse().unwrap_or_else(|err| {
+        panic!(
+            "ADDR: expected an address like 127.0.0.1:8081, got {:?}: {err}",
+            args[0]
+        )
+    });
     // The same multi-threaded runtime as `tollgate serve`: one worker per core it may run on.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -42,7 +42,12 @@ pub(crate) fn message(domain: &str, key: &str, value: String) -> Bytes {
 /// One HTTP/2 connection to `addr` with `streams` concurrent streams, each making `requests`
 /// calls one after the other; `body(stream, i)` is the message of a stream's `i`th call. Returns
 /// the latencies in microseconds and how many answers were `OK` (the others were `OVER_LIMIT`).
-pub(crate) async fn connection<F>(addr: &str, streams: usize, requests: usize, body: F) -> (Histogram<u64>, usize)
+pub(crate) async fn connection<F>(
+    addr: &str,
+    streams: usize,
+    requests: usize,
+    body: F,
+) -> (Histogram<u64>, usize)
 where
     F: Fn(usize, usize) -> Bytes + Clone + Send + 'static,
 {
