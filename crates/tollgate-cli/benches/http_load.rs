@@ -45,20 +45,19 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
 use hdrhistogram::Histogram;
-use prost::Message;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
 use tokio::net::TcpStream;
 use tollgate_server::grpc::proto::rate_limit_descriptor::Entry;
 use tollgate_server::grpc::proto::rate_limit_service_client::RateLimitServiceClient;
-use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest, RateLimitResponse};
+use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest};
 use tollgate_testkit::ChildProcess;
+
+mod rls_client;
 
 /// Requests in flight, for every target.
 const IN_FLIGHT: usize = 64;
 const KEYS: usize = 100_000;
-const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 const BARE_AXUM_ENV: &str = "TOLLGATE_BENCH_BARE_AXUM";
 
 /// A server process (killed and reaped on drop) and its addresses.
@@ -186,92 +185,14 @@ async fn http_connection(addr: String, first_key: usize, requests: usize) -> His
     latencies
 }
 
-/// The `ShouldRateLimit` request for one user key, as a gRPC message: a 5-byte prefix (not
-/// compressed, length) and the protobuf.
-fn grpc_message(key: usize) -> Bytes {
-    let request = RateLimitRequest {
-        domain: "bench".to_owned(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "user".to_owned(),
-                value: format!("user-{key}"),
-            }],
-            ..Default::default()
-        }],
-        hits_addend: 1,
-    };
-    let len = request.encoded_len();
-    let mut out = BytesMut::with_capacity(5 + len);
-    out.put_u8(0);
-    out.put_u32(u32::try_from(len).expect("small message"));
-    request.encode(&mut out).expect("encode");
-    out.freeze()
-}
-
-/// One HTTP/2 connection's share: `streams` tasks, each making `requests` calls one at a time.
+/// One HTTP/2 connection's share: `streams` streams, each making `requests` calls one at a time
+/// over the keys, as Envoy sends them (see `rls_client`).
 async fn grpc_connection(addr: String, first_key: usize, streams: usize, requests: usize) -> Histogram<u64> {
-    let tcp = TcpStream::connect(&addr).await.expect("connect");
-    tcp.set_nodelay(true).expect("nodelay");
-    let (send, connection) = h2::client::handshake(tcp).await.expect("h2 handshake");
-    let driver = tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    let uri: http::Uri = format!("http://{addr}{SHOULD_RATE_LIMIT}").parse().expect("uri");
-    let tasks: Vec<_> = (0..streams)
-        .map(|s| {
-            let send = send.clone();
-            let uri = uri.clone();
-            let first = first_key + s * 613;
-            tokio::spawn(async move {
-                let mut latencies = Histogram::<u64>::new(3).expect("histogram");
-                for i in 0..requests {
-                    let body = grpc_message((first + i * 7_919) % KEYS);
-                    let started = Instant::now();
-                    grpc_call(&send, &uri, body).await;
-                    latencies
-                        .record(started.elapsed().as_micros() as u64)
-                        .expect("record");
-                }
-                latencies
-            })
-        })
-        .collect();
-    drop(send);
-    let mut all = Histogram::<u64>::new(3).expect("histogram");
-    for task in tasks {
-        all.add(task.await.expect("stream task")).expect("merge");
-    }
-    driver.abort();
-    all
-}
-
-/// One unary call: the request with its message, then the answer's message and trailers.
-async fn grpc_call(send: &h2::client::SendRequest<Bytes>, uri: &http::Uri, body: Bytes) {
-    let request = http::Request::post(uri.clone())
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .body(())
-        .expect("request");
-    let mut ready = send.clone().ready().await.expect("ready");
-    let (response, mut stream) = ready.send_request(request, false).expect("send request");
-    stream.send_data(body, true).expect("send data");
-    let response = response.await.expect("response");
-    assert_eq!(response.status(), http::StatusCode::OK);
-    let mut body = response.into_body();
-    let mut message = BytesMut::new();
-    while let Some(chunk) = body.data().await {
-        let chunk = chunk.expect("data");
-        let _ = body.flow_control().release_capacity(chunk.len());
-        message.extend_from_slice(&chunk);
-    }
-    let trailers = body.trailers().await.expect("trailers").unwrap_or_default();
-    let status = trailers.get("grpc-status").map(|v| v.as_bytes().to_vec());
-    assert_eq!(status.as_deref(), Some(&b"0"[..]), "grpc-status");
-    let mut message = message.freeze();
-    assert!(message.len() >= 5, "a gRPC message");
-    message.advance(5);
-    let answer = RateLimitResponse::decode(message).expect("decode");
-    assert!(answer.overall_code == 1 || answer.overall_code == 2, "{answer:?}");
+    let body = move |stream: usize, i: usize| {
+        let key = (first_key + stream * 613 + i * 7_919) % KEYS;
+        rls_client::message("bench", "user", format!("user-{key}"))
+    };
+    rls_client::connection(&addr, streams, requests, body).await.0
 }
 
 /// One tonic channel's share: `requests` calls, one at a time.
