@@ -41,18 +41,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-    local port
-    for _ in $(seq 1 200); do
-        port=$((20000 + RANDOM % 30000))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            echo "$port"
-            return 0
-        fi
-    done
-    echo "redis-instructions: no free port" >&2
-    return 1
-}
+. scripts/lib.sh
 
 echo "building the tollgate side (release)" >&2
 cargo bench -p tollgate-redis --bench decision_instructions --no-run --quiet 2>/dev/null

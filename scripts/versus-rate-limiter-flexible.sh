@@ -35,19 +35,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# A loopback port nothing listens on.
-free_port() {
-    local port
-    for _ in $(seq 1 200); do
-        port=$((20000 + RANDOM % 30000))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            echo "$port"
-            return 0
-        fi
-    done
-    echo "versus-rate-limiter-flexible: no free port" >&2
-    return 1
-}
+. scripts/lib.sh
 
 echo "installing rate-limiter-flexible@$RLF_VERSION and ioredis@$IOREDIS_VERSION into $work" >&2
 cp crates/tollgate-redis/benches/versus_rate_limiter_flexible/peer.js "$work/"
