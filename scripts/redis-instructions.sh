@@ -15,9 +15,10 @@
 # then, per algorithm, a charge of 1 against a check on a key counting within its limit;
 # rate-limiter-flexible's RateLimiterRedis (a fixed window, `benches/versus_rate_limiter_flexible/
 # phases.js`; needs node and npm, installed into a temporary directory); a bare `INCR` + `PEXPIRE`
-# per decision (the floor for any counter); and redis-cell's `CL.THROTTLE` (the floor for GCRA, a
-# native module) when CELL_MODULE names its built library. Stops redis-server (by PID) however it
-# exits.
+# per decision (the floor for any counter); a function call doing nothing and one reading and
+# writing a counter (the floor for any limiter written in Lua, one call per decision); and
+# redis-cell's `CL.THROTTLE` (the floor for GCRA, a native module) when CELL_MODULE names its
+# built library. Stops redis-server (by PID) however it exits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -153,6 +154,17 @@ else
 fi
 pipe_row "INCR (floor, no expiry)" "INCR floor-@-%d"
 pipe_row "INCR + PEXPIRE (floor for a counter)" "INCR both-@-%d" "PEXPIRE both-@-%d 3600000"
+# The floor for any limiter written in Lua, one call per decision: calling a function that does
+# nothing, and one that reads a counter and writes it back with its expiry (GET, SET PX).
+redis-cli -p "$port" FUNCTION LOAD REPLACE "#!lua name=instructions_floor
+redis.register_function('floor_nothing', function(keys, args) return 1 end)
+redis.register_function('floor_read_write', function(keys, args)
+  local count = tonumber(redis.call('GET', keys[1]) or '0') + 1
+  redis.call('SET', keys[1], count, 'PX', 3600000)
+  return count
+end)" >/dev/null
+pipe_row "FCALL of a Lua function doing nothing" "FCALL floor_nothing 1 nothing-@-%d"
+pipe_row "FCALL of Lua GET + SET PX (Lua floor)" "FCALL floor_read_write 1 read-write-@-%d"
 if [ -n "${CELL_MODULE:-}" ]; then
     pipe_row "redis-cell CL.THROTTLE (GCRA, native)" "CL.THROTTLE cell-@-%d 2 3 3600 1"
 fi
