@@ -14,12 +14,14 @@
 # keys.) Both limiters get the same limit, a fixed window of 1 000 000 000 per minute per
 # `user` value, so every call is decided and written and every answer is OK; before measuring,
 # a second domain with 1 per minute must answer OK then OVER_LIMIT on both, which shows each
-# reads the descriptor the same way. Rounds alternate the order of the three servers; a round
-# reads each server's (and Redis's) utime + stime from /proc before and after its load.
+# reads the descriptor the same way. A fourth server, `worker`, is tollgate again with
+# TOKIO_WORKER_THREADS=1: tokio's multi-threaded runtime, one worker thread beside the main one,
+# against the one thread tollgate picks on one core. Rounds turn the order of the four servers;
+# a round reads each server's (and Redis's) utime + stime from /proc before and after its load.
 #
 # Prints per cell and server the medians over rounds of requests/s, p99 latency and requests
 # per server CPU-second (and per CPU-second of server + Redis), then the medians of the
-# per-round ratios tollgate / limitador and tollgate / bare tonic. Builds tollgate's release
+# per-round ratios tollgate / limitador, tollgate / bare tonic and tollgate / worker. Builds tollgate's release
 # binary and the two bench binaries first; everything listens on 127.0.0.1 and every process
 # started here is stopped by its PID however the script exits.
 set -euo pipefail
@@ -150,12 +152,15 @@ start_server() {
     port="$(free_port)"
     server_addr="127.0.0.1:$port"
     case "$name" in
-        tollgate)
-            local store_args=()
+        tollgate | worker)
+            local store_args=() threads=()
             [ "$store" = redis ] && store_args=(--store "$redis_url")
+            # `worker`: the same binary on tokio's multi-threaded runtime with one worker thread
+            # beside the main one (what it ran on before it picked one thread on one core).
+            [ "$name" = worker ] && threads=(TOKIO_WORKER_THREADS=1)
             http_port="$(free_port)"
-            tollgate_http="127.0.0.1:$http_port"
-            taskset -c "$SERVER_CORE" "$tollgate_bin" serve --config "$work/tollgate" \
+            [ "$name" = tollgate ] && tollgate_http="127.0.0.1:$http_port"
+            env "${threads[@]}" taskset -c "$SERVER_CORE" "$tollgate_bin" serve --config "$work/tollgate" \
                 --grpc "$server_addr" --http "127.0.0.1:$http_port" "${store_args[@]}" >"$log" 2>&1 &
             ;;
         limitador)
@@ -184,7 +189,7 @@ field() { sed -n "s/.*\\b$1=\\([0-9.]*\\).*/\\1/p" <<<"$2"; }
 results="$work/results"
 : >"$results"
 clk_tck="$(getconf CLK_TCK)"
-servers=(tollgate limitador bare)
+servers=(tollgate worker limitador bare)
 for store in memory redis; do
     [ "$store" = redis ] && start_redis
     declare -A spid saddr
@@ -211,7 +216,8 @@ for store in memory redis; do
         done
         for round in $(seq 1 "$ROUNDS"); do
             # The order turns every round: each server goes first, second and last in turn.
-            order=("${servers[@]:$(((round - 1) % 3))}" "${servers[@]:0:$(((round - 1) % 3))}")
+            turn=$(((round - 1) % ${#servers[@]}))
+            order=("${servers[@]:$turn}" "${servers[@]:0:$turn}")
             for name in "${order[@]}"; do
                 server_addr="${saddr[$name]}"
                 pid="${spid[$name]}"
@@ -269,14 +275,14 @@ print("| cell | server | requests/s | p99 ms | requests per server CPU-second | 
 print("|---|---|---:|---:|---:|---:|")
 for cell in cells:
     rounds = [v for (c, _), v in rows.items() if c == cell]
-    for server in ("tollgate", "limitador", "bare"):
+    for server in ("tollgate", "worker", "limitador", "bare"):
         runs = [r[server] for r in rounds]
         total = f"{med(r['per_total'] for r in runs):,.0f}" if cell.startswith("redis") and server != "bare" else "-"
         print(f"| {cell} | {server} | {med(r['rps'] for r in runs):,.0f} | {med(r['p99'] for r in runs):.2f} "
               f"| {med(r['per_cpu'] for r in runs):,.0f} | {total} |")
 print()
-print("| cell | tollgate / limitador, requests/s | per server CPU-second | per server + Redis CPU-second | tollgate / bare, requests/s | per server CPU-second |")
-print("|---|---:|---:|---:|---:|---:|")
+print("| cell | tollgate / limitador, requests/s | per server CPU-second | per server + Redis CPU-second | tollgate / bare, requests/s | per server CPU-second | tollgate / worker, per server CPU-second |")
+print("|---|---:|---:|---:|---:|---:|---:|")
 for cell in cells:
     rounds = [v for (c, _), v in rows.items() if c == cell]
     def ratio(a, b, what):
@@ -284,5 +290,6 @@ for cell in cells:
         return f"**{med(values):.2f}** ({values[0]:.2f} to {values[-1]:.2f})"
     total = ratio("tollgate", "limitador", "per_total") if cell.startswith("redis") else "-"
     print(f"| {cell} | {ratio('tollgate', 'limitador', 'rps')} | {ratio('tollgate', 'limitador', 'per_cpu')} | {total} "
-          f"| {ratio('tollgate', 'bare', 'rps')} | {ratio('tollgate', 'bare', 'per_cpu')} |")
+          f"| {ratio('tollgate', 'bare', 'rps')} | {ratio('tollgate', 'bare', 'per_cpu')} "
+          f"| {ratio('tollgate', 'worker', 'per_cpu')} |")
 PY

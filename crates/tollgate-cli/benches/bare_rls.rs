@@ -57,11 +57,8 @@ fn main() {
             args[0]
         )
     });
-    // The same multi-threaded runtime as `tollgate serve`: one worker per core it may run on.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    // The same runtime as `tollgate serve`: one thread on one core, else one worker per core.
+    let runtime = tollgate_server::server_runtime().expect("runtime");
     runtime.block_on(async {
         let incoming = TcpIncoming::bind(addr)
             .unwrap_or_else(|err| panic!("cannot listen on {addr}: {err}"))

@@ -610,7 +610,8 @@ fn replay(options: &tollgate_server::replay::ReplayOptions, json: bool) -> ExitC
     }
 }
 
-/// Runs `job` on a multi-threaded runtime; an error is printed with its causes.
+/// Runs `job` on the server's runtime (see [`tollgate_server::server_runtime`]); an error is
+/// printed with its causes.
 fn run(job: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
     run_for(job).err().unwrap_or(ExitCode::SUCCESS)
 }
@@ -618,7 +619,7 @@ fn run(job: impl std::future::Future<Output = anyhow::Result<()>>) -> ExitCode {
 /// [`run`], for a job with an answer to print: the answer, or the exit code once the error is
 /// printed.
 fn run_for<T>(job: impl std::future::Future<Output = anyhow::Result<T>>) -> Result<T, ExitCode> {
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match tollgate_server::server_runtime() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("tollgate: cannot start the runtime: {err}");

@@ -96,5 +96,5 @@ pub use ops::{count, decision_log, metrics};
 pub use runtime::{
     AnyStore, AppState, EnvoySettings, ListenerOptions, ResponseHeaders, Settings, SharedState, StoreOptions,
 };
-pub use serve::{Listeners, ServeOptions, run, serve};
+pub use serve::{Listeners, ServeOptions, run, serve, server_runtime};
 pub use serve_proxy::{ProxyOptions, serve_proxy};

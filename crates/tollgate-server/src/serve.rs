@@ -30,6 +30,33 @@ use crate::runtime::state::keep_access_fresh;
 use crate::runtime::{AnyStore, AppState, Settings, SharedState, StoreOptions};
 use crate::{api, reload};
 
+/// The runtime `tollgate serve` and `tollgate proxy` run on: one thread when the process may
+/// use one core (pinned to it, or a container's CPU limit of one), else tokio's multi-threaded
+/// runtime, one worker per core (or `TOKIO_WORKER_THREADS`, which also keeps it on one core).
+///
+/// On one core, a multi-threaded runtime still drives the future it is given on the calling
+/// thread and the tasks on a worker thread, which hand work to each other through queues and
+/// wake-ups on the one core; one thread does the same work without them, for fewer CPU-seconds
+/// per request (BENCHMARKS.md, "one core"). Its threads for blocking work (file reads) are
+/// named `tollgate-blocking`.
+///
+/// ```
+/// let runtime = tollgate_server::server_runtime().expect("a runtime");
+/// assert_eq!(runtime.block_on(async { 1 + 1 }), 2);
+/// ```
+pub fn server_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let one_core = std::env::var_os("TOKIO_WORKER_THREADS").is_none()
+        && std::thread::available_parallelism().is_ok_and(|cores| cores.get() == 1);
+    if one_core {
+        tokio::runtime::Builder::new_current_thread()
+            .thread_name("tollgate-blocking")
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Runtime::new()
+    }
+}
+
 /// What `tollgate serve` was asked to do.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {

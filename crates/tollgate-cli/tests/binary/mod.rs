@@ -24,15 +24,24 @@ pub struct Server {
     pub grpc: String,
 }
 
+/// The path of the `tollgate` binary under test.
+pub const TOLLGATE: &str = env!("CARGO_BIN_EXE_tollgate");
+
 fn tollgate() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tollgate"))
+    Command::new(TOLLGATE)
 }
 
 impl Server {
     /// `tollgate serve` with `args` added, once it listens.
     pub fn start(args: &[&str]) -> Self {
+        Self::start_command(&mut tollgate(), args)
+    }
+
+    /// `tollgate serve` with `args` added, run by `command` (the binary itself, or a program
+    /// that executes it, such as `taskset`), once it listens.
+    pub fn start_command(command: &mut Command, args: &[&str]) -> Self {
         let mut child = ChildProcess::start(
-            tollgate()
+            command
                 .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
                 .args(args),
         );
@@ -64,6 +73,11 @@ impl Server {
     /// Sends a signal (`HUP`, `TERM`) to this child, by its PID.
     pub fn signal(&self, name: &str) {
         self.child.signal(name);
+    }
+
+    /// The process ID of the child.
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
     }
 
     /// Waits for the child to exit.
