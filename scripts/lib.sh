@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Helpers the benchmark scripts share; sourced after they `cd` to the repo root.
 
 # A loopback port nothing listens on (tried by connecting, at most 200 times).
@@ -12,4 +13,44 @@ free_port() {
     done
     echo "${0##*/}: no free port" >&2
     return 1
+}
+
+# Waits (at most 20 s) until something listens on loopback port $1; fails showing log $2
+# otherwise.
+wait_port() {
+    local port="$1" log="$2"
+    for _ in $(seq 1 200); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "${0##*/}: nothing listens on $port; the log says:" >&2
+    cat "$log" >&2
+    return 1
+}
+
+# Builds bench target $2 of package $1 (release, not run) and prints its executable's path, as
+# cargo names it (so CARGO_TARGET_DIR is honoured).
+bench_executable() {
+    local path
+    path=$(cargo bench -q -p "$1" --bench "$2" --no-run --message-format=json | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
+        print(m["executable"])
+' "$2")
+    [ -x "$path" ] || { echo "${0##*/}: bench $2 of $1 was not built" >&2; return 1; }
+    echo "$path"
+}
+
+# One limit of limitador's limits file (a YAML list): namespace $1 (the Envoy domain), $2 per $3
+# seconds for each value of descriptor key $4 in the request's first descriptor.
+limitador_limit() {
+    cat <<YAML
+- namespace: $1
+  max_value: $2
+  seconds: $3
+  conditions: []
+  variables: ["descriptors[0].$4"]
+YAML
 }

@@ -28,10 +28,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 LIMITADOR_BIN="${1:-}"
-[ -n "$LIMITADOR_BIN" ] && [ -x "$LIMITADOR_BIN" ] || {
+if [ -z "$LIMITADOR_BIN" ] || [ ! -x "$LIMITADOR_BIN" ]; then
     echo "usage: versus-limitador.sh LIMITADOR_BIN (an executable limitador-server)" >&2
     exit 2
-}
+fi
 ROUNDS="${ROUNDS:-3}"
 REQUESTS="${REQUESTS:-100000}"
 CONNECTIONS="${CONNECTIONS:-2}"
@@ -59,18 +59,6 @@ trap 'exit 130' INT TERM
 
 . scripts/lib.sh
 
-# Waits (at most 20 s) until something listens on the port; fails naming the log otherwise.
-wait_port() {
-    local port="$1" log="$2"
-    for _ in $(seq 1 200); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
-        sleep 0.1
-    done
-    echo "versus-limitador: nothing listens on $port; the log says:" >&2
-    cat "$log" >&2
-    exit 1
-}
-
 # Stops one process started here and forgets it, so its PID is never signalled again.
 stop() {
     kill -TERM "$1" 2>/dev/null || true
@@ -88,17 +76,8 @@ ticks() {
 
 echo "building tollgate (release) and the bench binaries" >&2
 cargo build --release -q -p tollgate-cli
-bench_bins="$(cargo bench -q -p tollgate-cli --bench rls_load --bench bare_rls --no-run \
-    --message-format=json 2>/dev/null | python3 -c '
-import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] in ("rls_load", "bare_rls"):
-        print(m["target"]["name"], m["executable"])
-')"
-rls_load="$(awk '$1 == "rls_load" { print $2 }' <<<"$bench_bins")"
-bare_rls="$(awk '$1 == "bare_rls" { print $2 }' <<<"$bench_bins")"
-[ -x "$rls_load" ] && [ -x "$bare_rls" ] || { echo "versus-limitador: bench binaries not built" >&2; exit 1; }
+rls_load="$(bench_executable tollgate-cli rls_load)"
+bare_rls="$(bench_executable tollgate-cli bare_rls)"
 tollgate_bin="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/release/tollgate"
 
 # The same limits in both dialects: `bench`, 1 000 000 000 per minute per user (every call
@@ -116,18 +95,10 @@ descriptors:
   - key: user
     rate_limit: {unit: minute, requests_per_unit: 1}
 YAML
-cat >"$work/limitador.yaml" <<'YAML'
-- namespace: bench
-  max_value: 1000000000
-  seconds: 60
-  conditions: []
-  variables: ["descriptors[0].user"]
-- namespace: strict
-  max_value: 1
-  seconds: 60
-  conditions: []
-  variables: ["descriptors[0].user"]
-YAML
+{
+    limitador_limit bench 1000000000 60 user
+    limitador_limit strict 1 60 user
+} >"$work/limitador.yaml"
 
 redis_pid=""
 redis_url=""

@@ -1,11 +1,15 @@
 //! A load generator for any Envoy rate limit service: `ShouldRateLimit` calls over a few HTTP/2
 //! connections with many concurrent streams each, as Envoy sends them, spread over a number of
 //! descriptor values. `scripts/versus-limitador.sh` drives tollgate, Kuadrant's limitador and a
-//! bare tonic server (`bare_rls`) with it, so all three are measured by the same client.
+//! bare tonic server (`bare_rls`) with it, so all three are measured by the same client;
+//! `scripts/redis-instructions.sh` sends limitador one call per value with it, to count what its
+//! Redis storage costs Redis per decision.
 //!
 //! h2load, the C generator `scripts/h2load-check-vs-grpc.sh` uses, repeats one request body,
 //! so it can only ever ask about one key; this generator asks about `KEYS` values
-//! (`user-0` … ), each call the next value of its stream, the streams starting apart.
+//! (`user-0` … ), each call the next value of its stream, the streams starting apart. With
+//! `REQUESTS` = `KEYS`, a multiple of `CONNECTIONS` × `STREAMS`, every value is asked about
+//! exactly once.
 //!
 //! ```text
 //! rls_load ADDR REQUESTS CONNECTIONS STREAMS KEYS [DOMAIN] [DESCRIPTOR_KEY]
