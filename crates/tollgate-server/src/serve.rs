@@ -36,9 +36,9 @@ use crate::{api, reload};
 ///
 /// On one core, a multi-threaded runtime still drives the future it is given on the calling
 /// thread and the tasks on a worker thread, which hand work to each other through queues and
-/// wake-ups on the one core; one thread does the same work without them, for fewer CPU-seconds
-/// per request (BENCHMARKS.md, "one core"). Its threads for blocking work (file reads) are
-/// named `tollgate-blocking`.
+/// wake-ups on the one core; one thread does the same work without them (BENCHMARKS.md, "one
+/// core", measures the two). Its threads for blocking work (file reads) are named
+/// `tollgate-blocking`.
 ///
 /// ```
 /// let runtime = tollgate_server::server_runtime().expect("a runtime");
