@@ -65,7 +65,9 @@ count() {
     callgrind_control -d "$pid" >/dev/null 2>&1
     dump=$(ls -t "$work/$label".out.* | head -1)
     total=$(awk '/^(totals|summary):/ { print $2; exit }' "$dump")
-    stop "$pid"
+    kill -TERM "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    pids=()
     echo $((total / REQUESTS))
 }
 
