@@ -213,7 +213,12 @@ mod tests {
 
     #[test]
     fn a_signal_reaches_the_child() {
-        let mut child = sh("trap 'echo got hup; exit 7' HUP; echo ready; while :; do sleep 0.05; done");
+        // The shell waits in the `wait` builtin, which a trapped signal interrupts at once
+        // (POSIX), rather than for a foreground command, after which the trap would run.
+        let mut child = sh(
+            "trap 'kill $nap 2>/dev/null; echo got hup; exit 7' HUP; echo ready; \
+             while :; do sleep 1 & nap=$!; wait $nap; done",
+        );
         child.wait_for("ready");
         child.signal("HUP");
         child.wait_for("got hup");
