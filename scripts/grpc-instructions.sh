@@ -21,23 +21,11 @@ for tool in valgrind callgrind_control taskset python3 cargo; do
     command -v "$tool" >/dev/null || { echo "grpc-instructions: $tool not found" >&2; exit 1; }
 done
 
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
 . scripts/lib.sh
+scratch
 
 echo "building tollgate (release) and the bench binaries" >&2
-cargo build --release -q -p tollgate-cli
-tollgate_bin="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/release/tollgate"
+tollgate_bin="$(tollgate_release_binary)"
 rls_load="$(bench_executable tollgate-cli rls_load)"
 bare_rls="$(bench_executable tollgate-cli bare_rls)"
 
@@ -65,9 +53,7 @@ count() {
     callgrind_control -d "$pid" >/dev/null 2>&1
     dump=$(ls -t "$work/$label".out.* | head -1)
     total=$(awk '/^(totals|summary):/ { print $2; exit }' "$dump")
-    kill -TERM "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    pids=()
+    stop "$pid"
     echo $((total / REQUESTS))
 }
 

@@ -54,3 +54,36 @@ limitador_limit() {
   variables: ["descriptors[0].$4"]
 YAML
 }
+
+# A scratch directory ($work) and the PIDs of the processes a script starts ($pids): on exit,
+# however it comes, each one still listed is stopped and reaped by its PID and the directory
+# removed.
+scratch() {
+    work="$(mktemp -d)"
+    pids=()
+    trap scratch_cleanup EXIT
+    trap 'exit 130' INT TERM
+}
+scratch_cleanup() {
+    local pid
+    for pid in "${pids[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$work"
+}
+
+# Stops one process listed in $pids and forgets it, so its PID is never signalled again.
+stop() {
+    kill -TERM "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+    local left=() pid
+    for pid in "${pids[@]}"; do [ "$pid" = "$1" ] || left+=("$pid"); done
+    pids=("${left[@]}")
+}
+
+# Builds the release `tollgate` binary and prints its path (in CARGO_TARGET_DIR when set).
+tollgate_release_binary() {
+    cargo build --release -q -p tollgate-cli
+    echo "$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/release/tollgate"
+}

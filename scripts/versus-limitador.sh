@@ -45,28 +45,8 @@ for tool in taskset redis-server redis-cli python3 cargo curl; do
     command -v "$tool" >/dev/null || { echo "versus-limitador: $tool not found" >&2; exit 1; }
 done
 
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-        wait "$pid" 2>/dev/null || true
-    done
-    rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
 . scripts/lib.sh
-
-# Stops one process started here and forgets it, so its PID is never signalled again.
-stop() {
-    kill -TERM "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
-    local left=() pid
-    for pid in "${pids[@]}"; do [ "$pid" = "$1" ] || left+=("$pid"); done
-    pids=("${left[@]}")
-}
+scratch
 
 # utime + stime of a process, in clock ticks (fields 14 and 15; the name in field 2 may hold
 # spaces, so count from its closing parenthesis).
@@ -75,10 +55,9 @@ ticks() {
 }
 
 echo "building tollgate (release) and the bench binaries" >&2
-cargo build --release -q -p tollgate-cli
+tollgate_bin="$(tollgate_release_binary)"
 rls_load="$(bench_executable tollgate-cli rls_load)"
 bare_rls="$(bench_executable tollgate-cli bare_rls)"
-tollgate_bin="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/release/tollgate"
 
 # The same limits in both dialects: `bench`, 1 000 000 000 per minute per user (every call
 # admitted and counted), and `strict`, 1 per minute per user (the equivalence check).
