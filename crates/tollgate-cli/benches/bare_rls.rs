@@ -10,6 +10,9 @@
 //!
 //! serves on `ADDR` (such as `127.0.0.1:8081`) until killed, after printing
 //! `bare rls listening on ADDR`.
+//!
+//! It allocates with mimalloc, as the `tollgate` binary does, so the ceiling is the same stack
+//! on the same allocator.
 
 use std::net::SocketAddr;
 
@@ -18,6 +21,9 @@ use tollgate_server::grpc::proto::rate_limit_service_server::{RateLimitService, 
 use tollgate_server::grpc::proto::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 struct Bare;
 
