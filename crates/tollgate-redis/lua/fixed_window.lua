@@ -56,13 +56,14 @@ ALGORITHMS.fixed_window = function()
     local allowed, remaining, reset_after, retry_after = answer(rule, start, count, now, cost)
     if allowed and commit then
       if continued then
-        redis.call('HSET', rule.state, 'c', count + cost)
+        redis.call('HSET', rule.state, 'c', num(count + cost))
       elseif rule.stamped then
-        redis.call('HSET', rule.state, 'a', rule.stamp, 'v', rule.overridden and '1' or '0', 's', start, 'c', count + cost)
+        redis.call('HSET', rule.state, 'a', rule.stamp, 'v', rule.overridden and '1' or '0', 's', num(start), 'c',
+          num(count + cost))
       else
         -- A new state: it also records the version that wrote it (see save).
-        redis.call('HSET', rule.state, 'a', rule.stamp, 'g', rule.version, 'v', rule.overridden and '1' or '0', 's', start,
-          'c', count + cost)
+        redis.call('HSET', rule.state, 'a', rule.stamp, 'g', rule.version, 'v', rule.overridden and '1' or '0', 's',
+          num(start), 'c', num(count + cost))
       end
     end
     return allowed, remaining, reset_after, retry_after, continued
@@ -109,7 +110,7 @@ ALGORITHMS.fixed_window = function()
       count = MAX_COUNT
     end
     if continued then
-      redis.call('HSET', rule.state, 'c', count)
+      redis.call('HSET', rule.state, 'c', num(count))
     else
       save(rule, 's', start, 'c', count)
     end

@@ -58,6 +58,7 @@ local function expire(rule, reset_after, keep_for, same_expiry)
   end
   local ttl_ms = idiv(longest + 999, 1000)
   if ttl_ms > 0 then
+    ttl_ms = num(ttl_ms)
     redis.call('PEXPIRE', rule.state, ttl_ms)
     if rule.log then
       redis.call('PEXPIRE', rule.log, ttl_ms)
