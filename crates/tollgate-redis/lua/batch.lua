@@ -10,8 +10,12 @@
 -- ARGV[1]  the number of requests, M (at least 1)
 -- ARGV[2]  the number of distinct rule records, R (at least 1); then those R records (see
 --          prelude.lua), the same record written once however many requests use it
--- then     M requests one after the other, each: now ("" for Redis TIME), the number of rules
---          N, the mode (as decide.lua's ARGV[1..3]), then N record numbers (1 to R), in order
+-- then     the M requests in order, in runs of requests that share their head: each run is
+--          how many requests it holds (at least 1), then their head: now ("" for Redis TIME),
+--          the number of rules N, the mode (as decide.lua's ARGV[1..3]), then N record numbers
+--          (1 to R), in order. Under load most requests of a call share one head (one policy,
+--          Redis time, commit), so the call carries it once rather than once per request: Redis
+--          turns every argument into a Lua string before the script runs.
 -- Returns  M answers in order, in one flat array: each the integers decide.lua would reply for
 --          that request alone, or for a request that failed, its error as one string, code
 --          first (the caller knows how many integers each request has); last, what the slot's
@@ -31,23 +35,35 @@ end
 -- Each request's rules, now and mode, by its number.
 local rules_of, now_of, mode_of = {}, {}, {}
 local writes = false
-local a, k = 3 + record_count * RULE_FIELDS, 1
-for i = 1, count do
-  local rule_count = ARGV[a + 1] == '1' and 1 or tonumber(ARGV[a + 1])
+local a, k, i = 3 + record_count * RULE_FIELDS, 1, 0
+while i < count do
+  local run = ARGV[a] == '1' and 1 or tonumber(ARGV[a])
+  if not run or run < 1 or run > count - i then
+    error('TOLLGATE_BAD_CALL a run of ' .. tostring(ARGV[a]) .. ' requests after ' .. i .. ' of ' .. count)
+  end
+  local now, mode = ARGV[a + 1], ARGV[a + 3]
+  local rule_count = ARGV[a + 2] == '1' and 1 or tonumber(ARGV[a + 2])
   if not rule_count or rule_count < 1 then
-    error('TOLLGATE_BAD_CALL request ' .. i .. ' has ' .. tostring(ARGV[a + 1]) .. ' rules')
+    error('TOLLGATE_BAD_CALL request ' .. (i + 1) .. ' has ' .. tostring(ARGV[a + 2]) .. ' rules')
   end
-  local rules = {false} -- made with room for one rule, the common case, so it need not grow
+  local head = {}
   for r = 1, rule_count do
-    local record = records[ARGV[a + 2 + r]]
+    local record = records[ARGV[a + 3 + r]]
     if not record then
-      error('TOLLGATE_BAD_CALL request ' .. i .. ' names record ' .. tostring(ARGV[a + 2 + r]))
+      error('TOLLGATE_BAD_CALL request ' .. (i + 1) .. ' names record ' .. tostring(ARGV[a + 3 + r]))
     end
-    rules[r], k = rule_of(record, k)
+    head[r] = record
   end
-  rules_of[i], now_of[i], mode_of[i] = rules, ARGV[a], ARGV[a + 2]
-  writes = writes or ARGV[a + 2] ~= 'peek'
-  a = a + 3 + rule_count
+  writes = writes or mode ~= 'peek'
+  for _ = 1, run do
+    i = i + 1
+    local rules = {false} -- made with room for one rule, the common case, so it need not grow
+    for r = 1, rule_count do
+      rules[r], k = rule_of(head[r], k)
+    end
+    rules_of[i], now_of[i], mode_of[i] = rules, now, mode
+  end
+  a = a + 4 + rule_count
 end
 if a ~= #ARGV + 1 or k ~= #KEYS then
   error('TOLLGATE_BAD_CALL ' .. #ARGV .. ' arguments and ' .. #KEYS .. ' keys for ' .. count .. ' requests')
