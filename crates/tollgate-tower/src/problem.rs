@@ -27,7 +27,7 @@ use axum::http::header::{CONTENT_TYPE, RETRY_AFTER};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use serde_json::{Map, Value, json};
 use tollgate::headers::millis_up;
-use tollgate::{Decision, Policy, headers};
+use tollgate::{Decision, Policy, Verdict, headers};
 
 use crate::KeyedPolicy;
 
@@ -220,30 +220,56 @@ pub(crate) struct RateLimitHeaders {
 }
 
 impl RateLimitHeaders {
-    /// The two fields for `decided` (one entry each, in order); `None` when there is none.
-    pub(crate) fn new<'a>(decided: impl IntoIterator<Item = (&'a KeyedPolicy, Decision)>) -> Option<Self> {
-        let mut decided = decided.into_iter();
-        let (first, decision) = decided.next()?;
-        // Sized exactly: a `Vec` with spare capacity would cost `Bytes` a second allocation.
-        let mut limits = Vec::new();
-        first.headers.push_limit(&mut limits, &decision);
-        let Some((second, decision)) = decided.next() else {
-            // One rule, the common case: its policy field is ready made.
-            let policy = match &first.headers.policy_value {
-                Some(value) => value.clone(),
-                None => HeaderValue::try_from(first.headers.policy.as_str()).ok()?,
-            };
-            return Some(RateLimitHeaders {
-                policy,
-                limit: HeaderValue::try_from(limits).ok()?,
-            });
+    /// The two fields for the rules of a request (`applied[i]` bound as `bound[i]`) that
+    /// [`headers::reported`] picks, the rule the server's HTTP API follows too: one entry each,
+    /// in rule order. `None` when there is none.
+    pub(crate) fn new(
+        applied: &[&KeyedPolicy],
+        bound: &[tollgate::Rule<'_>],
+        verdict: &Verdict,
+    ) -> Option<Self> {
+        let mut reported = headers::reported(bound, verdict);
+        let first = reported.next()?;
+        let decisions = verdict.rules();
+        match reported.next() {
+            None => Self::one(&applied[first].headers, &decisions[first].decision),
+            Some(second) => Self::many(
+                [first, second]
+                    .into_iter()
+                    .chain(reported)
+                    .map(|i| (&applied[i].headers, &decisions[i].decision)),
+            ),
+        }
+    }
+
+    /// The fields of a response that reports one rule, the common case: its policy field is
+    /// ready made.
+    fn one(rule: &PolicyHeaders, decision: &Decision) -> Option<Self> {
+        let policy = match &rule.policy_value {
+            Some(value) => value.clone(),
+            None => HeaderValue::try_from(rule.policy.as_str()).ok()?,
         };
-        let mut policies = first.headers.policy.clone();
-        for (rule, decision) in std::iter::once((second, decision)).chain(decided) {
+        // Sized exactly: a `Vec` with spare capacity would cost `Bytes` a second allocation.
+        let mut limit = Vec::new();
+        rule.push_limit(&mut limit, decision);
+        Some(RateLimitHeaders {
+            policy,
+            limit: HeaderValue::try_from(limit).ok()?,
+        })
+    }
+
+    /// The fields of a response that reports several rules, out of the one-rule road.
+    #[inline(never)]
+    fn many<'a>(mut decided: impl Iterator<Item = (&'a PolicyHeaders, &'a Decision)>) -> Option<Self> {
+        let (first, decision) = decided.next()?;
+        let mut policies = first.policy.clone();
+        let mut limits = Vec::new();
+        first.push_limit(&mut limits, decision);
+        for (rule, decision) in decided {
             policies.push_str(", ");
-            policies.push_str(&rule.headers.policy);
+            policies.push_str(&rule.policy);
             limits.extend_from_slice(b", ");
-            rule.headers.push_limit(&mut limits, &decision);
+            rule.push_limit(&mut limits, decision);
         }
         // The core's renderings are printable ASCII, always valid header values.
         Some(RateLimitHeaders {

@@ -235,6 +235,13 @@ impl ClientIp {
         if !self.is_trusted(peer) {
             return Some(peer);
         }
+        Some(self.behind_proxies(peer, parts))
+    }
+
+    /// The client behind `peer`, a trusted proxy: the walk the module docs describe. Out of
+    /// line, off the road of a peer that is the client.
+    #[inline(never)]
+    fn behind_proxies(&self, peer: IpAddr, parts: &Parts) -> IpAddr {
         let hops = match self.header {
             ProxyHeader::XForwardedFor => forwarded::x_forwarded_for(&parts.headers),
             ProxyHeader::Forwarded => forwarded::forwarded(&parts.headers),
@@ -249,7 +256,7 @@ impl ClientIp {
                 break;
             }
         }
-        Some(client)
+        client
     }
 
     /// The key text for the client: the address, or its prefix block (`2001:db8:1:2::/64`) when
@@ -275,22 +282,29 @@ impl ClientIp {
     /// [`key`](Self::key)'s text, written into a buffer on the stack.
     pub(crate) fn inline_key(&self, parts: &Parts) -> Option<InlineKey> {
         let client = self.client(parts)?;
-        let len = match client {
-            IpAddr::V4(_) => self.ipv4_prefix,
-            IpAddr::V6(_) => self.ipv6_prefix,
-        };
-        let full = if client.is_ipv4() { 32 } else { 128 };
         let mut key = InlineKey::default();
         match client {
-            IpAddr::V4(v4) if len == full => key.push_ipv4(v4.octets()),
-            _ if len == full => key.push_display(&client),
-            _ => {
-                key.push_display(&masked(client, len));
-                key.push(b"/");
-                key.push(itoa::Buffer::new().format(len).as_bytes());
-            }
+            IpAddr::V4(v4) if self.ipv4_prefix == 32 => key.push_ipv4(v4.octets()),
+            _ => self.push_other(&mut key, client),
         }
         Some(key)
+    }
+
+    /// [`inline_key`](Self::inline_key) of an IPv6 address or a grouped one, written by the
+    /// formatter: out of line, so a whole IPv4 address, written from a table, stays short.
+    #[inline(never)]
+    fn push_other(&self, key: &mut InlineKey, client: IpAddr) {
+        let (len, full) = match client {
+            IpAddr::V4(_) => (self.ipv4_prefix, 32),
+            IpAddr::V6(_) => (self.ipv6_prefix, 128),
+        };
+        if len == full {
+            key.push_display(&client);
+        } else {
+            key.push_display(&masked(client, len));
+            key.push(b"/");
+            key.push(itoa::Buffer::new().format(len).as_bytes());
+        }
     }
 
     fn is_trusted(&self, ip: IpAddr) -> bool {

@@ -172,20 +172,7 @@ impl KeyExtractor {
         let key = match &self.kind {
             Kind::Ip(ip) => ip.inline_key(parts).map(Key::Inline),
             Kind::Header(name) => parts.headers.get(name).map(|v| Key::Borrowed(v.as_bytes())),
-            Kind::RouteAndIp(ip) => ip.inline_key(parts).map(|client| {
-                let route = match parts.extensions.get::<MatchedPath>() {
-                    Some(matched) => matched.as_str(),
-                    None => parts.uri.path(),
-                };
-                let method = parts.method.as_str();
-                let mut key = Vec::with_capacity(method.len() + route.len() + client.as_bytes().len() + 2);
-                key.extend_from_slice(method.as_bytes());
-                key.push(b' ');
-                key.extend_from_slice(route.as_bytes());
-                key.push(b' ');
-                key.extend_from_slice(client.as_bytes());
-                Key::Owned(key)
-            }),
+            Kind::RouteAndIp(ip) => ip.inline_key(parts).map(|client| route_and_ip(parts, &client)),
             Kind::Custom(f) => f(parts).map(Key::Owned),
         };
         key.filter(|k| !k.as_bytes().is_empty())
@@ -213,6 +200,23 @@ impl KeyExtractor {
             Kind::Custom(_) => "a custom key".to_owned(),
         }
     }
+}
+
+/// The key of [`KeyExtractor::route_and_ip`]: method, route and `client`, joined by spaces.
+#[inline(never)]
+fn route_and_ip(parts: &Parts, client: &InlineKey) -> Key<'static> {
+    let route = match parts.extensions.get::<MatchedPath>() {
+        Some(matched) => matched.as_str(),
+        None => parts.uri.path(),
+    };
+    let method = parts.method.as_str();
+    let mut key = Vec::with_capacity(method.len() + route.len() + client.as_bytes().len() + 2);
+    key.extend_from_slice(method.as_bytes());
+    key.push(b' ');
+    key.extend_from_slice(route.as_bytes());
+    key.push(b' ');
+    key.extend_from_slice(client.as_bytes());
+    Key::Owned(key)
 }
 
 /// One request's key for one rule, borrowed, inline or owned.

@@ -101,7 +101,7 @@ where
                 headers,
                 refund,
             } => {
-                let response = match future.poll(cx) {
+                let mut response = match future.poll(cx) {
                     Poll::Ready(Ok(response)) => response,
                     Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
                     Poll::Pending => return Poll::Pending,
@@ -112,11 +112,10 @@ where
                 {
                     limiter.refund_now(&spent);
                 }
-                let (mut head, body) = response.into_parts();
                 if let Some(headers) = headers.take() {
-                    headers.append_to(&mut head.headers);
+                    headers.append_to(response.headers_mut());
                 }
-                Poll::Ready(Ok(Response::from_parts(head, Body::new(body))))
+                Poll::Ready(Ok(response.map(Body::new)))
             }
             KindProj::Answer { response } => match response.take() {
                 Some(response) => Poll::Ready(Ok(response)),

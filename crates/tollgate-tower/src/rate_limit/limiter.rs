@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::http::Response;
 use axum::http::request::Parts;
 use tollgate::bounds::MAX_KEY_LEN;
-use tollgate::{Decision, Error, Outcome, Policy, Verdict, headers};
+use tollgate::{Decision, Error, Outcome, Policy, Verdict};
 
 use crate::engine::SharedEngine;
 use crate::key::Key;
@@ -56,8 +56,11 @@ enum Keyed<'l, 'p> {
     /// The common case, one rule: nothing collected into vectors.
     One(&'l KeyedPolicy, Key<'p>),
     Many(Vec<(&'l KeyedPolicy, Key<'p>)>),
-    /// Answered before the engine is asked: a missing or oversized key, or no rule applies.
-    Done(Action),
+    /// No rule applies: every key missing, every rule skipped.
+    Unlimited,
+    /// Answered before the engine is asked: a missing or oversized key. Boxed, so that the
+    /// common case is not moved around at the size of a response.
+    Answer(Box<Response<Body>>),
 }
 
 impl Limiter {
@@ -70,22 +73,28 @@ impl Limiter {
     /// once](Self::decides_at_once); see the module docs for the order of work.
     pub(crate) fn decide_now(&self, parts: &Parts) -> Action {
         match self.keyed(parts) {
-            Keyed::Done(action) => action,
+            Keyed::Unlimited => self.unlimited(),
+            Keyed::Answer(response) => Action::Answer(*response),
             Keyed::One(rule, key) => {
                 let bound = [rule.bind(key.as_bytes())];
                 self.act(&[rule], &bound, self.engine.check_all_now(&bound))
             }
-            Keyed::Many(keyed) => {
-                let (applied, bound) = bind(&keyed);
-                self.act(&applied, &bound, self.engine.check_all_now(&bound))
-            }
+            Keyed::Many(keyed) => self.decide_many_now(&keyed),
         }
+    }
+
+    /// [`decide_now`](Self::decide_now) for several rules, kept out of the one-rule road.
+    #[inline(never)]
+    fn decide_many_now(&self, keyed: &[(&KeyedPolicy, Key<'_>)]) -> Action {
+        let (applied, bound) = bind(keyed);
+        self.act(&applied, &bound, self.engine.check_all_now(&bound))
     }
 
     /// Decides `parts`; see the module docs for the order of work.
     pub(crate) async fn decide(&self, parts: &Parts) -> Action {
         match self.keyed(parts) {
-            Keyed::Done(action) => action,
+            Keyed::Unlimited => self.unlimited(),
+            Keyed::Answer(response) => Action::Answer(*response),
             Keyed::One(rule, key) => {
                 let bound = [rule.bind(key.as_bytes())];
                 let verdict = self.engine.check_all(&bound).await;
@@ -104,21 +113,27 @@ impl Limiter {
     fn keyed<'l, 'p>(&'l self, parts: &'p Parts) -> Keyed<'l, 'p> {
         if let [rule] = self.policies.as_slice() {
             return match self.key(rule, parts) {
-                Err(response) => Keyed::Done(Action::Answer(*response)),
-                Ok(None) => Keyed::Done(self.unlimited()),
+                Err(response) => Keyed::Answer(response),
+                Ok(None) => Keyed::Unlimited,
                 Ok(Some(key)) => Keyed::One(rule, key),
             };
         }
+        self.keyed_many(parts)
+    }
+
+    /// [`keyed`](Self::keyed) for several rules, kept out of the one-rule road.
+    #[inline(never)]
+    fn keyed_many<'l, 'p>(&'l self, parts: &'p Parts) -> Keyed<'l, 'p> {
         let mut keyed = Vec::with_capacity(self.policies.len());
         for rule in &self.policies {
             match self.key(rule, parts) {
-                Err(response) => return Keyed::Done(Action::Answer(*response)),
+                Err(response) => return Keyed::Answer(response),
                 Ok(None) => {}
                 Ok(Some(key)) => keyed.push((rule, key)),
             }
         }
         if keyed.is_empty() {
-            return Keyed::Done(self.unlimited());
+            return Keyed::Unlimited;
         }
         Keyed::Many(keyed)
     }
@@ -130,7 +145,10 @@ impl Limiter {
     }
 
     /// Gives back what a request spent, now, for a store that [decides at
-    /// once](Self::decides_at_once).
+    /// once](Self::decides_at_once). Out of line: only a 5xx with
+    /// [`refund_on_server_error`](crate::RateLimitLayerBuilder::refund_on_server_error) gets here.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn refund_now(&self, spent: &Spent) {
         for (policy, key, cost) in &spent.0 {
             self.refunded(policy, self.engine.refund_now(policy, key, *cost));
@@ -164,45 +182,56 @@ impl Limiter {
 
     /// `rule`'s key in `parts`: `None` to skip the rule, the 400 for a missing or oversized
     /// key, or the 500 when the rule needs the peer address and the app was served without it.
+    /// Only a usable key is handled here; the rest is out of line, off the road of a request
+    /// that passes.
     fn key<'p>(&self, rule: &KeyedPolicy, parts: &'p Parts) -> Result<Option<Key<'p>>, Box<Response<Body>>> {
         match rule.key.key(parts) {
-            Some(key) if key.as_bytes().len() > MAX_KEY_LEN => {
+            Some(key) if key.as_bytes().len() <= MAX_KEY_LEN => Ok(Some(key)),
+            Some(key) => Err(self.key_too_long(rule, key.as_bytes().len())),
+            None => self.no_key(rule, parts),
+        }
+    }
+
+    /// The 400 for a key of `len` bytes, past the store's bound.
+    #[cold]
+    #[inline(never)]
+    fn key_too_long(&self, rule: &KeyedPolicy, len: usize) -> Box<Response<Body>> {
+        self.stats.bump(Counter::RejectedKey);
+        let what = rule.key.describe();
+        Box::new(self.problems.key_too_long(&rule.policy, &what, len))
+    }
+
+    /// A request without `rule`'s key: skip the rule, or the 400, or the 500 when the rule needs
+    /// the peer address and the app was served without it.
+    #[inline(never)]
+    fn no_key<'p>(&self, rule: &KeyedPolicy, parts: &Parts) -> Result<Option<Key<'p>>, Box<Response<Body>>> {
+        if rule.key.needs_peer() && ClientIp::peer_addr(parts).is_none() {
+            self.stats.bump(Counter::NoPeerAddress);
+            let what = rule.key.describe();
+            if !self.told_no_peer.swap(true, Ordering::Relaxed) {
+                tracing::error!(
+                    policy = rule.policy.name(),
+                    key = %what,
+                    fix = "serve the app with `into_make_service_with_connect_info::<SocketAddr>()`",
+                    "rate limit keys on the peer address and the request has none; every such \
+                     request is answered 500 (logged once per layer)",
+                );
+            }
+            return Err(Box::new(self.problems.no_peer_address(&rule.policy, &what)));
+        }
+        match rule.on_missing_key {
+            MissingKey::Skip => Ok(None),
+            MissingKey::Reject => {
                 self.stats.bump(Counter::RejectedKey);
                 let what = rule.key.describe();
-                Err(Box::new(self.problems.key_too_long(
-                    &rule.policy,
-                    &what,
-                    key.as_bytes().len(),
-                )))
+                Err(Box::new(self.problems.missing_key(&rule.policy, &what)))
             }
-            Some(key) => Ok(Some(key)),
-            None if rule.key.needs_peer() && ClientIp::peer_addr(parts).is_none() => {
-                self.stats.bump(Counter::NoPeerAddress);
-                let what = rule.key.describe();
-                if !self.told_no_peer.swap(true, Ordering::Relaxed) {
-                    tracing::error!(
-                        policy = rule.policy.name(),
-                        key = %what,
-                        fix = "serve the app with `into_make_service_with_connect_info::<SocketAddr>()`",
-                        "rate limit keys on the peer address and the request has none; every such \
-                         request is answered 500 (logged once per layer)",
-                    );
-                }
-                Err(Box::new(self.problems.no_peer_address(&rule.policy, &what)))
-            }
-            None => match rule.on_missing_key {
-                MissingKey::Skip => Ok(None),
-                MissingKey::Reject => {
-                    self.stats.bump(Counter::RejectedKey);
-                    let what = rule.key.describe();
-                    Err(Box::new(self.problems.missing_key(&rule.policy, &what)))
-                }
-            },
         }
     }
 
     /// The engine's answer for the rules that apply (`applied[i]` is bound as `bound[i]`; never
-    /// empty), as an action.
+    /// empty), as an action. A request that passes is handled here; every other answer, and
+    /// what it logs, is built out of line, so the road of an admitted request stays short.
     fn act(
         &self,
         applied: &[&KeyedPolicy],
@@ -211,13 +240,7 @@ impl Limiter {
     ) -> Action {
         let verdict = match decided {
             Ok(verdict) => verdict,
-            Err(err) => {
-                // Not reached: keys are non-empty and bounded, and costs checked, before the
-                // engine sees them. Refuse rather than let an undecided request through.
-                self.stats.bump(Counter::FailedClosed);
-                tracing::error!(error = %err, "rate limit engine refused the request's rules");
-                return Action::Answer(self.problems.store_unavailable(&applied[0].policy, None));
-            }
+            Err(err) => return self.refused(applied, &err),
         };
         self.count(bound, &verdict);
         if let Some(hook) = &self.on_verdict {
@@ -226,11 +249,49 @@ impl Limiter {
         match verdict.outcome() {
             Outcome::Allowed | Outcome::ShadowDenied | Outcome::Degraded => {
                 self.stats.bump(Counter::Allowed);
-                let spent = self
-                    .refund_on_server_error
-                    .then(|| spent(bound, &verdict))
-                    .filter(|spent| !spent.0.is_empty());
-                Action::Pass(RateLimitHeaders::new(reported(applied, bound, &verdict)), spent)
+                let spent = if self.refund_on_server_error {
+                    spent(bound, &verdict)
+                } else {
+                    None
+                };
+                Action::Pass(RateLimitHeaders::new(applied, bound, &verdict), spent)
+            }
+            Outcome::Denied | Outcome::Blocked | Outcome::Error => {
+                Action::Answer(self.answer(applied, bound, &verdict))
+            }
+        }
+    }
+
+    /// The engine refused the request's rules. Not reached: keys are non-empty and bounded,
+    /// and costs checked, before the engine sees them. Refuse rather than let an undecided
+    /// request through.
+    #[cold]
+    #[inline(never)]
+    fn refused(&self, applied: &[&KeyedPolicy], err: &Error) -> Action {
+        self.stats.bump(Counter::FailedClosed);
+        tracing::error!(error = %err, "rate limit engine refused the request's rules");
+        Action::Answer(self.problems.store_unavailable(&applied[0].policy, None))
+    }
+
+    /// The layer's own answer to a request that does not pass: 429, 403 or 503.
+    #[inline(never)]
+    fn answer(
+        &self,
+        applied: &[&KeyedPolicy],
+        bound: &[tollgate::Rule<'_>],
+        verdict: &Verdict,
+    ) -> Response<Body> {
+        match verdict.outcome() {
+            Outcome::Blocked => {
+                self.stats.bump(Counter::Blocked);
+                let at = verdict.blocked_by().map_or(0, |(i, _)| i);
+                let policy = &applied.get(at).unwrap_or(&applied[0]).policy;
+                if let Some((_, entry)) = verdict.blocked_by()
+                    && BLOCKED_LOG.due()
+                {
+                    tracing::info!(policy = policy.name(), entry = %entry, "deny list blocked a request (sampled: at most one line a second)");
+                }
+                self.problems.blocked(policy)
             }
             Outcome::Denied => {
                 self.stats.bump(Counter::Denied);
@@ -244,29 +305,19 @@ impl Limiter {
                     Some(decision) => self.problems.rate_limited(policy, &decision),
                     None => self.problems.store_unavailable(policy, None),
                 };
-                if let Some(headers) = RateLimitHeaders::new(reported(applied, bound, &verdict)) {
+                if let Some(headers) = RateLimitHeaders::new(applied, bound, verdict) {
                     headers.append_to(response.headers_mut());
                 }
-                Action::Answer(response)
+                response
             }
-            Outcome::Blocked => {
-                self.stats.bump(Counter::Blocked);
-                let at = verdict.blocked_by().map_or(0, |(i, _)| i);
-                let policy = &applied.get(at).unwrap_or(&applied[0]).policy;
-                if let Some((_, entry)) = verdict.blocked_by()
-                    && BLOCKED_LOG.due()
-                {
-                    tracing::info!(policy = policy.name(), entry = %entry, "deny list blocked a request (sampled: at most one line a second)");
-                }
-                Action::Answer(self.problems.blocked(policy))
-            }
-            Outcome::Error => {
+            // `Error`; the outcomes that pass are not answered here.
+            _ => {
                 self.stats.bump(Counter::FailedClosed);
                 let (policy, decision) = match verdict.deciding() {
                     Some((i, r)) => (&applied[i].policy, Some(r.decision)),
                     None => (&applied[0].policy, None),
                 };
-                Action::Answer(self.problems.store_unavailable(policy, decision.as_ref()))
+                self.problems.store_unavailable(policy, decision.as_ref())
             }
         }
     }
@@ -274,12 +325,25 @@ impl Limiter {
     /// Counts and logs what the verdict says beyond its outcome: a store failure, failure modes
     /// at work, shadow denials.
     fn count(&self, bound: &[tollgate::Rule<'_>], verdict: &Verdict) {
-        if verdict.store_error().is_some() {
-            self.stats.bump(Counter::StoreError);
+        if let Some(err) = verdict.store_error() {
+            self.store_failed(bound, verdict, err);
         }
-        if let Some(err) = verdict.store_error()
-            && STORE_ERROR_LOG.due()
-        {
+        if verdict.rules().iter().any(|r| r.decision.degraded) {
+            self.stats.bump(Counter::Degraded);
+        }
+        for (rule, r) in bound.iter().zip(verdict.rules()) {
+            if r.outcome == Outcome::ShadowDenied {
+                self.shadow_denied(rule, &r.decision);
+            }
+        }
+    }
+
+    /// Counts a store failure, and logs it (sampled).
+    #[cold]
+    #[inline(never)]
+    fn store_failed(&self, bound: &[tollgate::Rule<'_>], verdict: &Verdict, err: &Error) {
+        self.stats.bump(Counter::StoreError);
+        if STORE_ERROR_LOG.due() {
             let policies: Vec<&str> = bound.iter().map(|r| r.policy.name()).collect();
             tracing::warn!(
                 class = err.class().unwrap_or("other"),
@@ -289,22 +353,19 @@ impl Limiter {
                 "rate limit store failed; failure modes decided (sampled: at most one line a second)",
             );
         }
-        if verdict.rules().iter().any(|r| r.decision.degraded) {
-            self.stats.bump(Counter::Degraded);
-        }
-        for (rule, r) in bound.iter().zip(verdict.rules()) {
-            if r.outcome == Outcome::ShadowDenied {
-                self.stats.bump(Counter::ShadowDenied);
-                if !SHADOW_LOG.due() {
-                    continue;
-                }
-                tracing::info!(
-                    policy = rule.policy.name(),
-                    key = %String::from_utf8_lossy(rule.key),
-                    retry_after_ms = r.decision.retry_after.map(|d| d.as_millis() as u64),
-                    "shadow mode: rate limit would have denied this request (sampled: at most one line a second)",
-                );
-            }
+    }
+
+    /// Counts a shadow rule that would have denied, and logs it (sampled).
+    #[inline(never)]
+    fn shadow_denied(&self, rule: &tollgate::Rule<'_>, decision: &Decision) {
+        self.stats.bump(Counter::ShadowDenied);
+        if SHADOW_LOG.due() {
+            tracing::info!(
+                policy = rule.policy.name(),
+                key = %String::from_utf8_lossy(rule.key),
+                retry_after_ms = decision.retry_after.map(|d| d.as_millis() as u64),
+                "shadow mode: rate limit would have denied this request (sampled: at most one line a second)",
+            );
         }
     }
 }
@@ -319,26 +380,16 @@ fn bind<'a>(keyed: &'a [(&'a KeyedPolicy, Key<'_>)]) -> (Vec<&'a KeyedPolicy>, V
 
 /// What the rules of an admitted request spent in the store: every rule the store allowed (a
 /// shadow rule that would have denied spent nothing; a rule a failure mode decided was not
-/// spent in the store).
-fn spent(bound: &[tollgate::Rule<'_>], verdict: &Verdict) -> Spent {
-    Spent(
-        bound
-            .iter()
-            .zip(verdict.rules())
-            .filter(|(_, r)| r.outcome == Outcome::Allowed && !r.decision.degraded)
-            .map(|(rule, _)| (rule.policy.clone(), rule.key.into(), rule.cost))
-            .collect(),
-    )
-}
-
-/// The decisions for the headers, in rule order: the rules [`headers::reported`] picks, the
-/// rule the server's HTTP API follows too.
-fn reported<'a>(
-    applied: &'a [&'a KeyedPolicy],
-    bound: &'a [tollgate::Rule<'a>],
-    verdict: &'a Verdict,
-) -> impl Iterator<Item = (&'a KeyedPolicy, Decision)> + 'a {
-    headers::reported(bound, verdict).map(move |i| (applied[i], verdict.rules()[i].decision))
+/// spent in the store). `None` when nothing was.
+#[inline(never)]
+fn spent(bound: &[tollgate::Rule<'_>], verdict: &Verdict) -> Option<Spent> {
+    let spent: Vec<_> = bound
+        .iter()
+        .zip(verdict.rules())
+        .filter(|(_, r)| r.outcome == Outcome::Allowed && !r.decision.degraded)
+        .map(|(rule, _)| (rule.policy.clone(), rule.key.into(), rule.cost))
+        .collect();
+    (!spent.is_empty()).then_some(Spent(spent))
 }
 
 /// Store failures and shadow denials repeat on every request while they last: one line a second

@@ -113,6 +113,23 @@ where
                 ),
             };
         }
+        self.call_boxed(request)
+    }
+}
+
+impl<S> RateLimit<S> {
+    /// [`call`](Service::call) over a store that has to be waited for: the decision and the inner
+    /// call in one boxed future. Out of line, so the road of a store that decides at once stays
+    /// short.
+    #[inline(never)]
+    fn call_boxed<B, ResBody>(&mut self, request: Request<B>) -> ResponseFuture<S::Future, S::Error>
+    where
+        S: Service<Request<B>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        B: Send + 'static,
+        ResBody: HttpBody<Data = Bytes> + Send + 'static,
+        ResBody::Error: Into<BoxError>,
+    {
         // The service that was polled ready goes into the future; `self` keeps a fresh clone.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);

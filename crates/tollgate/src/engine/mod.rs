@@ -618,7 +618,15 @@ impl<S: Store> Engine<S> {
         if let [rule] = rules
             && self.as_given(rule, lists)
         {
-            return self.run_one(rule, commit).await;
+            // The store is awaited here rather than in a function of its own: one state machine
+            // fewer to move the verdict through, on the road most requests take.
+            validate(rule)?;
+            let rules = std::slice::from_ref(rule);
+            let decided = self
+                .store
+                .decide_valid(ValidRules::validated(rules), commit)
+                .await;
+            return self.verdict_of_one(rule, decided, commit);
         }
         for rule in rules {
             validate(rule)?;
@@ -642,18 +650,19 @@ impl<S: Store> Engine<S> {
             && (lists == Lists::Ignored || !self.listing.load(Ordering::Acquire))
     }
 
-    /// A request of one rule that [goes to the store as given](Self::as_given): what
-    /// [`run`](Self::run) does with it, without the steps that leave it unchanged.
-    async fn run_one(&self, rule: &Rule<'_>, commit: bool) -> Result<Verdict, Error> {
-        validate(rule)?;
-        let rules = std::slice::from_ref(rule);
-        match self
-            .store
-            .decide_valid(ValidRules::validated(rules), commit)
-            .await
-        {
+    /// The verdict of a request of one rule that [goes to the store as given](Self::as_given),
+    /// from the store's answer: what [`run`](Self::run) does with it, without the steps that
+    /// leave it unchanged.
+    fn verdict_of_one(
+        &self,
+        rule: &Rule<'_>,
+        decided: Result<Decisions, Error>,
+        commit: bool,
+    ) -> Result<Verdict, Error> {
+        match decided {
             Ok(Decisions::One(decision)) => Ok(verdict_one(rule, labelled(rule, decision))),
             decided => {
+                let rules = std::slice::from_ref(rule);
                 let verdicts = self.settle(rules, decided, commit)?;
                 Ok(verdict(rules, verdicts, None))
             }
@@ -989,8 +998,8 @@ mod tests {
         );
     }
 
-    /// A lone rule takes the short road (`run_one`); the same rule next to another policy's
-    /// takes the general one. Both must answer it alike, spent or not.
+    /// A lone rule takes the short road (`verdict_of_one`); the same rule next to another
+    /// policy's takes the general one. Both must answer it alike, spent or not.
     #[tokio::test]
     async fn a_lone_rule_is_answered_as_it_is_among_others() {
         let log = |name: &str, limit| {
