@@ -407,38 +407,26 @@ mod tests {
             args.extend(records.iter().flatten().cloned());
             args
         };
-        let (a, _a) = Job::new(
-            vec![b"k".to_vec()],
-            request("commit", &[record("gcra", "5")]),
-            later,
-        );
+        // A request of one gcra rule, committed, on the key given.
+        let gcra = |key: &str| {
+            Job::new(
+                vec![key.as_bytes().to_vec()],
+                request("commit", &[record("gcra", "5")]),
+                later,
+            )
+        };
+        let (a, _a) = gcra("k");
         let (b, _b) = Job::new(
             vec![b"s".to_vec(), b"l".to_vec(), b"t".to_vec()],
             request("peek", &[record("sliding_log", "9"), record("gcra", "5")]),
             later,
         );
-        // Two more requests with the first one's head, then one with the second's, then one
+        // Two more requests with the first one's head, then one with the second's, then two
         // with the first's again: runs are of neighbours only, so the order of requests holds.
-        let (c, _c) = Job::new(
-            vec![b"m".to_vec()],
-            request("commit", &[record("gcra", "5")]),
-            later,
-        );
-        let (d, _d) = Job::new(
-            vec![b"n".to_vec()],
-            request("commit", &[record("gcra", "5")]),
-            later,
-        );
-        let (e, _e) = Job::new(
-            vec![b"o".to_vec()],
-            request("commit", &[record("gcra", "5")]),
-            later,
-        );
-        let (f, _f) = Job::new(
-            vec![b"p".to_vec()],
-            request("commit", &[record("gcra", "5")]),
-            later,
-        );
+        let (c, _c) = gcra("m");
+        let (d, _d) = gcra("n");
+        let (e, _e) = gcra("o");
+        let (f, _f) = gcra("p");
         let (keys, args) = call(&mut [a, c, d, b, e, f]);
         let expected_keys: Vec<Vec<u8>> = ["k", "m", "n", "s", "l", "t", "o", "p"]
             .map(|key| key.as_bytes().to_vec())
