@@ -170,7 +170,8 @@ fn same(redis: &Decisions, memory: &Decisions) -> bool {
 }
 
 /// One batch call holding requests that pass and requests that are denied, of every algorithm,
-/// a shadow rule, a peek, and a request whose key holds a value the store did not write: each is
+/// a shadow rule, peeks, runs of requests that share their head, and a request whose key holds a
+/// value the store did not write: each is
 /// answered as the memory store answers the same requests in the same order, and the broken one
 /// gets its own error. Redis has forgotten the scripts (`SCRIPT FLUSH`) when the batch arrives.
 #[tokio::test(flavor = "current_thread")]
@@ -228,7 +229,17 @@ async fn one_batch_decides_each_request_as_it_would_alone() {
         (vec![Rule::new(&lb, b"a", 1), Rule::new(&gcra, b"a", 3)], true),
         (vec![Rule::new(&gcra, b"a", 1)], true),
         (vec![Rule::new(&gcra, b"a", 1), Rule::new(&fw, b"b", 2)], true),
+        // A run of requests that share their head (one rule of the same policy and cost,
+        // committed): the call sends it once for all five, each with its own key; the third on
+        // `c` is denied.
         (vec![Rule::new(&fw, b"b", 1)], true),
+        (vec![Rule::new(&fw, b"c", 1)], true),
+        (vec![Rule::new(&fw, b"c", 1)], true),
+        (vec![Rule::new(&fw, b"d", 1)], true),
+        (vec![Rule::new(&fw, b"c", 1)], true),
+        // The same rule as a peek ends the run; the next commit starts another.
+        (vec![Rule::new(&fw, b"d", 1)], false),
+        (vec![Rule::new(&fw, b"d", 1)], true),
     ];
     let answers = join_all(
         requests
@@ -269,6 +280,8 @@ async fn one_batch_decides_each_request_as_it_would_alone() {
         Rule::new(&lb, b"a", 1),
         Rule::new(&gcra, b"a", 1),
         Rule::new(&fw, b"b", 1),
+        Rule::new(&fw, b"c", 1),
+        Rule::new(&fw, b"d", 1),
     ] {
         let redis = store.decide(&[rule], false).await.expect("peek");
         let memory = memory.decide(&[rule], false).expect("peek");
