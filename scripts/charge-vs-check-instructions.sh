@@ -5,9 +5,11 @@
 # the count does not move with the machine's load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v valgrind >/dev/null || { echo "valgrind not found (apt-get install valgrind)" >&2; exit 1; }
-cargo bench -p tollgate-redis --bench charge_vs_check --no-run --quiet
-bench=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/deps/charge_vs_check-* | grep -v '\.d$' | head -1)
+for tool in valgrind cargo python3; do
+    command -v "$tool" >/dev/null || { echo "${0##*/}: $tool not found" >&2; exit 1; }
+done
+. scripts/lib.sh
+bench=$(bench_executable tollgate-redis charge_vs_check)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # 5 rounds of 200 000 operations per loop (the bench's ROUNDS x MEMORY_OPS).

@@ -8,9 +8,11 @@
 # runs through, which instruction counts do not show.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v valgrind >/dev/null || { echo "valgrind not found (apt-get install valgrind)" >&2; exit 1; }
-cargo bench -p tollgate-tower --bench versus_tower_governor --no-run --quiet
-bench=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/deps/versus_tower_governor-* | grep -v '\.d$' | head -1)
+for tool in valgrind cargo python3; do
+    command -v "$tool" >/dev/null || { echo "${0##*/}: $tool not found" >&2; exit 1; }
+done
+. scripts/lib.sh
+bench=$(bench_executable tollgate-tower versus_tower_governor)
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 requests=100000 # the bench's REQUESTS_PER_ROUND
