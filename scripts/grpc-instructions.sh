@@ -24,18 +24,9 @@ done
 . scripts/lib.sh
 scratch
 
-echo "building tollgate (release) and the bench binaries" >&2
-tollgate_bin="$(tollgate_release_binary)"
-rls_load="$(bench_executable tollgate-cli rls_load)"
-bare_rls="$(bench_executable tollgate-cli bare_rls)"
+envoy_bench_binaries
 
-mkdir -p "$work/config"
-cat >"$work/config/bench.yaml" <<'YAML'
-domain: bench
-descriptors:
-  - key: user
-    rate_limit: {unit: minute, requests_per_unit: 1000000000}
-YAML
+write_bench_domain "$work/config"
 
 # Instructions per call of the server that `$@ ADDR` starts, under callgrind on core 0.
 count() {
@@ -51,6 +42,7 @@ count() {
     callgrind_control -z "$pid" >/dev/null 2>&1
     taskset -c 1 "$rls_load" "127.0.0.1:$port" "$REQUESTS" 2 32 "$KEYS" >/dev/null
     callgrind_control -d "$pid" >/dev/null 2>&1
+    # shellcheck disable=SC2012 # callgrind's dump names are plain: LABEL.out.N
     dump=$(ls -t "$work/$label".out.* | head -1)
     total=$(awk '/^(totals|summary):/ { print $2; exit }' "$dump")
     stop "$pid"

@@ -87,3 +87,26 @@ tollgate_release_binary() {
     cargo build --release -q -p tollgate-cli
     echo "$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/release/tollgate"
 }
+
+# The binaries every Envoy-path script runs, built in release mode: sets tollgate_bin (the
+# server), rls_load (the ShouldRateLimit generator) and bare_rls (the tonic server that decides
+# nothing).
+# shellcheck disable=SC2034 # the variables are read by the script that sources this file
+envoy_bench_binaries() {
+    echo "building tollgate (release) and the bench binaries" >&2
+    tollgate_bin="$(tollgate_release_binary)"
+    rls_load="$(bench_executable tollgate-cli rls_load)"
+    bare_rls="$(bench_executable tollgate-cli bare_rls)"
+}
+
+# Writes DIR/bench.yaml: domain `bench`, 1 000 000 000 calls per minute per `user` value, so
+# every call is decided, counted and admitted.
+write_bench_domain() {
+    mkdir -p "$1"
+    cat >"$1/bench.yaml" <<'YAML'
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1000000000}
+YAML
+}

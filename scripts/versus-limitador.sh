@@ -54,20 +54,11 @@ ticks() {
     sed 's/.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'
 }
 
-echo "building tollgate (release) and the bench binaries" >&2
-tollgate_bin="$(tollgate_release_binary)"
-rls_load="$(bench_executable tollgate-cli rls_load)"
-bare_rls="$(bench_executable tollgate-cli bare_rls)"
+envoy_bench_binaries
 
 # The same limits in both dialects: `bench`, 1 000 000 000 per minute per user (every call
 # admitted and counted), and `strict`, 1 per minute per user (the equivalence check).
-mkdir -p "$work/tollgate"
-cat >"$work/tollgate/bench.yaml" <<'YAML'
-domain: bench
-descriptors:
-  - key: user
-    rate_limit: {unit: minute, requests_per_unit: 1000000000}
-YAML
+write_bench_domain "$work/tollgate"
 cat >"$work/tollgate/strict.yaml" <<'YAML'
 domain: strict
 descriptors:
