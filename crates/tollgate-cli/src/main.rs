@@ -97,9 +97,15 @@ enum Command {
         #[arg(long, env = "TOLLGATE_ADMIN_TOKEN")]
         admin_token: Option<String>,
         /// Token for applications: it opens only the app endpoints (attempts try, count and
-        /// clear, refunds, charges, lease release), never an admin one.
+        /// clear, refunds, charges, lease release, Envoy refunds and charges), never an admin
+        /// one. Set alone, admin endpoints are closed to everyone.
         #[arg(long, env = "TOLLGATE_APP_TOKEN")]
         app_token: Option<String>,
+        /// The gRPC port is reachable only by trusted Envoys (a private network, or verified
+        /// client certificates): Envoy refunds and charges through it need no token. Without
+        /// it, once a token is set they need `authorization: Bearer <token>` metadata.
+        #[arg(long, env = "TOLLGATE_TRUSTED_GRPC")]
+        trusted_grpc: bool,
         /// Longest key accepted, in bytes.
         #[arg(long, default_value_t = 1024)]
         max_key_len: usize,
@@ -478,6 +484,7 @@ fn main() -> ExitCode {
             debug_addr,
             admin_token,
             app_token,
+            trusted_grpc,
             max_key_len,
             listener,
             load,
@@ -500,6 +507,7 @@ fn main() -> ExitCode {
                 listeners: listener.options(tollgate_server::ListenerOptions::default().max_body_bytes),
                 ..Settings::default()
             };
+            settings.envoy.trusted_grpc = trusted_grpc;
             upstream.compat.apply(&mut settings);
             load.apply(&mut settings);
             modes.apply(&mut settings);

@@ -13,6 +13,10 @@ use std::time::Duration;
 use binary::Server;
 use reqwest::{Client, Method, StatusCode};
 use serde_json::Value;
+use tollgate_server::grpc::proto::rate_limit_descriptor::Entry;
+use tollgate_server::grpc::proto::rate_limit_response::Code;
+use tollgate_server::grpc::proto::rate_limit_service_client::RateLimitServiceClient;
+use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest, UInt64Value};
 
 const ADMIN: &str = "admin-s3cret";
 const APP: &str = "app-s3cret";
@@ -214,29 +218,201 @@ async fn every_route_needs_the_same_token_in_the_server_the_openapi_document_and
     }
 }
 
-#[tokio::test]
-async fn without_tokens_every_route_is_open_and_with_only_the_admin_token_app_routes_take_it() {
-    let readme = table(&repo_file("README.md"), "## The HTTP API", "README.md");
-    let open = Server::start(&[]);
-    for operation in readme.keys() {
-        assert_ne!(
-            status(&open, operation, None).await,
-            StatusCode::UNAUTHORIZED,
-            "{operation:?} without any token configured"
-        );
+/// The token setups a server can start with: which tokens it has.
+const SETUPS: [(Option<&str>, Option<&str>); 4] = [
+    (None, None),
+    (None, Some(APP)),
+    (Some(ADMIN), None),
+    (Some(ADMIN), Some(APP)),
+];
+
+/// Whether a server with `admin` and `app` tokens lets a caller presenting `given` through a
+/// route that needs `token`: least privilege in every setup. With any token set, admin routes
+/// take the admin token only, so a server with only an app token has them closed to everyone.
+fn admitted(admin: Option<&str>, app: Option<&str>, token: Token, given: Option<&str>) -> bool {
+    if admin.is_none() && app.is_none() {
+        return true;
     }
-    let admin_only = Server::start(&["--admin-token", ADMIN]);
-    for (operation, token) in &readme {
-        let without = status(&admin_only, operation, None).await;
-        assert_eq!(
-            without == StatusCode::UNAUTHORIZED,
-            *token != Token::None,
-            "{operation:?}"
-        );
-        assert_ne!(
-            status(&admin_only, operation, Some(ADMIN)).await,
-            StatusCode::UNAUTHORIZED
-        );
+    match token {
+        Token::None => true,
+        Token::App => given.is_some() && (given == admin || given == app),
+        Token::Admin => given.is_some() && given == admin,
+    }
+}
+
+/// The server's command-line arguments for a setup.
+fn setup_args(admin: Option<&'static str>, app: Option<&'static str>) -> Vec<&'static str> {
+    let mut args = Vec::new();
+    if let Some(admin) = admin {
+        args.extend(["--admin-token", admin]);
+    }
+    if let Some(app) = app {
+        args.extend(["--app-token", app]);
+    }
+    args
+}
+
+#[tokio::test]
+async fn every_route_takes_the_least_token_in_every_setup_of_tokens() {
+    let readme = table(&repo_file("README.md"), "## The HTTP API", "README.md");
+    for (admin, app) in SETUPS {
+        let server = Server::start(&setup_args(admin, app));
+        for (operation, token) in &readme {
+            for given in [None, Some(APP), Some(ADMIN)] {
+                let answer = status(&server, operation, given).await;
+                let refused = matches!(answer, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN);
+                assert_eq!(
+                    !refused,
+                    admitted(admin, app, *token, given),
+                    "{operation:?} ({token:?}) on a server with admin {admin:?} and app {app:?}, \
+                     called with {given:?}: {answer}"
+                );
+                // Closed is told apart from a missing token: no token could open it.
+                if refused {
+                    let closed = *token == Token::Admin && admin.is_none();
+                    let expected = if closed {
+                        StatusCode::FORBIDDEN
+                    } else {
+                        StatusCode::UNAUTHORIZED
+                    };
+                    assert_eq!(answer, expected, "{operation:?} with {given:?}");
+                }
+            }
+        }
+    }
+}
+
+/// An Envoy domain whose `ip` descriptor allows 2 a minute.
+const EDGE: &str = "\
+domain: edge
+descriptors:
+  - key: ip
+    rate_limit: {unit: minute, requests_per_unit: 2}
+";
+
+/// The Envoy request of the `ip` descriptor: a check, a charge (its own `hits_addend`) or a
+/// refund (`is_negative_hits`).
+fn envoy_request(ip: &str, act: &str) -> RateLimitRequest {
+    let (own, negative) = match act {
+        "check" => (None, false),
+        "charge" => (Some(1), false),
+        "refund" => (Some(1), true),
+        other => panic!("{other}"),
+    };
+    RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "ip".into(),
+                value: ip.into(),
+            }],
+            hits_addend: own.map(|value| UInt64Value { value }),
+            is_negative_hits: negative,
+            ..Default::default()
+        }],
+        hits_addend: 0,
+    }
+}
+
+/// The JSON form of [`envoy_request`], for `POST /json`.
+fn envoy_json(ip: &str, act: &str) -> String {
+    let extra = match act {
+        "check" => "",
+        "charge" => r#", "hits_addend": 1"#,
+        "refund" => r#", "hits_addend": 1, "is_negative_hits": true"#,
+        other => panic!("{other}"),
+    };
+    format!(
+        r#"{{"domain": "edge", "descriptors": [{{"entries": [{{"key": "ip", "value": "{ip}"}}]{extra}}}]}}"#
+    )
+}
+
+#[tokio::test]
+async fn envoy_refunds_and_charges_take_the_app_token_on_json_and_grpc_in_every_setup() {
+    let config = tempfile::Builder::new()
+        .suffix(".yaml")
+        .tempfile()
+        .expect("temp file");
+    std::fs::write(config.path(), EDGE).expect("write the config");
+    let path = config.path().to_str().expect("utf-8 path");
+    for (admin, app) in SETUPS {
+        let mut args = setup_args(admin, app);
+        args.extend(["--config", path]);
+        let server = Server::start(&args);
+        let mut rls = RateLimitServiceClient::connect(server.grpc.clone())
+            .await
+            .expect("connect");
+        for (a, act) in ["check", "charge", "refund"].into_iter().enumerate() {
+            let token = if act == "check" { Token::None } else { Token::App };
+            for (n, given) in [None, Some(APP), Some(ADMIN)].into_iter().enumerate() {
+                let expected = admitted(admin, app, token, given);
+                let context =
+                    format!("{act} with {given:?} on a server with admin {admin:?} and app {app:?}");
+                // A key of its own for each call, so no answer depends on an earlier one.
+                let ip = format!("192.0.2.{}", a * 10 + n);
+                let mut request = client()
+                    .post(server.url("/json"))
+                    .header("content-type", "application/json")
+                    .body(envoy_json(&ip, act));
+                if let Some(given) = given {
+                    request = request.bearer_auth(given);
+                }
+                let answer = request.send().await.expect("json");
+                let status = answer.status();
+                let body = answer.text().await.expect("body");
+                if expected {
+                    assert_eq!(status, StatusCode::OK, "POST /json {context}: {body}");
+                } else {
+                    assert_eq!(status, StatusCode::UNAUTHORIZED, "POST /json {context}");
+                    assert!(body.contains("app token"), "{body}");
+                }
+                let mut call = tonic::Request::new(envoy_request(&format!("{ip}0"), act));
+                if let Some(given) = given {
+                    let value = format!("Bearer {given}").parse().expect("metadata");
+                    call.metadata_mut().insert("authorization", value);
+                }
+                match rls.should_rate_limit(call).await {
+                    Ok(answer) => {
+                        assert!(expected, "gRPC {context} was answered");
+                        assert_eq!(
+                            answer.into_inner().overall_code,
+                            Code::Ok as i32,
+                            "gRPC {context}"
+                        );
+                    }
+                    Err(refused) => {
+                        assert!(!expected, "gRPC {context}: {refused:?}");
+                        assert_eq!(refused.code(), tonic::Code::Unauthenticated, "gRPC {context}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_trusted_grpc_port_takes_envoy_refunds_and_charges_without_a_token_and_json_still_needs_it() {
+    let config = tempfile::Builder::new()
+        .suffix(".yaml")
+        .tempfile()
+        .expect("temp file");
+    std::fs::write(config.path(), EDGE).expect("write the config");
+    let path = config.path().to_str().expect("utf-8 path");
+    let server = Server::start(&["--app-token", APP, "--trusted-grpc", "--config", path]);
+    let mut rls = RateLimitServiceClient::connect(server.grpc.clone())
+        .await
+        .expect("connect");
+    for act in ["charge", "refund"] {
+        let answer = rls.should_rate_limit(envoy_request("192.0.2.9", act)).await;
+        assert!(answer.is_ok(), "{act}: {answer:?}");
+        let json = client()
+            .post(server.url("/json"))
+            .header("content-type", "application/json")
+            .body(envoy_json("192.0.2.9", act))
+            .send()
+            .await
+            .expect("json");
+        assert_eq!(json.status(), StatusCode::UNAUTHORIZED, "{act} through /json");
     }
 }
 
@@ -268,6 +444,22 @@ fn an_app_token_equal_to_the_admin_token_or_empty_is_a_startup_error() {
     let (ok, line) = startup_error(&["--app-token", ""], &[], "app token");
     assert!(!ok);
     assert!(line.contains("must not be empty"), "{line}");
+}
+
+#[test]
+fn tokens_a_client_cannot_send_as_they_are_are_startup_errors() {
+    // HTTP trims a header's value, so an app token of the admin token plus a space would open
+    // the admin routes; a newline cannot be sent at all.
+    let (ok, line) = startup_error(
+        &["--admin-token", "same", "--app-token", "same "],
+        &[],
+        "app token",
+    );
+    assert!(!ok);
+    assert!(line.contains("printable ASCII without spaces"), "{line}");
+    let (ok, line) = startup_error(&["--admin-token", "a\nb"], &[], "admin token");
+    assert!(!ok);
+    assert!(line.contains("printable ASCII"), "{line}");
 }
 
 #[test]

@@ -309,7 +309,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
 
 /// Loud warnings at start for what answers anyone who can reach a non-loopback address: the
 /// debug listener (it prints the configuration, whatever the token; upstream's `DEBUG_PORT`
-/// binds `0.0.0.0`), and the admin endpoints (resets, overrides, lists) without an admin token.
+/// binds `0.0.0.0`), and every guarded route without any token; and, at info, admin routes closed by an app token alone.
 /// The debug one comes first, so a test that sees the other knows it was not logged.
 fn warn_if_open(options: &ServeOptions) {
     if let Some(addr) = options.debug
@@ -323,7 +323,15 @@ fn warn_if_open(options: &ServeOptions) {
              (--debug-addr, or DEBUG_HOST)"
         );
     }
-    if options.settings.admin_token.is_none() && beyond_loopback(options.http) {
+    let settings = &options.settings;
+    if settings.admin_token.is_none() && settings.app_token.is_some() {
+        tracing::info!(
+            listener = "http",
+            "admin routes are closed: an app token is set and no admin token (--admin-token \
+             opens them to its holder)"
+        );
+    }
+    if settings.admin_token.is_none() && settings.app_token.is_none() && beyond_loopback(options.http) {
         tracing::warn!(
             listener = "http",
             http = %options.http,

@@ -22,6 +22,9 @@
 //! - A descriptor with `is_negative_hits` and a `hits_addend` of 0: `INVALID_ARGUMENT` (a
 //!   refund says how much it gives back). A refund the failing store could not make:
 //!   `UNAVAILABLE`.
+//! - A refund or a charge without the app or admin token (metadata `authorization: Bearer
+//!   <token>`) on a server with tokens: `UNAUTHENTICATED`, unless the gRPC port is declared
+//!   trusted ([`EnvoySettings::trusted_grpc`]).
 //! - A limit override with an unknown unit, or a `requests_per_unit` above the core's maximum:
 //!   `INVALID_ARGUMENT`.
 //! - A key the store refuses (a request value past the core's 8 KiB key limit):
@@ -64,6 +67,7 @@ use crate::ops::decision_log::{Asked as LogAsked, Door, LoggedOutcome};
 use crate::ops::{count, metrics};
 use crate::runtime::SharedState;
 use crate::runtime::listener::ListenerOptions;
+use crate::runtime::tokens::{self, Act, Caller};
 
 /// The generated messages, server and client of the Envoy rate limit service (from
 /// `envoy-types`), for callers and tests.
@@ -167,17 +171,20 @@ impl RlsService {
     }
 
     /// Answers one `ShouldRateLimit` request; the error is the gRPC status the service sends.
+    /// The library's caller is trusted: refunds and charges need no token here.
     pub async fn answer(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
-        should_rate_limit(self, request).await
+        should_rate_limit(self, request, Caller::Trusted).await
     }
 
     /// [`answer`](Self::answer) for a request that came through `door`: what it asked and
     /// the overall answer go to the decision log when one is on (an `UNAVAILABLE` status is
-    /// an `error`; other errors are refused input, not decisions, and are not logged).
+    /// an `error`; other errors are refused input, not decisions, and are not logged). Refunds
+    /// and charges are `caller`'s to make only with the app or admin token, once one is set.
     pub(crate) async fn answer_through(
         &self,
         door: Door,
         request: RateLimitRequest,
+        caller: Caller<'_>,
     ) -> Result<RateLimitResponse, Status> {
         let pending = count::asked(
             door,
@@ -187,7 +194,7 @@ impl RlsService {
                 hits_addend: request.hits_addend,
             },
         );
-        let answer = should_rate_limit(self, request).await;
+        let answer = should_rate_limit(self, request, caller).await;
         if let Some(pending) = pending {
             match &answer {
                 Ok(response) if response.overall_code == Code::OverLimit as i32 => {
@@ -264,7 +271,14 @@ impl RateLimitService for RlsService {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        self.answer_through(Door::Grpc, request.into_inner())
+        let (metadata, _, request) = request.into_parts();
+        let caller = match self.state.settings.envoy.trusted_grpc {
+            true => Caller::Trusted,
+            false => Caller::Bearer(tokens::bearer(
+                metadata.get("authorization").and_then(|v| v.to_str().ok()),
+            )),
+        };
+        self.answer_through(Door::Grpc, request, caller)
             .await
             .map(Response::new)
     }
@@ -277,6 +291,7 @@ pub const BLOCKED_HEADER: &str = "x-tollgate-reason";
 async fn should_rate_limit(
     service: &RlsService,
     request: RateLimitRequest,
+    caller: Caller<'_>,
 ) -> Result<RateLimitResponse, Status> {
     let state = &service.state;
     let settings = &state.settings.envoy;
@@ -286,6 +301,9 @@ async fn should_rate_limit(
         .then(|| request.descriptors.clone());
     let hits_addend = request.hits_addend;
     let asked = read_descriptors(request.descriptors, hits_addend)?;
+    if asked.iter().any(|asked| asked.hits != Hits::Checked) {
+        authorize_settlement(state, caller)?;
+    }
     // An owned handle, not a guard: it is held across store round trips.
     let limits = state.limits.load_full();
     let mut plan = state
@@ -345,6 +363,22 @@ fn read_descriptors(descriptors: Vec<RateLimitDescriptor>, hits_addend: u32) -> 
             })
         })
         .collect()
+}
+
+/// Refunds and charges give a caller budget back or put debt on a key: app acts, as
+/// `POST /v1/refund` and `POST /v1/charge` are.
+fn authorize_settlement(state: &SharedState, caller: Caller<'_>) -> Result<(), Status> {
+    state
+        .settings
+        .tokens()
+        .admit(Act::App, caller)
+        .map_err(|refusal| {
+            Status::unauthenticated(format!(
+                "refunds (is_negative_hits) and charges (a descriptor's hits_addend) need the app \
+             token: {} (over gRPC, metadata `authorization: Bearer <token>`)",
+                refusal.message(Act::App)
+            ))
+        })
 }
 
 /// A descriptor's own limit, its unit read off the wire.

@@ -43,6 +43,12 @@ pub struct EnvoySettings {
     /// key are counted under the key `_other`, so `value_to_metric` and `detailed_metric`
     /// cannot make the metrics grow without bound.
     pub max_stats_keys: usize,
+    /// The gRPC port is reachable only by trusted callers (the Envoys, on a private network or
+    /// behind verified client certificates): refunds (`is_negative_hits`) and charges (a
+    /// descriptor's `hits_addend`) through it need no token. Off: once an app or admin token is
+    /// set, they need one in the `authorization` metadata (`Bearer <token>`), as `POST /json`
+    /// and the HTTP API's refunds and charges do.
+    pub trusted_grpc: bool,
 }
 
 impl EnvoySettings {
@@ -66,6 +72,7 @@ impl Default for EnvoySettings {
             response_dynamic_metadata: false,
             near_limit_ratio: 0.8,
             max_stats_keys: 1_000,
+            trusted_grpc: false,
         }
     }
 }

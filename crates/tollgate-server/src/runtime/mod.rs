@@ -11,6 +11,7 @@
 //! - [`envoy_settings`]: how the Envoy rate limit service answers (upstream's global settings),
 //!   part of [`Settings`].
 //! - [`problem`]: RFC 9457 problem answers, the shape of every error.
+//! - [`tokens`]: who may do what, the one comparison of the admin and app tokens for every door.
 
 pub(crate) mod access;
 pub(crate) mod envoy_settings;
@@ -18,6 +19,7 @@ pub(crate) mod listener;
 pub(crate) mod problem;
 pub(crate) mod state;
 pub(crate) mod store;
+pub(crate) mod tokens;
 
 pub use envoy_settings::{EnvoySettings, ResponseHeaders};
 pub use listener::ListenerOptions;

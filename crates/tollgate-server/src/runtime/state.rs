@@ -20,11 +20,12 @@ use tollgate_config::Limits;
 pub struct Settings {
     /// When set, admin endpoints (resets, overrides, access lists, top offenders, the
     /// dashboard's data) require `Authorization: Bearer <token>`, and app endpoints take it too.
-    /// An empty token is refused by [`Settings::validate`].
+    /// Without it, admin endpoints are open only while no app token is set either: with an app
+    /// token alone they are closed. An empty token is refused by [`Settings::validate`].
     pub admin_token: Option<String>,
-    /// When set, app endpoints (attempts try, count and clear, refunds, charges, lease release)
-    /// require `Authorization: Bearer <token>` with this token or the admin token; admin
-    /// endpoints refuse it. An empty token, or one equal to the admin token, is refused by
+    /// When set, app endpoints (attempts try, count and clear, refunds, charges, lease release,
+    /// and refunds and charges through `POST /json` and gRPC) require `Authorization: Bearer
+    /// <token>` with this token or the admin token; admin endpoints refuse it. An empty token, or one equal to the admin token, is refused by
     /// [`Settings::validate`].
     pub app_token: Option<String>,
     /// The longest key the HTTP API accepts, in bytes (default 1 KiB, at most the core's
@@ -55,9 +56,18 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// The configured tokens, for the one comparison every door makes.
+    pub(crate) fn tokens(&self) -> super::tokens::Tokens<'_> {
+        super::tokens::Tokens {
+            admin: self.admin_token.as_deref(),
+            app: self.app_token.as_deref(),
+        }
+    }
+
     /// Checks the settings before serving: an empty admin or app token (which would silently
-    /// turn the check off), an app token equal to the admin token (which would make every
-    /// application an admin) and zero timeouts or limits are errors.
+    /// turn the check off), a token a client cannot send as it is in a header (spaces, which
+    /// HTTP trims, control or non-ASCII characters), an app token equal to the admin token
+    /// (which would make every application an admin) and zero timeouts or limits are errors.
     ///
     /// ```
     /// use tollgate_server::Settings;
@@ -79,11 +89,10 @@ impl Settings {
     /// assert!(Settings::default().validate().is_ok());
     /// ```
     pub fn validate(&self) -> anyhow::Result<()> {
-        if self.admin_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
-            anyhow::bail!("the admin token must not be empty (leave it unset to run without one)");
-        }
-        if self.app_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
-            anyhow::bail!("the app token must not be empty (leave it unset to run without one)");
+        for (name, token) in [("admin", &self.admin_token), ("app", &self.app_token)] {
+            if let Some(token) = token {
+                super::tokens::check_token(name, token).map_err(anyhow::Error::msg)?;
+            }
         }
         if self.app_token.is_some() && self.app_token == self.admin_token {
             anyhow::bail!("the app token must differ from the admin token");

@@ -33,7 +33,9 @@
 //! says what is wrong (`descriptors[0].entries[0].key: expected a string, got 7`). One deliberate
 //! difference: when the store failed and a limit fails closed, the answer is `503` (the gRPC
 //! door's `UNAVAILABLE`), not `400`, so a client can tell a sick server from a bad request.
-//! A body over `MAX_BODY` (64 KiB) is `413`.
+//! A body over `MAX_BODY` (64 KiB) is `413`. Refunds (`is_negative_hits`) and charges (a
+//! descriptor's `hits_addend`) need the app or admin token once one is set, as
+//! `POST /v1/refund` and `POST /v1/charge` do: `401` without it.
 //!
 //! # Writing the answer, as protobuf's JSON printer does
 //!
@@ -45,7 +47,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use tonic::Code as GrpcCode;
@@ -55,6 +57,7 @@ use super::proto::rate_limit_response::Code;
 use crate::ops::decision_log::Door;
 use crate::runtime::listener::MAX_BODY;
 use crate::runtime::problem::problem;
+use crate::runtime::tokens::{self, Caller};
 
 mod read;
 mod write;
@@ -96,7 +99,11 @@ pub fn router(rls: RlsService) -> Router {
         .with_state(rls)
 }
 
-async fn json(State(rls): State<RlsService>, body: Result<Bytes, BytesRejection>) -> Response {
+async fn json(
+    State(rls): State<RlsService>,
+    request_headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
     let body = match body {
         Ok(body) => body,
         Err(rejection) => return problem(rejection.status(), rejection.body_text(), None),
@@ -105,7 +112,11 @@ async fn json(State(rls): State<RlsService>, body: Result<Bytes, BytesRejection>
         Ok(request) => request,
         Err(detail) => return problem(StatusCode::BAD_REQUEST, detail, None),
     };
-    match rls.answer_through(Door::Json, request).await {
+    let authorization = request_headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let caller = Caller::Bearer(tokens::bearer(authorization));
+    match rls.answer_through(Door::Json, request, caller).await {
         Ok(response) => {
             let status = match Code::try_from(response.overall_code) {
                 Ok(Code::OverLimit) => StatusCode::TOO_MANY_REQUESTS,
@@ -121,6 +132,7 @@ async fn json(State(rls): State<RlsService>, body: Result<Bytes, BytesRejection>
         Err(status) => {
             let code = match status.code() {
                 GrpcCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+                GrpcCode::Unauthenticated => StatusCode::UNAUTHORIZED,
                 GrpcCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
                 _ => StatusCode::BAD_REQUEST,
             };
