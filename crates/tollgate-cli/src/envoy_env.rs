@@ -17,7 +17,8 @@
 //! | `DEBUG_HOST`, `DEBUG_PORT` | `--debug-addr` (default host `0.0.0.0`), when `DEBUG_PORT` is set |
 //! | `SHADOW_MODE`, `QUOTA_MODE`, `MERGE_DOMAIN_CONFIG`, `NEAR_LIMIT_RATIO`, `RESPONSE_DYNAMIC_METADATA`, `LIMIT_RESPONSE_HEADERS_ENABLED`, `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER` | [`Compat`] |
 //! | `LOG_LEVEL` | the log level when `RUST_LOG` is not set ([`log_level`]) |
-//! | `CONFIG_TYPE`, `BACKEND_TYPE`, `REDIS_PERSECOND`, `GRPC_UDS`, `GRPC_SERVER_USE_TLS` | accepted at their defaults (`FILE`, `redis`, false, unset, false); anything else is refused, since tollgate cannot do it and would otherwise serve something else than asked |
+//! | `CONFIG_TYPE` | `FILE` (default) or `GRPC_XDS_SOTW`: the limits over xDS, with the `CONFIG_GRPC_XDS_*`, `XDS_CLIENT_*` and `FORCE_START_WITHOUT_INITIAL_CONFIG` variables (see `xds_args`); the `RUNTIME_*` directory is then unused |
+//! | `BACKEND_TYPE`, `REDIS_PERSECOND`, `GRPC_UDS`, `GRPC_SERVER_USE_TLS` | accepted at their defaults (`redis`, false, unset, false); anything else is refused, since tollgate cannot do it and would otherwise serve something else than asked |
 //!
 //! Every other variable of upstream's (statsd, tracing, pool sizes, `LOG_FORMAT`) is ignored, as
 //! upstream ignores variables it does not know. An empty value counts as unset. A value that
@@ -46,6 +47,8 @@ pub(crate) struct EnvoyEnv {
     pub debug: Option<SocketAddr>,
     /// The switches that change answers.
     pub compat: Compat,
+    /// The limits over xDS, from `CONFIG_TYPE=GRPC_XDS_SOTW` and its variables.
+    pub xds: Option<tollgate_server::XdsSource>,
 }
 
 /// upstream's switches that change what the service answers, carried to the server, which
@@ -119,7 +122,7 @@ pub(crate) struct EnvError {
 }
 
 impl EnvError {
-    fn new(var: &'static str, value: &str, why: impl Into<String>) -> Self {
+    pub(crate) fn new(var: &'static str, value: &str, why: impl Into<String>) -> Self {
         EnvError {
             var,
             value: value.to_owned(),
@@ -143,12 +146,24 @@ impl EnvoyEnv {
     /// (See the tests at the bottom for an example.)
     pub(crate) fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, EnvError> {
         let get = |name: &str| lookup(name).filter(|v| !v.is_empty());
-        for (var, allowed) in [("CONFIG_TYPE", "FILE"), ("BACKEND_TYPE", "redis")] {
-            if let Some(value) = get(var)
-                && !value.eq_ignore_ascii_case(allowed)
-            {
-                return Err(EnvError::new(var, &value, format!("only {allowed} is supported")));
+        let xds = match get("CONFIG_TYPE") {
+            None => None,
+            Some(kind) if kind.eq_ignore_ascii_case("FILE") => None,
+            Some(kind) if kind.eq_ignore_ascii_case("GRPC_XDS_SOTW") => {
+                Some(crate::xds_args::from_env(&get)?)
             }
+            Some(kind) => {
+                return Err(EnvError::new(
+                    "CONFIG_TYPE",
+                    &kind,
+                    "expected FILE or GRPC_XDS_SOTW",
+                ));
+            }
+        };
+        if let Some(value) = get("BACKEND_TYPE")
+            && !value.eq_ignore_ascii_case("redis")
+        {
+            return Err(EnvError::new("BACKEND_TYPE", &value, "only redis is supported"));
         }
         for var in ["REDIS_PERSECOND", "GRPC_SERVER_USE_TLS"] {
             if boolean(var, get(var))? {
@@ -176,7 +191,8 @@ impl EnvoyEnv {
         boolean("RUNTIME_WATCH_ROOT", get("RUNTIME_WATCH_ROOT"))?;
 
         let runtime = ["RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY"].map(&get);
-        let config = runtime.iter().any(Option::is_some).then(|| {
+        // Over xDS the limits come from the management server: the runtime directory is unused.
+        let config = (xds.is_none() && runtime.iter().any(Option::is_some)).then(|| {
             let [root, subdirectory, app] = runtime;
             let mut path = PathBuf::from(root.unwrap_or_else(|| RUNTIME_ROOT.to_owned()));
             if let Some(subdirectory) = subdirectory {
@@ -214,6 +230,7 @@ impl EnvoyEnv {
                 )?,
                 response_headers: header_names(&get)?,
             },
+            xds,
         })
     }
 }
@@ -261,7 +278,7 @@ pub(crate) fn header_name(name: &str) -> Option<&str> {
 }
 
 /// A Go boolean; unset is false.
-fn boolean(var: &'static str, value: Option<String>) -> Result<bool, EnvError> {
+pub(crate) fn boolean(var: &'static str, value: Option<String>) -> Result<bool, EnvError> {
     match value.as_deref() {
         None => Ok(false),
         Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Ok(true),
@@ -568,8 +585,8 @@ mod tests {
                 "BACKEND_TYPE=memcache: only redis is supported",
             ),
             (
-                &[("CONFIG_TYPE", "GRPC_XDS_SOTW")],
-                "CONFIG_TYPE=GRPC_XDS_SOTW: only FILE is supported",
+                &[("CONFIG_TYPE", "GRPC_XDS_DELTA")],
+                "CONFIG_TYPE=GRPC_XDS_DELTA: expected FILE or GRPC_XDS_SOTW",
             ),
             (
                 &[("LIMIT_LIMIT_HEADER", "X Limit")],

@@ -27,6 +27,7 @@ mod decision_log_args;
 mod envoy_args;
 mod envoy_env;
 mod listener_args;
+mod xds_args;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use decision_log_args::DecisionLogArgs;
@@ -119,6 +120,8 @@ enum Command {
         reply: ReplyArgs,
         #[command(flatten)]
         decision_log: DecisionLogArgs,
+        #[command(flatten)]
+        xds: Box<xds_args::XdsArgs>,
     },
     /// Forward requests to an upstream, applying the config's route policies first.
     Proxy {
@@ -491,6 +494,7 @@ fn main() -> ExitCode {
             modes,
             reply,
             decision_log,
+            xds,
         } => {
             // Upstream's variables fill in what neither a flag nor a TOLLGATE_* variable says.
             let upstream = match EnvoyEnv::from_env() {
@@ -512,6 +516,13 @@ fn main() -> ExitCode {
             load.apply(&mut settings);
             modes.apply(&mut settings);
             reply.apply(&mut settings);
+            let xds = match xds.source(upstream.xds) {
+                Ok(xds) => xds,
+                Err(err) => {
+                    eprintln!("tollgate: {err}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let options = ServeOptions {
                 config: config.or(upstream.config),
                 store: store.or(upstream.store),
@@ -521,6 +532,7 @@ fn main() -> ExitCode {
                 debug: debug_addr.or(upstream.debug),
                 settings,
                 decision_log: decision_log.options(),
+                xds,
             };
             run(tollgate_server::serve(options))
         }

@@ -68,8 +68,8 @@ fn line(node: &Node) -> Option<String> {
         }
     };
     Some(format!(
-        "{}: unit={unit} requests_per_unit={requests_per_unit}, shadow_mode: {}, quota_mode: false\n",
-        node.full_name, limit.shadow_mode
+        "{}: unit={unit} requests_per_unit={requests_per_unit}, shadow_mode: {}, quota_mode: {}\n",
+        node.full_name, limit.shadow_mode, limit.quota_mode
     ))
 }
 

@@ -235,6 +235,32 @@ pub fn parse(file_name: &str, yaml: &str) -> Result<Limits, ConfigError> {
     loader.finish()
 }
 
+/// Parses several files' texts as one config, as [`load_with`] reads a directory: `(name, text)`
+/// pairs in order, each name used in its errors. What a config pushed as several documents (an
+/// xDS server's resources) is loaded with.
+///
+/// ```
+/// use tollgate_config::LoadOptions;
+///
+/// let file = |key: &str| format!("domain: edge\ndescriptors:\n  - key: {key}\n    rate_limit: {{unit: second, requests_per_unit: 10}}\n");
+/// let files = [("a".to_owned(), file("ip")), ("b".to_owned(), file("user"))];
+/// let err = tollgate_config::parse_files(&files, &LoadOptions::default()).unwrap_err();
+/// assert!(err.to_string().starts_with("b: "), "{err}");
+/// let merged = tollgate_config::parse_files(&files, &LoadOptions::default().with_merge_domains(true))?;
+/// assert!(merged.resolve("edge", &[("user".into(), "u1".into())]).is_some());
+/// # Ok::<(), tollgate_config::ConfigError>(())
+/// ```
+pub fn parse_files(files: &[(String, String)], options: &LoadOptions) -> Result<Limits, ConfigError> {
+    let mut loader = Loader {
+        options: *options,
+        ..Loader::default()
+    };
+    for (name, text) in files {
+        loader.add(name, text)?;
+    }
+    loader.finish()
+}
+
 /// The generation given to the policies a load makes: the time of the load, in milliseconds
 /// since the Unix epoch. When instances of a fleet reload at different moments, a key's state
 /// migrated by the later load is never migrated back by an instance still on the earlier one

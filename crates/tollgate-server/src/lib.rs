@@ -46,6 +46,8 @@
 //!   bind, signals).
 //! - [`reload`]: swapping in a new config on SIGHUP or file change; a broken one is rejected and
 //!   the old one kept, so an edit can never take the limits away.
+//! - [`xds`]: the limits pushed by an xDS management server (Envoy Gateway's way), each push
+//!   applied as a reload and ACKed, or NACKed with the old limits kept.
 //! - `serve_proxy` ([`serve_proxy()`], [`ProxyOptions`]): `tollgate proxy`'s start, reload
 //!   and shutdown around the proxy's door.
 //! - [`policy_test`]: `tollgate test`, scenario files run through the doors on a virtual
@@ -88,6 +90,7 @@ pub mod replay;
 mod runtime;
 mod serve;
 mod serve_proxy;
+pub mod xds;
 
 pub use api::explain;
 pub use api::router as api_router;
@@ -96,5 +99,6 @@ pub use ops::{count, decision_log, metrics};
 pub use runtime::{
     AnyStore, AppState, EnvoySettings, ListenerOptions, ResponseHeaders, Settings, SharedState, StoreOptions,
 };
-pub use serve::{Listeners, ServeOptions, run, serve, server_runtime};
+pub use serve::{Listeners, ServeOptions, XdsSource, run, serve, server_runtime};
 pub use serve_proxy::{ProxyOptions, serve_proxy};
+pub use xds::{XdsOptions, XdsTls};

@@ -39,21 +39,37 @@ const MAX_HASHED: u64 = tollgate_config::MAX_FILE_BYTES;
 /// Loads `path` and swaps it in, or keeps the current limits if it is broken. Returns whether
 /// the new limits are being served.
 pub fn reload(state: &SharedState, path: &Path) -> bool {
-    match tollgate_config::load_with(path, &state.settings.load) {
+    let shown = path.display().to_string();
+    apply(
+        state,
+        &shown,
+        tollgate_config::load_with(path, &state.settings.load),
+    )
+}
+
+/// Swaps in `loaded`, the limits read from `source` (a path, or `xds` for a push), or keeps the
+/// current limits when it is an error: every way limits change goes through here, so each logs,
+/// counts and records the same. Returns whether the new limits are being served.
+pub(crate) fn apply(
+    state: &SharedState,
+    source: &str,
+    loaded: Result<tollgate_config::Limits, tollgate_config::ConfigError>,
+) -> bool {
+    match loaded {
         Ok(limits) => {
             log_changes(&limits.changes_from(&state.limits.load()));
             state.limits.store(Arc::new(limits));
             state.access.apply(state.served());
             metrics::config_reload(true);
             RECORDER.reloaded(Ok(()));
-            tracing::info!(config = %path.display(), "config reloaded");
+            tracing::info!(config = %source, "config reloaded");
             true
         }
         Err(err) => {
             metrics::config_reload(false);
             RECORDER.reloaded(Err(err.to_string()));
             tracing::warn!(
-                config = %path.display(),
+                config = %source,
                 error = %err,
                 "config reload rejected; still serving the previous config"
             );

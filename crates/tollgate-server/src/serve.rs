@@ -76,6 +76,19 @@ pub struct ServeOptions {
     pub settings: Settings,
     /// Log every decision (sampled, bounded) for `tollgate replay`; `None` logs nothing.
     pub decision_log: Option<DecisionLogOptions>,
+    /// Take the limits from an xDS management server instead of `config`.
+    pub xds: Option<XdsSource>,
+}
+
+/// The limits from an xDS management server (see [`xds`](crate::xds)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct XdsSource {
+    /// Where and how to connect.
+    pub options: crate::XdsOptions,
+    /// Start serving before the first push, with no limits (upstream's
+    /// `FORCE_START_WITHOUT_INITIAL_CONFIG`); otherwise the listeners open once the first push
+    /// has been answered.
+    pub start_without_config: bool,
 }
 
 /// The bound sockets [`run`] serves on.
@@ -245,16 +258,39 @@ impl<T> Drop for AbortOnDrop<T> {
 pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     let settings = options.settings.clone();
     settings.validate()?;
-    let limits = match options.config.as_deref() {
-        Some(path) => tollgate_config::load_with(path, &settings.load)?,
-        None => tollgate_config::demo()?,
+    if options.xds.is_some() && options.config.is_some() {
+        anyhow::bail!("the limits come either from a config file or over xDS, not both");
+    }
+    let limits = match (options.config.as_deref(), &options.xds) {
+        (Some(path), _) => tollgate_config::load_with(path, &settings.load)?,
+        // No limits until the first push.
+        (None, Some(_)) => tollgate_config::parse_files(&[], &settings.load)?,
+        (None, None) => tollgate_config::demo()?,
     };
+    if let Some(xds) = &options.xds {
+        xds.options.validate()?;
+    }
     let decision_log = match &options.decision_log {
         Some(log) => Some(DecisionLog::start(log.clone())?),
         None => None,
     };
     let store = AnyStore::open(options.store.as_deref(), &options.store_options).await?;
     let state = AppState::new(limits, store, settings);
+    if let Some(xds) = &options.xds {
+        let (first, pushed) = tokio::sync::oneshot::channel();
+        tokio::spawn(crate::xds::follow(
+            Arc::clone(&state),
+            xds.options.clone(),
+            Some(first),
+        ));
+        if !xds.start_without_config {
+            println!(
+                "tollgate: waiting for the first push from the xDS server {}",
+                xds.options.server
+            );
+            let _ = pushed.await;
+        }
+    }
     let mut listeners = Listeners::bind(options.http, options.grpc).await?;
     if let Some(debug) = options.debug {
         listeners = listeners.with_debug(debug).await?;
@@ -263,7 +299,13 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     // signal sent once they are seen is never missed.
     // SIGHUP is handled in every mode (its default action would end the process).
     #[cfg(unix)]
-    if let Some(hangups) = reload::on_sighup(Arc::clone(&state), options.config.clone()) {
+    if options.xds.is_some() {
+        if let Some(hangups) = reload::on_hangup(|| {
+            tracing::info!("SIGHUP: the limits come over xDS; there is no file to reload")
+        }) {
+            tokio::spawn(hangups);
+        }
+    } else if let Some(hangups) = reload::on_sighup(Arc::clone(&state), options.config.clone()) {
         tokio::spawn(hangups);
     }
     if let Some(path) = options.config.clone()
@@ -288,13 +330,14 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     println!(
         "tollgate: {} store, {} ({policies} policies, {domains} envoy domains)",
         state.store.kind(),
-        options
-            .config
-            .as_ref()
-            .map_or("built-in demo policies".to_string(), |p| format!(
-                "config {}",
-                p.display()
-            ))
+        match (&options.config, &options.xds) {
+            (Some(path), _) => format!("config {}", path.display()),
+            (None, Some(xds)) => format!(
+                "limits over xDS from {} as node {}",
+                xds.options.server, xds.options.node_id
+            ),
+            (None, None) => "built-in demo policies".to_owned(),
+        }
     );
     if let Some(log) = &decision_log {
         log.install();

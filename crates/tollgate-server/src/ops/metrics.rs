@@ -322,6 +322,17 @@ pub(crate) fn config_reload(ok: bool) {
     metrics::counter!("tollgate_config_reloads_total", "outcome" => outcome).increment(1);
 }
 
+/// Whether the xDS stream is open (1) or being reconnected (0).
+pub(crate) fn xds_connected(open: bool) {
+    metrics::gauge!("tollgate_xds_connected").set(if open { 1.0 } else { 0.0 });
+}
+
+/// An xDS push answered: ACKed (served) or NACKed (refused, the previous limits kept).
+pub(crate) fn xds_push(acked: bool) {
+    let outcome = if acked { "acked" } else { "nacked" };
+    metrics::counter!("tollgate_xds_pushes_total", "outcome" => outcome).increment(1);
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;

@@ -64,6 +64,7 @@ mod write;
 
 pub use read::parse_request;
 pub use write::response_json;
+pub(crate) use write::struct_json;
 
 /// `POST /json` over `rls`, to merge into the HTTP router.
 ///

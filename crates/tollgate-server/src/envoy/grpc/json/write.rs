@@ -119,7 +119,9 @@ fn quota_json(quota: &Quota) -> Value {
     Value::Object(out)
 }
 
-fn struct_json(value: &Struct) -> Value {
+/// A `google.protobuf.Struct` as the JSON object it stands for (also how an xDS push's
+/// descriptor metadata becomes config).
+pub(crate) fn struct_json(value: &Struct) -> Value {
     // Sorted, so the same answer always prints the same.
     let mut fields: Vec<_> = value.fields.iter().collect();
     fields.sort_by(|a, b| a.0.cmp(b.0));
