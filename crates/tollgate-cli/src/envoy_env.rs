@@ -17,10 +17,11 @@
 //! | `DEBUG_HOST`, `DEBUG_PORT` | `--debug-addr` (default host `0.0.0.0`), when `DEBUG_PORT` is set |
 //! | `SHADOW_MODE`, `QUOTA_MODE`, `MERGE_DOMAIN_CONFIG`, `NEAR_LIMIT_RATIO`, `RESPONSE_DYNAMIC_METADATA`, `LIMIT_RESPONSE_HEADERS_ENABLED`, `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER` | [`Compat`] |
 //! | `LOG_LEVEL` | the log level when `RUST_LOG` is not set ([`log_level`]) |
+//! | `LOG_FORMAT` | `text` or `json`, when `--log-format` is not given (read by `main`, before the logs start) |
 //! | `CONFIG_TYPE` | `FILE` (default) or `GRPC_XDS_SOTW`: the limits over xDS, with the `CONFIG_GRPC_XDS_*`, `XDS_CLIENT_*` and `FORCE_START_WITHOUT_INITIAL_CONFIG` variables (see `xds_args`); the `RUNTIME_*` directory is then unused |
 //! | `BACKEND_TYPE`, `REDIS_PERSECOND`, `GRPC_UDS`, `GRPC_SERVER_USE_TLS` | accepted at their defaults (`redis`, false, unset, false); anything else is refused, since tollgate cannot do it and would otherwise serve something else than asked |
 //!
-//! Every other variable of upstream's (statsd, tracing, pool sizes, `LOG_FORMAT`) is ignored, as
+//! Every other variable of upstream's (tracing, pool sizes) is ignored, as
 //! upstream ignores variables it does not know. An empty value counts as unset. A value that
 //! cannot be read is an error naming the variable (`PORT=eighty: expected a port number`), so a
 //! typo stops the start instead of being served around.

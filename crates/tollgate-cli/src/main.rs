@@ -47,10 +47,11 @@ const DEFAULT_GRPC: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::
 #[derive(Parser)]
 #[command(name = "tollgate", version, about)]
 struct Cli {
-    /// Log format on stderr: `text` for people, `json` (one object per line) for collectors.
+    /// Log format on stderr: `text` for people, `json` (one object per line) for collectors
+    /// [default: LOG_FORMAT (envoyproxy/ratelimit's `text` or `json`) when set, else text].
     /// Levels come from `RUST_LOG` (default: warnings and reload results).
-    #[arg(long, global = true, env = "TOLLGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
+    #[arg(long, global = true, env = "TOLLGATE_LOG_FORMAT", value_enum)]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
 }
@@ -328,7 +329,22 @@ fn print_all(command: &str, bytes: &[u8]) -> ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logs(cli.log_format);
+    let format = match cli.log_format {
+        Some(format) => format,
+        // envoyproxy/ratelimit's variable, as its manifests set it.
+        None => match std::env::var("LOG_FORMAT").ok().filter(|v| !v.is_empty()) {
+            None => LogFormat::Text,
+            Some(value) => match value.trim().to_ascii_lowercase().as_str() {
+                "json" => LogFormat::Json,
+                "text" => LogFormat::Text,
+                _ => {
+                    eprintln!("tollgate: LOG_FORMAT={value}: expected text or json");
+                    return ExitCode::FAILURE;
+                }
+            },
+        },
+    };
+    init_logs(format);
     match cli.command {
         Command::Completions { shell } => {
             let mut script = Vec::new();

@@ -177,3 +177,31 @@ fn a_debug_port_on_loopback_is_not_warned_about() {
         .count();
     assert_eq!(debug_warnings, 0, "{:#?}", child.seen());
 }
+
+#[test]
+fn upstreams_log_format_json_gives_json_lines() {
+    // envoyproxy/ratelimit's manifests set LOG_FORMAT=json (and LOG_LEVEL): the same JSON lines.
+    let mut child = ChildProcess::start(
+        Command::new(env!("CARGO_BIN_EXE_tollgate"))
+            .env("LOG_FORMAT", "json")
+            .args(["serve", "--http", "0.0.0.0:0", "--grpc", "127.0.0.1:0"]),
+    );
+    let event = json_line(&mut child, "without a token on a non-loopback address");
+    assert_eq!(event["level"], "WARN", "{event}");
+    assert_eq!(event["fields"]["listener"], "http", "{event}");
+}
+
+#[test]
+fn an_unknown_log_format_stops_the_start() {
+    let output = Command::new(env!("CARGO_BIN_EXE_tollgate"))
+        .env("LOG_FORMAT", "xml")
+        .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+        .output()
+        .expect("runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("LOG_FORMAT=xml: expected text or json"),
+        "{stderr}"
+    );
+}
