@@ -17,6 +17,7 @@
 //! | `DEBUG_HOST`, `DEBUG_PORT` | `--debug-addr` (default host `0.0.0.0`), when `DEBUG_PORT` is set |
 //! | `SHADOW_MODE`, `QUOTA_MODE`, `MERGE_DOMAIN_CONFIG`, `NEAR_LIMIT_RATIO`, `RESPONSE_DYNAMIC_METADATA`, `LIMIT_RESPONSE_HEADERS_ENABLED`, `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER` | [`Compat`] |
 //! | `LOG_LEVEL` | the log level when `RUST_LOG` is not set ([`log_level`]) |
+//! | `USE_STATSD`, `STATSD_*`, `STATS_FLUSH_INTERVAL`, `EXTRA_TAGS`, `DISABLE_STATS`, `USE_PROMETHEUS`, `PROMETHEUS_*`, `USE_DOG_STATSD` | statsd and the Prometheus listener (see `stats_args`) |
 //! | `LOG_FORMAT` | `text` or `json`, when `--log-format` is not given (read by `main`, before the logs start) |
 //! | `CONFIG_TYPE` | `FILE` (default) or `GRPC_XDS_SOTW`: the limits over xDS, with the `CONFIG_GRPC_XDS_*`, `XDS_CLIENT_*` and `FORCE_START_WITHOUT_INITIAL_CONFIG` variables (see `xds_args`); the `RUNTIME_*` directory is then unused |
 //! | `BACKEND_TYPE`, `REDIS_PERSECOND`, `GRPC_UDS`, `GRPC_SERVER_USE_TLS` | accepted at their defaults (`redis`, false, unset, false); anything else is refused, since tollgate cannot do it and would otherwise serve something else than asked |
@@ -50,6 +51,8 @@ pub(crate) struct EnvoyEnv {
     pub compat: Compat,
     /// The limits over xDS, from `CONFIG_TYPE=GRPC_XDS_SOTW` and its variables.
     pub xds: Option<tollgate_server::XdsSource>,
+    /// statsd and the Prometheus listener, from `USE_STATSD`, `USE_PROMETHEUS` and theirs.
+    pub stats: crate::stats_args::Stats,
 }
 
 /// upstream's switches that change what the service answers, carried to the server, which
@@ -232,6 +235,7 @@ impl EnvoyEnv {
                 response_headers: header_names(&get)?,
             },
             xds,
+            stats: crate::stats_args::from_env(&get)?,
         })
     }
 }
@@ -602,7 +606,7 @@ mod tests {
     #[test]
     fn unknown_and_ignored_variables_change_nothing() {
         let env = read(&[
-            ("USE_STATSD", "true"),
+            ("USE_STATSD", "false"),
             ("LOG_LEVEL", "debug"),
             ("REDIS_POOL_SIZE", "lots"),
             ("SOMETHING", "x"),

@@ -27,6 +27,7 @@ mod decision_log_args;
 mod envoy_args;
 mod envoy_env;
 mod listener_args;
+mod stats_args;
 mod xds_args;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -123,6 +124,8 @@ enum Command {
         decision_log: DecisionLogArgs,
         #[command(flatten)]
         xds: Box<xds_args::XdsArgs>,
+        #[command(flatten)]
+        stats: Box<stats_args::StatsArgs>,
     },
     /// Forward requests to an upstream, applying the config's route policies first.
     Proxy {
@@ -511,6 +514,7 @@ fn main() -> ExitCode {
             reply,
             decision_log,
             xds,
+            stats,
         } => {
             // Upstream's variables fill in what neither a flag nor a TOLLGATE_* variable says.
             let upstream = match EnvoyEnv::from_env() {
@@ -539,6 +543,13 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
+            let stats = match stats.resolve(upstream.stats) {
+                Ok(stats) => stats,
+                Err(err) => {
+                    eprintln!("tollgate: {err}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let options = ServeOptions {
                 config: config.or(upstream.config),
                 store: store.or(upstream.store),
@@ -549,6 +560,8 @@ fn main() -> ExitCode {
                 settings,
                 decision_log: decision_log.options(),
                 xds,
+                statsd: stats.statsd,
+                prometheus: stats.prometheus,
             };
             run(tollgate_server::serve(options))
         }

@@ -95,7 +95,7 @@ pub mod xds;
 pub use api::explain;
 pub use api::router as api_router;
 pub use envoy::grpc;
-pub use ops::{count, decision_log, metrics};
+pub use ops::{count, decision_log, metrics, statsd};
 pub use runtime::{
     AnyStore, AppState, EnvoySettings, ListenerOptions, ResponseHeaders, Settings, SharedState, StoreOptions,
 };

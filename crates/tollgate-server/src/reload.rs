@@ -61,12 +61,14 @@ pub(crate) fn apply(
             state.limits.store(Arc::new(limits));
             state.access.apply(state.served());
             metrics::config_reload(true);
+            crate::ops::statsd::config_load(true);
             RECORDER.reloaded(Ok(()));
             tracing::info!(config = %source, "config reloaded");
             true
         }
         Err(err) => {
             metrics::config_reload(false);
+            crate::ops::statsd::config_load(false);
             RECORDER.reloaded(Err(err.to_string()));
             tracing::warn!(
                 config = %source,

@@ -78,6 +78,11 @@ pub struct ServeOptions {
     pub decision_log: Option<DecisionLogOptions>,
     /// Take the limits from an xDS management server instead of `config`.
     pub xds: Option<XdsSource>,
+    /// Send envoyproxy/ratelimit's statistics to a statsd server.
+    pub statsd: Option<crate::statsd::StatsdOptions>,
+    /// Also serve the Prometheus metrics on this address and path (upstream's
+    /// `USE_PROMETHEUS`, `PROMETHEUS_ADDR`, `PROMETHEUS_PATH`).
+    pub prometheus: Option<(SocketAddr, String)>,
 }
 
 /// The limits from an xDS management server (see [`xds`](crate::xds)).
@@ -295,6 +300,22 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     if let Some(debug) = options.debug {
         listeners = listeners.with_debug(debug).await?;
     }
+    let prometheus = match &options.prometheus {
+        Some((addr, path)) => Some((
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen for prometheus on {addr}"))?,
+            path.clone(),
+        )),
+        None => None,
+    };
+    // Statistics are sent until the server has stopped, then flushed once more.
+    let (stats_stop, stats_stopped) = tokio::sync::oneshot::channel::<()>();
+    let stats = options.statsd.clone().map(|statsd| {
+        tokio::spawn(crate::ops::statsd::start(statsd, async {
+            let _ = stats_stopped.await;
+        }))
+    });
     // Watching and the SIGHUP handler start before the addresses are printed: a change or a
     // signal sent once they are seen is never missed.
     // SIGHUP is handled in every mode (its default action would end the process).
@@ -320,6 +341,20 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     if let Some(debug) = &listeners.debug {
         println!("tollgate: debug listening on {}", debug.local_addr()?);
     }
+    if let Some((listener, path)) = prometheus {
+        println!("tollgate: prometheus listening on {}", listener.local_addr()?);
+        let app = axum::Router::new()
+            .route(&path, axum::routing::get(api::operations::render_metrics))
+            .with_state(Arc::clone(&state))
+            .layer(axum::middleware::from_fn(bare_errors));
+        let limits = state.settings.listeners.clone();
+        let app = listener::with_request_limits(app, "prometheus", &limits);
+        // Ends with the process: a scrape in flight at shutdown is of no consequence.
+        tokio::spawn(async move {
+            let never = std::future::pending::<()>();
+            let _ = listener::serve_http("prometheus", listener, app, &limits, never).await;
+        });
+    }
     let (policies, domains) = {
         let limits = state.limits.load();
         (
@@ -343,6 +378,10 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         log.install();
     }
     let served = run(state, listeners, shutdown).await;
+    if let Some(stats) = stats {
+        let _ = stats_stop.send(());
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(3), stats).await;
+    }
     // Every answered request's line is written before the process ends.
     if let Some(log) = decision_log {
         let _ = tokio::task::spawn_blocking(move || log.finish()).await;

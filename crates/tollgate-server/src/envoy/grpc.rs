@@ -64,6 +64,7 @@ use tollgate_config::envoy_plan::{Answer, Asked, Hits, LimitOverride, OverrideEr
 use tonic::{Request, Response, Status};
 
 use crate::ops::decision_log::{Asked as LogAsked, Door, LoggedOutcome};
+use crate::ops::statsd::{self, CallEnd};
 use crate::ops::{count, metrics};
 use crate::runtime::SharedState;
 use crate::runtime::listener::ListenerOptions;
@@ -278,9 +279,15 @@ impl RateLimitService for RlsService {
                 metadata.get("authorization").and_then(|v| v.to_str().ok()),
             )),
         };
-        self.answer_through(Door::Grpc, request, caller)
-            .await
-            .map(Response::new)
+        let started = Instant::now();
+        let answer = self.answer_through(Door::Grpc, request, caller).await;
+        let end = match &answer {
+            Ok(_) => CallEnd::Answered,
+            Err(status) if status.code() == tonic::Code::Unavailable => CallEnd::StoreError,
+            Err(_) => CallEnd::ServiceError,
+        };
+        statsd::should_rate_limit(end, started.elapsed());
+        answer.map(Response::new)
     }
 }
 

@@ -322,6 +322,16 @@ pub(crate) fn config_reload(ok: bool) {
     metrics::counter!("tollgate_config_reloads_total", "outcome" => outcome).increment(1);
 }
 
+/// statsd lines sent.
+pub(crate) fn statsd_sent(lines: u64) {
+    metrics::counter!("tollgate_statsd_sent_lines_total").increment(lines);
+}
+
+/// statsd lines dropped: the timing buffer full, the server unreachable, a write failed.
+pub(crate) fn statsd_dropped(lines: u64) {
+    metrics::counter!("tollgate_statsd_dropped_lines_total").increment(lines);
+}
+
 /// Whether the xDS stream is open (1) or being reconnected (0).
 pub(crate) fn xds_connected(open: bool) {
     metrics::gauge!("tollgate_xds_connected").set(if open { 1.0 } else { 0.0 });

@@ -9,8 +9,10 @@
 //! - [`recorder`]: the dashboard's bounded memory of recent decisions and most denied keys.
 //! - [`metrics`]: the Prometheus recorder and every other metric (store, listeners, reloads,
 //!   the proxy's requests).
+//! - [`statsd`]: envoyproxy/ratelimit's statistics by its names over statsd, when asked for.
 
 pub mod count;
 pub mod decision_log;
 pub mod metrics;
 pub(crate) mod recorder;
+pub mod statsd;

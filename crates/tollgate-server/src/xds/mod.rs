@@ -311,6 +311,7 @@ fn apply(state: &SharedState, response: &DiscoveryResponse) -> Result<(), String
         Ok(configs) => configs,
         Err(why) => {
             metrics::config_reload(false);
+            crate::ops::statsd::config_load(false);
             tracing::warn!(config = %source, error = %why, "config push rejected; still serving the previous config");
             return Err(why);
         }

@@ -19,7 +19,8 @@
 //! `detailed_metric` and `value_to_metric` put request values into the key, so the number of
 //! keys is capped ([`EnvoySettings::max_stats_keys`](super::EnvoySettings)): the first keys seen
 //! get their own series, every later one is counted under [`OVERFLOW_KEY`], and the memory of
-//! the metrics stays bounded whatever the traffic.
+//! the metrics stays bounded whatever the traffic. When statsd is on, the same counts go out
+//! under upstream's own names ([`statsd`](crate::ops::statsd)), under the same cap.
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -46,6 +47,8 @@ pub(crate) struct KeyCounters {
     near_limit: Counter,
     within_limit: Counter,
     shadow_mode: Counter,
+    /// The same counts for statsd, when it is on.
+    statsd: Option<Arc<crate::ops::statsd::KeyStats>>,
 }
 
 impl KeyCounters {
@@ -57,6 +60,7 @@ impl KeyCounters {
             near_limit: counter("tollgate_envoy_near_limit_total"),
             within_limit: counter("tollgate_envoy_within_limit_total"),
             shadow_mode: counter("tollgate_envoy_shadow_mode_total"),
+            statsd: crate::ops::statsd::key(label),
         }
     }
 }
@@ -148,6 +152,14 @@ impl StatsKeys {
         counters.near_limit.increment(split.near);
         counters.within_limit.increment(split.within);
         counters.shadow_mode.increment(split.shadow);
+        if let Some(statsd) = &counters.statsd {
+            use std::sync::atomic::Ordering::Relaxed;
+            statsd.total_hits.fetch_add(hit.cost, Relaxed);
+            statsd.over_limit.fetch_add(split.over, Relaxed);
+            statsd.near_limit.fetch_add(split.near, Relaxed);
+            statsd.within_limit.fetch_add(split.within, Relaxed);
+            statsd.shadow_mode.fetch_add(split.shadow, Relaxed);
+        }
     }
 }
 
@@ -155,6 +167,7 @@ impl StatsKeys {
 /// service-level `global_shadow_mode` stat).
 pub(crate) fn global_shadow_mode() {
     metrics::counter!("tollgate_envoy_global_shadow_mode_total").increment(1);
+    crate::ops::statsd::global_shadow_mode();
 }
 
 #[cfg(test)]
