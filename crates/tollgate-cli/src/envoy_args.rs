@@ -89,6 +89,14 @@ pub(crate) struct ReplyArgs {
     /// RateLimit-Reset].
     #[arg(long, env = "TOLLGATE_LIMIT_RESET_HEADER", value_parser = header_name, requires = "limit_response_headers")]
     limit_reset_header: Option<String>,
+    /// Add `Retry-After` (whole seconds until the limiting descriptor admits again) to every
+    /// OVER_LIMIT answer, for Envoy to put on the 429 it sends.
+    #[arg(long, env = "TOLLGATE_ENVOY_RETRY_AFTER")]
+    envoy_retry_after: bool,
+    /// Add the IETF draft's `RateLimit-Policy` and `RateLimit` fields to answers, as the HTTP
+    /// API sends them.
+    #[arg(long, env = "TOLLGATE_ENVOY_RATELIMIT_FIELDS")]
+    envoy_ratelimit_fields: bool,
 }
 
 impl ReplyArgs {
@@ -102,6 +110,8 @@ impl ReplyArgs {
             envoy.max_stats_keys = keys as usize;
         }
         envoy.response_dynamic_metadata |= self.response_dynamic_metadata;
+        envoy.retry_after |= self.envoy_retry_after;
+        envoy.ratelimit_fields |= self.envoy_ratelimit_fields;
         if self.limit_response_headers {
             let names = envoy.response_headers.take().unwrap_or_default();
             envoy.response_headers = Some(ResponseHeaders::new(

@@ -11,6 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use tollgate_server::grpc::proto::RateLimitResponse;
 use tollgate_server::grpc::proto::rate_limit_descriptor::Entry;
 use tollgate_server::grpc::proto::rate_limit_response::Code;
 use tollgate_server::grpc::proto::rate_limit_response::rate_limit::Unit;
@@ -768,6 +769,73 @@ async fn upstream_switches_shadow_mode_and_response_headers_take_effect() {
     assert!(
         headers.contains(&("X-RateLimit-Remaining".to_owned(), "4".to_owned())),
         "{headers:?}"
+    );
+}
+
+#[tokio::test]
+async fn retry_after_and_the_draft_fields_ride_on_the_answer_when_asked_for() {
+    let server = Tollgate::start(
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--envoy-retry-after",
+            "--envoy-ratelimit-fields",
+        ],
+        &runtime_vars(),
+        false,
+    );
+    let mut rls = server.rls().await;
+    let ask = || request("edge", &[&[("one_per_day", "retry-after")]]);
+    let allowed = rls
+        .should_rate_limit(ask())
+        .await
+        .expect("ShouldRateLimit")
+        .into_inner();
+    let fields = |answer: &RateLimitResponse| -> Vec<(String, String)> {
+        answer
+            .response_headers_to_add
+            .iter()
+            .map(|h| (h.key.clone(), h.value.clone()))
+            .collect()
+    };
+    let headers = fields(&allowed);
+    assert!(
+        headers.iter().all(|(k, _)| k != "Retry-After"),
+        "an OK answer has none: {headers:?}"
+    );
+    let policy = headers
+        .iter()
+        .find(|(k, _)| k == "RateLimit-Policy")
+        .expect("RateLimit-Policy");
+    assert!(policy.1.ends_with(";q=1;w=86400"), "{policy:?}");
+    assert!(
+        headers
+            .iter()
+            .any(|(k, v)| k == "RateLimit" && v.contains(";r=0;t=")),
+        "{headers:?}"
+    );
+    let denied = rls
+        .should_rate_limit(ask())
+        .await
+        .expect("ShouldRateLimit")
+        .into_inner();
+    assert_eq!(denied.overall_code, Code::OverLimit as i32);
+    let headers = fields(&denied);
+    let retry: u64 = headers
+        .iter()
+        .find(|(k, _)| k == "Retry-After")
+        .map(|(_, v)| v.parse().expect("seconds"))
+        .expect("Retry-After on OVER_LIMIT");
+    let reset = denied.statuses[0]
+        .duration_until_reset
+        .as_ref()
+        .expect("reset")
+        .seconds as u64;
+    assert!(
+        (1..=reset).contains(&retry),
+        "Retry-After {retry} within the reset {reset}"
     );
 }
 

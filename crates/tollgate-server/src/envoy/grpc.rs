@@ -524,6 +524,12 @@ fn respond(
         Some(names) => answer::headers(names, answer.headline(), now),
         None => Vec::new(),
     };
+    if settings.ratelimit_fields {
+        response_headers_to_add.extend(answer::ratelimit_fields(answer.headline()));
+    }
+    if settings.retry_after {
+        response_headers_to_add.extend(answer::retry_after(answer));
+    }
     // A deny-listed key is refused whatever the shadow settings, and says why in a header
     // (Envoy's answer has no reason field; it adds these headers to the client's answer).
     if answer.blocked {

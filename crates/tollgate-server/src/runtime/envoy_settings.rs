@@ -49,6 +49,13 @@ pub struct EnvoySettings {
     /// set, they need one in the `authorization` metadata (`Bearer <token>`), as `POST /json`
     /// and the HTTP API's refunds and charges do.
     pub trusted_grpc: bool,
+    /// An `OVER_LIMIT` answer carries `Retry-After` (whole seconds, at least 1, until the
+    /// limiting descriptor admits again) in `response_headers_to_add`, which Envoy adds to the
+    /// 429 it sends the client.
+    pub retry_after: bool,
+    /// Answers carry the IETF draft's `RateLimit-Policy` and `RateLimit` fields for the
+    /// descriptor the rate limit headers report, as the HTTP API sends them.
+    pub ratelimit_fields: bool,
 }
 
 impl EnvoySettings {
@@ -73,6 +80,8 @@ impl Default for EnvoySettings {
             near_limit_ratio: 0.8,
             max_stats_keys: 1_000,
             trusted_grpc: false,
+            retry_after: false,
+            ratelimit_fields: false,
         }
     }
 }

@@ -71,6 +71,46 @@ pub(crate) fn headers(
     ]
 }
 
+/// `Retry-After` of an `OVER_LIMIT` answer: the wait of the descriptor the headers report (the
+/// engine's retry time, else its reset), in whole seconds, at least 1; `None` when the answer
+/// is `OK` or no descriptor has a limit.
+pub(crate) fn retry_after(answer: &tollgate_config::envoy_plan::Answer<'_>) -> Option<HeaderValue> {
+    if !answer.over {
+        return None;
+    }
+    let headline = answer.headline()?;
+    let seconds = headline
+        .verdict
+        .as_ref()
+        .and_then(|verdict| tollgate::headers::retry_after_seconds(&verdict.decision))
+        .or_else(|| headline.reset.map(tollgate::headers::seconds_up))?;
+    Some(HeaderValue {
+        key: "Retry-After".to_owned(),
+        value: seconds.max(1).to_string(),
+        raw_value: Vec::new(),
+    })
+}
+
+/// The IETF draft's `RateLimit-Policy` and `RateLimit` fields of the descriptor the headers
+/// report, rendered by the core as the HTTP API renders them; empty when it has no policy.
+pub(crate) fn ratelimit_fields(headline: Option<&DescriptorAnswer<'_>>) -> Vec<HeaderValue> {
+    let Some((policy, verdict)) = headline.and_then(|d| Some((d.policy?, d.verdict.as_ref()?))) else {
+        return Vec::new();
+    };
+    let field = |key: &str, value: String| HeaderValue {
+        key: key.to_owned(),
+        value,
+        raw_value: Vec::new(),
+    };
+    vec![
+        field("RateLimit-Policy", tollgate::headers::ratelimit_policy(policy)),
+        field(
+            "RateLimit",
+            tollgate::headers::ratelimit(policy, &verdict.decision),
+        ),
+    ]
+}
+
 /// Upstream's dynamic metadata: the domain, each descriptor (its entries as `key=value`, its
 /// limit override, its `hits_addend`), the request's `hits_addend` when set, and the merged
 /// `metadata` of the descriptors that passed (on a clash of keys the first descriptor's value
