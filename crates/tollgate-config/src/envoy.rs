@@ -39,6 +39,9 @@
 //!   `window`) is the limit of a window for `fixed_window`, `sliding_log` and `sliding_window`, and
 //!   the rate for `token_bucket` (refill), `leaky_bucket` (leak) and `gcra`;
 //! - `window`: any duration (`"90s"`, `"1h30m"`) instead of `unit`;
+//! - `unit_multiplier`: a window of that many units (`unit: minute, unit_multiplier: 5` is a
+//!   five-minute window, aligned to multiples of five minutes since the epoch), as proposed for
+//!   upstream; at least 1, and only with `unit`;
 //! - `burst`: the capacity of a `token_bucket` or `leaky_bucket`, the burst of `gcra` (default
 //!   `requests_per_unit`);
 //! - `block_for`: a penalty after a denial;
@@ -113,6 +116,7 @@ struct DescriptorSpec {
 struct RateLimitSpec {
     unit: Option<Scalar>,
     requests_per_unit: Option<u64>,
+    unit_multiplier: Option<u32>,
     unlimited: Option<bool>,
     name: Option<Scalar>,
     replaces: Option<Vec<ReplacesSpec>>,
@@ -338,6 +342,7 @@ impl RateLimitSpec {
             // `requests_per_unit` is accepted and ignored, as upstream does.
             let set = [
                 ("unit", self.unit.is_some()),
+                ("unit_multiplier", self.unit_multiplier.is_some()),
                 ("algorithm", self.algorithm.is_some()),
                 ("window", self.window.is_some()),
                 ("burst", self.burst.is_some()),
@@ -385,7 +390,40 @@ impl RateLimitSpec {
                     },
                 ));
             }
-            (Some(unit), None) => (parse_unit(unit).map_err(|kind| field_err("unit", kind))?, "unit"),
+            (Some(unit), None) => {
+                let length = parse_unit(unit).map_err(|kind| field_err("unit", kind))?;
+                match self.unit_multiplier {
+                    None => (length, "unit"),
+                    Some(0) => {
+                        return Err(field_err(
+                            "unit_multiplier",
+                            ConfigErrorKind::FieldNotAllowed {
+                                field: "unit_multiplier",
+                                why: "must be at least 1 (the window is that many units)".to_owned(),
+                            },
+                        ));
+                    }
+                    Some(n) => match length.checked_mul(n) {
+                        Some(window) => (window, "unit_multiplier"),
+                        None => {
+                            let got = format!("{n} x {}", unit.text());
+                            return Err(field_err(
+                                "unit_multiplier",
+                                ConfigErrorKind::DurationOverflow { got },
+                            ));
+                        }
+                    },
+                }
+            }
+            (None, Some(_)) if self.unit_multiplier.is_some() => {
+                return Err(field_err(
+                    "unit_multiplier",
+                    ConfigErrorKind::FieldNotAllowed {
+                        field: "unit_multiplier",
+                        why: "multiplies `unit`; with `window`, write the whole duration there".to_owned(),
+                    },
+                ));
+            }
             (None, Some(window)) => (
                 window.duration().map_err(|kind| field_err("window", kind))?,
                 "window",

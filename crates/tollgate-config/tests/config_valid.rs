@@ -332,3 +332,19 @@ fn calendar_quotas_take_a_period_a_time_zone_and_a_week_start() {
         (100, Period::Day, "UTC".to_owned(), Weekday::Monday)
     );
 }
+
+#[test]
+fn a_unit_multiplier_makes_a_window_of_that_many_units() {
+    let limits = tollgate_config::parse(
+        "multiplier.yaml",
+        "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, unit_multiplier: 5, requests_per_unit: 10}\n",
+    )
+    .unwrap();
+    let resolved = limits
+        .resolve("edge", &[("remote_address".into(), "192.0.2.1".into())])
+        .unwrap();
+    assert_eq!(
+        describe(resolved.policy().unwrap()),
+        "fixed_window 10 per 300s, Epoch; local (limit / 1)"
+    );
+}
