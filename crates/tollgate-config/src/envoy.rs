@@ -287,14 +287,17 @@ fn compile_level(
         // `seen` caught every duplicate of this file above; one left is from an earlier file
         // of the same domain.
         if !level.insert(key.clone(), value.clone(), node) {
+            // Named by upstream's composite key, domain first (`edge.key1_value1`), as
+            // upstream names it: across merged files the domain is what the files share.
+            let composite = match &value {
+                Some(value) => format!("{parent_name}.{key}_{value}"),
+                None => format!("{parent_name}.{key}"),
+            };
             return Err(at.err(
                 path,
                 ConfigErrorKind::Duplicate {
                     what: "descriptor",
-                    name: match &value {
-                        Some(value) => format!("{key}: {value}"),
-                        None => key,
-                    },
+                    name: composite,
                     first: format!("in {}", earlier.unwrap_or("an earlier file")),
                 },
             ));

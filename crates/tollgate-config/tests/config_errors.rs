@@ -232,7 +232,7 @@ fn a_descriptor_defined_in_two_merged_files_names_the_first_file() {
     let err = tollgate_config::load_with(&fixtures().join("dirs/merge_duplicate"), &merge).unwrap_err();
     assert_eq!(
         err.to_string(),
-        r#"b.yaml: descriptors[1]: duplicate descriptor "remote_address", first defined in a.yaml"#
+        r#"b.yaml: descriptors[1]: duplicate descriptor "edge.remote_address", first defined in a.yaml"#
     );
     // Without merging, the second file is refused for its domain, as before.
     assert_eq!(
