@@ -47,8 +47,8 @@
 //! - a descriptor in quota mode (its own `quota_mode`, or [`Modes::global_quota`]) is a rule
 //!   [`Apart::Quota`]: the request is over only when every quota descriptor is;
 //! - under upstream's counting ([`Modes::count_every`]) every other descriptor is a rule
-//!   [`Apart::Alone`]: each spends when it fits, whatever the others say, and a charge larger
-//!   than the budget left spends what is left ([`Plan::overcharged`]).
+//!   [`Apart::Alone`]: each spends when it fits, whatever the others say, and one over its
+//!   limit is charged its cost ([`Plan::overcharged`]), as upstream's counter counts it.
 //!
 //! A refusal without the store (an enforced deny-all descriptor, a cost no budget admits, or
 //! every quota descriptor over at once) refuses the request: then [`Plan::spends`] is false and
@@ -374,10 +374,12 @@ impl Plan<'_> {
         }
     }
 
-    /// Upstream's counting of a charge larger than the budget left: its counter goes past the
-    /// limit, tollgate's stop at it, so what is left is spent instead and the next request
-    /// finds nothing left, as it would upstream. The shadow rules to decide after `answer`,
-    /// only under [`Modes::count_every`] and when the request spent.
+    /// Upstream's counting of the hits of a descriptor over its limit: its counter goes past
+    /// the limit (every hit is counted, admitted or not), tollgate's stop at it, so under
+    /// [`Modes::count_every`] each descriptor the store refused is charged its cost after
+    /// `answer`: the key goes into debt as upstream's counter goes past the limit, so a later
+    /// question (`hits_addend: 0`) is over, as upstream's is, until the window clears it. Only
+    /// when the request spent; never for a listed key.
     pub fn overcharged(&self, answer: &Answer) -> Vec<Rule<'_>> {
         if !self.modes.count_every || !self.spends() {
             return Vec::new();
@@ -386,14 +388,11 @@ impl Plan<'_> {
             .iter()
             .zip(&answer.descriptors)
             .filter_map(|(slot, answer)| {
-                let (Slot::Limited { matched, policy }, Some(verdict), Some((_, hit))) =
-                    (slot, answer.verdict, answer.stats)
-                else {
+                let (Slot::Limited { matched, policy }, Some(verdict)) = (slot, answer.verdict) else {
                     return None;
                 };
-                let left = verdict.decision.limit.saturating_sub(hit.before);
-                let over = !verdict.decision.allowed && matched.cost > 1 && left > 0;
-                over.then(|| Rule::new(policy.as_ref(), matched.key.as_bytes(), left).as_shadow())
+                let over = !verdict.decision.allowed && verdict.listed.is_none() && matched.cost > 0;
+                over.then(|| Rule::new(policy.as_ref(), matched.key.as_bytes(), matched.cost))
             })
             .collect()
     }

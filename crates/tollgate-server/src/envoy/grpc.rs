@@ -495,18 +495,18 @@ fn count(service: &RlsService, answer: &Answer<'_>) {
     }
 }
 
-/// Spends what is left of overcharged budgets (see
+/// Charges the descriptors over their limit under upstream's counting (see
 /// [`Plan::overcharged`](tollgate_config::envoy_plan::Plan::overcharged)): a second store call,
 /// made only under upstream's counting.
 async fn drain(state: &SharedState, rules: &[Rule<'_>]) {
-    match state.engine.check_all(rules).await {
-        Ok(verdict) => {
-            if let Some(err) = verdict.store_error() {
+    match state.engine.charge_all(rules).await {
+        Ok(charged) => {
+            if let Some(err) = &charged.store_error {
                 metrics::store_error(err);
             }
         }
         // Not reached: the same keys and policies were just decided.
-        Err(err) => tracing::warn!(error = %err, "draining an overcharged budget failed"),
+        Err(err) => tracing::warn!(error = %err, "counting an over-limit hit failed"),
     }
 }
 
