@@ -47,6 +47,10 @@ pub(crate) struct ModeArgs {
     /// Off: a request over any limit spends nothing (see docs/envoy.md).
     #[arg(long, env = "TOLLGATE_COUNT_EVERY_DESCRIPTOR")]
     count_every_descriptor: bool,
+    /// Record no charge (a descriptor's own hits_addend) of a request whose checked descriptors
+    /// are over the limit (as STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true, which is read too).
+    #[arg(long, env = "TOLLGATE_STOP_CHARGES_WHEN_OVER")]
+    stop_charges_when_over: bool,
 }
 
 impl ModeArgs {
@@ -56,6 +60,7 @@ impl ModeArgs {
         envoy.global_shadow_mode |= self.shadow_mode;
         envoy.global_quota_mode |= self.quota_mode;
         envoy.count_every_descriptor |= self.count_every_descriptor;
+        envoy.stop_charges_when_over |= self.stop_charges_when_over;
     }
 }
 

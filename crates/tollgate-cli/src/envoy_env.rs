@@ -15,7 +15,7 @@
 //! | `HOST`, `PORT` | `--http` (defaults `0.0.0.0`, `8080`, as upstream), when either is set |
 //! | `GRPC_HOST`, `GRPC_PORT` | `--grpc` (defaults `0.0.0.0`, `8081`), when either is set |
 //! | `DEBUG_HOST`, `DEBUG_PORT` | `--debug-addr` (default host `0.0.0.0`), when `DEBUG_PORT` is set |
-//! | `SHADOW_MODE`, `QUOTA_MODE`, `MERGE_DOMAIN_CONFIG`, `NEAR_LIMIT_RATIO`, `RESPONSE_DYNAMIC_METADATA`, `LIMIT_RESPONSE_HEADERS_ENABLED`, `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER` | [`Compat`] |
+//! | `SHADOW_MODE`, `QUOTA_MODE`, `MERGE_DOMAIN_CONFIG`, `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`, `NEAR_LIMIT_RATIO`, `RESPONSE_DYNAMIC_METADATA`, `LIMIT_RESPONSE_HEADERS_ENABLED`, `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER` | [`Compat`] |
 //! | `LOG_LEVEL` | the log level when `RUST_LOG` is not set ([`log_level`]) |
 //! | `USE_STATSD`, `STATSD_*`, `STATS_FLUSH_INTERVAL`, `EXTRA_TAGS`, `DISABLE_STATS`, `USE_PROMETHEUS`, `PROMETHEUS_*`, `USE_DOG_STATSD` | statsd and the Prometheus listener (see `stats_args`) |
 //! | `LOG_FORMAT` | `text` or `json`, when `--log-format` is not given (read by `main`, before the logs start) |
@@ -65,6 +65,8 @@ pub(crate) struct Compat {
     pub quota_mode: bool,
     /// `MERGE_DOMAIN_CONFIG`: descriptors of one domain may come from several files.
     pub merge_domain_config: bool,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: a request over the limit records no charge.
+    pub stop_charges_when_over: bool,
     /// `NEAR_LIMIT_RATIO` (0 < r <= 1, upstream's default 0.8): when a hit counts as near the
     /// limit in the per-descriptor statistics.
     pub near_limit_ratio: Option<f32>,
@@ -96,6 +98,7 @@ impl Compat {
         let envoy = &mut settings.envoy;
         envoy.global_shadow_mode |= self.shadow_mode;
         envoy.global_quota_mode |= self.quota_mode;
+        envoy.stop_charges_when_over |= self.stop_charges_when_over;
         envoy.response_dynamic_metadata |= self.response_dynamic_metadata;
         if let Some(ratio) = self.near_limit_ratio {
             envoy.near_limit_ratio = ratio;
@@ -227,6 +230,10 @@ impl EnvoyEnv {
                 shadow_mode: boolean("SHADOW_MODE", get("SHADOW_MODE"))?,
                 quota_mode: boolean("QUOTA_MODE", get("QUOTA_MODE"))?,
                 merge_domain_config: boolean("MERGE_DOMAIN_CONFIG", get("MERGE_DOMAIN_CONFIG"))?,
+                stop_charges_when_over: boolean(
+                    "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+                    get("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"),
+                )?,
                 near_limit_ratio,
                 response_dynamic_metadata: boolean(
                     "RESPONSE_DYNAMIC_METADATA",

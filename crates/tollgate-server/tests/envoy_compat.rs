@@ -288,6 +288,48 @@ async fn hits_addend(store: AnyStore) {
     rls.stop().await;
 }
 
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: a request over the limit records none of its
+/// charges; without it the charge is recorded whatever the other descriptors say.
+async fn stop_charges_when_over(store: AnyStore) {
+    let mut settings = EnvoySettings::default();
+    settings.stop_charges_when_over = true;
+    let mut recording = Rls::start(
+        "hits_addend.yaml",
+        "tokens",
+        store.clone(),
+        EnvoySettings::default(),
+    )
+    .await;
+    let mut stopping = Rls::start("hits_addend.yaml", "tokens", store, settings).await;
+    for (rls, user, team, left) in [
+        (&mut recording, "spent-a", "team-a", 60),
+        (&mut stopping, "spent-b", "team-b", 100),
+    ] {
+        // Spend the user's five, then ask again for the user with a charge of 40 on the team.
+        let request = |cost| RateLimitRequest {
+            domain: "tokens".into(),
+            descriptors: vec![d(&[("user", user)])],
+            hits_addend: cost,
+        };
+        assert_eq!(summary(&rls.ask_request(request(5)).await).1, OK);
+        let r = rls
+            .ask(vec![d(&[("user", user)]), d_hits(&[("team", team)], 40)])
+            .await;
+        assert_eq!(r.overall_code, Code::OverLimit as i32, "{user}");
+        let r = rls.ask(vec![d_hits(&[("team", team)], 0)]).await;
+        assert_eq!(summary(&r), (vec![(OK, left, 100)], OK), "{team}");
+    }
+    recording.stop().await;
+    stopping.stop().await;
+}
+
+on_memory_and_redis!(
+    stop_charges_when_over_on_memory,
+    stop_charges_when_over_on_redis,
+    stop_charges_when_over_on_cluster,
+    stop_charges_when_over
+);
+
 on_memory_and_redis!(
     hits_addend_on_memory,
     hits_addend_on_redis,

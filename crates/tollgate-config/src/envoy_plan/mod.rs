@@ -83,6 +83,9 @@ pub struct Modes {
     pub global_quota: bool,
     /// Upstream's counting: every descriptor spends on its own.
     pub count_every: bool,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: a request whose checked descriptors are over
+    /// records none of its charges ([`Plan::settlements`]).
+    pub stop_when_over: bool,
 }
 
 impl Modes {
@@ -92,7 +95,21 @@ impl Modes {
             global_shadow,
             global_quota,
             count_every,
+            stop_when_over: false,
         }
+    }
+
+    /// These modes with upstream's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` on or off.
+    ///
+    /// ```
+    /// use tollgate_config::envoy_plan::Modes;
+    ///
+    /// assert!(Modes::default().with_stop_when_over(true).stop_when_over);
+    /// ```
+    #[must_use]
+    pub fn with_stop_when_over(mut self, stop: bool) -> Self {
+        self.stop_when_over = stop;
+        self
     }
 }
 
@@ -301,19 +318,32 @@ impl Plan<'_> {
             .collect()
     }
 
-    /// The charges and refunds of the descriptors that carry them, in request order: the door
-    /// records each (charges in one [`charge_all`](tollgate::Engine::charge_all), refunds with
-    /// [`refund`](tollgate::Engine::refund)) and hands [`answer`](Self::answer) what each gave, in
-    /// this order. A charge is never refused, so they are recorded whatever the checked
-    /// descriptors say.
-    pub fn settlements(&self) -> Vec<Settlement<'_>> {
+    /// The charges and refunds of the descriptors that carry them, in request order, once the
+    /// checked descriptors' `verdict` is known (`None` when there were none): the door records
+    /// each (charges in one [`charge_all`](tollgate::Engine::charge_all), refunds with
+    /// [`refund`](tollgate::Engine::refund), and looks at the [`Settle::Ask`] ones with
+    /// [`peek_all`](tollgate::Engine::peek_all)) and hands [`answer`](Self::answer) what each
+    /// gave, in this order. A charge is never refused, so it is recorded whatever the checked
+    /// descriptors say, except under [`Modes::stop_when_over`] when they are over: then it is
+    /// only asked, as upstream with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` does not count it.
+    pub fn settlements(&self, verdict: Option<&tollgate::Verdict>) -> Vec<Settlement<'_>> {
+        let checked_over = !self.spends() || verdict.is_some_and(|v| !v.allowed());
+        let hold_charges = self.modes.stop_when_over && checked_over;
         self.slots
             .iter()
             .filter_map(|slot| match slot {
-                Slot::Limited { matched, policy } if matched.hits != Hits::Checked => Some(Settlement {
-                    rule: Rule::new(policy, matched.key.as_bytes(), matched.cost),
-                    refund: matched.hits == Hits::Refunded,
-                }),
+                Slot::Limited { matched, policy } if matched.hits != Hits::Checked => {
+                    let settle = match matched.hits {
+                        Hits::Refunded => Settle::Refund,
+                        _ if hold_charges => Settle::Ask,
+                        _ => Settle::Charge,
+                    };
+                    let cost = if settle == Settle::Ask { 1 } else { matched.cost };
+                    Some(Settlement {
+                        rule: Rule::new(policy, matched.key.as_bytes(), cost),
+                        settle,
+                    })
+                }
                 _ => None,
             })
             .collect()
@@ -403,8 +433,21 @@ impl Plan<'_> {
 pub struct Settlement<'p> {
     /// The descriptor's rule: its policy, key and cost.
     pub rule: Rule<'p>,
-    /// A refund (`is_negative_hits`), else a charge.
-    pub refund: bool,
+    /// What to do with it.
+    pub settle: Settle,
+}
+
+/// What the door does with a [`Settlement`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Settle {
+    /// Record the charge (its own `hits_addend`), past the limit if need be.
+    Charge,
+    /// Give its cost back (`is_negative_hits`).
+    Refund,
+    /// Record nothing; look at the key as a check of cost 1 would (its rule's cost is 1): a
+    /// charge held back by [`Modes::stop_when_over`].
+    Ask,
 }
 
 /// What applies to one descriptor.

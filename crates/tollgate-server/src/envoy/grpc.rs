@@ -60,7 +60,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tollgate::{Charged, Rule, Verdict};
 use tollgate_config::Unit;
-use tollgate_config::envoy_plan::{Answer, Asked, Hits, LimitOverride, OverrideError, PlanError, Settlement};
+use tollgate_config::envoy_plan::{
+    Answer, Asked, Hits, LimitOverride, OverrideError, PlanError, Settle, Settlement,
+};
 use tonic::{Request, Response, Status};
 
 use crate::ops::decision_log::{Asked as LogAsked, Door, LoggedOutcome};
@@ -321,7 +323,7 @@ async fn should_rate_limit(
     let rules = plan.rules();
     let spends = plan.spends();
     let verdict = decide(state, &rules, spends).await?;
-    let settled = settle(state, &plan.settlements()).await?;
+    let settled = settle(state, &plan.settlements(verdict.as_ref())).await?;
     let answer = plan.answer(verdict.as_ref(), spends, &settled, since_epoch());
     count(service, &answer);
     if let Some(message) = answer.unavailable {
@@ -432,13 +434,21 @@ async fn decide(state: &SharedState, rules: &[Rule<'_>], spends: bool) -> Result
 
 /// Records the charges and refunds of the descriptors that carry them (see
 /// [`Plan::settlements`](tollgate_config::envoy_plan::Plan::settlements)): the charges in one
-/// engine call, each refund on its own. A charge the failing store could not record is counted
-/// and logged; a refund that failed is an `UNAVAILABLE` error, as over HTTP.
+/// engine call, the held-back ones looked at in one, each refund on its own. A charge the
+/// failing store could not record is counted and logged; a refund that failed is an
+/// `UNAVAILABLE` error, as over HTTP.
 async fn settle(state: &SharedState, settlements: &[Settlement<'_>]) -> Result<Vec<Charged>, Status> {
     if settlements.is_empty() {
         return Ok(Vec::new());
     }
-    let charges: Vec<Rule<'_>> = settlements.iter().filter(|s| !s.refund).map(|s| s.rule).collect();
+    let of = |kind: Settle| -> Vec<Rule<'_>> {
+        settlements
+            .iter()
+            .filter(|s| s.settle == kind)
+            .map(|s| s.rule)
+            .collect()
+    };
+    let charges = of(Settle::Charge);
     let mut charged = if charges.is_empty() {
         tollgate::PerRule::None
     } else {
@@ -457,22 +467,44 @@ async fn settle(state: &SharedState, settlements: &[Settlement<'_>]) -> Result<V
         charged.rules
     }
     .into_iter();
+    let asked = of(Settle::Ask);
+    let mut looked = if asked.is_empty() {
+        Vec::new()
+    } else {
+        let verdict = state
+            .engine
+            .peek_all(&asked)
+            .await
+            .map_err(|err| Status::invalid_argument(err.to_string()))?;
+        verdict.rules().iter().map(|rule| rule.decision).collect()
+    }
+    .into_iter();
     let mut settled = Vec::with_capacity(settlements.len());
     for settlement in settlements {
-        if settlement.refund {
-            let rule = settlement.rule;
-            let decision = state
-                .engine
-                .refund(rule.policy, rule.key, rule.cost.min(rule.policy.max_cost()))
-                .await
-                .map_err(|err| match err.is_bad_input() {
-                    true => Status::invalid_argument(err.to_string()),
-                    false => Status::unavailable(format!("a refund failed: {err}")),
-                })?;
-            metrics::refund(rule.policy.name(), rule.cost);
-            settled.push(Charged { decision, debt: 0 });
-        } else if let Some(one) = charged.next() {
-            settled.push(one);
+        match settlement.settle {
+            Settle::Refund => {
+                let rule = settlement.rule;
+                let decision = state
+                    .engine
+                    .refund(rule.policy, rule.key, rule.cost.min(rule.policy.max_cost()))
+                    .await
+                    .map_err(|err| match err.is_bad_input() {
+                        true => Status::invalid_argument(err.to_string()),
+                        false => Status::unavailable(format!("a refund failed: {err}")),
+                    })?;
+                metrics::refund(rule.policy.name(), rule.cost);
+                settled.push(Charged { decision, debt: 0 });
+            }
+            Settle::Ask => {
+                if let Some(decision) = looked.next() {
+                    settled.push(Charged { decision, debt: 0 });
+                }
+            }
+            _ => {
+                if let Some(one) = charged.next() {
+                    settled.push(one);
+                }
+            }
         }
     }
     Ok(settled)

@@ -29,6 +29,10 @@ pub struct EnvoySettings {
     /// upstream's counter would go past the limit. Off: a request that is over the limit spends
     /// nothing anywhere.
     pub count_every_descriptor: bool,
+    /// Upstream's `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: a request whose checked
+    /// descriptors are over records none of its charges (a descriptor's own `hits_addend`);
+    /// they answer as they stand.
+    pub stop_charges_when_over: bool,
     /// Upstream's `LIMIT_RESPONSE_HEADERS_ENABLED` and its header names: when set, the answer
     /// carries the limit, remaining budget and reset time of the descriptor closest to its
     /// limit in `response_headers_to_add`.
@@ -66,6 +70,7 @@ impl EnvoySettings {
             self.global_quota_mode,
             self.count_every_descriptor,
         )
+        .with_stop_when_over(self.stop_charges_when_over)
     }
 }
 
@@ -75,6 +80,7 @@ impl Default for EnvoySettings {
             global_shadow_mode: false,
             global_quota_mode: false,
             count_every_descriptor: false,
+            stop_charges_when_over: false,
             response_headers: None,
             response_dynamic_metadata: false,
             near_limit_ratio: 0.8,
