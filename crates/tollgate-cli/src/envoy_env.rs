@@ -530,6 +530,7 @@ mod tests {
             ("RESPONSE_DYNAMIC_METADATA", "TRUE"),
             ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
             ("LIMIT_RESET_HEADER", "X-RateLimit-Reset"),
+            ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
         ])
         .unwrap();
         assert_eq!(
@@ -538,6 +539,7 @@ mod tests {
                 shadow_mode: true,
                 quota_mode: true,
                 merge_domain_config: true,
+                stop_charges_when_over: true,
                 near_limit_ratio: Some(0.9),
                 response_dynamic_metadata: true,
                 response_headers: Some(HeaderNames {
