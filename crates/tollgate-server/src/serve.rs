@@ -382,9 +382,11 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         let _ = stats_stop.send(());
         let _ = tokio::time::timeout(std::time::Duration::from_secs(3), stats).await;
     }
-    // Every answered request's line is written before the process ends.
+    // Every answered request's line is written before the process ends, unless the writer
+    // is held up past the drain timeout: then its lines are counted as lost, not waited for.
     if let Some(log) = decision_log {
-        let _ = tokio::task::spawn_blocking(move || log.finish()).await;
+        let deadline = options.settings.listeners.drain_timeout;
+        let _ = tokio::task::spawn_blocking(move || log.finish_within(Some(deadline))).await;
     }
     served
 }

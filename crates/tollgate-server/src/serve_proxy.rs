@@ -171,9 +171,11 @@ pub async fn serve_proxy(options: ProxyOptions) -> anyhow::Result<()> {
     if let Some(task) = admin_task {
         task.await.context("admin server task")?.context("admin server")?;
     }
-    // Every answered request's line is written before the process ends.
+    // Every answered request's line is written before the process ends, unless the writer
+    // is held up past the drain timeout: then its lines are counted as lost, not waited for.
     if let Some(log) = decision_log {
-        let _ = tokio::task::spawn_blocking(move || log.finish()).await;
+        let deadline = options.listeners.drain_timeout;
+        let _ = tokio::task::spawn_blocking(move || log.finish_within(Some(deadline))).await;
     }
     served
 }

@@ -470,17 +470,23 @@ struct Counts {
     too_long: AtomicU64,
     io: AtomicU64,
     written: AtomicU64,
+    /// Lines queued and not yet taken by the writer.
+    queued: AtomicU64,
 }
 
 impl Counts {
     fn drop_line(&self, reason: &'static str) {
+        self.drop_lines(reason, 1);
+    }
+
+    fn drop_lines(&self, reason: &'static str, n: u64) {
         let count = match reason {
             "full" => &self.full,
             "too_long" => &self.too_long,
             _ => &self.io,
         };
-        count.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("tollgate_decision_log_dropped_total", "reason" => reason).increment(1);
+        count.fetch_add(n, Ordering::Relaxed);
+        metrics::counter!("tollgate_decision_log_dropped_total", "reason" => reason).increment(n);
     }
 }
 
@@ -497,11 +503,18 @@ impl Shared {
 
     /// Queues `line` for the writer, or drops it when the queue is full.
     fn send(&self, line: LogLine) {
+        // Counted before it is sent, so the writer never takes a line it was not told of.
+        self.counts.queued.fetch_add(1, Ordering::Relaxed);
         match self.sender.try_send(line) {
             Ok(()) => {}
-            Err(TrySendError::Full(_)) => self.counts.drop_line("full"),
+            Err(TrySendError::Full(_)) => {
+                self.counts.queued.fetch_sub(1, Ordering::Relaxed);
+                self.counts.drop_line("full");
+            }
             // The writer is gone (the log is being finished): nothing to count.
-            Err(TrySendError::Disconnected(_)) => {}
+            Err(TrySendError::Disconnected(_)) => {
+                self.counts.queued.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -606,7 +619,15 @@ impl DecisionLog {
 
     /// Stops logging (uninstalling this log if it is the installed one), writes every queued
     /// line and closes the file. Blocks until the writer is done.
-    pub fn finish(mut self) {
+    pub fn finish(self) {
+        self.finish_within(None);
+    }
+
+    /// [`finish`](Self::finish), waiting at most `deadline` for the writer: a writer held up
+    /// (a stalled disk, a full pipe) is left behind, the lines it did not write counted as
+    /// dropped (`io`) and logged, so a shutdown never waits on the log. Returns whether every
+    /// queued line was written.
+    pub fn finish_within(mut self, deadline: Option<std::time::Duration>) -> bool {
         let ours = INSTALLED
             .load()
             .as_ref()
@@ -615,11 +636,32 @@ impl DecisionLog {
             INSTALLED.store(None);
         }
         let writer = self.writer.take();
+        let counts = Arc::clone(&self.shared.counts);
         // The writer ends once every sender is gone: ours here, the installed one above.
         drop(self);
-        if let Some(writer) = writer {
+        let Some(writer) = writer else { return true };
+        let Some(deadline) = deadline else {
             let _ = writer.join();
+            return true;
+        };
+        let (done, finished) = std::sync::mpsc::channel();
+        let joiner = std::thread::Builder::new()
+            .name("tollgate-decision-log-join".into())
+            .spawn(move || {
+                let _ = writer.join();
+                let _ = done.send(());
+            });
+        if joiner.is_err() || finished.recv_timeout(deadline).is_ok() {
+            return true;
         }
+        let lost = counts.queued.load(Ordering::Relaxed);
+        counts.drop_lines("io", lost);
+        tracing::warn!(
+            lines_not_written = lost,
+            waited_ms = u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
+            "the decision log writer is held up (a stalled disk or a full pipe); stopping without it"
+        );
+        false
     }
 }
 
@@ -674,6 +716,7 @@ fn write_lines(
             }
             Err(TryRecvError::Disconnected) => break,
         };
+        counts.queued.fetch_sub(1, Ordering::Relaxed);
         if let Some(hash) = hash {
             hash_keys(&mut line, hash);
         }
@@ -729,7 +772,16 @@ struct RotatingFile {
 
 impl RotatingFile {
     fn open(path: &Path, max_bytes: u64, keep: usize) -> io::Result<RotatingFile> {
-        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        // A FIFO or a device would block the open or the writes; a directory cannot be written.
+        if let Ok(meta) = std::fs::metadata(path)
+            && !meta.is_file()
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file (a FIFO, a device or a directory): the decision log writes to a file it can rotate",
+            ));
+        }
+        let file = create_options().append(true).open(path)?;
         let size = file.metadata()?.len();
         Ok(RotatingFile {
             path: path.to_owned(),
@@ -770,16 +822,29 @@ impl RotatingFile {
                 }
             }
             std::fs::rename(&self.path, rotated(&self.path, 1))?;
+        } else {
+            // Nothing is kept: the file is removed and made again, never truncated in place,
+            // so a symlinked path loses the link, not the file it pointed to.
+            match std::fs::remove_file(&self.path) {
+                Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
+                _ => {}
+            }
         }
-        let file = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(&self.path)?;
+        let file = create_options().write(true).truncate(true).open(&self.path)?;
         self.file = BufWriter::with_capacity(64 * 1024, file);
         self.size = 0;
         Ok(())
     }
+}
+
+/// How the log's files are created: readable by their owner only (mode 0600), since lines hold
+/// keys (addresses, user ids) unless they are hashed.
+fn create_options() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.create(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
 }
 
 /// `PATH.n`, the `n`th newest rotated file of `path`.
@@ -940,6 +1005,94 @@ mod tests {
         let lines = read_lines(&dir.path().join("decisions.jsonl"));
         assert_eq!(lines.len(), 1);
         assert_eq!(lines[0].rules[0].key, "short");
+    }
+
+    #[test]
+    fn finishing_with_a_stalled_writer_waits_only_until_the_deadline_and_counts_the_lost_lines() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // The gate is never opened: the writer stays stalled, as on a stalled disk.
+        let (_never, gate) = std::sync::mpsc::channel();
+        let log = DecisionLog::start_gated(options(dir.path()), Some(gate)).expect("start");
+        let policy = policy();
+        for n in 0..5 {
+            let key = format!("user-{n}");
+            log.record(
+                Door::Http,
+                Asked::Rules(&[Rule::new(&policy, &key, 1)]),
+                LoggedOutcome::Allowed,
+            );
+        }
+        let counts = Arc::clone(&log.shared.counts);
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let written = log.finish_within(Some(std::time::Duration::from_millis(200)));
+            let _ = done.send(written);
+        });
+        let all_written = finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("finishing returned with the writer stalled");
+        assert!(!all_written);
+        assert_eq!(
+            counts.io.load(Ordering::Relaxed),
+            5,
+            "the queued lines are counted as lost"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn files_are_private_and_a_fifo_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let log = DecisionLog::start(options(dir.path())).expect("start");
+        log.finish();
+        let mode = std::fs::metadata(dir.path().join("decisions.jsonl"))
+            .expect("file")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success());
+        let err = DecisionLog::start(DecisionLogOptions::new(&fifo)).expect_err("a FIFO is refused");
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn with_no_rotated_files_a_symlinked_path_never_truncates_its_target() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let target = dir.path().join("precious.txt");
+        std::fs::write(&target, "keep me\n").expect("write");
+        let link = dir.path().join("decisions.jsonl");
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        let log = DecisionLog::start(DecisionLogOptions {
+            max_file_bytes: DecisionLogOptions::MIN_MAX_FILE_BYTES,
+            rotated_files: 0,
+            ..DecisionLogOptions::new(&link)
+        })
+        .expect("start");
+        let policy = policy();
+        let key = "k".repeat(200);
+        for _ in 0..200 {
+            log.record(
+                Door::Http,
+                Asked::Rules(&[Rule::new(&policy, &key, 1)]),
+                LoggedOutcome::Allowed,
+            );
+        }
+        log.finish();
+        let kept = std::fs::read_to_string(&target).expect("target");
+        assert!(kept.starts_with("keep me\n"), "the target was truncated");
+        assert!(
+            !std::fs::symlink_metadata(&link)
+                .expect("path")
+                .file_type()
+                .is_symlink()
+        );
     }
 
     #[test]
