@@ -20,12 +20,19 @@
 //! | `USE_STATSD`, `STATSD_*`, `STATS_FLUSH_INTERVAL`, `EXTRA_TAGS`, `DISABLE_STATS`, `USE_PROMETHEUS`, `PROMETHEUS_*`, `USE_DOG_STATSD` | statsd and the Prometheus listener (see `stats_args`) |
 //! | `LOG_FORMAT` | `text` or `json`, when `--log-format` is not given (read by `main`, before the logs start) |
 //! | `CONFIG_TYPE` | `FILE` (default) or `GRPC_XDS_SOTW`: the limits over xDS, with the `CONFIG_GRPC_XDS_*`, `XDS_CLIENT_*` and `FORCE_START_WITHOUT_INITIAL_CONFIG` variables (see `xds_args`); the `RUNTIME_*` directory is then unused |
-//! | `BACKEND_TYPE`, `REDIS_PERSECOND`, `GRPC_UDS`, `GRPC_SERVER_USE_TLS` | accepted at their defaults (`redis`, false, unset, false); anything else is refused, since tollgate cannot do it and would otherwise serve something else than asked |
+//! | `GRPC_SERVER_USE_TLS` | `true`: TLS on the gRPC listener, from `GRPC_SERVER_TLS_CERT` and `GRPC_SERVER_TLS_KEY` (both required then), like `--grpc-tls-cert` and `--grpc-tls-key` |
+//! | `GRPC_CLIENT_TLS_CACERT` | with TLS on: client certificates required and verified against this CA, like `--grpc-client-ca` |
+//! | `GRPC_SERVER_TLS_CA_CERT` | Envoy Gateway's name for it, read the same way when `GRPC_CLIENT_TLS_CACERT` is unset (upstream does not read it, and so verifies no client certificate there) |
+//! | `GRPC_CLIENT_TLS_SAN` | with a client CA: the DNS name or IP address the client certificate must carry, like `--grpc-client-san`; without a client CA it is refused |
+//! | `BACKEND_TYPE`, `REDIS_PERSECOND`, `GRPC_UDS` | accepted at their defaults (`redis`, false, unset); anything else is refused, since tollgate cannot do it and would otherwise serve something else than asked |
 //!
 //! Every other variable of upstream's (tracing, pool sizes) is ignored, as
 //! upstream ignores variables it does not know. An empty value counts as unset. A value that
 //! cannot be read is an error naming the variable (`PORT=eighty: expected a port number`), so a
 //! typo stops the start instead of being served around.
+//!
+//! The TLS variables other than `GRPC_SERVER_USE_TLS` mean nothing while it is off, as upstream
+//! reads them.
 //!
 //! Booleans are read as Go reads them (`1`, `t`, `T`, `TRUE`, `true`, `True`, and the same for
 //! false), because upstream's manifests are written for Go.
@@ -47,12 +54,28 @@ pub(crate) struct EnvoyEnv {
     pub grpc: Option<SocketAddr>,
     /// The debug address, from `DEBUG_HOST` and `DEBUG_PORT`.
     pub debug: Option<SocketAddr>,
+    /// TLS on the gRPC listener, from `GRPC_SERVER_USE_TLS` and the files it names.
+    pub grpc_tls: Option<GrpcTlsEnv>,
     /// The switches that change answers.
     pub compat: Compat,
     /// The limits over xDS, from `CONFIG_TYPE=GRPC_XDS_SOTW` and its variables.
     pub xds: Option<tollgate_server::XdsSource>,
     /// statsd and the Prometheus listener, from `USE_STATSD`, `USE_PROMETHEUS` and theirs.
     pub stats: crate::stats_args::Stats,
+}
+
+/// The gRPC listener's TLS as upstream's variables give it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GrpcTlsEnv {
+    /// `GRPC_SERVER_TLS_CERT`.
+    pub cert: PathBuf,
+    /// `GRPC_SERVER_TLS_KEY`.
+    pub key: PathBuf,
+    /// The client CA and the variable that named it: `GRPC_CLIENT_TLS_CACERT`, else Envoy
+    /// Gateway's `GRPC_SERVER_TLS_CA_CERT`.
+    pub client_ca: Option<(&'static str, PathBuf)>,
+    /// `GRPC_CLIENT_TLS_SAN`.
+    pub client_san: Option<String>,
 }
 
 /// upstream's switches that change what the service answers, carried to the server, which
@@ -172,10 +195,8 @@ impl EnvoyEnv {
         {
             return Err(EnvError::new("BACKEND_TYPE", &value, "only redis is supported"));
         }
-        for var in ["REDIS_PERSECOND", "GRPC_SERVER_USE_TLS"] {
-            if boolean(var, get(var))? {
-                return Err(EnvError::new(var, "true", "not supported"));
-            }
+        if boolean("REDIS_PERSECOND", get("REDIS_PERSECOND"))? {
+            return Err(EnvError::new("REDIS_PERSECOND", "true", "not supported"));
         }
         if let Some(value) = get("GRPC_UDS") {
             return Err(EnvError::new(
@@ -226,6 +247,7 @@ impl EnvoyEnv {
             http: listener(&get, "HOST", "PORT", 8080, false)?,
             grpc: listener(&get, "GRPC_HOST", "GRPC_PORT", 8081, false)?,
             debug: listener(&get, "DEBUG_HOST", "DEBUG_PORT", 6070, true)?,
+            grpc_tls: grpc_tls(&get)?,
             compat: Compat {
                 shadow_mode: boolean("SHADOW_MODE", get("SHADOW_MODE"))?,
                 quota_mode: boolean("QUOTA_MODE", get("QUOTA_MODE"))?,
@@ -392,6 +414,38 @@ fn store(get: &impl Fn(&str) -> Option<String>) -> Result<Option<String>, EnvErr
     }
     let scheme = if tls { "rediss" } else { "redis" };
     Ok(Some(format!("{scheme}://{auth}{url}")))
+}
+
+/// The gRPC listener's TLS when `GRPC_SERVER_USE_TLS` is on; `None` while it is off, whatever
+/// the other variables say (upstream reads them only then).
+fn grpc_tls(get: &impl Fn(&str) -> Option<String>) -> Result<Option<GrpcTlsEnv>, EnvError> {
+    if !boolean("GRPC_SERVER_USE_TLS", get("GRPC_SERVER_USE_TLS"))? {
+        return Ok(None);
+    }
+    let (Some(cert), Some(key)) = (get("GRPC_SERVER_TLS_CERT"), get("GRPC_SERVER_TLS_KEY")) else {
+        return Err(EnvError::new(
+            "GRPC_SERVER_USE_TLS",
+            "true",
+            "needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (PEM files of the certificate chain and its key)",
+        ));
+    };
+    let client_ca = ["GRPC_CLIENT_TLS_CACERT", "GRPC_SERVER_TLS_CA_CERT"]
+        .into_iter()
+        .find_map(|var| get(var).map(|path| (var, PathBuf::from(path))));
+    let client_san = get("GRPC_CLIENT_TLS_SAN");
+    if let (Some(san), None) = (&client_san, &client_ca) {
+        return Err(EnvError::new(
+            "GRPC_CLIENT_TLS_SAN",
+            san,
+            "needs GRPC_CLIENT_TLS_CACERT: the name is checked on a client certificate that CA verified",
+        ));
+    }
+    Ok(Some(GrpcTlsEnv {
+        cert: cert.into(),
+        key: key.into(),
+        client_ca,
+        client_san,
+    }))
 }
 
 /// Percent-encodes what is not unreserved in a URL's user part.
@@ -561,7 +615,7 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_variable() {
-        let cases: [(&[(&str, &str)], &str); 11] = [
+        let cases: [(&[(&str, &str)], &str); 14] = [
             (
                 &[("PORT", "eighty")],
                 "PORT=eighty: expected a port number (0 to 65535)",
@@ -606,10 +660,77 @@ mod tests {
                 &[("LIMIT_LIMIT_HEADER", "X Limit")],
                 "LIMIT_LIMIT_HEADER=X Limit: expected an HTTP header name",
             ),
+            (
+                &[("GRPC_SERVER_USE_TLS", "yes")],
+                "GRPC_SERVER_USE_TLS=yes: expected true or false",
+            ),
+            (
+                &[("GRPC_SERVER_USE_TLS", "true"), ("GRPC_SERVER_TLS_CERT", "/c")],
+                "GRPC_SERVER_USE_TLS=true: needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY (PEM files of the certificate chain and its key)",
+            ),
+            (
+                &[
+                    ("GRPC_SERVER_USE_TLS", "1"),
+                    ("GRPC_SERVER_TLS_CERT", "/c"),
+                    ("GRPC_SERVER_TLS_KEY", "/k"),
+                    ("GRPC_CLIENT_TLS_SAN", "envoy"),
+                ],
+                "GRPC_CLIENT_TLS_SAN=envoy: needs GRPC_CLIENT_TLS_CACERT: the name is checked on a client certificate that CA verified",
+            ),
         ];
         for (vars, expected) in cases {
             assert_eq!(read(vars).unwrap_err().to_string(), expected, "{vars:?}");
         }
+    }
+
+    #[test]
+    fn grpc_tls_is_read_when_use_tls_is_on() {
+        let base = [
+            ("GRPC_SERVER_USE_TLS", "true"),
+            ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+            ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+        ];
+        let tls = read(&base).unwrap().grpc_tls.expect("TLS on");
+        assert_eq!(
+            tls,
+            GrpcTlsEnv {
+                cert: "/certs/tls.crt".into(),
+                key: "/certs/tls.key".into(),
+                client_ca: None,
+                client_san: None,
+            }
+        );
+        // Envoy Gateway's name for the client CA, and upstream's, which wins when both are set.
+        let gateway = [&base[..], &[("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt")]].concat();
+        assert_eq!(
+            read(&gateway).unwrap().grpc_tls.unwrap().client_ca,
+            Some(("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt".into()))
+        );
+        let both = [
+            &gateway[..],
+            &[
+                ("GRPC_CLIENT_TLS_CACERT", "/client/ca.crt"),
+                ("GRPC_CLIENT_TLS_SAN", "envoy.example.com"),
+            ],
+        ]
+        .concat();
+        let tls = read(&both).unwrap().grpc_tls.unwrap();
+        assert_eq!(
+            tls.client_ca,
+            Some(("GRPC_CLIENT_TLS_CACERT", "/client/ca.crt".into()))
+        );
+        assert_eq!(tls.client_san.as_deref(), Some("envoy.example.com"));
+    }
+
+    #[test]
+    fn grpc_tls_files_mean_nothing_while_use_tls_is_off() {
+        let env = read(&[
+            ("GRPC_SERVER_USE_TLS", "false"),
+            ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+            ("GRPC_CLIENT_TLS_SAN", "envoy.example.com"),
+        ])
+        .unwrap();
+        assert_eq!(env.grpc_tls, None);
     }
 
     #[test]

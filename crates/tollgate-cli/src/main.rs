@@ -8,6 +8,8 @@
 //! - `listener_args`: the timeout and limit flags every listener has (`serve` and `proxy`).
 //! - `envoy_args`: the flags of the Envoy service's settings (`serve`, `explain`,
 //!   `check-config`).
+//! - `grpc_tls_args`: the gRPC port's TLS flags of `serve`, put together with envoyproxy/ratelimit's
+//!   TLS variables.
 //! - `main.rs` (this file): the subcommands (`serve`, `proxy`, `explain`, `check-config`,
 //!   `test`, `replay`, `bench`, `completions`, `man`), each turned into the options of the library call that does the work, and the
 //!   runtime the server calls run on (with envoyproxy/ratelimit's environment variables, read by
@@ -26,6 +28,7 @@ use std::process::ExitCode;
 mod decision_log_args;
 mod envoy_args;
 mod envoy_env;
+mod grpc_tls_args;
 mod listener_args;
 mod stats_args;
 mod xds_args;
@@ -34,6 +37,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 use decision_log_args::DecisionLogArgs;
 use envoy_args::{LoadArgs, ModeArgs, ReplyArgs};
 use envoy_env::EnvoyEnv;
+use grpc_tls_args::GrpcTlsArgs;
 use listener_args::{ListenerArgs, UpstreamArgs};
 use tollgate_server::{ServeOptions, Settings};
 
@@ -71,7 +75,8 @@ enum Command {
     /// Serve the HTTP API and the Envoy rate limit service (demo policies when no --config).
     ///
     /// envoyproxy/ratelimit's environment variables (RUNTIME_ROOT, REDIS_URL, PORT, GRPC_PORT,
-    /// DEBUG_PORT, ...) are read too; a flag or TOLLGATE_* variable wins over them.
+    /// GRPC_SERVER_USE_TLS, DEBUG_PORT, ...) are read too; a flag or TOLLGATE_* variable wins over
+    /// them.
     Serve {
         /// A config file or a directory of them (tollgate policies or envoyproxy/ratelimit)
         /// [default: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY when set, else the
@@ -91,6 +96,9 @@ enum Command {
         /// when set, else 127.0.0.1:8081].
         #[arg(long, env = "TOLLGATE_GRPC_ADDR")]
         grpc: Option<SocketAddr>,
+        // Boxed: rarely given, and `Serve` would otherwise outgrow the other commands.
+        #[command(flatten)]
+        grpc_tls: Box<GrpcTlsArgs>,
         /// Debug listen address (/rlconfig, /metrics, /dashboard) [default: from DEBUG_HOST/DEBUG_PORT when
         /// DEBUG_PORT is set, else off].
         #[arg(long, env = "TOLLGATE_DEBUG_ADDR")]
@@ -503,6 +511,7 @@ fn main() -> ExitCode {
             store_options,
             http,
             grpc,
+            grpc_tls,
             debug_addr,
             admin_token,
             app_token,
@@ -519,6 +528,13 @@ fn main() -> ExitCode {
             // Upstream's variables fill in what neither a flag nor a TOLLGATE_* variable says.
             let upstream = match EnvoyEnv::from_env() {
                 Ok(upstream) => upstream,
+                Err(err) => {
+                    eprintln!("tollgate: {err}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let grpc_tls = match grpc_tls.merge(upstream.grpc_tls.clone()) {
+                Ok(grpc_tls) => grpc_tls,
                 Err(err) => {
                     eprintln!("tollgate: {err}");
                     return ExitCode::FAILURE;
@@ -556,6 +572,7 @@ fn main() -> ExitCode {
                 store_options: store_options.into(),
                 http: http.or(upstream.http).unwrap_or(DEFAULT_HTTP),
                 grpc: grpc.or(upstream.grpc).unwrap_or(DEFAULT_GRPC),
+                grpc_tls: grpc_tls.as_ref().map(|tls| tls.files.clone()),
                 debug: debug_addr.or(upstream.debug),
                 settings,
                 decision_log: decision_log.options(),
@@ -563,7 +580,14 @@ fn main() -> ExitCode {
                 statsd: stats.statsd,
                 prometheus: stats.prometheus,
             };
-            run(tollgate_server::serve(options))
+            // A TLS file's fault is named by the flag or variable that gave the file.
+            run(async move {
+                let served = tollgate_server::serve(options).await;
+                match &grpc_tls {
+                    Some(tls) => served.map_err(|err| tls.name_error(err)),
+                    None => served,
+                }
+            })
         }
     }
 }

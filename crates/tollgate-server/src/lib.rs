@@ -77,8 +77,9 @@
 //!   path to the opt-in [`decision_log`], the dashboard's bounded recorder
 //!   and most denied keys, and the [`metrics`] recorder.
 //! - `runtime`: [`AppState`] (live limits, the engine, [`Settings`]), [`AnyStore`], the access
-//!   lists added at run time, the listeners' timeouts and limits ([`ListenerOptions`]), the Envoy
-//!   settings, and RFC 9457 problems, the shape of every error.
+//!   lists added at run time, the listeners' timeouts and limits ([`ListenerOptions`]), the gRPC
+//!   listener's TLS ([`ServerTls`], reloaded when its files change), the Envoy settings, and RFC
+//!   9457 problems, the shape of every error.
 
 mod api;
 mod envoy;
@@ -97,7 +98,8 @@ pub use api::router as api_router;
 pub use envoy::grpc;
 pub use ops::{count, decision_log, metrics, statsd};
 pub use runtime::{
-    AnyStore, AppState, EnvoySettings, ListenerOptions, ResponseHeaders, Settings, SharedState, StoreOptions,
+    AnyStore, AppState, EnvoySettings, ListenerOptions, ResponseHeaders, ServerTls, Settings, SharedState,
+    StoreOptions, TlsError, TlsFiles, TlsSetting,
 };
 pub use serve::{Listeners, ServeOptions, XdsSource, run, serve, server_runtime};
 pub use serve_proxy::{ProxyOptions, serve_proxy};

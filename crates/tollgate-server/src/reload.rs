@@ -1,4 +1,6 @@
-//! Reloading the limits while serving: on SIGHUP, and when the config's files change.
+//! Reloading the limits while serving: on SIGHUP, and when the config's files change; and the
+//! gRPC listener's TLS files the same way ([`on_tls_change`]), since certificates are rotated by
+//! replacing files.
 //!
 //! The watcher watches the config's *directory* (a file's parent, or the directory itself),
 //! because Kubernetes ConfigMaps update by swapping a `..data` symlink, which reports an event on
@@ -28,7 +30,7 @@ use tollgate_config::changes::{Keys, PolicyChange};
 
 use crate::ops::metrics;
 use crate::ops::recorder::RECORDER;
-use crate::runtime::SharedState;
+use crate::runtime::{ServerTls, SharedState};
 
 /// How long the files must be quiet before a change is reloaded.
 const DEBOUNCE: Duration = Duration::from_millis(250);
@@ -153,16 +155,60 @@ pub fn on_change(state: SharedState, path: PathBuf) -> Option<impl Future<Output
 /// change (debounced, compared by hash); what `tollgate serve` and `tollgate proxy` reload with.
 pub fn watch(
     path: PathBuf,
+    changed: impl FnMut() + Send + 'static,
+) -> Option<impl Future<Output = ()> + Send + 'static> {
+    watch_paths(vec![path], Watched::Config, changed)
+}
+
+/// Starts watching a listener's TLS files (certificate, key, client CA) and returns the task
+/// that reloads them when their bytes change ([`ServerTls::reload`]: a broken file keeps the
+/// previous ones). Like [`on_change`], the watch is in place when this returns; `None` (with a
+/// log line) when a directory cannot be watched.
+pub fn on_tls_change(tls: ServerTls) -> Option<impl Future<Output = ()> + Send + 'static> {
+    watch_paths(tls.files().paths(), Watched::Tls, move || {
+        reload_tls(&tls);
+    })
+}
+
+/// Reads `tls`'s files again ([`ServerTls::reload`]) and logs the result: new connections use
+/// them, or, when they cannot be used, still the previous ones. Returns whether the new files are
+/// in use.
+pub fn reload_tls(tls: &ServerTls) -> bool {
+    let cert = tls.files().cert.display();
+    match tls.reload() {
+        Ok(()) => {
+            tracing::info!(cert = %cert, "TLS files reloaded; new connections use them");
+            true
+        }
+        Err(err) => {
+            tracing::warn!(
+                cert = %cert,
+                error = %err,
+                "TLS files reload rejected; new connections still use the previous ones"
+            );
+            false
+        }
+    }
+}
+
+/// What a watch is for: the config's counts in the config metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Watched {
+    Config,
+    Tls,
+}
+
+/// Watches the directories of `paths` (each file's parent, or a directory itself) and returns
+/// the task that calls `changed` each time the bytes of `paths` change.
+fn watch_paths(
+    paths: Vec<PathBuf>,
+    watched: Watched,
     mut changed: impl FnMut() + Send + 'static,
 ) -> Option<impl Future<Output = ()> + Send + 'static> {
     let (events, mut bursts) = mpsc::unbounded_channel();
-    let watched = if path.is_dir() {
-        path.clone()
-    } else {
-        path.parent()
-            .filter(|parent| !parent.as_os_str().is_empty())
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
-    };
+    let mut dirs: Vec<PathBuf> = paths.iter().map(|path| directory_of(path)).collect();
+    dirs.sort();
+    dirs.dedup();
     let debouncer =
         notify_debouncer_full::new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
             let Ok(batch) = result else { return };
@@ -174,34 +220,79 @@ pub fn watch(
                 let _ = events.send(());
             }
         });
-    let mut debouncer = debouncer
-        .and_then(|mut debouncer| {
-            debouncer
-                .watch(&watched, RecursiveMode::NonRecursive)
-                .map(|()| debouncer)
-        })
-        .map_err(|err| {
-            tracing::warn!(
-                dir = %watched.display(),
-                error = %err,
-                "cannot watch the config directory; reload on SIGHUP only"
-            )
-        })
-        .ok()?;
-    let mut served = fingerprint(&path);
+    let mut debouncer = match debouncer {
+        Ok(debouncer) => debouncer,
+        Err(err) => {
+            cannot_watch(
+                watched,
+                dirs.first().map_or(Path::new("."), PathBuf::as_path),
+                &err,
+            );
+            return None;
+        }
+    };
+    for dir in &dirs {
+        if let Err(err) = debouncer.watch(dir, RecursiveMode::NonRecursive) {
+            cannot_watch(watched, dir, &err);
+            return None;
+        }
+    }
+    let fingerprint_all = move || {
+        let mut hasher = DefaultHasher::new();
+        for path in &paths {
+            fingerprint(path).hash(&mut hasher);
+        }
+        hasher.finish()
+    };
+    let mut served = fingerprint_all();
     Some(async move {
         while bursts.recv().await.is_some() {
-            metrics::config_watch_event();
-            let now = fingerprint(&path);
+            if watched == Watched::Config {
+                metrics::config_watch_event();
+            }
+            let now = fingerprint_all();
             if now != served {
                 served = now;
-                metrics::config_change_seen();
+                if watched == Watched::Config {
+                    metrics::config_change_seen();
+                }
                 changed();
             }
         }
         // Keeps the watch alive for as long as events are read.
-        let _ = debouncer.unwatch(&watched);
+        for dir in &dirs {
+            let _ = debouncer.unwatch(dir);
+        }
     })
+}
+
+/// The directory watched for `path`: itself when it is one, else its parent. A directory and
+/// not the file, because Kubernetes updates a ConfigMap or a Secret by swapping a `..data`
+/// symlink, which reports an event on the directory and none on the file.
+fn directory_of(path: &Path) -> PathBuf {
+    if path.is_dir() {
+        path.to_path_buf()
+    } else {
+        path.parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+    }
+}
+
+/// The warning of a watch that could not start, saying what still reloads.
+fn cannot_watch(watched: Watched, dir: &Path, err: &notify::Error) {
+    match watched {
+        Watched::Config => tracing::warn!(
+            dir = %dir.display(),
+            error = %err,
+            "cannot watch the config directory; reload on SIGHUP only"
+        ),
+        Watched::Tls => tracing::warn!(
+            dir = %dir.display(),
+            error = %err,
+            "cannot watch the TLS files' directory; they are reloaded on SIGHUP only"
+        ),
+    }
 }
 
 /// A hash of the config's bytes (every regular file of a directory, by name), to skip reloads

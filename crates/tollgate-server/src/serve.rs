@@ -1,8 +1,9 @@
 //! Running the server: [`run`] serves the HTTP API (with envoyproxy/ratelimit's `/json` and
 //! `/healthcheck`), the Envoy rate limit service with the gRPC health service, and the optional
 //! debug endpoints on listeners the caller bound, until a shutdown future completes; [`serve`] is what `tollgate
-//! serve` does around it: load the limits, open the store, bind, reload the limits on SIGHUP and
-//! on file change (see [`reload`]), and stop on ctrl-c or SIGTERM.
+//! serve` does around it: load the limits (and the gRPC port's TLS files, when asked for), open
+//! the store, bind, reload the limits and the TLS files on SIGHUP and on file change (see
+//! [`reload`]), and stop on ctrl-c or SIGTERM.
 //!
 //! Binding is the caller's job so that a test can bind port 0 and read the port before the
 //! server starts, and stopping is a future so that a test can stop the server when it is done
@@ -27,7 +28,7 @@ use crate::ops::metrics;
 use crate::runtime::listener;
 use crate::runtime::problem::bare_errors;
 use crate::runtime::state::keep_access_fresh;
-use crate::runtime::{AnyStore, AppState, Settings, SharedState, StoreOptions};
+use crate::runtime::{AnyStore, AppState, ServerTls, Settings, SharedState, StoreOptions, TlsFiles};
 use crate::{api, reload};
 
 /// The runtime `tollgate serve` and `tollgate proxy` run on: one thread when the process may
@@ -70,6 +71,9 @@ pub struct ServeOptions {
     pub http: SocketAddr,
     /// Where the Envoy rate limit service (gRPC) listens.
     pub grpc: SocketAddr,
+    /// TLS on the gRPC listener (its health service included); `None` serves it in plaintext.
+    /// The files are reloaded when they change, and on SIGHUP.
+    pub grpc_tls: Option<TlsFiles>,
     /// Where the debug endpoints listen (`/rlconfig`, `/metrics`); `None` serves none.
     pub debug: Option<SocketAddr>,
     /// Fixed settings.
@@ -105,6 +109,8 @@ pub struct Listeners {
     pub grpc: TcpListener,
     /// The debug endpoints (`/rlconfig`, `/metrics`, the dashboard), when asked for.
     pub debug: Option<TcpListener>,
+    /// TLS on the gRPC listener, when asked for.
+    pub grpc_tls: Option<ServerTls>,
 }
 
 impl Listeners {
@@ -130,7 +136,27 @@ impl Listeners {
             http,
             grpc,
             debug: None,
+            grpc_tls: None,
         })
+    }
+
+    /// Serves the gRPC listener (the rate limit and health services) over `tls` only.
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// use tollgate_server::{Listeners, ServerTls, TlsFiles};
+    ///
+    /// let tls = ServerTls::load(TlsFiles::new("/certs/tls.crt", "/certs/tls.key"))?;
+    /// let any = "127.0.0.1:0".parse()?;
+    /// let listeners = Listeners::bind(any, any).await?.with_grpc_tls(tls);
+    /// assert!(listeners.grpc_tls.is_some());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_grpc_tls(mut self, tls: ServerTls) -> Listeners {
+        self.grpc_tls = Some(tls);
+        self
     }
 
     /// Also binds the debug listener (`/rlconfig`, `/metrics`, the dashboard).
@@ -203,11 +229,13 @@ pub async fn run(
     let grpc_health = health.clone();
     let grpc_rls = rls.clone();
     let grpc_options = options.clone();
+    let grpc_tls = listeners.grpc_tls;
     let mut grpc_server = AbortOnDrop(tokio::spawn(async move {
         grpc::serve_with(
             listeners.grpc,
             grpc_rls,
             Some(&grpc_health),
+            grpc_tls,
             grpc_options,
             grpc_stopped,
         )
@@ -266,6 +294,8 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     if options.xds.is_some() && options.config.is_some() {
         anyhow::bail!("the limits come either from a config file or over xDS, not both");
     }
+    // Before anything slower: a TLS file that cannot be served stops the start at once.
+    let grpc_tls = options.grpc_tls.clone().map(ServerTls::load).transpose()?;
     let limits = match (options.config.as_deref(), &options.xds) {
         (Some(path), _) => tollgate_config::load_with(path, &settings.load)?,
         // No limits until the first push.
@@ -299,6 +329,10 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     let mut listeners = Listeners::bind(options.http, options.grpc).await?;
     if let Some(debug) = options.debug {
         listeners = listeners.with_debug(debug).await?;
+    }
+    if let Some(tls) = grpc_tls {
+        watch_tls(&tls);
+        listeners = listeners.with_grpc_tls(tls);
     }
     let prometheus = match &options.prometheus {
         Some((addr, path)) => Some((
@@ -338,6 +372,9 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     let shutdown = shutdown_signal();
     println!("tollgate: http listening on {}", listeners.http.local_addr()?);
     println!("tollgate: grpc listening on {}", listeners.grpc.local_addr()?);
+    if let Some(tls) = &listeners.grpc_tls {
+        println!("tollgate: grpc {}", describe_tls(tls.files()));
+    }
     if let Some(debug) = &listeners.debug {
         println!("tollgate: debug listening on {}", debug.local_addr()?);
     }
@@ -389,6 +426,35 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         let _ = tokio::task::spawn_blocking(move || log.finish_within(Some(deadline))).await;
     }
     served
+}
+
+/// Reloads the gRPC listener's TLS files when they change and on SIGHUP, for as long as the
+/// server runs; the handlers are in place when this returns.
+fn watch_tls(tls: &ServerTls) {
+    if let Some(watch) = reload::on_tls_change(tls.clone()) {
+        tokio::spawn(watch);
+    }
+    #[cfg(unix)]
+    if let Some(hangups) = reload::on_hangup({
+        let tls = tls.clone();
+        move || {
+            reload::reload_tls(&tls);
+        }
+    }) {
+        tokio::spawn(hangups);
+    }
+}
+
+/// The start-up line about the gRPC listener's TLS: what a client must present.
+fn describe_tls(files: &TlsFiles) -> String {
+    let mut line = format!("TLS with certificate {}", files.cert.display());
+    if let Some(ca) = &files.client_ca {
+        line += &format!("; client certificates required, issued by {}", ca.display());
+        if let Some(name) = &files.client_name {
+            line += &format!(" for {name}");
+        }
+    }
+    line
 }
 
 /// Loud warnings at start for what answers anyone who can reach a non-loopback address: the

@@ -68,9 +68,9 @@ use tonic::{Request, Response, Status};
 use crate::ops::decision_log::{Asked as LogAsked, Door, LoggedOutcome};
 use crate::ops::statsd::{self, CallEnd};
 use crate::ops::{count, metrics};
-use crate::runtime::SharedState;
 use crate::runtime::listener::ListenerOptions;
 use crate::runtime::tokens::{self, Act, Caller};
+use crate::runtime::{ServerTls, SharedState};
 
 /// The generated messages, server and client of the Envoy rate limit service (from
 /// `envoy-types`), for callers and tests.
@@ -243,6 +243,7 @@ pub async fn serve(
         listener,
         RlsService::new(state),
         None,
+        None,
         ListenerOptions::default(),
         shutdown,
     )
@@ -253,11 +254,13 @@ pub async fn serve(
 /// service (`grpc.health.v1.Health`, see `envoy::health`) when `health` is given, as
 /// envoyproxy/ratelimit serves it, and the listener's timeouts and limits: the connection limit,
 /// the idle timeout, HTTP/2 keep-alive pings, concurrent streams and header size per connection,
-/// and the drain timeout after `shutdown`, past which open connections are closed.
+/// and the drain timeout after `shutdown`, past which open connections are closed. With `tls`,
+/// both services are served over TLS only, as upstream's `GRPC_SERVER_USE_TLS` serves them.
 pub async fn serve_with(
     listener: tokio::net::TcpListener,
     rls: RlsService,
     health: Option<&crate::envoy::health::Health>,
+    tls: Option<ServerTls>,
     options: ListenerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -265,7 +268,7 @@ pub async fn serve_with(
     if let Some(health) = health {
         routes = routes.add_service(health.grpc_service());
     }
-    crate::runtime::listener::serve_grpc("grpc", listener, routes.prepare(), &options, shutdown).await
+    crate::runtime::listener::serve_grpc("grpc", listener, routes.prepare(), tls, &options, shutdown).await
 }
 
 #[tonic::async_trait]

@@ -251,6 +251,25 @@ pub(crate) fn accept_failed(listener: &'static str, err: &std::io::Error) {
 
 static ACCEPT_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
 
+/// A TLS handshake on `listener` that failed (a client speaking plaintext, one without the
+/// client certificate the listener requires, or with one it does not accept); logged at `warn`,
+/// at most once a second. A handshake cut off by the first-byte timeout is counted in
+/// `tollgate_timeouts_total{reason="tls_handshake"}` instead.
+pub(crate) fn tls_handshake_failed(listener: &'static str, err: &std::io::Error) {
+    metrics::counter!("tollgate_tls_handshake_errors_total", "listener" => listener).increment(1);
+    if HANDSHAKE_LOG.due() {
+        tracing::warn!(listener, error = %err, "TLS handshake failed");
+    }
+}
+
+static HANDSHAKE_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
+
+/// A reload of a listener's TLS files, successful or not.
+pub(crate) fn tls_reload(ok: bool) {
+    let outcome = if ok { "ok" } else { "failed" };
+    metrics::counter!("tollgate_tls_reloads_total", "outcome" => outcome).increment(1);
+}
+
 /// A proxied request the upstream did not answer: `kind` is `connect`, `connect_timeout`,
 /// `response_timeout` or `protocol`. Logged at `warn`, at most once a second.
 pub(crate) fn upstream_error(kind: &'static str, upstream: &str, err: &dyn std::fmt::Display) {

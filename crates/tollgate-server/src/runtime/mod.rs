@@ -12,6 +12,8 @@
 //!   part of [`Settings`].
 //! - [`problem`]: RFC 9457 problem answers, the shape of every error.
 //! - [`tokens`]: who may do what, the one comparison of the admin and app tokens for every door.
+//! - [`tls`]: a listener's TLS (the gRPC port's): certificate, key, client CA and name, read from
+//!   PEM files and swapped whole when they are reloaded.
 
 pub(crate) mod access;
 pub(crate) mod envoy_settings;
@@ -19,9 +21,11 @@ pub(crate) mod listener;
 pub(crate) mod problem;
 pub(crate) mod state;
 pub(crate) mod store;
+pub(crate) mod tls;
 pub(crate) mod tokens;
 
 pub use envoy_settings::{EnvoySettings, ResponseHeaders};
 pub use listener::ListenerOptions;
 pub use state::{AppState, Settings, SharedState};
 pub use store::{AnyStore, StoreOptions};
+pub use tls::{ServerTls, TlsError, TlsFiles, TlsSetting};

@@ -11,7 +11,8 @@
 //!   client gets 408 or 413 as a problem answer.
 //! - **first-byte timeout**: a connection that sends nothing at all, whatever its protocol (no
 //!   protocol timeout has started yet). Shorter than the idle timeout, so that thousands of
-//!   silent connections let go of their slots in seconds.
+//!   silent connections let go of their slots in seconds. On a TLS listener (the gRPC port with
+//!   [`ServerTls`]) it bounds the whole handshake too ([`handshake`]).
 //! - **idle timeout**: a connection with no bytes in either direction once it has spoken (a
 //!   client that stops sending or reading).
 //! - **max connections**: past it a new connection is accepted, answered `503` with a problem
@@ -36,6 +37,7 @@
 //! dropped, whatever ended it.
 
 mod guarded;
+mod handshake;
 mod host;
 mod inline;
 pub(crate) mod limits;
@@ -55,6 +57,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tokio_util::either::Either;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
@@ -62,6 +65,8 @@ pub(crate) use guarded::Guarded;
 use guarded::{Deadlines, Slots};
 pub(crate) use limits::BodyLimitError;
 use per_address::AddressSlots;
+
+use super::tls::ServerTls;
 
 /// The largest request body accepted by default: the HTTP API's and `/json`'s bodies are small
 /// JSON ([`ListenerOptions::max_body_bytes`]).
@@ -90,7 +95,8 @@ pub struct ListenerOptions {
     /// How long a client may take to send a request body, from the end of its head. Default 30 s.
     pub body_read_timeout: Duration,
     /// A connection whose client sends no byte for this long after connecting is closed; a
-    /// value above the idle timeout counts as the idle timeout. Default 10 s.
+    /// value above the idle timeout counts as the idle timeout. On a TLS listener the whole
+    /// handshake must end within it. Default 10 s.
     pub first_byte_timeout: Duration,
     /// A connection with no bytes in either direction for this long is closed. Default 120 s.
     pub idle_timeout: Duration,
@@ -265,16 +271,19 @@ pub(crate) async fn serve_http(
     .await
 }
 
-/// Serves gRPC `routes` (HTTP/2 with prior knowledge, no TLS) on `listener` with `options`,
-/// until `shutdown` completes, with the same connection limits, timeouts and drain as
-/// [`serve_http`]; a connection past the limit is closed at once. The calls of one connection
-/// run in its own task ([`inline`]), so the answers that are ready together are written
-/// together. A call with a `grpc-timeout` header is answered `CANCELLED` once it passes, as
-/// tonic's own server does.
+/// Serves gRPC `routes` (HTTP/2 with prior knowledge, or over `tls` when given) on `listener`
+/// with `options`, until `shutdown` completes, with the same connection limits, timeouts and
+/// drain as [`serve_http`]; a connection past the limit is closed at once, before any
+/// handshake. With TLS the handshake must end within the first-byte timeout ([`handshake`]),
+/// and each connection shakes hands with the files current when it was accepted. The calls of
+/// one connection run in its own task ([`inline`]), so the answers that are ready together are
+/// written together. A call with a `grpc-timeout` header is answered `CANCELLED` once it passes,
+/// as tonic's own server does.
 pub(crate) async fn serve_grpc(
     name: &'static str,
     listener: TcpListener,
     routes: tonic::service::Routes,
+    tls: Option<ServerTls>,
     options: &ListenerOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
@@ -283,6 +292,7 @@ pub(crate) async fn serve_grpc(
         crate::ops::metrics::warn_sampled_refusal(name);
         drop(stream);
     };
+    let handshake_deadline = options.first_byte_timeout.min(options.idle_timeout);
     accept_loop(
         name,
         listener,
@@ -308,11 +318,25 @@ pub(crate) async fn serve_grpc(
             });
             let executor = inline::Inline::default();
             let builder = grpc_builder(options, executor.clone());
+            let acceptor = tls.as_ref().map(ServerTls::acceptor);
             async move {
                 // The shutdown is watched inside the driven future, never by dropping `drive`:
                 // the streams it runs (calls in flight, health watches) live only as long as
                 // one `drive`, and must see the graceful shutdown through.
                 let connection = async move {
+                    let io = match acceptor {
+                        None => Either::Left(io),
+                        Some(acceptor) => {
+                            match handshake::handshake(name, acceptor, io, handshake_deadline, &stopping)
+                                .await
+                            {
+                                // Boxed: a TLS session is large, and the plaintext path need not
+                                // carry its size.
+                                Some(tls) => Either::Right(Box::new(tls)),
+                                None => return,
+                            }
+                        }
+                    };
                     let connection = builder.serve_connection(TokioIo::new(io), service);
                     let mut connection = pin!(connection);
                     tokio::select! {
