@@ -338,8 +338,26 @@ fn print_all(command: &str, bytes: &[u8]) -> ExitCode {
     }
 }
 
+/// The program name envoyproxy/ratelimit's image runs (`/bin/ratelimit`, with no arguments,
+/// as Envoy Gateway's Deployment starts it): called by that name, `tollgate` serves.
+const UPSTREAM_PROGRAM: &str = "ratelimit";
+
+/// The command line, with `serve` put first when the binary is called as [`UPSTREAM_PROGRAM`]
+/// (a link named `ratelimit`), so upstream's manifests start it unchanged.
+fn command_line() -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let called = args
+        .first()
+        .and_then(|program| std::path::Path::new(program).file_name())
+        .is_some_and(|name| name == UPSTREAM_PROGRAM);
+    if called {
+        args.insert(1, "serve".into());
+    }
+    args
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(command_line());
     let format = match cli.log_format {
         Some(format) => format,
         // envoyproxy/ratelimit's variable, as its manifests set it.

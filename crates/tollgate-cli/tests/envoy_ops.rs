@@ -1085,3 +1085,25 @@ async fn memory_store_is_healthy_from_the_start() {
         .expect_err("an unknown service");
     assert_eq!(unknown.code(), tonic::Code::NotFound);
 }
+
+#[test]
+fn called_as_ratelimit_it_serves_as_upstreams_image_runs_it() {
+    // envoyproxy/ratelimit's image runs `/bin/ratelimit` with no arguments (Envoy Gateway's
+    // Deployment too): a link of that name to tollgate serves, from upstream's variables.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let link = dir.path().join("ratelimit");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_tollgate"), &link).expect("link");
+    let mut command = Command::new(&link);
+    for var in UPSTREAM_VARS {
+        command.env_remove(var);
+    }
+    command.envs([
+        ("HOST", "127.0.0.1"),
+        ("PORT", "0"),
+        ("GRPC_HOST", "127.0.0.1"),
+        ("GRPC_PORT", "0"),
+    ]);
+    let mut child = ChildProcess::start(&mut command);
+    child.wait_for_addr("http listening on ");
+    child.wait_for_addr("grpc listening on ");
+}

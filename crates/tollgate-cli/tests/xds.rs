@@ -1,8 +1,9 @@
 //! Limits over xDS, through the real binary started with the environment Envoy Gateway gives
-//! its rate limit Deployment (`CONFIG_TYPE=GRPC_XDS_SOTW` and its variables, paths and addresses
-//! pointed at test files and loopback), against a management server in this test: a tonic
-//! aggregated discovery service over mutual TLS, as Envoy Gateway's is, that records every
-//! request the client sends (subscriptions, ACKs and NACKs).
+//! its rate limit Deployment (`CONFIG_TYPE=GRPC_XDS_SOTW` and its variables, TLS on the gRPC
+//! port with client certificates, Redis, the Prometheus listener; paths and addresses pointed
+//! at test files and loopback), against a management server in this test: a tonic aggregated
+//! discovery service over mutual TLS, as Envoy Gateway's is, that records every request the
+//! client sends (subscriptions, ACKs and NACKs). Envoy's calls come over mutual TLS too.
 //!
 //! The cases of envoyproxy/ratelimit's `test/integration/xds_sotw_integration_test.go` and of
 //! its provider test, translated: the basic config's answers, a reload by push, and the
@@ -151,7 +152,10 @@ fn any(config: &RateLimitConfig) -> Any {
 struct Certificates {
     dir: tempfile::TempDir,
     ca: String,
+    /// The management server's.
     server: (String, String),
+    /// Envoy's, for its calls to the rate limit service.
+    envoy: (String, String),
 }
 
 impl Certificates {
@@ -170,15 +174,20 @@ impl Certificates {
             (cert.pem(), key.serialize_pem())
         };
         let server = signed(vec!["xds.test".into(), "127.0.0.1".into()]);
-        let client = signed(vec!["envoy-ratelimit".into()]);
+        // tollgate's own, as Envoy Gateway mounts it: the gRPC port's certificate and the xDS
+        // client's both.
+        let client = signed(vec!["envoy-ratelimit".into(), "localhost".into()]);
+        let envoy = signed(vec!["envoy".into()]);
         let dir = tempfile::tempdir().expect("dir");
         std::fs::write(dir.path().join("ca.crt"), ca.pem()).expect("write");
         std::fs::write(dir.path().join("tls.crt"), &client.0).expect("write");
         std::fs::write(dir.path().join("tls.key"), &client.1).expect("write");
+        std::fs::write(dir.path().join("statsd-conf.yaml"), "mappings: []\n").expect("write");
         Certificates {
             dir,
             ca: ca.pem(),
             server,
+            envoy,
         }
     }
 
@@ -321,9 +330,29 @@ async fn next(requests: &mut mpsc::UnboundedReceiver<DiscoveryRequest>) -> Disco
         .expect("the management server runs")
 }
 
-/// Envoy Gateway's environment for the rate limit container, pointed at this test's files and
-/// loopback addresses (the gRPC and HTTP listeners on port 0, read from what the binary prints).
-fn envoy_gateway_env(xds: &str, certificates: &Certificates) -> Vec<(String, String)> {
+/// A client of the rate limit service over mutual TLS, as Envoy Gateway's Envoy calls it.
+async fn rls_client(
+    grpc: &str,
+    certificates: &Certificates,
+) -> RateLimitServiceClient<tonic::transport::Channel> {
+    let tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&certificates.ca))
+        .identity(Identity::from_pem(&certificates.envoy.0, &certificates.envoy.1))
+        .domain_name("localhost");
+    let channel = tonic::transport::Endpoint::from_shared(grpc.replace("http://", "https://"))
+        .expect("an address")
+        .tls_config(tls)
+        .expect("tls")
+        .connect()
+        .await
+        .expect("connect over mutual TLS");
+    RateLimitServiceClient::new(channel)
+}
+
+/// Envoy Gateway's environment for the rate limit container (its default Deployment's list, in
+/// its order), pointed at this test's files and loopback addresses: the gRPC and HTTP
+/// listeners on port 0 by flag, read from what the binary prints; Redis a real server.
+fn envoy_gateway_env(xds: &str, certificates: &Certificates, redis: &str) -> Vec<(String, String)> {
     let data = certificates.dir.path().join("data");
     std::fs::create_dir_all(&data).expect("runtime root");
     [
@@ -336,6 +365,24 @@ fn envoy_gateway_env(xds: &str, certificates: &Certificates) -> Vec<(String, Str
         ("CONFIG_TYPE", "GRPC_XDS_SOTW".into()),
         ("CONFIG_GRPC_XDS_SERVER_URL", xds.into()),
         ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit".into()),
+        ("GRPC_SERVER_USE_TLS", "true".into()),
+        ("GRPC_SERVER_TLS_CERT", certificates.path("tls.crt")),
+        ("GRPC_SERVER_TLS_KEY", certificates.path("tls.key")),
+        ("GRPC_SERVER_TLS_CA_CERT", certificates.path("ca.crt")),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".into()),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", certificates.path("tls.crt")),
+        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", certificates.path("tls.key")),
+        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", certificates.path("ca.crt")),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true".into()),
+        ("REDIS_SOCKET_TYPE", "tcp".into()),
+        ("REDIS_URL", redis.into()),
+        ("USE_PROMETHEUS", "true".into()),
+        ("PROMETHEUS_ADDR", "127.0.0.1:0".into()),
+        ("PROMETHEUS_MAPPER_YAML", certificates.path("statsd-conf.yaml")),
+        // Beyond Envoy Gateway's list: the name its management server's certificate carries
+        // here (Envoy Gateway's is the address's host), node metadata and stream headers, and
+        // short waits before reconnecting.
+        ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "xds.test".into()),
         (
             "CONFIG_GRPC_XDS_NODE_METADATA",
             "cluster=edge,zone=a=b,ignored".into(),
@@ -344,15 +391,8 @@ fn envoy_gateway_env(xds: &str, certificates: &Certificates) -> Vec<(String, Str
             "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
             "x-tenant:blue".into(),
         ),
-        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true".into()),
-        ("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", certificates.path("tls.crt")),
-        ("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", certificates.path("tls.key")),
-        ("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", certificates.path("ca.crt")),
-        ("CONFIG_GRPC_XDS_SERVER_TLS_SAN", "xds.test".into()),
         ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "200ms".into()),
         ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "1s".into()),
-        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true".into()),
-        ("REDIS_SOCKET_TYPE", "tcp".into()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
@@ -379,8 +419,16 @@ async fn envoy_gateways_environment_serves_pushed_limits_acks_nacks_and_survives
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let xds_addr = listener.local_addr().expect("addr");
     let running = serve(&management, &certificates, listener);
-    let env = envoy_gateway_env(&xds_addr.to_string(), &certificates);
-    let server = tokio::task::block_in_place(|| Server::start_command(&mut tollgate_with(&env), &[]));
+    let redis = tollgate_testkit::RedisServer::start();
+    let env = envoy_gateway_env(&xds_addr.to_string(), &certificates, &redis.addr().to_string());
+    let mut server = tokio::task::block_in_place(|| Server::start_command(&mut tollgate_with(&env), &[]));
+    let prometheus = tokio::task::block_in_place(|| server.wait_for("prometheus listening on "));
+    let prometheus = prometheus
+        .rsplit(' ')
+        .next()
+        .expect("an address")
+        .trim()
+        .to_owned();
 
     // The subscription, then the ACK of snapshot 1.
     let subscribe = next(&mut requests).await;
@@ -416,9 +464,7 @@ async fn envoy_gateways_environment_serves_pushed_limits_acks_nacks_and_survives
 
     // upstream's basic config: an unknown domain passes without a limit; key1 is 50 a second;
     // key2 20 a minute, the 21st call over; two descriptors decided together.
-    let mut rls = RateLimitServiceClient::connect(server.grpc.clone())
-        .await
-        .expect("connect");
+    let mut rls = rls_client(&server.grpc, &certificates).await;
     let unknown = call(&mut rls, "foo", &[("hello", "world")]).await;
     assert_eq!(unknown.overall_code, Code::Ok as i32);
     assert!(unknown.statuses[0].current_limit.is_none());
@@ -451,6 +497,18 @@ async fn envoy_gateways_environment_serves_pushed_limits_acks_nacks_and_survives
             "call {i}"
         );
     }
+
+    // key4 a day: asked again a moment later, the time to the reset is shorter.
+    let first = call(&mut rls, "another", &[("key4", "durTest")]).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let second = call(&mut rls, "another", &[("key4", "durTest")]).await;
+    let reset = |r: &RateLimitResponse| r.statuses[0].duration_until_reset.as_ref().map(|d| d.seconds);
+    assert!(
+        reset(&second) < reset(&first),
+        "{:?} then {:?}",
+        reset(&first),
+        reset(&second)
+    );
 
     // A push is a reload: the `reload` domain appears (block: 0 a second refuses at once).
     let before = call(&mut rls, "reload", &[("block", "foo")]).await;
@@ -511,9 +569,9 @@ async fn envoy_gateways_environment_serves_pushed_limits_acks_nacks_and_survives
         Code::Ok as i32
     );
     // What the dashboard and metrics say of it.
-    let metrics = reqwest::get(server.url("/metrics"))
+    let metrics = reqwest::get(format!("http://{prometheus}/metrics"))
         .await
-        .expect("metrics")
+        .expect("metrics where Envoy Gateway scrapes them")
         .text()
         .await
         .expect("text");
@@ -541,7 +599,8 @@ async fn without_force_start_the_listeners_open_once_the_first_push_is_answered(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let xds_addr = listener.local_addr().expect("addr");
     drop(listener);
-    let mut env = envoy_gateway_env(&xds_addr.to_string(), &certificates);
+    let redis = tollgate_testkit::RedisServer::start();
+    let mut env = envoy_gateway_env(&xds_addr.to_string(), &certificates, &redis.addr().to_string());
     env.retain(|(k, _)| k != "FORCE_START_WITHOUT_INITIAL_CONFIG");
     let mut child = tollgate_testkit::ChildProcess::start(tollgate_with(&env).args([
         "serve",
@@ -556,9 +615,7 @@ async fn without_force_start_the_listeners_open_once_the_first_push_is_answered(
     let running = serve(&management, &certificates, listener);
     let _subscribe = next(&mut requests).await;
     let grpc = tokio::task::block_in_place(|| child.wait_for_addr("grpc listening on "));
-    let mut rls = RateLimitServiceClient::connect(format!("http://{grpc}"))
-        .await
-        .expect("connect");
+    let mut rls = rls_client(&format!("http://{grpc}"), &certificates).await;
     assert_eq!(
         call(&mut rls, "reload", &[("block", "x")]).await.overall_code,
         Code::OverLimit as i32

@@ -196,6 +196,37 @@ mod tests {
     }
 
     #[test]
+    fn with_merging_on_one_domain_may_come_in_several_resources() {
+        let pushed = [
+            config(
+                "foo-1",
+                "foo",
+                vec![limited("k1", "v1", RateLimitUnit::Minute, 10)],
+            ),
+            config(
+                "foo-2",
+                "foo",
+                vec![limited("k1", "v2", RateLimitUnit::Minute, 100)],
+            ),
+        ];
+        assert!(
+            load(&pushed).is_err(),
+            "one domain twice is refused without merging"
+        );
+        let merge = LoadOptions::default().with_merge_domains(true);
+        let limits = tollgate_config::parse_files(&files(&pushed), &merge).expect("merged");
+        let dump = limits.dump();
+        assert!(
+            dump.contains("foo.k1_v1: unit=MINUTE requests_per_unit=10"),
+            "{dump}"
+        );
+        assert!(
+            dump.contains("foo.k1_v2: unit=MINUTE requests_per_unit=100"),
+            "{dump}"
+        );
+    }
+
+    #[test]
     fn resources_of_another_type_are_named() {
         let wrong = Any {
             type_url: "type.googleapis.com/envoy.config.cluster.v3.Cluster".into(),
