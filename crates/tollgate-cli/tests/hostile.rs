@@ -436,3 +436,22 @@ fn a_fifo_or_a_device_as_config_is_a_clear_error_not_a_hang() {
     );
     assert!(!ok, "{line}");
 }
+
+#[test]
+fn part_of_an_http2_preface_is_closed_at_the_first_byte_timeout_not_the_idle_one() {
+    // The idle timeout (two minutes) is far beyond the bound below: only the first-byte timeout,
+    // which now covers the whole preface, can close these.
+    let server = Server::start(&["--first-byte-timeout", "1s"]);
+    for addr in [addr_of(&server.grpc), addr_of(&server.http)] {
+        let mut socket = TcpStream::connect(addr).expect("connect");
+        socket
+            .write_all(b"PRI * HTTP/2.0\r\n")
+            .expect("part of the preface");
+        socket
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("a read bound");
+        let mut rest = Vec::new();
+        let read = std::io::Read::read_to_end(&mut socket, &mut rest);
+        assert!(read.is_ok(), "{addr}: still open after 30 s: {read:?}");
+    }
+}

@@ -6,10 +6,14 @@
 //! Doing this at the byte level, under the protocol, covers what the protocol libraries leave
 //! open: a client that connects and never sends a byte (no protocol timeout has started yet:
 //! HTTP/1's header timeout starts with the first byte of a request, and HTTP/2 and gRPC have
-//! none), or a client that stops reading an answer. Until the first byte arrives only the
-//! first-byte timeout applies, which is shorter than the idle one: a connection that sends
-//! nothing costs a slot for seconds, not minutes. After it, any byte read or written counts as
-//! activity, so a long download and an HTTP/2 connection kept alive by pings stay up.
+//! none), or a client that stops reading an answer. Until the client's opening has arrived only
+//! the first-byte timeout applies, which is shorter than the idle one: a connection that sends
+//! nothing costs a slot for seconds, not minutes. The opening is its first byte, or, for a
+//! connection that starts as HTTP/2 does (`P`, the first byte of `PRI * HTTP/2.0`), the whole
+//! 24-byte connection preface: HTTP/2 has no timeout of its own before its first frame, so a
+//! client sending part of the preface and stopping would otherwise hold its slot for the idle
+//! timeout. After the opening, any byte read or written counts as activity, so a long download
+//! and an HTTP/2 connection kept alive by pings stay up.
 
 use std::io;
 use std::pin::Pin;
@@ -54,8 +58,9 @@ pub(crate) struct Guarded<IO> {
     listener: &'static str,
     deadlines: Deadlines,
     opened: Instant,
-    /// Whether the client has sent a byte yet; until then the first-byte deadline applies.
-    heard: bool,
+    /// How much of the client's opening has arrived; until all of it, the first-byte deadline
+    /// applies.
+    opening: Opening,
     last_active: Instant,
     timer: Pin<Box<Sleep>>,
     closed: Pin<Box<WaitForCancellationFutureOwned>>,
@@ -77,7 +82,7 @@ impl<IO> Guarded<IO> {
             listener,
             deadlines,
             opened: now,
-            heard: false,
+            opening: Opening::Silent,
             last_active: now,
             timer: Box::pin(tokio::time::sleep_until(now + deadlines.first_byte)),
             // A child token of its own: waiting on the shared token would take the lock every
@@ -101,13 +106,13 @@ impl<IO> Guarded<IO> {
             if self.timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
-            if !self.heard {
+            if self.opening != Opening::Heard {
                 let due = self.opened + self.deadlines.first_byte;
                 if Instant::now() >= due {
                     crate::ops::metrics::connection_timed_out(self.listener, "first_byte");
                     return Poll::Ready(io::Error::new(
                         io::ErrorKind::TimedOut,
-                        "closed: the client sent nothing within the first-byte timeout",
+                        "closed: the client did not open (a first byte, or an HTTP/2 preface) within the first-byte timeout",
                     ));
                 }
                 self.timer.as_mut().reset(due);
@@ -133,6 +138,36 @@ impl<IO> Guarded<IO> {
     }
 }
 
+/// HTTP/2's connection preface: `PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`.
+const HTTP2_PREFACE_LEN: usize = 24;
+
+/// How much of a client's opening has arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    /// Nothing yet.
+    Silent,
+    /// Part of an HTTP/2 preface: this many bytes are still due.
+    Preface { due: usize },
+    /// The first byte (or the whole preface): the idle timeout applies from now on.
+    Heard,
+}
+
+impl Opening {
+    /// The opening once `read` (a non-empty read) has arrived.
+    fn after(self, read: &[u8]) -> Opening {
+        let due = match self {
+            Opening::Heard => return Opening::Heard,
+            Opening::Silent if read.first() == Some(&b'P') => HTTP2_PREFACE_LEN,
+            Opening::Silent => 1,
+            Opening::Preface { due } => due,
+        };
+        match due.saturating_sub(read.len()) {
+            0 => Opening::Heard,
+            due => Opening::Preface { due },
+        }
+    }
+}
+
 impl<IO> Drop for Guarded<IO> {
     fn drop(&mut self) {
         crate::ops::metrics::connection_closed(self.listener);
@@ -146,7 +181,7 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Guarded<IO> {
         match Pin::new(&mut this.io).poll_read(cx, buf) {
             Poll::Ready(result) => {
                 if buf.filled().len() > before {
-                    this.heard = true;
+                    this.opening = this.opening.after(&buf.filled()[before..]);
                     this.last_active = Instant::now();
                 }
                 Poll::Ready(result)
@@ -205,5 +240,21 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Guarded<IO> {
             Poll::Ready(result) => Poll::Ready(result),
             Poll::Pending => this.waiting(cx),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_opening_is_a_first_byte_or_a_whole_http2_preface() {
+        assert_eq!(Opening::Silent.after(b"G"), Opening::Heard);
+        assert_eq!(Opening::Silent.after(b"GET / HTTP/1.1\r\n"), Opening::Heard);
+        let partial = Opening::Silent.after(b"PRI * HTTP/2.0\r\n");
+        assert_eq!(partial, Opening::Preface { due: 8 });
+        assert_eq!(partial.after(b"\r\nSM"), Opening::Preface { due: 4 });
+        assert_eq!(partial.after(b"\r\nSM\r\n\r\n"), Opening::Heard);
+        assert_eq!(Opening::Heard.after(b"P"), Opening::Heard);
     }
 }
