@@ -455,3 +455,48 @@ fn part_of_an_http2_preface_is_closed_at_the_first_byte_timeout_not_the_idle_one
         assert!(read.is_ok(), "{addr}: still open after 30 s: {read:?}");
     }
 }
+
+#[test]
+fn a_config_nested_200_000_deep_is_refused_at_once_by_check_config_test_and_serve() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let n = 200_000;
+    let deep = dir.path().join("deep.yaml");
+    std::fs::write(
+        &deep,
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    metadata: {}{}\n",
+            "[".repeat(n),
+            "]".repeat(n)
+        ),
+    )
+    .expect("write");
+    let scenarios = dir.path().join("deep.test.yaml");
+    std::fs::write(
+        &scenarios,
+        format!("scenarios: {}{}\n", "[".repeat(n), "]".repeat(n)),
+    )
+    .expect("write");
+    let plain = dir.path().join("plain.yaml");
+    std::fs::write(&plain, "policies:\n  api: {algorithm: fixed_window, limit: 5, window: 1m}\n").expect("write");
+    let deep_path = deep.to_str().expect("utf-8");
+    let scenarios_path = scenarios.to_str().expect("utf-8");
+    let plain_path = plain.to_str().expect("utf-8");
+    for args in [
+        vec!["check-config", deep_path],
+        vec!["test", plain_path, scenarios_path],
+        vec![
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--config",
+            deep_path,
+        ],
+    ] {
+        let mut child = ChildProcess::start(Command::new(binary::TOLLGATE).args(&args));
+        let line = child.wait_for("nested deeper than 64 levels");
+        assert!(line.contains("at line"), "{args:?}: {line}");
+        assert!(!child.wait_exit().success(), "{args:?}");
+    }
+}

@@ -106,6 +106,7 @@ mod read;
 pub mod routes;
 pub mod scenarios;
 mod unit;
+pub mod yaml;
 
 use std::collections::HashMap;
 use std::fs;
@@ -478,7 +479,7 @@ enum Parsed {
 /// Reads the YAML, tells the format from the top-level keys and checks the shape.
 fn read_file(file: &str, yaml: &str) -> Result<Parsed, ConfigError> {
     let syntax = |e: yaml_serde::Error| ConfigError::syntax(file, &e);
-    let mut value: Value = yaml_serde::from_str(yaml).map_err(syntax)?;
+    let mut value: Value = yaml::parse(file, yaml)?;
     // `<<: *anchor` merge keys, which Go's yaml.v2 (upstream's parser) also applies.
     value.apply_merge().map_err(syntax)?;
     let format_err = |what| ConfigError::new(file, None, ConfigErrorKind::Format(what));

@@ -814,8 +814,7 @@ pub struct ParsedOverride {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn parse_override(file: &str, text: &str, policy: &Policy) -> Result<ParsedOverride, ConfigError> {
-    let syntax = |e: yaml_serde::Error| ConfigError::syntax(file, &e);
-    let value: yaml_serde::Value = yaml_serde::from_str(text).map_err(syntax)?;
+    let value: yaml_serde::Value = crate::yaml::parse(file, text)?;
     let spec: OverrideSpec = serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let path = (path != ".").then_some(path);

@@ -220,8 +220,7 @@ impl ScenarioFile {
     /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn parse(file: &str, yaml: &str) -> Result<ScenarioFile, ConfigError> {
-        let syntax = |e: yaml_serde::Error| ConfigError::syntax(file, &e);
-        let value: Value = yaml_serde::from_str(yaml).map_err(syntax)?;
+        let value: Value = crate::yaml::parse(file, yaml)?;
         if value.is_null() {
             return Err(ConfigError::new(
                 file,

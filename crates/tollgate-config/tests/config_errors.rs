@@ -146,6 +146,7 @@ error_fixtures! {
     envoy_unit_and_window => "envoy_unit_and_window.yaml: descriptors[0].rate_limit.window: `window` cannot be set together with `unit`",
     envoy_zero_unit_multiplier => "envoy_zero_unit_multiplier.yaml: descriptors[0].rate_limit.unit_multiplier: `unit_multiplier` must be at least 1 (the window is that many units)",
     envoy_unit_multiplier_with_window => "envoy_unit_multiplier_with_window.yaml: descriptors[0].rate_limit.unit_multiplier: `unit_multiplier` multiplies `unit`; with `window`, write the whole duration there",
+    deep_nesting => "deep_nesting.yaml: nested deeper than 64 levels at line 4 column 76",
     envoy_bad_window => r#"envoy_bad_window.yaml: descriptors[0].rate_limit.window: expected a duration like "1m", got "soon""#,
     envoy_burst_on_fixed_window => "envoy_burst_on_fixed_window.yaml: descriptors[0].rate_limit.burst: `burst` is not used by fixed_window; only token_bucket, leaky_bucket and gcra take a burst",
     envoy_burst_horizon => "envoy_burst_horizon.yaml: descriptors[0].rate_limit.burst: burst of 1001 at this rate takes 86486400s to refill, above the maximum of 86400000s",
