@@ -477,7 +477,11 @@ fn a_config_nested_200_000_deep_is_refused_at_once_by_check_config_test_and_serv
     )
     .expect("write");
     let plain = dir.path().join("plain.yaml");
-    std::fs::write(&plain, "policies:\n  api: {algorithm: fixed_window, limit: 5, window: 1m}\n").expect("write");
+    std::fs::write(
+        &plain,
+        "policies:\n  api: {algorithm: fixed_window, limit: 5, window: 1m}\n",
+    )
+    .expect("write");
     let deep_path = deep.to_str().expect("utf-8");
     let scenarios_path = scenarios.to_str().expect("utf-8");
     let plain_path = plain.to_str().expect("utf-8");

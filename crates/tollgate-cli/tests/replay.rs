@@ -470,3 +470,28 @@ async fn the_proxy_logs_its_routes_decisions_and_they_replay() {
     assert_eq!(flipped, [&lines[1]["time_us"], &lines[2]["time_us"]], "{report}");
     upstream.stop().await;
 }
+
+#[test]
+fn a_file_without_line_breaks_is_refused_at_the_line_bound_not_read_whole() {
+    // `/dev/zero` never ends and has no line break: read whole, it would take all the memory.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("plain.yaml");
+    std::fs::write(
+        &config,
+        "policies:\n  api: {algorithm: fixed_window, limit: 5, window: 1m}\n",
+    )
+    .expect("write");
+    let mut child =
+        tollgate_testkit::ChildProcess::start(Command::new(env!("CARGO_BIN_EXE_tollgate")).args([
+            "replay",
+            "--config",
+            config.to_str().expect("utf-8"),
+            "/dev/zero",
+        ]));
+    let line = child.wait_for("not a decision log line");
+    assert!(
+        line.contains("/dev/zero: line 1: longer than 1048576 bytes"),
+        "{line}"
+    );
+    assert_eq!(child.wait_exit().code(), Some(2));
+}

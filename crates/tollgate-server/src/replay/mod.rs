@@ -94,21 +94,40 @@ pub fn read_logs(paths: &[PathBuf]) -> anyhow::Result<Vec<LogLine>> {
     Ok(lines)
 }
 
+/// The longest line read: far above any line the decision log writes (16 rules of 8 KiB keys),
+/// and a bound on what a file that is not a decision log (`/dev/zero`, a binary) can make replay
+/// hold in memory before it is refused.
+pub const MAX_LINE_BYTES: usize = 1024 * 1024;
+
 fn read_log(path: &Path, lines: &mut Vec<LogLine>) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
-    lines.reserve(text.len() / 100);
-    for (n, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
+    use std::io::{BufRead, Read};
+    let file = std::fs::File::open(path).with_context(|| format!("{}", path.display()))?;
+    let mut reader = std::io::BufReader::new(file);
+    let mut buffer = Vec::new();
+    for n in 1.. {
+        buffer.clear();
+        let read = (&mut reader)
+            .take(MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut buffer)
+            .with_context(|| format!("{}", path.display()))?;
+        if read == 0 {
+            break;
+        }
+        if buffer.last() == Some(&b'\n') {
+            buffer.pop();
+        } else if buffer.len() > MAX_LINE_BYTES {
+            anyhow::bail!(
+                "{}: line {n}: longer than {MAX_LINE_BYTES} bytes: not a decision log line",
+                path.display()
+            );
+        }
+        if buffer.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let parsed: LogLine = serde_json::from_str(line)
-            .with_context(|| format!("{}: line {}: not a decision log line", path.display(), n + 1))?;
+        let parsed: LogLine = serde_json::from_slice(&buffer)
+            .with_context(|| format!("{}: line {n}: not a decision log line", path.display()))?;
         if parsed.rules.is_empty() && parsed.domain.is_none() {
-            anyhow::bail!(
-                "{}: line {}: neither rules nor an Envoy domain",
-                path.display(),
-                n + 1
-            );
+            anyhow::bail!("{}: line {n}: neither rules nor an Envoy domain", path.display());
         }
         lines.push(parsed);
     }
