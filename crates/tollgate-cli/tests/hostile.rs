@@ -504,3 +504,79 @@ fn a_config_nested_200_000_deep_is_refused_at_once_by_check_config_test_and_serv
         assert!(!child.wait_exit().success(), "{args:?}");
     }
 }
+
+#[tokio::test]
+async fn an_access_list_entry_of_8_kib_pages_and_is_deleted_like_any_other() {
+    let server = Server::start(&["--admin-token", "admin-s3cret", "--max-key-len", "8192"]);
+    let http = client();
+    let access = server.url("/v1/admin/access");
+    let long = "k".repeat(8 * 1024);
+    for value in ["a-short-one", long.as_str(), "z-after-it"] {
+        let added = http
+            .post(&access)
+            .bearer_auth("admin-s3cret")
+            .json(&json!({"list": "deny", "kind": "key", "value": value}))
+            .send()
+            .await
+            .expect("add");
+        assert_eq!(
+            added.status(),
+            StatusCode::CREATED,
+            "{}",
+            added.text().await.unwrap_or_default()
+        );
+    }
+    // A page at a time, one entry a page: every cursor fits in a URL, the long entry's too.
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..10 {
+        let mut request = http
+            .get(&access)
+            .bearer_auth("admin-s3cret")
+            .query(&[("limit", "1")]);
+        if let Some(cursor) = &cursor {
+            request = request.query(&[("cursor", cursor.as_str())]);
+        }
+        let answer = request.send().await.expect("page");
+        assert_eq!(answer.status(), StatusCode::OK);
+        let page: Value = answer.json().await.expect("json");
+        for entry in page["entries"].as_array().expect("entries") {
+            seen.push(entry["value"].as_str().expect("value").len());
+        }
+        match page["next_cursor"].as_str() {
+            Some(next) => {
+                assert!(next.len() < 300, "a cursor of {} bytes", next.len());
+                cursor = Some(next.to_owned());
+            }
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["a-short-one".len(), 8 * 1024, "z-after-it".len()]);
+    // Deleted by a JSON body (the query could not carry it), not by both at once.
+    let entry = json!({"list": "deny", "kind": "key", "value": long});
+    let both = http
+        .delete(&access)
+        .bearer_auth("admin-s3cret")
+        .query(&[("list", "deny"), ("kind", "key"), ("value", "z-after-it")])
+        .json(&entry)
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(both.status(), StatusCode::BAD_REQUEST);
+    let deleted = http
+        .delete(&access)
+        .bearer_auth("admin-s3cret")
+        .json(&entry)
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(deleted.status(), StatusCode::NO_CONTENT);
+    let gone = http
+        .delete(&access)
+        .bearer_auth("admin-s3cret")
+        .json(&entry)
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(gone.status(), StatusCode::NOT_FOUND);
+}

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `GET /v1/admin/access?limit=&cursor=` | the entries in force, from the config and from this API, a page at a time |
 //! | `POST /v1/admin/access` `{"policy"?, "list", "kind", "value"}` | add an entry for the fleet (201, or 200 if it was there) |
-//! | `DELETE /v1/admin/access?list=&kind=&value=&policy=` | remove an entry added through this API (204) |
+//! | `DELETE /v1/admin/access?list=&kind=&value=&policy=`, or with the entry as a JSON body | remove an entry added through this API (204); the body takes entries too long for a URL |
 //! | `GET /v1/admin/top-offenders?policy=&n=` | the most denied keys per policy, from this instance |
 //!
 //! Where entries live and how soon another instance applies them: see [`crate::access`]. The
@@ -20,7 +20,7 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{Query, State};
+use axum::extract::{Query, RawQuery, State};
 use std::sync::Arc;
 
 use axum::http::{HeaderMap, StatusCode};
@@ -30,7 +30,7 @@ use tollgate::access::{AccessEntry, Added, EntryKind, Listed};
 use utoipa::ToSchema;
 
 use super::auth::authorize_admin;
-use super::body::json_body;
+use super::body::{body_bytes, json_body};
 use super::error::ApiError;
 use super::page::{PageQuery, bad_cursor, page};
 use crate::ops::recorder::{RECORDER, TOP_KEYS};
@@ -88,17 +88,45 @@ pub(crate) struct EntryList {
 
 /// A cursor: the source and the encoded entry to list after, `config:<entry>` or
 /// `admin:<entry>`.
+/// The longest entry a cursor names by its encoding; a longer one (a key or prefix of up to
+/// 8 KiB) is named by its SHA-256, so every cursor fits in a URL.
+const MAX_CURSOR_ENTRY: usize = 256;
+
 fn cursor_of(listed: &Listing) -> String {
-    format!("{}:{}", listed.source.as_str(), listed.entry.encode())
+    let encoded = listed.entry.encode();
+    if encoded.len() <= MAX_CURSOR_ENTRY {
+        format!("{}:{encoded}", listed.source.as_str())
+    } else {
+        format!("{}:#{}", listed.source.as_str(), digest(&encoded))
+    }
 }
 
-fn start_of(cursor: &str) -> Result<PageStart, ApiError> {
+/// The hex SHA-256 of an entry's encoding.
+fn digest(encoded: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(encoded.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn start_of(state: &SharedState, cursor: &str) -> Result<PageStart, ApiError> {
     let (source, entry) = cursor.split_once(':').ok_or_else(|| bad_cursor(cursor))?;
     let source = match source {
         "config" => Source::Config,
         "admin" => Source::Admin,
         _ => return Err(bad_cursor(cursor)),
     };
+    if let Some(wanted) = entry.strip_prefix('#') {
+        return state
+            .access
+            .find(state.served(), source, |entry| digest(&entry.encode()) == wanted)
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "cursor: the entry this page would start after was removed since; list again from the first page",
+                )
+            });
+    }
     let entry = AccessEntry::decode(entry).map_err(|_| bad_cursor(cursor))?;
     Ok(PageStart {
         entry: Arc::new(entry),
@@ -165,7 +193,11 @@ pub(crate) async fn list(
 ) -> Result<Json<EntryList>, ApiError> {
     authorize_admin(&state, &headers)?;
     let page = page(query)?;
-    let after = page.cursor.as_deref().map(start_of).transpose()?;
+    let after = page
+        .cursor
+        .as_deref()
+        .map(|cursor| start_of(&state, cursor))
+        .transpose()?;
     let (listed, more) = state.access.page(state.served(), after.as_ref(), page.limit);
     Ok(Json(EntryList {
         entries: listed
@@ -237,11 +269,12 @@ pub(crate) async fn add(
     summary = "Remove an allow or deny list entry",
     description = "Removes an entry added through this API (a config entry is removed from its file).",
     params(
-        ("list" = String, Query, description = "`allow` or `deny`"),
-        ("kind" = String, Query, description = "`cidr`, `key` or `prefix`"),
-        ("value" = String, Query, description = "The range, key or prefix"),
+        ("list" = Option<String>, Query, description = "`allow` or `deny` (or give the entry as a JSON body)"),
+        ("kind" = Option<String>, Query, description = "`cidr`, `key` or `prefix`"),
+        ("value" = Option<String>, Query, description = "The range, key or prefix"),
         ("policy" = Option<String>, Query, description = "The policy; absent for a global entry"),
     ),
+    request_body(content = EntryBody, content_type = "application/json", description = "The entry, instead of the query: for a value too long for a URL (a key or prefix of up to 8 KiB)"),
     responses(
         (status = 204, description = "Removed"),
         (status = 400, description = "Unusable entry", body = Problem, content_type = "application/problem+json"),
@@ -254,11 +287,23 @@ pub(crate) async fn add(
 pub(crate) async fn remove(
     State(state): State<SharedState>,
     headers: HeaderMap,
+    RawQuery(raw): RawQuery,
     query: Result<Query<EntryBody>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
     authorize_admin(&state, &headers)?;
-    let Query(body) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let entry = entry_of(&state, &body)?;
+    let in_query = raw.is_some_and(|q| !q.is_empty());
+    let bytes = body_bytes(body)?;
+    let named: EntryBody = match (in_query, bytes.is_empty()) {
+        (true, false) => {
+            return Err(ApiError::bad_request(
+                "the entry goes in the query or in a JSON body, not both",
+            ));
+        }
+        (false, false) => json_body(Ok(bytes))?,
+        (_, true) => query.map_err(|e| ApiError::bad_request(e.body_text()))?.0,
+    };
+    let entry = entry_of(&state, &named)?;
     if state.access.remove(state.served(), &entry).await? {
         return Ok(StatusCode::NO_CONTENT);
     }

@@ -163,6 +163,31 @@ impl AccessAdmin {
     /// and added by an admin, the config's first: at most `limit` after `after` (from the first
     /// when `None`), and whether more follow. The admin entries are read from their ordered set
     /// (O(log n + limit)); the config's are sorted for each page.
+    /// The listed entry of `source` that `wanted` picks, if one is listed now: what a page
+    /// cursor that names its entry by digest starts after.
+    pub(crate) fn find(
+        &self,
+        state: Served<'_>,
+        source: Source,
+        wanted: impl Fn(&AccessEntry) -> bool,
+    ) -> Option<PageStart> {
+        let entry = match source {
+            Source::Config => state
+                .limits
+                .load()
+                .access_entries()
+                .iter()
+                .find(|entry| wanted(entry))
+                .map(|entry| Arc::new(entry.clone())),
+            Source::Admin => lock(&self.entries)
+                .at_ms
+                .keys()
+                .find(|entry| wanted(entry))
+                .map(Arc::clone),
+        }?;
+        Some(PageStart { entry, source })
+    }
+
     pub(crate) fn page(
         &self,
         state: Served<'_>,
