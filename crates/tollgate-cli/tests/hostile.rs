@@ -580,3 +580,72 @@ async fn an_access_list_entry_of_8_kib_pages_and_is_deleted_like_any_other() {
         .expect("delete");
     assert_eq!(gone.status(), StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn wrong_fields_are_named_and_acquire_refuses_a_body_it_does_not_read() {
+    let config = temp_config(
+        "policies:\n  api: {algorithm: fixed_window, limit: 5, window: 1m}\n  exports: {algorithm: concurrency, max_in_flight: 2, lease_timeout: 30s}\n",
+    );
+    let server = Server::start(&["--config", config.path().to_str().expect("utf-8")]);
+    let http = client();
+    let post = |path: &str, body: &'static str| {
+        http.post(server.url(path))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let cases: [(&str, &str, &str); 7] = [
+        (
+            "/v1/charge",
+            r#"{"policy": "api", "key": "a", "cost": "x"}"#,
+            "cost: invalid type",
+        ),
+        (
+            "/v1/check",
+            r#"{"rules": [{"policy": "api", "key": "a", "cost": -1}]}"#,
+            "rules[0].cost: invalid value",
+        ),
+        (
+            "/v1/check",
+            r#"{"policy": "api", "key": "\ud800"}"#,
+            "key: unexpected end of hex escape",
+        ),
+        (
+            "/v1/attempts/login/bob/try",
+            r#"{"max": 0, "ttl_seconds": 60}"#,
+            "max is 0: from 1 to",
+        ),
+        (
+            "/v1/attempts/login/bob/try",
+            r#"{"max": 3, "ttl_seconds": 0}"#,
+            "ttl_seconds is 0: from 1 to",
+        ),
+        (
+            "/v1/attempts/login/bob",
+            r#"{"ttl_seconds": 0}"#,
+            "ttl_seconds is 0: from 1 to",
+        ),
+        (
+            "/v1/concurrency/exports/alice/acquire",
+            "garbage",
+            "invalid JSON body",
+        ),
+    ];
+    for (path, body, expected) in cases {
+        let answer = post(path, body).await.expect("post");
+        assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "{path} {body}");
+        let problem: Value = answer.json().await.expect("problem");
+        let detail = problem["detail"].as_str().expect("detail");
+        assert!(detail.contains(expected), "{path} {body}: {detail}");
+    }
+    let unknown = post("/v1/concurrency/exports/alice/acquire", r#"{"cost": 2}"#)
+        .await
+        .expect("post");
+    assert_eq!(unknown.status(), StatusCode::BAD_REQUEST);
+    for (key, body) in [("bob", ""), ("carol", "{}"), ("dave", " \n")] {
+        let granted = post(&format!("/v1/concurrency/exports/{key}/acquire"), body)
+            .await
+            .expect("post");
+        assert_eq!(granted.status(), StatusCode::OK, "{body:?}");
+    }
+}

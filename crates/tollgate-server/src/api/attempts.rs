@@ -150,11 +150,9 @@ pub(crate) async fn try_attempt(
     authorize_app(&state, &request_headers)?;
     let request: TryAttempt = json_body(body)?;
     check_max(request.max)?;
+    let ttl = check_ttl_seconds(request.ttl_seconds)?;
     let name = attempts_key(&state, &purpose, &key)?;
-    let tried = state
-        .store
-        .try_attempt(&name, request.max, Duration::from_secs(request.ttl_seconds))
-        .await?;
+    let tried = state.store.try_attempt(&name, request.max, ttl).await?;
     let ttl_seconds = headers::seconds_up(tried.ttl);
     if tried.allowed {
         let body = AttemptAllowed {
@@ -219,11 +217,9 @@ pub(crate) async fn count_attempt(
 ) -> Result<Json<AttemptCount>, ApiError> {
     authorize_app(&state, &request_headers)?;
     let request: CountAttempt = json_body(body)?;
+    let ttl = check_ttl_seconds(request.ttl_seconds)?;
     let name = attempts_key(&state, &purpose, &key)?;
-    let count = state
-        .store
-        .increment_attempts(&name, Duration::from_secs(request.ttl_seconds))
-        .await?;
+    let count = state.store.increment_attempts(&name, ttl).await?;
     Ok(Json(AttemptCount { attempts: count }))
 }
 
@@ -325,13 +321,25 @@ pub(crate) async fn clear_attempts(
 
 /// `max` is 1 to the core's bound on a limit; 0 is the store's own error.
 fn check_max(max: u64) -> Result<(), ApiError> {
-    if max > tollgate::bounds::MAX_LIMIT {
+    if max == 0 || max > tollgate::bounds::MAX_LIMIT {
         return Err(ApiError::bad_request(format!(
-            "max is {max}, above the maximum of {}",
+            "max is {max}: from 1 to {} attempts",
             tollgate::bounds::MAX_LIMIT
         )));
     }
     Ok(())
+}
+
+/// A counter's life in whole seconds, checked against the store's range here so the problem
+/// names the field as the client wrote it.
+fn check_ttl_seconds(ttl_seconds: u64) -> Result<Duration, ApiError> {
+    let most = tollgate::bounds::MAX_PERIOD.as_secs();
+    if ttl_seconds == 0 || ttl_seconds > most {
+        return Err(ApiError::bad_request(format!(
+            "ttl_seconds is {ttl_seconds}: from 1 to {most} seconds"
+        )));
+    }
+    Ok(Duration::from_secs(ttl_seconds))
 }
 
 /// Attempts counters of different purposes never meet: the purpose is length-prefixed.

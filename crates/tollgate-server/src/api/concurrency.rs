@@ -39,7 +39,7 @@ use utoipa::ToSchema;
 
 use super::answer::insert;
 use super::auth::{authorize_admin, authorize_app};
-use super::body::json_body;
+use super::body::{body_bytes, json_body, parse_json};
 use super::error::ApiError;
 use super::policy::concurrency_policy;
 use crate::ops::{count, metrics};
@@ -111,6 +111,11 @@ pub(crate) struct LeaseReleased {
     pub in_flight: Option<u64>,
 }
 
+/// The body an acquire takes: nothing, or `{}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoFields {}
+
 #[utoipa::path(
     post,
     path = "/v1/concurrency/{policy}/{key}/acquire",
@@ -127,7 +132,7 @@ pub(crate) struct LeaseReleased {
         (status = 200, description = "Granted", body = LeaseGranted),
         (status = 429, description = "Every slot is taken", body = LeaseDenied, content_type = "application/problem+json",
             headers(("Retry-After" = u64, description = "Whole seconds until the oldest lease expires"))),
-        (status = 400, description = "Unusable input, or a rate policy", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Unusable input (a body other than nothing or `{}`), or a rate policy", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown policy", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "The store failed and the policy fails closed", body = Problem, content_type = "application/problem+json"),
     )
@@ -135,7 +140,14 @@ pub(crate) struct LeaseReleased {
 pub(crate) async fn acquire(
     State(state): State<SharedState>,
     Path((policy, key)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    // It takes no fields: an empty body or `{}`, so a client that thinks it sends something
+    // (a cost, a ttl) learns that it is not read.
+    let bytes = body_bytes(body)?;
+    if !bytes.iter().all(u8::is_ascii_whitespace) {
+        let _: NoFields = parse_json(&bytes)?;
+    }
     let limits = state.limits.load_full();
     let policy = concurrency_policy(&limits, &policy)?;
     state.settings.check_key(key.as_bytes())?;

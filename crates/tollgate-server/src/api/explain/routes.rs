@@ -248,8 +248,7 @@ pub(crate) async fn explain_body(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Explanation>, ApiError> {
     let bytes = crate::api::body::body_bytes(body)?;
-    let body: ExplainBody = serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))?;
+    let body: ExplainBody = crate::api::body::parse_json(&bytes)?;
     answer(&state, &headers, body).await
 }
 
