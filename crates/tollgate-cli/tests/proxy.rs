@@ -1,10 +1,12 @@
 //! `tollgate proxy` as a real child process in front of a real upstream HTTP server: limits by
 //! route, headers and bodies passed through, `X-Forwarded-For` appended and never trusted from an
 //! untrusted peer, 502 when the upstream is away, counted once; a request without exactly one
-//! `Host` refused before it is counted.
+//! `Host` refused before it is counted; every spelling of a limited path or of a host that some
+//! upstream folds back refused or counted, never forwarded unchecked.
 
 mod binary;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -21,6 +23,7 @@ policies:
   movies: {algorithm: sliding_log, limit: 3, window: 1h}
   uploads: {algorithm: fixed_window, limit: 100, window: 1h}
   keyed: {algorithm: fixed_window, limit: 1, window: 1h}
+  tenant: {algorithm: fixed_window, limit: 1, window: 1h}
 routes:
   - prefix: /v4/movies
     policies: [movies]
@@ -29,6 +32,9 @@ routes:
   - prefix: /keyed
     policies: [keyed]
     key: "header:X-Api-Key"
+  - prefix: /tenant
+    policies: [tenant]
+    key: "header:Host"
 "#;
 
 /// An upstream that answers every request with what it received, as JSON (`/upload` echoes the
@@ -320,6 +326,225 @@ async fn a_request_without_one_host_is_refused_and_not_counted_on_both_listeners
     assert_eq!(seen["host"], addr.to_string(), "{body}");
     drop(proxy);
     upstream.stop().await;
+}
+
+/// An upstream that records the target and `Host` of every request it serves, in order.
+async fn recording_upstream() -> (AppServer, Arc<Mutex<Vec<(String, String)>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
+    let app = Router::new().fallback(move |request: Request| {
+        let record = Arc::clone(&record);
+        async move {
+            let target = request
+                .uri()
+                .path_and_query()
+                .map_or("", |p| p.as_str())
+                .to_owned();
+            let host = request
+                .headers()
+                .get("host")
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .unwrap_or_default();
+            record.lock().expect("lock").push((target, host));
+            "ok"
+        }
+    });
+    (AppServer::start(app).await, seen)
+}
+
+/// What the proxy must do with a request once the route's limit is spent.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    /// 400 problem+json whose `detail` contains this.
+    Refused(&'static str),
+    /// Counted against the route: 429.
+    Counted,
+}
+
+/// Sends `GET target` with `head` (header lines, each ending in CRLF) and checks the answer.
+fn expect(addr: std::net::SocketAddr, target: &str, head: &str, expect: Expect) {
+    let request = format!("GET {target} HTTP/1.1\r\n{head}connection: close\r\n\r\n");
+    let (status, body, answer) = binary::raw(addr, &request);
+    match expect {
+        Expect::Counted => assert_eq!(status, 429, "{request:?}: {answer}"),
+        Expect::Refused(why) => {
+            assert_eq!(status, 400, "{request:?}: {answer}");
+            assert!(
+                answer
+                    .to_ascii_lowercase()
+                    .contains("content-type: application/problem+json"),
+                "{request:?}: {answer}"
+            );
+            let detail = body["detail"].as_str().unwrap_or_default();
+            assert!(
+                detail.contains(why),
+                "{request:?}: expected {why:?} in {detail:?}"
+            );
+        }
+    }
+}
+
+// The upstream runs in this runtime while the test blocks on raw sockets: keep workers free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_spelling_a_server_folds_back_is_refused_or_counted() {
+    use Expect::{Counted, Refused};
+
+    let (upstream, seen) = recording_upstream().await;
+    let config = config_file();
+    let proxy = proxy(&format!("http://{}", upstream.addr()), &config, &[]);
+    let addr = binary::addr_of(&proxy.http);
+    let host = "host: a.example\r\n";
+    for _ in 0..3 {
+        expect_ok(addr, "/v4/movies", host);
+    }
+
+    // Paths that IIS, Java, Windows file servers or Unicode-normalizing frameworks read as
+    // /v4/movies: each is refused, or normalized onto the route and denied with it.
+    let fold_case = "normalize Unicode or fold case";
+    let paths: &[(&str, Expect)] = &[
+        ("/v4/x/%2E%2E/movies", Counted),
+        ("/v4/%2e%2e/v4/movies", Counted),
+        ("/v4/movies/%2E", Counted),
+        ("/V4/MOVIES", Counted),
+        // Windows drops trailing dots.
+        ("/v4/movies.", Refused("ends with `.`")),
+        ("/v4/movies..", Refused("ends with `.`")),
+        ("/v4/movies%2e", Refused("ends with `.`")),
+        ("/v4/movies%2E", Refused("ends with `.`")),
+        ("/v4./movies", Refused("ends with `.`")),
+        ("/v4/movies./42", Refused("ends with `.`")),
+        // NTFS data streams.
+        ("/v4/movies::$DATA", Refused("NTFS data stream")),
+        ("/v4/movies:$DATA", Refused("NTFS data stream")),
+        ("/v4/movies::$data", Refused("NTFS data stream")),
+        ("/v4/movies%3A%3A%24DATA", Refused("NTFS data stream")),
+        // Escapes that are not UTF-8, the overlong `/` first.
+        ("/v4/%C0%AFmovies", Refused("not UTF-8")),
+        ("/v4%C0%AFmovies", Refused("not UTF-8")),
+        ("/v4/movies%C0%AE", Refused("not UTF-8")),
+        ("/v4/movies%FF", Refused("not UTF-8")),
+        // Unicode that folds to ASCII, raw UTF-8 or encoded.
+        ("/v4/movie\u{17f}", Refused(fold_case)),
+        ("/v4/movie%C5%BF", Refused(fold_case)),
+        ("/V4/MOVIE%C5%BF", Refused(fold_case)),
+        (
+            "/v4/\u{ff4d}\u{ff4f}\u{ff56}\u{ff49}\u{ff45}\u{ff53}",
+            Refused(fold_case),
+        ),
+        (
+            "/v4/%EF%BD%8D%EF%BD%8F%EF%BD%96%EF%BD%89%EF%BD%85%EF%BD%93",
+            Refused(fold_case),
+        ),
+        ("/\u{ff56}4/movies", Refused(fold_case)),
+        ("/v4/movies\u{ff0f}42", Refused(fold_case)),
+        ("/v4/movies%EF%BC%8F42", Refused(fold_case)),
+        ("/v4/movies%EF%BC%8E", Refused(fold_case)),
+        ("/v4/mov\u{131}es", Refused(fold_case)),
+        ("/v4/mov%C4%B0es", Refused(fold_case)),
+        // Invisible characters, raw UTF-8 or encoded.
+        ("/v4/mo\u{200b}vies", Refused("invisible")),
+        ("/v4/movies%E2%80%8B", Refused("invisible")),
+        ("/v4/movies%E2%80%8C", Refused("invisible")),
+        ("/v4/movies%E2%80%8D", Refused("invisible")),
+        ("/v4/movies%E2%81%A0", Refused("invisible")),
+        ("/v4/%EF%BB%BFmovies", Refused("invisible")),
+        ("/v4/mo%C2%ADvies", Refused("invisible")),
+    ];
+    for (target, what) in paths {
+        expect(addr, target, host, *what);
+    }
+
+    // Hosts that are not one host, or that disagree with the target, are refused; the spellings
+    // of one host are the same request.
+    let hosts: &[(&str, &str, Expect)] = &[
+        ("/v4/movies", "host: a.example, b.example\r\n", Refused("list")),
+        ("/v4/movies", "host: a b\r\n", Refused("whitespace")),
+        ("/v4/movies", "host: user@evil.example\r\n", Refused("userinfo")),
+        (
+            "/v4/movies",
+            "host: a.example\r\nhost: b.example\r\n",
+            Refused("more than one"),
+        ),
+        ("/v4/movies", "host: a.example:99999\r\n", Refused("port")),
+        ("/v4/movies", "host: a..example\r\n", Refused("empty label")),
+        ("/v4/movies", "host: a%2eexample\r\n", Refused("character")),
+        (
+            "http://b.example/v4/movies",
+            host,
+            Refused("names the host `b.example`"),
+        ),
+        ("http://user@a.example/v4/movies", host, Refused("userinfo")),
+        ("/v4/movies", "host: a.example.\r\n", Counted),
+        ("/v4/movies", "host: A.EXAMPLE\r\n", Counted),
+        ("/v4/movies", "host: a.example:8080\r\n", Counted),
+        ("/v4/movies", "host: a.example:\r\n", Counted),
+        ("http://A.Example./v4/movies", host, Counted),
+    ];
+    for (target, head, what) in hosts {
+        expect(addr, target, head, *what);
+    }
+
+    // What no server folds onto an ASCII name keeps working, forwarded as sent.
+    for target in [
+        "/search/caf\u{e9}",
+        "/search/caf%C3%A9",
+        "/search/stra%C3%9Fe",
+        "/search/%E6%9D%B1%E4%BA%AC%EF%BC%88%E9%A7%85%EF%BC%89",
+        "/search/%E2%9D%A4%EF%B8%8F",
+        "/v1/things:batchGet",
+    ] {
+        expect_ok(addr, target, host);
+    }
+    // The upstream sees each host in one spelling...
+    for (target, head) in [
+        ("/elsewhere", "host: A.Example.\r\n"),
+        ("/elsewhere", "host: a.example:0080\r\n"),
+        ("/elsewhere", "host: [0:0::1]:8080\r\n"),
+        ("http://A.example./elsewhere", host),
+    ] {
+        expect_ok(addr, target, head);
+    }
+    // ...and so does a route keyed by `Host`.
+    expect_ok(addr, "/tenant", "host: t.example\r\n");
+    for head in ["host: T.EXAMPLE.\r\n", "host: t.example:\r\n"] {
+        expect(addr, "/tenant", head, Counted);
+    }
+    expect_ok(addr, "/tenant", "host: u.example\r\n");
+
+    let seen = seen.lock().expect("lock").clone();
+    let forwarded: Vec<(String, String)> = [
+        ("/v4/movies", "a.example"),
+        ("/v4/movies", "a.example"),
+        ("/v4/movies", "a.example"),
+        ("/search/caf\u{e9}", "a.example"),
+        ("/search/caf%C3%A9", "a.example"),
+        ("/search/stra%C3%9Fe", "a.example"),
+        (
+            "/search/%E6%9D%B1%E4%BA%AC%EF%BC%88%E9%A7%85%EF%BC%89",
+            "a.example",
+        ),
+        ("/search/%E2%9D%A4%EF%B8%8F", "a.example"),
+        ("/v1/things:batchGet", "a.example"),
+        ("/elsewhere", "a.example"),
+        ("/elsewhere", "a.example:80"),
+        ("/elsewhere", "[::1]:8080"),
+        ("/elsewhere", "a.example"),
+        ("/tenant", "t.example"),
+        ("/tenant", "u.example"),
+    ]
+    .iter()
+    .map(|(target, host)| (target.to_string(), host.to_string()))
+    .collect();
+    assert_eq!(seen, forwarded, "the upstream served only what was admitted");
+    drop(proxy);
+    upstream.stop().await;
+}
+
+/// Sends `GET target` with `head` and expects the upstream's 200.
+fn expect_ok(addr: std::net::SocketAddr, target: &str, head: &str) {
+    let request = format!("GET {target} HTTP/1.1\r\n{head}connection: close\r\n\r\n");
+    let (status, _, answer) = binary::raw(addr, &request);
+    assert_eq!(status, 200, "{request:?}: {answer}");
 }
 
 #[test]

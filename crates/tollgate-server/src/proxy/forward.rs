@@ -1,8 +1,8 @@
 //! Forwarding one request to the upstream and streaming the answer back.
 //!
 //! Bodies are streamed both ways, never buffered. End-to-end headers pass unchanged (`Host`
-//! included, so name-based virtual hosts upstream keep working; an HTTP/2 client's `:authority`
-//! becomes `Host`); hop-by-hop headers (RFC 9110
+//! included, so name-based virtual hosts upstream keep working; the proxy has put it in normal
+//! form first; an HTTP/2 client's `:authority` becomes `Host`); hop-by-hop headers (RFC 9110
 //! §7.6.1: `Connection` and the headers it names, `Keep-Alive`, `TE`, `Transfer-Encoding`,
 //! `Upgrade`, `Proxy-Connection`, `Proxy-Authorization`, `Proxy-Authenticate`, `Trailer`) are
 //! dropped. The peer's address is appended to `X-Forwarded-For`.

@@ -1,8 +1,12 @@
 //! `tollgate proxy`: a rate limiting reverse proxy, so an app in any language is protected
 //! without a code change.
 //!
-//! Each request's path is first [normalized](path) (or refused with 400 when it is ambiguous),
-//! and the normal path is both what is matched and what is forwarded. It is then matched to a
+//! Each request's path is first [normalized](path) (or refused with 400 when it is ambiguous,
+//! or when some server would fold it into another path: trailing dots, NTFS streams, Unicode
+//! that folds to ASCII), and the normal path is both what is matched and what is forwarded. So
+//! is its host: the listener refuses a `Host` that is not one host or that disagrees with the
+//! request target, and the proxy forwards the host in normal form (ASCII lower case, no
+//! trailing dot, no empty port), which is also what a route keyed by `header:Host` counts. It is then matched to a
 //! [route](tollgate_config::routes) by path prefix, in any case unless the route is
 //! case-sensitive (the path is forwarded in the case it was sent); the route's policies are
 //! applied by the tower middleware (`tollgate-tower`), exactly as a Rust app would apply them,
@@ -35,13 +39,15 @@
 pub mod forward;
 pub mod path;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{HeaderName, StatusCode, Uri};
+use axum::http::header::HOST;
+use axum::http::{HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tollgate_tower::{Cidr, ClientIp, KeyExtractor, KeyedPolicy, RateLimit, RateLimitLayer};
@@ -50,6 +56,7 @@ use tower::{Layer, ServiceExt};
 pub use forward::{Forward, ForwardOptions, UpstreamError};
 
 use crate::ops::decision_log::{Asked, Door};
+use crate::runtime::listener::host;
 use crate::runtime::problem::{bare_errors, problem};
 use crate::runtime::store::AnyStore;
 use tollgate_config::Limits;
@@ -164,11 +171,11 @@ pub(crate) fn build_app(
 }
 
 async fn handle(State(proxy): State<Proxy>, request: Request) -> Response {
-    let request = match normal_path(request) {
+    let request = match normal_host(request).and_then(normal_path) {
         Ok(request) => request,
-        Err(err) => {
+        Err(detail) => {
             crate::ops::metrics::request_refused("proxy", StatusCode::BAD_REQUEST);
-            return problem(StatusCode::BAD_REQUEST, err.to_string(), None);
+            return problem(StatusCode::BAD_REQUEST, detail, None);
         }
     };
     let gates = proxy.gates.load();
@@ -186,20 +193,41 @@ async fn handle(State(proxy): State<Proxy>, request: Request) -> Response {
     }
 }
 
+/// The request with its `Host` set to the request's host in normal form (the header's, else the
+/// target's; see [`host`]), so that the upstream and a route keyed by `header:Host` see one
+/// spelling of each host. The listener has refused what [`host::check`] refuses already; the
+/// check is repeated for a router served without it.
+fn normal_host(mut request: Request) -> Result<Request, String> {
+    let normal =
+        host::check(request.version(), request.uri(), request.headers()).map_err(|e| e.to_string())?;
+    let value = match normal {
+        Some(Cow::Owned(normal)) => Some(normal),
+        // An HTTP/2 `:authority`, or an HTTP/1.0 absolute-form target, without a `Host`.
+        Some(Cow::Borrowed(normal)) if !request.headers().contains_key(HOST) => Some(normal.to_owned()),
+        _ => None,
+    };
+    if let Some(value) = value {
+        let value = HeaderValue::try_from(value).map_err(|e| e.to_string())?;
+        request.headers_mut().insert(HOST, value);
+    }
+    Ok(request)
+}
+
 /// The request with its path [normalized](path::normalize), the query kept as sent.
-fn normal_path(mut request: Request) -> Result<Request, path::PathError> {
+fn normal_path(mut request: Request) -> Result<Request, String> {
     let uri = request.uri();
-    let normal = match path::normalize(uri.path())? {
-        std::borrow::Cow::Borrowed(_) => return Ok(request),
-        std::borrow::Cow::Owned(normal) => normal,
+    let normal = match path::normalize(uri.path()).map_err(|e| e.to_string())? {
+        Cow::Borrowed(_) => return Ok(request),
+        Cow::Owned(normal) => normal,
     };
     let target = match uri.query() {
         Some(query) => format!("{normal}?{query}"),
         None => normal,
     };
     let mut parts = uri.clone().into_parts();
-    parts.path_and_query = Some(target.parse().map_err(|_| path::PathError::BadEscape)?);
-    *request.uri_mut() = Uri::from_parts(parts).map_err(|_| path::PathError::BadEscape)?;
+    let bad = || path::PathError::BadEscape.to_string();
+    parts.path_and_query = Some(target.parse().map_err(|_| bad())?);
+    *request.uri_mut() = Uri::from_parts(parts).map_err(|_| bad())?;
     Ok(request)
 }
 

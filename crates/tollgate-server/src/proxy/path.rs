@@ -21,9 +21,25 @@
 //! servers that trim names would read `/v4/movies%20` as `/v4/movies`. Whitespace inside a
 //! segment (`/search/a%20b`) is kept.
 //!
+//! Windows servers (IIS, and the file servers behind it) read other spellings as the same file:
+//! a segment ending in `.` (`/v4/movies.`, `/v4/movies%2E`) loses its dots, and an NTFS data
+//! stream (`/v4/movies::$DATA`, `/v4/movies:$DATA`) is the file's contents. Both are refused; a
+//! `:` that names no stream type (`/v1/things:batchGet`) is kept. Escapes must decode to UTF-8:
+//! the overlong `%C0%AF` is a `/` to some decoders and an error to others, so any escape run
+//! that is not UTF-8 is refused.
+//!
+//! Outside ASCII, servers that normalize Unicode or fold case read fullwidth `ｍｏｖｉｅｓ`, the
+//! long s in `movieſ` and `mo\u{200B}vies` (a zero-width space) as `movies`: a segment that
+//! folds to ASCII is refused, and so is a character that folds to a separator or a dot
+//! (`／`, `．`). Text that keeps a non-ASCII character after folding (`café`, `東京（駅）`) is
+//! kept; the private `folding` module says which foldings and why. An ASCII segment never pays
+//! for these checks.
+//!
 //! Case is kept as sent: `/V4/movies` is forwarded as written. Whether it matches the route
 //! `/v4/movies` is the route's choice (case-insensitive unless `case_sensitive: true`, see
 //! [`tollgate_config::routes`]).
+
+mod folding;
 
 use std::borrow::Cow;
 
@@ -56,6 +72,38 @@ pub enum PathError {
         "a segment of the request path starts or ends with whitespace (such as `%20`), which some servers trim"
     )]
     EdgeWhitespace,
+    /// A segment ending in `.` (other than `.` and `..`), raw or encoded.
+    #[error("a segment of the request path ends with `.` (such as `movies.`), which Windows servers drop")]
+    TrailingDot,
+    /// An NTFS alternate data stream type (`::$DATA`, `:$DATA`).
+    #[error(
+        "the request path names an NTFS data stream (such as `::$DATA`), which Windows servers read as the file itself"
+    )]
+    DataStream,
+    /// Escapes that do not decode to UTF-8 (the overlong `%C0%AF`, a lone `%FF`).
+    #[error(
+        "the request path has escapes that are not UTF-8 (such as the overlong `%C0%AF`), which servers decode differently"
+    )]
+    NotUtf8,
+    /// A character Unicode folds to ASCII (NFKC or simple case mapping), in a segment that
+    /// becomes ASCII, or folding to a separator or another character with a meaning in a path.
+    #[error(
+        "the request path has `{found}` (U+{code:04X}), which servers that normalize Unicode or fold case read as `{reads_as}`",
+        code = u32::from(*.found)
+    )]
+    FoldsToAscii {
+        /// The character sent.
+        found: char,
+        /// What it folds to.
+        reads_as: String,
+    },
+    /// A default-ignorable code point (U+200B, U+00AD, U+FEFF, ...) in a segment that is ASCII
+    /// without it.
+    #[error(
+        "the request path has the invisible character U+{code:04X}, which servers that normalize Unicode drop",
+        code = u32::from(*.0)
+    )]
+    Invisible(char),
 }
 
 /// The path as matched and forwarded; borrowed when it is already normal.
@@ -74,6 +122,12 @@ pub enum PathError {
 /// assert_eq!(normalize("/v4/movies%00"), Err(PathError::ControlCharacter));
 /// assert_eq!(normalize("/v4/movies%20"), Err(PathError::EdgeWhitespace));
 /// assert_eq!(normalize("/search/a%20b").unwrap(), "/search/a%20b");
+/// assert_eq!(normalize("/v4/movies."), Err(PathError::TrailingDot));
+/// assert_eq!(normalize("/v4/movies::$DATA"), Err(PathError::DataStream));
+/// assert_eq!(normalize("/v4/%C0%AFmovies"), Err(PathError::NotUtf8));
+/// assert!(matches!(normalize("/v4/movie\u{17f}"), Err(PathError::FoldsToAscii { found: '\u{17f}', .. })));
+/// assert_eq!(normalize("/v4/mo\u{200b}vies"), Err(PathError::Invisible('\u{200b}')));
+/// assert_eq!(normalize("/search/caf\u{e9}").unwrap(), "/search/caf\u{e9}");
 /// ```
 pub fn normalize(raw: &str) -> Result<Cow<'_, str>, PathError> {
     if !raw.starts_with('/') {
@@ -116,18 +170,45 @@ pub fn normalize(raw: &str) -> Result<Cow<'_, str>, PathError> {
     Ok(Cow::Owned(path))
 }
 
-/// Refuses a control character anywhere in `segment` and whitespace at either end of it, raw or
-/// percent-encoded. Decoding the whole segment (unreserved escapes or not) is what a server that
-/// truncates or trims would see; dot-segment removal never changes a segment, so checking the
-/// segments as sent is checking the normal path's.
+/// Refuses what a server would read as another segment: a control character anywhere, raw or
+/// percent-encoded; whitespace at either end; trailing dots; an NTFS stream type; escapes that
+/// are not UTF-8; and text that folds to ASCII ([`folding`]). Decoding the whole segment
+/// (unreserved escapes or not) is what a server that truncates, trims or folds would see;
+/// dot-segment removal never changes a segment, so checking the segments as sent is checking the
+/// normal path's.
 fn check_segment(segment: &str) -> Result<(), PathError> {
     // The common segment: printable ASCII with no escape, nothing to decode.
-    if segment
+    let plain = segment
         .bytes()
-        .all(|byte| byte.is_ascii_graphic() && byte != b'%')
-    {
+        .all(|byte| byte.is_ascii_graphic() && byte != b'%');
+    let decoded;
+    let text = if plain {
+        segment
+    } else {
+        decoded = decode_all(segment)?;
+        if decoded.chars().any(char::is_control) {
+            return Err(PathError::ControlCharacter);
+        }
+        if decoded.starts_with(char::is_whitespace) || decoded.ends_with(char::is_whitespace) {
+            return Err(PathError::EdgeWhitespace);
+        }
+        decoded.as_str()
+    };
+    if text.ends_with('.') && text != "." && text != ".." {
+        return Err(PathError::TrailingDot);
+    }
+    if text.contains(":$") {
+        return Err(PathError::DataStream);
+    }
+    if plain || text.is_ascii() {
         return Ok(());
     }
+    folding::check(text)
+}
+
+/// `segment` with every `%XX` escape decoded; refuses malformed escapes, and bytes that are not
+/// UTF-8 (an overlong or lone byte, which every decoder reads its own way).
+fn decode_all(segment: &str) -> Result<String, PathError> {
     let bytes = segment.as_bytes();
     let mut decoded = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -140,16 +221,7 @@ fn check_segment(segment: &str) -> Result<(), PathError> {
             i += 1;
         }
     }
-    // Bytes that are not UTF-8 become U+FFFD, which is neither control nor whitespace; a NUL or
-    // a C0 control is one byte in any encoding and is still seen.
-    let text = String::from_utf8_lossy(&decoded);
-    if text.chars().any(char::is_control) {
-        return Err(PathError::ControlCharacter);
-    }
-    if text.starts_with(char::is_whitespace) || text.ends_with(char::is_whitespace) {
-        return Err(PathError::EdgeWhitespace);
-    }
-    Ok(())
+    String::from_utf8(decoded).map_err(|_| PathError::NotUtf8)
 }
 
 /// The byte of the `%XX` escape at `bytes[at]`.
@@ -301,7 +373,118 @@ mod tests {
         }
         assert_eq!(normalize("/search/a%20b").unwrap(), "/search/a%20b");
         assert_eq!(normalize("/search/a b").unwrap(), "/search/a b");
-        assert_eq!(normalize("/x/%FF%FE").unwrap(), "/x/%FF%FE");
         assert_eq!(normalize("/v4/movies%"), Err(PathError::BadEscape));
+    }
+
+    /// Every spelling of `/v4/movies` that some upstream folds back to it, and what the proxy
+    /// does with it: refused (and why), or normalized to a path under the route.
+    #[test]
+    fn spellings_that_servers_fold_back_are_refused_or_normalized() {
+        use PathError::*;
+        let folds = |found, reads_as: &str| FoldsToAscii {
+            found,
+            reads_as: reads_as.to_owned(),
+        };
+        let refused: Vec<(&str, PathError)> = vec![
+            // Windows drops trailing dots, in any segment, raw or encoded.
+            ("/v4/movies.", TrailingDot),
+            ("/v4/movies..", TrailingDot),
+            ("/v4/movies...", TrailingDot),
+            ("/v4/movies%2e", TrailingDot),
+            ("/v4/movies%2E", TrailingDot),
+            ("/v4/movies.%2e", TrailingDot),
+            ("/v4./movies", TrailingDot),
+            ("/v4/movies./", TrailingDot),
+            ("/v4/movies./42", TrailingDot),
+            ("/V4/MOVIES.", TrailingDot),
+            // NTFS data streams are the file.
+            ("/v4/movies::$DATA", DataStream),
+            ("/v4/movies:$DATA", DataStream),
+            ("/v4/movies::$data", DataStream),
+            ("/v4/movies%3A%3A%24DATA", DataStream),
+            ("/v4/movies%3a$DATA", DataStream),
+            ("/v4/movies:stream:$DATA", DataStream),
+            ("/v4:$I30:$INDEX_ALLOCATION/movies", DataStream),
+            // Escapes that are not UTF-8: the overlong `/`, lone bytes, a surrogate.
+            ("/v4/%C0%AFmovies", NotUtf8),
+            ("/v4%C0%AFmovies", NotUtf8),
+            ("/v4/movies%C0%AE", NotUtf8),
+            ("/v4/movies%FF", NotUtf8),
+            ("/x/%FF%FE", NotUtf8),
+            ("/v4/movies%ED%A0%80", NotUtf8),
+            ("/v4/movies%E2%80", NotUtf8),
+            // Characters Unicode folds to ASCII, raw or encoded.
+            ("/v4/movie\u{17f}", folds('\u{17f}', "s")),
+            ("/v4/movie%C5%BF", folds('\u{17f}', "s")),
+            (
+                "/v4/\u{ff4d}\u{ff4f}\u{ff56}\u{ff49}\u{ff45}\u{ff53}",
+                folds('\u{ff4d}', "m"),
+            ),
+            ("/v4/%EF%BD%8Dovies", folds('\u{ff4d}', "m")),
+            ("/\u{ff36}4/movies", folds('\u{ff36}', "V")),
+            ("/v\u{2074}/movies", folds('\u{2074}', "4")),
+            ("/v4/movies\u{ff0f}42", folds('\u{ff0f}', "/")),
+            ("/v4\u{ff0f}movies", folds('\u{ff0f}', "/")),
+            ("/v4/movies\u{ff0e}", folds('\u{ff0e}', ".")),
+            ("/v4/movies\u{2026}", folds('\u{2026}', "...")),
+            ("/v4/movies\u{ff1a}$DATA", folds('\u{ff1a}', ":")),
+            ("/v4/movies\u{ff1b}x=1", folds('\u{ff1b}', ";")),
+            ("/v4/movies\u{ff0f}\u{6771}\u{4eac}", folds('\u{ff0f}', "/")),
+            ("/v4/\u{fb01}lms", folds('\u{fb01}', "fi")),
+            ("/v4/mov\u{131}es", folds('\u{131}', "I")),
+            ("/v4/mov\u{130}es", folds('\u{130}', "i")),
+            ("/v4/\u{212a}eys", folds('\u{212a}', "K")),
+            // Invisible characters some pipelines drop, raw or encoded.
+            ("/v4/mo\u{200b}vies", Invisible('\u{200b}')),
+            ("/v4/movies%E2%80%8B", Invisible('\u{200b}')),
+            ("/v4/movies%E2%80%8C", Invisible('\u{200c}')),
+            ("/v4/movies%E2%80%8D", Invisible('\u{200d}')),
+            ("/v4/movies%E2%81%A0", Invisible('\u{2060}')),
+            ("/v4/%EF%BB%BFmovies", Invisible('\u{feff}')),
+            ("/v4/mo%C2%ADvies", Invisible('\u{ad}')),
+            ("/v4/movies\u{34f}", Invisible('\u{34f}')),
+            ("/v4/movies\u{fe0f}", Invisible('\u{fe0f}')),
+            ("/v4/movies\u{e0041}", Invisible('\u{e0041}')),
+            ("/v4/mo\u{200b}vie\u{17f}", Invisible('\u{200b}')),
+        ];
+        for (path, why) in refused {
+            assert_eq!(normalize(path), Err(why), "{path:?}");
+        }
+        for (path, normal) in [
+            ("/v4/movies%2ejson", "/v4/movies.json"),
+            ("/v4/%2e%2e/v4/movies", "/v4/movies"),
+            ("/v4/movies/%2E", "/v4/movies/"),
+            ("/v1/things:batchGet", "/v1/things:batchGet"),
+            ("/v4/movies:42", "/v4/movies:42"),
+            ("/search/caf\u{e9}", "/search/caf\u{e9}"),
+            ("/search/caf%C3%A9", "/search/caf%C3%A9"),
+            ("/search/cafe\u{301}", "/search/cafe\u{301}"),
+            ("/search/stra\u{df}e", "/search/stra\u{df}e"),
+            ("/search/\u{131}\u{15f}\u{131}k", "/search/\u{131}\u{15f}\u{131}k"),
+            (
+                "/search/\u{6771}\u{4eac}\u{ff08}\u{99c5}\u{ff09}",
+                "/search/\u{6771}\u{4eac}\u{ff08}\u{99c5}\u{ff09}",
+            ),
+            ("/search/\u{2764}\u{fe0f}", "/search/\u{2764}\u{fe0f}"),
+            ("/search/%E2%9D%A4%EF%B8%8F", "/search/%E2%9D%A4%EF%B8%8F"),
+            (
+                "/search/\u{645}\u{6cc}\u{200c}\u{62e}\u{648}",
+                "/search/\u{645}\u{6cc}\u{200c}\u{62e}\u{648}",
+            ),
+        ] {
+            assert_eq!(normalize(path).as_deref(), Ok(normal), "{path:?}");
+        }
+    }
+
+    #[test]
+    fn refusals_name_the_character() {
+        assert_eq!(
+            normalize("/v4/movie\u{17f}").unwrap_err().to_string(),
+            "the request path has `\u{17f}` (U+017F), which servers that normalize Unicode or fold case read as `s`"
+        );
+        assert_eq!(
+            normalize("/v4/mo%E2%80%8Bvies").unwrap_err().to_string(),
+            "the request path has the invisible character U+200B, which servers that normalize Unicode drop"
+        );
     }
 }

@@ -5,9 +5,9 @@
 //! The client opens one aggregated discovery stream (`AggregatedDiscoveryService/
 //! StreamAggregatedResources`, state of the world: every push carries the whole config) to the
 //! management server and asks for every `ratelimit.config.ratelimit.v3.RateLimitConfig`. Each push
-//! is a reload: its resources become config files ([`resources`]) that go through the same
-//! loading, validation, change log, metrics and `on_change` migrations as a file reload
-//! ([`reload::apply`](crate::reload)). A push that loads is ACKed with its version; one that does
+//! is a reload: its resources become config files (the private `resources` module) that go
+//! through the same loading, validation, change log, metrics and `on_change` migrations as a file
+//! reload ([`reload::apply`](crate::reload)). A push that loads is ACKed with its version; one that does
 //! not is NACKed with the last accepted version and an `error_detail` naming the problem, and the
 //! limits being served stay as they were. A stream that breaks keeps the limits too: the client
 //! reconnects after a backoff and asks again, sending the version it holds.

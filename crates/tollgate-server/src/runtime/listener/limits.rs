@@ -1,5 +1,5 @@
 //! Limits on one HTTP request, checked before any handler runs: the URI's length (414), the
-//! header section's size (431), its `Host` headers (400, see [`super::host`]), a declared body
+//! header section's size (431), its host (400, see [`super::host`]), a declared body
 //! size (413), and a deadline and a size cap on reading the body, enforced while it streams
 //! ([`LimitedBody`]).
 //!
@@ -69,7 +69,7 @@ impl BodyLimitError {
 }
 
 /// Middleware: refuses a request whose URI, headers or declared body are too large, or whose
-/// `Host` headers break the rule, and wraps its body in a [`LimitedBody`].
+/// host breaks the rule, and wraps its body in a [`LimitedBody`].
 pub(crate) async fn check(State(limits): State<RequestLimits>, request: Request, next: Next) -> Response {
     let uri_len = request.uri().path_and_query().map_or(0, |p| p.as_str().len())
         + request.uri().authority().map_or(0, |a| a.as_str().len());
@@ -100,9 +100,9 @@ pub(crate) async fn check(State(limits): State<RequestLimits>, request: Request,
             None,
         );
     }
-    if let Some(detail) = super::host::refusal(request.version(), request.headers()) {
+    if let Err(err) = super::host::check(request.version(), request.uri(), request.headers()) {
         crate::ops::metrics::request_refused(limits.listener, StatusCode::BAD_REQUEST);
-        return problem(StatusCode::BAD_REQUEST, detail, None);
+        return problem(StatusCode::BAD_REQUEST, err.to_string(), None);
     }
     let declared = request
         .headers()

@@ -24,8 +24,9 @@
 //!   `tollgate_connections_refused_per_address_total`; one address cannot hold the listener's
 //!   whole connection budget and lock every other client out.
 //! - **max URI bytes** / **max header bytes**: 414 and 431 problem answers.
-//! - **`Host`**: an HTTP/1.1 request without exactly one `Host` header, or any request with
-//!   two, gets a 400 problem answer ([`host`]).
+//! - **`Host`**: an HTTP/1.1 request without exactly one `Host` header, any request with two,
+//!   a `Host` that is not one host (a list, whitespace, userinfo, a bad port), or one that
+//!   disagrees with the request target's host, gets a 400 problem answer ([`host`]).
 //! - **HTTP/2 keep-alive** and **max concurrent streams**: dead peers are found by pings; one
 //!   connection cannot open unbounded streams.
 //! - **drain timeout**: on shutdown the listener stops accepting and every connection is asked
@@ -38,7 +39,7 @@
 
 mod guarded;
 mod handshake;
-mod host;
+pub(crate) mod host;
 mod inline;
 pub(crate) mod limits;
 mod per_address;
