@@ -649,3 +649,28 @@ async fn wrong_fields_are_named_and_acquire_refuses_a_body_it_does_not_read() {
         assert_eq!(granted.status(), StatusCode::OK, "{body:?}");
     }
 }
+
+#[tokio::test]
+async fn on_redis_a_denial_cached_before_a_reload_that_raises_the_limit_is_not_answered() {
+    let redis = tollgate_testkit::RedisServer::start();
+    let config = temp_config("policies:\n  api: {algorithm: fixed_window, limit: 5, window: 1h}\n");
+    let path = config.path().to_str().expect("utf-8").to_owned();
+    let store = redis.url();
+    let mut a = Server::start(&["--config", &path, "--store", &store]);
+    for _ in 0..5 {
+        assert_eq!(check(&a, "api", "k").await.0, StatusCode::OK);
+    }
+    // Denied twice: the second answered from A's deny cache.
+    assert_eq!(check(&a, "api", "k").await.0, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(check(&a, "api", "k").await.0, StatusCode::TOO_MANY_REQUESTS);
+    std::fs::write(
+        config.path(),
+        "policies:\n  api: {algorithm: fixed_window, limit: 20, window: 1h}\n",
+    )
+    .expect("raise the limit");
+    a.signal("HUP");
+    a.wait_for("config reloaded");
+    let (status, body) = check(&a, "api", "k").await;
+    assert_eq!(status, StatusCode::OK, "A after the reload: {body}");
+    assert_eq!(body["remaining"], 14, "{body}");
+}

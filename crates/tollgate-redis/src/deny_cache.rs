@@ -7,6 +7,11 @@
 //! costs go to Redis. A reset clears the entry here at once and, through a Redis pub/sub channel,
 //! on every other instance (see `reset_channel`).
 //!
+//! An entry holds the fingerprint of the policy that denied, and answers only while the policy in
+//! force has the same: a reload that changes the limit (5 to 20 a minute) makes every entry of
+//! the old limit stale at once on this instance, so no denial outlives the limit it was made
+//! under.
+//!
 //! Bounded: when full, expired entries are dropped, and if none are, the new entry is simply not
 //! cached (the decision itself is unaffected).
 
@@ -17,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tollgate::{Decision, Policy};
+use tollgate::{Decision, Fingerprint, Policy};
 
 const SHARDS: usize = 16;
 
@@ -29,9 +34,22 @@ pub(crate) struct Denial {
     pub(crate) retry_at_us: u64,
     /// The budget is full again at this local time (µs).
     pub(crate) reset_at_us: u64,
+    /// The policy the denial was made under.
+    pub(crate) fingerprint: Fingerprint,
 }
 
 impl Denial {
+    /// A denial of `cost` under `policy`, sent at local time `sent_at_us`: denied for `retry_us`,
+    /// whole again after `reset_us`.
+    pub(crate) fn new(policy: &Policy, cost: u64, sent_at_us: u64, retry_us: u64, reset_us: u64) -> Self {
+        Denial {
+            min_cost: cost,
+            retry_at_us: sent_at_us.saturating_add(retry_us),
+            reset_at_us: sent_at_us.saturating_add(reset_us),
+            fingerprint: policy.fingerprint(),
+        }
+    }
+
     /// The decision this denial answers at local time `now_us` (before its retry time).
     pub(crate) fn decision(&self, policy: &Policy, now_us: u64) -> Decision {
         Decision {
@@ -63,12 +81,13 @@ impl DenyCache {
         }
     }
 
-    /// The cached denial covering a request of `cost` for `name` at `now_us`, if any: the
-    /// request's answer, counted as a hit.
-    pub(crate) fn get(&self, name: &[u8], cost: u64, now_us: u64) -> Option<Denial> {
+    /// The cached denial covering a request of `cost` for `name` under `policy` at `now_us`, if
+    /// any: the request's answer, counted as a hit.
+    pub(crate) fn get(&self, name: &[u8], policy: &Policy, cost: u64, now_us: u64) -> Option<Denial> {
         let shard = self.shard(name).lock();
         let denial = shard.get(name)?;
-        let hit = (denial.retry_at_us > now_us && cost >= denial.min_cost).then_some(*denial);
+        let current = denial.fingerprint == policy.fingerprint();
+        let hit = (current && denial.retry_at_us > now_us && cost >= denial.min_cost).then_some(*denial);
         if hit.is_some() {
             self.hits.fetch_add(1, Ordering::Relaxed);
         }
@@ -111,24 +130,42 @@ impl DenyCache {
 mod tests {
     use super::*;
 
+    fn policy(limit: u64) -> Policy {
+        let algorithm =
+            tollgate::Algorithm::fixed_window(limit, Duration::from_secs(60), tollgate::Anchor::Epoch)
+                .expect("algorithm");
+        Policy::new("p", algorithm).expect("policy")
+    }
+
     fn denial(min_cost: u64, retry_at_us: u64) -> Denial {
-        Denial {
-            min_cost,
-            retry_at_us,
-            reset_at_us: retry_at_us,
-        }
+        Denial::new(&policy(5), min_cost, 0, retry_at_us, retry_at_us)
     }
 
     #[test]
     fn covers_the_cost_and_above_until_the_retry_time() {
         let cache = DenyCache::new(100);
+        let policy = policy(5);
         cache.insert(b"k", denial(2, 100), 0);
-        assert!(cache.get(b"k", 2, 99).is_some());
-        assert!(cache.get(b"k", 5, 99).is_some());
-        assert!(cache.get(b"k", 1, 99).is_none(), "a smaller cost may pass");
-        assert!(cache.get(b"k", 2, 100).is_none(), "expired");
+        assert!(cache.get(b"k", &policy, 2, 99).is_some());
+        assert!(cache.get(b"k", &policy, 5, 99).is_some());
+        assert!(
+            cache.get(b"k", &policy, 1, 99).is_none(),
+            "a smaller cost may pass"
+        );
+        assert!(cache.get(b"k", &policy, 2, 100).is_none(), "expired");
         cache.remove(b"k");
-        assert!(cache.get(b"k", 2, 50).is_none());
+        assert!(cache.get(b"k", &policy, 2, 50).is_none());
+    }
+
+    #[test]
+    fn a_denial_made_under_another_limit_answers_nothing() {
+        let cache = DenyCache::new(100);
+        cache.insert(b"k", denial(1, 100), 0);
+        assert!(cache.get(b"k", &policy(5), 1, 50).is_some());
+        assert!(
+            cache.get(b"k", &policy(20), 1, 50).is_none(),
+            "the limit was raised by a reload"
+        );
     }
 
     #[test]

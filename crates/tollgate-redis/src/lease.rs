@@ -214,7 +214,7 @@ impl Leases {
         now_us: u64,
         deny_cache: Option<&DenyCache>,
     ) -> Plan {
-        let cached = || deny_cache.and_then(|c| c.get(state, cost, now_us));
+        let cached = || deny_cache.and_then(|c| c.get(state, policy, cost, now_us));
         let plain = Call {
             want: cost,
             give_back: 0,
@@ -428,11 +428,7 @@ pub(crate) async fn decide(
     decision.remaining = decision.remaining.saturating_add(kept);
     if let Some(retry_us) = outcome.retry_after_us {
         if let Some(cache) = deny_cache {
-            let denial = Denial {
-                min_cost: cost,
-                retry_at_us: sent_at_us + retry_us,
-                reset_at_us: sent_at_us + outcome.reset_after_us,
-            };
+            let denial = Denial::new(policy, cost, sent_at_us, retry_us, outcome.reset_after_us);
             cache.insert(&state, denial, sent_at_us);
         }
         if policy.block_for().is_some() {

@@ -520,7 +520,7 @@ impl RedisStore {
         if let Some(denial) = inner
             .deny_cache
             .as_ref()
-            .and_then(|c| c.get(&state, cost, local_now))
+            .and_then(|c| c.get(&state, policy, cost, local_now))
         {
             return Ok(denial.decision(policy, local_now));
         }
@@ -536,11 +536,13 @@ impl RedisStore {
                     acknowledged(replicas, reply.replicas)?;
                 }
                 if let (Some(cache), Some(retry)) = (&inner.deny_cache, decision.retry_after) {
-                    let denial = Denial {
-                        min_cost: cost,
-                        retry_at_us: local_now + retry.as_micros() as u64,
-                        reset_at_us: local_now + decision.reset_after.as_micros() as u64,
-                    };
+                    let denial = Denial::new(
+                        policy,
+                        cost,
+                        local_now,
+                        retry.as_micros() as u64,
+                        decision.reset_after.as_micros() as u64,
+                    );
                     cache.insert(&state, denial, local_now);
                 }
                 Ok(decision)

@@ -145,3 +145,35 @@ async fn a_reset_reaches_the_deny_caches_of_cluster_instances() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_raises_the_limit_is_not_answered_from_a_denial_of_the_old_one() {
+    let server = RedisServer::start();
+    let window = Duration::from_secs(3600);
+    let old = Policy::new(
+        "api",
+        Algorithm::fixed_window(5, window, tollgate::Anchor::Epoch).unwrap(),
+    )
+    .unwrap()
+    .with_generation(1);
+    let raised = Policy::new(
+        "api",
+        Algorithm::fixed_window(20, window, tollgate::Anchor::Epoch).unwrap(),
+    )
+    .unwrap()
+    .with_generation(2);
+    let store = RedisStore::builder(Target::Standalone(server.url()))
+        .timeout(STORE_TIMEOUT)
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(flood(&store, &old, 10).await, 5);
+    assert!(
+        store.stats().deny_cache_hits > 0,
+        "the old limit's denial is cached"
+    );
+    // After the reload, the key has 15 left under the raised limit: asked of Redis, not the cache.
+    let after = store.check(&raised, b"bot", 1).await.unwrap();
+    assert!(after.allowed, "{after:?}");
+    assert_eq!(after.remaining, 14);
+}
