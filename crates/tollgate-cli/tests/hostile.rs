@@ -674,3 +674,59 @@ async fn on_redis_a_denial_cached_before_a_reload_that_raises_the_limit_is_not_a
     assert_eq!(status, StatusCode::OK, "A after the reload: {body}");
     assert_eq!(body["remaining"], 14, "{body}");
 }
+
+/// Four rounds of a limit lowered and raised again (10 an hour, 5, 10), with a peek, an explain
+/// and a denied check between the reloads: the window admits 10 in all, on `store` or memory.
+async fn flip_flops_admit_one_window(store: Option<String>) {
+    let ten = "policies:\n  api: {algorithm: fixed_window, limit: 10, window: 1h, on_change: keep}\n";
+    let five = "policies:\n  api: {algorithm: fixed_window, limit: 5, window: 1h, on_change: keep}\n";
+    let config = temp_config(ten);
+    let path = config.path().to_str().expect("utf-8").to_owned();
+    let mut args = vec!["--config", path.as_str()];
+    if let Some(store) = &store {
+        args.extend(["--store", store.as_str()]);
+    }
+    let mut server = Server::start(&args);
+    let http = client();
+    let mut admitted = 0;
+    for _ in 0..12 {
+        admitted += usize::from(check(&server, "api", "k").await.0 == StatusCode::OK);
+    }
+    for round in 0..4 {
+        std::fs::write(config.path(), five).expect("lower");
+        server.wait_for("config reloaded");
+        let peek: Value = http
+            .get(server.url("/v1/limits/api/k"))
+            .send()
+            .await
+            .expect("peek")
+            .json()
+            .await
+            .expect("json");
+        assert_eq!(peek["allowed"], false, "round {round}: {peek}");
+        let explain = http
+            .get(server.url("/v1/explain?policy=api&key=k"))
+            .send()
+            .await
+            .expect("explain");
+        assert_eq!(explain.status(), StatusCode::OK);
+        admitted += usize::from(check(&server, "api", "k").await.0 == StatusCode::OK);
+        std::fs::write(config.path(), ten).expect("raise");
+        server.wait_for("config reloaded");
+        for _ in 0..3 {
+            admitted += usize::from(check(&server, "api", "k").await.0 == StatusCode::OK);
+        }
+    }
+    assert_eq!(admitted, 10, "one window's limit across every flip-flop");
+}
+
+#[tokio::test]
+async fn a_limit_lowered_and_raised_again_gives_no_key_more_than_its_window_on_memory() {
+    flip_flops_admit_one_window(None).await;
+}
+
+#[tokio::test]
+async fn a_limit_lowered_and_raised_again_gives_no_key_more_than_its_window_on_redis() {
+    let redis = tollgate_testkit::RedisServer::start();
+    flip_flops_admit_one_window(Some(redis.url())).await;
+}

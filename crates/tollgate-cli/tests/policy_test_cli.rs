@@ -219,7 +219,7 @@ fn check_config_against_the_served_config_lists_each_policy_that_changes() {
     assert!(out.status.success(), "{out:?}");
     assert!(stdout.contains("2 policies change"), "{stdout}");
     assert!(
-        stdout.contains("api: fixed_window limit: 100, window: 1m, anchor: epoch -> fixed_window limit: 200, window: 1m, anchor: epoch; on_change keep: its keys keep what they spent, up to the new limit"),
+        stdout.contains("api: fixed_window limit: 100, window: 1m, anchor: epoch -> fixed_window limit: 200, window: 1m, anchor: epoch; on_change keep: its keys keep all they spent, past the new limit as debt"),
         "{stdout}"
     );
     assert!(

@@ -208,7 +208,7 @@ impl fmt::Display for PolicyChange {
             (Some(before), Some(after)) => {
                 let keys = match self.keys {
                     Keys::Migrated(OnChange::Keep) => {
-                        "on_change keep: its keys keep what they spent, up to the new limit"
+                        "on_change keep: its keys keep all they spent, past the new limit as debt"
                     }
                     Keys::Migrated(OnChange::Scale) => {
                         "on_change scale: its keys keep the same share of their budget"
@@ -239,7 +239,7 @@ impl Limits {
     /// assert_eq!(changes[0].keys, Keys::Migrated(tollgate::OnChange::Keep));
     /// assert_eq!(
     ///     changes[0].to_string(),
-    ///     "api: fixed_window limit: 5, window: 1m, anchor: epoch -> gcra rate: 5/1m, burst: 5; on_change keep: its keys keep what they spent, up to the new limit"
+    ///     "api: fixed_window limit: 5, window: 1m, anchor: epoch -> gcra rate: 5/1m, burst: 5; on_change keep: its keys keep all they spent, past the new limit as debt"
     /// );
     /// assert!(new.changes_from(&new).is_empty());
     /// # Ok::<(), tollgate_config::ConfigError>(())
@@ -303,7 +303,7 @@ mod tests {
                 "a: fixed_window limit: 5, window: 1m, anchor: epoch -> fixed_window limit: 10, window: 1m, anchor: epoch; on_change scale: its keys keep the same share of their budget",
                 "b: sliding_log limit: 5, window: 1m -> token_bucket capacity: 5, refill: 5/1m; on_change reset: its keys start with a whole budget",
                 "d: added: sliding_window limit: 3, window: 1s",
-                "e: gcra rate: 1/1s, burst: 2 -> gcra rate: 1/1s, burst: 3; on_change keep: its keys keep what they spent, up to the new limit",
+                "e: gcra rate: 1/1s, burst: 2 -> gcra rate: 1/1s, burst: 3; on_change keep: its keys keep all they spent, past the new limit as debt",
             ],
             "a penalty or an on_change alone (c) changes no stored state"
         );
@@ -317,7 +317,7 @@ mod tests {
             lines(new, old),
             [
                 "envoy:edge.bot: fixed_window limit: 1, window: 1m, anchor: epoch -> unlimited; its keys are no longer counted",
-                "envoy:edge.ip: fixed_window limit: 5, window: 1m, anchor: epoch -> fixed_window limit: 5, window: 1h, anchor: epoch; on_change keep: its keys keep what they spent, up to the new limit",
+                "envoy:edge.ip: fixed_window limit: 5, window: 1m, anchor: epoch -> fixed_window limit: 5, window: 1h, anchor: epoch; on_change keep: its keys keep all they spent, past the new limit as debt",
             ]
         );
         let old = "policies:\n  exports: {algorithm: concurrency, max_in_flight: 2, lease_timeout: 30s}\n";

@@ -328,7 +328,7 @@ end
 -- migrate::carried, the same float operations in the same order (scale rounds alike).
 local function carried(on_change, spent, old, new)
   if on_change == 'keep' then
-    return math.min(spent, new)
+    return spent
   elseif on_change == 'scale' then
     return math.min(math.ceil((math.min(spent, old) / old) * new), new)
   end

@@ -148,6 +148,11 @@ impl Doors {
                 for (name, value) in headers {
                     request = request.header(name.as_str(), value.as_str());
                 }
+                // An HTTP/1.1 request names its host (the proxy refuses one that does not): a
+                // step that gives none is sent as a client of the proxy itself would send it.
+                if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("host")) {
+                    request = request.header("host", "localhost");
+                }
                 let mut request = request
                     .body(Body::empty())
                     .with_context(|| format!("{method} {path}"))?;

@@ -31,8 +31,9 @@ use crate::{Algorithm, Policy};
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum OnChange {
-    /// The units a key spent stay spent, up to the new limit: 3 of 5 spent is 3 of 10 after a
-    /// raise, and 2 of 2 after a cut to 2.
+    /// The units a key spent stay spent, all of them: 3 of 5 spent is 3 of 10 after a raise, and
+    /// 3 of 2 after a cut to 2 (one unit of debt, paid back as the algorithm recovers), so a
+    /// limit cut and raised again gives no key budget it did not have.
     #[default]
     Keep,
     /// The key keeps the same fraction of its budget, rounded up: 3 of 5 spent is 6 of 10.
@@ -115,7 +116,7 @@ pub fn spent(algorithm: &Algorithm, state: &AlgorithmState, now_us: u64) -> u64 
 /// let ten = Algorithm::fixed_window(10, Duration::from_secs(60), Anchor::Epoch)?;
 /// assert_eq!(carried(&five, &ten, OnChange::Keep, 3), 3);
 /// assert_eq!(carried(&five, &ten, OnChange::Scale, 3), 6);
-/// assert_eq!(carried(&ten, &five, OnChange::Keep, 8), 5);
+/// assert_eq!(carried(&ten, &five, OnChange::Keep, 8), 8); // 3 over the new limit: debt
 /// assert_eq!(carried(&ten, &five, OnChange::Scale, 3), 2); // 1.5, rounded up
 /// assert_eq!(carried(&five, &ten, OnChange::Reset, 3), 0);
 /// # Ok::<(), tollgate::PolicyError>(())
@@ -123,7 +124,9 @@ pub fn spent(algorithm: &Algorithm, state: &AlgorithmState, now_us: u64) -> u64 
 pub fn carried(from: &Algorithm, to: &Algorithm, on_change: OnChange, spent: u64) -> u64 {
     let (old, new) = (from.limit(), to.limit());
     match on_change {
-        OnChange::Keep => spent.min(new),
+        // All of it, past the new limit too (debt): a limit lowered and raised again finds the
+        // key where it was, so no flip-flop of a reload gives a key budget it never had.
+        OnChange::Keep => spent,
         OnChange::Scale => {
             let fraction = spent.min(old) as f64 / old as f64;
             ((fraction * new as f64).ceil() as u64).min(new)
