@@ -191,6 +191,7 @@ mod lease;
 mod overrides;
 mod reset_channel;
 mod scripts;
+mod sentinel;
 mod state_loss;
 mod store;
 mod transport;
@@ -200,6 +201,7 @@ pub use ca::check_ca_pem;
 pub use connection::Target;
 pub use error::ConnectError;
 pub use lease::LeaseStats;
+pub use sentinel::SentinelTarget;
 pub use store::{RedisStore, RedisStoreBuilder, StoreStats};
 
 /// The examples of `docs/leases.md`, run as doc tests.
