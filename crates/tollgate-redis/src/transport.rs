@@ -556,9 +556,16 @@ impl Transport {
 /// cannot run Lua, else the Redis error.
 fn scripting(target: &Target, err: redis::RedisError) -> ConnectError {
     match error::no_scripting(&err) {
+        // Without the arguments Redis quotes back: the script's first bytes say nothing.
         true => ConnectError::NoScripting {
             store: target.display(),
-            answer: err.to_string(),
+            answer: err
+                .detail()
+                .unwrap_or_default()
+                .split(", with args beginning with")
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
         },
         false => ConnectError::Redis(err),
     }
