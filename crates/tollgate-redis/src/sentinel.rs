@@ -493,6 +493,33 @@ mod tests {
     }
 
     #[test]
+    fn only_failures_of_a_master_that_is_gone_make_the_sentinels_be_asked_soon() {
+        let target = sentinel("redis+sentinel://127.0.0.1:1/main");
+        let watch = Watch::new(&target, None, Duration::from_secs(1)).expect("a watch");
+        let reply = |text: &[u8]| {
+            redis::parse_redis_value(text)
+                .expect("a reply")
+                .extract_error()
+                .expect_err("an error reply")
+        };
+        // Outside a runtime nothing is looked up; only the mark is set.
+        watch.failed(&reply(b"-OOM command not allowed\r\n"));
+        watch.failed(&reply(b"-WRONGTYPE Operation against a key\r\n"));
+        assert!(!watch.suspect.load(Ordering::Acquire));
+        watch.failed(&reply(
+            b"-READONLY You can't write against a read only replica.\r\n",
+        ));
+        assert!(watch.suspect.load(Ordering::Acquire));
+        let watch = Watch::new(&target, None, Duration::from_secs(1)).expect("a watch");
+        watch.failed(&RedisError::from(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        )));
+        assert!(watch.suspect.load(Ordering::Acquire));
+        assert_eq!(&*watch.node(), UNKNOWN_MASTER);
+        assert_eq!(watch.failovers(), 0);
+    }
+
+    #[test]
     fn an_address_without_a_master_name_or_sentinels_is_refused_without_its_passwords() {
         for (url, why) in [
             ("redis+sentinel://a:26379", "no master name"),
