@@ -93,7 +93,9 @@ pub(crate) async fn start_listener(
     let mut source = match target {
         Target::Standalone(url) => Source::Nodes(clients(std::slice::from_ref(url), options)),
         Target::Cluster(nodes) => Source::Nodes(clients(nodes, options)),
-        Target::Sentinel(sentinel) => Source::Sentinel(sentinel.client(options.ca_pem.as_deref()).ok()?),
+        Target::Sentinel(sentinel) => {
+            Source::Sentinel(Box::new(sentinel.client(options.ca_pem.as_deref()).ok()?))
+        }
     };
     if let Source::Nodes(clients) = &source
         && clients.is_empty()
@@ -147,7 +149,7 @@ pub(crate) async fn start_listener(
 /// demoted master still hears them while it lives).
 enum Source {
     Nodes(Vec<redis::Client>),
-    Sentinel(redis::sentinel::SentinelClient),
+    Sentinel(Box<redis::sentinel::SentinelClient>),
 }
 
 impl Source {

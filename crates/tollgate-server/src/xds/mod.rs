@@ -5,7 +5,7 @@
 //! The client opens one aggregated discovery stream (`AggregatedDiscoveryService/
 //! StreamAggregatedResources`, state of the world: every push carries the whole config) to the
 //! management server and asks for every `ratelimit.config.ratelimit.v3.RateLimitConfig`. Each push
-//! is a reload: its resources become config files ([`resources`]) that go through the same
+//! is a reload: its resources become config files (`resources`) that go through the same
 //! loading, validation, change log, metrics and `on_change` migrations as a file reload
 //! ([`reload::apply`](crate::reload)). A push that loads is ACKed with its version; one that does
 //! not is NACKed with the last accepted version and an `error_detail` naming the problem, and the
