@@ -1,11 +1,12 @@
-//! One multiplexed connection per node, standalone or cluster, behind one type, and the one way
-//! a script call reaches Redis: at most once.
+//! One multiplexed connection per node, standalone, cluster or the master behind Sentinel,
+//! behind one type, and the one way a script call reaches Redis: at most once.
 //!
-//! Both kinds pipeline automatically: every task sends on the same connection and answers are
+//! Every kind pipelines automatically: every task sends on the same connection and answers are
 //! matched in order, so thousands of concurrent checks need no pool. The standalone kind
 //! reconnects by itself after Redis restarts (the call in flight fails and the failure mode
-//! covers it). Either can be made lazily, so a service can start while Redis is away and decide
-//! by its failure modes until Redis is back.
+//! covers it); the Sentinel kind is the standalone one on whichever master the sentinels name
+//! (see `sentinel`). Each can be made lazily, so a service can start while Redis is away and
+//! decide by its failure modes until Redis is back.
 //!
 //! # At most once
 //!
