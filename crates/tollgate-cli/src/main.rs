@@ -83,8 +83,9 @@ enum Command {
         /// built-in demo policies].
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Store: redis://host:port or redis+cluster://host:port,host:port [default: from
-        /// REDIS_URL when set, else in memory].
+        /// Store: redis://host:port, redis+cluster://host:port,host:port or
+        /// redis+sentinel://host:port,host:port/<master-name> [default: from REDIS_URL when set,
+        /// else in memory].
         #[arg(long, env = "TOLLGATE_STORE")]
         store: Option<String>,
         #[command(flatten)]
@@ -143,7 +144,8 @@ enum Command {
         /// A config file or directory with `policies` and `routes` (default: the demo ones).
         #[arg(long)]
         config: Option<PathBuf>,
-        /// Store: redis://host:port or redis+cluster://host:port,host:port (default: in memory).
+        /// Store: redis://host:port, redis+cluster://host:port,host:port or
+        /// redis+sentinel://host:port,host:port/<master-name> (default: in memory).
         #[arg(long, env = "TOLLGATE_STORE")]
         store: Option<String>,
         #[command(flatten)]

@@ -17,14 +17,14 @@ use tollgate_server::grpc::proto::rate_limit_response::Code;
 use tollgate_server::grpc::proto::rate_limit_response::rate_limit::Unit;
 use tollgate_server::grpc::proto::rate_limit_service_client::RateLimitServiceClient;
 use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest};
-use tollgate_testkit::{ChildProcess, RedisCluster, RedisServer, store_timeout_arg};
+use tollgate_testkit::{ChildProcess, RedisCluster, RedisSentinel, RedisServer, store_timeout_arg};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 /// Every variable of upstream's that tollgate reads, removed from the child's environment so the
 /// machine running the tests cannot change them.
-const UPSTREAM_VARS: [&str; 31] = [
+const UPSTREAM_VARS: [&str; 32] = [
     "QUOTA_MODE",
     "RESPONSE_DYNAMIC_METADATA",
     "LIMIT_RESPONSE_HEADERS_ENABLED",
@@ -41,6 +41,7 @@ const UPSTREAM_VARS: [&str; 31] = [
     "REDIS_TYPE",
     "REDIS_SOCKET_TYPE",
     "REDIS_AUTH",
+    "REDIS_SENTINEL_AUTH",
     "REDIS_TLS",
     "HOST",
     "PORT",
@@ -261,6 +262,111 @@ async fn grpc_and_json_are_one_service_on_redis_cluster_from_redis_type() {
         false,
     );
     one_service(&server, "redis").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_sentinel_from_redis_type_serves_and_follows_a_failover() {
+    let timeout = store_timeout_arg();
+    let setup = RedisSentinel::start();
+    let mut vars = runtime_vars();
+    vars.extend([
+        ("REDIS_TYPE", "sentinel".to_owned()),
+        // upstream's form: the master's name, then the sentinels.
+        (
+            "REDIS_URL",
+            format!("{},{}", setup.master_name(), setup.sentinel_addrs()),
+        ),
+        ("DEBUG_HOST", "127.0.0.1".to_owned()),
+        ("DEBUG_PORT", "0".to_owned()),
+    ]);
+    let mut server = Tollgate::start(
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--store-timeout",
+            &timeout,
+        ],
+        &vars,
+        true,
+    );
+    one_service(&server, "redis").await;
+    let old_master = setup.master().port();
+
+    // A bounded loop of checks runs while the master is killed (by its PID) and the sentinels
+    // promote the replica; it stops once the failover is done.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (http, done) = (server.http.clone(), done.clone());
+        tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let mut answered = 0u32;
+            for n in 0..20_000 {
+                if done.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let body = format!(
+                    r#"{{"domain": "edge", "descriptors": [{{"entries": [{{"key": "five_per_day", "value": "load-{}"}}]}}]}}"#,
+                    n % 50
+                );
+                if client
+                    .post(format!("{http}/json"))
+                    .body(body)
+                    .send()
+                    .await
+                    .is_ok()
+                {
+                    answered += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            answered
+        })
+    };
+    let (setup, failover) = tokio::task::spawn_blocking(move || {
+        let mut setup = setup;
+        let failover = setup.fail_over();
+        (setup, failover)
+    })
+    .await
+    .expect("failover");
+    assert_eq!(failover.old_master, old_master);
+
+    // Decisions go on on the new master: a fresh counter admits once and is then over its limit,
+    // which only a store that decides answers (a failure mode would not deny). Bounded: until
+    // the store has followed the sentinels.
+    let debug = server.debug.clone().expect("the debug listener");
+    let deadline = std::time::Instant::now() + HEALTH_WAIT;
+    let mut attempt = 0;
+    let metrics = loop {
+        attempt += 1;
+        let body = format!(
+            r#"{{"domain": "edge", "descriptors": [{{"entries": [{{"key": "one_per_day", "value": "after-{attempt}"}}]}}]}}"#
+        );
+        let first = server.json(&body).await;
+        let second = server.json(&body).await;
+        let (_, metrics) = server.get(&debug, "/metrics").await;
+        if first.0 == 200 && second.0 == 429 && metrics.contains("tollgate_store_failovers_total 1") {
+            break metrics;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no decision from the new master within {HEALTH_WAIT:?}: {first:?} {second:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(load.await.expect("load") > 0);
+    // The failover is seen: a metric, and a warn line naming the old and the new master.
+    assert!(metrics.contains("tollgate_store_state_lost_total"), "{metrics}");
+    let line = server.child.printed("redis sentinel failover");
+    assert!(
+        line.contains(&format!("127.0.0.1:{}", failover.old_master))
+            && line.contains(&format!("127.0.0.1:{}", failover.new_master)),
+        "{line}"
+    );
+    assert!(setup.master().script_calls() > 0);
 }
 
 #[tokio::test]
@@ -707,7 +813,7 @@ fn unusable_upstream_settings_stop_the_start_naming_the_variable() {
         (
             "REDIS_TYPE",
             "sentinel",
-            "REDIS_TYPE=sentinel: sentinel is not supported",
+            "REDIS_URL=127.0.0.1:1: expected <master-name>,host:port",
         ),
         (
             "NEAR_LIMIT_RATIO",

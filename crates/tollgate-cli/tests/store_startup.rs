@@ -85,6 +85,40 @@ fn require_store_refuses_to_start_naming_the_class() {
     }
 }
 
+#[test]
+fn a_store_that_cannot_run_lua_is_refused_at_start_without_require_store() {
+    let mut args = vec![];
+    for command in ["EVAL", "EVALSHA", "SCRIPT", "FCALL", "FUNCTION"] {
+        args.extend(["--rename-command", command, ""]);
+    }
+    let redis = RedisServer::start_with_args(&args);
+    // The address shown is the one given, without its password.
+    redis.require_password("pw");
+    let url = format!("redis://:pw@127.0.0.1:{}", redis.port());
+    let timeout = store_timeout_arg();
+    let mut child = ChildProcess::start(Command::new(env!("CARGO_BIN_EXE_tollgate")).args([
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--grpc",
+        "127.0.0.1:0",
+        "--store",
+        &url,
+        "--store-timeout",
+        &timeout,
+    ]));
+    let line = child.wait_for("tollgate: the store at");
+    assert!(!child.wait_exit().success(), "{line}");
+    assert!(
+        line.starts_with(&format!(
+            "tollgate: the store at redis://:***@127.0.0.1:{} cannot run Lua scripts (",
+            redis.port()
+        )) && line.contains("unknown command")
+            && line.ends_with("tollgate needs EVALSHA (and SCRIPT LOAD); enable Lua scripting on the server"),
+        "{line}"
+    );
+}
+
 #[tokio::test]
 async fn a_misconfigured_store_is_reported_at_start_and_in_readyz() {
     let redis = RedisServer::start();

@@ -1,11 +1,12 @@
-//! One multiplexed connection per node, standalone or cluster, behind one type, and the one way
-//! a script call reaches Redis: at most once.
+//! One multiplexed connection per node, standalone, cluster or the master behind Sentinel,
+//! behind one type, and the one way a script call reaches Redis: at most once.
 //!
-//! Both kinds pipeline automatically: every task sends on the same connection and answers are
+//! Every kind pipelines automatically: every task sends on the same connection and answers are
 //! matched in order, so thousands of concurrent checks need no pool. The standalone kind
 //! reconnects by itself after Redis restarts (the call in flight fails and the failure mode
-//! covers it). Either can be made lazily, so a service can start while Redis is away and decide
-//! by its failure modes until Redis is back.
+//! covers it); the Sentinel kind is the standalone one on whichever master the sentinels name
+//! (see `sentinel`). Each can be made lazily, so a service can start while Redis is away and
+//! decide by its failure modes until Redis is back.
 //!
 //! # At most once
 //!
@@ -35,7 +36,9 @@ use std::time::{Duration, Instant};
 use parking_lot::RwLock;
 use tokio::sync::OnceCell;
 
+use crate::error::redact;
 use crate::scripts::Library;
+use crate::sentinel::{MasterConnection, SentinelTarget, Watch};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -49,12 +52,18 @@ pub enum Target {
     Standalone(String),
     /// A Redis Cluster, given by one or more of its nodes (each a `redis://` or `rediss://` URL).
     Cluster(Vec<String>),
+    /// A master found through Redis Sentinel, and followed to its new address after a failover.
+    Sentinel(SentinelTarget),
 }
 
 impl Target {
-    /// Parses `redis://[user:password@]host:port[/db]` or `rediss://...` (TLS) for one server,
-    /// and `redis+cluster://[user:password@]host1:port,host2:port` or `rediss+cluster://...` for
-    /// a cluster (the credentials apply to every node).
+    /// Parses `redis://[user:password@]host:port[/db]` or `rediss://...` (TLS) for one server;
+    /// `redis+cluster://[user:password@]host1:port,host2:port` or `rediss+cluster://...` for
+    /// a cluster (the credentials apply to every node); and
+    /// `redis+sentinel://[user:password@]host1:port,host2:port/<master-name>` or
+    /// `rediss+sentinel://...` for a master found through Redis Sentinel: the hosts are the
+    /// sentinels (port 26379 when none is given), the credentials the master's, and
+    /// `?sentinel_auth=user:password` (or `:password`, percent-encoded) gives the sentinels'.
     ///
     /// ```
     /// use tollgate_redis::Target;
@@ -71,11 +80,21 @@ impl Target {
     ///         "rediss://app:s3cret@192.0.2.11:7000".into(),
     ///     ]),
     /// );
+    /// assert!(matches!(
+    ///     Target::parse("redis+sentinel://192.0.2.1:26379,192.0.2.2:26379/mymaster")?,
+    ///     Target::Sentinel(sentinel) if sentinel.master_name == "mymaster",
+    /// ));
     /// assert!(Target::parse("http://x").is_err());
     /// # Ok::<(), tollgate_redis::ConnectError>(())
     /// ```
     pub fn parse(url: &str) -> Result<Self, crate::error::ConnectError> {
         check_userinfo(url)?;
+        let sentinel = [("redis+sentinel://", false), ("rediss+sentinel://", true)]
+            .into_iter()
+            .find_map(|(prefix, tls)| url.strip_prefix(prefix).map(|rest| (rest, tls)));
+        if let Some((rest, tls)) = sentinel {
+            return SentinelTarget::parse(url, rest, tls).map(Target::Sentinel);
+        }
         let cluster = [
             ("redis+cluster://", "redis://"),
             ("rediss+cluster://", "rediss://"),
@@ -106,7 +125,8 @@ impl Target {
         }
         Err(crate::error::ConnectError::BadUrl {
             url: redact(url),
-            why: "expected redis://host:port, rediss://host:port or redis+cluster://host:port,host:port"
+            why: "expected redis://host:port, rediss://host:port, redis+cluster://host:port,host:port \
+                  or redis+sentinel://host:port,host:port/<master-name>"
                 .into(),
         })
     }
@@ -124,6 +144,7 @@ impl Target {
         match self {
             Target::Standalone(url) => redact(url),
             Target::Cluster(nodes) => nodes.iter().map(|n| redact(n)).collect::<Vec<_>>().join(","),
+            Target::Sentinel(sentinel) => sentinel.display(),
         }
     }
 }
@@ -151,20 +172,6 @@ fn check_userinfo(url: &str) -> Result<(), crate::error::ConnectError> {
     })
 }
 
-/// `url` with the password (between `user:` and `@`) replaced by `***`.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    let Some((userinfo, host)) = rest.rsplit_once('@') else {
-        return url.to_string();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => format!("{scheme}://***@{host}"),
-    }
-}
-
 /// How to reach Redis besides the address.
 #[derive(Clone, Default)]
 pub(crate) struct ConnectOptions {
@@ -181,6 +188,8 @@ pub(crate) enum Connection {
         node: Arc<str>,
     },
     Cluster(Arc<LazyCluster>),
+    /// Whichever master the sentinels name (see `sentinel`).
+    Sentinel(Arc<MasterConnection>),
 }
 
 /// A cluster connection made on first use, so a store can start while the cluster is away, and
@@ -365,22 +374,22 @@ impl Connection {
             install_crypto_provider();
         }
         match target {
+            Target::Sentinel(sentinel) => {
+                let watch = Watch::new(sentinel, options.ca_pem.as_deref(), connect_timeout(timeout))?;
+                let connection = MasterConnection::new(watch, manager_config(timeout));
+                if !lazy {
+                    // The sentinels answer and name a master that answers as one.
+                    connection.get().await?;
+                }
+                Ok(Connection::Sentinel(Arc::new(connection)))
+            }
             Target::Standalone(url) => {
                 let client = match tls {
                     Some(certs) => redis::Client::build_with_tls(url.as_str(), certs)?,
                     None => redis::Client::open(url.as_str())?,
                 };
                 let node: Arc<str> = Arc::from(client.get_connection_info().addr().to_string());
-                // One connection attempt per call: a retry's backoff (100 ms and up) outlasts the
-                // store's deadline anyway, and would report a refused or unauthenticated
-                // connection as a timeout. The circuit breaker paces the attempts instead.
-                // Connecting may take longer than a call may (a TLS handshake to a distant
-                // Redis): the manager connects in the background while calls keep their own
-                // deadline, so a slow handshake completes instead of being cut off each time.
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(connect_timeout(timeout)))
-                    .set_response_timeout(Some(timeout))
-                    .set_number_of_retries(0);
+                let config = manager_config(timeout);
                 let manager = if lazy {
                     ConnectionManager::new_lazy_with_config(client, config)?
                 } else {
@@ -415,11 +424,44 @@ impl Connection {
         }
     }
 
-    /// The node a call on keys of `slot` goes to (the one node of a standalone Redis).
+    /// A second connection to the same target, made on first use: for standalone Redis and a
+    /// cluster a connection of its own; behind Sentinel one on the same watch of the master, so
+    /// that a failover is looked up, logged and counted once.
+    pub(crate) async fn another(
+        &self,
+        target: &Target,
+        timeout: Duration,
+        options: &ConnectOptions,
+    ) -> RedisResult<Self> {
+        match self {
+            Connection::Sentinel(connection) => Ok(Connection::Sentinel(Arc::new(connection.another()))),
+            _ => Connection::open(target, timeout, true, options).await,
+        }
+    }
+
+    /// The node a call on keys of `slot` goes to (the one node of a standalone Redis, the
+    /// master known behind Sentinel).
     pub(crate) fn node_of(&self, slot: u16) -> Arc<str> {
         match self {
             Connection::Standalone { node, .. } => node.clone(),
             Connection::Cluster(cluster) => cluster.node_of(slot),
+            Connection::Sentinel(connection) => connection.watch().node(),
+        }
+    }
+
+    /// Notes a call that failed, also one its deadline cut short: behind Sentinel, one that
+    /// failed as calls to a master that is gone fail makes the sentinels be asked again soon.
+    pub(crate) fn failed(&self, err: &RedisError) {
+        if let Connection::Sentinel(connection) = self {
+            connection.watch().failed(err);
+        }
+    }
+
+    /// How many times the sentinels named a new master (0 without Sentinel).
+    pub(crate) fn failovers(&self) -> u64 {
+        match self {
+            Connection::Sentinel(connection) => connection.watch().failovers(),
+            _ => 0,
         }
     }
 
@@ -445,6 +487,16 @@ impl Connection {
             Connection::Standalone { manager, .. } => {
                 let mut conn = manager.clone();
                 run(&call, &mut conn).await
+            }
+            // Like standalone Redis, on the master known: never sent twice, not even to a new
+            // master after a failover (see `sentinel`).
+            Connection::Sentinel(connection) => {
+                let mut conn = connection.get().await?;
+                let replied = run(&call, &mut conn).await;
+                if let Err(err) = &replied {
+                    connection.watch().failed(err);
+                }
+                replied
             }
             Connection::Cluster(cluster) => {
                 let mut conn = cluster.get().await?;
@@ -484,10 +536,10 @@ impl Connection {
     /// standalone client does not follow redirections. `false` for a cluster target.
     pub(crate) async fn standalone_is_cluster_node(&self) -> RedisResult<bool> {
         match self {
-            Connection::Standalone { manager, .. } => {
+            Connection::Standalone { .. } | Connection::Sentinel(_) => {
                 let info: String = redis::cmd("INFO")
                     .arg("cluster")
-                    .query_async(&mut manager.clone())
+                    .query_async(&mut self.clone())
                     .await?;
                 Ok(info.lines().any(|line| line.trim() == "cluster_enabled:1"))
             }
@@ -666,6 +718,20 @@ fn did_not_run(err: &RedisError) -> bool {
     )
 }
 
+/// How the connection to one server behaves (standalone, or the master behind Sentinel).
+///
+/// One connection attempt per call: a retry's backoff (100 ms and up) outlasts the store's
+/// deadline anyway, and would report a refused or unauthenticated connection as a timeout. The
+/// circuit breaker paces the attempts instead. Connecting may take longer than a call may (a TLS
+/// handshake to a distant Redis): the manager connects in the background while calls keep their
+/// own deadline, so a slow handshake completes instead of being cut off each time.
+fn manager_config(timeout: Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(connect_timeout(timeout)))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(0)
+}
+
 /// How long one connection attempt may take: the call deadline, but at least a second.
 fn connect_timeout(call_timeout: Duration) -> Duration {
     call_timeout.max(Duration::from_secs(1))
@@ -675,6 +741,7 @@ fn target_uses_tls(target: &Target) -> bool {
     match target {
         Target::Standalone(url) => url.starts_with("rediss://"),
         Target::Cluster(nodes) => nodes.iter().any(|n| n.starts_with("rediss://")),
+        Target::Sentinel(sentinel) => sentinel.tls,
     }
 }
 
@@ -692,6 +759,13 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Standalone { manager, .. } => manager.req_packed_command(cmd),
             Connection::Cluster(c) => Box::pin(async move { c.get().await?.req_packed_command(cmd).await }),
+            Connection::Sentinel(c) => Box::pin(async move {
+                let replied = c.get().await?.req_packed_command(cmd).await;
+                if let Err(err) = &replied {
+                    c.watch().failed(err);
+                }
+                replied
+            }),
         }
     }
 
@@ -706,13 +780,20 @@ impl ConnectionLike for Connection {
             Connection::Cluster(c) => {
                 Box::pin(async move { c.get().await?.req_packed_commands(pipeline, offset, count).await })
             }
+            Connection::Sentinel(c) => Box::pin(async move {
+                let replied = c.get().await?.req_packed_commands(pipeline, offset, count).await;
+                if let Err(err) = &replied {
+                    c.watch().failed(err);
+                }
+                replied
+            }),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Connection::Standalone { manager, .. } => manager.get_db(),
-            Connection::Cluster(_) => 0,
+            Connection::Cluster(_) | Connection::Sentinel(_) => 0,
         }
     }
 }

@@ -35,6 +35,45 @@ pub enum ConnectError {
     /// Redis could not be reached or refused the connection.
     #[error("cannot connect to redis: {0}")]
     Redis(#[from] redis::RedisError),
+    /// The server answers, but cannot run Lua scripts: scripting is turned off (Valkey without
+    /// its Lua engine, `EVAL` and `SCRIPT` renamed away). Every decision is a script, so the store
+    /// can never decide there.
+    #[error(
+        "the store at {store} cannot run Lua scripts ({answer}): tollgate needs EVALSHA (and SCRIPT LOAD); enable Lua scripting on the server"
+    )]
+    NoScripting {
+        /// The store's address, without its password.
+        store: String,
+        /// What the server answered when the store loaded its script.
+        answer: String,
+    },
+}
+
+/// Whether an answer to loading or calling a script says the server cannot run Lua at all: no
+/// such command (`EVAL`, `EVALSHA` or `SCRIPT` renamed away or never built), or no Lua engine
+/// (Valkey 9 with its `lua` module unloaded answers "Could not find scripting engine" to scripts
+/// and "Engine 'lua' not found" to libraries). Read from the text: servers give these no code of
+/// their own.
+pub(crate) fn no_scripting(err: &RedisError) -> bool {
+    let detail = err.detail().unwrap_or_default();
+    err.kind() == ErrorKind::Server(ServerErrorKind::ResponseError)
+        && (detail.starts_with("unknown command")
+            || detail.contains("Could not find scripting engine")
+            || detail.contains("Engine 'lua' not found"))
+}
+
+/// `url` with the password (between `user:` and `@`) replaced by `***`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((userinfo, host)) = rest.rsplit_once('@') else {
+        return url.to_string();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => format!("{scheme}://***@{host}"),
+    }
 }
 
 /// The error code our scripts raise on a value they did not write (`lua/common.lua` raises it as
@@ -316,6 +355,25 @@ mod tests {
         );
         let err = acknowledged(1, None).expect_err("not waited for");
         assert_eq!(err.class(), Some("unreplicated"));
+    }
+
+    #[test]
+    fn a_server_without_lua_is_told_from_other_errors() {
+        let reply = |text: &[u8]| {
+            redis::parse_redis_value(text)
+                .expect("a reply")
+                .extract_error()
+                .expect_err("an error reply")
+        };
+        assert!(no_scripting(&reply(
+            b"-ERR unknown command 'SCRIPT', with args beginning with: 'LOAD' \r\n"
+        )));
+        assert!(no_scripting(&reply(
+            b"-ERR Could not find scripting engine 'lua'\r\n"
+        )));
+        assert!(!no_scripting(&reply(b"-NOSCRIPT No matching script.\r\n")));
+        assert!(!no_scripting(&reply(b"-NOPERM this user has no permissions\r\n")));
+        assert!(!no_scripting(&reply(b"-ERR Error compiling script\r\n")));
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! Redis and Redis Cluster store for tollgate: the core's [`Store`](tollgate::Store), shared by
-//! every instance of a fleet.
+//! Redis, Redis Cluster and Redis Sentinel store for tollgate: the core's
+//! [`Store`](tollgate::Store), shared by every instance of a fleet. Valkey serves it too (the
+//! suites run on Redis 7.0 and Valkey 9.1); a server without Lua scripting is refused when the
+//! store opens ([`ConnectError::NoScripting`]).
 //!
 //! A request's rules are decided by one atomic Lua script call, whatever their algorithms: each
 //! algorithm is a line-for-line port of the core's step function, and the script's driver ports
@@ -101,6 +103,8 @@
 //!   - `breaker`: the circuit breakers, one per node, and one per node's replicas;
 //!   - `connection`: [`Target`], the shared multiplexed connection, and at-most-once script
 //!     calls, alone or followed by `WAIT`;
+//!   - `sentinel`: [`SentinelTarget`], and the connection to whichever master the sentinels
+//!     name, followed to its new address after a failover;
 //!   - `scripts` and `lua/`: the decision script (every algorithm, one driver; its charge mode
 //!     is `Store::charge`, each algorithm's `charge`, a port of `tollgate::algorithm::charge`,
 //!     one call per slot), the refund script, the lease script, the attempts counter and reset;
@@ -112,7 +116,8 @@
 //! `transport`; the features import `transport` and the parts (`reset_channel` also `lease`,
 //! for its lease table); `transport` imports `batch`, `breaker`, `connection`, `scripts`,
 //! `keys` and `error`; `batch` imports `connection`, `scripts` and `error`; `connection` imports
-//! only `scripts`, `keys` and `error`; the rest import no module of this crate. No module imports `store`, and no module imports the
+//! only `scripts`, `keys`, `sentinel` and `error`; `sentinel` imports only `error`; the rest
+//! import no module of this crate. No module imports `store`, and no module imports the
 //! crate root's re-exports.
 //!
 //! # When Redis fails
@@ -164,6 +169,18 @@
 //! missing replica costs the calls behind it nothing: they go without waiting, their denials
 //! stand and their admissions count as not acknowledged.
 //!
+//! # Redis Sentinel
+//!
+//! `redis+sentinel://host:port,host:port/<master-name>` (see [`Target::parse`]) finds the master
+//! through the sentinels and decides there exactly as on standalone Redis. After a call fails
+//! as calls to a dead master fail, or is answered `READONLY`, the store asks the sentinels again
+//! (every 100 ms until they name a master that answers, and every 5 s in any case), and the
+//! calls after the answer go to the master they name: a failover, logged at `warn` and counted
+//! in [`StoreStats::failovers`]. The failed call is never sent again, to either master: decisions
+//! stay at most once. What the promoted replica had not received is lost, as after a cluster
+//! failover, with the same bound (one extra window's worth per key) and the same notice
+//! ([`StoreStats::state_lost`]); `tests/sentinel.rs` kills the master under load and measures it.
+//!
 //! # Resets and the deny cache
 //!
 //! A reset publishes the key on a pub/sub channel (`<prefix>resets`) that every store with a deny
@@ -191,6 +208,7 @@ mod lease;
 mod overrides;
 mod reset_channel;
 mod scripts;
+mod sentinel;
 mod state_loss;
 mod store;
 mod transport;
@@ -200,6 +218,7 @@ pub use ca::check_ca_pem;
 pub use connection::Target;
 pub use error::ConnectError;
 pub use lease::LeaseStats;
+pub use sentinel::SentinelTarget;
 pub use store::{RedisStore, RedisStoreBuilder, StoreStats};
 
 /// The examples of `docs/leases.md`, run as doc tests.

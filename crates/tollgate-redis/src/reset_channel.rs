@@ -13,7 +13,9 @@
 //! subscription is down it cannot hear resets, so when it (re)subscribes it empties its whole
 //! deny cache: a reset missed meanwhile costs at most one Redis call per cached key, never a
 //! denial that should not be. On a cluster, classic pub/sub reaches every node, so the listener
-//! subscribes on one node (the first that answers) and the publisher publishes on any.
+//! subscribes on one node (the first that answers) and the publisher publishes on any. Behind
+//! Sentinel it subscribes on the master the sentinels name, and again after a failover ends
+//! its subscription.
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -88,36 +90,36 @@ pub(crate) async fn start_listener(
     timeout: Duration,
     subscribe_now: bool,
 ) -> Option<Listener> {
-    let urls = match target {
-        Target::Standalone(url) => vec![url.clone()],
-        Target::Cluster(nodes) => nodes.clone(),
+    let mut source = match target {
+        Target::Standalone(url) => Source::Nodes(clients(std::slice::from_ref(url), options)),
+        Target::Cluster(nodes) => Source::Nodes(clients(nodes, options)),
+        Target::Sentinel(sentinel) => {
+            Source::Sentinel(Box::new(sentinel.client(options.ca_pem.as_deref()).ok()?))
+        }
     };
-    let clients: Vec<redis::Client> = urls
-        .iter()
-        .filter_map(|url| match &options.ca_pem {
-            Some(pem) => redis::Client::build_with_tls(
-                url.as_str(),
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem.clone()),
-                },
-            )
-            .ok(),
-            None => redis::Client::open(url.as_str()).ok(),
-        })
-        .collect();
-    let first_client = clients.first()?.clone();
+    if let Source::Nodes(clients) = &source
+        && clients.is_empty()
+    {
+        return None;
+    }
     let connect_timeout = timeout.max(Duration::from_millis(500));
     let mut first = match subscribe_now {
-        true => subscribe(&first_client, &channel, connect_timeout).await,
+        true => match source.client(0, connect_timeout).await {
+            Some(client) => subscribe(&client, &channel, connect_timeout).await,
+            None => None,
+        },
         false => None,
     };
     Some(Listener(tokio::spawn(async move {
-        for client in clients.iter().cycle() {
+        // Ends once the store is gone (checked after every subscription ends or fails).
+        for attempt in 0usize.. {
             let pubsub = match first.take() {
                 Some(pubsub) => Some(pubsub),
                 None => {
-                    let pubsub = subscribe(client, &channel, connect_timeout).await;
+                    let pubsub = match source.client(attempt, connect_timeout).await {
+                        Some(client) => subscribe(&client, &channel, connect_timeout).await,
+                        None => None,
+                    };
                     // Resets published while we were not listening are lost: forget everything.
                     if pubsub.is_some() && !forgets.everything() {
                         return;
@@ -139,6 +141,44 @@ pub(crate) async fn start_listener(
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     })))
+}
+
+/// Where the listener subscribes: a node of the list, a different one each attempt (on a
+/// cluster classic pub/sub reaches every node), or behind Sentinel the master the sentinels name
+/// at that attempt (a master's messages also reach its replicas, so a subscription left on a
+/// demoted master still hears them while it lives).
+enum Source {
+    Nodes(Vec<redis::Client>),
+    Sentinel(Box<redis::sentinel::SentinelClient>),
+}
+
+impl Source {
+    async fn client(&mut self, attempt: usize, within: Duration) -> Option<redis::Client> {
+        match self {
+            Source::Nodes(clients) => clients.get(attempt % clients.len().max(1)).cloned(),
+            Source::Sentinel(sentinel) => tokio::time::timeout(within, sentinel.async_get_client())
+                .await
+                .ok()?
+                .ok(),
+        }
+    }
+}
+
+/// A client per URL that parses.
+fn clients(urls: &[String], options: &ConnectOptions) -> Vec<redis::Client> {
+    urls.iter()
+        .filter_map(|url| match &options.ca_pem {
+            Some(pem) => redis::Client::build_with_tls(
+                url.as_str(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.clone()),
+                },
+            )
+            .ok(),
+            None => redis::Client::open(url.as_str()).ok(),
+        })
+        .collect()
 }
 
 async fn subscribe(client: &redis::Client, channel: &str, within: Duration) -> Option<redis::aio::PubSub> {

@@ -252,6 +252,7 @@ impl RedisStoreBuilder {
         let store = RedisStore {
             inner: Arc::new(Inner {
                 transport,
+                target: self.target,
                 keys,
                 deny_cache,
                 _listener: listener,
@@ -276,6 +277,8 @@ pub struct RedisStore {
 struct Inner {
     /// Every call to Redis (see `transport`).
     transport: Arc<Transport>,
+    /// Where the store connects, for errors that name it.
+    target: Target,
     keys: KeyNames,
     deny_cache: Option<Arc<DenyCache>>,
     /// Listens for the other instances' resets while the store lives.
@@ -325,6 +328,9 @@ pub struct StoreStats {
     /// flush, once per slot and loss. Those keys admit again what they had spent (see
     /// `docs/redis.md`).
     pub state_lost: u64,
+    /// Times the sentinels named a new master (a failover) and the store followed it: Redis
+    /// behind Sentinel only, 0 otherwise. Each is also logged at `warn`.
+    pub failovers: u64,
 }
 
 /// The store's own totals; the transport and the deny cache keep the others.
@@ -408,6 +414,7 @@ impl RedisStore {
             batch_calls: calls.batch_calls,
             batched_decisions: calls.batched_decisions,
             state_lost: self.inner.transport.state_lost(),
+            failovers: calls.failovers,
         }
     }
 
@@ -504,6 +511,36 @@ impl RedisStore {
     /// ```
     pub async fn health(&self, within: Duration) -> Result<(), Error> {
         self.inner.transport.health(within).await
+    }
+
+    /// Whether the server can run the store's Lua scripts, which every decision is: loads the
+    /// decision script within `within`, bypassing the breaker. A server with scripting turned
+    /// off (Valkey without its Lua engine, `EVAL`, `EVALSHA` or `SCRIPT` renamed away) fails with
+    /// [`ConnectError::NoScripting`], which no wait cures; a server that does not answer fails
+    /// with [`ConnectError::Redis`] and says nothing of its scripting. [`connect`] checks this
+    /// itself; a store built with [`connect_lazy`] is checked here once Redis answers, as
+    /// `tollgate serve` does at start-up.
+    ///
+    /// [`connect`]: RedisStoreBuilder::connect
+    /// [`connect_lazy`]: RedisStoreBuilder::connect_lazy
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate_redis::{ConnectError, RedisStore, Target};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ConnectError> {
+    /// let store = RedisStore::builder(Target::parse("redis://127.0.0.1:1")?).connect_lazy().await?;
+    /// // Nothing listens on port 1: not an answer about scripting.
+    /// let err = store.check_scripting(Duration::from_millis(200)).await.unwrap_err();
+    /// assert!(matches!(err, ConnectError::Redis(_)), "{err}");
+    /// # Ok(()) }
+    /// ```
+    pub async fn check_scripting(&self, within: Duration) -> Result<(), ConnectError> {
+        self.inner
+            .transport
+            .check_scripting(&self.inner.target, within)
+            .await
     }
 
     async fn decide_one(

@@ -84,6 +84,7 @@ pub(crate) struct CallCounts {
     pub(crate) publish_failures: u64,
     pub(crate) batch_calls: u64,
     pub(crate) batched_decisions: u64,
+    pub(crate) failovers: u64,
 }
 
 #[derive(Default)]
@@ -116,18 +117,17 @@ impl Transport {
             options,
         )
         .await?;
-        let waiting = Connection::open(
-            target,
-            settings.timeout.max(Duration::from_millis(1)),
-            true,
-            options,
-        )
-        .await?;
+        let waiting = connection
+            .another(target, settings.timeout.max(Duration::from_millis(1)), options)
+            .await?;
         let scripts = Scripts::new();
         if !lazy {
             let mut conn = connection.clone();
             for script in scripts.all() {
-                script.load_async(&mut conn).await?;
+                script
+                    .load_async(&mut conn)
+                    .await
+                    .map_err(|err| scripting(target, err))?;
             }
             match connection::load_library(&scripts.library, &mut conn).await {
                 Ok(()) => {}
@@ -178,6 +178,7 @@ impl Transport {
             publish_failures: c.publish_failures.load(Ordering::Relaxed),
             batch_calls: c.batch_calls.load(Ordering::Relaxed),
             batched_decisions: c.batched_decisions.load(Ordering::Relaxed),
+            failovers: self.connection.failovers(),
         }
     }
 
@@ -261,6 +262,23 @@ impl Transport {
         let sent = tokio::time::timeout(self.timeout, publish.query_async::<u64>(&mut conn)).await;
         if !matches!(sent, Ok(Ok(_))) {
             add(&self.counters.publish_failures, 1);
+        }
+    }
+
+    /// Loads the decision script within `within`, bypassing the breaker: an error answer that
+    /// says the server cannot run Lua is [`ConnectError::NoScripting`]; any other failure is
+    /// returned as it is, for the caller to judge (a server that does not answer says nothing of
+    /// its scripting).
+    pub(crate) async fn check_scripting(
+        &self,
+        target: &Target,
+        within: Duration,
+    ) -> Result<(), ConnectError> {
+        let mut conn = self.connection.clone();
+        match tokio::time::timeout(within, self.scripts.decide.load_async(&mut conn)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(err)) => Err(scripting(target, err)),
+            Err(_) => Err(ConnectError::Redis(error::deadline(within))),
         }
     }
 
@@ -513,6 +531,7 @@ impl Transport {
             Ok(Err(e)) => e,
             Err(_) => error::deadline(self.timeout),
         };
+        connection.failed(&err);
         let class = error::classify(&err);
         match &replicas_breaker {
             // A call that waits and times out may have waited behind another's WAIT on the
@@ -530,6 +549,25 @@ impl Transport {
             _ => breaker.succeeded(),
         }
         Err(Failure::Redis(err))
+    }
+}
+
+/// The error of loading a script: [`ConnectError::NoScripting`] when the answer says the server
+/// cannot run Lua, else the Redis error.
+fn scripting(target: &Target, err: redis::RedisError) -> ConnectError {
+    match error::no_scripting(&err) {
+        // Without the arguments Redis quotes back: the script's first bytes say nothing.
+        true => ConnectError::NoScripting {
+            store: target.display(),
+            answer: err
+                .detail()
+                .unwrap_or_default()
+                .split(", with args beginning with")
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
+        },
+        false => ConnectError::Redis(err),
     }
 }
 

@@ -26,6 +26,9 @@
 //!   `redis-cli --cluster create` (or six: three masters with a replica each), with helpers to
 //!   reshard, to flush scripts on every node, and to kill a master and wait for its replica's
 //!   promotion ([`RedisCluster::fail_over`]).
+//! - [`redis_sentinel`]: [`RedisSentinel`], a master, its replica (`--replicaof`) and three
+//!   sentinels (`--sentinel`, a generated `sentinel.conf` each), with a failover that kills the
+//!   master and waits for the sentinels to promote the replica ([`RedisSentinel::fail_over`]).
 //! - [`store_timeout`]: [`STORE_TIMEOUT`], the deadline of each store call in tests, chosen once
 //!   for a loaded CI machine, and [`store_timeout_arg`] for the binaries' `--store-timeout`.
 //! - [`vectors`]: the step tables every store must agree on (memory, Redis, Redis Cluster).
@@ -34,11 +37,15 @@
 //!
 //! The tests need `redis-server` and `redis-cli` on `PATH` (Debian: `apt-get install -y
 //! redis-server`, which `./scripts/test.sh` runs when they are missing). Without them the
-//! spawners panic with that advice: tests fail loudly, they never skip.
+//! spawners panic with that advice: tests fail loudly, they never skip. `TOLLGATE_REDIS_SERVER`
+//! (and `TOLLGATE_REDIS_CLI`) name another program for every spawner, such as Valkey's
+//! `valkey-server` (see [`redis_server::SERVER_VAR`]): `./scripts/test.sh` runs the Redis suites
+//! once more that way.
 
 pub mod app_server;
 pub mod child;
 pub mod redis_cluster;
+pub mod redis_sentinel;
 pub mod redis_server;
 mod resp;
 pub mod store_timeout;
@@ -47,5 +54,6 @@ pub mod vectors;
 pub use app_server::AppServer;
 pub use child::ChildProcess;
 pub use redis_cluster::{Failover, RedisCluster};
+pub use redis_sentinel::RedisSentinel;
 pub use redis_server::RedisServer;
 pub use store_timeout::{STORE_TIMEOUT, store_timeout_arg};

@@ -522,7 +522,7 @@ fn is_master(node: &RedisServer) -> bool {
 
 /// Whether a master's `INFO replication` shows an online replica that has not acknowledged
 /// every write (`slave0:ip=...,port=...,state=online,offset=N,lag=0` below `master_repl_offset`).
-fn replicas_behind(info: &str) -> bool {
+pub(crate) fn replicas_behind(info: &str) -> bool {
     let value = |line: &str, name: &str| -> Option<u64> {
         line.split(',')
             .find_map(|part| part.trim_end().strip_prefix(name))

@@ -19,11 +19,16 @@
 //!   so a different server that happens to answer on the port is never mistaken for ours.
 //! - **Logs in a file** (`redis.log` in the directory) rather than a pipe: a pipe nobody reads
 //!   fills up and stalls the server. The log's tail is quoted in every start-up error.
+//! - **The program is `redis-server` unless [`SERVER_VAR`] names another**
+//!   (`TOLLGATE_REDIS_SERVER=/path/to/valkey-server`), and `redis-cli` unless [`CLI_VAR`] does:
+//!   the same suites then run against another server that speaks the protocol (Valkey), with no
+//!   test knowing. [`server_program`] and [`cli_program`] are the one place that choice is read.
 //!
 //! Drop runs on an unwinding panic too, so a failing test still stops its servers. A test process
 //! killed outright (SIGKILL, `panic = "abort"`) cannot run it; its servers then live on until
 //! killed by hand.
 
+use std::ffi::OsString;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
@@ -56,6 +61,64 @@ const SERVER_NOT_FOUND: &str = "redis-server not found on PATH: install it with 
      `apt-get install -y redis-server` (./scripts/test.sh does this)";
 const CLI_NOT_FOUND: &str = "redis-cli not found on PATH: install it with \
      `apt-get install -y redis-server` (./scripts/test.sh does this)";
+/// The file a sentinel keeps its configuration in (it rewrites it as it learns the topology).
+const SENTINEL_CONF: &str = "sentinel.conf";
+
+/// The environment variable naming the server program the spawners run instead of
+/// `redis-server`, such as Valkey's `valkey-server`: a path, or a name looked up on `PATH`.
+pub const SERVER_VAR: &str = "TOLLGATE_REDIS_SERVER";
+/// The environment variable naming the command-line client run instead of `redis-cli` (for
+/// [`RedisServer::cli`] and cluster creation). Debian's `redis-cli` also builds Valkey clusters,
+/// so it can stay unset when only [`SERVER_VAR`] is.
+pub const CLI_VAR: &str = "TOLLGATE_REDIS_CLI";
+
+/// The server program the spawners run: [`SERVER_VAR`] when set and not empty, else
+/// `redis-server`.
+///
+/// ```
+/// let program = tollgate_testkit::redis_server::server_program();
+/// assert!(!program.is_empty());
+/// ```
+pub fn server_program() -> OsString {
+    program_from(SERVER_VAR, "redis-server")
+}
+
+/// The command-line client the test kit runs: [`CLI_VAR`] when set and not empty, else
+/// `redis-cli`.
+///
+/// ```
+/// let program = tollgate_testkit::redis_server::cli_program();
+/// assert!(!program.is_empty());
+/// ```
+pub fn cli_program() -> OsString {
+    program_from(CLI_VAR, "redis-cli")
+}
+
+fn program_from(var: &str, default: &str) -> OsString {
+    std::env::var_os(var)
+        .filter(|value| !value.is_empty())
+        .unwrap_or_else(|| default.into())
+}
+
+/// What a program that could not be found is called in errors, with where its name came from.
+fn not_found(var: &str, program: &OsString, default_advice: &str) -> String {
+    match std::env::var_os(var).filter(|value| !value.is_empty()) {
+        Some(_) => format!("{} (from {var}) not found", program.to_string_lossy()),
+        None => default_advice.to_owned(),
+    }
+}
+
+/// What kind of server a [`RedisServer`] runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kind {
+    Plain,
+    /// A Redis Cluster node, with its cluster bus port.
+    ClusterNode,
+    /// A Sentinel (`--sentinel`), its configuration file written from this text at first start.
+    Sentinel {
+        conf: String,
+    },
+}
 
 /// A real `redis-server` running as a child of the test process, on `127.0.0.1` and a free port,
 /// with persistence off and its own temporary directory.
@@ -76,6 +139,7 @@ pub struct RedisServer {
     port: u16,
     /// The cluster bus port, for a node started with `--cluster-enabled yes`.
     cluster_port: Option<u16>,
+    kind: Kind,
     /// Arguments added after the defaults, kept so a restart starts the same server.
     extra_args: Vec<String>,
     dir: TempDir,
@@ -110,7 +174,7 @@ impl RedisServer {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn try_start() -> io::Result<Self> {
-        Self::launch(false, &[])
+        Self::launch(Kind::Plain, &[])
     }
 
     /// Starts a server with extra `redis-server` arguments, given after the defaults so that they
@@ -140,21 +204,38 @@ impl RedisServer {
     /// assert!(err.to_string().contains("no-such-option"), "{err}");
     /// ```
     pub fn try_start_with_args(args: &[&str]) -> io::Result<Self> {
-        Self::launch(false, args)
+        Self::launch(Kind::Plain, args)
     }
 
     /// Starts a node for [`RedisCluster`](crate::RedisCluster): cluster mode on, `nodes.conf` in
     /// the node's own directory, and a cluster bus port of its own (so the port does not have to
     /// be the data port + 10000, which is past 65535 for much of the ephemeral range).
     pub(crate) fn try_start_cluster_node() -> io::Result<Self> {
-        Self::launch(true, &[])
+        Self::launch(Kind::ClusterNode, &[])
     }
 
-    fn launch(cluster: bool, extra_args: &[&str]) -> io::Result<Self> {
+    /// Starts a Sentinel for [`RedisSentinel`](crate::RedisSentinel): the same program with
+    /// `--sentinel`, its configuration file (`sentinel.conf` in its directory, which the sentinel
+    /// rewrites as it learns the topology) written from `conf` first.
+    pub(crate) fn try_start_sentinel(conf: &str) -> io::Result<Self> {
+        Self::launch(
+            Kind::Sentinel {
+                conf: conf.to_owned(),
+            },
+            &[],
+        )
+    }
+
+    fn launch(kind: Kind, extra_args: &[&str]) -> io::Result<Self> {
         let dir = tempfile::Builder::new().prefix("tollgate-redis-").tempdir()?;
+        if let Kind::Sentinel { conf } = &kind {
+            fs::write(dir.path().join(SENTINEL_CONF), conf)?;
+        }
+        let cluster = kind == Kind::ClusterNode;
         let mut server = RedisServer {
             port: 0,
             cluster_port: None,
+            kind,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             dir,
             child: None,
@@ -523,6 +604,32 @@ impl RedisServer {
             .unwrap_or(0)
     }
 
+    /// The server's name and version, from `INFO server`: `redis 7.0.15`, or `valkey 9.1.2`
+    /// (Valkey reports `server_name:valkey` and `valkey_version`), for test output and for tests
+    /// that try what only one of them offers.
+    ///
+    /// # Panics
+    ///
+    /// When the server cannot be asked.
+    ///
+    /// ```
+    /// let redis = tollgate_testkit::RedisServer::start();
+    /// let version = redis.version();
+    /// assert!(version.starts_with("redis ") || version.starts_with("valkey "), "{version}");
+    /// ```
+    pub fn version(&self) -> String {
+        let info = self.command(&["INFO", "server"]);
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|line| line.trim_end().strip_prefix(name))
+                .map(str::to_owned)
+        };
+        match (field("server_name:"), field("valkey_version:")) {
+            (Some(name), Some(version)) if name == "valkey" => format!("valkey {version}"),
+            _ => format!("redis {}", field("redis_version:").unwrap_or_default()),
+        }
+    }
+
     /// Sends one command with the testkit's own client and returns the text reply.
     ///
     /// # Panics
@@ -540,13 +647,38 @@ impl RedisServer {
 
     fn args(&self) -> Vec<String> {
         let dir = self.dir.path().display().to_string();
-        let mut args: Vec<String> = [
+        let port = self.port.to_string();
+        let mut args: Vec<String> = vec![];
+        if let Kind::Sentinel { .. } = self.kind {
+            // The configuration file comes first; a sentinel keeps no data, so it needs none of
+            // the persistence or debug settings below.
+            let conf = self.dir.path().join(SENTINEL_CONF).display().to_string();
+            for arg in [
+                conf.as_str(),
+                "--sentinel",
+                "--daemonize",
+                "no",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port,
+                "--protected-mode",
+                "no",
+                "--dir",
+                &dir,
+            ] {
+                args.push(arg.to_owned());
+            }
+            args.extend(self.extra_args.iter().cloned());
+            return args;
+        }
+        for arg in [
             "--daemonize",
             "no",
             "--bind",
             "127.0.0.1",
             "--port",
-            &self.port.to_string(),
+            &port,
             "--protected-mode",
             "no",
             "--save",
@@ -558,10 +690,9 @@ impl RedisServer {
             // For fault tests that need a slow server (`DEBUG SLEEP`); it is off by default.
             "--enable-debug-command",
             "yes",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        ] {
+            args.push(arg.to_owned());
+        }
         if let Some(cluster_port) = self.cluster_port {
             let nodes_conf = self.dir.path().join("nodes.conf").display().to_string();
             for arg in [
@@ -588,7 +719,8 @@ impl RedisServer {
         let log = OpenOptions::new().create(true).append(true).open(&log_path)?;
         // Appending keeps the log of earlier runs; errors quote only this run's part.
         let log_start = log.metadata()?.len();
-        let child = Command::new("redis-server")
+        let program = server_program();
+        let child = Command::new(&program)
             .args(self.args())
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
@@ -596,8 +728,14 @@ impl RedisServer {
             .stderr(log)
             .spawn()
             .map_err(|e| match e.kind() {
-                io::ErrorKind::NotFound => io::Error::new(io::ErrorKind::NotFound, SERVER_NOT_FOUND),
-                _ => io::Error::new(e.kind(), format!("could not spawn redis-server: {e}")),
+                io::ErrorKind::NotFound => io::Error::new(
+                    io::ErrorKind::NotFound,
+                    not_found(SERVER_VAR, &program, SERVER_NOT_FOUND),
+                ),
+                _ => io::Error::new(
+                    e.kind(),
+                    format!("could not spawn {}: {e}", program.to_string_lossy()),
+                ),
             })?;
         self.child = Some(child);
         let ready = self.wait_ready(log_start);
@@ -679,18 +817,26 @@ pub(crate) fn run_redis_cli(args: &[&str]) -> String {
 /// [`run_redis_cli`] that returns the error instead of panicking: `NotFound` when redis-cli is
 /// missing, otherwise an error quoting the command and what it printed.
 pub(crate) fn try_run_redis_cli(args: &[&str]) -> io::Result<String> {
-    let output = Command::new("redis-cli")
+    let program = cli_program();
+    let output = Command::new(&program)
         .args(args)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => io::Error::new(io::ErrorKind::NotFound, CLI_NOT_FOUND),
-            _ => io::Error::new(e.kind(), format!("could not run redis-cli: {e}")),
+            io::ErrorKind::NotFound => io::Error::new(
+                io::ErrorKind::NotFound,
+                not_found(CLI_VAR, &program, CLI_NOT_FOUND),
+            ),
+            _ => io::Error::new(
+                e.kind(),
+                format!("could not run {}: {e}", program.to_string_lossy()),
+            ),
         })?;
     let stdout = String::from_utf8_lossy(&output.stdout);
     if !output.status.success() {
         return Err(io::Error::other(format!(
-            "`redis-cli {}` failed ({}):\n{}{}",
+            "`{} {}` failed ({}):\n{}{}",
+            program.to_string_lossy(),
             args.join(" "),
             output.status,
             String::from_utf8_lossy(&output.stderr),

@@ -35,6 +35,27 @@ impl Reply {
             other => Err(io::Error::other(format!("expected a text reply, got {other:?}"))),
         }
     }
+
+    /// An array reply as the text of each element (integers written out), as a Sentinel's
+    /// `SENTINEL MASTER` (field, value, field, value, ...) and `get-master-addr-by-name` answer;
+    /// the null array is empty. Any other reply, or an element that is itself an array, is an
+    /// error.
+    pub(crate) fn into_texts(self) -> io::Result<Vec<String>> {
+        match self {
+            Reply::Array(None) => Ok(vec![]),
+            Reply::Array(Some(items)) => items
+                .into_iter()
+                .map(|item| match item {
+                    Reply::Integer(n) => Ok(n.to_string()),
+                    other => other.into_text(),
+                })
+                .collect(),
+            Reply::Error(e) => Err(io::Error::other(format!("redis replied with an error: {e}"))),
+            other => Err(io::Error::other(format!(
+                "expected an array reply, got {other:?}"
+            ))),
+        }
+    }
 }
 
 /// Connects to `addr`, sends `args` as one command and reads one reply.
@@ -162,5 +183,13 @@ mod tests {
     fn error_replies_are_not_text() {
         assert!(Reply::Error("ERR x".into()).into_text().is_err());
         assert_eq!(Reply::Bulk(Some(b"v".to_vec())).into_text().unwrap(), "v");
+    }
+
+    #[test]
+    fn arrays_read_as_texts() {
+        let reply = parse(b"*2\r\n$9\r\n127.0.0.1\r\n:6379\r\n").unwrap();
+        assert_eq!(reply.into_texts().unwrap(), ["127.0.0.1", "6379"]);
+        assert!(parse(b"*-1\r\n").unwrap().into_texts().unwrap().is_empty());
+        assert!(Reply::Error("ERR x".into()).into_texts().is_err());
     }
 }

@@ -1,14 +1,14 @@
 //! The spawners against real `redis-server` processes: they start, answer, survive the fault
 //! helpers, and leave nothing behind (no listening port, no unreaped child).
 //!
-//! Server and cluster tests share this one binary so that they run in parallel.
+//! Server, cluster and sentinel tests share this one binary so that they run in parallel.
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tollgate_testkit::{RedisCluster, RedisServer};
+use tollgate_testkit::{RedisCluster, RedisSentinel, RedisServer};
 
 fn assert_refused(addr: SocketAddr) {
     let err = TcpStream::connect(addr).expect_err("nothing should listen on a stopped server's port");
@@ -295,4 +295,60 @@ fn spawners_can_be_shared_across_threads() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<RedisServer>();
     assert_send_sync::<RedisCluster>();
+    assert_send_sync::<RedisSentinel>();
+}
+
+#[test]
+fn sentinels_promote_the_replica_of_a_killed_master_and_everything_stops_on_drop() {
+    let mut setup = RedisSentinel::start();
+    let [first, second] = [setup.servers()[0].port(), setup.servers()[1].port()];
+    assert_eq!(setup.master().port(), first);
+    assert_eq!(setup.replica().map(RedisServer::port), Some(second));
+    assert_eq!(
+        setup.store_url(),
+        format!("redis+sentinel://{}/tollgate-master", setup.sentinel_addrs())
+    );
+    for sentinel in setup.sentinels() {
+        assert_eq!(
+            sentinel.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", setup.master_name()]),
+            format!("127.0.0.1\n{first}")
+        );
+    }
+    setup.master().cli(&["SET", "replicated", "1"]);
+    setup.wait_until_replicated();
+    let replica = setup.replica().expect("a replica");
+    replica.cut_from_master();
+    setup.master().cli(&["SET", "lost", "1"]);
+    let master_pid = setup.master().pid().expect("running");
+    let master_addr = setup.master().addr();
+
+    let failover = setup.fail_over();
+    assert_eq!((failover.old_master, failover.new_master), (first, second));
+    assert_refused(master_addr);
+    assert_reaped(master_pid);
+    let promoted = setup.master();
+    assert_eq!(promoted.port(), second);
+    assert_eq!(promoted.cli(&["GET", "replicated"]), "1");
+    assert_eq!(
+        promoted.cli(&["EXISTS", "lost"]),
+        "0",
+        "a write it never received"
+    );
+    assert!(setup.replica().is_none());
+
+    let pids: Vec<u32> = setup
+        .sentinels()
+        .iter()
+        .chain(setup.servers())
+        .filter_map(RedisServer::pid)
+        .collect();
+    let addrs: Vec<SocketAddr> = setup.sentinels().iter().map(RedisServer::addr).collect();
+    assert_eq!(pids.len(), 4, "three sentinels and the promoted replica");
+    drop(setup);
+    for pid in pids {
+        assert_reaped(pid);
+    }
+    for addr in addrs {
+        assert_refused(addr);
+    }
 }

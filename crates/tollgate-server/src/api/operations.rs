@@ -57,6 +57,9 @@ pub(crate) async fn render_metrics(State(state): State<SharedState>, headers: He
     if let Some(failures) = state.store.refund_failures() {
         metrics::store_refund_failures(failures);
     }
+    if let Some(failovers) = state.store.failovers() {
+        metrics::store_failovers(failovers);
+    }
     let mut text = metrics::install().render();
     if super::auth::authorize_admin(&state, &headers).is_ok() {
         metrics::render_top_offenders(&mut text);

@@ -308,6 +308,13 @@ pub(crate) fn store_state_lost(lost: u64) {
     metrics::counter!("tollgate_store_state_lost_total").absolute(lost);
 }
 
+/// How many times the Redis store followed its Sentinel master to a new address (see
+/// `tollgate_redis::StoreStats::failovers`): `tollgate_store_failovers_total`, the store's own
+/// running count (0 without Sentinel).
+pub(crate) fn store_failovers(failovers: u64) {
+    metrics::counter!("tollgate_store_failovers_total").absolute(failovers);
+}
+
 /// The store's refunds of cross-slot reservations that failed (see
 /// `tollgate_redis::StoreStats::refund_failures`): `tollgate_store_refund_failures_total`, the
 /// store's own running count.

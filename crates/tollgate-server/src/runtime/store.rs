@@ -7,8 +7,9 @@
 //! start-up and reports an unreachable or misconfigured one loudly (an `error` event naming the
 //! class: `auth` for a wrong password, `cluster` for a cluster address at a standalone server or
 //! the reverse, `connection`, `timeout`), then starts anyway and lets the failure modes decide,
-//! unless [`StoreOptions::require`] asks it to refuse. [`AnyStore::health`] is what `/readyz`
-//! reports.
+//! unless [`StoreOptions::require`] asks it to refuse. A server that answers but cannot run Lua
+//! scripts (scripting turned off) is refused whatever `require` says: it can never decide.
+//! [`AnyStore::health`] is what `/readyz` reports.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -84,7 +85,8 @@ impl AnyStore {
         AnyStore::Memory(Arc::new(MemoryStore::new()))
     }
 
-    /// A Redis store for `url` (`redis://host:port` or `redis+cluster://host:port,...`). It
+    /// A Redis store for `url` (`redis://host:port`, `redis+cluster://host:port,...` or
+    /// `redis+sentinel://host:port,.../<master-name>`). It
     /// connects lazily: the server starts while Redis is away and follows each policy's failure
     /// mode until Redis answers.
     pub async fn redis(url: &str) -> Result<Self, tollgate_redis::ConnectError> {
@@ -132,8 +134,18 @@ impl AnyStore {
             .await
             .map_err(|err| anyhow::anyhow!("store `{shown}`: {err}"))?;
         // A first connection (TLS, AUTH) takes longer than a call: give it a second at least.
-        match store.health(options.timeout.max(Duration::from_secs(1))).await {
+        let within = options.timeout.max(Duration::from_secs(1));
+        match store.health(within).await {
             Ok(()) => {
+                // A server that cannot run Lua can never decide, so it is refused whatever
+                // `--require-store` says: no wait cures it, and starting would only hand every
+                // request to the failure modes.
+                if let Err(err @ tollgate_redis::ConnectError::NoScripting { .. }) =
+                    store.check_scripting(within).await
+                {
+                    tracing::error!(store = %shown, class = "script", error = %err, "rate limit store cannot run Lua scripts; refusing to start");
+                    anyhow::bail!("{err}");
+                }
                 tracing::info!(store = %shown, "rate limit store ready");
             }
             Err(err) => {
@@ -206,6 +218,15 @@ impl AnyStore {
         match self {
             AnyStore::Memory(_) | AnyStore::ManualMemory(_) => None,
             AnyStore::Redis(store) => Some(store.stats().state_lost),
+        }
+    }
+
+    /// How many times the store followed its Sentinel master to a new address (see
+    /// `tollgate_redis::StoreStats::failovers`); `None` for memory.
+    pub fn failovers(&self) -> Option<u64> {
+        match self {
+            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => None,
+            AnyStore::Redis(store) => Some(store.stats().failovers),
         }
     }
 

@@ -1,9 +1,10 @@
 //! # From memory to Redis
 //!
 //! The memory store limits one process. To share limits across a fleet, the same policies run
-//! on Redis or Redis Cluster through the `tollgate-redis` crate: every decision is one Lua
-//! script on Redis's own clock, a line-for-line port of this crate's step functions, and a test
-//! suite checks that memory, Redis and a cluster give exactly the same decisions.
+//! on Redis, Redis Cluster or a master behind Redis Sentinel (Valkey too) through the
+//! `tollgate-redis` crate: every decision is one Lua script on Redis's own clock, a line-for-line
+//! port of this crate's step functions, and a test suite checks that memory, Redis, a cluster and
+//! Sentinel give exactly the same decisions.
 //!
 //! ## Write the checking code once
 //!
@@ -100,4 +101,5 @@
 //! ```
 //!
 //! The repository's `docs/redis.md` covers the key layout, memory per key, resharding,
-//! failover and acknowledged decisions, TLS and AUTH.
+//! failover and acknowledged decisions, Sentinel, the tested servers (Redis 7.0, Valkey 9.1),
+//! TLS and AUTH.
