@@ -490,6 +490,7 @@ async fn ask_grpc(client: &mut RateLimitServiceClient<Channel>, names: &[&str]) 
 /// app behind the door answers when the request gets through.
 async fn ask_router(app: &Router, names: &[&str], expected_body: &str) -> Answer {
     let request = Request::get(route_path(names))
+        .header("host", "localhost")
         .header(KEY_HEADER, KEY)
         .body(Body::empty())
         .expect("request");

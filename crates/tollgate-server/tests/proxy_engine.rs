@@ -27,6 +27,7 @@ async fn statuses(app: &Router, paths: &[&str]) -> Vec<StatusCode> {
     let mut out = Vec::new();
     for path in paths {
         let mut request = Request::get(*path)
+            .header("host", "localhost")
             .header("x-key", "client")
             .body(Body::empty())
             .expect("request");
@@ -76,6 +77,7 @@ async fn the_proxy_applies_the_configs_allow_and_deny_lists() {
     assert_eq!(statuses(&app, &["/a", "/b"]).await, [StatusCode::FORBIDDEN; 2]);
     for _ in 0..4 {
         let mut request = Request::get("/a")
+            .header("host", "localhost")
             .header("x-key", "office-7")
             .body(Body::empty())
             .expect("request");

@@ -166,7 +166,8 @@ impl Backoff {
     /// let upstream = Backoff::default();
     /// assert_eq!(upstream.delay(0, 0.3), Duration::from_secs(10));
     /// assert_eq!(upstream.delay(5, 0.9), Duration::from_secs(10));
-    /// let doubling = Backoff { factor: 2.0, jitter: false, ..Backoff::default() };
+    /// let mut doubling = Backoff::default();
+    /// (doubling.factor, doubling.jitter) = (2.0, false);
     /// assert_eq!(doubling.delay(1, 0.0), Duration::from_secs(20));
     /// assert_eq!(doubling.delay(9, 0.0), Duration::from_secs(60));
     /// ```
