@@ -656,7 +656,8 @@ async fn on_redis_a_denial_cached_before_a_reload_that_raises_the_limit_is_not_a
     let config = temp_config("policies:\n  api: {algorithm: fixed_window, limit: 5, window: 1h}\n");
     let path = config.path().to_str().expect("utf-8").to_owned();
     let store = redis.url();
-    let mut a = Server::start(&["--config", &path, "--store", &store]);
+    let deadline = tollgate_testkit::store_timeout_arg();
+    let mut a = Server::start(&["--config", &path, "--store", &store, "--store-timeout", &deadline]);
     for _ in 0..5 {
         assert_eq!(check(&a, "api", "k").await.0, StatusCode::OK);
     }
@@ -682,9 +683,10 @@ async fn flip_flops_admit_one_window(store: Option<String>) {
     let five = "policies:\n  api: {algorithm: fixed_window, limit: 5, window: 1h, on_change: keep}\n";
     let config = temp_config(ten);
     let path = config.path().to_str().expect("utf-8").to_owned();
+    let deadline = tollgate_testkit::store_timeout_arg();
     let mut args = vec!["--config", path.as_str()];
     if let Some(store) = &store {
-        args.extend(["--store", store.as_str()]);
+        args.extend(["--store", store.as_str(), "--store-timeout", deadline.as_str()]);
     }
     let mut server = Server::start(&args);
     let http = client();
