@@ -5,8 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Each stage says how long it took; the whole suite takes about 12 minutes on 2 cores from a
-# fresh clone (most of it compiling), about 5 when warm.
+# Each stage says how long it took; the whole suite takes about 20 minutes on 2 cores from a
+# fresh clone (most of it compiling), about 9 when warm.
 suite_started=$SECONDS
 stage_started=$SECONDS
 stage() {
