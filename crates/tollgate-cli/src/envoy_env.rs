@@ -140,6 +140,16 @@ impl Compat {
     }
 }
 
+/// A lookup of `vars` (name, value), as [`EnvoyEnv::from_lookup`] takes one: for tests.
+#[cfg(test)]
+pub(crate) fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
+    let vars: Vec<(String, String)> = vars
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+}
+
 /// A variable whose value cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{var}={value}: {why}")]
@@ -493,11 +503,7 @@ mod tests {
     use tollgate_server::Settings;
 
     fn read(vars: &[(&str, &str)]) -> Result<EnvoyEnv, EnvError> {
-        let vars: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        EnvoyEnv::from_lookup(|name| vars.get(name).cloned())
+        EnvoyEnv::from_lookup(lookup(vars))
     }
 
     #[test]

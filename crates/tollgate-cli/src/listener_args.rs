@@ -7,8 +7,8 @@ use std::time::Duration;
 use clap::Args;
 use tollgate_server::ListenerOptions;
 
-/// A duration flag: `"10s"`, `"500ms"`, `"2m"`.
-fn duration(text: &str) -> Result<Duration, String> {
+/// A duration flag or variable: `"10s"`, `"500ms"`, `"2m"`, `"1m30s"` (Go's durations too).
+pub(crate) fn duration(text: &str) -> Result<Duration, String> {
     tollgate_config::duration::parse_duration(text).map_err(|err| err.to_string())
 }
 

@@ -21,6 +21,7 @@ use clap::Args;
 use tollgate_server::statsd::{StatsdOptions, StatsdProtocol};
 
 use crate::envoy_env::{EnvError, boolean};
+use crate::listener_args::duration;
 
 /// The statistics flags.
 #[derive(Args, Debug, Clone, Default)]
@@ -197,21 +198,10 @@ fn protocol(text: &str) -> Result<StatsdProtocol, String> {
     }
 }
 
-fn duration(text: &str) -> Result<Duration, String> {
-    tollgate_config::duration::parse_duration(text).map_err(|err| err.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let vars: Vec<(String, String)> = vars
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
-    }
+    use crate::envoy_env::lookup as env;
 
     #[test]
     fn envoy_gateways_prometheus_listener_is_read_as_go_reads_it() {

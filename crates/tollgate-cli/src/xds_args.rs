@@ -28,6 +28,7 @@ use tollgate_server::xds::Backoff;
 use tollgate_server::{XdsOptions, XdsSource, XdsTls};
 
 use crate::envoy_env::{EnvError, boolean};
+use crate::listener_args::duration;
 
 /// The `--xds-*` flags.
 #[derive(Args, Debug, Clone, Default)]
@@ -241,10 +242,6 @@ fn env_duration(var: &'static str, value: &str) -> Result<Duration, EnvError> {
     duration(value).map_err(|why| EnvError::new(var, value, why))
 }
 
-fn duration(text: &str) -> Result<Duration, String> {
-    tollgate_config::duration::parse_duration(text).map_err(|err| err.to_string())
-}
-
 /// A backoff multiplier: a positive number.
 fn factor(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
@@ -256,14 +253,7 @@ fn factor(text: &str) -> Result<f64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let vars: Vec<(String, String)> = vars
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
-    }
+    use crate::envoy_env::lookup as env;
 
     #[test]
     fn envoy_gateways_variables_give_an_mtls_source_that_starts_at_once() {
