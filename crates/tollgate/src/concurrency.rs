@@ -471,6 +471,10 @@ pub enum Release {
 /// # }
 /// ```
 pub trait ConcurrencyStore: Send + Sync {
+    /// Whether every future this store returns is ready at its first poll, as for
+    /// [`Store::ANSWERS_AT_ONCE`](crate::Store::ANSWERS_AT_ONCE).
+    const ANSWERS_AT_ONCE: bool = false;
+
     /// Takes a slot of `key` under `policy` if one is free. Expired leases are dropped first.
     /// The key is checked with [`validate_key`](crate::store::validate_key).
     fn acquire(
@@ -506,6 +510,8 @@ pub trait ConcurrencyStore: Send + Sync {
 }
 
 impl<S: ConcurrencyStore + ?Sized> ConcurrencyStore for Arc<S> {
+    const ANSWERS_AT_ONCE: bool = S::ANSWERS_AT_ONCE;
+
     fn acquire(
         &self,
         policy: &ConcurrencyPolicy,

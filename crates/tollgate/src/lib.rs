@@ -91,7 +91,7 @@ pub use cidr::{Cidr, CidrError};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{AttemptTry, AttemptsStatus, Charged, Decision, Decisions, PerRule};
 pub use enforcement::Enforcement;
-pub use engine::{Charges, Engine, EngineBuilder, Outcome, RuleVerdict, Verdict};
+pub use engine::{Charges, Done, Engine, EngineBuilder, Op, Outcome, Request, RuleVerdict, Settled, Verdict};
 pub use error::{Error, PolicyError, StoreErrorKind};
 pub use fingerprint::Fingerprint;
 pub use lease::LeaseOptions;

@@ -43,6 +43,11 @@ use crate::{AttemptTry, AttemptsStatus, Charged, Decision, Decisions, Error, Per
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub trait Store: Send + Sync {
+    /// Whether every future this store returns is ready at its first poll: it never waits (the
+    /// memory store). A caller may then poll once in place instead of boxing or awaiting (the
+    /// tower layer does). False unless a store says otherwise.
+    const ANSWERS_AT_ONCE: bool = false;
+
     /// Decides every rule of one request at once, atomically: no other request sees the rules
     /// half-applied.
     ///
@@ -189,6 +194,8 @@ pub trait Store: Send + Sync {
 // A store shared with the rest of an application (say, to reset a key after a login) is a
 /// store too, so an [`Engine`](crate::Engine) can own an `Arc` of it.
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    const ANSWERS_AT_ONCE: bool = S::ANSWERS_AT_ONCE;
+
     fn decide(
         &self,
         rules: &[Rule<'_>],

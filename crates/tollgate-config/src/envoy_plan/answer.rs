@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Charged, Outcome, Policy, RuleVerdict, Verdict};
+use tollgate::{Charged, Done, Outcome, Policy, RuleVerdict, Settled, Verdict};
 
 use super::{Hits, Matched, Plan, Slot};
 use crate::{Metadata, Unit};
@@ -108,11 +108,14 @@ pub struct Answer<'p> {
     pub shadowed: bool,
     /// The request's outcome, in the engine's labels.
     pub outcome: Outcome,
-    /// The store failed and a limit fails closed: the message naming its descriptor. Doors
-    /// answer `UNAVAILABLE` (or 503) instead of the rest.
+    /// The store failed and a limit fails closed, or a refund failed: the message naming its
+    /// descriptor. Doors answer `UNAVAILABLE` (or 503) instead of the rest.
     pub unavailable: Option<String>,
     /// One per descriptor, in request order.
     pub descriptors: Vec<DescriptorAnswer<'p>>,
+    /// When the request was decided, since the Unix epoch, on the engine's clock: where rate
+    /// limit headers place their resets.
+    pub now: Duration,
 }
 
 impl Answer<'_> {
@@ -137,49 +140,71 @@ impl Answer<'_> {
 }
 
 impl<'l> Plan<'l> {
-    /// The answer from the engine's `verdict` of [`rules`](Self::rules) (`None` when there
-    /// were none); `spent` when the verdict came from `check_all`, not `peek_all`. `settled` are
-    /// the results of [`settlements`](Self::settlements), in their order (empty when they were
-    /// not recorded, as explain does not). `since_epoch` places deny-all limits in their unit.
-    pub fn answer(
-        &self,
-        verdict: Option<&Verdict>,
-        spent: bool,
-        settled: &[Charged],
-        since_epoch: Duration,
-    ) -> Answer<'_> {
-        let mut rule_verdicts = verdict.map(Verdict::rules).unwrap_or_default().iter();
-        let mut settled = settled.iter();
+    /// The answer from what the engine `settled` of [`request`](Self::request).
+    pub fn answer(&self, settled: &Settled) -> Answer<'_> {
+        let (verdict, spent) = match (&settled.verdict, &settled.peeked) {
+            (Some(verdict), _) => (Some(verdict), settled.spent),
+            (None, peeked) => (peeked.as_ref(), false),
+        };
+        let rule_of = |i: usize, of: Option<&Verdict>| of.and_then(|v| v.rules().get(i)).copied();
+        let mut done = settled.ops.iter();
         let spends = spent && verdict.is_some_and(Verdict::spends);
         let given_back = !spent && verdict.is_some_and(Verdict::spends);
         let mut limited_at = Vec::new();
+        let mut refund_failed = None;
+        let mut listed = self.unlimited_keys.iter().peekable();
         let descriptors: Vec<DescriptorAnswer<'_>> = self
             .slots
             .iter()
             .enumerate()
             .map(|(i, slot)| match slot {
                 Slot::Limited { matched, policy } if matched.hits != Hits::Checked => {
-                    self.settled(matched, policy, settled.next().copied())
+                    let charged = match (self.looking, done.next()) {
+                        (true, _) | (false, None) => None,
+                        (false, Some(done)) => match done {
+                            Done::Charged { charged, .. } => Some(*charged),
+                            Done::Held(decision) | Done::Refunded(Ok(decision)) => Some(Charged {
+                                decision: *decision,
+                                debt: 0,
+                            }),
+                            Done::Refunded(Err(err)) => {
+                                refund_failed.get_or_insert_with(|| {
+                                    format!("descriptors[{i}]: a refund failed: {err}")
+                                });
+                                None
+                            }
+                            _ => None,
+                        },
+                    };
+                    self.settled(matched, policy, charged)
                 }
                 Slot::Limited { matched, policy } => {
                     limited_at.push(i);
-                    let verdict = rule_verdicts.next().copied();
+                    let verdict = match done.next() {
+                        Some(Done::Checked(at)) => rule_of(*at, settled.verdict.as_ref()),
+                        Some(Done::Peeked(at)) => rule_of(*at, settled.peeked.as_ref()),
+                        _ => None,
+                    };
                     self.limited(matched, policy, verdict, spends, given_back)
                 }
-                _ if self.blocked[i] => {
-                    let mut answer = self.decided_at_door(slot, since_epoch);
-                    answer.over = true;
-                    answer.refusal = Some(Outcome::Blocked);
+                _ => {
+                    let blocked = match listed.next_if(|(at, _)| *at == i) {
+                        Some((_, Some(_))) => matches!(done.next(), Some(Done::Listed { denied: true })),
+                        _ => false,
+                    };
+                    let mut answer = self.decided_at_door(slot, settled.now);
+                    if blocked {
+                        answer.over = true;
+                        answer.refusal = Some(Outcome::Blocked);
+                    }
                     answer
                 }
-                _ => self.decided_at_door(slot, since_epoch),
             })
             .collect();
-        let blocked =
-            self.blocked.contains(&true) || verdict.is_some_and(|v| v.outcome() == Outcome::Blocked);
+        let blocked = settled.blocked || verdict.is_some_and(|v| v.outcome() == Outcome::Blocked);
         let over = overall(&descriptors);
         let shadowed = over && self.modes.global_shadow;
-        let unavailable = verdict.filter(|v| v.outcome() == Outcome::Error).map(|v| {
+        let failed_closed = verdict.filter(|v| v.outcome() == Outcome::Error).map(|v| {
             let cause = v
                 .store_error()
                 .map_or_else(|| "the store failed".to_owned(), ToString::to_string);
@@ -207,8 +232,9 @@ impl<'l> Plan<'l> {
             blocked,
             shadowed,
             outcome,
-            unavailable,
+            unavailable: failed_closed.or(refund_failed),
             descriptors,
+            now: settled.now,
         }
     }
 
@@ -464,6 +490,7 @@ mod tests {
             outcome: Outcome::Allowed,
             unavailable: None,
             descriptors,
+            now: Duration::ZERO,
         }
     }
 

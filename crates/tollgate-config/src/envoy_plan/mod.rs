@@ -1,8 +1,9 @@
 //! The Envoy planner: what a `ShouldRateLimit` request means, as envoyproxy/ratelimit answers
 //! it, in one pure place. The gRPC door, `POST /json` and explain all plan with it, so they
-//! cannot disagree; they only read their input into [`Asked`] descriptors, ask the
-//! [`Engine`](tollgate::Engine) about [`Plan::rules`], and write [`Plan::answer`] back in their
-//! protocol. No I/O here: the engine call is the caller's, and so is the clock.
+//! cannot disagree; they only read their input into [`Asked`] descriptors, run
+//! [`Plan::request`] with one [`Engine::run`](tollgate::Engine::run) call, and write
+//! [`Plan::answer`] back in their protocol. No I/O here: the engine call is the caller's, and
+//! the time is the engine's.
 //!
 //! # One request
 //!
@@ -30,7 +31,7 @@
 //! A descriptor's own `hits_addend` of 0 is a question ([`Rule::question`](tollgate::Rule) of
 //! cost 0): "is the key past its limit?", `OK` while it is not (a budget exactly spent is not
 //! past it), never spent. A descriptor's own `hits_addend` above 0 is counted as upstream counts
-//! it: a charge ([`Plan::settlements`]), recorded even past the limit, the key going into debt,
+//! it: a charge ([`Op::Charge`]), recorded even past the limit, the key going into debt,
 //! and `OVER_LIMIT` when it went past. `is_negative_hits` gives that many back (a refund). This
 //! is Envoy's pattern for costs known after the response: ask with 0 before, debit the real cost
 //! after. Descriptors without their own `hits_addend` are checked all or nothing.
@@ -48,11 +49,11 @@
 //!   [`Apart::Quota`]: the request is over only when every quota descriptor is;
 //! - under upstream's counting ([`Modes::count_every`]) every other descriptor is a rule
 //!   [`Apart::Alone`]: each spends when it fits, whatever the others say, and one over its
-//!   limit is charged its cost ([`Plan::overcharged`]), as upstream's counter counts it.
+//!   limit is charged its cost ([`Op::Count`]), as upstream's counter counts it.
 //!
 //! A refusal without the store (an enforced deny-all descriptor, a cost no budget admits, or
-//! every quota descriptor over at once) refuses the request: then [`Plan::spends`] is false and
-//! the rules are only looked at ([`Engine::peek_all`](tollgate::Engine::peek_all)).
+//! every quota descriptor over at once) refuses the request: then its rules are only looked at
+//! ([`Op::Peek`]). A deny-listed address refuses it too (see [`Plan::request`]).
 //!
 //! # The answer
 //!
@@ -66,7 +67,7 @@ mod limit_override;
 
 use std::borrow::Cow;
 
-use tollgate::{Apart, Policy, Rule};
+use tollgate::{Apart, Op, Policy, Request, Rule};
 
 pub use self::answer::{Answer, CurrentLimit, DescriptorAnswer, Hit, Kind};
 use self::limit_override::{Admits, OverridePolicies};
@@ -172,7 +173,6 @@ pub enum PlanError {
 /// Plans requests; holds the policies of recent limit overrides, so share one per server.
 ///
 /// ```
-/// use std::time::Duration;
 /// use tollgate::{Engine, MemoryStore};
 /// use tollgate_config::envoy_plan::{Asked, Modes, Planner};
 ///
@@ -190,9 +190,8 @@ pub enum PlanError {
 /// for expect_over in [false, true] {
 ///     let plan = planner.plan(&limits, Modes::default(), "edge", asked())?;
 ///     // The memory store answers at once, so one poll decides.
-///     let verdict = block_on(engine.check_all(&plan.rules()))?;
-///     let answer = plan.answer(Some(&verdict), plan.spends(), &[], Duration::ZERO);
-///     assert_eq!(answer.over, expect_over);
+///     let settled = block_on(engine.run(&plan.request()))?;
+///     assert_eq!(plan.answer(&settled).over, expect_over);
 /// }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -281,17 +280,16 @@ impl Planner {
             }
             slots.push(slot);
         }
-        let blocked = vec![false; slots.len()];
         Ok(Plan {
             slots,
             modes,
             unlimited_keys,
-            blocked,
+            looking: false,
         })
     }
 }
 
-/// A planned request: the engine rules to decide, and how to answer from the verdict.
+/// A planned request: the engine [`Request`] to run, and how to answer from what it settled.
 #[derive(Debug)]
 pub struct Plan<'l> {
     slots: Vec<Slot<'l>>,
@@ -299,63 +297,72 @@ pub struct Plan<'l> {
     /// The descriptors the store never sees (no limit, `unlimited`), with what allow and deny
     /// lists match of them.
     unlimited_keys: Vec<(usize, Option<String>)>,
-    /// Per descriptor: blocked by a global deny list although no limit applies to it.
-    blocked: Vec<bool>,
+    /// Explain's plan: everything is only looked at, charges and refunds left out.
+    looking: bool,
 }
 
 impl Plan<'_> {
-    /// The engine rules of the limited descriptors, in request order (questions, a cost of 0,
-    /// included); empty when no descriptor needs the store.
-    pub fn rules(&self) -> Vec<Rule<'_>> {
-        self.slots
-            .iter()
-            .filter_map(|slot| match slot {
-                Slot::Limited { matched, policy } if matched.hits == Hits::Checked => {
-                    Some(matched.rule(policy, self.modes))
-                }
-                _ => None,
-            })
-            .collect()
+    /// This plan as explain runs it: the checked descriptors only looked at
+    /// ([`Op::Peek`]), charges and refunds left out, so that the store is left as it was.
+    #[must_use]
+    pub fn looking(mut self) -> Self {
+        self.looking = true;
+        self
     }
 
-    /// The charges and refunds of the descriptors that carry them, in request order, once the
-    /// checked descriptors' `verdict` is known (`None` when there were none): the door records
-    /// each (charges in one [`charge_all`](tollgate::Engine::charge_all), refunds with
-    /// [`refund`](tollgate::Engine::refund), and looks at the [`Settle::Ask`] ones with
-    /// [`peek_all`](tollgate::Engine::peek_all)) and hands [`answer`](Self::answer) what each
-    /// gave, in this order. A charge is never refused, so it is recorded whatever the checked
-    /// descriptors say, except under [`Modes::stop_when_over`] when they are over: then it is
-    /// only asked, as upstream with `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` does not count it.
-    pub fn settlements(&self, verdict: Option<&tollgate::Verdict>) -> Vec<Settlement<'_>> {
-        let checked_over = !self.spends() || verdict.is_some_and(|v| !v.allowed());
-        let hold_charges = self.modes.stop_when_over && checked_over;
-        self.slots
-            .iter()
-            .filter_map(|slot| match slot {
-                Slot::Limited { matched, policy } if matched.hits != Hits::Checked => {
-                    let settle = match matched.hits {
-                        Hits::Refunded => Settle::Refund,
-                        _ if hold_charges => Settle::Ask,
-                        _ => Settle::Charge,
-                    };
-                    let cost = if settle == Settle::Ask { 1 } else { matched.cost };
-                    Some(Settlement {
-                        rule: Rule::new(policy, matched.key.as_bytes(), cost),
-                        settle,
-                    })
+    /// The engine request of the plan, its ops in descriptor order:
+    ///
+    /// - each limited descriptor checked with the others ([`Op::Check`]; [`Op::Count`] under
+    ///   upstream's counting, [`Modes::count_every`]), or only looked at ([`Op::Peek`]) when the
+    ///   request is refused without the store or [looked at](Self::looking);
+    /// - a descriptor's own `hits_addend` above 0 charged ([`Op::Charge`]): never refused,
+    ///   recorded past the limit as upstream counts it; held back under
+    ///   [`Modes::stop_when_over`] when the checks refuse the request;
+    /// - `is_negative_hits` refunded ([`Op::Refund`]), at most what the policy can hold;
+    /// - the address of a descriptor no limit applies to ([`Op::Listed`]): a deny list is
+    ///   absolute, whether or not a limit matched.
+    pub fn request(&self) -> Request<'_> {
+        let spends = !self.looking && self.spends();
+        let mut ops = Vec::with_capacity(self.slots.len());
+        let mut listed = self.unlimited_keys.iter().peekable();
+        for (index, slot) in self.slots.iter().enumerate() {
+            match slot {
+                Slot::Limited { matched, policy } => {
+                    let key = matched.key.as_bytes();
+                    match matched.hits {
+                        Hits::Checked => {
+                            let rule = matched.rule(policy, self.modes);
+                            ops.push(match (spends, self.modes.count_every) {
+                                (false, _) => Op::Peek(rule),
+                                (true, true) => Op::Count(rule),
+                                (true, false) => Op::Check(rule),
+                            });
+                        }
+                        _ if self.looking => {}
+                        Hits::Charged => ops.push(Op::Charge(Rule::new(policy, key, matched.cost))),
+                        Hits::Refunded => {
+                            let cost = matched.cost.min(policy.max_cost());
+                            ops.push(Op::Refund(Rule::new(policy, key, cost)));
+                        }
+                    }
                 }
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// Whether the rules are to be decided and spent
-    /// ([`check_all`](tollgate::Engine::check_all)); false when the request is refused without
-    /// the store, so they are only looked at ([`peek_all`](tollgate::Engine::peek_all)).
-    pub fn spends(&self) -> bool {
-        if self.blocked.contains(&true) {
-            return false;
+                _ => {
+                    if let Some((_, Some(key))) = listed.next_if(|(at, _)| *at == index) {
+                        ops.push(Op::Listed(key.as_bytes()));
+                    }
+                }
+            }
         }
+        let request = Request::new(ops);
+        match self.modes.stop_when_over {
+            true => request.holding_charges_when_refused(),
+            false => request,
+        }
+    }
+
+    /// Whether the checked descriptors are to be decided and spent; false when the request is
+    /// refused without the store, so they are only looked at.
+    fn spends(&self) -> bool {
         let modes = self.modes;
         let enforced_refusal = self
             .slots
@@ -374,80 +381,6 @@ impl Plan<'_> {
             && quota.all(|slot| slot.over_at_door() && slot.matched().is_some_and(|m| !m.shadow));
         !all_over
     }
-
-    /// Blocks the descriptors no limit applies to (no match, `unlimited`) whose address (their
-    /// `remote_address` value, else their last entry's) a global deny list holds: a deny list
-    /// is absolute, whether or not a limit matched. The engine applies the lists to the
-    /// descriptors it decides; these it never sees. A blocked request is refused without
-    /// spending anything.
-    ///
-    /// ```
-    /// use tollgate::access::{AccessEntry, AccessLists, EntryKind, Listed};
-    /// use tollgate_config::envoy_plan::{Asked, Modes, Planner};
-    ///
-    /// let limits = tollgate_config::parse("edge.yaml", "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")?;
-    /// let lists = AccessLists::new([AccessEntry::new(None, Listed::Deny, EntryKind::Cidr, "192.0.2.0/24")?]);
-    /// let address = Asked { entries: vec![("remote_address".into(), "192.0.2.5".into())], cost: 1, ..Asked::default() };
-    /// let mut plan = Planner::default().plan(&limits, Modes::default(), "edge", vec![address])?;
-    /// plan.deny_listed(&lists);
-    /// let answer = plan.answer(None, false, &[], std::time::Duration::ZERO);
-    /// assert!(answer.over && answer.blocked);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn deny_listed(&mut self, lists: &tollgate::access::AccessLists) {
-        for (index, key) in &self.unlimited_keys {
-            if let Some(key) = key
-                && lists.global_deny(key.as_bytes()).is_some()
-            {
-                self.blocked[*index] = true;
-            }
-        }
-    }
-
-    /// Upstream's counting of the hits of a descriptor over its limit: its counter goes past
-    /// the limit (every hit is counted, admitted or not), tollgate's stop at it, so under
-    /// [`Modes::count_every`] each descriptor the store refused is charged its cost after
-    /// `answer`: the key goes into debt as upstream's counter goes past the limit, so a later
-    /// question (`hits_addend: 0`) is over, as upstream's is, until the window clears it. Only
-    /// when the request spent; never for a listed key.
-    pub fn overcharged(&self, answer: &Answer) -> Vec<Rule<'_>> {
-        if !self.modes.count_every || !self.spends() {
-            return Vec::new();
-        }
-        self.slots
-            .iter()
-            .zip(&answer.descriptors)
-            .filter_map(|(slot, answer)| {
-                let (Slot::Limited { matched, policy }, Some(verdict)) = (slot, answer.verdict) else {
-                    return None;
-                };
-                let over = !verdict.decision.allowed && verdict.listed.is_none() && matched.cost > 0;
-                over.then(|| Rule::new(policy.as_ref(), matched.key.as_bytes(), matched.cost))
-            })
-            .collect()
-    }
-}
-
-/// A charge or a refund the door records for a descriptor.
-#[derive(Debug, Clone, Copy)]
-pub struct Settlement<'p> {
-    /// The descriptor's rule: its policy, key and cost.
-    pub rule: Rule<'p>,
-    /// What to do with it.
-    pub settle: Settle,
-}
-
-/// What the door does with a [`Settlement`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Settle {
-    /// Record the charge (its own `hits_addend`), past the limit if need be.
-    Charge,
-    /// Give its cost back (`is_negative_hits`).
-    Refund,
-    /// Record nothing; look at the key as a check of cost 1 would (its rule's cost is 1): a
-    /// charge held back by [`Modes::stop_when_over`].
-    Ask,
 }
 
 /// What applies to one descriptor.

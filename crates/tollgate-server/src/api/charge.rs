@@ -4,8 +4,6 @@
 //! refused until the algorithm has paid the debt back (see `docs/charges.md`). The usual pair is
 //! a peek or a check before the work and a charge of what it really cost after it.
 
-use std::time::Instant;
-
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -14,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use tollgate::headers::millis_up;
-use tollgate::{Charged, FailureMode, Policy, Rule};
+use tollgate::{Charged, Done, Op, Request, Rule};
 use utoipa::ToSchema;
 
 use super::auth::authorize_app;
@@ -22,7 +20,7 @@ use super::body::json_body;
 use super::error::ApiError;
 use super::policy::rate_policy;
 use super::rules::{CheckBody, RuleBody, one_or_many};
-use crate::ops::metrics;
+use crate::ops::count;
 use crate::runtime::SharedState;
 use crate::runtime::problem::Problem;
 
@@ -132,42 +130,45 @@ pub(crate) async fn charge(
         tollgate::store::validate_charge(&rule).map_err(|e| at(i, ApiError::from(e)))?;
         rules.push(rule);
     }
-    let started = Instant::now();
-    let charged = state.engine.charge_all(&rules).await;
-    metrics::store_latency(started.elapsed());
-    let charges = charged?;
-    if let Some(err) = &charges.store_error {
-        metrics::store_error(err);
-    }
-    let failed = charges.store_error.is_some();
-    let recorded = |policy: &Policy| !failed || matches!(policy.failure_mode(), FailureMode::Local { .. });
-    for rule in &rules {
-        metrics::charge(rule.policy.name(), rule.cost, recorded(rule.policy));
-    }
-    let answer = |rule: &Rule<'_>, charged: &Charged| ChargeDecision {
+    let request = Request::new(rules.iter().copied().map(Op::Charge).collect());
+    let settled = state.engine.run(&request).await?;
+    count::settled(&request, &settled);
+    let degraded = settled.charge_error.is_some();
+    let charges: Vec<(Charged, bool)> = settled
+        .ops
+        .iter()
+        .filter_map(|done| match done {
+            Done::Charged { charged, recorded } => Some((*charged, *recorded)),
+            _ => None,
+        })
+        .collect();
+    let answer = |(charged, recorded): &(Charged, bool)| ChargeDecision {
         allowed: charged.decision.allowed,
         limit: charged.decision.limit,
         remaining: charged.decision.remaining,
         reset_after_ms: millis_up(charged.decision.reset_after),
         retry_after_ms: charged.decision.retry_after.map(millis_up),
         debt: charged.debt,
-        recorded: recorded(rule.policy),
+        recorded: *recorded,
         degraded: charged.decision.degraded,
     };
     let body = if is_list {
         ChargeAnswer::Many(ChargeList {
-            degraded: charges.store_error.is_some(),
+            degraded,
             rules: rules
                 .iter()
-                .zip(&charges.rules)
+                .zip(&charges)
                 .map(|(rule, charged)| RuleCharge {
                     policy: rule.policy.name().to_owned(),
-                    charge: answer(rule, charged),
+                    charge: answer(charged),
                 })
                 .collect(),
         })
     } else {
-        ChargeAnswer::One(answer(&rules[0], &charges.rules[0]))
+        let one = charges
+            .first()
+            .ok_or_else(|| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no charge answered"))?;
+        ChargeAnswer::One(answer(one))
     };
     Ok((StatusCode::OK, Json(body)).into_response())
 }

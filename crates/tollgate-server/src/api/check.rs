@@ -3,8 +3,6 @@
 //! of rules and one call to the engine decides it; [`answer`](super::answer) turns the verdict
 //! back into JSON and headers, and [`count`] counts it.
 
-use std::time::Instant;
-
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -12,15 +10,15 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use tollgate::headers::millis_up;
-use tollgate::{Outcome, Rule, Verdict};
+use tollgate::{Op, Outcome, Request, Rule, Verdict};
 
 use super::answer::{self, CheckAnswer, Decision, ListDecision, RuleDecision};
 use super::body::json_body;
 use super::error::ApiError;
 use super::policy::rate_policy;
 use super::rules::{CheckBody, CostQuery, RuleBody, one_or_many, rule};
+use crate::ops::count;
 use crate::ops::decision_log::{Asked, Door};
-use crate::ops::{count, metrics};
 use crate::runtime::SharedState;
 use crate::runtime::problem::Problem;
 
@@ -87,21 +85,18 @@ pub(crate) async fn peek(
     decide_one(&state, &policy, &key, query.cost, false).await
 }
 
-/// Decides `rules` with the engine (recording them when `commit`) and counts what happened.
+/// Decides `rules` with one engine call (recording them when `commit`) and counts what happened.
 async fn decide(state: &SharedState, rules: &[Rule<'_>], commit: bool) -> Result<Verdict, ApiError> {
-    let started = Instant::now();
-    let result = if commit {
-        state.engine.check_all(rules).await
-    } else {
-        state.engine.peek_all(rules).await
+    let op = if commit { Op::Check } else { Op::Peek };
+    let request = Request::new(rules.iter().copied().map(op).collect());
+    let settled = state.engine.run(&request).await?;
+    count::settled(&request, &settled);
+    let verdict = match (settled.verdict, settled.peeked) {
+        (Some(verdict), _) | (None, Some(verdict)) => verdict,
+        (None, None) => return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no decision")),
     };
-    metrics::store_latency(started.elapsed());
-    let verdict = result?;
     if commit {
-        count::verdict(rules, &verdict);
         count::answered(Door::Http, Asked::Rules(rules), verdict.outcome());
-    } else if let Some(err) = verdict.store_error() {
-        metrics::store_error(err);
     }
     Ok(verdict)
 }

@@ -1,14 +1,13 @@
 //! A key's budget beyond checking it: `POST /v1/refund` gives back what an admitted request
 //! spent, `DELETE /v1/limits/{policy}/{key}` (admin) forgets the key's state.
 
-use std::time::Instant;
-
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use tollgate::{Done, Op, Request, Rule};
 
 use super::answer::Decision;
 use super::auth::{authorize_admin, authorize_app};
@@ -16,7 +15,7 @@ use super::body::json_body;
 use super::error::ApiError;
 use super::policy::rate_policy;
 use super::rules::OneRule;
-use crate::ops::metrics;
+use crate::ops::count;
 use crate::runtime::SharedState;
 use crate::runtime::problem::Problem;
 
@@ -56,14 +55,18 @@ pub(crate) async fn refund(
         .ok_or_else(|| ApiError::unknown_policy(&one.policy))?;
     state.settings.check_key(one.key.as_bytes())?;
     let cost = one.cost.unwrap_or(1);
-    let started = Instant::now();
-    let refunded = state
-        .engine
-        .refund(named.policy(), one.key.as_bytes(), cost)
-        .await;
-    metrics::store_latency(started.elapsed());
-    let decision = refunded?;
-    metrics::refund(named.policy().name(), cost);
+    let request = Request::one(Op::Refund(Rule::new(named.policy(), &one.key, cost)));
+    let settled = state.engine.run(&request).await?;
+    count::settled(&request, &settled);
+    let decision = match settled.ops.into_iter().next() {
+        Some(Done::Refunded(refunded)) => refunded?,
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "no refund answered",
+            ));
+        }
+    };
     let body = Decision::of(&decision, !decision.allowed);
     Ok((StatusCode::OK, Json(body)).into_response())
 }

@@ -47,7 +47,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -58,16 +58,13 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use tollgate::{Charged, Rule, Verdict};
 use tollgate_config::Unit;
-use tollgate_config::envoy_plan::{
-    Answer, Asked, Hits, LimitOverride, OverrideError, PlanError, Settle, Settlement,
-};
+use tollgate_config::envoy_plan::{Answer, Asked, Hits, LimitOverride, OverrideError, PlanError};
 use tonic::{Request, Response, Status};
 
+use crate::ops::count;
 use crate::ops::decision_log::{Asked as LogAsked, Door, LoggedOutcome};
 use crate::ops::statsd::{self, CallEnd};
-use crate::ops::{count, metrics};
 use crate::runtime::listener::ListenerOptions;
 use crate::runtime::tokens::{self, Act, Caller};
 use crate::runtime::{ServerTls, SharedState};
@@ -305,38 +302,38 @@ async fn should_rate_limit(
     request: RateLimitRequest,
     caller: Caller<'_>,
 ) -> Result<RateLimitResponse, Status> {
-    let state = &service.state;
-    let settings = &state.settings.envoy;
+    let (state, settings) = (&service.state, &service.state.settings.envoy);
     // Kept for the dynamic metadata, which describes the request as it came.
     let wire = settings
         .response_dynamic_metadata
         .then(|| request.descriptors.clone());
-    let hits_addend = request.hits_addend;
-    let asked = read_descriptors(request.descriptors, hits_addend)?;
-    if asked.iter().any(|asked| asked.hits != Hits::Checked) {
-        authorize_settlement(state, caller)?;
-    }
+    let asked = read_descriptors(request.descriptors, request.hits_addend)?;
+    authorize_settlement(state, caller, &asked)?;
     // An owned handle, not a guard: it is held across store round trips.
     let limits = state.limits.load_full();
-    let mut plan = state
+    let plan = (state
         .planner
-        .plan(&limits, settings.modes(), &request.domain, asked)
-        .map_err(plan_status)?;
-    plan.deny_listed(&state.engine.access_lists());
-    let rules = plan.rules();
-    let spends = plan.spends();
-    let verdict = decide(state, &rules, spends).await?;
-    let settled = settle(state, &plan.settlements(verdict.as_ref())).await?;
-    let answer = plan.answer(verdict.as_ref(), spends, &settled, since_epoch());
-    count(service, &answer);
-    if let Some(message) = answer.unavailable {
-        return Err(Status::unavailable(message));
+        .plan(&limits, settings.modes(), &request.domain, asked))
+    .map_err(plan_status)?;
+    let ops = plan.request();
+    let settled = state
+        .engine
+        .run(&ops)
+        .await
+        .map_err(|err| Status::invalid_argument(err.to_string()))?;
+    count::settled(&ops, &settled);
+    let answer = plan.answer(&settled);
+    count_descriptors(service, &answer);
+    match answer.unavailable {
+        Some(message) => Err(Status::unavailable(message)),
+        None => Ok(respond(
+            settings,
+            &request.domain,
+            &answer,
+            wire,
+            request.hits_addend,
+        )),
     }
-    let overcharged = plan.overcharged(&answer);
-    if !overcharged.is_empty() {
-        drain(state, &overcharged).await;
-    }
-    Ok(respond(settings, &request.domain, &answer, wire, hits_addend))
 }
 
 /// The request's descriptors as the planner reads them.
@@ -379,7 +376,10 @@ fn read_descriptors(descriptors: Vec<RateLimitDescriptor>, hits_addend: u32) -> 
 
 /// Refunds and charges give a caller budget back or put debt on a key: app acts, as
 /// `POST /v1/refund` and `POST /v1/charge` are.
-fn authorize_settlement(state: &SharedState, caller: Caller<'_>) -> Result<(), Status> {
+fn authorize_settlement(state: &SharedState, caller: Caller<'_>, asked: &[Asked]) -> Result<(), Status> {
+    if asked.iter().all(|asked| asked.hits == Hits::Checked) {
+        return Ok(());
+    }
     state
         .settings
         .tokens()
@@ -413,109 +413,9 @@ fn plan_status(err: PlanError) -> Status {
     }
 }
 
-/// The engine's verdict of the plan's rules: decided and spent, or only looked at when the
-/// request is refused without the store. `None` without rules.
-async fn decide(state: &SharedState, rules: &[Rule<'_>], spends: bool) -> Result<Option<Verdict>, Status> {
-    if rules.is_empty() {
-        return Ok(None);
-    }
-    let started = Instant::now();
-    let result = if spends {
-        state.engine.check_all(rules).await
-    } else {
-        state.engine.peek_all(rules).await
-    };
-    metrics::store_latency(started.elapsed());
-    let verdict = result.map_err(|err| Status::invalid_argument(err.to_string()))?;
-    if spends {
-        count::verdict(rules, &verdict);
-    } else if let Some(err) = verdict.store_error() {
-        metrics::store_error(err);
-    }
-    Ok(Some(verdict))
-}
-
-/// Records the charges and refunds of the descriptors that carry them (see
-/// [`Plan::settlements`](tollgate_config::envoy_plan::Plan::settlements)): the charges in one
-/// engine call, the held-back ones looked at in one, each refund on its own. A charge the
-/// failing store could not record is counted and logged; a refund that failed is an
-/// `UNAVAILABLE` error, as over HTTP.
-async fn settle(state: &SharedState, settlements: &[Settlement<'_>]) -> Result<Vec<Charged>, Status> {
-    if settlements.is_empty() {
-        return Ok(Vec::new());
-    }
-    let of = |kind: Settle| -> Vec<Rule<'_>> {
-        settlements
-            .iter()
-            .filter(|s| s.settle == kind)
-            .map(|s| s.rule)
-            .collect()
-    };
-    let charges = of(Settle::Charge);
-    let mut charged = if charges.is_empty() {
-        tollgate::PerRule::None
-    } else {
-        let started = Instant::now();
-        let result = state.engine.charge_all(&charges).await;
-        metrics::store_latency(started.elapsed());
-        let charged = result.map_err(|err| Status::invalid_argument(err.to_string()))?;
-        if let Some(err) = &charged.store_error {
-            metrics::store_error(err);
-        }
-        for rule in &charges {
-            let recorded = charged.store_error.is_none()
-                || matches!(rule.policy.failure_mode(), tollgate::FailureMode::Local { .. });
-            metrics::charge(rule.policy.name(), rule.cost, recorded);
-        }
-        charged.rules
-    }
-    .into_iter();
-    let asked = of(Settle::Ask);
-    let mut looked = if asked.is_empty() {
-        Vec::new()
-    } else {
-        let verdict = state
-            .engine
-            .peek_all(&asked)
-            .await
-            .map_err(|err| Status::invalid_argument(err.to_string()))?;
-        verdict.rules().iter().map(|rule| rule.decision).collect()
-    }
-    .into_iter();
-    let mut settled = Vec::with_capacity(settlements.len());
-    for settlement in settlements {
-        match settlement.settle {
-            Settle::Refund => {
-                let rule = settlement.rule;
-                let decision = state
-                    .engine
-                    .refund(rule.policy, rule.key, rule.cost.min(rule.policy.max_cost()))
-                    .await
-                    .map_err(|err| match err.is_bad_input() {
-                        true => Status::invalid_argument(err.to_string()),
-                        false => Status::unavailable(format!("a refund failed: {err}")),
-                    })?;
-                metrics::refund(rule.policy.name(), rule.cost);
-                settled.push(Charged { decision, debt: 0 });
-            }
-            Settle::Ask => {
-                if let Some(decision) = looked.next() {
-                    settled.push(Charged { decision, debt: 0 });
-                }
-            }
-            _ => {
-                if let Some(one) = charged.next() {
-                    settled.push(one);
-                }
-            }
-        }
-    }
-    Ok(settled)
-}
-
 /// Counts what the engine did not: refusals without the store, each descriptor's hit under its
 /// stats key, and a request global shadow mode let through.
-fn count(service: &RlsService, answer: &Answer<'_>) {
+fn count_descriptors(service: &RlsService, answer: &Answer<'_>) {
     let ratio = service.state.settings.envoy.near_limit_ratio;
     for descriptor in &answer.descriptors {
         if let (Some(outcome), Some(policy)) = (descriptor.refusal, descriptor.policy_name) {
@@ -530,21 +430,6 @@ fn count(service: &RlsService, answer: &Answer<'_>) {
     }
 }
 
-/// Charges the descriptors over their limit under upstream's counting (see
-/// [`Plan::overcharged`](tollgate_config::envoy_plan::Plan::overcharged)): a second store call,
-/// made only under upstream's counting.
-async fn drain(state: &SharedState, rules: &[Rule<'_>]) {
-    match state.engine.charge_all(rules).await {
-        Ok(charged) => {
-            if let Some(err) = &charged.store_error {
-                metrics::store_error(err);
-            }
-        }
-        // Not reached: the same keys and policies were just decided.
-        Err(err) => tracing::warn!(error = %err, "counting an over-limit hit failed"),
-    }
-}
-
 /// The answer on the wire.
 fn respond(
     settings: &EnvoySettings,
@@ -553,7 +438,7 @@ fn respond(
     wire: Option<Vec<RateLimitDescriptor>>,
     hits_addend: u32,
 ) -> RateLimitResponse {
-    let now = since_epoch();
+    let now = answer.now;
     let statuses = answer.descriptors.iter().map(answer::status).collect();
     let mut response_headers_to_add = match &settings.response_headers {
         Some(names) => answer::headers(names, answer.headline(), now),
@@ -590,9 +475,4 @@ fn respond(
         dynamic_metadata,
         ..Default::default()
     }
-}
-
-/// The time since the Unix epoch, where deny-all limits and header resets are placed.
-fn since_epoch() -> Duration {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default()
 }

@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use tollgate::{Outcome, Rule, RuleVerdict, Verdict};
+use tollgate::{Done, Op, Outcome, Request, Rule, RuleVerdict, Settled, Verdict};
 use tollgate_tower::LogSampler;
 
 use super::decision_log::{self, Asked, Door, LoggedOutcome, Pending};
@@ -37,6 +37,40 @@ pub fn answered(door: Door, asked: Asked<'_>, outcome: impl Into<LoggedOutcome>)
 /// before the request is consumed; `None` when no log is on or the keys are not sampled.
 pub fn asked(door: Door, asked: Asked<'_>) -> Option<Pending> {
     decision_log::asked(door, asked)
+}
+
+/// Records everything one [`Engine::run`](tollgate::Engine::run) did for `request`: the checks'
+/// verdict when it spent ([`verdict`]), each charge (`tollgate_charges_total`, and the ones
+/// recorded nowhere), each refund made, and every store failure met (a peek's included).
+pub fn settled(request: &Request<'_>, settled: &Settled) {
+    if let Some(checked) = &settled.verdict {
+        let rules: Vec<Rule<'_>> = request
+            .ops()
+            .iter()
+            .filter(|op| matches!(op, Op::Check(_) | Op::Count(_)))
+            .filter_map(|op| op.rule().copied())
+            .collect();
+        match settled.spent {
+            true => verdict(&rules, checked),
+            false => checked.store_error().into_iter().for_each(metrics::store_error),
+        }
+    }
+    if let Some(err) = settled.peeked.as_ref().and_then(Verdict::store_error) {
+        metrics::store_error(err);
+    }
+    if let Some(err) = &settled.charge_error {
+        metrics::store_error(err);
+    }
+    for (op, done) in request.ops().iter().zip(&settled.ops) {
+        match (op, done) {
+            (Op::Charge(rule), Done::Charged { recorded, .. }) => {
+                metrics::charge(rule.policy.name(), rule.cost, *recorded);
+            }
+            (Op::Refund(rule), Done::Refunded(Ok(_))) => metrics::refund(rule.policy.name(), rule.cost),
+            (Op::Refund(_), Done::Refunded(Err(err))) => metrics::store_error(err),
+            _ => {}
+        }
+    }
 }
 
 /// Records what the engine decided for `rules` (a committed check, not a peek): each rule's

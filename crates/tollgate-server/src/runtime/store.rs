@@ -275,13 +275,24 @@ macro_rules! dispatch {
     };
 }
 
+/// [`dispatch!`], timed into `tollgate_store_latency_seconds`: every decision, charge and refund
+/// is timed here, once, whichever door asked.
+macro_rules! timed {
+    ($trait:ident, $self:ident, $method:ident ( $($arg:expr),* )) => {{
+        let started = std::time::Instant::now();
+        let result = dispatch!($trait, $self, $method($($arg),*));
+        crate::ops::metrics::store_latency(started.elapsed());
+        result
+    }};
+}
+
 impl Store for AnyStore {
     async fn decide(&self, rules: &[Rule<'_>], commit: bool) -> Result<Decisions, Error> {
-        dispatch!(Store, self, decide(rules, commit))
+        timed!(Store, self, decide(rules, commit))
     }
 
     async fn decide_valid(&self, rules: ValidRules<'_, '_>, commit: bool) -> Result<Decisions, Error> {
-        dispatch!(Store, self, decide_valid(rules, commit))
+        timed!(Store, self, decide_valid(rules, commit))
     }
 
     async fn reset(&self, policy: &Policy, key: &[u8]) -> Result<(), Error> {
@@ -289,15 +300,15 @@ impl Store for AnyStore {
     }
 
     async fn check(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
-        dispatch!(Store, self, check(policy, key, cost))
+        timed!(Store, self, check(policy, key, cost))
     }
 
     async fn peek(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
-        dispatch!(Store, self, peek(policy, key, cost))
+        timed!(Store, self, peek(policy, key, cost))
     }
 
     async fn refund(&self, policy: &Policy, key: &[u8], cost: u64) -> Result<Decision, Error> {
-        dispatch!(Store, self, refund(policy, key, cost))
+        timed!(Store, self, refund(policy, key, cost))
     }
 
     async fn penalty_left(&self, policy: &Policy, key: &[u8]) -> Result<Option<Duration>, Error> {
@@ -308,7 +319,7 @@ impl Store for AnyStore {
         &self,
         rules: &[tollgate::Rule<'_>],
     ) -> Result<tollgate::PerRule<tollgate::Charged>, Error> {
-        dispatch!(Store, self, charge(rules))
+        timed!(Store, self, charge(rules))
     }
 }
 

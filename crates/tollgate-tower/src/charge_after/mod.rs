@@ -98,7 +98,7 @@ use axum::body::{Body, Bytes, HttpBody};
 use axum::http::response::Parts;
 use axum::http::{Request, Response, StatusCode};
 use serde_json::json;
-use tollgate::{Engine, Outcome, Policy, Rule, Store};
+use tollgate::{Done, Engine, Op, Outcome, Policy, Rule, Store};
 use tower::{Layer, Service};
 
 use crate::engine::SharedEngine;
@@ -265,9 +265,11 @@ where
                 ));
             }
             // Before: is the key past its limit? A budget exactly spent is not.
-            let question = [Rule::new(policy, &key, 0).as_question()];
-            match shared.engine.peek_all(&question).await {
-                Ok(verdict) => match (verdict.outcome(), verdict.rules().first()) {
+            let question = tollgate::Request::one(Op::Peek(Rule::new(policy, &key, 0).as_question()));
+            let settled = shared.engine.run(&question).await;
+            match settled.map(|settled| settled.peeked) {
+                Ok(None) => {}
+                Ok(Some(verdict)) => match (verdict.outcome(), verdict.rules().first()) {
                     (Outcome::Error, decision) => {
                         return Ok(shared
                             .problems
@@ -314,9 +316,9 @@ async fn charge(shared: Arc<Shared>, key: Vec<u8>, cost: u64) {
         return;
     }
     let policy = &shared.policy;
-    let rules = [Rule::new(policy, &key, cost)];
-    let lost = match shared.engine.charge_all(&rules).await {
-        Ok(charges) => charges.unrecorded > 0,
+    let request = tollgate::Request::one(Op::Charge(Rule::new(policy, &key, cost)));
+    let lost = match shared.engine.run(&request).await {
+        Ok(settled) => !matches!(settled.ops.first(), Some(Done::Charged { recorded: true, .. })),
         Err(_) => true,
     };
     if lost {

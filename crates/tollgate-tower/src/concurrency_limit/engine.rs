@@ -12,7 +12,6 @@ use tollgate::concurrency::{Acquisition, ConcurrencyPolicy, ConcurrencyStore, Le
 use tollgate::{Engine, Error};
 
 use crate::LogSampler;
-use crate::engine::decides_at_once;
 
 type Boxed<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
 
@@ -48,7 +47,7 @@ impl<S: ConcurrencyStore + 'static> LeaseEngine for Engine<S> {
     }
 
     fn releases_at_once(&self) -> bool {
-        decides_at_once::<S>()
+        S::ANSWERS_AT_ONCE
     }
 }
 

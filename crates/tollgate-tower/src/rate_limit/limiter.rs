@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::http::Response;
 use axum::http::request::Parts;
 use tollgate::bounds::MAX_KEY_LEN;
-use tollgate::{Decision, Error, Outcome, Policy, Verdict};
+use tollgate::{Done, Error, Op, Outcome, Policy, Request, Rule, Settled, StoreErrorKind, Verdict};
 
 use crate::engine::SharedEngine;
 use crate::key::Key;
@@ -77,7 +77,7 @@ impl Limiter {
             Keyed::Answer(response) => Action::Answer(*response),
             Keyed::One(rule, key) => {
                 let bound = [rule.bind(key.as_bytes())];
-                self.act(&[rule], &bound, self.engine.check_all_now(&bound))
+                self.act(&[rule], &bound, checked(self.engine.run_now(&checks(&bound))))
             }
             Keyed::Many(keyed) => self.decide_many_now(&keyed),
         }
@@ -87,7 +87,7 @@ impl Limiter {
     #[inline(never)]
     fn decide_many_now(&self, keyed: &[(&KeyedPolicy, Key<'_>)]) -> Action {
         let (applied, bound) = bind(keyed);
-        self.act(&applied, &bound, self.engine.check_all_now(&bound))
+        self.act(&applied, &bound, checked(self.engine.run_now(&checks(&bound))))
     }
 
     /// Decides `parts`; see the module docs for the order of work.
@@ -97,13 +97,15 @@ impl Limiter {
             Keyed::Answer(response) => Action::Answer(*response),
             Keyed::One(rule, key) => {
                 let bound = [rule.bind(key.as_bytes())];
-                let verdict = self.engine.check_all(&bound).await;
-                self.act(&[rule], &bound, verdict)
+                let request = checks(&bound);
+                let settled = self.engine.run(&request).await;
+                self.act(&[rule], &bound, checked(settled))
             }
             Keyed::Many(keyed) => {
                 let (applied, bound) = bind(&keyed);
-                let verdict = self.engine.check_all(&bound).await;
-                self.act(&applied, &bound, verdict)
+                let request = checks(&bound);
+                let settled = self.engine.run(&request).await;
+                self.act(&applied, &bound, checked(settled))
             }
         }
     }
@@ -150,20 +152,41 @@ impl Limiter {
     #[cold]
     #[inline(never)]
     pub(crate) fn refund_now(&self, spent: &Spent) {
-        for (policy, key, cost) in &spent.0 {
-            self.refunded(policy, self.engine.refund_now(policy, key, *cost));
-        }
+        let request = spent.refunds();
+        self.refunded(&request, self.engine.run_now(&request));
     }
 
-    /// Gives back what a request spent.
+    /// Gives back what a request spent, in one engine call.
     pub(crate) async fn refund(&self, spent: &Spent) {
-        for (policy, key, cost) in &spent.0 {
-            let result = self.engine.refund(policy, key, *cost).await;
-            self.refunded(policy, result);
+        let request = spent.refunds();
+        let settled = self.engine.run(&request).await;
+        self.refunded(&request, settled);
+    }
+
+    /// Counts and logs each refund of `request`.
+    fn refunded(&self, request: &Request<'_>, settled: Result<Settled, Error>) {
+        let results: Vec<(&Policy, Result<(), &Error>)> = match &settled {
+            Ok(settled) => request
+                .ops()
+                .iter()
+                .zip(&settled.ops)
+                .filter_map(|(op, done)| match (op.rule(), done) {
+                    (Some(rule), Done::Refunded(result)) => Some((rule.policy, result.as_ref().map(|_| ()))),
+                    _ => None,
+                })
+                .collect(),
+            Err(err) => request
+                .ops()
+                .iter()
+                .filter_map(|op| op.rule().map(|rule| (rule.policy, Err(err))))
+                .collect(),
+        };
+        for (policy, result) in results {
+            self.refunded_one(policy, result);
         }
     }
 
-    fn refunded(&self, policy: &Policy, result: Result<Decision, Error>) {
+    fn refunded_one(&self, policy: &Policy, result: Result<(), &Error>) {
         match result {
             Ok(_) => self.stats.bump(Counter::Refund),
             Err(err) => {
@@ -357,7 +380,7 @@ impl Limiter {
 
     /// Counts a shadow rule that would have denied, and logs it (sampled).
     #[inline(never)]
-    fn shadow_denied(&self, rule: &tollgate::Rule<'_>, decision: &Decision) {
+    fn shadow_denied(&self, rule: &tollgate::Rule<'_>, decision: &tollgate::Decision) {
         self.stats.bump(Counter::ShadowDenied);
         if SHADOW_LOG.due() {
             tracing::info!(
@@ -390,6 +413,27 @@ fn spent(bound: &[tollgate::Rule<'_>], verdict: &Verdict) -> Option<Spent> {
         .map(|(rule, _)| (rule.policy.clone(), rule.key.into(), rule.cost))
         .collect();
     (!spent.is_empty()).then_some(Spent(spent))
+}
+
+impl Spent {
+    /// The refunds that give it back, as one engine request.
+    fn refunds(&self) -> Request<'_> {
+        (self.0.iter())
+            .map(|(policy, key, cost)| Op::Refund(Rule::new(policy, key, *cost)))
+            .collect()
+    }
+}
+
+/// The request of checking every rule of `bound`, all or nothing.
+fn checks<'a>(bound: &[Rule<'a>]) -> Request<'a> {
+    bound.iter().copied().map(Op::Check).collect()
+}
+
+/// The checks' verdict of a settled request of [`checks`].
+fn checked(settled: Result<Settled, Error>) -> Result<Verdict, Error> {
+    settled?
+        .verdict
+        .ok_or_else(|| Error::store(StoreErrorKind::Script, "the engine answered no verdict"))
 }
 
 /// Store failures and shadow denials repeat on every request while they last: one line a second

@@ -78,6 +78,8 @@
 //! [`Charges::store_error`] carries the store's error in both cases.
 
 mod failure;
+mod request;
+mod run;
 mod verdict;
 
 use std::borrow::Cow;
@@ -86,6 +88,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::RwLock;
 
+pub use self::request::{Done, Op, Request, Settled};
 use self::verdict::Rules;
 pub use self::verdict::{Outcome, RuleVerdict, Verdict};
 use crate::access::{AccessLists, Listed};
@@ -148,6 +151,8 @@ pub struct Charges {
 pub struct Engine<S> {
     store: S,
     fallback: MemoryStore<Arc<dyn Clock>>,
+    /// The fallback's clock, which also dates each [`Request`]'s answer.
+    clock: Arc<dyn Clock>,
     access: RwLock<AccessLists>,
     /// Whether `access` has any entry: with none, no request takes its lock.
     listing: AtomicBool,
@@ -179,7 +184,8 @@ impl<S> EngineBuilder<S> {
         self
     }
 
-    /// The clock of that limiter (default: the system clock), a manual one in tests.
+    /// The clock of that limiter and of each [`Request`]'s [`Settled::now`] (default: the
+    /// system clock): the store's own clock when it has one, a manual one in tests.
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
         self.clock = Arc::new(clock);
         self
@@ -197,8 +203,9 @@ impl<S> EngineBuilder<S> {
             store: self.store,
             fallback: MemoryStore::builder()
                 .max_keys(self.fallback_max_keys)
-                .clock(self.clock)
+                .clock(Arc::clone(&self.clock))
                 .build(),
+            clock: self.clock,
             listing: AtomicBool::new(!self.access.is_empty()),
             access: RwLock::new(self.access),
         }
@@ -443,12 +450,12 @@ impl<S: Store> Engine<S> {
     /// [module docs](self). `Err` only for bad input (an empty or oversized key, a zero cost, a
     /// cost above a policy's limit); a failing store is answered by the failure modes.
     pub async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Verdict, Error> {
-        self.run(rules, true, Lists::Applied).await
+        self.decide_rules(rules, true, Lists::Applied).await
     }
 
     /// The verdict [`check_all`](Self::check_all) would give now, recording nothing.
     pub async fn peek_all(&self, rules: &[Rule<'_>]) -> Result<Verdict, Error> {
-        self.run(rules, false, Lists::Applied).await
+        self.decide_rules(rules, false, Lists::Applied).await
     }
 
     /// The verdict [`peek_all`](Self::peek_all) would give if there were no allow or deny list:
@@ -472,7 +479,7 @@ impl<S: Store> Engine<S> {
     /// # }
     /// ```
     pub async fn peek_all_unlisted(&self, rules: &[Rule<'_>]) -> Result<Verdict, Error> {
-        self.run(rules, false, Lists::Ignored).await
+        self.decide_rules(rules, false, Lists::Ignored).await
     }
 
     /// Decides one enforced rule: `check_all` with one rule. The key is anything that is bytes,
@@ -492,7 +499,7 @@ impl<S: Store> Engine<S> {
     /// # Ok(()) }
     /// ```
     pub async fn check(&self, policy: &Policy, key: impl AsRef<[u8]>, cost: u64) -> Result<Verdict, Error> {
-        self.run(&[Rule::new(policy, key.as_ref(), cost)], true, Lists::Applied)
+        self.decide_rules(&[Rule::new(policy, key.as_ref(), cost)], true, Lists::Applied)
             .await
     }
 
@@ -614,22 +621,26 @@ impl<S: Store> Engine<S> {
         self.charge_all(&[Rule::new(policy, key.as_ref(), cost)]).await
     }
 
-    async fn run(&self, rules: &[Rule<'_>], commit: bool, lists: Lists) -> Result<Verdict, Error> {
+    /// Validates `rules`, then [`decide_valid`](Self::decide_valid).
+    async fn decide_rules(&self, rules: &[Rule<'_>], commit: bool, lists: Lists) -> Result<Verdict, Error> {
+        for rule in rules {
+            validate(rule)?;
+        }
+        self.decide_valid(rules, commit, lists).await
+    }
+
+    /// Decides validated `rules`: lists and shares applied, merged, decided by the store, failure
+    /// modes applied. `Err` only for bad input the store found.
+    async fn decide_valid(&self, rules: &[Rule<'_>], commit: bool, lists: Lists) -> Result<Verdict, Error> {
         if let [rule] = rules
             && self.as_given(rule, lists)
         {
-            // The store is awaited here rather than in a function of its own: one state machine
-            // fewer to move the verdict through, on the road most requests take.
-            validate(rule)?;
             let rules = std::slice::from_ref(rule);
             let decided = self
                 .store
                 .decide_valid(ValidRules::validated(rules), commit)
                 .await;
             return self.verdict_of_one(rule, decided, commit);
-        }
-        for rule in rules {
-            validate(rule)?;
         }
         let (adjusted, allowed) = match self.adjust(rules, lists) {
             Adjusted::Rules(adjusted, allowed) => (adjusted, allowed),

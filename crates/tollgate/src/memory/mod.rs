@@ -1212,6 +1212,8 @@ impl<C: Clock> MemoryStore<C> {
 }
 
 impl<C: Clock> ConcurrencyStore for MemoryStore<C> {
+    const ANSWERS_AT_ONCE: bool = true;
+
     async fn acquire(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<Acquire, Error> {
         MemoryStore::acquire(self, policy, key)
     }
@@ -1453,6 +1455,8 @@ fn next_hot_until_us(
 }
 
 impl<C: Clock> Store for MemoryStore<C> {
+    const ANSWERS_AT_ONCE: bool = true;
+
     async fn decide(&self, rules: &[Rule<'_>], commit: bool) -> Result<Decisions, Error> {
         MemoryStore::decide(self, rules, commit)
     }

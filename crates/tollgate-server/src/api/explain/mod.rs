@@ -23,8 +23,8 @@
 //!
 //! An Envoy descriptor set is planned by the same planner as `ShouldRateLimit` and `POST /json`
 //! ([`tollgate_config::envoy_plan`]), with the server's global modes (shadow, quota, upstream's
-//! counting), and its rules are looked at with [`Engine::peek_all`]: the answer is the one the
-//! gRPC door would give now, allow and deny lists included. tollgate rules are asked as
+//! counting), and run as the gRPC door runs it, its checks as peeks ([`Plan::looking`](tollgate_config::envoy_plan::Plan::looking)): the
+//! answer is the one the gRPC door would give now, allow and deny lists included. tollgate rules are asked as
 //! questions ([`Rule::as_question`]) in one `peek_all`. Either way the store decides as the
 //! check would (overrides included) and records nothing, on every store. Explain is read only:
 //! nothing is spent, no penalty starts, no override is loaded into a cache it was not already
@@ -35,7 +35,7 @@
 //! and parameters are the policy's own), and a decision taken as if no list applied
 //! ([`Engine::peek_all_unlisted`]); [`Explanation::hidden`] says what was left out.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tollgate::concurrency::{ConcurrencyPolicy, ConcurrencyStore};
 use tollgate::overrides::{Override, OverrideStore};
@@ -348,7 +348,7 @@ async fn explain_leases<S: ConcurrencyStore>(
     })
 }
 
-/// An Envoy descriptor set, planned as the gRPC door plans it and looked at with `peek_all`.
+/// An Envoy descriptor set, planned as the gRPC door plans it and run with peek ops.
 async fn explain_descriptors<S: Store + OverrideStore>(
     limits: &Limits,
     engine: &Engine<S>,
@@ -363,19 +363,17 @@ async fn explain_descriptors<S: Store + OverrideStore>(
     if descriptors.is_empty() {
         return Err(ExplainError::Empty("descriptors must not be empty"));
     }
-    let mut plan = envoy
+    let plan = envoy
         .planner
-        .plan(limits, envoy.modes, domain, descriptors.to_vec())?;
-    if audience == Audience::Admin {
-        plan.deny_listed(&engine.access_lists());
-    }
-    let rules = plan.rules();
-    let verdict = match rules.is_empty() {
-        true => None,
-        false => Some(audience.peek(engine, &rules).await?),
+        .plan(limits, envoy.modes, domain, descriptors.to_vec())?
+        .looking();
+    let request = match audience {
+        Audience::Admin => plan.request(),
+        Audience::Public => plan.request().unlisted(),
     };
-    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    let answer = plan.answer(verdict.as_ref(), false, &[], since_epoch);
+    let settled = engine.run(&request).await?;
+    let answer = plan.answer(&settled);
+    let verdict = settled.peeked.as_ref();
     let mut explained = Vec::with_capacity(descriptors.len());
     for (i, (asked, d)) in descriptors.iter().zip(&answer.descriptors).enumerate() {
         explained.push(explain_descriptor(limits, engine, audience, domain, i, asked, d).await?);
@@ -383,7 +381,7 @@ async fn explain_descriptors<S: Store + OverrideStore>(
     Ok(Explanation {
         allowed: !answer.over && answer.outcome.allows(),
         outcome: answer.outcome.as_str(),
-        degraded: verdict.as_ref().is_some_and(tollgate::Verdict::degraded),
+        degraded: verdict.is_some_and(tollgate::Verdict::degraded),
         rules: explained,
         hidden: audience.hidden(),
     })
