@@ -1,6 +1,11 @@
 //! The decision engine: one call decides every rule of a request, the same way for every store
 //! and every door (HTTP, gRPC, the tower layer, the proxy).
 //!
+//! A door builds one [`Request`] of what its client asked (checks, upstream's counts, peeks,
+//! charges, refunds, keys only the lists judge) and makes one [`Engine::run`] call; the order of
+//! the steps and the failure modes are the engine's (see [`Engine::run`]). `check_all`,
+//! `peek_all`, `charge_all` and `refund` are that call for one kind of op.
+//!
 //! [`Engine::check_all`] takes the request's rules and:
 //!
 //! 1. validates each rule (a bad key or cost is the caller's error, never a store failure);
@@ -23,8 +28,8 @@
 //!
 //! A rule with [`Rule::apart`] set is decided on its own: the store decides it as a shadow rule
 //! (it spends when it fits, and its denial stops no other rule from spending), and the engine
-//! labels its denial [`Outcome::Denied`]. An [`Apart::Alone`] denial denies the request; an
-//! [`Apart::Quota`] denial does only when every quota rule of the request is denied. A request
+//! labels its denial [`Outcome::Denied`]. An [`Apart::Alone`](crate::Apart::Alone) denial denies the request; an
+//! [`Apart::Quota`](crate::Apart::Quota) denial does only when every quota rule of the request is denied. A request
 //! denied only by rules apart has still spent on the rules that fitted.
 //!
 //! # Allow and deny lists, gradual enforcement
@@ -78,26 +83,25 @@
 //! [`Charges::store_error`] carries the store's error in both cases.
 
 mod failure;
+mod leases;
+mod lists;
 mod request;
 mod run;
 mod verdict;
 
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::RwLock;
 
+use self::lists::{Adjusted, Lists, relabel_allowed, request_outcome};
 pub use self::request::{Done, Op, Request, Settled};
 use self::verdict::Rules;
 pub use self::verdict::{Outcome, RuleVerdict, Verdict};
-use crate::access::{AccessLists, Listed};
-use crate::concurrency::{Acquisition, ConcurrencyPolicy, ConcurrencyStore, LeaseId, Release};
+use crate::access::AccessLists;
 use crate::memory::DEFAULT_MAX_KEYS;
 use crate::store::{self, Store, ValidRules};
-use crate::{
-    Apart, Charged, Clock, Decision, Decisions, Error, MemoryStore, PerRule, Policy, Rule, SystemClock,
-};
+use crate::{Charged, Clock, Decision, Decisions, Error, MemoryStore, PerRule, Policy, Rule, SystemClock};
 
 /// The answer to [`Engine::charge_all`]: one [`Charged`] per rule, in the rules' order, and
 /// what the store's failure cost.
@@ -295,154 +299,6 @@ impl<S> Engine<S> {
     pub fn access_lists(&self) -> impl std::ops::Deref<Target = AccessLists> + '_ {
         self.access.read()
     }
-
-    /// The rules as the store is to decide them: deny lists checked (a blocked request's
-    /// verdict instead), allow-listed rules made shadow questions (their indices in the `Vec`), keys
-    /// outside a gradual share made shadow. Borrowed as given when nothing applies.
-    fn adjust<'a, 'r>(&self, rules: &'r [Rule<'a>], lists: Lists) -> Adjusted<'r, 'a> {
-        let mut adjusted = Cow::Borrowed(rules);
-        let mut allowed = Vec::new();
-        for (i, rule) in rules.iter().enumerate() {
-            if let Some(share) = rule.policy.enforcement()
-                && !rule.shadow
-                && !share.enforces(rule.policy.name(), rule.key)
-            {
-                let rule = &mut adjusted.to_mut()[i];
-                rule.shadow = true;
-                rule.apart = None;
-            } else if rule.apart.is_some() {
-                // The store decides a rule apart as a shadow rule: its denial stops nothing
-                // else. A shadow rule stays one (it never denies, apart or not).
-                let rule = &mut adjusted.to_mut()[i];
-                if rule.shadow {
-                    rule.apart = None;
-                } else {
-                    rule.shadow = true;
-                }
-            }
-        }
-        if lists == Lists::Ignored || !self.listing.load(Ordering::Acquire) {
-            return Adjusted::Rules(adjusted, allowed);
-        }
-        let lists = self.access.read();
-        let mut denied: Vec<(usize, Arc<crate::access::AccessEntry>)> = Vec::new();
-        for (i, rule) in rules.iter().enumerate() {
-            match lists.lookup(rule.policy.name(), rule.listed_key()) {
-                Some(entry) if entry.list() == Listed::Deny => denied.push((i, Arc::clone(entry))),
-                Some(_) => allowed.push(i),
-                None => {}
-            }
-        }
-        drop(lists);
-        if let Some((first, entry)) = denied.first().cloned() {
-            return Adjusted::Blocked(blocked(&adjusted, &denied, first, entry));
-        }
-        for &i in &allowed {
-            let rule = &mut adjusted.to_mut()[i];
-            rule.shadow = true;
-            rule.question = true;
-            rule.apart = None;
-        }
-        Adjusted::Rules(adjusted, allowed)
-    }
-}
-
-/// Whether a decision applies the allow and deny lists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Lists {
-    Applied,
-    Ignored,
-}
-
-/// The rules as the store is to decide them, with the indices of the allow-listed ones; or the
-/// verdict of a blocked request.
-enum Adjusted<'r, 'a> {
-    Rules(Cow<'r, [Rule<'a>]>, Vec<usize>),
-    Blocked(Verdict),
-}
-
-/// The verdict of a request with deny-listed rules (`denied`, by index): every rule blocked,
-/// nothing decided.
-fn blocked(
-    rules: &[Rule<'_>],
-    denied: &[(usize, Arc<crate::access::AccessEntry>)],
-    first: usize,
-    entry: Arc<crate::access::AccessEntry>,
-) -> Verdict {
-    let verdicts = rules
-        .iter()
-        .enumerate()
-        .map(|(i, rule)| RuleVerdict {
-            decision: Decision {
-                allowed: false,
-                limit: rule.policy.max_cost(),
-                remaining: 0,
-                reset_after: std::time::Duration::ZERO,
-                retry_after: None,
-                degraded: false,
-            },
-            outcome: Outcome::Blocked,
-            shadow: rule.shadow,
-            listed: denied.iter().any(|(d, _)| *d == i).then_some(Listed::Deny),
-        })
-        .collect::<Vec<_>>();
-    Verdict {
-        outcome: Outcome::Blocked,
-        rules: match <[RuleVerdict; 1]>::try_from(verdicts) {
-            Ok([one]) => Rules::One(one),
-            Err(many) => Rules::Many(many),
-        },
-        store_error: None,
-        blocked_by: Some((first, entry)),
-        spends: false,
-    }
-}
-
-/// Allow-listed rules (by index) were decided as shadow questions: they are allowed, whatever
-/// the budget said, and the request's outcome is taken again without their would-be denials.
-/// `rules` are the caller's, `adjusted` the store's.
-fn relabel_allowed(verdict: &mut Verdict, allowed: &[usize], rules: &[Rule<'_>], adjusted: &[Rule<'_>]) {
-    if allowed.is_empty() {
-        return;
-    }
-    let slice = match &mut verdict.rules {
-        Rules::One(r) => std::slice::from_mut(r),
-        Rules::Many(v) => v.as_mut_slice(),
-    };
-    for &i in allowed {
-        if let Some(r) = slice.get_mut(i) {
-            r.decision.allowed = true;
-            r.decision.retry_after = None;
-            r.outcome = if r.decision.degraded {
-                Outcome::Degraded
-            } else {
-                Outcome::Allowed
-            };
-            r.shadow = rules.get(i).is_some_and(|rule| rule.shadow);
-            r.listed = Some(Listed::Allow);
-        }
-    }
-    verdict.outcome = request_outcome(adjusted, slice);
-}
-
-/// The request's outcome: the most severe of its rules', where a quota rule's denial counts
-/// only when every quota rule of the request is denied. `rules` are the store's (a rule apart
-/// has `apart` set only when it is not a shadow rule).
-fn request_outcome(rules: &[Rule<'_>], verdicts: &[RuleVerdict]) -> Outcome {
-    let quota = |rule: &Rule<'_>| rule.apart == Some(Apart::Quota);
-    let mut quotas = rules
-        .iter()
-        .zip(verdicts)
-        .filter(|(rule, _)| quota(rule))
-        .peekable();
-    let quota_over = quotas.peek().is_some() && quotas.all(|(_, r)| r.outcome == Outcome::Denied);
-    rules
-        .iter()
-        .zip(verdicts)
-        .filter(|(rule, r)| quota_over || !quota(rule) || r.outcome != Outcome::Denied)
-        .map(|(_, r)| r.outcome)
-        .max()
-        .unwrap_or(Outcome::Allowed)
 }
 
 impl<S: Store> Engine<S> {
@@ -733,104 +589,6 @@ impl<S: Store> Engine<S> {
     }
 }
 
-impl<S: ConcurrencyStore> Engine<S> {
-    /// Takes a slot of `key` under a concurrency `policy`, applying the policy's failure mode
-    /// when the store fails: `FailOpen` grants a lease held nowhere, `FailClosed` denies, and
-    /// `Local` acquires from the engine's own in-memory limiter with the policy's
-    /// [`local_share`](ConcurrencyPolicy::local_share) (a full limiter grants). Answers decided
-    /// this way are `degraded` and carry the store's error. `Err` only for a bad key.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::concurrency::ConcurrencyPolicy;
-    /// use tollgate::{Engine, MemoryStore};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let engine = Engine::new(MemoryStore::new());
-    /// let exports = ConcurrencyPolicy::new("exports", 1, Duration::from_secs(30))?;
-    /// let first = engine.acquire(&exports, b"alice").await?;
-    /// assert!(first.acquire.is_granted() && first.store_error.is_none());
-    /// assert!(!engine.acquire(&exports, b"alice").await?.acquire.is_granted());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn acquire(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<Acquisition, Error> {
-        store::validate_key(key)?;
-        match self.store.acquire(policy, key).await {
-            Ok(acquire) => Ok(Acquisition {
-                acquire,
-                store_error: None,
-            }),
-            Err(err) if err.is_bad_input() => Err(err),
-            Err(err) => Ok(Acquisition {
-                acquire: failure::acquire(&self.fallback, policy, key),
-                store_error: Some(err),
-            }),
-        }
-    }
-
-    /// Frees the slot of `lease`: in the engine's `Local` limiter if it was granted there while
-    /// the store was away, else in the store. A store error is returned as it is: the caller
-    /// logs it, and the lease ends by itself after the policy's `lease_timeout`.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::concurrency::{Acquire, ConcurrencyPolicy, Release};
-    /// use tollgate::{Engine, MemoryStore};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let engine = Engine::new(MemoryStore::new());
-    /// let exports = ConcurrencyPolicy::new("exports", 1, Duration::from_secs(30))?;
-    /// let Acquire::Granted(lease) = engine.acquire(&exports, b"alice").await?.acquire else { unreachable!() };
-    /// assert_eq!(engine.release(&exports, b"alice", lease.id).await?, Release::Released { in_flight: 0 });
-    /// assert_eq!(engine.release(&exports, b"alice", lease.id).await?, Release::NotHeld);
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn release(
-        &self,
-        policy: &ConcurrencyPolicy,
-        key: &[u8],
-        lease: LeaseId,
-    ) -> Result<Release, Error> {
-        store::validate_key(key)?;
-        if let Some(released) = failure::release(&self.fallback, policy, key, lease) {
-            return Ok(released);
-        }
-        self.store.release(policy, key, lease).await
-    }
-
-    /// Frees every slot of `key` at once, in the store and in the engine's `Local` limiter; see
-    /// [`ConcurrencyStore::clear_leases`]. Answers the store's count of live leases dropped; a
-    /// store error is returned as it is (the leases still end at their timeout).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::concurrency::ConcurrencyPolicy;
-    /// use tollgate::{Engine, MemoryStore};
-    ///
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let engine = Engine::new(MemoryStore::new());
-    /// let exports = ConcurrencyPolicy::new("exports", 1, Duration::from_secs(3600))?;
-    /// engine.acquire(&exports, b"alice").await?;
-    /// assert!(!engine.acquire(&exports, b"alice").await?.acquire.is_granted());
-    /// assert_eq!(engine.clear_leases(&exports, b"alice").await?, 1);
-    /// assert!(engine.acquire(&exports, b"alice").await?.acquire.is_granted());
-    /// # Ok(())
-    /// # }
-    /// ```
-    pub async fn clear_leases(&self, policy: &ConcurrencyPolicy, key: &[u8]) -> Result<u64, Error> {
-        store::validate_key(key)?;
-        if let crate::FailureMode::Local { instances } = policy.failure_mode() {
-            let _ = self.fallback.clear_leases(&policy.local_share(instances), key);
-        }
-        self.store.clear_leases(policy, key).await
-    }
-}
-
 /// Rejects a rule the store must not see: a bad key, a zero cost (but for a question), a cost
 /// above the policy's limit.
 #[inline]
@@ -984,131 +742,4 @@ impl<'a> Merged<'a> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-    use crate::Algorithm;
-
-    #[tokio::test]
-    async fn a_rule_given_twice_has_a_verdict_for_each_and_spends_both_costs_or_nothing() {
-        let engine = Engine::new(MemoryStore::new());
-        let policy = Policy::new("p", Algorithm::sliding_log(3, Duration::from_secs(60)).unwrap()).unwrap();
-        let twice = [Rule::new(&policy, "k", 1), Rule::new(&policy, "k", 1)];
-        let verdict = engine.check_all(&twice).await.unwrap();
-        assert!(verdict.allowed());
-        assert_eq!(verdict.rules().len(), 2);
-        assert_eq!(verdict.rules()[1].decision.remaining, 1);
-        let denied = engine.check_all(&twice).await.unwrap();
-        assert_eq!(denied.outcome(), Outcome::Denied);
-        assert_eq!(denied.rules().len(), 2);
-        assert!(denied.rules().iter().all(|r| r.outcome == Outcome::Denied));
-        assert!(
-            engine.check(&policy, b"k", 1).await.unwrap().allowed(),
-            "nothing was spent"
-        );
-    }
-
-    /// A lone rule takes the short road (`verdict_of_one`); the same rule next to another
-    /// policy's takes the general one. Both must answer it alike, spent or not.
-    #[tokio::test]
-    async fn a_lone_rule_is_answered_as_it_is_among_others() {
-        let log = |name: &str, limit| {
-            Policy::new(
-                name,
-                Algorithm::sliding_log(limit, Duration::from_secs(60)).unwrap(),
-            )
-            .unwrap()
-        };
-        // `other` never denies, so the request's outcome is the first rule's.
-        let (lone, among, other) = (log("lone", 2), log("among", 2), log("other", 100));
-        // One clock for both, so that their reset times agree too.
-        let clock = crate::ManualClock::new(0);
-        let engine = || Engine::new(MemoryStore::builder().clock(clock.clone()).build());
-        let (alone, together) = (engine(), engine());
-        type Shape = fn(Rule<'_>) -> Rule<'_>;
-        // Budget 2: a question sees it whole, two spends take it, the rest see it gone.
-        let shapes: [(Shape, bool); 6] = [
-            (|r| r.as_question(), true),
-            (|r| r, true),
-            (|r| r, false),
-            (|r| r.as_shadow(), true),
-            (|r| r.as_question(), true),
-            (|r| r, true),
-        ];
-        for (step, (shape, commit)) in shapes.into_iter().enumerate() {
-            let one = [shape(Rule::new(&lone, "k", 1))];
-            let two = [
-                shape(Rule::new(&among, "k", 1)),
-                Rule::new(&other, "k", 1).as_shadow(),
-            ];
-            let (a, b) = if commit {
-                (
-                    alone.check_all(&one).await.unwrap(),
-                    together.check_all(&two).await.unwrap(),
-                )
-            } else {
-                (
-                    alone.peek_all(&one).await.unwrap(),
-                    together.peek_all(&two).await.unwrap(),
-                )
-            };
-            assert_eq!(a.rules()[0], b.rules()[0], "step {step}");
-            assert_eq!(
-                (a.outcome(), a.spends()),
-                (b.outcome(), b.spends()),
-                "step {step}"
-            );
-        }
-        // Spent by steps 1 and 3 only.
-        assert_eq!(
-            alone
-                .peek_all(&[Rule::new(&lone, "k", 1)])
-                .await
-                .unwrap()
-                .outcome(),
-            Outcome::Denied
-        );
-        assert!(matches!(
-            alone.check_all(&[Rule::new(&lone, "", 1)]).await,
-            Err(Error::EmptyKey)
-        ));
-        assert!(matches!(
-            alone.check_all(&[Rule::new(&lone, "k", 3)]).await,
-            Err(Error::CostTooLarge { .. })
-        ));
-    }
-
-    #[tokio::test]
-    async fn every_quota_rule_over_denies_the_request_and_the_plain_rules_that_fit_still_spent() {
-        let engine = Engine::new(MemoryStore::new());
-        let log = |name: &str, limit| {
-            Policy::new(
-                name,
-                Algorithm::sliding_log(limit, Duration::from_secs(60)).unwrap(),
-            )
-            .unwrap()
-        };
-        let (quota, plain) = (log("quota", 1), log("plain", 5));
-        let rules = [
-            Rule::new(&quota, "k", 1).apart(Apart::Quota),
-            Rule::new(&plain, "k", 1),
-        ];
-        assert_eq!(
-            engine.check_all(&rules).await.unwrap().outcome(),
-            Outcome::Allowed
-        );
-        let over = engine.check_all(&rules).await.unwrap();
-        assert_eq!(over.outcome(), Outcome::Denied);
-        assert_eq!(over.rules()[0].outcome, Outcome::Denied);
-        assert!(!over.rules()[0].shadow, "a rule apart is not a shadow rule");
-        assert_eq!(over.rules()[1].decision.remaining, 3, "the plain rule spent");
-        assert!(over.spends());
-        // A shadow rule apart is a shadow rule.
-        let shadow = [Rule::new(&quota, "k", 1).apart(Apart::Alone).as_shadow()];
-        assert_eq!(
-            engine.check_all(&shadow).await.unwrap().outcome(),
-            Outcome::ShadowDenied
-        );
-    }
-}
+mod tests;

@@ -1,21 +1,6 @@
 //! [`Engine::run`]: one request, whatever it mixes, in one call and one fixed order.
 //!
-//! 1. Every op is validated first: bad input refuses the whole request before anything is
-//!    recorded.
-//! 2. Listed keys ([`Op::Listed`]) are looked up in the global deny list: one there blocks the
-//!    request, whose checks are then only looked at.
-//! 3. The checks and counts are decided together, all or nothing ([`Engine::check_all`]); the
-//!    peeks are looked at ([`Engine::peek_all`]).
-//! 4. The charges are recorded in one call ([`Engine::charge_all`]), or looked at when the
-//!    request holds them back and was not admitted (a listed key blocked it, its checks
-//!    refused it, or it had only peeks); each says whether it was recorded anywhere.
-//! 5. Each refund is made.
-//! 6. Counts the store refused are charged their cost, in one call, unless the request failed
-//!    closed or spent nothing.
-//!
-//! The failure modes apply at each step, as in the calls named. The request's time is read
-//! from the engine's clock, so a door on a manual clock (`tollgate test`, replay) places
-//! deny-all resets in virtual time too.
+//! The steps are listed on the method.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -26,9 +11,27 @@ use crate::store::{self, Store};
 use crate::{FailureMode, Outcome, PerRule, Rule};
 
 impl<S: Store> Engine<S> {
-    /// Runs every op of `request` in one call; see the [module docs](self). `Err` only for bad
-    /// input; a failing store is answered by the failure modes (and a refund's failure is its
-    /// [`Done::Refunded`] answer).
+    /// Runs every op of `request` in one call, in this order whatever the ops' order:
+    ///
+    /// 1. Every op is validated first: bad input refuses the whole request before anything is
+    ///    recorded.
+    /// 2. Listed keys ([`Op::Listed`]) are looked up in the global deny list: one there blocks the
+    ///    request, whose checks are then only looked at.
+    /// 3. The checks and counts are decided together, all or nothing ([`Engine::check_all`]); the
+    ///    peeks are looked at ([`Engine::peek_all`]).
+    /// 4. The charges are recorded in one call ([`Engine::charge_all`]), or looked at when the
+    ///    request holds them back and was not admitted (a listed key blocked it, its checks
+    ///    refused it, or it had only peeks); each says whether it was recorded anywhere.
+    /// 5. Each refund is made.
+    /// 6. Counts the store refused are charged their cost, in one call, unless the request failed
+    ///    closed or spent nothing.
+    ///
+    /// The failure modes apply at each step, as in the calls named. The request's time is read
+    /// from the engine's clock, so a door on a manual clock (`tollgate test`, replay) places
+    /// deny-all resets in virtual time too.
+    ///
+    /// `Err` only for bad input; a failing store is answered by the failure modes (and a
+    /// refund's failure is its [`Done::Refunded`] answer).
     pub async fn run(&self, request: &Request<'_>) -> Result<Settled, crate::Error> {
         for op in &request.ops {
             match op {
