@@ -371,6 +371,13 @@ fn bump(counter: &AtomicU64) {
 }
 
 impl RedisStore {
+    /// This instance's clock: the one given to [`RedisStoreBuilder::clock`], else the system's.
+    /// The decisions themselves are timed by Redis `TIME` unless a clock was given; an engine
+    /// over the store dates its answers with this one.
+    pub fn local_clock(&self) -> Arc<dyn Clock> {
+        Arc::clone(&self.inner.local_clock)
+    }
+
     /// Starts configuring a store for `target`.
     pub fn builder(target: Target) -> RedisStoreBuilder {
         RedisStoreBuilder {

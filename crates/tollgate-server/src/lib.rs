@@ -99,7 +99,7 @@ pub use envoy::grpc;
 pub use ops::{count, decision_log, metrics, statsd};
 pub use runtime::{
     AnyStore, AppState, EnvoySettings, ListenerOptions, ResponseHeaders, ServerTls, Settings, SharedState,
-    StoreOptions, TlsError, TlsFiles, TlsSetting,
+    StoreClock, StoreOptions, TlsError, TlsFiles, TlsSetting,
 };
 pub use serve::{Listeners, ServeOptions, XdsSource, run, serve, server_runtime};
 pub use serve_proxy::{ProxyOptions, serve_proxy};

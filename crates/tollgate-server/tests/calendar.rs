@@ -6,12 +6,10 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
-use tollgate::{ManualClock, MemoryStore};
+use tollgate::ManualClock;
 use tollgate_redis::{RedisStore, Target};
 use tollgate_server::AnyStore;
 use tollgate_server::{AppState, Settings, SharedState};
@@ -128,6 +126,6 @@ async fn daily_quota_on_a_cluster() {
 #[tokio::test]
 async fn daily_quota_on_memory() {
     let clock = ManualClock::new(0);
-    let store = AnyStore::ManualMemory(Arc::new(MemoryStore::builder().clock(clock.clone()).build()));
+    let store = AnyStore::manual_memory(clock.clone());
     the_day_ends_at_midnight_in_the_zone(store, &clock).await;
 }

@@ -299,7 +299,12 @@ async fn with_redis_down_both_doors_follow_the_same_failure_mode() {
 
 /// A store that is full: one key, and it is limited, so it cannot be evicted.
 async fn full_store_state() -> SharedState {
-    let store = AnyStore::Memory(Arc::new(MemoryStore::builder().max_keys(1).build()));
+    let store = AnyStore::Memory(Arc::new(
+        MemoryStore::builder()
+            .max_keys(1)
+            .clock(tollgate_server::StoreClock::System(tollgate::SystemClock::new()))
+            .build(),
+    ));
     let state = state(store);
     for expected in [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS] {
         let (status, _, _) = check(&state, json!({"policy": "filler", "key": "x"})).await;

@@ -434,15 +434,27 @@ async fn without_the_admin_token_explain_shows_no_override_and_no_list_membershi
 
 #[tokio::test]
 async fn explain_on_the_memory_store() {
-    let memory = std::sync::Arc::new(tollgate::MemoryStore::new());
+    let memory = std::sync::Arc::new(
+        tollgate::MemoryStore::builder()
+            .clock(tollgate_server::StoreClock::System(tollgate::SystemClock::new()))
+            .build(),
+    );
     let seen = memory.clone();
     // The memory store's own view: how many keys it holds (explain must add none).
     explain_tells_why(AnyStore::Memory(memory), move || vec![seen.len().to_string()]).await;
-    let memory = std::sync::Arc::new(tollgate::MemoryStore::new());
+    let memory = std::sync::Arc::new(
+        tollgate::MemoryStore::builder()
+            .clock(tollgate_server::StoreClock::System(tollgate::SystemClock::new()))
+            .build(),
+    );
     let seen = memory.clone();
     a_deny_listed_key_shows_what_it_spent(AnyStore::Memory(memory), move || vec![seen.len().to_string()])
         .await;
-    let memory = std::sync::Arc::new(tollgate::MemoryStore::new());
+    let memory = std::sync::Arc::new(
+        tollgate::MemoryStore::builder()
+            .clock(tollgate_server::StoreClock::System(tollgate::SystemClock::new()))
+            .build(),
+    );
     let seen = memory.clone();
     a_concurrency_policy_shows_its_leases(AnyStore::Memory(memory), move || vec![seen.len().to_string()])
         .await;

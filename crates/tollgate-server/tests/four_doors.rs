@@ -299,7 +299,12 @@ async fn store(kind: StoreKind, redis_url: &str) -> AnyStore {
     match kind {
         StoreKind::Memory => AnyStore::memory(),
         StoreKind::Full => {
-            let memory = Arc::new(MemoryStore::builder().max_keys(1).build());
+            let memory = Arc::new(
+                MemoryStore::builder()
+                    .max_keys(1)
+                    .clock(tollgate_server::StoreClock::System(tollgate::SystemClock::new()))
+                    .build(),
+            );
             let filler = Policy::new(
                 "filler",
                 Algorithm::sliding_log(1, Duration::from_secs(3600)).expect("algorithm"),

@@ -40,7 +40,12 @@ async fn statuses(app: &Router, paths: &[&str]) -> Vec<StatusCode> {
 }
 
 fn full_store() -> AnyStore {
-    let memory = Arc::new(MemoryStore::builder().max_keys(1).build());
+    let memory = Arc::new(
+        MemoryStore::builder()
+            .max_keys(1)
+            .clock(tollgate_server::StoreClock::System(tollgate::SystemClock::new()))
+            .build(),
+    );
     let filler = Policy::new(
         "filler",
         Algorithm::sliding_log(1, Duration::from_secs(3600)).expect("algorithm"),

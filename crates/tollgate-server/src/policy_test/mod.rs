@@ -29,11 +29,10 @@ mod doors;
 mod report;
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use tollgate::{ManualClock, MemoryStore};
+use tollgate::ManualClock;
 use tollgate_config::scenarios::{Ask, ScenarioFile};
 use tollgate_redis::{RedisStore, Target};
 
@@ -115,9 +114,7 @@ pub async fn run(options: &TestOptions) -> Result<Report, TestError> {
 /// A fresh store on `clock`: memory, or Redis under a prefix no other run or scenario uses.
 async fn open_store(url: Option<&str>, clock: &ManualClock, scenario: &str) -> anyhow::Result<AnyStore> {
     let Some(url) = url else {
-        return Ok(AnyStore::ManualMemory(Arc::new(
-            MemoryStore::builder().clock(clock.clone()).build(),
-        )));
+        return Ok(AnyStore::manual_memory(clock.clone()));
     };
     let target = Target::parse(url)?;
     let shown = target.display();

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use tollgate::{ManualClock, MemoryStore, Rule};
+use tollgate::{ManualClock, Rule};
 use tollgate_config::Limits;
 
 pub use report::{Flip, Group, Report, Tally};
@@ -163,7 +163,7 @@ impl Replayer {
     /// `limits` on a fresh memory store.
     pub fn new(limits: Limits) -> Self {
         let clock = ManualClock::new(0);
-        let store = AnyStore::ManualMemory(Arc::new(MemoryStore::builder().clock(clock.clone()).build()));
+        let store = AnyStore::manual_memory(clock.clone());
         let state = AppState::new(limits, store, Settings::default());
         let limits = state.limits.load_full();
         let rls = RlsService::new(Arc::clone(&state));

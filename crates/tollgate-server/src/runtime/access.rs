@@ -256,7 +256,7 @@ impl AccessAdmin {
     ) -> Result<(Added, Option<u64>), Error> {
         let entry = Arc::new(entry);
         let added = match state.engine.store() {
-            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => {
+            AnyStore::Memory(_) => {
                 let mut admin = lock(&self.entries);
                 if admin.at_ms.contains_key(&entry) {
                     Added::AlreadyThere
@@ -307,9 +307,7 @@ impl AccessAdmin {
     /// was no such admin entry.
     pub(crate) async fn remove(&self, state: Served<'_>, entry: &AccessEntry) -> Result<bool, Error> {
         let removed = match state.engine.store() {
-            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => {
-                self.forget(state, &mut lock(&self.entries), entry)
-            }
+            AnyStore::Memory(_) => self.forget(state, &mut lock(&self.entries), entry),
             AnyStore::Redis(store) => {
                 let removed = store.remove_access_entry(entry).await?;
                 self.forget(state, &mut lock(&self.entries), entry);

@@ -27,5 +27,5 @@ pub(crate) mod tokens;
 pub use envoy_settings::{EnvoySettings, ResponseHeaders};
 pub use listener::ListenerOptions;
 pub use state::{AppState, Settings, SharedState};
-pub use store::{AnyStore, StoreOptions};
+pub use store::{AnyStore, StoreClock, StoreOptions};
 pub use tls::{ServerTls, TlsError, TlsFiles, TlsSetting};

@@ -173,7 +173,9 @@ impl AppState {
             limits: ArcSwap::from_pointee(limits),
             // A clone shares the store's state (an `Arc` or a connection handle), so the engine
             // and the attempts endpoints see one store.
-            engine: Engine::new(store.clone()),
+            // On the store's clock, so that answers are dated in the store's time (virtual time
+            // under `tollgate test` and replay).
+            engine: Engine::builder(store.clone()).clock(store.clock()).build(),
             store,
             settings,
             access: AccessAdmin::default(),

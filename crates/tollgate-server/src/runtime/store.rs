@@ -21,8 +21,8 @@ use tollgate::concurrency::{Acquire, ConcurrencyPolicy, ConcurrencyStore, InFlig
 use tollgate::overrides::{Override, OverridePage, OverrideStore, OverrideTarget};
 use tollgate::store::ValidRules;
 use tollgate::{
-    AttemptTry, AttemptsStatus, AttemptsStore, Decision, Decisions, Error, ManualClock, MemoryStore, Policy,
-    Rule, Store,
+    AttemptTry, AttemptsStatus, AttemptsStore, Clock, Decision, Decisions, Error, ManualClock, MemoryStore,
+    MemoryStoreBuilder, Policy, Rule, Store, SystemClock,
 };
 use tollgate_redis::{RedisStore, Target};
 
@@ -65,13 +65,31 @@ pub struct Health {
 /// Where decisions are made.
 #[derive(Clone)]
 pub enum AnyStore {
-    /// In this process (the default).
-    Memory(Arc<MemoryStore>),
+    /// In this process (the default), on the system clock or one moved by hand.
+    Memory(Arc<MemoryStore<StoreClock>>),
     /// In Redis or Redis Cluster, shared by every server of a fleet.
     Redis(RedisStore),
-    /// In this process, on a clock moved by hand: `tollgate test` runs its scenarios on virtual
-    /// time ([`policy_test`](crate::policy_test)), so a minute's window passes at once.
-    ManualMemory(Arc<MemoryStore<ManualClock>>),
+}
+
+/// The embedded store's clock: the system's, or one moved by hand, on which `tollgate test`
+/// ([`policy_test`](crate::policy_test)) and replay run, so a minute's window passes at once.
+/// One store type either way, and a match instead of a virtual call per read.
+#[derive(Debug, Clone)]
+pub enum StoreClock {
+    /// The system clock.
+    System(SystemClock),
+    /// Moved by hand.
+    Manual(ManualClock),
+}
+
+impl Clock for StoreClock {
+    #[inline]
+    fn now_us(&self) -> u64 {
+        match self {
+            StoreClock::System(clock) => clock.now_us(),
+            StoreClock::Manual(clock) => clock.now_us(),
+        }
+    }
 }
 
 impl AnyStore {
@@ -82,7 +100,35 @@ impl AnyStore {
     /// assert_eq!(store.kind(), "memory");
     /// ```
     pub fn memory() -> Self {
-        AnyStore::Memory(Arc::new(MemoryStore::new()))
+        AnyStore::memory_from(MemoryStore::builder())
+    }
+
+    /// The embedded store as `builder` says, on the system clock.
+    ///
+    /// ```
+    /// use tollgate::MemoryStore;
+    ///
+    /// let store = tollgate_server::AnyStore::memory_from(MemoryStore::builder().max_keys(10));
+    /// assert_eq!(store.kind(), "memory");
+    /// ```
+    pub fn memory_from(builder: MemoryStoreBuilder) -> Self {
+        let clock = StoreClock::System(SystemClock::new());
+        AnyStore::Memory(Arc::new(builder.clock(clock).build()))
+    }
+
+    /// The embedded store on `clock`, moved by hand.
+    pub fn manual_memory(clock: ManualClock) -> Self {
+        AnyStore::Memory(Arc::new(
+            MemoryStore::builder().clock(StoreClock::Manual(clock)).build(),
+        ))
+    }
+
+    /// The clock an engine over this store dates its answers with: the store's own.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        match self {
+            AnyStore::Memory(store) => Arc::new(store.clock().clone()),
+            AnyStore::Redis(store) => store.local_clock(),
+        }
     }
 
     /// A Redis store for `url` (`redis://host:port`, `redis+cluster://host:port,...` or
@@ -176,7 +222,7 @@ impl AnyStore {
     /// proves the password and the cluster mode.
     pub async fn health(&self) -> Health {
         match self {
-            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => Health {
+            AnyStore::Memory(_) => Health {
                 ready: true,
                 class: None,
                 error: None,
@@ -198,7 +244,7 @@ impl AnyStore {
     /// Each Redis node called so far and whether its circuit breaker is open (none for memory).
     pub fn breakers(&self) -> Vec<(String, bool)> {
         match self {
-            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => vec![],
+            AnyStore::Memory(_) => vec![],
             AnyStore::Redis(store) => store.breaker_states(),
         }
     }
@@ -207,7 +253,7 @@ impl AnyStore {
     /// `tollgate_redis::StoreStats::refund_failures`); `None` for memory, which reserves nothing.
     pub fn refund_failures(&self) -> Option<u64> {
         match self {
-            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => None,
+            AnyStore::Memory(_) => None,
             AnyStore::Redis(store) => Some(store.stats().refund_failures),
         }
     }
@@ -216,7 +262,7 @@ impl AnyStore {
     /// `tollgate_redis::StoreStats::state_lost`); `None` for memory, which cannot lose it.
     pub fn state_lost(&self) -> Option<u64> {
         match self {
-            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => None,
+            AnyStore::Memory(_) => None,
             AnyStore::Redis(store) => Some(store.stats().state_lost),
         }
     }
@@ -225,20 +271,20 @@ impl AnyStore {
     /// `tollgate_redis::StoreStats::failovers`); `None` for memory.
     pub fn failovers(&self) -> Option<u64> {
         match self {
-            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => None,
+            AnyStore::Memory(_) => None,
             AnyStore::Redis(store) => Some(store.stats().failovers),
         }
     }
 
     /// Whether decisions are made in this process (on the system clock or a manual one).
     pub fn is_memory(&self) -> bool {
-        matches!(self, AnyStore::Memory(_) | AnyStore::ManualMemory(_))
+        matches!(self, AnyStore::Memory(_))
     }
 
     /// `memory` or `redis`, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
-            AnyStore::Memory(_) | AnyStore::ManualMemory(_) => "memory",
+            AnyStore::Memory(_) => "memory",
             AnyStore::Redis(_) => "redis",
         }
     }
@@ -269,7 +315,6 @@ macro_rules! dispatch {
     ($trait:ident, $self:ident, $method:ident ( $($arg:expr),* )) => {
         match $self {
             AnyStore::Memory(store) => $trait::$method(store.as_ref(), $($arg),*).await,
-            AnyStore::ManualMemory(store) => $trait::$method(store.as_ref(), $($arg),*).await,
             AnyStore::Redis(store) => $trait::$method(store, $($arg),*).await,
         }
     };

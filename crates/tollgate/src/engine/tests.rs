@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::Algorithm;
+use crate::{Algorithm, Apart};
 
 #[tokio::test]
 async fn a_rule_given_twice_has_a_verdict_for_each_and_spends_both_costs_or_nothing() {

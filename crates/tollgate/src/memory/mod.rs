@@ -190,6 +190,12 @@ impl<C: Clock> MemoryStoreBuilder<C> {
 }
 
 impl<C: Clock> MemoryStore<C> {
+    /// The clock the store decides on: an engine over the store dates its answers with the
+    /// same one ([`EngineBuilder::clock`](crate::EngineBuilder::clock)).
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
     /// The bound on stored keys.
     ///
     /// ```
