@@ -303,36 +303,44 @@ async fn should_rate_limit(
     caller: Caller<'_>,
 ) -> Result<RateLimitResponse, Status> {
     let (state, settings) = (&service.state, &service.state.settings.envoy);
-    // Kept for the dynamic metadata, which describes the request as it came.
-    let wire = settings
-        .response_dynamic_metadata
-        .then(|| request.descriptors.clone());
-    let asked = read_descriptors(request.descriptors, request.hits_addend)?;
-    authorize_settlement(state, caller, &asked)?;
-    // An owned handle, not a guard: it is held across store round trips.
-    let limits = state.limits.load_full();
-    let plan = (state
-        .planner
-        .plan(&limits, settings.modes(), &request.domain, asked))
-    .map_err(plan_status)?;
+    let mut read = Read::of(state, request, caller)?;
+    let limits = state.limits.load_full(); // owned, not a guard: held across store round trips
+    let asked = std::mem::take(&mut read.asked);
+    let plan = (state.planner.plan(&limits, settings.modes(), &read.domain, asked)).map_err(plan_status)?;
     let ops = plan.request();
-    let settled = state
-        .engine
-        .run(&ops)
-        .await
-        .map_err(|err| Status::invalid_argument(err.to_string()))?;
+    let settled = state.engine.run(&ops).await.map_err(bad_input)?;
     count::settled(&ops, &settled);
     let answer = plan.answer(&settled);
     count_descriptors(service, &answer);
     match answer.unavailable {
         Some(message) => Err(Status::unavailable(message)),
-        None => Ok(respond(
-            settings,
-            &request.domain,
-            &answer,
+        None => Ok(respond(settings, &read, &answer)),
+    }
+}
+
+/// A request as the door read it.
+struct Read {
+    domain: String,
+    /// The request's own `hits_addend`.
+    hits_addend: u32,
+    /// The descriptors as they came, kept for the dynamic metadata when it is on.
+    wire: Option<Vec<RateLimitDescriptor>>,
+    /// The descriptors as the planner reads them.
+    asked: Vec<Asked>,
+}
+
+impl Read {
+    /// Reads `request`, refusing its refunds and charges when `caller` may not make them.
+    fn of(state: &SharedState, request: RateLimitRequest, caller: Caller<'_>) -> Result<Self, Status> {
+        let wire = (state.settings.envoy.response_dynamic_metadata).then(|| request.descriptors.clone());
+        let asked = read_descriptors(request.descriptors, request.hits_addend)?;
+        authorize_settlement(state, caller, &asked)?;
+        Ok(Read {
+            domain: request.domain,
+            hits_addend: request.hits_addend,
             wire,
-            request.hits_addend,
-        )),
+            asked,
+        })
     }
 }
 
@@ -405,6 +413,11 @@ fn limit_override(limit: &RateLimitOverride) -> Result<LimitOverride, OverrideEr
     })
 }
 
+/// The status of a request the engine refused: bad input.
+fn bad_input(err: tollgate::Error) -> Status {
+    Status::invalid_argument(err.to_string())
+}
+
 /// The status of a request the planner refused.
 fn plan_status(err: PlanError) -> Status {
     match err {
@@ -431,13 +444,7 @@ fn count_descriptors(service: &RlsService, answer: &Answer<'_>) {
 }
 
 /// The answer on the wire.
-fn respond(
-    settings: &EnvoySettings,
-    domain: &str,
-    answer: &Answer<'_>,
-    wire: Option<Vec<RateLimitDescriptor>>,
-    hits_addend: u32,
-) -> RateLimitResponse {
+fn respond(settings: &EnvoySettings, read: &Read, answer: &Answer<'_>) -> RateLimitResponse {
     let now = answer.now;
     let statuses = answer.descriptors.iter().map(answer::status).collect();
     let mut response_headers_to_add = match &settings.response_headers {
@@ -459,13 +466,13 @@ fn respond(
             raw_value: Vec::new(),
         });
     }
-    let dynamic_metadata = wire.map(|descriptors| {
+    let dynamic_metadata = read.wire.as_ref().map(|descriptors| {
         let passed = answer
             .descriptors
             .iter()
             .filter(|d| !d.over)
             .filter_map(|d| d.metadata);
-        answer::dynamic_metadata(domain, &descriptors, hits_addend, passed)
+        answer::dynamic_metadata(&read.domain, descriptors, read.hits_addend, passed)
     });
     let overall_code = if answer.over { Code::OverLimit } else { Code::Ok };
     RateLimitResponse {
