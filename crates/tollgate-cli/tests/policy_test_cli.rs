@@ -240,3 +240,20 @@ fn check_config_against_the_served_config_lists_each_policy_that_changes() {
         "{out:?}"
     );
 }
+
+/// A deny-all limit's reset is the end of its unit in the scenario's virtual time, not the
+/// wall clock's: the answer is dated by the engine, on the store's clock.
+#[test]
+fn a_deny_all_reset_follows_virtual_time() {
+    let config =
+        "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 0}\n";
+    let scenarios = "\
+scenarios:
+  - name: the minute ends in virtual time
+    steps:
+      - {at: 15s, envoy: {domain: edge, descriptors: [{ip: 192.0.2.1}]}, expect: {code: OVER_LIMIT, retry_after: 45s}}
+      - {at: 50s, envoy: {domain: edge, descriptors: [{ip: 192.0.2.1}]}, expect: {code: OVER_LIMIT, retry_after: 10s}}
+";
+    let out = unusable(config, scenarios);
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+}
