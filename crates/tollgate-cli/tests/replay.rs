@@ -1,7 +1,9 @@
 //! The decision log and `tollgate replay`, end to end: the real binary serves a known sequence of
 //! requests through `POST /v1/check`, gRPC and `POST /json` with the log on, is stopped, and its
 //! log is replayed: under the same config nothing flips; under a stricter one exactly the
-//! requests the test works out from the sequence flip. Also: bad flags name themselves.
+//! requests the test works out from the sequence flip; the same with charges and refunds, over
+//! HTTP and gRPC, whose debts the checks after them meet. Also: bad flags name themselves, and
+//! a log written before ops were logged replays.
 
 mod binary;
 
@@ -265,7 +267,7 @@ async fn replay_flips_exactly_what_a_stricter_config_refuses(extra: &[&str]) {
             assert_eq!(flip["door"], lines[*i]["door"]);
             // In clear, the report names the key; hashed, the log's hash of it.
             let key = match ask {
-                Ask::Check(_) => lines[*i]["rules"][0]["key"].as_str().expect("key").to_owned(),
+                Ask::Check(_) => lines[*i]["ops"][0]["key"].as_str().expect("key").to_owned(),
                 Ask::Grpc(_) | Ask::Json(_) => format!(
                     "remote_address={}",
                     lines[*i]["descriptors"][0]["entries"][0][1]
@@ -456,7 +458,7 @@ async fn the_proxy_logs_its_routes_decisions_and_they_replay() {
     assert!(
         lines
             .iter()
-            .all(|l| l["door"] == "proxy" && l["rules"][0]["policy"] == "movies")
+            .all(|l| l["door"] == "proxy" && l["ops"][0]["policy"] == "movies" && l["ops"][0]["op"] == "check")
     );
     assert_eq!(replay(&["--config", &served, log])["flipped"], 0);
     // Under 1 an hour, the second and third requests flip.
@@ -494,4 +496,304 @@ fn a_file_without_line_breaks_is_refused_at_the_line_bound_not_read_whole() {
         "{line}"
     );
     assert_eq!(child.wait_exit().code(), Some(2));
+}
+
+/// One request of [`SETTLING`]: a check, a charge or a refund of a cost, over HTTP (a key of
+/// `movies`) or gRPC (an address of the `edge` domain).
+#[derive(Clone, Copy, Debug)]
+enum Settle {
+    Check(&'static str),
+    Charge(&'static str, u64),
+    Refund(&'static str, u64),
+    GrpcCheck(&'static str),
+    GrpcCharge(&'static str, u64),
+    GrpcRefund(&'static str, u64),
+}
+
+impl Settle {
+    /// The door, the kind of op and the key as the log and the report name them.
+    fn named(self) -> (&'static str, &'static str, String) {
+        let envoy = |ip: &str| format!("remote_address={ip}");
+        match self {
+            Settle::Check(key) => ("http", "check", key.to_owned()),
+            Settle::Charge(key, _) => ("http", "charge", key.to_owned()),
+            Settle::Refund(key, _) => ("http", "refund", key.to_owned()),
+            Settle::GrpcCheck(ip) => ("grpc", "check", envoy(ip)),
+            Settle::GrpcCharge(ip, _) => ("grpc", "charge", envoy(ip)),
+            Settle::GrpcRefund(ip, _) => ("grpc", "refund", envoy(ip)),
+        }
+    }
+}
+
+/// Checks meeting the debts that charges before them left, and the budget refunds gave back,
+/// on two keys and two addresses. Refunds cost at most the stricter limits below, so they are
+/// valid under both configs.
+const SETTLING: [Settle; 20] = [
+    Settle::Check("alice"),
+    Settle::Charge("alice", 3),
+    Settle::Check("alice"),
+    Settle::GrpcCheck("198.51.100.4"),
+    Settle::GrpcCharge("198.51.100.4", 3),
+    Settle::GrpcCheck("198.51.100.4"),
+    Settle::Refund("alice", 2),
+    Settle::Check("alice"),
+    Settle::Check("alice"),
+    Settle::GrpcRefund("198.51.100.4", 2),
+    Settle::GrpcCheck("198.51.100.4"),
+    Settle::Charge("bob", 2),
+    Settle::Check("bob"),
+    Settle::Charge("alice", 1),
+    Settle::Check("alice"),
+    Settle::GrpcCheck("198.51.100.5"),
+    Settle::GrpcCharge("198.51.100.5", 1),
+    Settle::GrpcCheck("198.51.100.5"),
+    Settle::Refund("bob", 1),
+    Settle::Check("bob"),
+];
+
+/// What each request of [`SETTLING`] comes to under `policy_limit` per key and `envoy_limit`
+/// per address, none of the windows ending: `(allowed, debt)`. Each key holds what it used: a
+/// check of 1 passes and spends while it fits; a charge spends whatever is left, its debt
+/// what it used past the limit, and it is over (`denied`, as the Envoy door answers a charge
+/// past its limit) when it left one; a refund gives back up to its cost, and is allowed.
+fn settled(policy_limit: u64, envoy_limit: u64) -> Vec<(bool, u64)> {
+    let mut used = std::collections::HashMap::<String, u64>::new();
+    SETTLING
+        .iter()
+        .map(|ask| {
+            let limit = match ask {
+                Settle::Check(_) | Settle::Charge(..) | Settle::Refund(..) => policy_limit,
+                _ => envoy_limit,
+            };
+            let used = used.entry(ask.named().2).or_default();
+            match *ask {
+                Settle::Check(_) | Settle::GrpcCheck(_) => {
+                    let fits = *used < limit;
+                    if fits {
+                        *used += 1;
+                    }
+                    (fits, 0)
+                }
+                Settle::Charge(_, cost) | Settle::GrpcCharge(_, cost) => {
+                    *used += cost;
+                    let debt = used.saturating_sub(limit);
+                    (debt == 0, debt)
+                }
+                Settle::Refund(_, cost) | Settle::GrpcRefund(_, cost) => {
+                    *used -= cost.min(*used);
+                    (true, 0)
+                }
+            }
+        })
+        .collect()
+}
+
+/// An Envoy request of one descriptor for `ip`: a check, or with its own `hits_addend` a
+/// charge (`refund`: given back).
+fn envoy_settling(ip: &str, hits: Option<u64>, refund: bool) -> RateLimitRequest {
+    let mut request = envoy_request(ip);
+    request.descriptors[0].hits_addend = hits.map(|value| tollgate_server::grpc::proto::UInt64Value { value });
+    request.descriptors[0].is_negative_hits = refund;
+    request
+}
+
+/// Serves [`SETTLING`] under limits (5, 4) with the decision log on (`extra` flags added),
+/// checking each answer against [`settled`]; stops the server and returns the log's path.
+async fn serve_settling(dir: &Path, extra: &[&str]) -> std::path::PathBuf {
+    let limits = dir.join("limits");
+    config(&limits, 5, 4);
+    let log = dir.join("decisions.jsonl");
+    let mut args = vec![
+        "--config",
+        limits.to_str().expect("utf-8"),
+        "--decision-log",
+        log.to_str().expect("utf-8"),
+    ];
+    args.extend_from_slice(extra);
+    let mut server = Server::start(&args);
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client");
+    let mut grpc = RateLimitServiceClient::connect(server.grpc.clone())
+        .await
+        .expect("connect to the grpc listener");
+    let post = |path: &str, key: &str, cost: u64| {
+        http.post(server.url(path))
+            .json(&json!({"policy": "movies", "key": key, "cost": cost}))
+            .send()
+    };
+    for (i, (ask, (allowed, debt))) in SETTLING.iter().zip(settled(5, 4)).enumerate() {
+        match *ask {
+            Settle::Check(key) => {
+                let status = post("/v1/check", key, 1).await.expect("check").status();
+                assert_eq!(status == 200, allowed, "request {i} ({ask:?}): {status}");
+            }
+            Settle::Charge(key, cost) | Settle::Refund(key, cost) => {
+                let path = match ask {
+                    Settle::Charge(..) => "/v1/charge",
+                    _ => "/v1/refund",
+                };
+                let answer = post(path, key, cost).await.expect("settle");
+                assert_eq!(answer.status(), 200, "request {i} ({ask:?})");
+                let body: Value = answer.json().await.expect("a JSON answer");
+                if let Settle::Charge(..) = ask {
+                    assert_eq!(body["debt"], debt, "request {i} ({ask:?}): {body}");
+                    assert_eq!(body["recorded"], true, "request {i}: {body}");
+                }
+            }
+            Settle::GrpcCheck(ip) | Settle::GrpcCharge(ip, _) | Settle::GrpcRefund(ip, _) => {
+                let request = match *ask {
+                    Settle::GrpcCharge(_, cost) => envoy_settling(ip, Some(cost), false),
+                    Settle::GrpcRefund(_, cost) => envoy_settling(ip, Some(cost), true),
+                    _ => envoy_request(ip),
+                };
+                let answer = grpc.should_rate_limit(request).await.expect("call").into_inner();
+                assert_eq!(
+                    answer.overall_code == Code::Ok as i32,
+                    allowed,
+                    "request {i} ({ask:?}): {answer:?}"
+                );
+            }
+        }
+    }
+    server.signal("TERM");
+    assert!(server.wait_exit().success());
+    log
+}
+
+async fn charges_and_refunds_replay_with_their_debts(extra: &[&str]) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let log = serve_settling(dir.path(), extra).await;
+    let lines = log_lines(&log);
+    assert_eq!(lines.len(), SETTLING.len(), "one line per request, charges and refunds included");
+    // One request at a time: the file is in request order, each line what was asked and answered.
+    for (i, ((line, ask), (allowed, debt))) in lines.iter().zip(SETTLING).zip(settled(5, 4)).enumerate() {
+        let (door, kind, _) = ask.named();
+        assert_eq!(line["door"], door, "line {i}: {line}");
+        assert_eq!(line["outcome"], if allowed { "allowed" } else { "denied" }, "line {i}: {line}");
+        let ops = line["ops"].as_array().expect("ops");
+        assert_eq!(ops.len(), 1, "line {i}: {line}");
+        assert_eq!(ops[0]["op"], kind, "line {i}: {line}");
+        match kind {
+            "charge" => {
+                assert_eq!(ops[0]["debt"].as_u64().unwrap_or(0), debt, "line {i}: {line}");
+                assert_eq!(ops[0]["recorded"], true, "line {i}: {line}");
+            }
+            "refund" => assert_eq!(line["outcome"], "allowed", "line {i}: {line}"),
+            _ => assert!(ops[0].get("recorded").is_none(), "line {i}: {line}"),
+        }
+        if door == "grpc" {
+            assert_eq!(line["domain"], "edge", "line {i}: {line}");
+            assert_eq!(line["descriptors"][0]["refund"].as_bool().unwrap_or(false), kind == "refund");
+        }
+    }
+    let log = log.to_str().expect("utf-8");
+    let limits = dir.path().join("limits");
+    let limits = limits.to_str().expect("utf-8");
+
+    // Its own config, against the logged outcomes and against itself: the debts the charges
+    // left deny the same checks again, and the refunds give the same budget back.
+    for baseline in [None, Some(limits)] {
+        let mut args = vec!["--config", limits];
+        args.extend(baseline.iter().flat_map(|b| ["--baseline", *b]));
+        args.push(log);
+        let report = replay(&args);
+        assert_eq!(report["decisions"], SETTLING.len(), "{report}");
+        assert_eq!(report["flipped"], 0, "{report}");
+    }
+
+    // Stricter, 3 per key and 2 per address: the requests whose outcome the model changes flip,
+    // charges that now leave a debt among them.
+    let strict = dir.path().join("strict");
+    config(&strict, 3, 2);
+    let strict = strict.to_str().expect("utf-8");
+    let flips: Vec<(usize, bool, bool)> = settled(5, 4)
+        .into_iter()
+        .zip(settled(3, 2))
+        .enumerate()
+        .filter(|(_, (before, after))| before.0 != after.0)
+        .map(|(i, (before, after))| (i, before.0, after.0))
+        .collect();
+    let kinds: std::collections::BTreeSet<&str> = flips.iter().map(|(i, ..)| SETTLING[*i].named().1).collect();
+    assert!(
+        kinds.contains("charge") && kinds.contains("check"),
+        "the sequence flips charges and checks: {flips:?}"
+    );
+    let outcome = |allowed: bool| if allowed { "allowed" } else { "denied" };
+    for baseline in [None, Some(limits)] {
+        let mut args = vec!["--config", strict];
+        args.extend(baseline.iter().flat_map(|b| ["--baseline", *b]));
+        args.push(log);
+        let report = replay(&args);
+        assert_eq!(report["flipped"], flips.len(), "{report}");
+        let shown = report["flips"].as_array().expect("flips");
+        assert_eq!(shown.len(), flips.len(), "{report}");
+        for ((i, before, after), flip) in flips.iter().zip(shown) {
+            let (door, kind, key) = SETTLING[*i].named();
+            assert_eq!(flip["time_us"], lines[*i]["time_us"], "request {i}: {flip}");
+            assert_eq!((flip["door"].as_str(), flip["asked"].as_str()), (Some(door), Some(kind)), "{flip}");
+            assert_eq!(
+                (&flip["before"], &flip["after"]),
+                (&json!(outcome(*before)), &json!(outcome(*after))),
+                "request {i}: {flip}"
+            );
+            if extra.is_empty() {
+                assert_eq!(flip["key"], key, "request {i}: {flip}");
+            } else {
+                let shown = flip["key"].as_str().expect("key");
+                assert!(!shown.contains("alice") && !shown.contains("198.51.100"), "{shown}");
+            }
+        }
+        let per_door = |door: &str| flips.iter().filter(|(i, ..)| SETTLING[*i].named().0 == door).count();
+        assert_eq!(report["groups"]["movies"]["flipped"], per_door("http"), "{report}");
+        assert_eq!(report["groups"]["domain edge"]["flipped"], per_door("grpc"), "{report}");
+    }
+}
+
+#[tokio::test]
+async fn charges_and_refunds_over_http_and_grpc_replay_with_no_flips_and_the_stricter_ones() {
+    charges_and_refunds_replay_with_their_debts(&[]).await;
+}
+
+#[tokio::test]
+async fn hashed_charges_and_refunds_replay_as_the_clear_ones() {
+    charges_and_refunds_replay_with_their_debts(&["--decision-log-hash-keys"]).await;
+}
+
+#[test]
+fn a_log_written_before_ops_were_logged_replays_its_rules_as_checks() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let limits = dir.path().join("limits");
+    config(&limits, 5, 4);
+    let strict = dir.path().join("strict");
+    config(&strict, 3, 2);
+    // Six checks of one key a second apart, as an older server logged them: `rules`, no `ops`.
+    let log = dir.path().join("old.jsonl");
+    let lines: String = (0..6u64)
+        .map(|n| {
+            let outcome = if n < 5 { "allowed" } else { "denied" };
+            format!(
+                "{{\"time_us\":{},\"door\":\"http\",\"rules\":[{{\"policy\":\"movies\",\"key\":\"alice\",\"cost\":1}}],\"outcome\":\"{outcome}\"}}\n",
+                1_800_000_000_000_000 + n * 1_000_000
+            )
+        })
+        .collect();
+    std::fs::write(&log, lines).expect("write");
+    let log = log.to_str().expect("utf-8");
+    let same = replay(&["--config", limits.to_str().expect("utf-8"), log]);
+    assert_eq!((&same["decisions"], &same["flipped"]), (&json!(6), &json!(0)), "{same}");
+    let stricter = replay(&["--config", strict.to_str().expect("utf-8"), log]);
+    let flipped: Vec<&Value> = stricter["flips"]
+        .as_array()
+        .expect("flips")
+        .iter()
+        .map(|f| &f["time_us"])
+        .collect();
+    assert_eq!(
+        flipped,
+        [&json!(1_800_000_003_000_000u64), &json!(1_800_000_004_000_000u64)],
+        "{stricter}"
+    );
+    assert!(stricter["flips"][0]["asked"] == "check", "{stricter}");
 }

@@ -73,8 +73,9 @@
 //! **Operations and runtime**, which know no door:
 //!
 //! - `ops`: [`count::verdict`], the one place a verdict is counted for every door (Prometheus
-//!   and the dashboard fed together, so they cannot disagree), [`count::answered`], the one
-//!   path to the opt-in [`decision_log`], the dashboard's bounded recorder
+//!   and the dashboard fed together, so they cannot disagree), [`count::settled`], where
+//!   every door reports its one engine call and the one path to the opt-in [`decision_log`],
+//!   the dashboard's bounded recorder
 //!   and most denied keys, and the [`metrics`] recorder.
 //! - `runtime`: [`AppState`] (live limits, the engine, [`Settings`]), [`AnyStore`], the access
 //!   lists added at run time, the listeners' timeouts and limits ([`ListenerOptions`]), the gRPC

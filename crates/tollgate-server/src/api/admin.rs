@@ -104,10 +104,7 @@ fn cursor_of(listed: &Listing) -> String {
 /// The hex SHA-256 of an entry's encoding.
 fn digest(encoded: &str) -> String {
     use sha2::Digest;
-    sha2::Sha256::digest(encoded.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    crate::ops::hex::lower(&sha2::Sha256::digest(encoded.as_bytes()))
 }
 
 fn start_of(state: &SharedState, cursor: &str) -> Result<PageStart, ApiError> {

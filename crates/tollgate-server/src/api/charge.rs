@@ -20,7 +20,8 @@ use super::body::json_body;
 use super::error::ApiError;
 use super::policy::rate_policy;
 use super::rules::{CheckBody, RuleBody, one_or_many};
-use crate::ops::count;
+use crate::ops::count::{self, Through};
+use crate::ops::decision_log::Door;
 use crate::runtime::SharedState;
 use crate::runtime::problem::Problem;
 
@@ -132,7 +133,7 @@ pub(crate) async fn charge(
     }
     let request = Request::new(rules.iter().copied().map(Op::Charge).collect());
     let settled = state.engine.run(&request).await?;
-    count::settled(&request, &settled);
+    count::settled(Through::Rules(Door::Http), &request, &settled);
     let degraded = settled.charge_error.is_some();
     let charges: Vec<(Charged, bool)> = settled
         .ops

@@ -17,8 +17,8 @@ use super::body::json_body;
 use super::error::ApiError;
 use super::policy::rate_policy;
 use super::rules::{CheckBody, CostQuery, RuleBody, one_or_many, rule};
-use crate::ops::count;
-use crate::ops::decision_log::{Asked, Door};
+use crate::ops::count::{self, Through};
+use crate::ops::decision_log::Door;
 use crate::runtime::SharedState;
 use crate::runtime::problem::Problem;
 
@@ -90,15 +90,11 @@ async fn decide(state: &SharedState, rules: &[Rule<'_>], commit: bool) -> Result
     let op = if commit { Op::Check } else { Op::Peek };
     let request = Request::new(rules.iter().copied().map(op).collect());
     let settled = state.engine.run(&request).await?;
-    count::settled(&request, &settled);
-    let verdict = match (settled.verdict, settled.peeked) {
-        (Some(verdict), _) | (None, Some(verdict)) => verdict,
-        (None, None) => return Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no decision")),
-    };
-    if commit {
-        count::answered(Door::Http, Asked::Rules(rules), verdict.outcome());
+    count::settled(Through::Rules(Door::Http), &request, &settled);
+    match (settled.verdict, settled.peeked) {
+        (Some(verdict), _) | (None, Some(verdict)) => Ok(verdict),
+        (None, None) => Err(ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "no decision")),
     }
-    Ok(verdict)
 }
 
 /// Check or peek of one rule: the decision as JSON, with the rate limit headers.

@@ -15,7 +15,8 @@ use super::body::json_body;
 use super::error::ApiError;
 use super::policy::rate_policy;
 use super::rules::OneRule;
-use crate::ops::count;
+use crate::ops::count::{self, Through};
+use crate::ops::decision_log::Door;
 use crate::runtime::SharedState;
 use crate::runtime::problem::Problem;
 
@@ -57,7 +58,7 @@ pub(crate) async fn refund(
     let cost = one.cost.unwrap_or(1);
     let request = Request::one(Op::Refund(Rule::new(named.policy(), &one.key, cost)));
     let settled = state.engine.run(&request).await?;
-    count::settled(&request, &settled);
+    count::settled(Through::Rules(Door::Http), &request, &settled);
     let decision = match settled.ops.into_iter().next() {
         Some(Done::Refunded(refunded)) => refunded?,
         _ => {

@@ -4,11 +4,12 @@
 
 use serde::Deserialize;
 use serde_json::Value;
-use tollgate::Rule;
+use tollgate::{Op, Rule};
 use tollgate_config::NamedPolicy;
 
 use super::body::from_json_value;
 use super::error::ApiError;
+use crate::ops::decision_log::OpKind;
 
 /// The most rules one `POST /v1/check` may carry: enough for every limit a request is subject to,
 /// small enough that one request cannot make the store lock or script over many keys.
@@ -88,6 +89,17 @@ pub(crate) struct CostQuery {
 pub(crate) fn rule<'a>(named: &'a NamedPolicy, key: &'a str, cost: u64) -> Rule<'a> {
     let rule = Rule::new(named.policy(), key, cost);
     if named.shadow() { rule.as_shadow() } else { rule }
+}
+
+/// The op of `kind` for `key` under `named`, as the JSON API builds it: a check or a peek is
+/// [`rule`] (a shadow rule under a policy in shadow mode), a charge or a refund its plain rule
+/// (`POST /v1/charge`, `POST /v1/refund`). Replay builds a logged op with it, so it decides
+/// what the door would.
+pub(crate) fn op<'a>(kind: OpKind, named: &'a NamedPolicy, key: &'a str, cost: u64) -> Op<'a> {
+    match kind {
+        OpKind::Check | OpKind::Count | OpKind::Peek => kind.op(rule(named, key, cost)),
+        OpKind::Charge | OpKind::Refund => kind.op(Rule::new(named.policy(), key, cost)),
+    }
 }
 
 /// Reads the body of a check or a charge: one rule, or a list under `rules` (1 to

@@ -62,8 +62,8 @@ use tollgate_config::Unit;
 use tollgate_config::envoy_plan::{Answer, Asked, Hits, LimitOverride, OverrideError, PlanError};
 use tonic::{Request, Response, Status};
 
-use crate::ops::count;
-use crate::ops::decision_log::{Asked as LogAsked, Door, LoggedOutcome};
+use crate::ops::count::{self, Through};
+use crate::ops::decision_log::{self, Door, EnvoyAsked, LoggedOutcome};
 use crate::ops::statsd::{self, CallEnd};
 use crate::runtime::listener::ListenerOptions;
 use crate::runtime::tokens::{self, Act, Caller};
@@ -173,7 +173,7 @@ impl RlsService {
     /// Answers one `ShouldRateLimit` request; the error is the gRPC status the service sends.
     /// The library's caller is trusted: refunds and charges need no token here.
     pub async fn answer(&self, request: RateLimitRequest) -> Result<RateLimitResponse, Status> {
-        should_rate_limit(self, request, Caller::Trusted).await
+        should_rate_limit(self, request, Caller::Trusted, None).await
     }
 
     /// [`answer`](Self::answer) for a request that came through `door`: what it asked and
@@ -186,28 +186,7 @@ impl RlsService {
         request: RateLimitRequest,
         caller: Caller<'_>,
     ) -> Result<RateLimitResponse, Status> {
-        let pending = count::asked(
-            door,
-            LogAsked::Envoy {
-                domain: &request.domain,
-                descriptors: &request.descriptors,
-                hits_addend: request.hits_addend,
-            },
-        );
-        let answer = should_rate_limit(self, request, caller).await;
-        if let Some(pending) = pending {
-            match &answer {
-                Ok(response) if response.overall_code == Code::OverLimit as i32 => {
-                    pending.answered(LoggedOutcome::Denied);
-                }
-                Ok(_) => pending.answered(LoggedOutcome::Allowed),
-                Err(status) if status.code() == tonic::Code::Unavailable => {
-                    pending.answered(LoggedOutcome::Error)
-                }
-                Err(_) => {}
-            }
-        }
-        answer
+        should_rate_limit(self, request, caller, Some(door)).await
     }
 }
 
@@ -297,20 +276,22 @@ impl RateLimitService for RlsService {
 /// `blocked`: the reason, since Envoy's answer has no field for one.
 pub const BLOCKED_HEADER: &str = "x-tollgate-reason";
 
+/// Answers `request`; with a `door`, what it asked and was answered goes to the decision log.
 async fn should_rate_limit(
     service: &RlsService,
     request: RateLimitRequest,
     caller: Caller<'_>,
+    door: Option<Door>,
 ) -> Result<RateLimitResponse, Status> {
     let (state, settings) = (&service.state, &service.state.settings.envoy);
-    let mut read = Read::of(state, request, caller)?;
+    let mut read = Read::of(state, request, caller, door)?;
     let limits = state.limits.load_full(); // owned, not a guard: held across store round trips
     let asked = std::mem::take(&mut read.asked);
     let plan = (state.planner.plan(&limits, settings.modes(), &read.domain, asked)).map_err(plan_status)?;
     let ops = plan.request();
     let settled = state.engine.run(&ops).await.map_err(bad_input)?;
-    count::settled(&ops, &settled);
     let answer = plan.answer(&settled);
+    count::settled(read.through(&answer), &ops, &settled);
     count_descriptors(service, &answer);
     match answer.unavailable {
         Some(message) => Err(Status::unavailable(message)),
@@ -323,24 +304,58 @@ struct Read {
     domain: String,
     /// The request's own `hits_addend`.
     hits_addend: u32,
-    /// The descriptors as they came, kept for the dynamic metadata when it is on.
+    /// The descriptors as they came, kept for the dynamic metadata and the decision log when
+    /// either is on.
     wire: Option<Vec<RateLimitDescriptor>>,
+    /// The door whose decision log line this request is, when a log is on.
+    logged: Option<Door>,
     /// The descriptors as the planner reads them.
     asked: Vec<Asked>,
 }
 
 impl Read {
-    /// Reads `request`, refusing its refunds and charges when `caller` may not make them.
-    fn of(state: &SharedState, request: RateLimitRequest, caller: Caller<'_>) -> Result<Self, Status> {
-        let wire = (state.settings.envoy.response_dynamic_metadata).then(|| request.descriptors.clone());
+    /// Reads `request` through `door`, refusing its refunds and charges when `caller` may not
+    /// make them.
+    fn of(
+        state: &SharedState,
+        request: RateLimitRequest,
+        caller: Caller<'_>,
+        door: Option<Door>,
+    ) -> Result<Self, Status> {
+        let logged = door.filter(|_| decision_log::installed());
+        let kept = state.settings.envoy.response_dynamic_metadata || logged.is_some();
+        let wire = kept.then(|| request.descriptors.clone());
         let asked = read_descriptors(request.descriptors, request.hits_addend)?;
         authorize_settlement(state, caller, &asked)?;
         Ok(Read {
             domain: request.domain,
             hits_addend: request.hits_addend,
             wire,
+            logged,
             asked,
         })
+    }
+
+    /// Where the request is logged, with its overall answer: `error` for `UNAVAILABLE`,
+    /// `denied` for `OVER_LIMIT`.
+    fn through(&self, answer: &Answer<'_>) -> Through<'_> {
+        let (Some(door), Some(descriptors)) = (self.logged, &self.wire) else {
+            return Through::Unlogged;
+        };
+        let outcome = match (&answer.unavailable, answer.over) {
+            (Some(_), _) => LoggedOutcome::Error,
+            (None, true) => LoggedOutcome::Denied,
+            (None, false) => LoggedOutcome::Allowed,
+        };
+        Through::Envoy(
+            door,
+            EnvoyAsked {
+                domain: &self.domain,
+                descriptors,
+                hits_addend: self.hits_addend,
+                outcome,
+            },
+        )
     }
 }
 
@@ -466,7 +481,8 @@ fn respond(settings: &EnvoySettings, read: &Read, answer: &Answer<'_>) -> RateLi
             raw_value: Vec::new(),
         });
     }
-    let dynamic_metadata = read.wire.as_ref().map(|descriptors| {
+    let wire = read.wire.as_ref().filter(|_| settings.response_dynamic_metadata);
+    let dynamic_metadata = wire.map(|descriptors| {
         let passed = answer
             .descriptors
             .iter()

@@ -11,38 +11,47 @@
 //! Outcome labels are [`Outcome::as_str`], the same bounded set at every door.
 //!
 //! What a request asked and what it was answered also goes to the decision log, when one is
-//! on ([`decision_log`]), through the same module: [`answered`] for a rules door (the HTTP API,
-//! the proxy), [`asked`] then [`Pending::answered`] for the Envoy doors (gRPC and `/json`, one
-//! handler), which know the overall answer only once every descriptor is decided. A door
-//! passes what it was asked; whether to log, sample or hash is decided here, once.
+//! on ([`decision_log`]), from the same call: [`settled`] takes the door ([`Through`]) with
+//! the request and what the engine settled, once per request, so that checks, charges and
+//! refunds reach the log alike; the proxy, whose tower layer decides its checks, logs through
+//! [`answered`]. A door passes what it was asked; whether to log, sample or hash is decided
+//! there, once.
 
 use std::time::Duration;
 
 use tollgate::{Done, Op, Outcome, Request, Rule, RuleVerdict, Settled, Verdict};
 use tollgate_tower::LogSampler;
 
-use super::decision_log::{self, Asked, Door, LoggedOutcome, Pending};
+use super::decision_log::{self, Asked, Door, EnvoyAsked};
 use super::metrics;
 use super::recorder::RECORDER;
 
-/// A rules door answered `asked` with `outcome`: one line in the decision log, when one is on
-/// and samples the request's keys. When the log is off this is one lock-free load.
-pub fn answered(door: Door, asked: Asked<'_>, outcome: impl Into<LoggedOutcome>) {
-    if let Some(pending) = decision_log::asked(door, asked) {
-        pending.answered(outcome.into());
-    }
+/// The door that ran a request, for the decision log.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum Through<'a> {
+    /// A rules door (`POST /v1/check` and its peeks, `POST /v1/charge`, `POST /v1/refund`):
+    /// the request's ops are all it asked.
+    Rules(Door),
+    /// An Envoy door (gRPC, `POST /json`): the request as it came, and its overall answer.
+    Envoy(Door, EnvoyAsked<'a>),
+    /// No door: the library's own calls (the Envoy handler's `answer`, replay), counted and
+    /// never logged.
+    Unlogged,
 }
 
-/// A door that knows its answer only later (the Envoy doors) takes the request's line here,
-/// before the request is consumed; `None` when no log is on or the keys are not sampled.
-pub fn asked(door: Door, asked: Asked<'_>) -> Option<Pending> {
-    decision_log::asked(door, asked)
+/// The proxy's checks, decided by its tower layer, were answered `outcome`: one line in the
+/// decision log, when one is on and samples the request's keys. When the log is off this is
+/// one lock-free load.
+pub fn answered(door: Door, rules: &[Rule<'_>], outcome: Outcome) {
+    decision_log::record(door, Asked::Checks(rules, outcome));
 }
 
 /// Records everything one [`Engine::run`](tollgate::Engine::run) did for `request`: the checks'
 /// verdict when it spent ([`verdict`]), each charge (`tollgate_charges_total`, and the ones
-/// recorded nowhere), each refund made, and every store failure met (a peek's included).
-pub fn settled(request: &Request<'_>, settled: &Settled) {
+/// recorded nowhere), each refund made, and every store failure met (a peek's included); and
+/// the request and its answers in the decision log, when one is on (see [`Through`]).
+pub fn settled(through: Through<'_>, request: &Request<'_>, settled: &Settled) {
     if let Some(checked) = &settled.verdict {
         let rules: Vec<Rule<'_>> = request
             .ops()
@@ -71,6 +80,19 @@ pub fn settled(request: &Request<'_>, settled: &Settled) {
             _ => {}
         }
     }
+    let envoy = match through {
+        Through::Rules(door) => (door, None),
+        Through::Envoy(door, envoy) => (door, Some(envoy)),
+        Through::Unlogged => return,
+    };
+    decision_log::record(
+        envoy.0,
+        Asked::Run {
+            request,
+            settled,
+            envoy: envoy.1,
+        },
+    );
 }
 
 /// Records what the engine decided for `rules` (a committed check, not a peek): each rule's

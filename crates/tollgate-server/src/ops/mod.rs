@@ -13,6 +13,7 @@
 
 pub mod count;
 pub mod decision_log;
+pub(crate) mod hex;
 pub mod metrics;
 pub(crate) mod recorder;
 pub mod statsd;

@@ -55,7 +55,7 @@ use tower::{Layer, ServiceExt};
 
 pub use forward::{Forward, ForwardOptions, UpstreamError};
 
-use crate::ops::decision_log::{Asked, Door};
+use crate::ops::decision_log::Door;
 use crate::runtime::listener::host;
 use crate::runtime::problem::{bare_errors, problem};
 use crate::runtime::store::AnyStore;
@@ -117,7 +117,7 @@ impl Gates {
                 .stats(self.stats.clone())
                 .on_verdict(|rules, verdict| {
                     crate::ops::count::verdict(rules, verdict);
-                    crate::ops::count::answered(Door::Proxy, Asked::Rules(rules), verdict.outcome());
+                    crate::ops::count::answered(Door::Proxy, rules, verdict.outcome());
                 })
                 .build()
                 .with_context(|| format!("route {}", route.prefix()))?;

@@ -3,15 +3,21 @@
 //! is deployed.
 //!
 //! Each logged request is asked again at its logged time, on a memory store whose clock is
-//! moved by hand ([`ManualClock`], as `tollgate test` runs scenarios), so a day of traffic
-//! replays in seconds and windows, buckets and penalties see the same spacing of requests as
-//! the server did:
+//! moved by hand ([`ManualClock`], as `tollgate test` runs scenarios; the engine reads the same
+//! clock, so what it dates, deny-all resets included, is virtual time too), so a day of
+//! traffic replays in seconds and windows, buckets and penalties see the same spacing of
+//! requests as the server did:
 //!
-//! - a rules door's line (`http`, `proxy`) is decided by the engine, its rules built from the
-//!   new config's policies as `POST /v1/check` builds them (a policy the config lacks is an
-//!   `error`);
+//! - a rules door's line (`http`, `proxy`) is run again as one [`Engine::run`] of its logged
+//!   ops, checks, charges and refunds alike, each built from the new config's policy as the
+//!   JSON API builds it (a policy the config lacks is an `error`), and its outcome worked out
+//!   as the server worked it out ([`LoggedOutcome::settled`]): a charge leaves its debt for
+//!   the checks after it, a refund gives back;
 //! - an Envoy door's line (`grpc`, `json`) goes to [`RlsService::answer`], the one handler both
-//!   Envoy doors call, so matching, shadow and quota modes are the new config's.
+//!   Envoy doors call, so matching, shadow and quota modes are the new config's, and the plan
+//!   it makes of the descriptors is again one [`Engine::run`] (charges and refunds included).
+//!
+//! [`Engine::run`]: tollgate::Engine::run
 //!
 //! The baseline is another config replayed the same way (`--baseline`), or, without one, the
 //! outcomes the server logged. The logged outcomes are what really happened, but they were
@@ -29,12 +35,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use tollgate::{ManualClock, Rule};
+use tollgate::{ManualClock, Request};
 use tollgate_config::Limits;
 
 pub use report::{Flip, Group, Report, Tally};
 
-use crate::decision_log::{Door, LogLine, LoggedOutcome, LoggedRule};
+use crate::decision_log::{Door, LogLine, LoggedOp, LoggedOutcome};
 use crate::envoy::grpc::RlsService;
 use crate::envoy::grpc::proto::rate_limit_response::Code;
 use crate::envoy::grpc::proto::{
@@ -81,7 +87,7 @@ pub async fn run(options: &ReplayOptions) -> anyhow::Result<Report> {
 ///     r#"{"time_us":1,"door":"http","rules":[{"policy":"movies","key":"alice","cost":1}],"outcome":"allowed"}"#, "\n",
 /// ))?;
 /// let lines = tollgate_server::replay::read_logs(&[log])?;
-/// assert_eq!(lines[0].rules[0].key, "alice");
+/// assert_eq!(lines[0].ops[0].key, "alice");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn read_logs(paths: &[PathBuf]) -> anyhow::Result<Vec<LogLine>> {
@@ -126,8 +132,8 @@ fn read_log(path: &Path, lines: &mut Vec<LogLine>) -> anyhow::Result<()> {
         }
         let parsed: LogLine = serde_json::from_slice(&buffer)
             .with_context(|| format!("{}: line {n}: not a decision log line", path.display()))?;
-        if parsed.rules.is_empty() && parsed.domain.is_none() {
-            anyhow::bail!("{}: line {n}: neither rules nor an Envoy domain", path.display());
+        if parsed.ops.is_empty() && parsed.domain.is_none() {
+            anyhow::bail!("{}: line {n}: neither ops nor an Envoy domain", path.display());
         }
         lines.push(parsed);
     }
@@ -160,7 +166,7 @@ pub struct Replayer {
 }
 
 impl Replayer {
-    /// `limits` on a fresh memory store.
+    /// `limits` on a fresh memory store, the store and the engine on one manual clock.
     pub fn new(limits: Limits) -> Self {
         let clock = ManualClock::new(0);
         let store = AnyStore::manual_memory(clock.clone());
@@ -184,22 +190,20 @@ impl Replayer {
         }
     }
 
+    /// A rules line: its ops in one engine call (one op allocates nothing), its outcome as
+    /// the server worked it out.
     async fn rules(&self, line: &LogLine) -> LoggedOutcome {
         let limits = &*self.limits;
-        let rule = |logged| rule_of(limits, logged);
-        let verdict = if let [one] = line.rules.as_slice() {
-            let Some(rule) = rule(one) else {
-                return LoggedOutcome::Error;
-            };
-            self.state.engine.check_all(&[rule]).await
-        } else {
-            let Some(rules) = line.rules.iter().map(rule).collect::<Option<Vec<Rule<'_>>>>() else {
-                return LoggedOutcome::Error;
-            };
-            self.state.engine.check_all(&rules).await
+        let Some(request) = line
+            .ops
+            .iter()
+            .map(|logged| op_of(limits, logged))
+            .collect::<Option<Request<'_>>>()
+        else {
+            return LoggedOutcome::Error;
         };
-        match verdict {
-            Ok(verdict) => verdict.outcome().into(),
+        match self.state.engine.run(&request).await {
+            Ok(settled) => LoggedOutcome::settled(&request, &settled),
             Err(_) => LoggedOutcome::Error,
         }
     }
@@ -234,16 +238,82 @@ impl Replayer {
     }
 }
 
-/// A logged rule under `limits`, built as `POST /v1/check` builds it; `None` when the policy
-/// is not in `limits`.
-fn rule_of<'a>(limits: &'a Limits, logged: &'a LoggedRule) -> Option<Rule<'a>> {
+/// A logged op under `limits`, built as the JSON API builds it; `None` when the policy is not
+/// in `limits`.
+fn op_of<'a>(limits: &'a Limits, logged: &'a LoggedOp) -> Option<tollgate::Op<'a>> {
     limits
         .policy(&logged.policy)
-        .map(|named| crate::api::rules::rule(named, &logged.key, logged.cost))
+        .map(|named| crate::api::rules::op(logged.op, named, &logged.key, logged.cost))
 }
 
 impl std::fmt::Debug for Replayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Replayer").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envoy(value: &str) -> RateLimitRequest {
+        RateLimitRequest {
+            domain: "edge".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "remote_address".into(),
+                    value: value.into(),
+                }],
+                ..Default::default()
+            }],
+            hits_addend: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_deny_all_limit_resets_at_the_end_of_its_unit_in_virtual_time() {
+        let limits = tollgate_config::parse(
+            "edge.yaml",
+            "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: day, requests_per_unit: 0}\n",
+        )
+        .expect("config");
+        let replayer = Replayer::new(limits);
+        // 08:00:00.5 UTC: the day ends 57,599.5 s later, 57,600 s in whole seconds. On the
+        // system's clock it would be whatever is left of today.
+        replayer.clock.set_us(1_800_000_000_500_000);
+        let answer = replayer.rls.answer(envoy("192.0.2.7")).await.expect("answer");
+        assert_eq!(answer.overall_code, Code::OverLimit as i32);
+        let reset = answer.statuses[0]
+            .duration_until_reset
+            .as_ref()
+            .expect("a reset")
+            .seconds;
+        assert_eq!(reset, 57_600);
+    }
+
+    #[tokio::test]
+    async fn a_charge_leaves_its_debt_for_the_check_after_it() {
+        let limits = tollgate_config::parse(
+            "tokens.yaml",
+            "policies:\n  tokens: {algorithm: sliding_log, limit: 10, window: 1h}\n",
+        )
+        .expect("config");
+        let mut replayer = Replayer::new(limits);
+        let line = |time_us: u64, op: &str, cost: u64| -> LogLine {
+            serde_json::from_value(serde_json::json!({
+                "time_us": time_us,
+                "door": "http",
+                "ops": [{"op": op, "policy": "tokens", "key": "tenant-a", "cost": cost}],
+                "outcome": "allowed",
+            }))
+            .expect("a line")
+        };
+        let start = 1_800_000_000_000_000;
+        assert_eq!(replayer.decide(&line(start, "charge", 12)).await, LoggedOutcome::Denied);
+        assert_eq!(replayer.decide(&line(start + 1, "check", 1)).await, LoggedOutcome::Denied);
+        // 12 of 10 less 3 given back: 9, room for one more.
+        assert_eq!(replayer.decide(&line(start + 2, "refund", 3)).await, LoggedOutcome::Allowed);
+        assert_eq!(replayer.decide(&line(start + 3, "check", 1)).await, LoggedOutcome::Allowed);
+        assert_eq!(replayer.decide(&line(start + 4, "check", 1)).await, LoggedOutcome::Denied);
     }
 }

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
 
-use crate::decision_log::{Door, LogLine, LoggedOutcome};
+use crate::decision_log::{Door, LogLine, LoggedOutcome, OpKind};
 
 /// How many keys "keys most affected" lists.
 const TOP_KEYS: usize = 10;
@@ -54,6 +54,10 @@ pub struct Flip {
     pub group: String,
     /// Its key (keys joined with `,`), or its descriptors' entries for Envoy.
     pub key: String,
+    /// What it asked: its kinds of ops joined with `+` (`check`, `charge`, `refund`,
+    /// `check+charge`...); for an Envoy line written before ops were logged, read off its
+    /// descriptors.
+    pub asked: String,
     /// Under the baseline.
     pub before: LoggedOutcome,
     /// Under the new config.
@@ -95,14 +99,14 @@ impl Report {
         self.decisions += 1;
         self.first_us.get_or_insert(line.time_us);
         self.last_us = line.time_us;
-        // One rule or one domain, the common case, looks its group up without allocating.
-        let group = match (line.rules.as_slice(), &line.domain) {
-            ([one], _) => lookup(&mut self.groups, &one.policy, || one.policy.clone()),
-            (_, Some(domain)) => {
+        // One op, the common case, looks its group up without allocating.
+        let group = match (&line.domain, line.ops.as_slice()) {
+            (Some(domain), _) => {
                 let name = format!("domain {domain}");
                 self.groups.entry(name).or_default()
             }
-            (rules, None) => {
+            (None, [one]) => lookup(&mut self.groups, &one.policy, || one.policy.clone()),
+            (None, rules) => {
                 let name = rules
                     .iter()
                     .map(|r| r.policy.as_str())
@@ -125,6 +129,7 @@ impl Report {
                 door: line.door,
                 group: group_name(line),
                 key: key.clone().into_owned(),
+                asked: asked(line),
                 before,
                 after,
             });
@@ -178,6 +183,7 @@ impl Report {
                     "door": f.door.as_str(),
                     "policy": f.group,
                     "key": f.key,
+                    "asked": f.asked,
                     "before": f.before.as_str(),
                     "after": f.after.as_str(),
                 })
@@ -215,9 +221,9 @@ fn lookup<'a>(
 
 fn group_name(line: &LogLine) -> String {
     match &line.domain {
-        Some(domain) if line.rules.is_empty() => format!("domain {domain}"),
-        _ => line
-            .rules
+        Some(domain) => format!("domain {domain}"),
+        None => line
+            .ops
             .iter()
             .map(|r| r.policy.as_str())
             .collect::<Vec<_>>()
@@ -226,12 +232,12 @@ fn group_name(line: &LogLine) -> String {
 }
 
 /// A rules line's keys, or an Envoy line's descriptors (`k=v,k=v; k=v`); borrowed from the
-/// line for one rule.
+/// line for one op.
 fn key_of(line: &LogLine) -> Cow<'_, str> {
-    if let [one] = line.rules.as_slice() {
+    if let (None, [one]) = (&line.domain, line.ops.as_slice()) {
         return Cow::Borrowed(&one.key);
     }
-    Cow::Owned(if line.rules.is_empty() {
+    Cow::Owned(if line.domain.is_some() {
         let mut key = String::new();
         for (i, descriptor) in line.descriptors.iter().enumerate() {
             if i > 0 {
@@ -246,12 +252,36 @@ fn key_of(line: &LogLine) -> Cow<'_, str> {
         }
         key
     } else {
-        line.rules
+        line.ops
             .iter()
             .map(|r| r.key.as_str())
             .collect::<Vec<_>>()
             .join(",")
     })
+}
+
+/// What a line asked: its kinds of ops, each once, in order, joined with `+`; an Envoy line
+/// without ops, by its descriptors (a refund, a charge, else a check).
+fn asked(line: &LogLine) -> String {
+    let mut kinds: Vec<&str> = Vec::new();
+    let mut add = |kind: &'static str| {
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    };
+    if line.ops.is_empty() {
+        for descriptor in &line.descriptors {
+            add(match (descriptor.refund, descriptor.hits_addend) {
+                (true, _) => OpKind::Refund.as_str(),
+                (false, Some(hits)) if hits > 0 => OpKind::Charge.as_str(),
+                _ => OpKind::Check.as_str(),
+            });
+        }
+    }
+    for op in &line.ops {
+        add(op.op.as_str());
+    }
+    kinds.join("+")
 }
 
 impl fmt::Display for Report {
@@ -305,14 +335,15 @@ impl fmt::Display for Report {
             self.flipped
         )?;
         writeln!(f)?;
-        writeln!(f, "| time | door | policy | key | before → after |")?;
-        writeln!(f, "|---|---|---|---|---|")?;
+        writeln!(f, "| time | door | asked | policy | key | before → after |")?;
+        writeln!(f, "|---|---|---|---|---|---|")?;
         for flip in &self.flips {
             writeln!(
                 f,
-                "| {} | {} | {} | {} | {} → {} |",
+                "| {} | {} | {} | {} | {} | {} → {} |",
                 utc(flip.time_us),
                 flip.door.as_str(),
+                flip.asked,
                 flip.group,
                 flip.key,
                 flip.before.as_str(),
