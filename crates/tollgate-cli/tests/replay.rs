@@ -456,9 +456,9 @@ async fn the_proxy_logs_its_routes_decisions_and_they_replay() {
         .collect();
     assert_eq!(outcomes, ["allowed", "allowed", "allowed", "denied"]);
     assert!(
-        lines
-            .iter()
-            .all(|l| l["door"] == "proxy" && l["ops"][0]["policy"] == "movies" && l["ops"][0]["op"] == "check")
+        lines.iter().all(|l| l["door"] == "proxy"
+            && l["ops"][0]["policy"] == "movies"
+            && l["ops"][0]["op"] == "check")
     );
     assert_eq!(replay(&["--config", &served, log])["flipped"], 0);
     // Under 1 an hour, the second and third requests flip.
@@ -592,7 +592,8 @@ fn settled(policy_limit: u64, envoy_limit: u64) -> Vec<(bool, u64)> {
 /// charge (`refund`: given back).
 fn envoy_settling(ip: &str, hits: Option<u64>, refund: bool) -> RateLimitRequest {
     let mut request = envoy_request(ip);
-    request.descriptors[0].hits_addend = hits.map(|value| tollgate_server::grpc::proto::UInt64Value { value });
+    request.descriptors[0].hits_addend =
+        hits.map(|value| tollgate_server::grpc::proto::UInt64Value { value });
     request.descriptors[0].is_negative_hits = refund;
     request
 }
@@ -666,12 +667,20 @@ async fn charges_and_refunds_replay_with_their_debts(extra: &[&str]) {
     let dir = tempfile::tempdir().expect("temp dir");
     let log = serve_settling(dir.path(), extra).await;
     let lines = log_lines(&log);
-    assert_eq!(lines.len(), SETTLING.len(), "one line per request, charges and refunds included");
+    assert_eq!(
+        lines.len(),
+        SETTLING.len(),
+        "one line per request, charges and refunds included"
+    );
     // One request at a time: the file is in request order, each line what was asked and answered.
     for (i, ((line, ask), (allowed, debt))) in lines.iter().zip(SETTLING).zip(settled(5, 4)).enumerate() {
         let (door, kind, _) = ask.named();
         assert_eq!(line["door"], door, "line {i}: {line}");
-        assert_eq!(line["outcome"], if allowed { "allowed" } else { "denied" }, "line {i}: {line}");
+        assert_eq!(
+            line["outcome"],
+            if allowed { "allowed" } else { "denied" },
+            "line {i}: {line}"
+        );
         let ops = line["ops"].as_array().expect("ops");
         assert_eq!(ops.len(), 1, "line {i}: {line}");
         assert_eq!(ops[0]["op"], kind, "line {i}: {line}");
@@ -685,7 +694,10 @@ async fn charges_and_refunds_replay_with_their_debts(extra: &[&str]) {
         }
         if door == "grpc" {
             assert_eq!(line["domain"], "edge", "line {i}: {line}");
-            assert_eq!(line["descriptors"][0]["refund"].as_bool().unwrap_or(false), kind == "refund");
+            assert_eq!(
+                line["descriptors"][0]["refund"].as_bool().unwrap_or(false),
+                kind == "refund"
+            );
         }
     }
     let log = log.to_str().expect("utf-8");
@@ -715,7 +727,8 @@ async fn charges_and_refunds_replay_with_their_debts(extra: &[&str]) {
         .filter(|(_, (before, after))| before.0 != after.0)
         .map(|(i, (before, after))| (i, before.0, after.0))
         .collect();
-    let kinds: std::collections::BTreeSet<&str> = flips.iter().map(|(i, ..)| SETTLING[*i].named().1).collect();
+    let kinds: std::collections::BTreeSet<&str> =
+        flips.iter().map(|(i, ..)| SETTLING[*i].named().1).collect();
     assert!(
         kinds.contains("charge") && kinds.contains("check"),
         "the sequence flips charges and checks: {flips:?}"
@@ -732,7 +745,11 @@ async fn charges_and_refunds_replay_with_their_debts(extra: &[&str]) {
         for ((i, before, after), flip) in flips.iter().zip(shown) {
             let (door, kind, key) = SETTLING[*i].named();
             assert_eq!(flip["time_us"], lines[*i]["time_us"], "request {i}: {flip}");
-            assert_eq!((flip["door"].as_str(), flip["asked"].as_str()), (Some(door), Some(kind)), "{flip}");
+            assert_eq!(
+                (flip["door"].as_str(), flip["asked"].as_str()),
+                (Some(door), Some(kind)),
+                "{flip}"
+            );
             assert_eq!(
                 (&flip["before"], &flip["after"]),
                 (&json!(outcome(*before)), &json!(outcome(*after))),
@@ -742,12 +759,28 @@ async fn charges_and_refunds_replay_with_their_debts(extra: &[&str]) {
                 assert_eq!(flip["key"], key, "request {i}: {flip}");
             } else {
                 let shown = flip["key"].as_str().expect("key");
-                assert!(!shown.contains("alice") && !shown.contains("198.51.100"), "{shown}");
+                assert!(
+                    !shown.contains("alice") && !shown.contains("198.51.100"),
+                    "{shown}"
+                );
             }
         }
-        let per_door = |door: &str| flips.iter().filter(|(i, ..)| SETTLING[*i].named().0 == door).count();
-        assert_eq!(report["groups"]["movies"]["flipped"], per_door("http"), "{report}");
-        assert_eq!(report["groups"]["domain edge"]["flipped"], per_door("grpc"), "{report}");
+        let per_door = |door: &str| {
+            flips
+                .iter()
+                .filter(|(i, ..)| SETTLING[*i].named().0 == door)
+                .count()
+        };
+        assert_eq!(
+            report["groups"]["movies"]["flipped"],
+            per_door("http"),
+            "{report}"
+        );
+        assert_eq!(
+            report["groups"]["domain edge"]["flipped"],
+            per_door("grpc"),
+            "{report}"
+        );
     }
 }
 
@@ -782,7 +815,11 @@ fn a_log_written_before_ops_were_logged_replays_its_rules_as_checks() {
     std::fs::write(&log, lines).expect("write");
     let log = log.to_str().expect("utf-8");
     let same = replay(&["--config", limits.to_str().expect("utf-8"), log]);
-    assert_eq!((&same["decisions"], &same["flipped"]), (&json!(6), &json!(0)), "{same}");
+    assert_eq!(
+        (&same["decisions"], &same["flipped"]),
+        (&json!(6), &json!(0)),
+        "{same}"
+    );
     let stricter = replay(&["--config", strict.to_str().expect("utf-8"), log]);
     let flipped: Vec<&Value> = stricter["flips"]
         .as_array()

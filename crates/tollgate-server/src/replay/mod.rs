@@ -309,11 +309,26 @@ mod tests {
             .expect("a line")
         };
         let start = 1_800_000_000_000_000;
-        assert_eq!(replayer.decide(&line(start, "charge", 12)).await, LoggedOutcome::Denied);
-        assert_eq!(replayer.decide(&line(start + 1, "check", 1)).await, LoggedOutcome::Denied);
+        assert_eq!(
+            replayer.decide(&line(start, "charge", 12)).await,
+            LoggedOutcome::Denied
+        );
+        assert_eq!(
+            replayer.decide(&line(start + 1, "check", 1)).await,
+            LoggedOutcome::Denied
+        );
         // 12 of 10 less 3 given back: 9, room for one more.
-        assert_eq!(replayer.decide(&line(start + 2, "refund", 3)).await, LoggedOutcome::Allowed);
-        assert_eq!(replayer.decide(&line(start + 3, "check", 1)).await, LoggedOutcome::Allowed);
-        assert_eq!(replayer.decide(&line(start + 4, "check", 1)).await, LoggedOutcome::Denied);
+        assert_eq!(
+            replayer.decide(&line(start + 2, "refund", 3)).await,
+            LoggedOutcome::Allowed
+        );
+        assert_eq!(
+            replayer.decide(&line(start + 3, "check", 1)).await,
+            LoggedOutcome::Allowed
+        );
+        assert_eq!(
+            replayer.decide(&line(start + 4, "check", 1)).await,
+            LoggedOutcome::Denied
+        );
     }
 }

@@ -283,10 +283,11 @@ impl Asked<'_> {
     pub(super) fn decided(&self) -> bool {
         match self {
             Asked::Run {
-                request,
-                envoy: None,
-                ..
-            } => request.ops().iter().any(|op| !matches!(op, Op::Peek(_) | Op::Listed(_))),
+                request, envoy: None, ..
+            } => request
+                .ops()
+                .iter()
+                .any(|op| !matches!(op, Op::Peek(_) | Op::Listed(_))),
             _ => true,
         }
     }

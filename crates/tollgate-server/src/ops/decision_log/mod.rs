@@ -22,7 +22,7 @@
 //!   replay sees the key's whole history and decides it exactly as the server did.
 //! - **Keys need not be kept.** With key hashing, each key (and each Envoy descriptor value) is
 //!   written as a keyed hash under a secret given at start or drawn at random per start
-//!   ([`hash`]).
+//!   (HMAC-SHA-256, 128 bits in hex; see `hash`).
 //!
 //! Every door reports through [`count::settled`](super::count::settled), once per request,
 //! with the request it ran and what the engine settled (the proxy, whose tower layer decides,
@@ -30,11 +30,12 @@
 //!
 //! # Layout
 //!
-//! - [`options`]: what an operator chooses, checked before the log starts.
-//! - [`line`]: the line format, and the outcome a request is logged with.
-//! - [`hash`]: keys as keyed hashes.
-//! - [`writer`]: the background writer and the rotating file.
-//! - here: the running log, the queue to the writer and sampling.
+//! - `options`: what an operator chooses, checked before the log starts ([`DecisionLogOptions`]).
+//! - `line`: the line format ([`LogLine`]), and the outcome a request is logged with
+//!   ([`LoggedOutcome::settled`]).
+//! - `hash`: keys as keyed hashes.
+//! - `writer`: the background writer and the rotating file.
+//! - here: the running log ([`DecisionLog`]), the queue to the writer and sampling.
 
 mod hash;
 mod line;
@@ -51,12 +52,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwapOption;
 
 use self::hash::KeyedHash;
-pub use self::line::{
-    Asked, Door, EnvoyAsked, LogLine, LoggedDescriptor, LoggedOp, LoggedOutcome, OpKind,
-};
+pub use self::line::{Asked, Door, EnvoyAsked, LogLine, LoggedDescriptor, LoggedOp, LoggedOutcome, OpKind};
 pub use self::options::{DecisionLogError, DecisionLogOptions, HashSecret, check_sample};
-use self::writer::{Counts, RotatingFile, write_lines};
 pub use self::writer::rotated;
+use self::writer::{Counts, RotatingFile, write_lines};
 
 /// What the doors share with the writer.
 struct Shared {

@@ -95,7 +95,6 @@ pub(super) fn write_lines(
 static IO_LOG: tollgate_tower::LogSampler =
     tollgate_tower::LogSampler::new(std::time::Duration::from_secs(60));
 
-
 /// A file that is rotated before a line would take it past `max_bytes`, keeping `keep`
 /// rotated files.
 pub(super) struct RotatingFile {
