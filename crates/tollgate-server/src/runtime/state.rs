@@ -40,6 +40,11 @@ pub struct Settings {
     /// How config files are put together, at start and on every reload (upstream's
     /// `MERGE_DOMAIN_CONFIG` is `merge_domains`).
     pub load: tollgate_config::LoadOptions,
+    /// How many keys the `local` failure mode's in-memory limiter holds (default
+    /// [`DEFAULT_MAX_KEYS`](tollgate::memory::DEFAULT_MAX_KEYS)). When every key it holds is
+    /// protecting a limit, a new key is let through and a charge of it is recorded nowhere
+    /// (`recorded: false`).
+    pub fallback_max_keys: usize,
 }
 
 impl Default for Settings {
@@ -51,6 +56,7 @@ impl Default for Settings {
             listeners: ListenerOptions::default(),
             envoy: EnvoySettings::default(),
             load: tollgate_config::LoadOptions::default(),
+            fallback_max_keys: tollgate::memory::DEFAULT_MAX_KEYS,
         }
     }
 }
@@ -157,7 +163,8 @@ pub struct AppState {
 pub type SharedState = Arc<AppState>;
 
 impl AppState {
-    /// State over `limits` and `store`, with an [`Engine`] over `store`.
+    /// State over `limits` and `store`, with an [`Engine`] over `store` whose `local` limiter
+    /// holds [`Settings::fallback_max_keys`] keys.
     ///
     /// ```
     /// use tollgate_server::{AnyStore, AppState, Settings};
@@ -166,6 +173,10 @@ impl AppState {
     /// let state = AppState::new(limits, AnyStore::memory(), Settings::default());
     /// assert!(state.limits.load().is_empty());
     /// assert_eq!(state.engine.store().kind(), "memory");
+    ///
+    /// let small = Settings { fallback_max_keys: 100, ..Settings::default() };
+    /// let state = AppState::new(tollgate_config::parse("demo.yaml", "policies: {}")?, AnyStore::memory(), small);
+    /// assert_eq!(state.engine.fallback_max_keys(), 100);
     /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn new(limits: Limits, store: AnyStore, settings: Settings) -> SharedState {
@@ -175,7 +186,10 @@ impl AppState {
             // and the attempts endpoints see one store.
             // On the store's clock, so that answers are dated in the store's time (virtual time
             // under `tollgate test` and replay).
-            engine: Engine::builder(store.clone()).clock(store.clock()).build(),
+            engine: Engine::builder(store.clone())
+                .clock(store.clock())
+                .fallback_max_keys(settings.fallback_max_keys)
+                .build(),
             store,
             settings,
             access: AccessAdmin::default(),
