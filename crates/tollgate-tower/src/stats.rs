@@ -36,6 +36,8 @@ struct Counters {
     blocked: AtomicU64,
     refunds: AtomicU64,
     refund_failures: AtomicU64,
+    charges: AtomicU64,
+    unrecorded_charges: AtomicU64,
 }
 
 /// The counts at one moment; see each field for what it counts.
@@ -74,6 +76,11 @@ pub struct StatsSnapshot {
     pub refunds: u64,
     /// Such refunds the store failed to carry out (the spend stays).
     pub refund_failures: u64,
+    /// Costs charged after the response by a [`ChargeAfterLayer`](crate::ChargeAfterLayer).
+    pub charges: u64,
+    /// Such charges recorded nowhere: the store failed and the policy's failure mode could
+    /// not record them (`FailOpen`, `FailClosed`, or a full `Local` limiter).
+    pub unrecorded_charges: u64,
 }
 
 impl Stats {
@@ -93,6 +100,8 @@ impl Stats {
             blocked: load(&c.blocked),
             refunds: load(&c.refunds),
             refund_failures: load(&c.refund_failures),
+            charges: load(&c.charges),
+            unrecorded_charges: load(&c.unrecorded_charges),
         }
     }
 
@@ -110,6 +119,8 @@ impl Stats {
             Counter::Blocked => &c.blocked,
             Counter::Refund => &c.refunds,
             Counter::RefundFailed => &c.refund_failures,
+            Counter::Charge => &c.charges,
+            Counter::UnrecordedCharge => &c.unrecorded_charges,
         };
         target.fetch_add(1, Ordering::Relaxed);
     }
@@ -129,4 +140,6 @@ pub(crate) enum Counter {
     Blocked,
     Refund,
     RefundFailed,
+    Charge,
+    UnrecordedCharge,
 }

@@ -11,22 +11,34 @@ use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::http::{HeaderName, Request, StatusCode};
 use axum::routing::{get, post};
-use tollgate::{Algorithm, Anchor, Engine, MemoryStore, Policy, Store};
+use tollgate::{Algorithm, Anchor, Engine, FailureMode, MemoryStore, Policy, Store};
 use tollgate_redis::{RedisStore, Target};
 use tollgate_testkit::{RedisServer, STORE_TIMEOUT};
-use tollgate_tower::{ChargeAfterLayer, KeyExtractor};
+use tollgate_tower::{ChargeAfterLayer, KeyExtractor, Stats};
 use tower::ServiceExt;
 
 /// An LLM-like route whose answers cost 600 tokens, counting how often it ran, behind a budget
 /// of 1000 tokens an hour per tenant.
-fn app(store: impl Store + 'static, served: Arc<AtomicU64>) -> Router {
-    let tokens = Policy::new(
+fn app(store: impl Store + 'static, served: Arc<AtomicU64>) -> (Router, Stats) {
+    app_under(Engine::new(store), tokens(), served)
+}
+
+fn tokens() -> Policy {
+    Policy::new(
         "tokens",
         Algorithm::sliding_log(1_000, Duration::from_secs(3_600)).expect("algorithm"),
     )
-    .expect("policy");
+    .expect("policy")
+}
+
+/// [`app`] over `engine`, with `tokens` for its policy.
+fn app_under<S: Store + 'static>(
+    engine: Engine<S>,
+    tokens: Policy,
+    served: Arc<AtomicU64>,
+) -> (Router, Stats) {
     let tenant = KeyExtractor::header(HeaderName::from_static("x-tenant"));
-    let layer = ChargeAfterLayer::new(store, tokens, tenant, |response| {
+    let layer = ChargeAfterLayer::with_engine(Arc::new(engine), tokens, tenant, |response| {
         response
             .headers
             .get("x-tokens-used")
@@ -34,7 +46,8 @@ fn app(store: impl Store + 'static, served: Arc<AtomicU64>) -> Router {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     });
-    Router::new()
+    let stats = layer.stats();
+    let app = Router::new()
         .route(
             "/chat",
             post(move || {
@@ -45,7 +58,8 @@ fn app(store: impl Store + 'static, served: Arc<AtomicU64>) -> Router {
                 }
             }),
         )
-        .layer(layer)
+        .layer(layer);
+    (app, stats)
 }
 
 async fn ask(app: &Router, tenant: Option<&str>) -> (StatusCode, Option<String>) {
@@ -68,7 +82,7 @@ async fn ask(app: &Router, tenant: Option<&str>) -> (StatusCode, Option<String>)
 
 async fn a_handler_reporting_its_cost_is_charged_it(store: impl Store + 'static) {
     let served = Arc::new(AtomicU64::new(0));
-    let app = app(store, served.clone());
+    let (app, stats) = app(store, served.clone());
     let mut statuses = vec![];
     for _ in 0..5 {
         statuses.push(ask(&app, Some("acme")).await.0);
@@ -90,6 +104,81 @@ async fn a_handler_reporting_its_cost_is_charged_it(store: impl Store + 'static)
     // Another tenant has its own budget; a request without a tenant is refused.
     assert_eq!(ask(&app, Some("globex")).await.0, StatusCode::OK);
     assert_eq!(ask(&app, None).await.0, StatusCode::BAD_REQUEST);
+    let counted = stats.snapshot();
+    assert_eq!(
+        (counted.allowed, counted.denied, counted.rejected_keys),
+        (3, 4, 1),
+        "{counted:?}"
+    );
+    assert_eq!(
+        (counted.charges, counted.unrecorded_charges),
+        (3, 0),
+        "{counted:?}"
+    );
+    assert_eq!((counted.degraded, counted.store_errors), (0, 0), "{counted:?}");
+}
+
+/// A memory store of one key, taken by a spent key it must keep: every other key fails.
+fn full_store() -> MemoryStore {
+    let store = MemoryStore::builder().max_keys(1).build();
+    let filler = Policy::new(
+        "filler",
+        Algorithm::sliding_log(1, Duration::from_secs(3_600)).expect("algorithm"),
+    )
+    .expect("policy");
+    assert!(store.check(&filler, "x", 1).expect("room for one").allowed);
+    store
+}
+
+#[tokio::test]
+async fn a_charge_the_failing_store_loses_is_counted() {
+    for (mode, fallback_max_keys, recorded) in [
+        (FailureMode::FailOpen, 100, false),
+        (
+            FailureMode::Local {
+                instances: std::num::NonZeroU32::MIN,
+            },
+            100,
+            true,
+        ),
+        // The local limiter is full of a key it must keep, so it records nothing new.
+        (
+            FailureMode::Local {
+                instances: std::num::NonZeroU32::MIN,
+            },
+            1,
+            false,
+        ),
+    ] {
+        let engine = Engine::builder(full_store())
+            .fallback_max_keys(fallback_max_keys)
+            .build();
+        if fallback_max_keys == 1 {
+            let policy = tokens().with_failure_mode(mode);
+            let filled = engine.check(&policy, "other", 1_000).await.expect("a check");
+            assert!(
+                filled.allowed() && filled.rules()[0].decision.remaining == 0,
+                "{filled:?}"
+            );
+        }
+        let (app, stats) = app_under(engine, tokens().with_failure_mode(mode), Arc::default());
+        let before = stats.snapshot();
+        assert_eq!(ask(&app, Some("acme")).await.0, StatusCode::OK, "{mode:?}");
+        let after = stats.snapshot();
+        let moved = |of: fn(&tollgate_tower::StatsSnapshot) -> u64| of(&after) - of(&before);
+        assert_eq!(moved(|s| s.charges), 1, "{mode:?}, {fallback_max_keys} keys");
+        assert_eq!(
+            moved(|s| s.unrecorded_charges),
+            u64::from(!recorded),
+            "{mode:?}, {fallback_max_keys} keys"
+        );
+        // The question and the charge both met the failing store: one degraded request.
+        assert_eq!(
+            (moved(|s| s.degraded), moved(|s| s.store_errors)),
+            (1, 1),
+            "{mode:?}"
+        );
+    }
 }
 
 #[tokio::test]

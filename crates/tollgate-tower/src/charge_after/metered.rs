@@ -18,19 +18,20 @@ use axum::body::{Bytes, HttpBody};
 use http_body::{Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::{Shared, charge, unrecorded};
+use super::{Shared, charge, lost};
 
 type Charging = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// The charge still to make: to whom, once.
+/// The charge still to make: to whom, once; `counted` as in [`charge`].
 struct Owed {
     shared: Arc<Shared>,
     key: Vec<u8>,
+    counted: bool,
 }
 
 impl Owed {
     fn charging(self, bytes: u64) -> Charging {
-        Box::pin(charge(self.shared, self.key, bytes))
+        Box::pin(charge(self.shared, self.key, bytes, self.counted))
     }
 
     /// Charges without a reader to hold back: inline when it is ready at once, else spawned.
@@ -48,7 +49,7 @@ impl Owed {
         }
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => drop(runtime.spawn(charging)),
-            Err(_) => unrecorded(&shared.policy, bytes),
+            Err(_) => lost(&shared, bytes),
         }
     }
 }
@@ -75,11 +76,11 @@ pin_project! {
 }
 
 impl<B> Metered<B> {
-    pub(super) fn new(inner: B, shared: Arc<Shared>, key: Vec<u8>) -> Self {
+    pub(super) fn new(inner: B, shared: Arc<Shared>, key: Vec<u8>, counted: bool) -> Self {
         Metered {
             inner,
             bytes: 0,
-            owed: Some(Owed { shared, key }),
+            owed: Some(Owed { shared, key, counted }),
             charging: None,
         }
     }

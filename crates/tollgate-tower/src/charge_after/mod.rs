@@ -82,9 +82,11 @@
 //! ```
 //!
 //! Allow and deny lists do not apply to the charge; a check with
-//! [`RateLimitLayer`](crate::RateLimitLayer) in front still applies them to admission. A charge the failing store
-//! could not record (`fail_open`, `fail_closed`) is logged, sampled; `local` records it in the
-//! engine's fallback limiter.
+//! [`RateLimitLayer`](crate::RateLimitLayer) in front still applies them to admission. A charge
+//! the failing store could not record (`fail_open`, `fail_closed`, or a `local` limiter full of
+//! keys it must keep) is counted in [`StatsSnapshot::unrecorded_charges`](crate::StatsSnapshot)
+//! and logged, sampled; otherwise `local` records it in the engine's fallback limiter. What the
+//! engine says of each charge is all the layer goes by.
 
 use std::fmt;
 use std::future::Future;
@@ -98,11 +100,12 @@ use axum::body::{Body, Bytes, HttpBody};
 use axum::http::response::Parts;
 use axum::http::{Request, Response, StatusCode};
 use serde_json::json;
-use tollgate::{Done, Engine, Op, Outcome, Policy, Rule, Store};
+use tollgate::{Done, Engine, Op, Outcome, Policy, Rule, Store, Verdict};
 use tower::{Layer, Service};
 
 use crate::engine::SharedEngine;
 use crate::problem::{KEY_TOO_LONG, MISSING_KEY, Problems, object};
+use crate::stats::{Counter, Stats};
 use crate::{KeyExtractor, LogSampler};
 
 mod metered;
@@ -133,6 +136,7 @@ struct Shared {
     key: KeyExtractor,
     cost: Cost,
     problems: Problems,
+    stats: Stats,
 }
 
 impl ChargeAfterLayer {
@@ -179,8 +183,33 @@ impl ChargeAfterLayer {
                 key,
                 cost,
                 problems: Problems::default(),
+                stats: Stats::default(),
             }),
         }
+    }
+
+    /// The layer's counters, shared by every clone: what the question before each request
+    /// decided (a request is `allowed`, `denied`, `blocked`, `failed_closed` or
+    /// `rejected_keys`; `degraded` and `store_errors` when a failure mode answered its question
+    /// or its charge), and the [`charges`](crate::StatsSnapshot::charges) made after the
+    /// responses, with those recorded nowhere
+    /// ([`unrecorded_charges`](crate::StatsSnapshot::unrecorded_charges)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use axum::http::HeaderName;
+    /// use tollgate::{Algorithm, MemoryStore, Policy};
+    /// use tollgate_tower::{ChargeAfterLayer, KeyExtractor};
+    ///
+    /// let tokens = Policy::new("tokens", Algorithm::sliding_log(10_000, Duration::from_secs(3600))?)?;
+    /// let tenant = KeyExtractor::header(HeaderName::from_static("x-tenant"));
+    /// let layer = ChargeAfterLayer::new(MemoryStore::new(), tokens, tenant, |_| 1);
+    /// let stats = layer.stats().snapshot();
+    /// assert_eq!((stats.charges, stats.unrecorded_charges), (0, 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stats(&self) -> Stats {
+        self.shared.stats.clone()
     }
 }
 
@@ -248,9 +277,11 @@ where
             let (parts, body) = request.into_parts();
             let policy = &shared.policy;
             let Some(key) = shared.key.extract(&parts) else {
+                shared.stats.bump(Counter::RejectedKey);
                 return Ok(shared.problems.missing_key(policy, &shared.key.describe()));
             };
             if key.len() > tollgate::bounds::MAX_KEY_LEN {
+                shared.stats.bump(Counter::RejectedKey);
                 return Ok(shared.problems.response(
                     StatusCode::BAD_REQUEST,
                     KEY_TOO_LONG,
@@ -267,21 +298,31 @@ where
             // Before: is the key past its limit? A budget exactly spent is not.
             let question = tollgate::Request::one(Op::Peek(Rule::new(policy, &key, 0).as_question()));
             let settled = shared.engine.run(&question).await;
+            let mut degraded = false;
             match settled.map(|settled| settled.peeked) {
                 Ok(None) => {}
-                Ok(Some(verdict)) => match (verdict.outcome(), verdict.rules().first()) {
-                    (Outcome::Error, decision) => {
-                        return Ok(shared
-                            .problems
-                            .store_unavailable(policy, decision.map(|r| &r.decision)));
+                Ok(Some(verdict)) => {
+                    degraded = shared.failure_mode_answered(&verdict);
+                    match (verdict.outcome(), verdict.rules().first()) {
+                        (Outcome::Error, decision) => {
+                            shared.stats.bump(Counter::FailedClosed);
+                            return Ok(shared
+                                .problems
+                                .store_unavailable(policy, decision.map(|r| &r.decision)));
+                        }
+                        (Outcome::Blocked, _) => {
+                            shared.stats.bump(Counter::Blocked);
+                            return Ok(shared.problems.blocked(policy));
+                        }
+                        (outcome, Some(result)) if !outcome.allows() => {
+                            shared.stats.bump(Counter::Denied);
+                            return Ok(shared.problems.rate_limited(policy, &result.decision));
+                        }
+                        _ => {}
                     }
-                    (Outcome::Blocked, _) => return Ok(shared.problems.blocked(policy)),
-                    (outcome, Some(result)) if !outcome.allows() => {
-                        return Ok(shared.problems.rate_limited(policy, &result.decision));
-                    }
-                    _ => {}
-                },
+                }
                 Err(err) => {
+                    shared.stats.bump(Counter::RejectedKey);
                     return Ok(shared.problems.response(
                         StatusCode::BAD_REQUEST,
                         MISSING_KEY,
@@ -290,43 +331,78 @@ where
                     ));
                 }
             }
+            shared.stats.bump(Counter::Allowed);
             let response = inner.call(Request::from_parts(parts, body)).await?;
             let (head, body) = response.into_parts();
             // After: what the response cost, recorded whatever is left.
             match &shared.cost {
                 Cost::Head(cost_of) => {
                     let cost = cost_of(&head);
-                    charge(shared.clone(), key, cost).await;
+                    charge(shared.clone(), key, cost, degraded).await;
                     Ok(Response::from_parts(head, Body::new(body)))
                 }
                 Cost::BodyBytes => Ok(Response::from_parts(
                     head,
-                    Body::new(Metered::new(body, shared.clone(), key)),
+                    Body::new(Metered::new(body, shared.clone(), key, degraded)),
                 )),
             }
         })
     }
 }
 
+impl Shared {
+    /// Counts a store failure and a failure mode at work in the question's `verdict`; whether
+    /// a failure mode answered.
+    fn failure_mode_answered(&self, verdict: &Verdict) -> bool {
+        if verdict.store_error().is_some() {
+            self.stats.bump(Counter::StoreError);
+        }
+        let degraded = verdict.degraded();
+        if degraded {
+            self.stats.bump(Counter::Degraded);
+        }
+        degraded
+    }
+}
+
 /// Charges `cost` (0 charges nothing, more than the largest limit charges that) to `key`,
-/// recorded whatever is left; a charge the store could not record is logged, sampled.
-async fn charge(shared: Arc<Shared>, key: Vec<u8>, cost: u64) {
+/// recorded whatever is left, as the engine says; a charge recorded nowhere is counted and
+/// logged, sampled. `counted`: the request was counted as degraded already, by its question.
+async fn charge(shared: Arc<Shared>, key: Vec<u8>, cost: u64, counted: bool) {
     let cost = cost.min(tollgate::bounds::MAX_LIMIT);
     if cost == 0 {
         return;
     }
     let policy = &shared.policy;
     let request = tollgate::Request::one(Op::Charge(Rule::new(policy, &key, cost)));
-    let lost = match shared.engine.run(&request).await {
-        Ok(settled) => !matches!(settled.ops.first(), Some(Done::Charged { recorded: true, .. })),
-        Err(_) => true,
+    let (recorded, failed) = match shared.engine.run(&request).await {
+        Ok(settled) => (
+            matches!(settled.ops.first(), Some(Done::Charged { recorded: true, .. })),
+            settled.charge_error.is_some(),
+        ),
+        Err(_) => (false, false),
     };
-    if lost {
-        unrecorded(policy, cost);
+    shared.stats.bump(Counter::Charge);
+    if failed && !counted {
+        shared.stats.bump(Counter::StoreError);
+        shared.stats.bump(Counter::Degraded);
+    }
+    if !recorded {
+        unrecorded(&shared, cost);
     }
 }
 
-fn unrecorded(policy: &Policy, cost: u64) {
+/// A charge of `cost` that could not be made at all (no runtime to make it on): counted as a
+/// charge recorded nowhere.
+fn lost(shared: &Shared, cost: u64) {
+    shared.stats.bump(Counter::Charge);
+    unrecorded(shared, cost);
+}
+
+/// A charge of `cost` recorded nowhere: counted, and logged, sampled.
+fn unrecorded(shared: &Shared, cost: u64) {
+    shared.stats.bump(Counter::UnrecordedCharge);
+    let policy = &shared.policy;
     if UNRECORDED_LOG.due() {
         tracing::warn!(
             policy = policy.name(),
