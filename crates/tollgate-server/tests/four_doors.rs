@@ -13,10 +13,15 @@
 //! in the middle of a scenario and hand out a fresh budget, which would make the test flaky.
 //!
 //! The Envoy doors (gRPC, `POST /json` and explain) are compared on Envoy's own semantics in
-//! `envoy_doors`.
+//! `envoy_doors`; charges and refunds at every door in `charges` (the doors' side in
+//! `charge_doors`).
 
 mod common;
 
+#[path = "four_doors/charge_doors.rs"]
+mod charge_doors;
+#[path = "four_doors/charges.rs"]
+mod charges;
 #[path = "four_doors/envoy_doors.rs"]
 mod envoy_doors;
 
@@ -59,6 +64,10 @@ const UPSTREAM_BODY: &str = "from upstream";
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 /// The wait a denial of a one-minute sliding log asks for, without a penalty.
 const WINDOW_RETRY: RangeInclusive<u64> = 1..=60;
+
+/// Held by the tests whose stores fail, so that a test reading the process's store error
+/// counter (`charges`) counts only its own.
+static PROCESS_COUNTERS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// One limit of a scenario: a sliding log of `limit` per minute.
 struct Limit {
@@ -536,6 +545,7 @@ fn as_expected(scenario: &Scenario, answers: &[Answer]) -> bool {
 
 #[tokio::test]
 async fn every_door_gives_the_same_answers() {
+    let _counters = PROCESS_COUNTERS.lock().await;
     let mut redis = RedisServer::start();
     let redis_url = redis.url();
     redis.kill();
