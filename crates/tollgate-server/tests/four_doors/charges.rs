@@ -77,6 +77,10 @@ const fn refunded(left: u64) -> Expect {
     expect("refunded", Some(left))
 }
 
+const fn refund_failed() -> Expect {
+    expect("refund failed", None)
+}
+
 impl Expect {
     /// A failure mode answered: the store is gone.
     const fn degraded(mut self) -> Self {
@@ -244,6 +248,24 @@ fn scenarios() -> Vec<Scenario> {
                     charged(0, 0, false).degraded().asked_first("unavailable"),
                 ),
                 (Fail("tokens", K), unavailable().degraded()),
+            ],
+        },
+        Scenario {
+            name: "redis gone, fail_open: a refund fails",
+            limits: vec![Limit::new("tokens", 2).on_store_failure("fail_open")],
+            sick: true,
+            fallback_max_keys: roomy,
+            steps: vec![(Fail("tokens", K), refund_failed().degraded())],
+        },
+        Scenario {
+            name: "redis gone, local: a refund fails, and the local limiter gives it back",
+            limits: vec![Limit::new("tokens", 2).on_store_failure("local")],
+            sick: true,
+            fallback_max_keys: roomy,
+            steps: vec![
+                (Check("tokens", K), allowed(1).degraded()),
+                (Fail("tokens", K), refund_failed().degraded()),
+                (Check("tokens", K), allowed(0).degraded()),
             ],
         },
     ]

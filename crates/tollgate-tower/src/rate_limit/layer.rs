@@ -249,8 +249,11 @@ impl RateLimitLayerBuilder {
 
     /// Gives an admitted request's cost back (see [`tollgate::Store::refund`]) when the inner
     /// service answers with a 5xx status: the failure was on this side, so it should not use up
-    /// the client's budget. Off by default. Every rule the store allowed is refunded, once the
-    /// response head is known and before it is returned; a refund that fails is counted
+    /// the client's budget. Off by default. Every rule the request spent on is refunded, once
+    /// the response head is known and before it is returned, through
+    /// [`Engine::refund`](tollgate::Engine::refund) as at every door: a rule a failure mode
+    /// admitted while the store was away gets its cost back in the `Local` limiter. A refund
+    /// that fails (the store still away) is counted
     /// ([`StatsSnapshot::refund_failures`](crate::StatsSnapshot::refund_failures)) and logged,
     /// and the response goes out unchanged.
     ///

@@ -401,15 +401,17 @@ fn bind<'a>(keyed: &'a [(&'a KeyedPolicy, Key<'_>)]) -> (Vec<&'a KeyedPolicy>, V
         .unzip()
 }
 
-/// What the rules of an admitted request spent in the store: every rule the store allowed (a
-/// shadow rule that would have denied spent nothing; a rule a failure mode decided was not
-/// spent in the store). `None` when nothing was.
+/// What the rules of an admitted request spent: every rule the engine allowed, the store or a
+/// failure mode (a shadow rule that would have denied spent nothing). Where a spend was
+/// recorded is the engine's to know: its refund gives back in the `Local` failure mode's
+/// limiter and in the store alike, as at every other door, and a store still away is a failed
+/// refund. `None` when nothing was spent.
 #[inline(never)]
 fn spent(bound: &[tollgate::Rule<'_>], verdict: &Verdict) -> Option<Spent> {
     let spent: Vec<_> = bound
         .iter()
         .zip(verdict.rules())
-        .filter(|(_, r)| r.outcome == Outcome::Allowed && !r.decision.degraded)
+        .filter(|(_, r)| matches!(r.outcome, Outcome::Allowed | Outcome::Degraded))
         .map(|(rule, _)| (rule.policy.clone(), rule.key.into(), rule.cost))
         .collect();
     (!spent.is_empty()).then_some(Spent(spent))
