@@ -14,12 +14,14 @@
 //!
 //! The Envoy doors (gRPC, `POST /json` and explain) are compared on Envoy's own semantics in
 //! `envoy_doors`; charges and refunds at every door in `charges` (the doors' side in
-//! `charge_doors`).
+//! `charge_doors` and `charge_envoy`).
 
 mod common;
 
 #[path = "four_doors/charge_doors.rs"]
 mod charge_doors;
+#[path = "four_doors/charge_envoy.rs"]
+mod charge_envoy;
 #[path = "four_doors/charges.rs"]
 mod charges;
 #[path = "four_doors/envoy_doors.rs"]

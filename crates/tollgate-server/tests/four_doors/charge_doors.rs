@@ -5,10 +5,9 @@
 //!
 //! - the HTTP API (`POST /v1/check`, `/v1/charge`, `/v1/refund`) in its JSON answer: the budget
 //!   left, the debt, `recorded` and `degraded`;
-//! - gRPC and `POST /json` (`ShouldRateLimit`): the budget left in `limit_remaining`, a charge
-//!   past the limit as `OVER_LIMIT`; `recorded` and `degraded` are not in Envoy's answer, so
-//!   they are read from the server's counters around the call: `tollgate_charges_total` and
-//!   `tollgate_charges_unrecorded_total` of the policy, and `tollgate_store_errors_total`;
+//! - gRPC and `POST /json` (`ShouldRateLimit`, in `charge_envoy`): the budget left in
+//!   `limit_remaining`, a charge past the limit as `OVER_LIMIT`; `recorded` and `degraded`
+//!   from the server's counters around the call;
 //! - the tower layers: the budget left in the `RateLimit` header of `RateLimitLayer`'s answers;
 //!   `recorded`, `degraded` and the refunds from the layers' [`Stats`];
 //! - the proxy: its checks like the tower layer's; it takes no charge nor refund itself, so
@@ -21,11 +20,8 @@ use axum::routing::get;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
 use tollgate::Engine;
-use tollgate_config::{ENVOY_POLICY_PREFIX, Limits};
-use tollgate_server::grpc::proto::rate_limit_descriptor::Entry;
-use tollgate_server::grpc::proto::rate_limit_response::Code;
+use tollgate_config::Limits;
 use tollgate_server::grpc::proto::rate_limit_service_client::RateLimitServiceClient;
-use tollgate_server::grpc::proto::{RateLimitDescriptor, RateLimitRequest, UInt64Value};
 use tollgate_server::grpc::{RlsService, json as json_door};
 use tollgate_server::proxy::{self, Forward};
 use tollgate_server::{AnyStore, AppState, Settings, SharedState};
@@ -34,7 +30,8 @@ use tollgate_tower::{ChargeAfterLayer, KeyExtractor, KeyedPolicy, RateLimitLayer
 use tonic::transport::Channel;
 use tower::ServiceExt;
 
-use crate::{ANSWER_TIMEOUT, DOMAIN, KEY_HEADER, UPSTREAM_BODY};
+use crate::charge_envoy::{grpc, json};
+use crate::{ANSWER_TIMEOUT, KEY_HEADER, UPSTREAM_BODY};
 
 /// The header the tower's charged handler reads the cost of its answer from, and answers with.
 const COST_HEADER: &str = "x-cost";
@@ -69,7 +66,7 @@ pub(crate) struct Said {
 }
 
 impl Said {
-    fn kind(kind: impl Into<String>) -> Self {
+    pub(crate) fn kind(kind: impl Into<String>) -> Self {
         Said {
             kind: kind.into(),
             ..Said::default()
@@ -102,60 +99,13 @@ impl Said {
     }
 }
 
-/// The server's counters a step moves, read from its metrics.
-#[derive(Clone, Copy, Debug, Default)]
-struct Counted {
-    charges: u64,
-    unrecorded: u64,
-    store_errors: u64,
-}
-
-impl Counted {
-    /// The counters now, of the charges of the limit `name` (in either config format).
-    fn now(name: &str) -> Counted {
-        let text = tollgate_server::metrics::install().render();
-        let ours = format!("policy=\"{name}\"");
-        let envoy = format!("policy=\"{ENVOY_POLICY_PREFIX}{DOMAIN}.{name}\"");
-        let of_policy = |labels: &str| labels.contains(&ours) || labels.contains(&envoy);
-        Counted {
-            charges: sum(&text, "tollgate_charges_total", of_policy),
-            unrecorded: sum(&text, "tollgate_charges_unrecorded_total", of_policy),
-            store_errors: sum(&text, "tollgate_store_errors_total", |_| true),
-        }
-    }
-
-    /// What moved since `before`: whether the store failed, and whether one charge was
-    /// recorded (`None` unless exactly one charge was counted).
-    fn since(before: Counted, name: &str) -> (bool, Option<bool>) {
-        let after = Counted::now(name);
-        let charges = after.charges - before.charges;
-        let unrecorded = after.unrecorded - before.unrecorded;
-        let recorded = (charges == 1).then_some(unrecorded == 0);
-        (after.store_errors > before.store_errors, recorded)
-    }
-}
-
-/// The sum of the samples of counter `metric` whose labels `pick` picks.
-fn sum(text: &str, metric: &str, pick: impl Fn(&str) -> bool) -> u64 {
-    text.lines()
-        .filter_map(|line| {
-            let rest = line.strip_prefix(metric)?;
-            let (labels, value) = match rest.strip_prefix('{') {
-                Some(rest) => rest.split_once("} ")?,
-                None => ("", rest.strip_prefix(' ')?),
-            };
-            pick(labels).then(|| value.trim().parse::<f64>().ok()).flatten()
-        })
-        .map(|value| value as u64)
-        .sum()
-}
-
 /// The doors of one scenario, each over its own store (the proxy's shared with the HTTP API
 /// its app reports to).
 pub(crate) struct Doors {
     http: SharedState,
     grpc: RateLimitServiceClient<Channel>,
     grpc_stop: oneshot::Sender<()>,
+    grpc_server: tokio::task::JoinHandle<std::io::Result<()>>,
     json: Router,
     tower: Router,
     /// The tower layers' counters.
@@ -189,7 +139,7 @@ impl Doors {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let (grpc_stop, stopped) = oneshot::channel::<()>();
-        tokio::spawn(tollgate_server::grpc::serve(listener, state(1), async {
+        let grpc_server = tokio::spawn(tollgate_server::grpc::serve(listener, state(1), async {
             let _ = stopped.await;
         }));
         let grpc = RateLimitServiceClient::connect(format!("http://{addr}"))
@@ -218,6 +168,7 @@ impl Doors {
             http,
             grpc,
             grpc_stop,
+            grpc_server,
             json,
             tower,
             tower_stats,
@@ -225,8 +176,13 @@ impl Doors {
         }
     }
 
-    pub(crate) fn close(self) {
+    /// Stops the gRPC server and waits for it to end.
+    pub(crate) async fn close(self) {
         let _ = self.grpc_stop.send(());
+        answered(self.grpc_server)
+            .await
+            .expect("gRPC server task")
+            .expect("gRPC server");
     }
 
     /// Each door's answer to `step`, by door name.
@@ -303,7 +259,7 @@ pub(crate) fn upstream_app() -> Router {
     })
 }
 
-async fn answered<F: std::future::Future>(call: F) -> F::Output {
+pub(crate) async fn answered<F: std::future::Future>(call: F) -> F::Output {
     tokio::time::timeout(ANSWER_TIMEOUT, call)
         .await
         .expect("answered in time")
@@ -400,169 +356,6 @@ async fn http_check(state: &SharedState, name: &str, key: &str) -> Said {
         degraded: answer["degraded"].as_bool(),
         ..Said::kind(kind)
     }
-}
-
-/// An Envoy door's answer to one request: its first descriptor's status, or why none.
-enum Envoy {
-    Answered { over: bool, left: u64 },
-    Unavailable,
-    Other(String),
-}
-
-/// A descriptor of the limit `name` for `key`: checked at the request's cost, or charged its
-/// own `hits_addend`, or given back that many (`negative`).
-fn descriptor(name: &str, key: &str, own: Option<u64>, negative: bool) -> RateLimitDescriptor {
-    RateLimitDescriptor {
-        entries: vec![Entry {
-            key: name.to_owned(),
-            value: key.to_owned(),
-        }],
-        hits_addend: own.map(|value| UInt64Value { value }),
-        is_negative_hits: negative,
-        ..Default::default()
-    }
-}
-
-/// The descriptor and the request's `hits_addend` of one Envoy request: a check, a charge or
-/// a refund.
-fn envoy_request(name: &str, key: &str, ask: EnvoyAsk) -> (RateLimitDescriptor, u32) {
-    match ask {
-        EnvoyAsk::Check => (descriptor(name, key, None, false), 1),
-        EnvoyAsk::Charge(cost) => (descriptor(name, key, Some(cost), false), 0),
-        EnvoyAsk::Refund => (descriptor(name, key, Some(1), true), 0),
-    }
-}
-
-#[derive(Clone, Copy)]
-enum EnvoyAsk {
-    Check,
-    Charge(u64),
-    Refund,
-}
-
-/// `step` at an Envoy door that answers each request with `call`.
-async fn envoy<F, Fut>(step: Step, mut call: F) -> Said
-where
-    F: FnMut(&'static str, &'static str, EnvoyAsk) -> Fut,
-    Fut: std::future::Future<Output = Envoy>,
-{
-    let (name, asks): (&str, &[EnvoyAsk]) = match step {
-        Step::Check(name, _) => (name, &[EnvoyAsk::Check]),
-        Step::Charge(name, _, _) => (name, &[]),
-        Step::Fail(name, _) => (name, &[EnvoyAsk::Check, EnvoyAsk::Refund]),
-    };
-    let before = Counted::now(name);
-    let said = match step {
-        Step::Charge(name, key, cost) => match call(name, key, EnvoyAsk::Charge(cost)).await {
-            Envoy::Answered { over, left } => Said {
-                left: Some(left),
-                past: Some(over),
-                ..Said::kind("charged")
-            },
-            Envoy::Unavailable => Said::kind("unavailable"),
-            Envoy::Other(said) => Said::kind(said),
-        },
-        Step::Check(_, key) | Step::Fail(_, key) => {
-            let mut said = Said::default();
-            for (i, ask) in asks.iter().enumerate() {
-                said = match (i, call(name, key, *ask).await) {
-                    (0, Envoy::Answered { over: true, left }) => Said {
-                        left: Some(left),
-                        ..Said::kind("denied")
-                    },
-                    (0, Envoy::Answered { over: false, left }) => Said {
-                        left: Some(left),
-                        ..Said::kind("allowed")
-                    },
-                    (0, Envoy::Unavailable) => Said::kind("unavailable"),
-                    (_, Envoy::Answered { over: false, left }) => Said {
-                        left: Some(left),
-                        ..Said::kind("refunded")
-                    },
-                    (_, Envoy::Unavailable) => Said::kind("refund failed"),
-                    (_, Envoy::Answered { over: true, .. }) => Said::kind("refund over its limit"),
-                    (_, Envoy::Other(said)) => Said::kind(said),
-                };
-                if said.kind != "allowed" {
-                    break;
-                }
-            }
-            said
-        }
-    };
-    let (degraded, recorded) = Counted::since(before, name);
-    Said {
-        degraded: Some(degraded),
-        recorded: match step {
-            Step::Charge(..) => recorded,
-            _ => None,
-        },
-        ..said
-    }
-}
-
-async fn grpc(client: &mut RateLimitServiceClient<Channel>, step: Step) -> Said {
-    envoy(step, |name, key, ask| {
-        let mut client = client.clone();
-        async move {
-            let (descriptor, hits_addend) = envoy_request(name, key, ask);
-            let request = RateLimitRequest {
-                domain: DOMAIN.into(),
-                descriptors: vec![descriptor],
-                hits_addend,
-            };
-            match answered(client.should_rate_limit(request)).await {
-                Ok(response) => {
-                    let response = response.into_inner();
-                    match (Code::try_from(response.overall_code), response.statuses.first()) {
-                        (Ok(code @ (Code::Ok | Code::OverLimit)), Some(status)) => Envoy::Answered {
-                            over: code == Code::OverLimit,
-                            left: u64::from(status.limit_remaining),
-                        },
-                        other => Envoy::Other(format!("gRPC answer {other:?}")),
-                    }
-                }
-                Err(status) if status.code() == tonic::Code::Unavailable => Envoy::Unavailable,
-                Err(status) => Envoy::Other(format!("gRPC {:?}: {}", status.code(), status.message())),
-            }
-        }
-    })
-    .await
-}
-
-async fn json(router: &Router, step: Step) -> Said {
-    envoy(step, |name, key, ask| async move {
-        let (descriptor, hits_addend) = envoy_request(name, key, ask);
-        let mut asked = json!({"entries": [{"key": name, "value": key}]});
-        if let Some(own) = descriptor.hits_addend {
-            asked["hits_addend"] = json!(own.value);
-        }
-        if descriptor.is_negative_hits {
-            asked["is_negative_hits"] = json!(true);
-        }
-        let body = json!({"domain": DOMAIN, "descriptors": [asked], "hits_addend": hits_addend});
-        let request = Request::post("/json")
-            .header("content-type", "application/json")
-            .body(Body::from(body.to_string()))
-            .expect("request");
-        let response = answered(router.clone().oneshot(request))
-            .await
-            .expect("infallible");
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap_or_default();
-        let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        // Proto3's JSON leaves a field at its default out: no `limitRemaining` is 0.
-        let left = answer["statuses"][0]["limitRemaining"].as_u64().unwrap_or(0);
-        match (status, answer["overallCode"].as_str()) {
-            (StatusCode::OK, Some("OK")) => Envoy::Answered { over: false, left },
-            (StatusCode::TOO_MANY_REQUESTS, Some("OVER_LIMIT")) => Envoy::Answered { over: true, left },
-            (StatusCode::SERVICE_UNAVAILABLE, _) => Envoy::Unavailable,
-            (status, _) => Envoy::Other(format!("/json {status}: {}", String::from_utf8_lossy(&bytes))),
-        }
-    })
-    .await
 }
 
 /// The counters of the tower layers that a step moves.

@@ -376,7 +376,7 @@ async fn every_door_takes_charges_and_refunds_alike() {
                     }
                 }
             }
-            doors.close();
+            doors.close().await;
         }
     }
     upstream.stop().await;
