@@ -41,9 +41,9 @@ pub(crate) struct ChargeDecision {
     pub retry_after_ms: Option<u64>,
     /// Units owed beyond the budget; 0 when none.
     pub debt: u64,
-    /// Whether the store recorded the charge. False only when the store failed and the policy's
-    /// failure mode could not record it either (`fail_open`, `fail_closed`); counted in
-    /// `tollgate_charges_unrecorded_total`.
+    /// Whether the charge was recorded: by the store, or while it fails by a `local` policy's
+    /// fallback limiter. False when neither could (`fail_open`, `fail_closed`, or a `local`
+    /// limiter full of keys it must keep); counted in `tollgate_charges_unrecorded_total`.
     pub recorded: bool,
     /// The store failed and the policy's failure mode answered.
     pub degraded: bool,
