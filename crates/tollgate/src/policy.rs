@@ -713,7 +713,7 @@ impl Policy {
                 max,
             });
         }
-        if wait.subsec_nanos() % 1_000_000 != 0 {
+        if !wait.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(PolicyError::NotWholeMilliseconds {
                 field: "replica_wait",
                 value: wait,
