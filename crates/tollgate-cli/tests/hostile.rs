@@ -676,59 +676,191 @@ async fn on_redis_a_denial_cached_before_a_reload_that_raises_the_limit_is_not_a
     assert_eq!(body["remaining"], 14, "{body}");
 }
 
-/// Four rounds of a limit lowered and raised again (10 an hour, 5, 10), with a peek, an explain
-/// and a denied check between the reloads: the window admits 10 in all, on `store` or memory.
-async fn flip_flops_admit_one_window(store: Option<String>) {
-    let ten = "policies:\n  api: {algorithm: fixed_window, limit: 10, window: 1h, on_change: keep}\n";
-    let five = "policies:\n  api: {algorithm: fixed_window, limit: 5, window: 1h, on_change: keep}\n";
-    let config = temp_config(ten);
+/// Rewrites `config` with `text` and waits until the server serves it: the reload's line for
+/// the changed policy (its text holds `change`, say `-> fixed_window limit: 5,`), then the
+/// reload itself. A file event that reloads the same text again logs no change, so a second
+/// reload of one write is never taken for the next one.
+fn reload_to(server: &mut Server, config: &tempfile::NamedTempFile, text: &str, change: &str) {
+    std::fs::write(config.path(), text).expect("rewrite config");
+    server.wait_for(change);
+    server.wait_for("config reloaded");
+}
+
+/// `tollgate serve` with `config`, on `store` (a Redis address, with the test deadline) or on
+/// memory.
+fn serve_with(config: &tempfile::NamedTempFile, store: Option<&str>) -> Server {
     let path = config.path().to_str().expect("utf-8").to_owned();
     let deadline = tollgate_testkit::store_timeout_arg();
     let mut args = vec!["--config", path.as_str()];
-    if let Some(store) = &store {
-        args.extend(["--store", store.as_str(), "--store-timeout", deadline.as_str()]);
+    if let Some(store) = store {
+        args.extend(["--store", store, "--store-timeout", deadline.as_str()]);
     }
-    let mut server = Server::start(&args);
-    let http = client();
-    let mut admitted = 0;
+    Server::start(&args)
+}
+
+/// A peek (`GET /v1/limits/...`) of `key` under `policy`.
+async fn peek(server: &Server, policy: &str, key: &str) -> Value {
+    client()
+        .get(server.url(&format!("/v1/limits/{policy}/{key}")))
+        .send()
+        .await
+        .expect("peek")
+        .json()
+        .await
+        .expect("json")
+}
+
+/// `GET /v1/explain` of `key` under `policy`: its one rule's state and decision.
+async fn explain(server: &Server, policy: &str, key: &str) -> Value {
+    let answer = client()
+        .get(server.url(&format!("/v1/explain?policy={policy}&key={key}")))
+        .send()
+        .await
+        .expect("explain");
+    assert_eq!(answer.status(), StatusCode::OK);
+    answer.json().await.expect("json")
+}
+
+/// Every Redis key of `key` under `policy` (its state, a log, an override) with its bytes and
+/// its expiry: `PEXPIRETIME` is absolute, so equal however much time passes between two reads.
+fn redis_bytes(redis: &tollgate_testkit::RedisServer, policy: &str, key: &str) -> Vec<String> {
+    let state = format!("tollgate:{{{policy}:{key}}}");
+    [state.clone(), format!("{state}:log"), format!("{state}:ovr")]
+        .iter()
+        .map(|name| {
+            format!(
+                "{name} {} {}",
+                redis.cli(&["DUMP", name]),
+                redis.cli(&["PEXPIRETIME", name])
+            )
+        })
+        .collect()
+}
+
+/// (status, remaining) of a check: what the flip-flop transcripts compare.
+async fn checked(server: &Server, key: &str) -> (u16, u64) {
+    let (status, body) = check(server, "api", key).await;
+    (status.as_u16(), body["remaining"].as_u64().unwrap_or(u64::MAX))
+}
+
+/// Four rounds of a limit lowered and raised again (10 an hour, 5, 10), with a peek, an explain
+/// and a denied check of `k` between the reloads, and `quiet` only checked: the window admits
+/// 10 in all, both keys answer alike (what reads a key between reloads changes nothing), and
+/// every answer is the same on Redis as on memory. Returns the checks' answers.
+async fn flip_flops_admit_one_window(redis: Option<&tollgate_testkit::RedisServer>) -> Vec<[(u16, u64); 2]> {
+    let ten = "policies:\n  api: {algorithm: fixed_window, limit: 10, window: 1h, anchor: first_hit, on_change: keep}\n";
+    let five = "policies:\n  api: {algorithm: fixed_window, limit: 5, window: 1h, anchor: first_hit, on_change: keep}\n";
+    let config = temp_config(ten);
+    let mut server = serve_with(&config, redis.map(|r| r.url()).as_deref());
+    let mut transcript = vec![];
     for _ in 0..12 {
-        admitted += usize::from(check(&server, "api", "k").await.0 == StatusCode::OK);
+        transcript.push([checked(&server, "k").await, checked(&server, "quiet").await]);
     }
     for round in 0..4 {
-        std::fs::write(config.path(), five).expect("lower");
-        server.wait_for("config reloaded");
-        let peek: Value = http
-            .get(server.url("/v1/limits/api/k"))
-            .send()
-            .await
-            .expect("peek")
-            .json()
-            .await
-            .expect("json");
-        assert_eq!(peek["allowed"], false, "round {round}: {peek}");
-        let explain = http
-            .get(server.url("/v1/explain?policy=api&key=k"))
-            .send()
-            .await
-            .expect("explain");
-        assert_eq!(explain.status(), StatusCode::OK);
-        admitted += usize::from(check(&server, "api", "k").await.0 == StatusCode::OK);
-        std::fs::write(config.path(), ten).expect("raise");
-        server.wait_for("config reloaded");
+        reload_to(&mut server, &config, five, "-> fixed_window limit: 5,");
+        let before = redis.map(|r| redis_bytes(r, "api", "k"));
+        let peeked = peek(&server, "api", "k").await;
+        assert_eq!(peeked["allowed"], false, "round {round}: {peeked}");
+        let explained = explain(&server, "api", "k").await;
+        assert_eq!(
+            explained["rules"][0]["decision"], "denied",
+            "round {round}: {explained}"
+        );
+        assert_eq!(
+            redis.map(|r| redis_bytes(r, "api", "k")),
+            before,
+            "round {round}: a peek and an explain wrote to Redis"
+        );
+        transcript.push([checked(&server, "k").await, checked(&server, "quiet").await]);
+        reload_to(&mut server, &config, ten, "-> fixed_window limit: 10,");
         for _ in 0..3 {
-            admitted += usize::from(check(&server, "api", "k").await.0 == StatusCode::OK);
+            transcript.push([checked(&server, "k").await, checked(&server, "quiet").await]);
         }
     }
+    for (i, [looked, quiet]) in transcript.iter().enumerate() {
+        assert_eq!(
+            looked, quiet,
+            "check {i}: the key read between reloads answers otherwise"
+        );
+    }
+    let admitted = transcript.iter().filter(|[k, _]| k.0 == 200).count();
     assert_eq!(admitted, 10, "one window's limit across every flip-flop");
+    transcript
 }
 
 #[tokio::test]
-async fn a_limit_lowered_and_raised_again_gives_no_key_more_than_its_window_on_memory() {
-    flip_flops_admit_one_window(None).await;
-}
-
-#[tokio::test]
-async fn a_limit_lowered_and_raised_again_gives_no_key_more_than_its_window_on_redis() {
+async fn a_limit_lowered_and_raised_again_gives_no_key_more_than_its_window_on_memory_and_redis() {
+    let on_memory = flip_flops_admit_one_window(None).await;
     let redis = tollgate_testkit::RedisServer::start();
-    flip_flops_admit_one_window(Some(redis.url())).await;
+    let on_redis = flip_flops_admit_one_window(Some(&redis)).await;
+    assert_eq!(on_redis, on_memory, "the same answers on Redis as on memory");
+}
+
+/// A limit of 10 (8 spent), then 5 with `on_change: reset`, then 10 again with `keep`: a peek
+/// and an explain under the second version answer what a check sees then (a fresh budget), and
+/// store nothing, so the third version finds the 8 spent, as for a key nobody looked at. (When
+/// a peek migrated the key, the reset it stored gave the key a whole new budget of 10.) On Redis
+/// the key's bytes and expiry are the same after the peek and the explain.
+async fn a_peek_between_two_reloads_changes_nothing(redis: Option<&tollgate_testkit::RedisServer>) {
+    let version = |limit: u64, on_change: &str| {
+        format!(
+            "policies:\n  api: {{algorithm: fixed_window, limit: {limit}, window: 1h, anchor: first_hit, on_change: {on_change}}}\n"
+        )
+    };
+    let config = temp_config(&version(10, "keep"));
+    let mut server = serve_with(&config, redis.map(|r| r.url()).as_deref());
+    for key in ["looked", "twin", "quiet"] {
+        for _ in 0..8 {
+            assert_eq!(check(&server, "api", key).await.0, StatusCode::OK);
+        }
+    }
+    reload_to(
+        &mut server,
+        &config,
+        &version(5, "reset"),
+        "-> fixed_window limit: 5,",
+    );
+    let before = redis.map(|r| redis_bytes(r, "api", "looked"));
+    let peeked = peek(&server, "api", "looked").await;
+    let explained = explain(&server, "api", "looked").await;
+    assert_eq!(
+        redis.map(|r| redis_bytes(r, "api", "looked")),
+        before,
+        "a peek and an explain wrote to Redis"
+    );
+    let (status, twin) = check(&server, "api", "twin").await;
+    assert_eq!(status, StatusCode::OK, "{twin}");
+    assert_eq!(
+        (&peeked["allowed"], &peeked["remaining"], &peeked["limit"]),
+        (&twin["allowed"], &twin["remaining"], &twin["limit"]),
+        "the peek answers what a check sees: {peeked} {twin}"
+    );
+    assert_eq!(twin["remaining"], 4, "{twin}");
+    assert_eq!(explained["rules"][0]["state"]["remaining"], 5, "{explained}");
+    assert_eq!(explained["rules"][0]["decision"], "allowed", "{explained}");
+    reload_to(
+        &mut server,
+        &config,
+        &version(10, "keep"),
+        "-> fixed_window limit: 10,",
+    );
+    let (status, looked) = check(&server, "api", "looked").await;
+    let (_, quiet) = check(&server, "api", "quiet").await;
+    assert_eq!(status, StatusCode::OK, "{looked}");
+    assert_eq!(
+        looked["remaining"], 1,
+        "8 spent under the first version, and this one: {looked}"
+    );
+    assert_eq!(looked["remaining"], quiet["remaining"], "{looked} {quiet}");
+}
+
+#[tokio::test]
+async fn a_peek_between_two_reloads_changes_nothing_on_memory() {
+    a_peek_between_two_reloads_changes_nothing(None).await;
+}
+
+#[tokio::test]
+async fn a_peek_between_two_reloads_changes_nothing_on_redis() {
+    let redis = tollgate_testkit::RedisServer::start();
+    a_peek_between_two_reloads_changes_nothing(Some(&redis)).await;
 }

@@ -127,6 +127,34 @@ async fn a_dead_store_logs_its_class_and_the_failure_mode_decision() {
     assert!(breaker["fields"]["node"].is_string(), "{breaker}");
 }
 
+/// A store failing in two ways at once, admissions its replicas do not acknowledge (a master
+/// without a replica, under a policy with `replicas: 1`) and a key holding a value it did not
+/// write: each class is logged, sampled on its own, so one failing on every request does not
+/// hide the other; the replicas falling short is logged once, when it starts.
+#[tokio::test]
+async fn each_class_of_store_failure_is_logged_and_replicas_falling_short_once() {
+    let redis = tollgate_testkit::RedisServer::start();
+    redis.cli(&["SET", "tollgate:{open:k}", "not a hash"]);
+    let timeout = tollgate_testkit::store_timeout_arg();
+    let (mut child, http, _dir) = start(
+        "policies:\n  login: {algorithm: fixed_window, limit: 5, window: 15m, on_store_failure: fail_closed, replicas: 1}\n  open: {algorithm: fixed_window, limit: 5, window: 1m, on_store_failure: fail_open}\n",
+        &["--store", &redis.url(), "--store-timeout", &timeout],
+    );
+    assert_eq!(check(&http, "login").await, 503, "not acknowledged: refused");
+    assert_eq!(check(&http, "login").await, 503, "not waited for: refused");
+    assert_eq!(
+        check(&http, "open").await,
+        200,
+        "a value it did not write: fail_open admits"
+    );
+    let unreplicated = json_line(&mut child, r#""class":"unreplicated""#);
+    assert_eq!(unreplicated["level"], "WARN", "{unreplicated}");
+    let corrupt = json_line(&mut child, r#""class":"corrupt""#);
+    assert_eq!(corrupt["level"], "WARN", "{corrupt}");
+    let short = json_line(&mut child, "redis replicas fell short");
+    assert_eq!(short["level"], "WARN", "{short}");
+}
+
 #[test]
 fn a_debug_port_beyond_loopback_is_warned_about() {
     // Upstream's DEBUG_PORT alone binds the debug listener on every interface (0.0.0.0).

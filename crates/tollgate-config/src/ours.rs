@@ -63,10 +63,12 @@
 //!
 //! A policy that must not overshoot across a Redis failover (a login form's brute-force limit)
 //! sets `replicas: N` (1 to 16): each decision that admits waits until `N` replicas of the Redis
-//! node that decided hold its write (`WAIT`), within the store's deadline, and an admission they
-//! do not acknowledge in time is a store failure (class `unreplicated`) that `on_store_failure`
-//! answers. See [`tollgate::Policy::with_replicas`] and `docs/redis.md`. A leasing policy cannot
-//! wait for replicas (it admits from its leased units without a store call).
+//! node that decided hold its write (`WAIT`), for at most `replica_wait` (1 ms to 5 s, default
+//! 250 ms) on top of the store's deadline, and an admission they do not acknowledge in time is a
+//! store failure (class `unreplicated`) that `on_store_failure` answers. See
+//! [`tollgate::Policy::with_replicas`], [`tollgate::Policy::with_replica_wait`] and
+//! `docs/redis.md`. A leasing policy cannot wait for replicas (it admits from its leased units
+//! without a store call).
 //!
 //! ```yaml
 //! policies:
@@ -76,6 +78,7 @@
 //!     window: 15m
 //!     on_store_failure: fail_closed
 //!     replicas: 1
+//!     replica_wait: 250ms
 //! ```
 //!
 //! A policy may be enforced for a share of its keys only, and run in shadow mode for the rest
@@ -196,6 +199,8 @@ struct PolicySpec {
     lease: Option<LeaseSpec>,
     /// Replicas each admission waits for (see the module docs).
     replicas: Option<u32>,
+    /// How long an admission waits for them (see the module docs).
+    replica_wait: Option<Scalar>,
     enforce_percent: Option<Scalar>,
     access: Option<AccessSpec>,
     /// `concurrency` only.
@@ -637,6 +642,18 @@ impl PolicySpec {
                 .with_replicas(replicas)
                 .map_err(|e| err(Some("replicas"), ConfigErrorKind::Policy(e)))?;
         }
+        if let Some(wait) = &self.replica_wait {
+            if policy.replicas() == 0 {
+                return Err(err(
+                    Some("replica_wait"),
+                    ConfigErrorKind::Value("is only used with `replicas` of 1 or more".to_owned()),
+                ));
+            }
+            let wait = wait.duration().map_err(|kind| err(Some("replica_wait"), kind))?;
+            policy = policy
+                .with_replica_wait(wait)
+                .map_err(|e| err(Some("replica_wait"), ConfigErrorKind::Policy(e)))?;
+        }
         if let Some(share) = &self.enforce_percent {
             let share = enforce_share(share.text().as_ref())
                 .map_err(|message| err(Some("enforce_percent"), ConfigErrorKind::Value(message)))?;
@@ -686,7 +703,7 @@ impl PolicySpec {
                 ));
             }
         }
-        let refused: [(&'static str, bool, &str); 7] = [
+        let refused: [(&'static str, bool, &str); 8] = [
             (
                 "on_change",
                 self.on_change.is_some(),
@@ -720,6 +737,11 @@ impl PolicySpec {
             (
                 "replicas",
                 self.replicas.is_some(),
+                "is not used by concurrency: waiting for replicas is for rate limits (a lease lost in a failover ends at its `lease_timeout`)",
+            ),
+            (
+                "replica_wait",
+                self.replica_wait.is_some(),
                 "is not used by concurrency: waiting for replicas is for rate limits (a lease lost in a failover ends at its `lease_timeout`)",
             ),
         ];
@@ -876,6 +898,7 @@ pub fn parse_override(file: &str, text: &str, policy: &Policy) -> Result<ParsedO
         shadow: false,
         lease: None,
         replicas: None,
+        replica_wait: None,
         enforce_percent: None,
         access: None,
         max_in_flight: None,

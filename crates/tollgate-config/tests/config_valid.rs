@@ -197,12 +197,15 @@ fn a_policy_may_lease_its_hot_keys() {
 fn a_policy_may_wait_for_replicas() {
     let limits = tollgate_config::parse(
         "replicas.yaml",
-        "policies:\n  login:\n    algorithm: fixed_window\n    limit: 5\n    window: 15m\n    on_store_failure: fail_closed\n    replicas: 1\n  none: {algorithm: gcra, rate: 1/s, burst: 1, replicas: 0}\n  plain: {algorithm: gcra, rate: 1/s, burst: 1}\n",
+        "policies:\n  login:\n    algorithm: fixed_window\n    limit: 5\n    window: 15m\n    on_store_failure: fail_closed\n    replicas: 1\n    replica_wait: 1s\n  none: {algorithm: gcra, rate: 1/s, burst: 1, replicas: 0}\n  plain: {algorithm: gcra, rate: 1/s, burst: 1, replicas: 2}\n",
     )
     .unwrap();
     assert_eq!(limits.policy("login").unwrap().policy().replicas(), 1);
+    let wait = |name: &str| limits.policy(name).unwrap().policy().replica_wait();
+    assert_eq!(wait("login"), std::time::Duration::from_secs(1));
+    assert_eq!(wait("plain"), tollgate::Policy::DEFAULT_REPLICA_WAIT);
     assert_eq!(limits.policy("none").unwrap().policy().replicas(), 0);
-    assert_eq!(limits.policy("plain").unwrap().policy().replicas(), 0);
+    assert_eq!(limits.policy("plain").unwrap().policy().replicas(), 2);
 }
 
 #[test]

@@ -28,13 +28,13 @@ local GIVE_MARK = tonumber(ARGV[6 + RULE_FIELDS])
 local COST = rule.cost
 
 if GIVE_BACK > 0 then
-  local stored = load(rule, NOW)
+  local stored = load(rule, NOW, true)
   rule.impl.refund(rule, stored, GIVE_BACK, GIVE_MARK)
 end
 
 -- A look at cost 0 tells what the budget holds now (nothing while the key is blocked).
 rule.cost = 0
-local open, available = decide(rule, NOW, false)
+local open, available = decide(rule, NOW, false, true)
 local grant = COST
 if open and available > COST then
   grant = math.min(math.max(WANT, COST), available)

@@ -20,6 +20,9 @@
 --           and optionally whether it continued a window the state already counts in
 --   spent(rule, stored, now)  the port of its core spent function: the units the state has
 --           spent at now, debt included (what a migration carries over: see settle)
+--   charged(rule, now, units)  optional: the state an empty one holds once charged units at
+--           now, as a table, written nowhere (see charged below); an algorithm without it is
+--           charged with save keeping its fields in a table instead of writing them
 --
 -- A rule is one record of RULE_FIELDS values in ARGV, from ARGV[4] on (in a batch, the call's
 -- distinct records come first and each request names its records by number: see batch.lua):
@@ -47,9 +50,11 @@
 -- another type makes Redis answer WRONGTYPE, which the store reports as a corrupt value.
 --
 -- A state stamped by another version of the policy (its algorithm or parameters changed under
--- the same name: a reload) is migrated on its first touch, a peek included, as the port of
--- MemoryStore's settle and algorithm::migrate (see settle below): the same state on every store,
--- whichever instance of a fleet touches the key first.
+-- the same name: a reload) is migrated by the first call that may write it (a check, a charge,
+-- a refund), as the port of MemoryStore's settle and algorithm::migrate (see settle below): the
+-- same state on every store, whichever instance of a fleet touches the key first. A call that
+-- only looks (a peek, a question) works the migrated state out in Lua and answers from it,
+-- writing nothing.
 
 local ALGORITHMS = {}
 local BUILT = {}
@@ -126,6 +131,18 @@ end
 -- has more), with the version's stamp and the override mark. Spelled out for each count: a
 -- table of the fields, walked and unpacked, costs more than the write itself.
 local function save(rule, f1, v1, f2, v2, f3, v3)
+  local dry = rule.dry
+  if dry then
+    -- A migration worked out for a call that only looks (see charged): kept, not written.
+    dry[f1] = v1
+    if f2 then
+      dry[f2] = v2
+    end
+    if f3 then
+      dry[f3] = v3
+    end
+    return
+  end
   local mark = rule.overridden and '1' or '0'
   if not rule.stamped then
     -- A state this version creates or migrates also records the version (see settle).
@@ -189,7 +206,9 @@ local function rule_of(record, k)
     error('TOLLGATE_BAD_CALL too few keys for the rules')
   end
   -- Made with every field its call sets (see resolve): a table that grows is rebuilt as it does.
-  local rule = {state = state, log = log, override = override, overridden = false, resolved = false, stamped = false}
+  local rule = {
+    state = state, log = log, override = override, overridden = false, resolved = false, stamped = false, dry = false,
+  }
   return setmetatable(rule, record.rule), k + 1
 end
 
@@ -345,9 +364,46 @@ local function in_force(rule)
   return p[1] .. ' ' .. p[2] .. ' ' .. p[3]
 end
 
+-- The algorithm's fields that load read (raw), as a state table (load does the same inline).
+local function stored_of(rule, raw)
+  local fields = rule.impl.fields
+  local f1, f2, f3 = fields[1], fields[2], fields[3]
+  if f3 then
+    return {[f1] = int(raw[5], f1), [f2] = int(raw[6], f2), [f3] = int(raw[7], f3)}
+  elseif f2 then
+    return {[f1] = int(raw[5], f1), [f2] = int(raw[6], f2)}
+  end
+  return {[f1] = int(raw[5], f1)}
+end
+
+-- The penalty that load read (raw): blocked until, and the offense count (0 when absent).
+local function penalty_of(raw)
+  local blocked_until, offenses = raw[2], raw[3]
+  return blocked_until and int(blocked_until, 'b') or 0, offenses and int(offenses, 'o') or 0
+end
+
+-- The state an empty one of the rule's algorithm holds once charged units at now (the port of
+-- algorithm::charge on an empty state, as a migration records its units), worked out without
+-- writing anything: what a call that only looks answers from.
+local function charged(rule, now, units)
+  if units == 0 then
+    return NO_STATE
+  end
+  if rule.impl.charged then
+    return rule.impl.charged(rule, now, units)
+  end
+  local fields = {}
+  rule.dry = fields
+  rule.impl.charge(rule, NO_STATE, now, units)
+  rule.dry = false
+  return fields
+end
+
 -- Brings a state stamped otherwise than the rule (raw is what load read) to the rule's version:
 -- the port of MemoryStore's settle. Returns whether the state or the rule changed, so load reads
--- again.
+-- again. A call that does not write (writes false: a peek, a question) changes no key: where
+-- the state would be written, it returns instead the state as it would be (its fields as a
+-- table), blocked until and the offense count, for load to hand on.
 -- - A state written before states carried their version (no "/" in its stamp): of the rule's
 --   algorithm it is this version's (restamped); of another it reads as empty.
 -- - Written by a later generation (an instance that reloaded first): the key is decided under
@@ -362,12 +418,15 @@ end
 --   the rule's on_change says, are charged on an empty state of the rule's algorithm; reset
 --   also drops the penalty, keep and scale keep it. The charge is a write of a new state, so
 --   save also records the version (rule.stamped is false: the state was read as another's).
-local function settle(rule, stamp, raw, now)
+local function settle(rule, stamp, raw, now, writes)
   local state = rule.state
   local slash = string.find(stamp, '/', 1, true)
   if not slash then
     if stamp ~= rule.algorithm then
       return false
+    end
+    if not writes then
+      return stored_of(rule, raw), penalty_of(raw)
     end
     redis.call('HSET', state, 'a', rule.stamp, 'g', rule.version)
     return true
@@ -400,6 +459,13 @@ local function settle(rule, stamp, raw, now)
   local fields = old.impl.fields
 
   if in_force(rule) ~= own_params then
+    if not writes then
+      local blocked_until, offenses = penalty_of(raw)
+      if name ~= rule.algorithm then
+        return NO_STATE, blocked_until, offenses
+      end
+      return stored_of(rule, raw), blocked_until, offenses
+    end
     if name ~= rule.algorithm then
       redis.call('HDEL', state, unpack(fields))
       if old.impl.log then
@@ -416,6 +482,13 @@ local function settle(rule, stamp, raw, now)
     stored[fields[i]] = int(values[i], fields[i])
   end
   local units = carried(on_change, old.impl.spent(old, stored, now), old.max, rule.max)
+  if not writes then
+    local blocked_until, offenses = penalty_of(raw)
+    if on_change == 'reset' then
+      blocked_until, offenses = 0, 0
+    end
+    return charged(rule, now, units), blocked_until, offenses
+  end
   redis.call('HDEL', state, unpack(fields))
   if old.impl.log then
     redis.call('DEL', old.log)
@@ -452,20 +525,27 @@ end
 
 -- Reads the penalty and the algorithm's fields in one call; a state written by another
 -- algorithm reads as empty (its penalty still holds), and one written by another version of
--- the policy is settled first (see settle). Returns the state, blocked until, and the offense
--- count.
-local function load(rule, now)
+-- the policy is settled first (see settle): migrated when the call writes, else worked out
+-- without writing. Returns the state, blocked until, and the offense count.
+local function load(rule, now, writes)
   local raw = redis.call('HMGET', rule.state, unpack(rule.impl.read))
   if not rule.resolved then
     resolve(rule, raw)
   end
   local stamp = raw[1]
-  if stamp ~= rule.stamp and stamp and settle(rule, stamp, raw, now) then
-    raw = redis.call('HMGET', rule.state, unpack(rule.impl.read))
-    stamp = raw[1]
+  if stamp ~= rule.stamp and stamp then
+    local settled, blocked_until, offenses = settle(rule, stamp, raw, now, writes)
+    if settled == true then
+      raw = redis.call('HMGET', rule.state, unpack(rule.impl.read))
+      stamp = raw[1]
+    elseif settled then
+      rule.stamped = false
+      return settled, blocked_until, offenses
+    end
   end
   local stamped = stamp == rule.stamp
   rule.stamped = stamped
+  -- Written out rather than through penalty_of and stored_of: a call costs Lua more than this.
   -- Most states carry no penalty: their absent fields are not parsed.
   local blocked_until, offenses = raw[2], raw[3]
   blocked_until = blocked_until and int(blocked_until, 'b') or 0
@@ -473,8 +553,6 @@ local function load(rule, now)
   if not stamped then
     return NO_STATE, blocked_until, offenses
   end
-  -- Built in one constructor, sized for its fields: a table filled field by field is rebuilt as
-  -- it grows, which costs more than reading the fields.
   local fields = rule.impl.fields
   local f1, f2, f3 = fields[1], fields[2], fields[3]
   if f3 then
@@ -485,9 +563,12 @@ local function load(rule, now)
   return {[f1] = int(raw[5], f1)}, blocked_until, offenses
 end
 
--- One rule, penalty included: port of algorithm::decide. Returns what penalize returns.
-local function decide(rule, now, commit)
-  local stored, blocked_until, offenses = load(rule, now)
+-- One rule, penalty included: port of algorithm::decide. A call that writes (commit, or
+-- writes: one that may spend on this rule later in the call) migrates a state written by an
+-- earlier version of the policy; one that only looks does not (see settle). Returns what
+-- penalize returns.
+local function decide(rule, now, commit, writes)
+  local stored, blocked_until, offenses = load(rule, now, commit or writes)
   -- A blocked key's step only answers: nothing is spent while the block holds.
   local spends = commit and blocked_until <= now
   return penalize(rule, now, commit, blocked_until, offenses, rule.impl.step(rule, stored, now, rule.cost, spends))

@@ -22,7 +22,7 @@ local rules = read_rules()
 local give_back = ARGV[3] == 'give_back'
 
 for _, rule in ipairs(rules) do
-  local stored = load(rule, NOW)
+  local stored = load(rule, NOW, true)
   if give_back then
     rule.impl.give_back(rule, stored, NOW, rule.cost)
     rule.cost = 1

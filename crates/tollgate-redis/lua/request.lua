@@ -19,7 +19,11 @@
 -- With a commit: if an enforced (non-shadow) rule denies, nothing is spent on any rule and only
 -- the rules that denied start their block_for penalty; otherwise every rule spends. A question
 -- takes part in the decision but is never spent and starts no penalty. The rules that would have
--- allowed in a denied request report their untouched budget.
+-- allowed in a denied request report their untouched budget. A peek, a question, and a rule of
+-- a request of several that neither spends nor starts a penalty write nothing, not even the
+-- migration of a state an earlier version of its policy wrote (see settle in prelude.lua). A peek, a question, and a rule
+-- that neither spends nor starts a penalty write nothing, not even the migration of a state an
+-- earlier version of the policy wrote (see settle in prelude.lua).
 
 -- The slot's sequence, the last key of a decision or batch call (see src/state_loss.rs): a call
 -- that may write (any mode but "peek") adds one to it, so it moves with every write this slot
@@ -89,7 +93,7 @@ end
 local function charge_request(rules, now, reply)
   for i = 1, #rules do
     local rule = rules[i]
-    local stored, blocked_until, offenses = load(rule, now)
+    local stored, blocked_until, offenses = load(rule, now, true)
     local allowed, remaining, reset_after, retry_after, debt, continued = rule.impl.charge(rule, stored, now, rule.cost)
     local keep
     allowed, remaining, reset_after, retry_after, keep =
@@ -130,7 +134,8 @@ local function decide_request(rules, now, mode, reply)
     return reply
   end
 
-  -- Phase 1: look at every rule.
+  -- Phase 1: look at every rule, writing nothing (a rule whose state an earlier version of its
+  -- policy wrote is migrated in phase 2, if it spends or starts a penalty: see settle).
   local outcomes = {}
   local denied = false
   for i, rule in ipairs(rules) do

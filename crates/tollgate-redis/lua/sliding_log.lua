@@ -2,7 +2,9 @@
 -- one member per distinct time); a request passes if the last window leaves room for it.
 -- Denials are not recorded. Port of algorithm/sliding_log.rs.
 -- Params: limit, window_us
--- Fields: n = total cost of the members in the set; and a second key, the sorted set
+-- Fields: n = total cost of the members in the set; and a second key, the sorted set. A state
+--         a call that only looks worked out (see charged) holds its entries as well, in
+--         entries: the steps read them there, as the set is not written
 -- Mark: the time (score) of the entry a spend went into
 -- Charge: the cost is recorded as one entry whatever is left (debt = used - limit); past
 --         limit + 1 entries it joins the newest, which takes the charge's time
@@ -24,15 +26,16 @@ ALGORITHMS.sliding_log = function()
   end
 
   -- The answer to a request of cost at now on a log whose entries in the window add up to used,
-  -- its newest entry at newest (nil when it has none): port of SlidingLog::answer.
-  local function answer(rule, used, newest, now, cost)
+  -- its newest entry at newest (nil when it has none): port of SlidingLog::answer. entries:
+  -- the log's entries in the window when it is not the set (see charged), as the set's reply.
+  local function answer(rule, used, newest, now, cost, entries)
     local limit, window = rule.limit, rule.window
     local allowed = used + cost <= limit
     local retry_after = 0
     if not allowed then
       -- Entries must expire, oldest first, until cost fits.
       local to_free = used + cost - limit
-      local live = redis.call('ZRANGEBYSCORE', rule.log, '(' .. num(now - window), '+inf', 'WITHSCORES')
+      local live = entries or redis.call('ZRANGEBYSCORE', rule.log, '(' .. num(now - window), '+inf', 'WITHSCORES')
       local frees_at = now
       for i = 1, #live, 2 do
         frees_at = tonumber(live[i + 1]) + window
@@ -65,19 +68,22 @@ ALGORITHMS.sliding_log = function()
     local total = stored.n or 0
 
     local expired_cost = 0
-    if not fresh then
+    local newest_member, newest = nil, nil
+    local entries = stored.entries
+    if entries then
+      -- Worked out at now by a call that only looks (never a commit): every entry is in the window.
+      newest_member, newest = entries[#entries - 1], entries[#entries]
+    elseif not fresh then
       for _, member in ipairs(redis.call('ZRANGEBYSCORE', LOG, '-inf', num(now - window))) do
         expired_cost = expired_cost + member_cost(member)
       end
-    end
-    local newest_member, newest = nil, nil
-    if not fresh then
       local last = redis.call('ZRANGE', LOG, -1, -1, 'WITHSCORES')
       if #last == 2 then
         newest_member, newest = last[1], tonumber(last[2])
       end
     end
-    local allowed, remaining, reset_after, retry_after = answer(rule, total - expired_cost, newest, now, cost)
+    local allowed, remaining, reset_after, retry_after =
+      answer(rule, total - expired_cost, newest, now, cost, entries)
     if commit then
       redis.call('ZREMRANGEBYSCORE', LOG, '-inf', num(now - window))
       total = total - expired_cost
@@ -194,6 +200,15 @@ ALGORITHMS.sliding_log = function()
     save(rule, 'n', total)
     local allowed, remaining, reset_after, retry_after = answer(rule, total, newest, now, 1)
     return allowed, remaining, reset_after, retry_after, total - limit
+  end
+
+  -- An empty log charged units at now, written nowhere (see charged in prelude.lua): what
+  -- charge would write, the one entry kept in the state as the set's reply would list it.
+  function sliding_log.charged(_, now, units)
+    if units > MAX_COUNT then
+      units = MAX_COUNT
+    end
+    return {n = units, entries = {num(now) .. ':' .. num(units), now}}
   end
 
   -- Units logged in the window ending at now: port of SlidingLog::spent. Without our total,

@@ -7,8 +7,8 @@
 //! (`lua/batch.lua`), which decides each request in turn exactly as the decision script would
 //! decide it alone.
 //!
-//! Nothing ever waits for a batch to fill. Each lane (node or slot, and the number of replicas
-//! its decisions wait for: see [`LaneKey`]) keeps at most a few calls in
+//! Nothing ever waits for a batch to fill. Each lane (node or slot, and the replicas its
+//! decisions wait for: see [`LaneKey`]) keeps at most a few calls in
 //! flight; a decision that finds a free place and an empty queue is sent at once, alone, by its
 //! own caller; one that finds every place taken joins the lane's queue, and the next call to
 //! finish hands everything queued (up to [`MAX_BATCH`]) to a sender task as its next call. So
@@ -40,7 +40,7 @@ use redis::{RedisError, Value};
 use tokio::sync::oneshot;
 use tollgate::Error;
 
-use crate::connection::Replied;
+use crate::connection::{ReplicaWait, Replied};
 use crate::error::{self, BreakerOpen};
 use crate::scripts::{RULE_FIELDS, reply_len};
 
@@ -122,12 +122,12 @@ struct Lane {
 }
 
 /// Which decisions go out together: those for one node (standalone: slot 0; a cluster: one
-/// slot) that wait for the same number of replicas. Decisions that wait for none never share a
-/// call, nor a connection, with those that do, so they never wait for a replica.
+/// slot) that wait for the same number of replicas, as long. Decisions that wait for none never
+/// share a call, nor a connection, with those that do, so they never wait for a replica.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct LaneKey {
     pub(crate) slot: u16,
-    pub(crate) replicas: u32,
+    pub(crate) replicas: ReplicaWait,
 }
 
 /// Every lane's queue.
@@ -318,7 +318,10 @@ mod tests {
     use super::*;
 
     fn lane(slot: u16) -> LaneKey {
-        LaneKey { slot, replicas: 0 }
+        LaneKey {
+            slot,
+            replicas: ReplicaWait::NONE,
+        }
     }
 
     fn job(deadline: Instant) -> (Job, oneshot::Receiver<Answer>) {
@@ -344,7 +347,13 @@ mod tests {
         let (other, _d) = job(later);
         assert!(lanes.push(lane(7), other).is_some());
         let (waiting, _w) = job(later);
-        let acknowledged = LaneKey { slot: 0, replicas: 1 };
+        let acknowledged = LaneKey {
+            slot: 0,
+            replicas: ReplicaWait {
+                replicas: 1,
+                wait: Duration::from_millis(250),
+            },
+        };
         assert!(lanes.push(acknowledged, waiting).is_some());
         let next = lanes.next(lane(0)).expect("what queued meanwhile");
         assert_eq!(next.len(), 2);

@@ -363,6 +363,19 @@ impl Connection {
         lazy: bool,
         options: &ConnectOptions,
     ) -> RedisResult<Self> {
+        Self::open_for(target, timeout, timeout, lazy, options).await
+    }
+
+    /// [`open`](Self::open), for calls whose deadline may reach `longest` (a decision that
+    /// waits for replicas has their wait on top of `timeout`): no driver-level timeout of a
+    /// response is shorter.
+    async fn open_for(
+        target: &Target,
+        timeout: Duration,
+        longest: Duration,
+        lazy: bool,
+        options: &ConnectOptions,
+    ) -> RedisResult<Self> {
         let tls = options.ca_pem.as_ref().map(|pem| {
             install_crypto_provider();
             redis::TlsCertificates {
@@ -376,7 +389,7 @@ impl Connection {
         match target {
             Target::Sentinel(sentinel) => {
                 let watch = Watch::new(sentinel, options.ca_pem.as_deref(), connect_timeout(timeout))?;
-                let connection = MasterConnection::new(watch, manager_config(timeout));
+                let connection = MasterConnection::new(watch, manager_config(timeout, longest));
                 if !lazy {
                     // The sentinels answer and name a master that answers as one.
                     connection.get().await?;
@@ -389,7 +402,7 @@ impl Connection {
                     None => redis::Client::open(url.as_str())?,
                 };
                 let node: Arc<str> = Arc::from(client.get_connection_info().addr().to_string());
-                let config = manager_config(timeout);
+                let config = manager_config(timeout, longest);
                 let manager = if lazy {
                     ConnectionManager::new_lazy_with_config(client, config)?
                 } else {
@@ -403,7 +416,12 @@ impl Connection {
                     // Longer than any store deadline: the store drops the call first, and the
                     // client never retries (see the module docs; `tests/at_most_once.rs` fails
                     // with any other number of retries).
-                    .response_timeout(timeout.saturating_mul(20).max(Duration::from_secs(5)))
+                    .response_timeout(
+                        timeout
+                            .saturating_mul(20)
+                            .max(Duration::from_secs(5))
+                            .max(longest.saturating_mul(2)),
+                    )
                     .retries(0);
                 if let Some(certs) = tls {
                     builder = builder.certs(certs);
@@ -424,18 +442,22 @@ impl Connection {
         }
     }
 
-    /// A second connection to the same target, made on first use: for standalone Redis and a
-    /// cluster a connection of its own; behind Sentinel one on the same watch of the master, so
-    /// that a failover is looked up, logged and counted once.
+    /// A second connection to the same target, made on first use, for calls whose deadline may
+    /// reach `longest` (see [`open`](Self::open)): for standalone Redis and a cluster a
+    /// connection of its own; behind Sentinel one on the same watch of the master, so that a
+    /// failover is looked up, logged and counted once.
     pub(crate) async fn another(
         &self,
         target: &Target,
         timeout: Duration,
+        longest: Duration,
         options: &ConnectOptions,
     ) -> RedisResult<Self> {
         match self {
-            Connection::Sentinel(connection) => Ok(Connection::Sentinel(Arc::new(connection.another()))),
-            _ => Connection::open(target, timeout, true, options).await,
+            Connection::Sentinel(connection) => Ok(Connection::Sentinel(Arc::new(
+                connection.another(manager_config(timeout, longest)),
+            ))),
+            _ => Connection::open_for(target, timeout, longest, true, options).await,
         }
     }
 
@@ -572,6 +594,44 @@ pub(crate) struct Wait {
     pub(crate) replicas: u32,
     /// At least 1: `WAIT n 0` would wait forever.
     pub(crate) timeout_ms: u64,
+}
+
+/// What a decision call waits for once it ran: `replicas` replicas' acknowledgement of its
+/// writes, for at most `wait` ([`Wait`]), which adds to the call's deadline (see `transport`):
+/// under load an acknowledgement may come later than the store's deadline, since the calls that
+/// wait on one node queue behind each other's `WAIT`, and it is the replica's lateness, not the
+/// node's, that the wait bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct ReplicaWait {
+    pub(crate) replicas: u32,
+    pub(crate) wait: Duration,
+}
+
+impl ReplicaWait {
+    /// Waiting for no replica.
+    pub(crate) const NONE: ReplicaWait = ReplicaWait {
+        replicas: 0,
+        wait: Duration::ZERO,
+    };
+
+    /// What an admission of `policy` waits for.
+    pub(crate) fn of(policy: &tollgate::Policy) -> Self {
+        match policy.replicas() {
+            0 => Self::NONE,
+            replicas => ReplicaWait {
+                replicas,
+                wait: policy.replica_wait(),
+            },
+        }
+    }
+
+    /// The most replicas and the longest wait of both: what a call deciding for both waits for.
+    pub(crate) fn max(self, other: Self) -> Self {
+        ReplicaWait {
+            replicas: self.replicas.max(other.replicas),
+            wait: self.wait.max(other.wait),
+        }
+    }
 }
 
 /// A call's reply, and with a [`Wait`] how many replicas acknowledged its writes.
@@ -725,10 +785,12 @@ fn did_not_run(err: &RedisError) -> bool {
 /// circuit breaker paces the attempts instead. Connecting may take longer than a call may (a TLS
 /// handshake to a distant Redis): the manager connects in the background while calls keep their
 /// own deadline, so a slow handshake completes instead of being cut off each time.
-fn manager_config(timeout: Duration) -> ConnectionManagerConfig {
+/// A standalone connection's settings: `timeout` (at least a second) for connecting, `longest`
+/// (the longest deadline of a call on it) for a response.
+fn manager_config(timeout: Duration, longest: Duration) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(connect_timeout(timeout)))
-        .set_response_timeout(Some(timeout))
+        .set_response_timeout(Some(longest))
         .set_number_of_retries(0)
 }
 

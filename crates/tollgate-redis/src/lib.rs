@@ -160,9 +160,13 @@
 //! to one extra window's worth per key (`tests/failover.rs` measures it). A policy built with
 //! [`Policy::with_replicas`](tollgate::Policy::with_replicas) makes each decision that admits
 //! wait for that many replicas: the decision script is followed by `WAIT n ms` in one pipeline
-//! on the same connection (on a cluster it goes to the master of the call's slot), with half of
-//! the call's remaining deadline as its timeout. An admission fewer replicas acknowledged is a
-//! store error of class `unreplicated`, which the policy's failure mode answers. Denials, peeks
+//! on the same connection (on a cluster it goes to the master of the call's slot), with the
+//! policy's [`replica_wait`](tollgate::Policy::with_replica_wait) as its timeout, on top of the
+//! store's deadline: under load the calls that wait on one master queue behind each other's
+//! `WAIT`, so a healthy replica can acknowledge later than a call's deadline, and the wait is
+//! what bounds the replica. An admission fewer replicas acknowledged is a store error of class
+//! `unreplicated` (counted in [`StoreStats::unreplicated`]), which the policy's failure mode
+//! answers. Denials, peeks
 //! and charges never wait. Calls that wait travel on a connection of their own (Redis holds a
 //! connection's later commands while its `WAIT` waits), and a breaker per node and number of
 //! replicas stops waiting for replicas that fell short until a probe is acknowledged again, so a

@@ -440,9 +440,10 @@ impl MasterConnection {
         &self.watch
     }
 
-    /// Another connection on the same watch (for calls that wait for replicas).
-    pub(crate) fn another(&self) -> Self {
-        MasterConnection::new(self.watch.clone(), self.config.clone())
+    /// Another connection on the same watch, with `config` (for calls that wait for replicas,
+    /// which may take longer than the others).
+    pub(crate) fn another(&self, config: ConnectionManagerConfig) -> Self {
+        MasterConnection::new(self.watch.clone(), config)
     }
 
     /// The connection to the master known now.

@@ -37,9 +37,9 @@ use tollgate::{
 use crate::access;
 use crate::batch;
 use crate::concurrency;
-use crate::connection::{ConnectOptions, Target};
+use crate::connection::{ConnectOptions, ReplicaWait, Target};
 use crate::deny_cache::{Denial, DenyCache};
-use crate::error::{ConnectError, acknowledged, bad_reply};
+use crate::error::{self, ConnectError, bad_reply};
 use crate::keys::{self, KeyNames};
 use crate::lease::{self, LeaseStats, Leases};
 use crate::overrides::Overrides;
@@ -331,11 +331,17 @@ pub struct StoreStats {
     /// Times the sentinels named a new master (a failover) and the store followed it: Redis
     /// behind Sentinel only, 0 otherwise. Each is also logged at `warn`.
     pub failovers: u64,
+    /// Admissions of policies that wait for replicas
+    /// ([`Policy::with_replicas`](tollgate::Policy::with_replicas)) that fewer replicas
+    /// acknowledged within the policy's wait, or that were not waited for because the node's
+    /// replicas fell short lately: each a store error of class `unreplicated`.
+    pub unreplicated: u64,
 }
 
 /// The store's own totals; the transport and the deny cache keep the others.
 #[derive(Default)]
 struct Counters {
+    unreplicated: AtomicU64,
     refunds: AtomicU64,
     refund_failures: AtomicU64,
     /// When a refund failure was last logged, in seconds since the Unix epoch.
@@ -422,7 +428,15 @@ impl RedisStore {
             batched_decisions: calls.batched_decisions,
             state_lost: self.inner.transport.state_lost(),
             failovers: calls.failovers,
+            unreplicated: c.unreplicated.load(Ordering::Relaxed),
         }
+    }
+
+    /// `Ok` unless an admission that waited for `replicas` was acknowledged by fewer
+    /// (`acknowledged`: how many; `None` when the call did not wait), which is counted.
+    fn acknowledged(&self, replicas: ReplicaWait, acknowledged: Option<u64>) -> Result<(), Error> {
+        error::acknowledged(replicas.replicas, acknowledged)
+            .inspect_err(|_| bump(&self.inner.stats.unreplicated))
     }
 
     /// The name of the decision function in tollgate's Redis function library (what `FCALL` is
@@ -572,12 +586,15 @@ impl RedisStore {
         let rule = Rule::new(policy, key, cost);
         let mode = if commit { Mode::Commit } else { Mode::Peek };
         let args = call_args(inner.transport.script_now(), mode, [(&rule, 0)].into_iter());
-        let replicas = if commit { policy.replicas() } else { 0 };
+        let replicas = match commit {
+            true => ReplicaWait::of(policy),
+            false => ReplicaWait::NONE,
+        };
         match inner.transport.decide_call(keys, args, replicas).await {
             Ok(reply) => {
                 let decision = outcomes(&reply.value, 1)?[0];
                 if decision.allowed {
-                    acknowledged(replicas, reply.replicas)?;
+                    self.acknowledged(replicas, reply.replicas)?;
                 }
                 if let (Some(cache), Some(retry)) = (&inner.deny_cache, decision.retry_after) {
                     let denial = Denial::new(
@@ -718,15 +735,14 @@ impl RedisStore {
     ) -> Result<(Vec<Decision>, Vec<u64>), Error> {
         let call_keys: Vec<Vec<u8>> = group.iter().flat_map(|&i| keys[i].iter().cloned()).collect();
         let args = call_args(now.to_string(), mode, group.iter().map(|&i| (&rules[i], 0)));
-        // The most replicas any rule that may spend waits for.
+        // The most replicas any rule that may spend waits for, for the longest wait among them.
         let replicas = match mode {
             Mode::Commit | Mode::Reserve => group
                 .iter()
                 .filter(|&&i| !rules[i].question)
-                .map(|&i| rules[i].policy.replicas())
-                .max()
-                .unwrap_or(0),
-            _ => 0,
+                .map(|&i| ReplicaWait::of(rules[i].policy))
+                .fold(ReplicaWait::NONE, ReplicaWait::max),
+            _ => ReplicaWait::NONE,
         };
         let replied = self
             .inner
@@ -741,7 +757,7 @@ impl RedisStore {
             .zip(&outcomes)
             .all(|(&i, o)| rules[i].shadow || o.allowed)
         {
-            acknowledged(replicas, replied.replicas)?;
+            self.acknowledged(replicas, replied.replicas)?;
         }
         let marks = match mode {
             Mode::Reserve if reply.len() == (ANSWER + 1) * group.len() => {
@@ -1082,7 +1098,7 @@ impl Store for RedisStore {
             let call_keys: Vec<Vec<u8>> = group.iter().flat_map(|&i| keys[i].iter().cloned()).collect();
             let args = call_args(now.clone(), Mode::Charge, group.iter().map(|&i| (&unique[i], 0)));
             // A charge is never refused, so it admits nothing to wait for replicas for.
-            inner.transport.decide_call(call_keys, args, 0)
+            inner.transport.decide_call(call_keys, args, ReplicaWait::NONE)
         }))
         .await;
         let mut charged = vec![Charged::default(); unique.len()];

@@ -15,9 +15,12 @@
 //! Decisions of a policy that waits for replicas go the same way, in lanes of their own, with
 //! `WAIT` behind each call (see `connection::Wait`), on a second connection: Redis holds a
 //! connection's later commands while a `WAIT` waits, and decisions that wait for none must
-//! never wait behind it. A second breaker per node and number of replicas remembers replicas
-//! that fell short; until its probe is acknowledged, those calls go on the main connection
-//! without waiting (see `breaker`).
+//! never wait behind it. Their deadline is the store's plus the policy's wait for its replicas
+//! (`connection::ReplicaWait`): the calls that wait on one node queue behind each other's
+//! `WAIT`, so under load a healthy replica's acknowledgement can come later than the store's
+//! deadline, and it is the replica's lateness that the wait bounds, not the node's. A second
+//! breaker per node and number of replicas remembers replicas that fell short; until its probe
+//! is acknowledged, those calls go on the main connection without waiting (see `breaker`).
 //!
 //! A failure is returned as a typed store error with the Redis error as its source.
 
@@ -31,7 +34,7 @@ use tollgate::{Clock, Error, StoreErrorKind};
 
 use crate::batch::{self, Failure, Job, LaneKey, Lanes};
 use crate::breaker::{Admission, Breakers, Watch};
-use crate::connection::{self, ConnectOptions, Connection, Replied, Target, Wait};
+use crate::connection::{self, ConnectOptions, Connection, ReplicaWait, Replied, Target, Wait};
 use crate::error::{self, ConnectError};
 use crate::keys::{self, KeyNames};
 use crate::scripts::Scripts;
@@ -117,8 +120,14 @@ impl Transport {
             options,
         )
         .await?;
+        let timeout = settings.timeout.max(Duration::from_millis(1));
         let waiting = connection
-            .another(target, settings.timeout.max(Duration::from_millis(1)), options)
+            .another(
+                target,
+                timeout,
+                timeout + tollgate::bounds::MAX_REPLICA_WAIT,
+                options,
+            )
             .await?;
         let scripts = Scripts::new();
         if !lazy {
@@ -226,7 +235,7 @@ impl Transport {
         keys: &[Vec<u8>],
         args: &[String],
     ) -> Result<T, Error> {
-        self.try_call(script, keys, args, self.timeout, 0)
+        self.try_call(script, keys, args, self.timeout, ReplicaWait::NONE)
             .await
             .map(|replied| replied.value)
             .map_err(Failure::into_error)
@@ -320,20 +329,24 @@ impl Transport {
     /// node (or cluster slot) as one batch call when calls are already in flight there (see
     /// `batch`), alone otherwise. The deadline counts from now, whenever the call goes out.
     ///
-    /// With `replicas` above 0 the call is followed by `WAIT replicas` (see
-    /// `connection::Wait`), on the connection for calls that wait, with half the time left
-    /// before the deadline as its timeout (the other half is for the call and the answer to
-    /// come back); the reply then says how many replicas acknowledged. What to make of too few
-    /// is the caller's: only an admission needs them.
+    /// With `replicas` waiting for some, the call is followed by `WAIT` (see
+    /// `connection::Wait`), on the connection for calls that wait, and its deadline is the
+    /// store's plus the wait (see the module docs); the reply then says how many replicas
+    /// acknowledged. What to make of too few is the caller's: only an admission needs them.
     pub(crate) async fn decide_call(
         self: &Arc<Self>,
         keys: Vec<Vec<u8>>,
         args: Vec<String>,
-        replicas: u32,
+        replicas: ReplicaWait,
     ) -> Result<Replied<Vec<u64>>, Error> {
+        let replicas = match replicas.replicas {
+            0 => ReplicaWait::NONE,
+            _ => replicas,
+        };
+        let within = self.timeout + replicas.wait;
         let Some(lanes) = &self.lanes else {
             return self
-                .decide_one(keys, &args, self.timeout, replicas)
+                .decide_one(keys, &args, within, replicas)
                 .await
                 .map_err(Failure::into_error);
         };
@@ -341,7 +354,7 @@ impl Transport {
             slot: self.slot_of(&keys),
             replicas,
         };
-        let deadline = Instant::now() + self.timeout;
+        let deadline = Instant::now() + within;
         let (job, answer) = Job::new(keys, args, deadline);
         match lanes.push(lane, job) {
             // A free place and nothing queued: this caller sends its own call, as without
@@ -349,14 +362,14 @@ impl Transport {
             // when its future is dropped mid-call).
             Some(mut jobs) if jobs.len() == 1 => {
                 let Some(job) = jobs.pop() else {
-                    return Err(error::store_error(error::deadline(self.timeout)));
+                    return Err(error::store_error(error::deadline(within)));
                 };
                 let _handover = Handover {
                     transport: self,
                     lane,
                 };
                 return self
-                    .decide_one(job.keys, &job.args, self.timeout, replicas)
+                    .decide_one(job.keys, &job.args, within, replicas)
                     .await
                     .map_err(Failure::into_error);
             }
@@ -369,7 +382,7 @@ impl Transport {
         match tokio::time::timeout_at(deadline.into(), answer).await {
             Ok(Ok(answer)) => answer.map_err(Failure::into_error),
             // Not sent: the deadline passed while it waited in the queue.
-            Ok(Err(_)) | Err(_) => Err(error::store_error(error::deadline(self.timeout))),
+            Ok(Err(_)) | Err(_) => Err(error::store_error(error::deadline(within))),
         }
     }
 
@@ -389,7 +402,7 @@ impl Transport {
     }
 
     /// One call for `jobs`: the decision script for one, the batch script for more.
-    async fn send_batch(&self, mut jobs: Vec<Job>, now: Instant, replicas: u32) {
+    async fn send_batch(&self, mut jobs: Vec<Job>, now: Instant, replicas: ReplicaWait) {
         let within = batch::time_left(&jobs, now);
         match jobs.len() {
             0 => {}
@@ -436,7 +449,7 @@ impl Transport {
         mut keys: Vec<Vec<u8>>,
         args: &[String],
         within: Duration,
-        replicas: u32,
+        replicas: ReplicaWait,
     ) -> Result<Replied<Vec<u64>>, Failure> {
         let (mark, node) = self.sequence(&mut keys);
         let mut replied = self
@@ -464,7 +477,7 @@ impl Transport {
     }
 
     /// [`call`](Self::call) with a deadline `within` from now, followed by `WAIT` when
-    /// `replicas` is above 0 (see [`decide_call`](Self::decide_call)), failing with a
+    /// `replicas` waits for some (see [`decide_call`](Self::decide_call)), failing with a
     /// [`Failure`] that every decision of a batch can get a copy of.
     async fn try_call<T: redis::FromRedisValue>(
         &self,
@@ -472,7 +485,10 @@ impl Transport {
         keys: &[Vec<u8>],
         args: &[String],
         within: Duration,
-        replicas: u32,
+        ReplicaWait {
+            replicas,
+            wait: replica_wait,
+        }: ReplicaWait,
     ) -> Result<Replied<T>, Failure> {
         let slot = self.slot_of(keys);
         let node = self.connection.node_of(slot);
@@ -506,9 +522,11 @@ impl Transport {
         let (connection, wait) = match replicas {
             0 => (&self.connection, None),
             replicas => {
-                // Half the time left, so that WAIT's own answer (too few) comes back before the
-                // deadline and is told apart from a node that does not answer.
-                let timeout_ms = u64::try_from((within / 2).as_millis()).unwrap_or(u64::MAX);
+                // The policy's wait, less what queueing took of it: the store's own deadline
+                // stays for the call and for WAIT's answer to come back, so that too few
+                // replicas in time is told apart from a node that does not answer.
+                let left = within.saturating_sub(self.timeout).min(replica_wait);
+                let timeout_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
                 let wait = Wait {
                     replicas,
                     timeout_ms: timeout_ms.max(1),
@@ -529,7 +547,7 @@ impl Transport {
                 return Ok(replied);
             }
             Ok(Err(e)) => e,
-            Err(_) => error::deadline(self.timeout),
+            Err(_) => error::deadline(self.timeout + replica_wait),
         };
         connection.failed(&err);
         let class = error::classify(&err);

@@ -90,6 +90,7 @@ async fn an_admission_waits_for_its_replica_and_one_it_does_not_acknowledge_foll
     assert_eq!(err.class(), Some("unreplicated"), "{err}");
     assert!(err.to_string().contains("0 of the 1 replicas"), "{err}");
     assert_eq!(master.cli(&["EXISTS", "tollgate:{login:bob}"]), "1");
+    assert_eq!(store.stats().unreplicated, 1, "counted");
     let verdict = engine.check(&login, "carol", 1).await.expect("a verdict");
     assert_eq!(verdict.outcome(), Outcome::Error, "{verdict:?}");
     assert_eq!(
@@ -109,6 +110,8 @@ async fn an_admission_waits_for_its_replica_and_one_it_does_not_acknowledge_foll
         .await
         .expect_err("not acknowledged");
     assert_eq!(err.class(), Some("unreplicated"), "{err}");
+    // Bob, carol and dave; alice's denial is not an admission.
+    assert_eq!(store.stats().unreplicated, 3, "counted");
     // Peeks and the other policies never wait.
     assert!(store.peek(&login, "erin", 1).await.expect("peek").allowed);
     assert!(store.check(&plain, "bob", 1).await.expect("plain").allowed);
@@ -147,5 +150,105 @@ async fn a_policy_waiting_for_more_replicas_than_the_master_has_admits_nothing()
             .await
             .expect("one of one")
             .allowed
+    );
+}
+
+const BUSY_LIMIT: u64 = 50;
+const BUSY_KEYS: u64 = 120;
+const BUSY_TASKS: u64 = 16;
+/// Checks of each key: its limit, and a few that its window must deny.
+const BUSY_CHECKS: u64 = BUSY_LIMIT + 4;
+
+/// Sixteen tasks on a `replicas: 1` sliding log (fail_closed, 50 per 300 s) over 120 keys of a
+/// cluster of three masters with a replica each, before any fault: every key admits exactly its
+/// 50 and nothing fails. The store's deadline is short (10 ms, which a Redis next to the server
+/// answers well within): under load an acknowledgement comes later than that, since the
+/// decisions that wait on one master queue behind each other's `WAIT`, so the wait for the
+/// replica is the policy's own, added to the deadline. (When the wait was half of what was left
+/// of the deadline, dozens of admissions in a run were refused, as `unreplicated` or as
+/// timeouts; with the default 50 ms deadline, on a busier machine, one in seven.) The policy's
+/// wait here is far above any acknowledgement time of a loaded machine, as the test kit's
+/// deadline is for calls; what the default wait costs is measured by `benches/replicas.rs`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_every_key_admits_exactly_its_limit_while_the_replicas_follow() {
+    let cluster = tollgate_testkit::RedisCluster::start_with_replicas();
+    let store = std::sync::Arc::new(
+        RedisStore::builder(Target::parse(&cluster.store_url()).expect("url"))
+            .deny_cache(false)
+            // This test is about the deadline: a short one, not the test kit's.
+            .timeout(Duration::from_millis(10))
+            .connect()
+            .await
+            .expect("connect"),
+    );
+    let login = Policy::new(
+        "busy",
+        Algorithm::sliding_log(BUSY_LIMIT, Duration::from_secs(300)).expect("algorithm"),
+    )
+    .expect("policy")
+    .with_failure_mode(FailureMode::FailClosed)
+    .with_replicas(1)
+    .expect("replicas")
+    .with_replica_wait(Duration::from_secs(2))
+    .expect("replica wait");
+    // Connections first (the one for calls that wait is made on first use), on keys not counted:
+    // a connection made under a short deadline on a loaded machine may take a try or two.
+    let mut warm = false;
+    for i in 0..20 {
+        if store
+            .check(&login, format!("warm-{i}").as_bytes(), 1)
+            .await
+            .is_ok()
+        {
+            warm = true;
+            break;
+        }
+    }
+    assert!(warm, "no check went through before the load");
+
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tasks = vec![];
+    for _ in 0..BUSY_TASKS {
+        let (store, login, next) = (store.clone(), login.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = vec![0u64; BUSY_KEYS as usize];
+            let mut failed = std::collections::BTreeMap::<String, u64>::new();
+            loop {
+                let job = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if job >= BUSY_KEYS * BUSY_CHECKS {
+                    return (admitted, failed);
+                }
+                let key = job % BUSY_KEYS;
+                match store.check(&login, format!("user-{key}").as_bytes(), 1).await {
+                    Ok(decision) => admitted[key as usize] += u64::from(decision.allowed),
+                    Err(err) => {
+                        *failed
+                            .entry(err.class().unwrap_or("input").to_owned())
+                            .or_default() += 1
+                    }
+                }
+            }
+        }));
+    }
+    let mut admitted = vec![0u64; BUSY_KEYS as usize];
+    let mut failed = std::collections::BTreeMap::<String, u64>::new();
+    for task in tasks {
+        let (task_admitted, task_failed) = task.await.expect("load task");
+        for (total, n) in admitted.iter_mut().zip(task_admitted) {
+            *total += n;
+        }
+        for (class, n) in task_failed {
+            *failed.entry(class).or_default() += n;
+        }
+    }
+    let short: Vec<(usize, u64)> = admitted
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|&(_, n)| n != BUSY_LIMIT)
+        .collect();
+    assert!(
+        failed.is_empty() && short.is_empty(),
+        "store errors {failed:?}; keys that did not admit exactly {BUSY_LIMIT} (key, admitted): {short:?}"
     );
 }

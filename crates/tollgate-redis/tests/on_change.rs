@@ -312,3 +312,195 @@ async fn a_key_with_an_override_in_force_keeps_its_state_across_a_change() {
     // The override's 20 counts on (3 + 3 spent); the plain key started afresh under B's 8.
     assert_eq!(after_change, [(20, 14), (8, 5)]);
 }
+
+/// How a call only looks at a key: a peek, a question in a check, a peek of two rules at once.
+#[derive(Clone, Copy, Debug)]
+enum Look {
+    Peek,
+    Question,
+    PeekOfTwo,
+}
+
+impl Subject<'_> {
+    /// What `look` answers of `key` under `policy`.
+    async fn look(&self, look: Look, policy: &Policy, key: &str, bystander: &Policy) -> Decision {
+        let one = [Rule::new(policy, key, 1)];
+        let question = [Rule::new(policy, key, 1).as_question()];
+        let two = [Rule::new(policy, key, 1), Rule::new(bystander, "elsewhere", 1)];
+        let (rules, commit): (&[Rule<'_>], bool) = match look {
+            Look::Peek => (&one, false),
+            Look::Question => (&question, true),
+            Look::PeekOfTwo => (&two, false),
+        };
+        let decided = match self {
+            Subject::Memory(m) => m.decide(rules, commit),
+            Subject::Redis(r) => Store::decide(*r, rules, commit).await,
+        };
+        decided.expect("a look").as_slice()[0]
+    }
+}
+
+/// Every key of a rule's state under `policy` (its hash, a log, an override) with its bytes and
+/// its expiry (`PEXPIRETIME`: absolute, so equal whatever time passes between two reads).
+async fn bytes_of(
+    connection: &mut redis::aio::MultiplexedConnection,
+    policy: &Policy,
+    key: &str,
+) -> Vec<String> {
+    let (keys, _) = RedisStore::script_call("tollgate:", policy, key.as_bytes(), 1);
+    let state = keys[0].clone();
+    let mut names = vec![
+        state.clone(),
+        [&state[..], b":log"].concat(),
+        [&state[..], b":ovr"].concat(),
+    ];
+    names.extend(keys.last().cloned());
+    let mut out = vec![];
+    for name in names {
+        let dump: Option<Vec<u8>> = redis::cmd("DUMP")
+            .arg(&name)
+            .query_async(connection)
+            .await
+            .expect("DUMP");
+        let expires: i64 = redis::cmd("PEXPIRETIME")
+            .arg(&name)
+            .query_async(connection)
+            .await
+            .expect("PEXPIRETIME");
+        out.push(format!("{} {dump:?} {expires}", String::from_utf8_lossy(&name)));
+    }
+    out
+}
+
+/// Between two reloads (A, then B, then C with A's numbers again), a call that only looks at a
+/// key under B answers what a check would see, and writes nothing: Redis holds the same bytes
+/// and expiries, and under C the key answers as one nobody looked at (before, a look migrated
+/// the key to B, so that C found what B's `on_change` had left: with `reset`, nothing spent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn looking_at_a_key_between_two_reloads_changes_nothing() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0_US);
+    let memory = MemoryStore::builder().clock(clock.clone()).build();
+    let redis = exact_store(Target::Standalone(server.url()), &clock).await;
+    let client = redis::Client::open(server.url()).expect("client");
+    let mut raw = client.get_multiplexed_async_connection().await.expect("connect");
+    let bystander = Policy::new("bystander", algorithm(0, 100)).expect("policy");
+    let mut scenarios = 0;
+    for from in 0..7 {
+        for to in 0..7 {
+            for mode in MODES {
+                let name = format!("look-{from}-{to}-{mode}");
+                let a = Policy::new(&name, algorithm(from, 5))
+                    .expect("policy")
+                    .with_generation(1);
+                let b = Policy::new(&name, algorithm(to, 3))
+                    .expect("policy")
+                    .with_generation(2)
+                    .with_on_change(mode);
+                let c = Policy::new(&name, algorithm(from, 5))
+                    .expect("policy")
+                    .with_generation(3);
+                let (a, b, c) = if (from + to) % 2 == 0 {
+                    let block = UNIT * 4;
+                    (
+                        a.with_block_for(block).expect("block_for"),
+                        b.with_block_for(block).expect("block_for"),
+                        c.with_block_for(block).expect("block_for"),
+                    )
+                } else {
+                    (a, b, c)
+                };
+                for look in [Look::Peek, Look::Question, Look::PeekOfTwo] {
+                    let start = clock.now_us();
+                    let mut answers = vec![];
+                    for (store, subject) in [
+                        ("memory", Subject::Memory(&memory)),
+                        ("redis", Subject::Redis(&redis)),
+                    ] {
+                        clock.set_us(start);
+                        let (looked, twin, untouched) = ("looked", "twin", "untouched");
+                        for cost in [2, 1, 3] {
+                            for key in [looked, twin, untouched] {
+                                subject
+                                    .touch(
+                                        &Touch {
+                                            policy: &a,
+                                            cost,
+                                            kind: Kind::Check,
+                                            after: Duration::ZERO,
+                                        },
+                                        key,
+                                    )
+                                    .await;
+                            }
+                            clock.advance(UNIT / 2);
+                        }
+                        clock.advance(UNIT * 2);
+                        let before = match subject {
+                            Subject::Redis(_) => bytes_of(&mut raw, &b, looked).await,
+                            Subject::Memory(_) => vec![],
+                        };
+                        let seen = subject.look(look, &b, looked, &bystander).await;
+                        if let Subject::Redis(_) = subject {
+                            assert_eq!(
+                                bytes_of(&mut raw, &b, looked).await,
+                                before,
+                                "{name}: {look:?} wrote"
+                            );
+                        }
+                        let checked = subject
+                            .touch(
+                                &Touch {
+                                    policy: &b,
+                                    cost: 1,
+                                    kind: Kind::Check,
+                                    after: Duration::ZERO,
+                                },
+                                twin,
+                            )
+                            .await
+                            .0;
+                        assert_eq!(
+                            seen, checked,
+                            "{store}: {name}: {look:?} answers what a check sees"
+                        );
+                        clock.advance(UNIT * 2);
+                        let mut after = vec![];
+                        for key in [looked, untouched] {
+                            let mut decisions = vec![];
+                            for _ in 0..3 {
+                                let check = Touch {
+                                    policy: &c,
+                                    cost: 1,
+                                    kind: Kind::Check,
+                                    after: UNIT / 2,
+                                };
+                                clock.advance(check.after);
+                                decisions.push(subject.touch(&check, key).await.0);
+                            }
+                            clock.set_us(clock.now_us() - 3 * (UNIT / 2).as_micros() as u64);
+                            after.push(decisions);
+                        }
+                        assert_eq!(
+                            after[0], after[1],
+                            "{store}: {name}: after {look:?} under B, C finds the key as nobody had looked"
+                        );
+                        answers.push((seen, after.swap_remove(0)));
+                        for key in [looked, twin, untouched] {
+                            match subject {
+                                Subject::Memory(m) => m.reset(&c, key).expect("reset"),
+                                Subject::Redis(r) => {
+                                    Store::reset(r, &c, key.as_bytes()).await.expect("reset")
+                                }
+                            }
+                        }
+                    }
+                    assert_eq!(answers[0], answers[1], "{name}: {look:?}: memory and redis");
+                    clock.set_us(start + (UNIT * 20).as_micros() as u64);
+                    scenarios += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(scenarios, 7 * 7 * 3 * 3);
+}

@@ -138,9 +138,10 @@ async fn lost_state_and_unacknowledged_admissions_show_in_metrics() {
     let limits = tollgate_config::parse("policies.yaml", &policies).expect("config");
     let state = AppState::new(limits, store, Settings::default());
 
-    // Refused (fail_closed) each time: not acknowledged, or, when the first calls' WAIT does not
-    // answer before the store's 50 ms deadline on a busy machine, timed out; then the store stops
-    // waiting for replicas that fell short, and the refusals come at once.
+    // Refused (fail_closed) each time: not acknowledged, or, when the first calls' WAIT answer
+    // does not come back within their deadline (the store's 50 ms plus the policy's 250 ms wait)
+    // on a busy machine, timed out; then the store stops waiting for replicas that fell short,
+    // and the refusals come at once.
     let mut metrics = String::new();
     for i in 0..20 {
         let check = json!({"policy": "login", "key": format!("user-{i}")});

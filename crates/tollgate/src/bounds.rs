@@ -87,6 +87,15 @@ pub const MAX_NAME_LEN: usize = 255;
 /// ```
 pub const MAX_REPLICAS: u32 = 16;
 
+/// The longest a policy may let a networked store wait for its replicas' acknowledgement of an
+/// admission ([`Policy::with_replica_wait`](crate::Policy::with_replica_wait)): 5 s. A request
+/// held longer than that is better refused by the failure mode.
+///
+/// ```
+/// assert_eq!(tollgate::bounds::MAX_REPLICA_WAIT.as_secs(), 5);
+/// ```
+pub const MAX_REPLICA_WAIT: Duration = Duration::from_secs(5);
+
 /// Checks that `value` is within `MIN_PERIOD..=MAX_PERIOD` and returns it in whole microseconds
 /// (sub-microsecond parts are dropped).
 pub(crate) fn period_us(field: &'static str, value: Duration) -> Result<u64, PolicyError> {

@@ -389,6 +389,8 @@ pub struct Policy {
     enforcement: Option<Enforcement>,
     /// Replicas a networked store waits for after an admission; 0 for none.
     replicas: u8,
+    /// How long it waits for them, on top of its own deadline.
+    replica_wait: Duration,
 }
 
 /// Which part of a policy's key names the shard a networked store keeps it on (the Redis Cluster
@@ -488,6 +490,7 @@ impl Policy {
             lease: None,
             enforcement: None,
             replicas: 0,
+            replica_wait: Policy::DEFAULT_REPLICA_WAIT,
         })
     }
 
@@ -621,12 +624,13 @@ impl Policy {
     /// Makes a networked store hold back each admission of this policy until `replicas`
     /// replicas of the node that decided have its write, so that a failover cannot hand a key
     /// back budget it already spent (the Redis store sends `WAIT replicas ms` after the decision,
-    /// on the same connection, within its deadline). An admission not acknowledged in time is a
-    /// store failure of class `unreplicated`, which the policy's [`FailureMode`] answers (the
-    /// decision was applied on the node all the same). Denials and peeks do not wait. 0, the
-    /// default, waits for none; at most [`MAX_REPLICAS`](bounds::MAX_REPLICAS). Memory stores
-    /// have no replicas and ignore it. Leases admit without a store call, so a leasing policy
-    /// cannot wait for replicas.
+    /// on the same connection, for at most the policy's
+    /// [`replica_wait`](Self::with_replica_wait), which adds to the store's deadline). An
+    /// admission not acknowledged in time is a store failure of class `unreplicated`, which the
+    /// policy's [`FailureMode`] answers (the decision was applied on the node all the same).
+    /// Denials and peeks do not wait. 0, the default, waits for none; at most
+    /// [`MAX_REPLICAS`](bounds::MAX_REPLICAS). Memory stores have no replicas and ignore it.
+    /// Leases admit without a store call, so a leasing policy cannot wait for replicas.
     ///
     /// ```
     /// use tollgate::{Algorithm, FailureMode, Policy, Rate};
@@ -665,6 +669,71 @@ impl Policy {
     #[inline]
     pub fn replicas(&self) -> u32 {
         u32::from(self.replicas)
+    }
+
+    /// How long a networked store waits for a policy's replicas unless it says otherwise:
+    /// 250 ms, far above what a healthy replica takes to acknowledge even when many decisions
+    /// queue for it, and short enough that a replica gone missing holds up only the decision that
+    /// finds it out (the store then stops waiting for it until a probe is acknowledged).
+    ///
+    /// ```
+    /// assert_eq!(tollgate::Policy::DEFAULT_REPLICA_WAIT.as_millis(), 250);
+    /// ```
+    pub const DEFAULT_REPLICA_WAIT: Duration = Duration::from_millis(250);
+
+    /// Sets how long a networked store waits for the [`replicas`](Self::with_replicas) of the
+    /// node that decided to acknowledge an admission: 1 ms to
+    /// [`MAX_REPLICA_WAIT`](bounds::MAX_REPLICA_WAIT), in whole milliseconds (Redis's `WAIT`
+    /// counts in them), by default [`DEFAULT_REPLICA_WAIT`](Self::DEFAULT_REPLICA_WAIT). The
+    /// wait is the acknowledgement's own: a decision that waits may take the store's deadline
+    /// plus this, so a replica that acknowledges later than the deadline under load is still in
+    /// time. Size it above the longest acknowledgement a healthy replica takes (see
+    /// `docs/redis.md`): an admission it misses is refused as `unreplicated` by a `fail_closed`
+    /// policy. It means nothing without `replicas`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Policy, Rate};
+    ///
+    /// let login = Policy::new("login", Algorithm::gcra(Rate::per_minute(5)?, 5)?)?
+    ///     .with_replicas(1)?
+    ///     .with_replica_wait(Duration::from_millis(500))?;
+    /// assert_eq!(login.replica_wait(), Duration::from_millis(500));
+    /// assert!(login.clone().with_replica_wait(Duration::from_secs(6)).is_err());
+    /// assert!(login.with_replica_wait(Duration::from_micros(1_500)).is_err());
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn with_replica_wait(mut self, wait: Duration) -> Result<Self, PolicyError> {
+        let (min, max) = (Duration::from_millis(1), bounds::MAX_REPLICA_WAIT);
+        if wait < min || wait > max {
+            return Err(PolicyError::DurationOutOfRange {
+                field: "replica_wait",
+                value: wait,
+                min,
+                max,
+            });
+        }
+        if !wait.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(PolicyError::NotWholeMilliseconds {
+                field: "replica_wait",
+                value: wait,
+            });
+        }
+        self.replica_wait = wait;
+        Ok(self)
+    }
+
+    /// How long a networked store waits for the policy's replicas after an admission; see
+    /// [`Policy::with_replica_wait`].
+    ///
+    /// ```
+    /// let policy = tollgate::Policy::new("api", tollgate::Algorithm::gcra(tollgate::Rate::per_second(1)?, 1)?)?;
+    /// assert_eq!(policy.replica_wait(), tollgate::Policy::DEFAULT_REPLICA_WAIT);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    pub fn replica_wait(&self) -> Duration {
+        self.replica_wait
     }
 
     /// Enforces this policy for a share of its keys only, and runs it in shadow mode for the

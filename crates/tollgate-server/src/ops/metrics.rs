@@ -177,18 +177,43 @@ pub fn store_latency(elapsed: Duration) {
 }
 
 /// A store call that failed, by [`Error::class`] (`timeout`, `connection`, `full`, ...). Also
-/// logged at `warn`, at most once a second, so an operator sees a sick store in the logs without
-/// a line per request.
+/// logged at `warn`, at most once a second per class, so an operator sees a sick store in the
+/// logs without a line per request, and one class failing often (timeouts while Redis stalls)
+/// does not hide another (admissions the replicas did not acknowledge).
 pub(crate) fn store_error(err: &Error) {
     if let Some(class) = err.class() {
         metrics::counter!("tollgate_store_errors_total", "kind" => class).increment(1);
-        if STORE_ERROR_LOG.due() {
-            tracing::warn!(class, error = %err, "rate limit store failed; failure modes decide");
+        let sampler = STORE_ERROR_CLASSES
+            .iter()
+            .position(|known| *known == class)
+            .map_or(&STORE_ERROR_LOGS[STORE_ERROR_CLASSES.len()], |i| {
+                &STORE_ERROR_LOGS[i]
+            });
+        if sampler.due() {
+            tracing::warn!(
+                class,
+                error = %err,
+                "rate limit store failed; failure modes decide (sampled: at most one line a second per class)"
+            );
         }
     }
 }
 
-static STORE_ERROR_LOG: LogSampler = LogSampler::new(Duration::from_secs(1));
+/// The classes [`Error::class`] names, each logged on its own; any other shares the last sampler.
+const STORE_ERROR_CLASSES: [&str; 9] = [
+    "timeout",
+    "connection",
+    "out_of_memory",
+    "auth",
+    "script",
+    "cluster",
+    "corrupt",
+    "unreplicated",
+    "full",
+];
+
+static STORE_ERROR_LOGS: [LogSampler; STORE_ERROR_CLASSES.len() + 1] =
+    [const { LogSampler::new(Duration::from_secs(1)) }; STORE_ERROR_CLASSES.len() + 1];
 
 /// A connection accepted on `listener` (`http`, `grpc`, `proxy`, `admin`).
 pub(crate) fn connection_opened(listener: &'static str) {

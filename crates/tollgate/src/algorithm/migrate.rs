@@ -1,7 +1,10 @@
 //! What happens to a key's state when its policy's algorithm or parameters change under the same
 //! name (a reload): the state was written under the old numbers, and read under the new ones it
 //! would mean something else (a bucket's tokens left are not a window's count spent), so it is
-//! *migrated* once, the first time the key is touched under the new numbers.
+//! *migrated* once, the first time the key is written under the new numbers (a check, a charge,
+//! a refund). What only looks at the key (a peek, an explain, a question) migrates a copy to
+//! answer from and stores nothing, so a look between two changes cannot decide what the second
+//! one finds.
 //!
 //! Every algorithm can say how many units a key has spent as of now, debt included (each
 //! module's `spent`), and every algorithm can record a number of units on an empty state (its

@@ -389,7 +389,7 @@ impl<C: Clock> MemoryStore<C> {
             // compare-and-swap races this, and memos of a hot cell stop deciding.
             slot.thaw();
             if !slot.expired(now_us) && matches!(slot.value, Value::Limit(_)) {
-                let later = match settle(slot, policy, now_us) {
+                let later = match settle(slot, policy, now_us, true) {
                     Settled::Later(later) => Some(later),
                     _ => None,
                 };
@@ -1281,8 +1281,14 @@ fn decide_in(
         if expired || !matches!(slot.value, Value::Limit(_)) {
             restart_as_limit(slot);
         }
-        if let Settled::Later(later) = settle(slot, policy, now_us) {
-            return decide_in(shard, hash, lookup, &later, cost, commit, now_us);
+        match settle(slot, policy, now_us, commit) {
+            Settled::Current => {}
+            Settled::Later(later) => return decide_in(shard, hash, lookup, &later, cost, commit, now_us),
+            // Only looked at: answered from the migrated copy, the slot left as it was (and
+            // not handed to the lock-free path, which would decide it without migrating).
+            Settled::Copy(mut state) => {
+                return Ok(algorithm::decide(policy, &mut state, now_us, cost, false));
+            }
         }
         let hot_until_us = slot.hot_until_us();
         let Value::Limit(state) = &mut slot.value else {
@@ -1347,7 +1353,7 @@ fn charge_in(
     if slot.expired(now_us) || !matches!(slot.value, Value::Limit(_)) {
         restart_as_limit(slot);
     }
-    if let Settled::Later(later) = settle(slot, policy, now_us) {
+    if let Settled::Later(later) = settle(slot, policy, now_us, true) {
         return charge_in(shard, hash, lookup, &later, cost, now_us);
     }
     let was_hot_until_us = slot.hot_until_us();
@@ -1377,15 +1383,20 @@ enum Settled {
     /// Written by a later version of the policy (one loaded after this one): decided under
     /// that version's numbers, never migrated back.
     Later(Policy),
+    /// Written by an earlier version and only looked at: the state the migration would leave,
+    /// worked out on a copy to answer from; the slot keeps the old state.
+    Copy(KeyState),
 }
 
 /// Brings a slot holding a limit state up to `policy`'s version before anything reads it: a
 /// state written under other parameters of the same policy name is migrated in place as
-/// `policy` declares, and the slot then belongs to this version. The first touch migrates,
-/// a peek included, so that when a key migrates (and so what it carries over) does not depend
-/// on which operation came first; the Redis scripts do the same. A key with an override in
-/// force keeps its state: the override's numbers decide it before and after.
-fn settle(slot: &mut Slot, policy: &Policy, now_us: u64) -> Settled {
+/// `policy` declares, and the slot then belongs to this version. Only a call that `writes` (a
+/// check, a charge, a refund) migrates: a peek, an explain or a question works the migration
+/// out on a copy and answers from it, so looking at a key never changes what it carries into
+/// a later version (a peek between two reloads would otherwise decide what the second one
+/// finds). The Redis scripts do the same. A key with an override in force keeps its state: the
+/// override's numbers decide it before and after.
+fn settle(slot: &mut Slot, policy: &Policy, now_us: u64, writes: bool) -> Settled {
     let (Some(owner), Value::Limit(state)) = (&slot.owner, &mut slot.value) else {
         return Settled::Current;
     };
@@ -1405,13 +1416,22 @@ fn settle(slot: &mut Slot, policy: &Policy, now_us: u64) -> Settled {
             None => Settled::Current,
         };
     }
+    let migrates = *policy.algorithm() == new.algorithm;
+    if !writes {
+        // An override in force decides the state as it is, before and after.
+        if !migrates {
+            return Settled::Current;
+        }
+        let mut copy = state.clone();
+        algorithm::migrate::migrate(&old.algorithm, policy, &mut copy, now_us);
+        return Settled::Copy(copy);
+    }
     let mut lives_until_us = 0;
-    if *policy.algorithm() == new.algorithm {
+    if migrates {
         algorithm::migrate::migrate(&old.algorithm, policy, state, now_us);
-        // A peek or a refund that migrates sets no expiry of its own, so the slot lives at least
-        // as long as the migrated state needs (as a charge of it would set), or the units it
-        // carried over would be forgotten with the old state's expiry. The Redis scripts do the
-        // same.
+        // A refund that migrates sets no expiry of its own, so the slot lives at least as long
+        // as the migrated state needs (as a charge of it would set), or the units it carried
+        // over would be forgotten with the old state's expiry. The Redis scripts do the same.
         let answer = algorithm::decide(policy, state, now_us, 1, false);
         lives_until_us =
             (now_us + answer.reset_after_us).max(algorithm::keep_until_us(policy, state, now_us));
