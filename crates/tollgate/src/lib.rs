@@ -23,8 +23,10 @@
 //!
 //! - [`policy`]: a [`Policy`] is a name, an [`Algorithm`] with validated parameters and an
 //!   optional `block_for` penalty, and the [`HashTag`] that places its keys in a cluster.
-//! - [`algorithm`]: one module per algorithm, each a pure step function on integer
-//!   microseconds, and [`algorithm::decide`], which adds penalties.
+//! - [`algorithm`]: [`Algorithm`], one module per algorithm, each its parameters and a pure
+//!   step function on integer microseconds, and [`algorithm::decide`], which adds penalties; it
+//!   reads a policy through [`PolicyParts`](algorithm::PolicyParts), since policies are built from it.
+//! - [`rate`]: [`Rate`], the pace of the buckets and of GCRA.
 //! - [`penalty`]: [`Penalty`], the block after a denial, growing for repeat offenders.
 //! - [`lease`]: [`LeaseOptions`], how a networked store may lease a hot key's budget to one
 //!   instance (opt-in per policy, with [`Policy::with_lease`]).
@@ -82,10 +84,13 @@ pub mod memory;
 pub mod overrides;
 pub mod penalty;
 pub mod policy;
+pub mod rate;
 pub mod rule;
 pub mod store;
 pub mod top_keys;
 
+pub use algorithm::Algorithm;
+pub use algorithm::fixed_window::Anchor;
 pub use algorithm::migrate::OnChange;
 pub use cidr::{Cidr, CidrError};
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -98,7 +103,8 @@ pub use lease::LeaseOptions;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use overrides::{Override, OverrideStore, OverrideTarget};
 pub use penalty::Penalty;
-pub use policy::{Algorithm, Anchor, FailureMode, HashTag, Policy, Rate};
+pub use policy::{FailureMode, HashTag, Policy};
+pub use rate::Rate;
 pub use rule::{Apart, Rule};
 pub use store::{AttemptsStore, Store};
 

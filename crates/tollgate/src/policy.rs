@@ -1,4 +1,6 @@
-//! Policies: a name, an algorithm with its parameters, and an optional penalty.
+//! Policies: a name, an algorithm with its parameters ([`Algorithm`], from the
+//! [`algorithm`](crate::algorithm) module), an optional penalty, and what a networked store does
+//! with them.
 //!
 //! Everything is validated when constructed, so a policy that exists can be used: no check will
 //! ever fail because of the policy itself. The name namespaces the stored state, so two policies
@@ -10,353 +12,12 @@ use std::time::Duration;
 
 use crate::PolicyError;
 use crate::algorithm::migrate::OnChange;
-use crate::algorithm::{
-    calendar_quota::{CalendarQuota, Period},
-    fixed_window::FixedWindow,
-    gcra::Gcra,
-    leaky_bucket::LeakyBucket,
-    sliding_log::SlidingLog,
-    sliding_window::SlidingWindow,
-    token_bucket::TokenBucket,
-};
+use crate::algorithm::{Algorithm, PolicyParts};
 use crate::bounds::{self, MAX_NAME_LEN};
 use crate::enforcement::Enforcement;
 use crate::fingerprint::Fingerprint;
 use crate::lease::LeaseOptions;
 use crate::penalty::Penalty;
-
-/// A rate: `count` requests per `per`, e.g. 10 per second.
-///
-/// Internally a rate is the interval between two requests, in whole microseconds, rounded up
-/// when it does not divide evenly (7 per minute becomes one per 8 571 429 µs). Rounding up keeps
-/// the limiter on the strict side: it never admits more than the rate says.
-///
-/// ```
-/// use std::time::Duration;
-/// use tollgate::Rate;
-///
-/// let rate = Rate::new(10, Duration::from_secs(1))?;
-/// assert_eq!(rate.interval(), Duration::from_millis(100));
-/// assert_eq!(Rate::per_minute(30)?.interval(), Duration::from_secs(2));
-/// # Ok::<(), tollgate::PolicyError>(())
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Rate {
-    count: u64,
-    per_us: u64,
-    interval_us: u64,
-}
-
-impl Rate {
-    /// `count` requests per `per`. `count` is 1 to [`MAX_LIMIT`](crate::bounds::MAX_LIMIT), `per`
-    /// is 1 ms to 1000 days, and the rate may not exceed one request per microsecond.
-    pub fn new(count: u64, per: Duration) -> Result<Self, PolicyError> {
-        let count = bounds::count("rate", count, bounds::MAX_LIMIT)?;
-        let per_us = bounds::period_us("rate period", per)?;
-        if count > per_us {
-            return Err(PolicyError::RateTooFine { count, per });
-        }
-        Ok(Rate {
-            count,
-            per_us,
-            interval_us: per_us.div_ceil(count),
-        })
-    }
-
-    /// `count` requests per second.
-    ///
-    /// ```
-    /// assert!(tollgate::Rate::per_second(0).is_err());
-    /// ```
-    pub fn per_second(count: u64) -> Result<Self, PolicyError> {
-        Self::new(count, Duration::from_secs(1))
-    }
-
-    /// `count` requests per minute.
-    ///
-    /// ```
-    /// let rate = tollgate::Rate::per_minute(60)?;
-    /// assert_eq!(rate.interval(), std::time::Duration::from_secs(1));
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn per_minute(count: u64) -> Result<Self, PolicyError> {
-        Self::new(count, Duration::from_secs(60))
-    }
-
-    /// `count` requests per hour.
-    ///
-    /// ```
-    /// let rate = tollgate::Rate::per_hour(3600)?;
-    /// assert_eq!(rate.interval(), std::time::Duration::from_secs(1));
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn per_hour(count: u64) -> Result<Self, PolicyError> {
-        Self::new(count, Duration::from_secs(3600))
-    }
-
-    /// Requests per period, as given.
-    ///
-    /// ```
-    /// assert_eq!(tollgate::Rate::per_second(5)?.count(), 5);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn count(&self) -> u64 {
-        self.count
-    }
-
-    /// The period, as given (to the microsecond).
-    ///
-    /// ```
-    /// assert_eq!(tollgate::Rate::per_second(5)?.period(), std::time::Duration::from_secs(1));
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn period(&self) -> Duration {
-        Duration::from_micros(self.per_us)
-    }
-
-    /// The time between two requests at this rate, rounded up to a whole microsecond.
-    ///
-    /// ```
-    /// let rate = tollgate::Rate::per_second(3)?;
-    /// assert_eq!(rate.interval_us(), 333_334);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn interval(&self) -> Duration {
-        Duration::from_micros(self.interval_us)
-    }
-
-    /// [`interval`](Self::interval) in microseconds.
-    ///
-    /// ```
-    /// assert_eq!(tollgate::Rate::per_second(10)?.interval_us(), 100_000);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    #[inline]
-    pub fn interval_us(&self) -> u64 {
-        self.interval_us
-    }
-
-    /// This rate divided by `n`: the same count over `n` times the period.
-    fn slowed(&self, n: u64) -> Result<Rate, PolicyError> {
-        let per = Duration::from_micros(self.per_us.saturating_mul(n));
-        Rate::new(self.count, per)
-    }
-
-    /// Checks that `size` requests at this rate take at most 1000 days, so that the bucket
-    /// arithmetic stays exact.
-    pub(crate) fn check_horizon(&self, field: &'static str, size: u64) -> Result<(), PolicyError> {
-        let max_us = bounds::as_us(bounds::MAX_PERIOD);
-        match size.checked_mul(self.interval_us) {
-            Some(needed) if needed <= max_us => Ok(()),
-            needed => Err(PolicyError::HorizonTooLong {
-                field,
-                size,
-                needed: Duration::from_micros(needed.unwrap_or(u64::MAX)),
-                max: bounds::MAX_PERIOD,
-            }),
-        }
-    }
-}
-
-/// Where fixed windows start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Anchor {
-    /// Windows are aligned to multiples of the window length since the Unix epoch, the same for
-    /// every key (a 1-minute window runs from :00 to :59 of each minute).
-    #[default]
-    Epoch,
-    /// A key's window starts at its first request and a new one at the first request after it
-    /// ends: the classic `INCR` + `EXPIRE` counter.
-    FirstHit,
-}
-
-/// An algorithm with its validated parameters.
-///
-/// Build one with the constructors ([`Algorithm::gcra`], ...) or from the parameter type of its
-/// module ([`Gcra::new`], ...).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Algorithm {
-    /// Count per window; see [`FixedWindow`].
-    FixedWindow(FixedWindow),
-    /// Exact log of admitted requests; see [`SlidingLog`].
-    SlidingLog(SlidingLog),
-    /// Two-counter estimate; see [`SlidingWindow`].
-    SlidingWindow(SlidingWindow),
-    /// Tokens refilled at a rate; see [`TokenBucket`].
-    TokenBucket(TokenBucket),
-    /// A meter drained at a rate; see [`LeakyBucket`].
-    LeakyBucket(LeakyBucket),
-    /// Generic cell rate algorithm; see [`Gcra`].
-    Gcra(Gcra),
-    /// Count per calendar day, week, month or year in a time zone; see [`CalendarQuota`].
-    CalendarQuota(CalendarQuota),
-}
-
-impl Algorithm {
-    /// A fixed window of `limit` requests per `window`.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use tollgate::{Algorithm, Anchor};
-    ///
-    /// let algorithm = Algorithm::fixed_window(100, Duration::from_secs(60), Anchor::Epoch)?;
-    /// assert_eq!(algorithm.limit(), 100);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn fixed_window(limit: u64, window: Duration, anchor: Anchor) -> Result<Self, PolicyError> {
-        FixedWindow::new(limit, window, anchor).map(Algorithm::FixedWindow)
-    }
-
-    /// An exact sliding log of `limit` requests per `window`.
-    ///
-    /// ```
-    /// let algorithm = tollgate::Algorithm::sliding_log(20, std::time::Duration::from_secs(60))?;
-    /// assert_eq!(algorithm.limit(), 20);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn sliding_log(limit: u64, window: Duration) -> Result<Self, PolicyError> {
-        SlidingLog::new(limit, window).map(Algorithm::SlidingLog)
-    }
-
-    /// An approximate sliding window of `limit` requests per `window`.
-    ///
-    /// ```
-    /// let algorithm = tollgate::Algorithm::sliding_window(1000, std::time::Duration::from_secs(3600))?;
-    /// assert_eq!(algorithm.limit(), 1000);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn sliding_window(limit: u64, window: Duration) -> Result<Self, PolicyError> {
-        SlidingWindow::new(limit, window).map(Algorithm::SlidingWindow)
-    }
-
-    /// A token bucket holding `capacity` tokens, refilled at `refill`.
-    ///
-    /// ```
-    /// use tollgate::{Algorithm, Rate};
-    ///
-    /// let algorithm = Algorithm::token_bucket(10, Rate::per_second(10)?)?;
-    /// assert_eq!(algorithm.limit(), 10);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn token_bucket(capacity: u64, refill: Rate) -> Result<Self, PolicyError> {
-        TokenBucket::new(capacity, refill).map(Algorithm::TokenBucket)
-    }
-
-    /// A leaky bucket (meter) holding `capacity`, drained at `leak`.
-    ///
-    /// ```
-    /// use tollgate::{Algorithm, Rate};
-    ///
-    /// let algorithm = Algorithm::leaky_bucket(5, Rate::per_second(1)?)?;
-    /// assert_eq!(algorithm.limit(), 5);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn leaky_bucket(capacity: u64, leak: Rate) -> Result<Self, PolicyError> {
-        LeakyBucket::new(capacity, leak).map(Algorithm::LeakyBucket)
-    }
-
-    /// GCRA admitting `rate` on average with bursts of up to `burst` requests.
-    ///
-    /// ```
-    /// use tollgate::{Algorithm, Rate};
-    ///
-    /// let algorithm = Algorithm::gcra(Rate::per_second(10)?, 5)?;
-    /// assert_eq!(algorithm.limit(), 5);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn gcra(rate: Rate, burst: u64) -> Result<Self, PolicyError> {
-        Gcra::new(rate, burst).map(Algorithm::Gcra)
-    }
-
-    /// A calendar quota of `limit` requests per `period` in the IANA zone `time_zone`, weeks
-    /// starting on Monday (see [`CalendarQuota::week_starts`]).
-    ///
-    /// ```
-    /// use tollgate::Algorithm;
-    /// use tollgate::algorithm::calendar_quota::Period;
-    ///
-    /// let monthly = Algorithm::calendar_quota(1_000, Period::Month, "Europe/Paris")?;
-    /// assert_eq!(monthly.name(), "calendar_quota");
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn calendar_quota(limit: u64, period: Period, time_zone: &str) -> Result<Self, PolicyError> {
-        CalendarQuota::new(limit, period, time_zone).map(Algorithm::CalendarQuota)
-    }
-
-    /// The most this algorithm admits at once: the limit, capacity or burst. It is also the
-    /// largest cost a single check may ask for.
-    ///
-    /// ```
-    /// let algorithm = tollgate::Algorithm::gcra(tollgate::Rate::per_second(10)?, 3)?;
-    /// assert_eq!(algorithm.limit(), 3);
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    #[inline]
-    pub fn limit(&self) -> u64 {
-        match self {
-            Algorithm::FixedWindow(p) => p.limit(),
-            Algorithm::SlidingLog(p) => p.limit(),
-            Algorithm::SlidingWindow(p) => p.limit(),
-            Algorithm::TokenBucket(p) => p.capacity(),
-            Algorithm::LeakyBucket(p) => p.capacity(),
-            Algorithm::Gcra(p) => p.burst(),
-            Algorithm::CalendarQuota(p) => p.limit(),
-        }
-    }
-
-    /// The same algorithm with its limit (and rate) divided by `n`, never below 1. Falls back to
-    /// the original when the smaller parameters would not validate.
-    fn divided(&self, n: u64) -> Algorithm {
-        let share = |x: u64| (x / n).max(1);
-        let divided = match self {
-            Algorithm::FixedWindow(p) => {
-                FixedWindow::new(share(p.limit()), p.window(), p.anchor()).map(Self::FixedWindow)
-            }
-            Algorithm::SlidingLog(p) => SlidingLog::new(share(p.limit()), p.window()).map(Self::SlidingLog),
-            Algorithm::SlidingWindow(p) => {
-                SlidingWindow::new(share(p.limit()), p.window()).map(Self::SlidingWindow)
-            }
-            Algorithm::TokenBucket(p) => p
-                .refill()
-                .slowed(n)
-                .and_then(|rate| TokenBucket::new(share(p.capacity()), rate))
-                .map(Self::TokenBucket),
-            Algorithm::LeakyBucket(p) => p
-                .leak()
-                .slowed(n)
-                .and_then(|rate| LeakyBucket::new(share(p.capacity()), rate))
-                .map(Self::LeakyBucket),
-            Algorithm::Gcra(p) => p
-                .rate()
-                .slowed(n)
-                .and_then(|rate| Gcra::new(rate, share(p.burst())))
-                .map(Self::Gcra),
-            Algorithm::CalendarQuota(p) => CalendarQuota::new(share(p.limit()), p.period(), p.time_zone())
-                .map(|q| Self::CalendarQuota(q.week_starts(p.week_start()))),
-        };
-        divided.unwrap_or_else(|_| self.clone())
-    }
-
-    /// A short lower-case name: `fixed_window`, `sliding_log`, `sliding_window`,
-    /// `token_bucket`, `leaky_bucket`, `gcra` or `calendar_quota`.
-    ///
-    /// ```
-    /// let algorithm = tollgate::Algorithm::sliding_log(5, std::time::Duration::from_secs(1))?;
-    /// assert_eq!(algorithm.name(), "sliding_log");
-    /// # Ok::<(), tollgate::PolicyError>(())
-    /// ```
-    pub fn name(&self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow(_) => "fixed_window",
-            Algorithm::SlidingLog(_) => "sliding_log",
-            Algorithm::SlidingWindow(_) => "sliding_window",
-            Algorithm::TokenBucket(_) => "token_bucket",
-            Algorithm::LeakyBucket(_) => "leaky_bucket",
-            Algorithm::Gcra(_) => "gcra",
-            Algorithm::CalendarQuota(_) => "calendar_quota",
-        }
-    }
-}
 
 /// A named rule: which algorithm with which parameters, and an optional penalty.
 ///
@@ -1002,6 +663,23 @@ impl Policy {
     #[inline]
     pub fn max_cost(&self) -> u64 {
         self.algorithm.limit()
+    }
+}
+
+impl PolicyParts for Policy {
+    #[inline]
+    fn algorithm(&self) -> &Algorithm {
+        &self.algorithm
+    }
+
+    #[inline]
+    fn penalty(&self) -> Option<&Penalty> {
+        self.penalty.as_ref()
+    }
+
+    #[inline]
+    fn on_change(&self) -> OnChange {
+        self.on_change
     }
 }
 

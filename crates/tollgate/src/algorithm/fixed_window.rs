@@ -16,7 +16,19 @@
 use std::time::Duration;
 
 use super::{StepCharge, StepDecision};
-use crate::{Anchor, PolicyError, bounds};
+use crate::{PolicyError, bounds};
+
+/// Where fixed windows start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Anchor {
+    /// Windows are aligned to multiples of the window length since the Unix epoch, the same for
+    /// every key (a 1-minute window runs from :00 to :59 of each minute).
+    #[default]
+    Epoch,
+    /// A key's window starts at its first request and a new one at the first request after it
+    /// ends: the classic `INCR` + `EXPIRE` counter.
+    FirstHit,
+}
 
 /// Parameters: `limit` requests per `window`, windows anchored per [`Anchor`].
 ///

@@ -20,8 +20,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{AlgorithmState, KeyState, charge};
-use crate::{Algorithm, Policy};
+use super::{Algorithm, AlgorithmState, KeyState, PolicyParts, charge};
 
 /// What a change of a policy's algorithm or parameters does to the keys it already counts.
 ///
@@ -139,7 +138,7 @@ pub fn carried(from: &Algorithm, to: &Algorithm, on_change: OnChange, spent: u64
 }
 
 /// Migrates `state`, written under `from`, to `to`'s algorithm and parameters at `now_us`, as
-/// `to`'s [`on_change`](Policy::on_change) declares (see the [module docs](self)). `keep` and
+/// `to`'s [`on_change`](crate::Policy::on_change) declares (see the [module docs](self)). `keep` and
 /// `scale` keep a penalty's block and offense count; `reset` drops them.
 ///
 /// ```
@@ -156,7 +155,7 @@ pub fn carried(from: &Algorithm, to: &Algorithm, on_change: OnChange, spent: u64
 /// assert_eq!(decide(&bucket, &mut state, 0, 1, false).remaining, 7);
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
-pub fn migrate(from: &Algorithm, to: &Policy, state: &mut KeyState, now_us: u64) {
+pub fn migrate(from: &Algorithm, to: &impl PolicyParts, state: &mut KeyState, now_us: u64) {
     let units = carried(
         from,
         to.algorithm(),

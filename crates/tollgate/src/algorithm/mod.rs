@@ -1,4 +1,6 @@
-//! The algorithms, each a pure step function, and [`decide`], which adds the penalty.
+//! The algorithms, each a pure step function, [`Algorithm`], which is one of them with its
+//! parameters, and [`decide`], which adds a policy's penalty (reading the policy through
+//! [`PolicyParts`]).
 //!
 //! A step takes a key's state, the time in microseconds since the Unix epoch, and a cost, and
 //! returns an [`StepDecision`]; with `commit` it also writes the new state, without it (a peek) it
@@ -24,7 +26,218 @@ pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
 
-use crate::{Algorithm, Policy};
+use std::time::Duration;
+
+use crate::{Penalty, PolicyError, Rate};
+use calendar_quota::{CalendarQuota, Period};
+use fixed_window::{Anchor, FixedWindow};
+use gcra::Gcra;
+use leaky_bucket::LeakyBucket;
+use migrate::OnChange;
+use sliding_log::SlidingLog;
+use sliding_window::SlidingWindow;
+use token_bucket::TokenBucket;
+
+/// An algorithm with its validated parameters.
+///
+/// Build one with the constructors ([`Algorithm::gcra`], ...) or from the parameter type of its
+/// module ([`Gcra::new`], ...).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Algorithm {
+    /// Count per window; see [`FixedWindow`].
+    FixedWindow(FixedWindow),
+    /// Exact log of admitted requests; see [`SlidingLog`].
+    SlidingLog(SlidingLog),
+    /// Two-counter estimate; see [`SlidingWindow`].
+    SlidingWindow(SlidingWindow),
+    /// Tokens refilled at a rate; see [`TokenBucket`].
+    TokenBucket(TokenBucket),
+    /// A meter drained at a rate; see [`LeakyBucket`].
+    LeakyBucket(LeakyBucket),
+    /// Generic cell rate algorithm; see [`Gcra`].
+    Gcra(Gcra),
+    /// Count per calendar day, week, month or year in a time zone; see [`CalendarQuota`].
+    CalendarQuota(CalendarQuota),
+}
+
+impl Algorithm {
+    /// A fixed window of `limit` requests per `window`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tollgate::{Algorithm, Anchor};
+    ///
+    /// let algorithm = Algorithm::fixed_window(100, Duration::from_secs(60), Anchor::Epoch)?;
+    /// assert_eq!(algorithm.limit(), 100);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn fixed_window(limit: u64, window: Duration, anchor: Anchor) -> Result<Self, PolicyError> {
+        FixedWindow::new(limit, window, anchor).map(Algorithm::FixedWindow)
+    }
+
+    /// An exact sliding log of `limit` requests per `window`.
+    ///
+    /// ```
+    /// let algorithm = tollgate::Algorithm::sliding_log(20, std::time::Duration::from_secs(60))?;
+    /// assert_eq!(algorithm.limit(), 20);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn sliding_log(limit: u64, window: Duration) -> Result<Self, PolicyError> {
+        SlidingLog::new(limit, window).map(Algorithm::SlidingLog)
+    }
+
+    /// An approximate sliding window of `limit` requests per `window`.
+    ///
+    /// ```
+    /// let algorithm = tollgate::Algorithm::sliding_window(1000, std::time::Duration::from_secs(3600))?;
+    /// assert_eq!(algorithm.limit(), 1000);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn sliding_window(limit: u64, window: Duration) -> Result<Self, PolicyError> {
+        SlidingWindow::new(limit, window).map(Algorithm::SlidingWindow)
+    }
+
+    /// A token bucket holding `capacity` tokens, refilled at `refill`.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Rate};
+    ///
+    /// let algorithm = Algorithm::token_bucket(10, Rate::per_second(10)?)?;
+    /// assert_eq!(algorithm.limit(), 10);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn token_bucket(capacity: u64, refill: Rate) -> Result<Self, PolicyError> {
+        TokenBucket::new(capacity, refill).map(Algorithm::TokenBucket)
+    }
+
+    /// A leaky bucket (meter) holding `capacity`, drained at `leak`.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Rate};
+    ///
+    /// let algorithm = Algorithm::leaky_bucket(5, Rate::per_second(1)?)?;
+    /// assert_eq!(algorithm.limit(), 5);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn leaky_bucket(capacity: u64, leak: Rate) -> Result<Self, PolicyError> {
+        LeakyBucket::new(capacity, leak).map(Algorithm::LeakyBucket)
+    }
+
+    /// GCRA admitting `rate` on average with bursts of up to `burst` requests.
+    ///
+    /// ```
+    /// use tollgate::{Algorithm, Rate};
+    ///
+    /// let algorithm = Algorithm::gcra(Rate::per_second(10)?, 5)?;
+    /// assert_eq!(algorithm.limit(), 5);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn gcra(rate: Rate, burst: u64) -> Result<Self, PolicyError> {
+        Gcra::new(rate, burst).map(Algorithm::Gcra)
+    }
+
+    /// A calendar quota of `limit` requests per `period` in the IANA zone `time_zone`, weeks
+    /// starting on Monday (see [`CalendarQuota::week_starts`]).
+    ///
+    /// ```
+    /// use tollgate::Algorithm;
+    /// use tollgate::algorithm::calendar_quota::Period;
+    ///
+    /// let monthly = Algorithm::calendar_quota(1_000, Period::Month, "Europe/Paris")?;
+    /// assert_eq!(monthly.name(), "calendar_quota");
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn calendar_quota(limit: u64, period: Period, time_zone: &str) -> Result<Self, PolicyError> {
+        CalendarQuota::new(limit, period, time_zone).map(Algorithm::CalendarQuota)
+    }
+
+    /// The most this algorithm admits at once: the limit, capacity or burst. It is also the
+    /// largest cost a single check may ask for.
+    ///
+    /// ```
+    /// let algorithm = tollgate::Algorithm::gcra(tollgate::Rate::per_second(10)?, 3)?;
+    /// assert_eq!(algorithm.limit(), 3);
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    #[inline]
+    pub fn limit(&self) -> u64 {
+        match self {
+            Algorithm::FixedWindow(p) => p.limit(),
+            Algorithm::SlidingLog(p) => p.limit(),
+            Algorithm::SlidingWindow(p) => p.limit(),
+            Algorithm::TokenBucket(p) => p.capacity(),
+            Algorithm::LeakyBucket(p) => p.capacity(),
+            Algorithm::Gcra(p) => p.burst(),
+            Algorithm::CalendarQuota(p) => p.limit(),
+        }
+    }
+
+    /// The same algorithm with its limit (and rate) divided by `n`, never below 1. Falls back to
+    /// the original when the smaller parameters would not validate.
+    pub(crate) fn divided(&self, n: u64) -> Algorithm {
+        let share = |x: u64| (x / n).max(1);
+        let divided = match self {
+            Algorithm::FixedWindow(p) => {
+                FixedWindow::new(share(p.limit()), p.window(), p.anchor()).map(Self::FixedWindow)
+            }
+            Algorithm::SlidingLog(p) => SlidingLog::new(share(p.limit()), p.window()).map(Self::SlidingLog),
+            Algorithm::SlidingWindow(p) => {
+                SlidingWindow::new(share(p.limit()), p.window()).map(Self::SlidingWindow)
+            }
+            Algorithm::TokenBucket(p) => p
+                .refill()
+                .slowed(n)
+                .and_then(|rate| TokenBucket::new(share(p.capacity()), rate))
+                .map(Self::TokenBucket),
+            Algorithm::LeakyBucket(p) => p
+                .leak()
+                .slowed(n)
+                .and_then(|rate| LeakyBucket::new(share(p.capacity()), rate))
+                .map(Self::LeakyBucket),
+            Algorithm::Gcra(p) => p
+                .rate()
+                .slowed(n)
+                .and_then(|rate| Gcra::new(rate, share(p.burst())))
+                .map(Self::Gcra),
+            Algorithm::CalendarQuota(p) => CalendarQuota::new(share(p.limit()), p.period(), p.time_zone())
+                .map(|q| Self::CalendarQuota(q.week_starts(p.week_start()))),
+        };
+        divided.unwrap_or_else(|_| self.clone())
+    }
+
+    /// A short lower-case name: `fixed_window`, `sliding_log`, `sliding_window`,
+    /// `token_bucket`, `leaky_bucket`, `gcra` or `calendar_quota`.
+    ///
+    /// ```
+    /// let algorithm = tollgate::Algorithm::sliding_log(5, std::time::Duration::from_secs(1))?;
+    /// assert_eq!(algorithm.name(), "sliding_log");
+    /// # Ok::<(), tollgate::PolicyError>(())
+    /// ```
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow(_) => "fixed_window",
+            Algorithm::SlidingLog(_) => "sliding_log",
+            Algorithm::SlidingWindow(_) => "sliding_window",
+            Algorithm::TokenBucket(_) => "token_bucket",
+            Algorithm::LeakyBucket(_) => "leaky_bucket",
+            Algorithm::Gcra(_) => "gcra",
+            Algorithm::CalendarQuota(_) => "calendar_quota",
+        }
+    }
+}
+
+/// What the functions of this module read of a policy: its algorithm and parameters, its penalty,
+/// and what a change of algorithm does to its keys. [`Policy`](crate::Policy) is the one
+/// implementation; they take it through this trait because policies are built from this
+/// module's parameter types, so this module cannot depend on them in turn.
+pub trait PolicyParts {
+    /// The algorithm and its parameters.
+    fn algorithm(&self) -> &Algorithm;
+    /// The penalty, if any.
+    fn penalty(&self) -> Option<&Penalty>;
+    /// What a change of algorithm or parameters does to the keys already counted.
+    fn on_change(&self) -> OnChange;
+}
 
 /// What one step decided, in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +322,7 @@ impl KeyState {
         self.penalty & BLOCK_MASK
     }
 
-    /// Offenses in a row under an escalating [`Penalty`](crate::Penalty): the step the current
+    /// Offenses in a row under an escalating [`Penalty`]: the step the current
     /// (or last) block took, counted from 1; 0 when none is kept. Only meaningful while the
     /// penalty's memory has not passed since [`blocked_until_us`](Self::blocked_until_us): see
     /// [`remembered_offenses`].
@@ -140,7 +353,7 @@ impl KeyState {
 
 /// Decides a request of `cost` at `now_us` for `policy`, penalty included: a blocked key is
 /// denied until the block ends, and a denial by the algorithm starts a block when the policy has
-/// a [`Penalty`](crate::Penalty), as long as the step of this offense (the offense count goes up
+/// a [`Penalty`], as long as the step of this offense (the offense count goes up
 /// by one when the previous offense is still remembered, and back to 1 when it is not). With
 /// `commit` the state is updated; without it nothing changes (a peek gives the answer a check
 /// would give).
@@ -161,7 +374,13 @@ impl KeyState {
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
 #[inline]
-pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, commit: bool) -> StepDecision {
+pub fn decide(
+    policy: &impl PolicyParts,
+    state: &mut KeyState,
+    now_us: u64,
+    cost: u64,
+    commit: bool,
+) -> StepDecision {
     // A blocked key's step only answers: nothing is spent while the block holds.
     let spends = commit && state.blocked_until_us() <= now_us;
     let mut outcome = step(policy.algorithm(), &mut state.algorithm, now_us, cost, spends);
@@ -175,7 +394,13 @@ pub fn decide(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64, com
 /// give. It changes the answer in place: most keys have no penalty, and their answer is then
 /// not copied at all.
 #[inline(always)]
-fn penalize(policy: &Policy, state: &mut KeyState, now_us: u64, outcome: &mut StepDecision, commit: bool) {
+fn penalize(
+    policy: &impl PolicyParts,
+    state: &mut KeyState,
+    now_us: u64,
+    outcome: &mut StepDecision,
+    commit: bool,
+) {
     if state.blocked_until_us() > now_us {
         let blocked_for = state.blocked_until_us() - now_us;
         *outcome = StepDecision {
@@ -223,7 +448,7 @@ fn penalize(policy: &Policy, state: &mut KeyState, now_us: u64, outcome: &mut St
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
 #[inline]
-pub fn remembered_offenses(policy: &Policy, state: &KeyState, now_us: u64) -> u64 {
+pub fn remembered_offenses(policy: &impl PolicyParts, state: &KeyState, now_us: u64) -> u64 {
     match policy.penalty() {
         Some(p) if p.escalates() && now_us < state.blocked_until_us().saturating_add(p.memory_us()) => {
             state.offenses()
@@ -250,7 +475,7 @@ pub fn remembered_offenses(policy: &Policy, state: &KeyState, now_us: u64) -> u6
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
 #[inline]
-pub fn keep_until_us(policy: &Policy, state: &KeyState, now_us: u64) -> u64 {
+pub fn keep_until_us(policy: &impl PolicyParts, state: &KeyState, now_us: u64) -> u64 {
     match (remembered_offenses(policy, state, now_us), policy.penalty()) {
         (0, _) | (_, None) => 0,
         (_, Some(p)) => state.blocked_until_us() + p.memory_us(),
@@ -275,7 +500,7 @@ pub fn keep_until_us(policy: &Policy, state: &KeyState, now_us: u64) -> u64 {
 /// assert!(decide(&policy, &mut state, 3, 1, false).allowed);
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
-pub fn refund(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64) {
+pub fn refund(policy: &impl PolicyParts, state: &mut KeyState, now_us: u64, cost: u64) {
     let slot = &mut state.algorithm;
     macro_rules! copy_state {
         ($params:expr, $variant:ident) => {{
@@ -340,7 +565,7 @@ pub struct StepCharge {
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
 #[inline(always)]
-pub fn charge(policy: &Policy, state: &mut KeyState, now_us: u64, cost: u64) -> StepCharge {
+pub fn charge(policy: &impl PolicyParts, state: &mut KeyState, now_us: u64, cost: u64) -> StepCharge {
     let slot = &mut state.algorithm;
     macro_rules! copy_state {
         ($params:expr, $variant:ident) => {{
@@ -434,7 +659,7 @@ fn step(
 /// # Ok::<(), tollgate::PolicyError>(())
 /// ```
 #[inline]
-pub fn hot_until_us(policy: &Policy, state: &mut KeyState, now_us: u64) -> u64 {
+pub fn hot_until_us(policy: &impl PolicyParts, state: &mut KeyState, now_us: u64) -> u64 {
     if state.blocked_until_us() > now_us {
         return state.blocked_until_us();
     }
@@ -443,121 +668,4 @@ pub fn hot_until_us(policy: &Policy, state: &mut KeyState, now_us: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-    use crate::algorithm::calendar_quota::Period;
-    use crate::{Anchor, Penalty, Rate};
-
-    /// A day boundary, so that windows and periods start here.
-    const T0: u64 = 20_000 * 86_400_000_000;
-
-    /// SplitMix64: a fixed sequence, so a failure replays exactly.
-    struct Random(u64);
-
-    impl Random {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
-        }
-
-        /// A number in `0..n`.
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
-
-    /// Every algorithm, with small budgets (so charges go into debt and checks are refused) and
-    /// short periods (so time moves them on).
-    fn algorithms() -> Vec<Algorithm> {
-        let ms = Duration::from_millis;
-        let rate = |n, millis| Rate::new(n, ms(millis)).unwrap();
-        vec![
-            Algorithm::fixed_window(3, ms(50), Anchor::Epoch).unwrap(),
-            Algorithm::fixed_window(5, ms(30), Anchor::FirstHit).unwrap(),
-            Algorithm::sliding_log(3, ms(50)).unwrap(),
-            Algorithm::sliding_log(6, ms(20)).unwrap(),
-            Algorithm::sliding_window(3, ms(50)).unwrap(),
-            Algorithm::sliding_window(7, ms(20)).unwrap(),
-            Algorithm::token_bucket(3, rate(1, 10)).unwrap(),
-            Algorithm::token_bucket(6, rate(3, 7)).unwrap(),
-            Algorithm::leaky_bucket(3, rate(1, 10)).unwrap(),
-            Algorithm::leaky_bucket(6, rate(3, 7)).unwrap(),
-            Algorithm::gcra(rate(1, 10), 3).unwrap(),
-            Algorithm::gcra(rate(3, 7), 6).unwrap(),
-            Algorithm::calendar_quota(3, Period::Day, "UTC").unwrap(),
-            Algorithm::calendar_quota(5, Period::Week, "Europe/Paris").unwrap(),
-        ]
-    }
-
-    /// Each algorithm without a penalty, with a fixed block, and with an escalating one.
-    fn policies() -> Vec<Policy> {
-        let ms = Duration::from_millis;
-        algorithms()
-            .into_iter()
-            .flat_map(|algorithm| {
-                let plain = Policy::new("p", algorithm).unwrap();
-                let blocked = plain.clone().with_block_for(ms(15)).unwrap();
-                let escalating = plain.clone().with_penalty(
-                    Penalty::sequence([ms(5), ms(20), ms(60)])
-                        .unwrap()
-                        .remember_for(ms(100))
-                        .unwrap(),
-                );
-                [plain, blocked, escalating]
-            })
-            .collect()
-    }
-
-    /// A charge's answer is the one a peek of cost 1 gets on the state it left, whatever the
-    /// algorithm, penalty, state and time: random checks, peeks, refunds and charges on one key,
-    /// with time moving forward (a little, or past a window or a day) and sometimes back.
-    #[test]
-    fn a_charge_answers_as_a_peek_of_one_after_it() {
-        let mut random = Random(0x7011_6a7e);
-        let mut charges = 0;
-        for policy in policies() {
-            let max_cost = policy.max_cost();
-            let mut state = KeyState::default();
-            let mut now = T0;
-            for i in 0..400 {
-                now = match random.below(20) {
-                    0 => now.saturating_sub(random.below(30_000)),
-                    1 => now + random.below(2 * 86_400_000_000),
-                    2..=5 => now,
-                    _ => now + random.below(40_000),
-                };
-                let cost = 1 + random.below(max_cost);
-                match random.below(10) {
-                    0..=3 => {
-                        decide(&policy, &mut state, now, cost, true);
-                    }
-                    4 => {
-                        decide(&policy, &mut state, now, cost, false);
-                    }
-                    5 => refund(&policy, &mut state, now, cost),
-                    _ => {
-                        // From nothing to three budgets: within it, exactly spent, in debt.
-                        let cost = random.below(3 * max_cost + 1);
-                        let before = state.clone();
-                        let charged = charge(&policy, &mut state, now, cost);
-                        let peek = decide(&policy, &mut state.clone(), now, 1, false);
-                        assert_eq!(
-                            charged.decision,
-                            peek,
-                            "{:?}, step {i}, a charge of {cost} at {now} on {before:?} left {state:?}",
-                            policy.algorithm(),
-                        );
-                        charges += 1;
-                    }
-                }
-            }
-        }
-        // Most draws are charges: the comparison above ran thousands of times.
-        assert!(charges > 10 * policies().len(), "{charges} charges");
-    }
-}
+mod tests;
