@@ -28,7 +28,6 @@
 //! killed outright (SIGKILL, `panic = "abort"`) cannot run it; its servers then live on until
 //! killed by hand.
 
-use std::ffi::OsString;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
@@ -41,6 +40,13 @@ use tempfile::TempDir;
 
 use crate::resp::{self, Reply};
 
+mod faults;
+mod programs;
+
+pub use programs::{CLI_VAR, SERVER_VAR, cli_program, server_program};
+use programs::{SERVER_NOT_FOUND, not_found};
+pub(crate) use programs::{run_redis_cli, try_run_redis_cli};
+
 /// How long a server gets to answer after it is spawned.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many fresh ports [`RedisServer::try_start`] tries when the chosen one turns out taken.
@@ -52,61 +58,10 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_millis(200);
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
 const LOG_FILE: &str = "redis.log";
-/// The password a replica cut from its master sends: its master has none, so every reconnection
-/// fails.
-const CUT_PASSWORD: &str = "tollgate-testkit-cut-from-master";
 const LOG_TAIL_LINES: usize = 20;
 
-const SERVER_NOT_FOUND: &str = "redis-server not found on PATH: install it with \
-     `apt-get install -y redis-server` (./scripts/test.sh does this)";
-const CLI_NOT_FOUND: &str = "redis-cli not found on PATH: install it with \
-     `apt-get install -y redis-server` (./scripts/test.sh does this)";
 /// The file a sentinel keeps its configuration in (it rewrites it as it learns the topology).
 const SENTINEL_CONF: &str = "sentinel.conf";
-
-/// The environment variable naming the server program the spawners run instead of
-/// `redis-server`, such as Valkey's `valkey-server`: a path, or a name looked up on `PATH`.
-pub const SERVER_VAR: &str = "TOLLGATE_REDIS_SERVER";
-/// The environment variable naming the command-line client run instead of `redis-cli` (for
-/// [`RedisServer::cli`] and cluster creation). Debian's `redis-cli` also builds Valkey clusters,
-/// so it can stay unset when only [`SERVER_VAR`] is.
-pub const CLI_VAR: &str = "TOLLGATE_REDIS_CLI";
-
-/// The server program the spawners run: [`SERVER_VAR`] when set and not empty, else
-/// `redis-server`.
-///
-/// ```
-/// let program = tollgate_testkit::redis_server::server_program();
-/// assert!(!program.is_empty());
-/// ```
-pub fn server_program() -> OsString {
-    program_from(SERVER_VAR, "redis-server")
-}
-
-/// The command-line client the test kit runs: [`CLI_VAR`] when set and not empty, else
-/// `redis-cli`.
-///
-/// ```
-/// let program = tollgate_testkit::redis_server::cli_program();
-/// assert!(!program.is_empty());
-/// ```
-pub fn cli_program() -> OsString {
-    program_from(CLI_VAR, "redis-cli")
-}
-
-fn program_from(var: &str, default: &str) -> OsString {
-    std::env::var_os(var)
-        .filter(|value| !value.is_empty())
-        .unwrap_or_else(|| default.into())
-}
-
-/// What a program that could not be found is called in errors, with where its name came from.
-fn not_found(var: &str, program: &OsString, default_advice: &str) -> String {
-    match std::env::var_os(var).filter(|value| !value.is_empty()) {
-        Some(_) => format!("{} (from {var}) not found", program.to_string_lossy()),
-        None => default_advice.to_owned(),
-    }
-}
 
 /// What kind of server a [`RedisServer`] runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -354,181 +309,6 @@ impl RedisServer {
         }
     }
 
-    /// Pauses every client of the server for `duration` (`CLIENT PAUSE <ms> ALL`), to make it
-    /// look hung: commands sent meanwhile block until the pause ends. Returns at once.
-    ///
-    /// # Panics
-    ///
-    /// When the server does not accept the command.
-    ///
-    /// ```
-    /// use std::time::{Duration, Instant};
-    ///
-    /// let redis = tollgate_testkit::RedisServer::start();
-    /// let paused_at = Instant::now();
-    /// redis.pause(Duration::from_millis(200));
-    /// redis.cli(&["PING"]);
-    /// assert!(paused_at.elapsed() >= Duration::from_millis(200));
-    /// ```
-    pub fn pause(&self, duration: Duration) {
-        let ms = duration.as_millis().to_string();
-        self.command(&["CLIENT", "PAUSE", &ms, "ALL"]);
-    }
-
-    /// Stops the server process with SIGSTOP (by its PID), as a hung machine would: the kernel
-    /// still accepts connections and buffers what clients send, but nothing is answered until
-    /// [`RedisServer::thaw`]. Unlike [`RedisServer::pause`] this lasts as long as the test wants,
-    /// and what was sent meanwhile runs after the thaw, once. Does nothing when not running.
-    ///
-    /// # Panics
-    ///
-    /// When the `kill` program cannot be run or fails.
-    ///
-    /// ```
-    /// use std::io::{Read, Write};
-    /// use std::time::Duration;
-    ///
-    /// let redis = tollgate_testkit::RedisServer::start();
-    /// redis.freeze();
-    /// let mut client = std::net::TcpStream::connect(redis.addr())?;
-    /// client.set_read_timeout(Some(Duration::from_millis(100)))?;
-    /// client.write_all(b"PING\r\n")?;
-    /// let mut reply = [0; 7];
-    /// assert!(client.read(&mut reply).is_err(), "a frozen server answers nothing");
-    /// redis.thaw();
-    /// client.set_read_timeout(None)?;
-    /// client.read_exact(&mut reply)?;
-    /// assert_eq!(&reply, b"+PONG\r\n");
-    /// # Ok::<(), std::io::Error>(())
-    /// ```
-    pub fn freeze(&self) {
-        self.signal("-STOP");
-    }
-
-    /// Resumes a server stopped by [`RedisServer::freeze`] (SIGCONT). Does nothing when not
-    /// running.
-    ///
-    /// # Panics
-    ///
-    /// When the `kill` program cannot be run or fails.
-    pub fn thaw(&self) {
-        self.signal("-CONT");
-    }
-
-    /// Sends `signal` to our own child, by its PID.
-    fn signal(&self, signal: &str) {
-        let Some(pid) = self.pid() else { return };
-        let status = Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .stdin(Stdio::null())
-            .status()
-            .unwrap_or_else(|e| panic!("could not run `kill {signal} {pid}`: {e}"));
-        assert!(status.success(), "`kill {signal} {pid}` failed ({status})");
-    }
-
-    /// Makes a replica stop receiving its master's writes, as a replica that lags behind or lost
-    /// its link does: its link to the master is dropped (`CLIENT KILL TYPE master`) and every
-    /// reconnection fails, because the replica now sends a password its master does not have
-    /// (`masterauth`). It keeps its data and stays a replica, so the cluster can still promote it
-    /// when its master dies; it then lacks every write its master took since. Returns once the
-    /// replica reports `master_link_status:down`. [`RedisServer::rejoin_master`] undoes it.
-    ///
-    /// # Panics
-    ///
-    /// When the server is not a replica, does not accept the commands, or its link is still up
-    /// after 10 s.
-    ///
-    /// ```no_run
-    /// let cluster = tollgate_testkit::RedisCluster::start_with_replicas();
-    /// let master = cluster.slot_owner(0);
-    /// let replica = cluster.replica_of(master).expect("a replica");
-    /// replica.cut_from_master();
-    /// assert!(replica.cli(&["INFO", "replication"]).contains("master_link_status:down"));
-    /// replica.rejoin_master();
-    /// ```
-    pub fn cut_from_master(&self) {
-        let info = self.command(&["INFO", "replication"]);
-        assert!(
-            info.lines().any(|line| line.trim_end() == "role:slave"),
-            "redis at port {} is not a replica:\n{info}",
-            self.port
-        );
-        self.command(&["CONFIG", "SET", "masterauth", CUT_PASSWORD]);
-        // The reply is the number of connections closed: 1, or 0 when the link was down already.
-        resp::command(
-            self.addr(),
-            &["CLIENT", "KILL", "TYPE", "master"],
-            COMMAND_TIMEOUT,
-        )
-        .unwrap_or_else(|e| panic!("`CLIENT KILL TYPE master` on redis at port {}: {e}", self.port));
-        let deadline = Instant::now() + READY_TIMEOUT;
-        while !self.replication_info().contains("master_link_status:down") {
-            assert!(
-                Instant::now() < deadline,
-                "the replica at port {} kept its link to its master",
-                self.port
-            );
-            thread::sleep(POLL_INTERVAL);
-        }
-    }
-
-    /// Lets a replica cut by [`RedisServer::cut_from_master`] reconnect to its master (it does
-    /// within a second, and catches up from the master's backlog). Also harmless on a replica
-    /// that was never cut, or one promoted since.
-    ///
-    /// # Panics
-    ///
-    /// When the server does not accept the command.
-    pub fn rejoin_master(&self) {
-        self.command(&["CONFIG", "SET", "masterauth", ""]);
-    }
-
-    /// `INFO replication`, or an empty text when the server cannot be asked.
-    fn replication_info(&self) -> String {
-        self.try_command(&["INFO", "replication"]).unwrap_or_default()
-    }
-
-    /// Makes the server require `password` from new connections (`CONFIG SET requirepass`);
-    /// connections already open stay authenticated. The testkit's own commands ([`cli`],
-    /// [`pause`], ...) do not authenticate, so they fail from then on; stopping the server on drop
-    /// still works.
-    ///
-    /// [`cli`]: RedisServer::cli
-    /// [`pause`]: RedisServer::pause
-    ///
-    /// # Panics
-    ///
-    /// When the server does not accept the command.
-    ///
-    /// ```
-    /// let redis = tollgate_testkit::RedisServer::start();
-    /// redis.require_password("secret");
-    /// assert!(redis.cli(&["PING"]).starts_with("NOAUTH"));
-    /// assert_eq!(redis.cli(&["--no-auth-warning", "-a", "secret", "PING"]), "PONG");
-    /// ```
-    pub fn require_password(&self, password: &str) {
-        self.command(&["CONFIG", "SET", "requirepass", password]);
-    }
-
-    /// Makes every write fail with `OOM` while reads still work: `maxmemory` of 1 byte with the
-    /// `noeviction` policy, as a full Redis that may not evict answers.
-    ///
-    /// # Panics
-    ///
-    /// When the server does not accept the commands.
-    ///
-    /// ```
-    /// let redis = tollgate_testkit::RedisServer::start();
-    /// redis.cli(&["SET", "k", "v"]);
-    /// redis.fill_memory();
-    /// assert!(redis.cli(&["SET", "k2", "v"]).starts_with("OOM"));
-    /// assert_eq!(redis.cli(&["GET", "k"]), "v");
-    /// ```
-    pub fn fill_memory(&self) {
-        self.command(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
-        self.command(&["CONFIG", "SET", "maxmemory", "1"]);
-    }
-
     /// Runs `redis-cli -h 127.0.0.1 -p PORT <args>` and returns its standard output without the
     /// trailing newline. The output is redis-cli's raw form: one line per element of an array.
     ///
@@ -550,26 +330,6 @@ impl RedisServer {
         let mut full = vec!["-h", "127.0.0.1", "-p", &port];
         full.extend_from_slice(args);
         run_redis_cli(&full)
-    }
-
-    /// Removes every cached Lua script and every function library (`SCRIPT FLUSH`, `FUNCTION
-    /// FLUSH`), so the next `EVALSHA` gets `NOSCRIPT` and the next `FCALL` "Function not found".
-    ///
-    /// # Panics
-    ///
-    /// When the server does not accept the commands.
-    ///
-    /// ```
-    /// let redis = tollgate_testkit::RedisServer::start();
-    /// let sha = redis.cli(&["SCRIPT", "LOAD", "return 1"]);
-    /// redis.cli(&["FUNCTION", "LOAD", "#!lua name=lib\nredis.register_function('f', function() return 1 end)"]);
-    /// redis.script_flush();
-    /// assert_eq!(redis.cli(&["SCRIPT", "EXISTS", &sha]), "0");
-    /// assert_eq!(redis.cli(&["FUNCTION", "LIST"]), "");
-    /// ```
-    pub fn script_flush(&self) {
-        self.command(&["SCRIPT", "FLUSH"]);
-        self.command(&["FUNCTION", "FLUSH"]);
     }
 
     /// How many script calls (`EVALSHA` and `FCALL`) the server has run, from `INFO commandstats`.
@@ -803,47 +563,6 @@ impl Drop for RedisServer {
             self.kill();
         }
     }
-}
-
-/// Runs redis-cli with `args` and returns its standard output without the trailing newline.
-///
-/// # Panics
-///
-/// When redis-cli is missing or exits with a failure.
-pub(crate) fn run_redis_cli(args: &[&str]) -> String {
-    try_run_redis_cli(args).unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// [`run_redis_cli`] that returns the error instead of panicking: `NotFound` when redis-cli is
-/// missing, otherwise an error quoting the command and what it printed.
-pub(crate) fn try_run_redis_cli(args: &[&str]) -> io::Result<String> {
-    let program = cli_program();
-    let output = Command::new(&program)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => io::Error::new(
-                io::ErrorKind::NotFound,
-                not_found(CLI_VAR, &program, CLI_NOT_FOUND),
-            ),
-            _ => io::Error::new(
-                e.kind(),
-                format!("could not run {}: {e}", program.to_string_lossy()),
-            ),
-        })?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if !output.status.success() {
-        return Err(io::Error::other(format!(
-            "`{} {}` failed ({}):\n{}{}",
-            program.to_string_lossy(),
-            args.join(" "),
-            output.status,
-            String::from_utf8_lossy(&output.stderr),
-            stdout
-        )));
-    }
-    Ok(stdout.trim_end_matches('\n').to_owned())
 }
 
 /// `n` distinct ports that were free on `127.0.0.1` a moment ago: all are bound at once (so the
