@@ -26,6 +26,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod decision_log_args;
+mod env_var;
 mod envoy_args;
 mod envoy_env;
 mod grpc_tls_args;

@@ -20,7 +20,7 @@ use std::time::Duration;
 use clap::Args;
 use tollgate_server::statsd::{StatsdOptions, StatsdProtocol};
 
-use crate::envoy_env::{EnvError, boolean};
+use crate::env_var::{EnvError, boolean};
 use crate::listener_args::duration;
 
 /// The statistics flags.
@@ -201,7 +201,7 @@ fn protocol(text: &str) -> Result<StatsdProtocol, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envoy_env::lookup as env;
+    use crate::env_var::lookup as env;
 
     #[test]
     fn envoy_gateways_prometheus_listener_is_read_as_go_reads_it() {

@@ -27,7 +27,7 @@ use clap::Args;
 use tollgate_server::xds::Backoff;
 use tollgate_server::{XdsOptions, XdsSource, XdsTls};
 
-use crate::envoy_env::{EnvError, boolean};
+use crate::env_var::{EnvError, boolean};
 use crate::listener_args::duration;
 
 /// The `--xds-*` flags.
@@ -253,7 +253,7 @@ fn factor(text: &str) -> Result<f64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envoy_env::lookup as env;
+    use crate::env_var::lookup as env;
 
     #[test]
     fn envoy_gateways_variables_give_an_mtls_source_that_starts_at_once() {
