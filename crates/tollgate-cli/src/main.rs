@@ -502,7 +502,7 @@ fn main() -> ExitCode {
             store,
         } => policy_test(tollgate_server::policy_test::TestOptions {
             config,
-            scenarios,
+            tests: scenarios,
             store,
         }),
         Command::Replay {

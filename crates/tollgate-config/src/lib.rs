@@ -52,9 +52,9 @@
 //! - `fields` (private): the scalar fields both formats share (algorithm names, failure modes).
 //! - [`limits`]: [`Limits`], the compiled configuration, and the envoyproxy/ratelimit descriptor
 //!   matcher ([`Limits::resolve`]) with its store keys.
+//! - [`policy_tests`]: policy tests (`tollgate test`), timed requests and the answers they must
+//!   get, read with the same file and field errors.
 //! - [`routes`]: which policies `tollgate proxy` applies to a request path, and its key.
-//! - [`scenarios`]: policy test scenarios (`tollgate test`), timed requests and the answers they
-//!   must get, read with the same file and field errors.
 //! - `read` (private): reading one file with a size cap ([`MAX_FILE_BYTES`]) and a timeout
 //!   ([`READ_TIMEOUT`]); a FIFO or a device is refused before it is opened.
 //!
@@ -102,9 +102,9 @@ pub mod limits;
 mod metadata;
 pub mod ours;
 mod pattern;
+pub mod policy_tests;
 mod read;
 pub mod routes;
-pub mod scenarios;
 mod unit;
 pub mod yaml;
 

@@ -50,7 +50,7 @@
 //!   applied as a reload and ACKed, or NACKed with the old limits kept.
 //! - `serve_proxy` ([`serve_proxy()`], [`ProxyOptions`]): `tollgate proxy`'s start, reload
 //!   and shutdown around the proxy's door.
-//! - [`policy_test`]: `tollgate test`, scenario files run through the doors on a virtual
+//! - [`policy_test`]: `tollgate test`, policy test files run through the doors on a virtual
 //!   clock, on the memory store or Redis, with each answer that differed from the expected one.
 //! - [`replay`]: `tollgate replay`, a decision log decided again under a new config (and a
 //!   baseline) on a virtual clock, with the requests whose outcome flips.

@@ -1,5 +1,5 @@
-//! One scenario through the server's own doors: each step's request, sent to the door that takes
-//! it, and the answer read back into what a scenario can expect ([`Got`]). Nothing here matches
+//! One policy test through the server's own doors: each step's request, sent to the door that takes
+//! it, and the answer read back into what a test can expect ([`Got`]). Nothing here matches
 //! a policy, a descriptor or a route: the doors do, as they do when serving.
 
 use std::net::SocketAddr;
@@ -12,11 +12,11 @@ use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, Request, StatusCode};
 use http_body_util::BodyExt;
 use tollgate::ManualClock;
-use tollgate_config::scenarios::{Ask, Scenario};
+use tollgate_config::policy_tests::{Ask, PolicyTest};
 use tollgate_config::{ConfigError, Limits};
 use tower::ServiceExt;
 
-use super::report::{Difference, ScenarioResult, compare};
+use super::report::{Difference, TestResult, compare};
 use super::{START_US, TestError};
 use crate::envoy::grpc::RlsService;
 use crate::envoy::grpc::proto::{RateLimitDescriptor, RateLimitRequest, rate_limit_descriptor::Entry};
@@ -24,13 +24,13 @@ use crate::proxy::{self, Forward};
 use crate::runtime::store::AnyStore;
 use crate::runtime::{AppState, Settings};
 
-/// The most differing requests kept per scenario; the report counts the rest.
+/// The most differing requests kept per test; the report counts the rest.
 const KEPT_DIFFERENCES: usize = 20;
 
 /// The port a proxied request comes from; only the address is the client's key.
 const CLIENT_PORT: u16 = 40_000;
 
-/// What a door answered, in the terms a scenario expects.
+/// What a door answered, in the terms a test expects.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Got {
     /// Admitted: a 2xx answer, or Envoy's overall `OK`.
@@ -47,7 +47,7 @@ pub(crate) struct Got {
     pub detail: Option<String>,
 }
 
-/// The doors of one scenario, over its store.
+/// The doors of one test, over its store.
 pub(super) struct Doors {
     api: Router,
     envoy: RlsService,
@@ -78,21 +78,21 @@ impl Doors {
         })
     }
 
-    /// Runs every step of `scenario`, moving `clock` to each sending's time.
+    /// Runs every step of `test`, moving `clock` to each sending's time.
     pub(super) async fn run(
         &self,
         file: &str,
-        scenario: &Scenario,
+        test: &PolicyTest,
         clock: &ManualClock,
-    ) -> anyhow::Result<ScenarioResult> {
-        let mut result = ScenarioResult {
+    ) -> anyhow::Result<TestResult> {
+        let mut result = TestResult {
             file: file.to_owned(),
-            name: scenario.name.clone(),
+            name: test.name.clone(),
             requests: 0,
             differences: Vec::new(),
             more_differences: 0,
         };
-        for (index, step) in scenario.steps.iter().enumerate() {
+        for (index, step) in test.steps.iter().enumerate() {
             for n in 0..step.repeat {
                 let at = step.time_of(n);
                 clock.set_us(START_US.saturating_add(u64::try_from(at.as_micros()).unwrap_or(u64::MAX)));
@@ -269,7 +269,7 @@ fn least_remaining(headers: &HeaderMap) -> Option<u64> {
 }
 
 /// The upstream `request` steps are forwarded to: on loopback, answering 200 to everything, so
-/// what a scenario sees is the proxy's own decision.
+/// what a test sees is the proxy's own decision.
 pub(super) struct StandIn {
     addr: SocketAddr,
     stop: tokio::sync::oneshot::Sender<()>,

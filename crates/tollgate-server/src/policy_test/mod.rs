@@ -1,24 +1,24 @@
 //! `tollgate test CONFIG SCENARIOS`: policy tests, run in CI before a limit is deployed, as
 //! code is tested before it ships.
 //!
-//! A scenario file ([`tollgate_config::scenarios`]) holds timed requests and the answers they
-//! must get. Each scenario runs on a fresh store whose clock is moved by hand
+//! A policy test file ([`tollgate_config::policy_tests`]) holds timed requests and the answers they
+//! must get. Each test runs on a fresh store whose clock is moved by hand
 //! ([`tollgate::ManualClock`]), so a step at `at: 2m` runs at once, and through the server's own
 //! doors, not a copy of them:
 //!
 //! - `check` steps go to the HTTP API's router (`POST /v1/check`);
-//! - `envoy` steps go to the Envoy rate limit service ([`RlsService::answer`](crate::grpc::RlsService::answer), which gRPC and
+//! - `envoy` steps go to the Envoy rate limit service ([`RlsService::answer`](crate::envoy::grpc::RlsService::answer), which gRPC and
 //!   `POST /json` both call, planned by [`tollgate_config::envoy_plan`]);
 //! - `request` steps go to `tollgate proxy`'s router ([`proxy::app`](crate::proxy::app)), whose
 //!   admitted requests reach a stand-in upstream on loopback that answers 200.
 //!
-//! So a scenario that passes here is answered the same way by `tollgate serve` and `tollgate
+//! So a test that passes here is answered the same way by `tollgate serve` and `tollgate
 //! proxy` over the same config.
 //!
-//! On the memory store every scenario gets a new store. On Redis (`--store redis://...`) every
-//! scenario gets a key prefix of its own, new on every run, and the store passes the manual
+//! On the memory store every test gets a new store. On Redis (`--store redis://...`) every
+//! test gets a key prefix of its own, new on every run, and the store passes the manual
 //! clock's time to the scripts instead of Redis `TIME` (the store's test clock,
-//! [`RedisStoreBuilder::clock`]), so the same scenario gives the same answers on both stores.
+//! [`RedisStoreBuilder::clock`]), so the same test gives the same answers on both stores.
 //!
 //! Virtual time starts at [`START_US`], 2024-01-01T00:00:00Z, a Monday at midnight: windows
 //! aligned to the minute, hour, day or week all begin at `at: 0s`.
@@ -33,10 +33,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tollgate::ManualClock;
-use tollgate_config::scenarios::{Ask, ScenarioFile};
+use tollgate_config::policy_tests::{Ask, PolicyTestFile};
 use tollgate_redis::{RedisStore, Target};
 
-pub use report::{Difference, Mismatch, Report, ScenarioResult};
+pub use report::{Difference, Mismatch, Report, TestResult};
 
 use crate::runtime::store::AnyStore;
 use doors::{Doors, StandIn};
@@ -49,18 +49,18 @@ pub const START_US: u64 = 1_704_067_200_000_000;
 pub struct TestOptions {
     /// The config file or directory under test.
     pub config: PathBuf,
-    /// Scenario files, or directories of `*.yaml` and `*.yml` scenario files.
-    pub scenarios: Vec<PathBuf>,
+    /// Policy test files, or directories of `*.yaml` and `*.yml` policy test files.
+    pub tests: Vec<PathBuf>,
     /// A Redis store to run on (`redis://...`, `redis+cluster://...`); the memory store when
     /// `None`.
     pub store: Option<String>,
 }
 
-/// Why the scenarios could not be run (not a difference: those are in the [`Report`]).
+/// Why the tests could not be run (not a difference: those are in the [`Report`]).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TestError {
-    /// The config, or a scenario file, is unusable; the message names the file and field.
+    /// The config, or a policy test file, is unusable; the message names the file and field.
     #[error(transparent)]
     File(#[from] tollgate_config::ConfigError),
     /// Anything else: the store, the stand-in upstream.
@@ -68,18 +68,20 @@ pub enum TestError {
     Run(anyhow::Error),
 }
 
-/// Loads the config and the scenario files, checks every scenario against the config, then runs
+/// Loads the config and the policy test files, checks every test against the config, then runs
 /// them all, in file order; see the [module docs](self).
 pub async fn run(options: &TestOptions) -> Result<Report, TestError> {
     let limits = tollgate_config::load(&options.config)?;
-    let loaded = ScenarioFile::load_all(&options.scenarios)?;
+    let loaded = PolicyTestFile::load_all(&options.tests)?;
     for file in &loaded {
         file.check_against(&limits)?;
     }
     let proxied = loaded.iter().any(|file| {
-        file.scenarios
-            .iter()
-            .any(|s| s.steps.iter().any(|step| matches!(step.ask, Ask::Request { .. })))
+        file.tests.iter().any(|test| {
+            test.steps
+                .iter()
+                .any(|step| matches!(step.ask, Ask::Request { .. }))
+        })
     });
     let stand_in = match proxied {
         true => Some(StandIn::start().await.map_err(TestError::Run)?),
@@ -89,20 +91,20 @@ pub async fn run(options: &TestOptions) -> Result<Report, TestError> {
     let mut report = Report::default();
     let mut number = 0;
     for file in &loaded {
-        for scenario in &file.scenarios {
+        for test in &file.tests {
             number += 1;
             let clock = ManualClock::new(START_US);
             let store = open_store(options.store.as_deref(), &clock, &format!("{run_id}:{number}"))
                 .await
                 .map_err(TestError::Run)?;
-            // Loaded again for each scenario: the doors own their limits.
+            // Loaded again for each test: the doors own their limits.
             let limits = || tollgate_config::load(&options.config);
             let doors = Doors::new(limits, store, stand_in.as_ref())?;
             let result = doors
-                .run(&file.file, scenario, &clock)
+                .run(&file.file, test, &clock)
                 .await
                 .map_err(TestError::Run)?;
-            report.scenarios.push(result);
+            report.tests.push(result);
         }
     }
     if let Some(stand_in) = stand_in {
@@ -111,15 +113,15 @@ pub async fn run(options: &TestOptions) -> Result<Report, TestError> {
     Ok(report)
 }
 
-/// A fresh store on `clock`: memory, or Redis under a prefix no other run or scenario uses.
-async fn open_store(url: Option<&str>, clock: &ManualClock, scenario: &str) -> anyhow::Result<AnyStore> {
+/// A fresh store on `clock`: memory, or Redis under a prefix no other run or test uses.
+async fn open_store(url: Option<&str>, clock: &ManualClock, test: &str) -> anyhow::Result<AnyStore> {
     let Some(url) = url else {
         return Ok(AnyStore::manual_memory(clock.clone()));
     };
     let target = Target::parse(url)?;
     let shown = target.display();
     let store = RedisStore::builder(target)
-        .prefix(format!("tollgate-test:{scenario}:"))
+        .prefix(format!("tollgate-test:{test}:"))
         .clock(clock.clone())
         // A CI machine's Redis may be slow to answer; a timeout would read as a failure mode.
         .timeout(Duration::from_secs(2))

@@ -1,6 +1,6 @@
-//! What `tollgate test` prints: one line per scenario, and under a failed one each request whose
+//! What `tollgate test` prints: one line per test, and under a failed one each request whose
 //! answer differed (the step, which sending, its virtual time, the request), then each field
-//! expected against what came, so a failure reads without the scenario file at hand:
+//! expected against what came, so a failure reads without the test file at hand:
 //!
 //! ```text
 //! FAIL  movies.yaml: the 21st request is refused
@@ -13,30 +13,30 @@ use std::fmt;
 use std::time::Duration;
 
 use tollgate_config::duration::format_duration;
-use tollgate_config::scenarios::Expect;
+use tollgate_config::policy_tests::Expect;
 
 use super::doors::Got;
 
-/// Every scenario's result, in the order run.
+/// Every test's result, in the order run.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
-    /// One per scenario.
-    pub scenarios: Vec<ScenarioResult>,
+    /// One per test.
+    pub tests: Vec<TestResult>,
 }
 
 impl Report {
     /// Whether every answer was the expected one.
     pub fn passed(&self) -> bool {
-        self.scenarios.iter().all(ScenarioResult::passed)
+        self.tests.iter().all(TestResult::passed)
     }
 }
 
-/// One scenario's answers that differed from what it expects.
+/// One test's answers that differed from what it expects.
 #[derive(Debug, Clone)]
-pub struct ScenarioResult {
-    /// The scenario file.
+pub struct TestResult {
+    /// The test file.
     pub file: String,
-    /// The scenario's name.
+    /// The test's name.
     pub name: String,
     /// Requests sent.
     pub requests: u64,
@@ -46,7 +46,7 @@ pub struct ScenarioResult {
     pub more_differences: u64,
 }
 
-impl ScenarioResult {
+impl TestResult {
     /// Whether every answer was the expected one.
     pub fn passed(&self) -> bool {
         self.differences.is_empty()
@@ -56,13 +56,13 @@ impl ScenarioResult {
 /// One request whose answer differed.
 #[derive(Debug, Clone)]
 pub struct Difference {
-    /// The step's index in the scenario.
+    /// The step's index in the test.
     pub step: usize,
     /// Which sending of the step (from 0).
     pub sending: u32,
     /// How many times the step is sent.
     pub of: u32,
-    /// Its virtual time since the scenario started.
+    /// Its virtual time since the test started.
     pub at: Duration,
     /// The request, as one line.
     pub ask: String,
@@ -75,9 +75,9 @@ pub struct Difference {
 /// One expected field and what came instead.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mismatch {
-    /// The field, as the scenario file names it.
+    /// The field, as the test file names it.
     pub field: &'static str,
-    /// What the scenario expects.
+    /// What the test expects.
     pub expected: String,
     /// What the door answered.
     pub got: String,
@@ -119,7 +119,7 @@ fn shown(value: Option<impl ToString>) -> String {
     value.map_or_else(|| "none".to_owned(), |v| v.to_string())
 }
 
-/// A duration as scenario files write it; `none` for no wait.
+/// A duration as test files write it; `none` for no wait.
 fn duration(value: Option<Duration>) -> String {
     match value {
         None => "none".to_owned(),
@@ -132,11 +132,11 @@ fn duration(value: Option<Duration>) -> String {
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for scenario in &self.scenarios {
-            write!(f, "{scenario}")?;
+        for test in &self.tests {
+            write!(f, "{test}")?;
         }
-        let failed = self.scenarios.iter().filter(|s| !s.passed()).count();
-        let total = self.scenarios.len();
+        let failed = self.tests.iter().filter(|t| !t.passed()).count();
+        let total = self.tests.len();
         match failed {
             0 => writeln!(f, "\n{total} scenarios passed"),
             _ => writeln!(f, "\n{failed} of {total} scenarios failed"),
@@ -144,7 +144,7 @@ impl fmt::Display for Report {
     }
 }
 
-impl fmt::Display for ScenarioResult {
+impl fmt::Display for TestResult {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.passed() {
             let plural = if self.requests == 1 { "" } else { "s" };

@@ -1,11 +1,15 @@
-//! Policy test scenarios: timed requests and the answers they must get, read from YAML, so a
-//! limit can be tested in CI the way code is, before it is deployed (`tollgate test CONFIG
-//! SCENARIOS`, which runs them through the server's own doors on a virtual clock).
+//! Policy tests: timed requests and the answers they must get, read from YAML, so a limit can be
+//! tested in CI the way code is, before it is deployed (`tollgate test CONFIG SCENARIOS`, which
+//! runs them through the server's own doors on a virtual clock).
 //!
 //! This module only reads and checks the files; running them is the server's
 //! (`tollgate_server::policy_test`). Errors are [`ConfigError`]s, `<file>: <path>: <message>`,
-//! as a config's are, and [`ScenarioFile::check_against`] refuses a scenario that names a policy
-//! or a domain the config does not define, before anything runs.
+//! as a config's are, and [`PolicyTestFile::check_against`] refuses a test that names a policy or
+//! a domain the config does not define, before anything runs.
+//!
+//! The file lists its tests under `scenarios`, the format's key since its first version (and the
+//! word the CLI and the docs use for these files); in code a test is a [`PolicyTest`], so that
+//! "scenario" is left to the bench scenarios of `tollgate bench`.
 //!
 //! # Format
 //!
@@ -13,7 +17,7 @@
 //! scenarios:
 //!   - name: twenty a minute per client
 //!     steps:
-//!       - at: 0s             # virtual time since the scenario started (default: the previous step's)
+//!       - at: 0s             # virtual time since the test started (default: the previous step's)
 //!         repeat: 20         # send it this many times (default 1) ...
 //!         every: 1s          # ... this far apart (default: all at once)
 //!         check: {policy: movies, key: 198.51.100.4}
@@ -53,18 +57,18 @@ use crate::{ConfigError, ConfigErrorKind, Limits};
 /// `repeat: 10000000000` is refused instead of running for hours.
 pub const MAX_REPEAT: u32 = 100_000;
 
-/// One scenario file, read and checked.
+/// One policy test file, read and checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScenarioFile {
+pub struct PolicyTestFile {
     /// The file's name, as errors and reports show it.
     pub file: String,
-    /// Its scenarios, in order.
-    pub scenarios: Vec<Scenario>,
+    /// Its tests (the file's `scenarios`), in order.
+    pub tests: Vec<PolicyTest>,
 }
 
 /// Requests on one virtual clock, starting from an empty store.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scenario {
+pub struct PolicyTest {
     /// What it shows, as the report names it.
     pub name: String,
     /// Its steps, in time order.
@@ -74,7 +78,7 @@ pub struct Scenario {
 /// One request, sent `repeat` times, and what each answer must be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
-    /// Virtual time of the first sending, since the scenario started.
+    /// Virtual time of the first sending, since the test started.
     pub at: Duration,
     /// How many times it is sent (at least 1).
     pub repeat: u32,
@@ -169,19 +173,19 @@ pub struct Expect {
     pub remaining: Option<u64>,
 }
 
-impl ScenarioFile {
-    /// Reads the scenario file at `path` (at most [`MAX_FILE_BYTES`](crate::MAX_FILE_BYTES), a
+impl PolicyTestFile {
+    /// Reads the policy test file at `path` (at most [`MAX_FILE_BYTES`](crate::MAX_FILE_BYTES), a
     /// regular file, as a config file is read).
-    pub fn load(path: &Path) -> Result<ScenarioFile, ConfigError> {
+    pub fn load(path: &Path) -> Result<PolicyTestFile, ConfigError> {
         let name = path.display().to_string();
         let yaml = crate::read::read_config_file(path)
             .map_err(|e| ConfigError::new(name.clone(), None, ConfigErrorKind::Io(e)))?;
         Self::parse(&name, &yaml)
     }
 
-    /// Reads the scenario files of `paths`: each file as given, and each directory's `*.yaml`
+    /// Reads the policy test files of `paths`: each file as given, and each directory's `*.yaml`
     /// and `*.yml` files in name order, chosen as a config directory's are.
-    pub fn load_all(paths: &[impl AsRef<Path>]) -> Result<Vec<ScenarioFile>, ConfigError> {
+    pub fn load_all(paths: &[impl AsRef<Path>]) -> Result<Vec<PolicyTestFile>, ConfigError> {
         let mut files = Vec::new();
         for path in paths {
             let path = path.as_ref();
@@ -197,18 +201,18 @@ impl ScenarioFile {
         Ok(files)
     }
 
-    /// Reads one scenario file's text; `file` names it in errors.
+    /// Reads one policy test file's text; `file` names it in errors.
     ///
     /// ```
-    /// use tollgate_config::scenarios::{Ask, ScenarioFile};
+    /// use tollgate_config::policy_tests::{Ask, PolicyTestFile};
     ///
-    /// let file = ScenarioFile::parse(
+    /// let file = PolicyTestFile::parse(
     ///     "movies.yaml",
     ///     "scenarios:\n  - name: one\n    steps:\n      - check: {policy: movies, key: 198.51.100.4}\n        expect: {allowed: true}\n",
     /// )?;
-    /// assert!(matches!(&file.scenarios[0].steps[0].ask, Ask::Check { cost: 1, .. }));
+    /// assert!(matches!(&file.tests[0].steps[0].ask, Ask::Check { cost: 1, .. }));
     ///
-    /// let err = ScenarioFile::parse(
+    /// let err = PolicyTestFile::parse(
     ///     "movies.yaml",
     ///     "scenarios:\n  - name: one\n    steps:\n      - check: {policy: movies, key: k}\n        expect: {status: 429, retry_after: soon}\n",
     /// )
@@ -219,7 +223,7 @@ impl ScenarioFile {
     /// );
     /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
-    pub fn parse(file: &str, yaml: &str) -> Result<ScenarioFile, ConfigError> {
+    pub fn parse(file: &str, yaml: &str) -> Result<PolicyTestFile, ConfigError> {
         let value: Value = crate::yaml::parse(file, yaml)?;
         if value.is_null() {
             return Err(ConfigError::new(
@@ -237,32 +241,32 @@ impl ScenarioFile {
         if raw.scenarios.is_empty() {
             return Err(at("scenarios".into(), ConfigErrorKind::Empty));
         }
-        let mut scenarios = Vec::with_capacity(raw.scenarios.len());
-        for (i, scenario) in raw.scenarios.into_iter().enumerate() {
+        let mut tests = Vec::with_capacity(raw.scenarios.len());
+        for (i, test) in raw.scenarios.into_iter().enumerate() {
             let here = format!("scenarios[{i}]");
-            if scenario.name.trim().is_empty() {
+            if test.name.trim().is_empty() {
                 return Err(at(format!("{here}.name"), ConfigErrorKind::Empty));
             }
-            if scenario.steps.is_empty() {
+            if test.steps.is_empty() {
                 return Err(at(format!("{here}.steps"), ConfigErrorKind::Empty));
             }
-            let mut steps = Vec::with_capacity(scenario.steps.len());
+            let mut steps = Vec::with_capacity(test.steps.len());
             let mut now = Duration::ZERO;
-            for (j, step) in scenario.steps.into_iter().enumerate() {
+            for (j, step) in test.steps.into_iter().enumerate() {
                 let step = step
                     .read(&format!("{here}.steps[{j}]"), now)
                     .map_err(|(path, kind)| at(path, kind))?;
                 now = step.time_of(step.repeat - 1);
                 steps.push(step);
             }
-            scenarios.push(Scenario {
-                name: scenario.name,
+            tests.push(PolicyTest {
+                name: test.name,
                 steps,
             });
         }
-        Ok(ScenarioFile {
+        Ok(PolicyTestFile {
             file: file.to_owned(),
-            scenarios,
+            tests,
         })
     }
 
@@ -270,10 +274,10 @@ impl ScenarioFile {
     /// field: a typo would otherwise only show as an unexpected answer.
     ///
     /// ```
-    /// use tollgate_config::scenarios::ScenarioFile;
+    /// use tollgate_config::policy_tests::PolicyTestFile;
     ///
     /// let limits = tollgate_config::parse("a.yaml", "policies:\n  api: {algorithm: gcra, rate: 1/s, burst: 1}\n")?;
-    /// let file = ScenarioFile::parse(
+    /// let file = PolicyTestFile::parse(
     ///     "t.yaml",
     ///     "scenarios:\n  - name: one\n    steps:\n      - check: {policy: apii, key: k}\n        expect: {allowed: true}\n",
     /// )?;
@@ -282,8 +286,8 @@ impl ScenarioFile {
     /// # Ok::<(), tollgate_config::ConfigError>(())
     /// ```
     pub fn check_against(&self, limits: &Limits) -> Result<(), ConfigError> {
-        for (i, scenario) in self.scenarios.iter().enumerate() {
-            for (j, step) in scenario.steps.iter().enumerate() {
+        for (i, test) in self.tests.iter().enumerate() {
+            for (j, step) in test.steps.iter().enumerate() {
                 let path = |field: &str| Some(format!("scenarios[{i}].steps[{j}].{field}"));
                 match &step.ask {
                     Ask::Check { policy, .. } if limits.policy(policy).is_none() => {
@@ -321,12 +325,12 @@ impl ScenarioFile {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, expecting = "a map with `scenarios`")]
 struct RawFile {
-    scenarios: Vec<RawScenario>,
+    scenarios: Vec<RawTest>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawScenario {
+struct RawTest {
     name: String,
     steps: Vec<RawStep>,
 }
@@ -583,17 +587,17 @@ mod tests {
     use super::*;
 
     fn error(yaml: &str) -> String {
-        ScenarioFile::parse("t.yaml", yaml).unwrap_err().to_string()
+        PolicyTestFile::parse("t.yaml", yaml).unwrap_err().to_string()
     }
 
     #[test]
     fn steps_default_to_the_previous_steps_end() {
-        let file = ScenarioFile::parse(
+        let file = PolicyTestFile::parse(
             "t.yaml",
             "scenarios:\n  - name: s\n    steps:\n      - {at: 10s, repeat: 3, every: 5s, check: {policy: p, key: k}, expect: {allowed: true}}\n      - {check: {policy: p, key: k}, expect: {allowed: false}}\n",
         )
         .expect("parses");
-        let steps = &file.scenarios[0].steps;
+        let steps = &file.tests[0].steps;
         assert_eq!(steps[0].time_of(2), Duration::from_secs(20));
         assert_eq!(steps[1].at, Duration::from_secs(20));
     }
