@@ -16,7 +16,8 @@ use tollgate_config::policy_tests::{Ask, PolicyTest};
 use tollgate_config::{ConfigError, Limits};
 use tower::ServiceExt;
 
-use super::report::{Difference, TestResult, compare};
+use super::compare::{Got, compare};
+use super::report::{Difference, TestResult};
 use super::{START_US, TestError};
 use crate::envoy::grpc::RlsService;
 use crate::envoy::grpc::proto::{RateLimitDescriptor, RateLimitRequest, rate_limit_descriptor::Entry};
@@ -29,23 +30,6 @@ const KEPT_DIFFERENCES: usize = 20;
 
 /// The port a proxied request comes from; only the address is the client's key.
 const CLIENT_PORT: u16 = 40_000;
-
-/// What a door answered, in the terms a test expects.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Got {
-    /// Admitted: a 2xx answer, or Envoy's overall `OK`.
-    pub allowed: bool,
-    /// The HTTP status (`check` and `request`).
-    pub status: Option<u16>,
-    /// Envoy's overall code.
-    pub code: Option<String>,
-    /// `Retry-After`, or the longest reset of an over-limit Envoy descriptor.
-    pub retry_after: Option<Duration>,
-    /// The least budget left among the limits that applied.
-    pub remaining: Option<u64>,
-    /// An error's message (a problem's `detail`, a gRPC status), shown with a difference.
-    pub detail: Option<String>,
-}
 
 /// The doors of one test, over its store.
 pub(super) struct Doors {

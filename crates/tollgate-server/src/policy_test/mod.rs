@@ -25,6 +25,7 @@
 //!
 //! [`RedisStoreBuilder::clock`]: tollgate_redis::RedisStoreBuilder::clock
 
+mod compare;
 mod doors;
 mod report;
 
@@ -36,7 +37,8 @@ use tollgate::ManualClock;
 use tollgate_config::policy_tests::{Ask, PolicyTestFile};
 use tollgate_redis::{RedisStore, Target};
 
-pub use report::{Difference, Mismatch, Report, TestResult};
+pub use compare::Mismatch;
+pub use report::{Difference, Report, TestResult};
 
 use crate::runtime::store::AnyStore;
 use doors::{Doors, StandIn};

@@ -12,10 +12,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use tollgate_config::duration::format_duration;
-use tollgate_config::policy_tests::Expect;
-
-use super::doors::Got;
+use super::compare::{Mismatch, duration};
 
 /// Every test's result, in the order run.
 #[derive(Debug, Clone, Default)]
@@ -70,64 +67,6 @@ pub struct Difference {
     pub mismatches: Vec<Mismatch>,
     /// The door's error message, when it answered with one.
     pub detail: Option<String>,
-}
-
-/// One expected field and what came instead.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mismatch {
-    /// The field, as the test file names it.
-    pub field: &'static str,
-    /// What the test expects.
-    pub expected: String,
-    /// What the door answered.
-    pub got: String,
-}
-
-/// The fields of `expect` that `got` does not match.
-pub(super) fn compare(expect: &Expect, got: &Got) -> Vec<Mismatch> {
-    let mut out = Vec::new();
-    let mut field = |field, expected: String, got: String| {
-        if expected != got {
-            out.push(Mismatch { field, expected, got });
-        }
-    };
-    if let Some(allowed) = expect.allowed {
-        field("allowed", allowed.to_string(), got.allowed.to_string());
-    }
-    if let Some(status) = expect.status {
-        field("status", status.to_string(), shown(got.status));
-    }
-    if let Some(code) = &expect.code {
-        field(
-            "code",
-            code.clone(),
-            got.code.clone().unwrap_or_else(|| "none".into()),
-        );
-    }
-    if let Some(retry_after) = expect.retry_after {
-        // Zero expects no wait at all.
-        let expected = (!retry_after.is_zero()).then_some(retry_after);
-        field("retry_after", duration(expected), duration(got.retry_after));
-    }
-    if let Some(remaining) = expect.remaining {
-        field("remaining", remaining.to_string(), shown(got.remaining));
-    }
-    out
-}
-
-fn shown(value: Option<impl ToString>) -> String {
-    value.map_or_else(|| "none".to_owned(), |v| v.to_string())
-}
-
-/// A duration as test files write it; `none` for no wait.
-fn duration(value: Option<Duration>) -> String {
-    match value {
-        None => "none".to_owned(),
-        Some(d) if d.is_zero() => "none".to_owned(),
-        // Whole seconds when it is some, as Retry-After gives them.
-        Some(d) if d.subsec_millis() == 0 => format_duration(d),
-        Some(d) => format!("{}ms", d.as_millis()),
-    }
 }
 
 impl fmt::Display for Report {
@@ -193,45 +132,5 @@ fn at(time: Duration) -> String {
         "0s".to_owned()
     } else {
         duration(Some(time))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn compares_only_the_fields_expected() {
-        let expect = Expect {
-            status: Some(429),
-            retry_after: Some(Duration::from_secs(60)),
-            ..Expect::default()
-        };
-        let got = Got {
-            allowed: true,
-            status: Some(200),
-            remaining: Some(3),
-            ..Got::default()
-        };
-        let fields: Vec<_> = compare(&expect, &got)
-            .into_iter()
-            .map(|m| format!("{}: expected {}, got {}", m.field, m.expected, m.got))
-            .collect();
-        assert_eq!(
-            fields,
-            [
-                "status: expected 429, got 200",
-                "retry_after: expected 1m, got none"
-            ]
-        );
-    }
-
-    #[test]
-    fn a_zero_retry_after_expects_none() {
-        let expect = Expect {
-            retry_after: Some(Duration::ZERO),
-            ..Expect::default()
-        };
-        assert!(compare(&expect, &Got::default()).is_empty());
     }
 }
