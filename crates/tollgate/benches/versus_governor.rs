@@ -1,6 +1,6 @@
 //! tollgate's GCRA against governor's keyed limiter, paired: the ratio the target is about.
 //!
-//! This machine's speed drifts by several times over minutes (see BENCHMARKS.md, "Noise"), so
+//! This machine's speed drifts by several times over minutes (BENCHMARKS-HISTORY.md, "Noise"), so
 //! two numbers measured a minute apart, as criterion's `check` bench measures them, can say
 //! either library is faster. Here the two run in alternating rounds within one process (the
 //! order flips every round), each round short, and the ratio is taken *per round*, so drift
