@@ -30,6 +30,7 @@ use tollgate::headers::millis_up;
 use tollgate::{Decision, Policy, Verdict, headers};
 
 use crate::KeyedPolicy;
+use crate::keyed_policy::PolicyHeaders;
 
 /// The media type of every problem body.
 pub const CONTENT_TYPE_PROBLEM: &str = "application/problem+json";
@@ -170,45 +171,6 @@ impl Problems {
                 .insert(RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
-    }
-}
-
-/// A rule's constant parts of the rate limit headers, rendered when the rule is made.
-#[derive(Debug, Clone)]
-pub(crate) struct PolicyHeaders {
-    /// The `RateLimit-Policy` entry, e.g. `"movies";q=20;w=60`.
-    policy: String,
-    /// The same as a field value, for a response that reports this rule alone.
-    policy_value: Option<HeaderValue>,
-    /// The start of every `RateLimit` entry, up to its numbers: `"movies";r=`.
-    limit_prefix: String,
-}
-
-impl PolicyHeaders {
-    pub(crate) fn new(policy: &Policy) -> Self {
-        let rendered = headers::ratelimit_policy(policy);
-        // The core renders an entry as the quoted name and its parameters; the name part is
-        // what a decision with zero everywhere renders before `;r=0;t=0`.
-        let zero = headers::ratelimit(policy, &Decision::default());
-        let name = zero.strip_suffix(";r=0;t=0").unwrap_or(&zero);
-        PolicyHeaders {
-            policy_value: HeaderValue::try_from(rendered.as_str()).ok(),
-            policy: rendered,
-            limit_prefix: format!("{name};r="),
-        }
-    }
-
-    /// Appends this rule's `RateLimit` entry for `decision`: the same text as
-    /// [`headers::ratelimit`], with the numbers written by `itoa` instead of the formatter.
-    fn push_limit(&self, out: &mut Vec<u8>, decision: &Decision) {
-        let (mut remaining, mut reset) = (itoa::Buffer::new(), itoa::Buffer::new());
-        let remaining = remaining.format(decision.remaining).as_bytes();
-        let reset = reset.format(headers::seconds_up(decision.reset_after)).as_bytes();
-        out.reserve_exact(self.limit_prefix.len() + remaining.len() + 3 + reset.len());
-        out.extend_from_slice(self.limit_prefix.as_bytes());
-        out.extend_from_slice(remaining);
-        out.extend_from_slice(b";t=");
-        out.extend_from_slice(reset);
     }
 }
 
