@@ -16,6 +16,8 @@
 //! # Layout
 //!
 //! - [`args`]: the command line ([`BenchArgs`], one subcommand per scenario) and its checks.
+//! - [`options`]: what every scenario's options share: the chart ([`ChartArgs`]), durations,
+//!   range checks and the defaults of throughput and compare.
 //! - [`lineup`]: the six algorithms, set to the same budget, with their parameters in words.
 //! - [`bot`]: one request every 2 s for 10 minutes against 20 per minute (simulated clock).
 //! - [`boundary`]: `L` requests at 0:59.9 and `L` at 1:00.0 against `L` per minute (simulated).
@@ -36,6 +38,7 @@ pub mod compare;
 pub mod error;
 pub mod lineup;
 pub mod loopback;
+pub mod options;
 mod progress;
 pub mod report;
 pub mod throughput;

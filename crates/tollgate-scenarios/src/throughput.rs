@@ -16,7 +16,100 @@ use tollgate::{MemoryStore, Policy, Store};
 use tollgate_redis::{RedisStore, Target};
 
 use crate::lineup::{self, Contender};
-use crate::{ScenarioError, ThroughputArgs, progress};
+use crate::options::{ChartArgs, DEFAULT_DURATION, DEFAULT_MAX_REQUESTS, in_range, parse_duration};
+use crate::{ScenarioError, progress};
+
+/// Default `--keys` of the throughput scenario.
+pub const DEFAULT_KEYS: u64 = 10_000;
+/// Default `--concurrency` of the throughput scenario.
+pub const DEFAULT_CONCURRENCY: [u32; 3] = [1, 16, 64];
+
+/// Options of `bench throughput`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ThroughputArgs {
+    /// A standalone Redis on loopback, e.g. redis://127.0.0.1:6379 (skipped when absent).
+    #[arg(long, value_name = "URL")]
+    pub redis: Option<String>,
+    /// A Redis Cluster on loopback, e.g. redis+cluster://127.0.0.1:7000,127.0.0.1:7001
+    /// (skipped when absent).
+    #[arg(long, value_name = "URL")]
+    pub redis_cluster: Option<String>,
+    /// Concurrent clients, a comma-separated list.
+    #[arg(long, value_delimiter = ',', default_values_t = DEFAULT_CONCURRENCY)]
+    pub concurrency: Vec<u32>,
+    /// Longest time spent on one cell (algorithm × store × concurrency), e.g. 2s or 500ms.
+    #[arg(long, value_parser = parse_duration, default_value = "2s")]
+    pub duration: Duration,
+    /// Most checks made in one cell.
+    #[arg(long, default_value_t = DEFAULT_MAX_REQUESTS)]
+    pub max_requests: u64,
+    /// Distinct keys the checks are spread over.
+    #[arg(long, default_value_t = DEFAULT_KEYS)]
+    pub keys: u64,
+    /// The chart.
+    #[command(flatten)]
+    pub chart: ChartArgs,
+}
+
+impl Default for ThroughputArgs {
+    fn default() -> Self {
+        ThroughputArgs {
+            redis: None,
+            redis_cluster: None,
+            concurrency: DEFAULT_CONCURRENCY.to_vec(),
+            duration: DEFAULT_DURATION,
+            max_requests: DEFAULT_MAX_REQUESTS,
+            keys: DEFAULT_KEYS,
+            chart: ChartArgs::default(),
+        }
+    }
+}
+
+impl ThroughputArgs {
+    /// Checks counts, durations, Redis addresses (loopback only) and the chart.
+    ///
+    /// ```
+    /// use tollgate_scenarios::ThroughputArgs;
+    ///
+    /// let far = ThroughputArgs { redis: Some("redis://192.0.2.1:6379".into()), ..ThroughputArgs::default() };
+    /// assert!(far.validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<(), ScenarioError> {
+        if self.concurrency.is_empty() {
+            return Err(ScenarioError::BadArgument {
+                arg: "concurrency",
+                expected: "a list of 1 to 4096",
+                value: "nothing".into(),
+            });
+        }
+        for &c in &self.concurrency {
+            in_range("concurrency", u64::from(c), 1, 4096, "1 to 4096")?;
+        }
+        let ms = u64::try_from(self.duration.as_millis()).unwrap_or(u64::MAX);
+        if !(1..=600_000).contains(&ms) {
+            return Err(ScenarioError::BadArgument {
+                arg: "duration",
+                expected: "1ms to 10 minutes",
+                value: format!("{:?}", self.duration),
+            });
+        }
+        in_range(
+            "max-requests",
+            self.max_requests,
+            1,
+            1_000_000_000,
+            "1 to 1000000000",
+        )?;
+        in_range("keys", self.keys, 1, 10_000_000, "1 to 10000000")?;
+        if let Some(url) = &self.redis {
+            crate::loopback::check_url("redis", url, false)?;
+        }
+        if let Some(url) = &self.redis_cluster {
+            crate::loopback::check_url("redis-cluster", url, true)?;
+        }
+        self.chart.validate()
+    }
+}
 
 /// Each key's budget in this scenario: `LIMIT` per `WINDOW`, high enough that most checks pass.
 pub const LIMIT: u64 = 100;
@@ -368,4 +461,23 @@ async fn client<S: Store>(
         }
     }
     Ok(tally)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_zero_concurrency_and_keys() {
+        let zero = ThroughputArgs {
+            concurrency: vec![1, 0],
+            ..ThroughputArgs::default()
+        };
+        assert!(zero.validate().is_err());
+        let no_keys = ThroughputArgs {
+            keys: 0,
+            ..ThroughputArgs::default()
+        };
+        assert!(no_keys.validate().is_err());
+    }
 }

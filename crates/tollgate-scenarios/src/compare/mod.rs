@@ -36,10 +36,10 @@ use tollgate_redis::{RedisStore, Target};
 use self::accuracy::{Clocked, Probe, Run};
 use self::cost::Nodes;
 use self::traffic::Shape;
-use crate::args::{in_range, parse_duration};
 use crate::lineup::{self, Contender};
+use crate::options::{ChartArgs, DEFAULT_DURATION, DEFAULT_MAX_REQUESTS, in_range, parse_duration};
 use crate::throughput::{self, StoreKind};
-use crate::{ChartArgs, ScenarioError, progress};
+use crate::{ScenarioError, progress};
 
 /// Default `--limit`.
 pub const DEFAULT_LIMIT: u64 = 100;
@@ -100,7 +100,7 @@ pub struct CompareArgs {
     #[arg(long, value_parser = parse_duration, default_value = "2s")]
     pub duration: Duration,
     /// Most checks made when measuring the speed of one algorithm.
-    #[arg(long, default_value_t = crate::args::DEFAULT_MAX_REQUESTS)]
+    #[arg(long, default_value_t = DEFAULT_MAX_REQUESTS)]
     pub max_requests: u64,
     /// Concurrent clients when measuring speed.
     #[arg(long, default_value_t = DEFAULT_CONCURRENCY)]
@@ -131,8 +131,8 @@ impl Default for CompareArgs {
             store: "memory".into(),
             limit: DEFAULT_LIMIT,
             window: DEFAULT_WINDOW,
-            duration: crate::args::DEFAULT_DURATION,
-            max_requests: crate::args::DEFAULT_MAX_REQUESTS,
+            duration: DEFAULT_DURATION,
+            max_requests: DEFAULT_MAX_REQUESTS,
             concurrency: DEFAULT_CONCURRENCY,
             keys: DEFAULT_KEYS,
             seeds: DEFAULT_SEEDS,
