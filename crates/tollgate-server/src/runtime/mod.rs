@@ -14,6 +14,7 @@
 //! - [`tokens`]: who may do what, the one comparison of the admin and app tokens for every door.
 //! - [`tls`]: a listener's TLS (the gRPC port's): certificate, key, client CA and name, read from
 //!   PEM files and swapped whole when they are reloaded.
+//! - [`utc`]: times as RFC 3339 in UTC.
 
 pub(crate) mod access;
 pub(crate) mod envoy_settings;
@@ -23,6 +24,7 @@ pub(crate) mod state;
 pub(crate) mod store;
 pub(crate) mod tls;
 pub(crate) mod tokens;
+pub(crate) mod utc;
 
 pub use envoy_settings::{EnvoySettings, ResponseHeaders};
 pub use listener::ListenerOptions;

@@ -1,6 +1,8 @@
 //! Writing a `RateLimitResponse` in the proto3 JSON mapping, as protobuf's JSON printer does
 //! (see the [module docs](super)).
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use envoy_types::pb::envoy::config::core::v3::HeaderValue as ProtoHeader;
 use envoy_types::pb::google::protobuf::{
     Duration as ProtoDuration, Struct, Timestamp, Value as ProtoValue, value::Kind,
@@ -11,6 +13,7 @@ use super::super::proto::RateLimitResponse;
 use super::super::proto::rate_limit_response::quota::ExpirationSpecifier;
 use super::super::proto::rate_limit_response::rate_limit::Unit;
 use super::super::proto::rate_limit_response::{Code, DescriptorStatus, Quota, RateLimit};
+use crate::runtime::utc::rfc3339;
 
 /// The answer in the proto3 JSON mapping (see the [module docs](super)).
 ///
@@ -180,58 +183,12 @@ fn fraction(nanos: u32) -> String {
 
 /// RFC 3339 in UTC, `"2026-11-23T07:00:00Z"`, with a fraction when there is one.
 fn timestamp_json(at: &Timestamp) -> String {
-    let days = at.seconds.div_euclid(86_400);
-    let secs = at.seconds.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}{}Z",
-        secs / 3_600,
-        secs % 3_600 / 60,
-        secs % 60,
-        fraction(at.nanos.unsigned_abs())
-    )
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01 (the well-known era-based algorithm:
-/// 400-year eras of 146 097 days, years starting in March so the leap day comes last).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097);
-    let year_of_era = (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    // Both are small and positive by construction.
-    (
-        year,
-        u32::try_from(month).unwrap_or(1),
-        u32::try_from(day).unwrap_or(1),
-    )
+    rfc3339(at.seconds, &fraction(at.nanos.unsigned_abs()))
 }
 
 /// Standard base64 with padding, as protobuf's JSON mapping writes bytes.
 fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    STANDARD.encode(bytes)
 }
 
 #[cfg(test)]
