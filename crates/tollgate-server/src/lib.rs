@@ -57,7 +57,7 @@
 //!
 //! **Doors**, each only translating its protocol to rules and the verdict back:
 //!
-//! - `api` ([`api_router`]): the HTTP/JSON API, one file per feature (check and peek, refund and
+//! - `api` ([`api_router`](fn@api_router)): the HTTP/JSON API, one file per feature (check and peek, refund and
 //!   reset, attempts, concurrency leases, overrides, admin access lists and top offenders,
 //!   operations, the dashboard page), with what they share in small modules of their own: the
 //!   router, the error type, body reading, admin authorization, policy lookup, the rule bodies

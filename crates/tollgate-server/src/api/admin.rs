@@ -9,13 +9,12 @@
 //! | `DELETE /v1/admin/access?list=&kind=&value=&policy=`, or with the entry as a JSON body | remove an entry added through this API (204); the body takes entries too long for a URL |
 //! | `GET /v1/admin/top-offenders?policy=&n=` | the most denied keys per policy, from this instance |
 //!
-//! Where entries live and how soon another instance applies them: see [`crate::access`]. The
-//! top offenders are the keys this instance denied most (enforced rate limit denials and
-//! refused leases of concurrency policies, not blocked requests), per policy, in a fixed number
-//! of counters
-//! ([`TOP_KEYS`], Space-Saving: see [`tollgate::top_keys`]), so their
-//! memory does not grow with the number of distinct keys; a count may be above the key's true
-//! count by at most its `overestimate`.
+//! Where entries live and how soon another instance applies them: see
+//! [`crate::runtime::access`]. The top offenders are the keys this instance denied most
+//! (enforced rate limit denials and refused leases of concurrency policies, not blocked
+//! requests), per policy, in a fixed number of counters ([`TOP_KEYS`], Space-Saving: see
+//! [`tollgate::top_keys`]), so their memory does not grow with the number of distinct keys; a
+//! count may be above the key's true count by at most its `overestimate`.
 
 use axum::Json;
 use axum::body::Bytes;

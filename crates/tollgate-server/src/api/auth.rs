@@ -1,6 +1,6 @@
 //! Authorization by bearer token on the HTTP API: each guarded route calls one of two functions,
-//! which read the `Authorization` header and ask [`tokens`](crate::runtime::tokens) (the one
-//! comparison every door shares) whether it may go on. The table of routes by kind is in
+//! which read the `Authorization` header and ask [`tokens`] (the one comparison every door
+//! shares) whether it may go on. The table of routes by kind is in
 //! `docs/operations.md`.
 
 use axum::http::{HeaderMap, StatusCode, header};

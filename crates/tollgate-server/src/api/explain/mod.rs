@@ -574,11 +574,11 @@ pub async fn run_cli(
     Ok(explain(&limits, &engine, envoy, request).await?)
 }
 
-mod answer;
+mod explanation;
 pub(crate) mod routes;
 
-pub use answer::{BudgetState, ExplainedEntry, ExplainedRule, Explanation};
-use answer::{explained_entries, unexplained};
+pub use explanation::{BudgetState, ExplainedEntry, ExplainedRule, Explanation};
+use explanation::{explained_entries, unexplained};
 
 pub(crate) use routes::routes;
 

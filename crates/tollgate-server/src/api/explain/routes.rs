@@ -1,6 +1,6 @@
 //! The HTTP door of explain: `GET /v1/explain` with the input in the query, `POST
 //! /v1/explain` with it in a JSON body; both read it into an [`ExplainRequest`] and answer
-//! [`explain`]'s [`Explanation`].
+//! [`explain`](super::explain)'s [`Explanation`].
 
 use axum::Json;
 use axum::Router;
@@ -21,7 +21,7 @@ use super::{
 use crate::api::error::ApiError;
 use crate::runtime::SharedState;
 
-/// The explain routes, merged into [`crate::api::router`].
+/// The explain routes, merged into [`crate::api::router`](fn@crate::api::router).
 pub(crate) fn routes() -> Router<SharedState> {
     Router::new().route("/v1/explain", get(explain_query).post(explain_body))
 }

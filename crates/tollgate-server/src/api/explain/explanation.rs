@@ -1,5 +1,5 @@
-//! What explain answers: the request's outcome and each rule's or descriptor's part, the types
-//! the OpenAPI document describes.
+//! [`Explanation`], what explain answers: the request's outcome and each rule's or descriptor's
+//! part, the types the OpenAPI document describes.
 
 use serde::Serialize;
 use tollgate_config::limits::EntryMatch;
