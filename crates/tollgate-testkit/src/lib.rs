@@ -31,7 +31,8 @@
 //!   master and waits for the sentinels to promote the replica ([`RedisSentinel::fail_over`]).
 //! - [`store_timeout`]: [`STORE_TIMEOUT`], the deadline of each store call in tests, chosen once
 //!   for a loaded CI machine, and [`store_timeout_arg`] for the binaries' `--store-timeout`.
-//! - [`vectors`]: the step tables every store must agree on (memory, Redis, Redis Cluster).
+//! - [`vectors`]: the step tables every store must agree on (memory, Redis, Redis Cluster), read
+//!   from one table file per kind.
 //! - `resp` (private): just enough of the Redis protocol to poll readiness and send commands
 //!   without a client crate or an async runtime.
 //!
