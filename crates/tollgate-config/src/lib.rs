@@ -53,6 +53,8 @@
 //! - [`limits`]: [`Limits`], the compiled configuration, and the envoyproxy/ratelimit descriptor
 //!   matcher ([`Limits::resolve`]) with its store keys.
 //! - [`routes`]: which policies `tollgate proxy` applies to a request path, and its key.
+//! - `store_failure` (private): [`Limits::fail_closed`], the limits a store failure leaves
+//!   without an answer, which the server's readiness asks about.
 //! - [`scenarios`]: policy test scenarios (`tollgate test`), timed requests and the answers they
 //!   must get, read with the same file and field errors.
 //! - `read` (private): reading one file with a size cap ([`MAX_FILE_BYTES`]) and a timeout
@@ -105,6 +107,7 @@ mod pattern;
 mod read;
 pub mod routes;
 pub mod scenarios;
+mod store_failure;
 mod unit;
 pub mod yaml;
 
