@@ -478,6 +478,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
 /// Reloads the gRPC listener's TLS files when they change and on SIGHUP, for as long as the
 /// server runs; the handlers are in place when this returns.
 fn watch_tls(tls: &ServerTls) {
+    metrics::start_at_zero("tollgate_tls_reloads_total", "outcome", &["ok", "failed"]);
     if let Some(watch) = reload::on_tls_change(tls.clone()) {
         tokio::spawn(watch);
     }
