@@ -7,6 +7,11 @@
                             between the manifests, the pod's safety settings, the shutdown
                             timing, and the tollgate config in the ConfigMap (`TOLLGATE
                             check-config`).
+  manifest-mutants ROOT TOLLGATE
+                            the manifest checks catch a broken manifest: a misspelt field of
+                            the Deployment, an Envoy Gateway value out of its enum, a limit the
+                            config cannot parse, a grace period shorter than the drain; each copy
+                            of ROOT with one of them must fail `manifests`.
   alerts RULES TESTS        every alert of RULES has a unit test in TESTS that fires it and one
                             that keeps it silent, and a severity and a summary.
   mutants RULES TESTS PROMTOOL
@@ -26,6 +31,7 @@ import copy
 import json
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -305,9 +311,10 @@ def check_deployment(file, deployment, by_kind):
     return labels, ports
 
 
-def check_manifests(root, tollgate):
+def check_manifests(root, tollgate, report=True):
     import kubernetes_validate
 
+    say = print if report else (lambda *_: None)
     version = kubernetes_validate.latest_version()
     documents = load_documents(root)
     by_kind = {}
@@ -326,7 +333,7 @@ def check_manifests(root, tollgate):
         except kubernetes_validate.ValidationError as err:
             path = ".".join(str(part) for part in err.path) or "-"
             error(file, path, f"Kubernetes {version}: {err.message}")
-    print(f"{len(documents)} manifests against Kubernetes {version} (kubernetes-validate, strict)")
+    say(f"{len(documents)} manifests against Kubernetes {version} (kubernetes-validate, strict)")
 
     deployments = by_kind.get("Deployment", {})
     if "tollgate" not in deployments:
@@ -369,7 +376,37 @@ def check_manifests(root, tollgate):
             if run.returncode != 0:
                 error(file, "data", f"tollgate check-config: {run.stdout}{run.stderr}".strip())
             else:
-                print(f"{file}: {run.stdout.strip()}")
+                say(f"{file}: tollgate check-config: {run.stdout.strip().replace(directory, 'data')}")
+
+
+MANIFEST_MUTANTS = [
+    ("a misspelt field of the Deployment", "tollgate/deployment.yaml", "readinessProbe:", "readinesProbe:"),
+    ("a BackendTrafficPolicy unit out of its enum", "envoy-gateway/backend-traffic-policy.yaml", "unit: Minute", "unit: Minutes"),
+    ("an EnvoyGateway field misspelt", "envoy-gateway/envoy-gateway-config.yaml", "rateLimitDeployment:", "rateLimitDeploymnt:"),
+    ("a limit the config cannot parse", "tollgate/configmap.yaml", "rate: 100/s", "rate: fast"),
+    ("a grace period shorter than the drain", "tollgate/deployment.yaml", "terminationGracePeriodSeconds: 30", "terminationGracePeriodSeconds: 20"),
+    ("a Service port the container does not have", "tollgate/service.yaml", "targetPort: grpc", "targetPort: grcp"),
+]
+
+
+def check_manifest_mutants(root, tollgate):
+    for description, file, before, after in MANIFEST_MUTANTS:
+        with tempfile.TemporaryDirectory() as directory:
+            copy_root = pathlib.Path(directory, "kubernetes")
+            shutil.copytree(root, copy_root)
+            target = copy_root / file
+            text = target.read_text()
+            if before not in text:
+                error(f"{root}/{file}", "-", f"no {before!r} to break ({description})")
+                continue
+            target.write_text(text.replace(before, after, 1))
+            found = len(ERRORS)
+            check_manifests(str(copy_root), tollgate, report=False)
+            caught = len(ERRORS) > found
+            del ERRORS[found:]
+            if not caught:
+                error(f"{root}/{file}", "-", f"the checks pass with {description}")
+    print(f"{len(MANIFEST_MUTANTS)} broken copies of the manifests, each caught")
 
 
 # --- Alerts -----------------------------------------------------------------------------------
@@ -471,6 +508,7 @@ def check_image(inspect_file):
 def main(argv):
     commands = {
         "manifests": (check_manifests, 2),
+        "manifest-mutants": (check_manifest_mutants, 2),
         "alerts": (check_alerts, 2),
         "mutants": (check_mutants, 3),
         "image": (check_image, 1),
