@@ -89,7 +89,9 @@ fn dashboard_queries(dashboard: &Value) -> Vec<(String, String)> {
     }
     // `label_values(METRIC{...}, LABEL)`, asked as the series it lists.
     for variable in dashboard["templating"]["list"].as_array().expect("variables") {
-        let Some(query) = variable["query"]["query"].as_str() else { continue };
+        let Some(query) = variable["query"]["query"].as_str() else {
+            continue;
+        };
         let inner = query
             .strip_prefix("label_values(")
             .and_then(|q| q.strip_suffix(')'))
@@ -215,8 +217,11 @@ impl Api {
             self.post("/v1/check", json!({"policy": "login", "key": "mallory"}))
                 .await;
         }
-        self.post("/v1/charge", json!({"policy": "tokens", "key": "u1", "cost": 120}))
-            .await;
+        self.post(
+            "/v1/charge",
+            json!({"policy": "tokens", "key": "u1", "cost": 120}),
+        )
+        .await;
         self.post("/v1/refund", json!({"policy": "api", "key": "198.51.100.7"}))
             .await;
     }

@@ -44,7 +44,11 @@ fn redis_down_leaves_the_instance_ready_while_every_failure_mode_answers() {
     assert_eq!(body["class"], "connection", "{body}");
     assert_eq!(body["fail_closed"], serde_json::json!([]), "{body}");
     let (status, body, _) = get(addr, "/readyz?strict=true");
-    assert_eq!((status, body["ready"].clone()), (503, Value::Bool(false)), "{body}");
+    assert_eq!(
+        (status, body["ready"].clone()),
+        (503, Value::Bool(false)),
+        "{body}"
+    );
     let (status, body, _) = get(addr, "/readyz?strict=maybe");
     assert_eq!(status, 400, "{body}");
     // And the requests are answered, as readiness promised.
@@ -57,7 +61,11 @@ fn redis_down_leaves_the_instance_ready_while_every_failure_mode_answers() {
             check.len()
         ),
     );
-    assert_eq!((status, body["degraded"].clone()), (200, Value::Bool(true)), "{body}");
+    assert_eq!(
+        (status, body["degraded"].clone()),
+        (200, Value::Bool(true)),
+        "{body}"
+    );
 }
 
 #[test]
@@ -69,7 +77,7 @@ fn a_fail_closed_limit_makes_a_store_failure_unready_until_the_config_changes() 
     std::fs::write(&config, closed).expect("write the config");
     // Nothing listens on port 1: the store fails from the start.
     let timeout = store_timeout_arg();
-    let mut server = Server::start(&[
+    let server = Server::start(&[
         "--config",
         config.to_str().expect("utf-8 path"),
         "--store",
@@ -84,8 +92,11 @@ fn a_fail_closed_limit_makes_a_store_failure_unready_until_the_config_changes() 
     assert_eq!(body["stopping"], false, "{body}");
 
     // Without the fail-closed limit, every limit answers without the store again.
-    std::fs::write(&config, "policies:\n  search: {algorithm: gcra, rate: 10/s, burst: 20}\n")
-        .expect("rewrite the config");
+    std::fs::write(
+        &config,
+        "policies:\n  search: {algorithm: gcra, rate: 10/s, burst: 20}\n",
+    )
+    .expect("rewrite the config");
     server.signal("HUP");
     let (_, body) = readyz_until(addr, "/readyz", |status, _| status == 200);
     assert_eq!(

@@ -186,10 +186,7 @@ fn sigterm_with_a_shutdown_delay_refuses_nothing_and_finishes_what_is_in_flight(
 
     stop.store(true, Ordering::Release);
     let outcomes = client.join().expect("the client thread");
-    assert!(
-        outcomes.len() < MAX_ATTEMPTS,
-        "the client ran out of attempts"
-    );
+    assert!(outcomes.len() < MAX_ATTEMPTS, "the client ran out of attempts");
     let before_drain: Vec<_> = outcomes
         .iter()
         .filter(|(phase, outcome)| *phase < DRAINING && !matches!(outcome, Outcome::Answered(_)))

@@ -86,7 +86,10 @@ policies:
   api: {algorithm: gcra, rate: 10/s, burst: 5, on_store_failure: local, instances: 3}
 "#;
         let limits = parse_files(
-            &[("edge.yaml".into(), envoy.into()), ("ours.yaml".into(), ours.into())],
+            &[
+                ("edge.yaml".into(), envoy.into()),
+                ("ours.yaml".into(), ours.into()),
+            ],
             &crate::LoadOptions::default(),
         )
         .expect("config");

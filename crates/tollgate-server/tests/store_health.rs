@@ -103,7 +103,11 @@ async fn a_stalled_redis_shows_in_metrics_and_readiness_by_class() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     let body: Value = serde_json::from_str(&body).expect("json");
     assert_eq!(
-        (body["ready"].clone(), body["store_ready"].clone(), body["class"].clone()),
+        (
+            body["ready"].clone(),
+            body["store_ready"].clone(),
+            body["class"].clone()
+        ),
         (json!(false), json!(false), json!("timeout"))
     );
     assert_eq!(body["breakers"], json!([{"node": node, "open": true}]));
@@ -111,7 +115,11 @@ async fn a_stalled_redis_shows_in_metrics_and_readiness_by_class() {
     assert_eq!(status, StatusCode::OK, "{body}");
     let body: Value = serde_json::from_str(&body).expect("json");
     assert_eq!(
-        (body["ready"].clone(), body["store_ready"].clone(), body["class"].clone()),
+        (
+            body["ready"].clone(),
+            body["store_ready"].clone(),
+            body["class"].clone()
+        ),
         (json!(true), json!(false), json!("timeout"))
     );
     server.thaw();

@@ -27,8 +27,8 @@ use utoipa::ToSchema;
 
 use super::error::ApiError;
 use crate::ops::metrics;
-use crate::runtime::problem::Problem;
 use crate::runtime::SharedState;
+use crate::runtime::problem::Problem;
 
 /// One circuit breaker of the store.
 #[derive(Debug, Serialize, ToSchema)]
