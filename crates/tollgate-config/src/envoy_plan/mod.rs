@@ -85,7 +85,7 @@ pub struct Modes {
     /// Upstream's counting: every descriptor spends on its own.
     pub count_every: bool,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: a request whose checked descriptors are over
-    /// records none of its charges ([`Plan::settlements`]).
+    /// records none of its charges ([`Plan::request`]).
     pub stop_when_over: bool,
 }
 
