@@ -148,6 +148,8 @@ fn sigterm_with_a_shutdown_delay_refuses_nothing_and_finishes_what_is_in_flight(
     // Readiness turns at once; every probe is itself a new connection the server must accept.
     let mut readiness = (0, serde_json::Value::Null);
     wait_until("/readyz to say the server is stopping", || {
+        let accepted = TcpStream::connect(addr).is_ok();
+        assert!(accepted, "a connection was refused during the shutdown delay");
         let (status, body, _) = get(addr, "/readyz");
         readiness = (status, body);
         readiness.0 == 503
