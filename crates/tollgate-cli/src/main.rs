@@ -122,6 +122,11 @@ enum Command {
         /// Longest key accepted, in bytes.
         #[arg(long, default_value_t = 1024)]
         max_key_len: usize,
+        /// On SIGTERM or ctrl-c, keep accepting and answering this long while /readyz and the
+        /// health checks report the shutdown, then drain (a second signal ends it early); set it
+        /// to the time load balancers take to stop sending [default: none, drain at once].
+        #[arg(long, env = "TOLLGATE_SHUTDOWN_DELAY", value_parser = listener_args::duration)]
+        shutdown_delay: Option<std::time::Duration>,
         #[command(flatten)]
         listener: ListenerArgs,
         #[command(flatten)]
@@ -538,6 +543,7 @@ fn main() -> ExitCode {
             app_token,
             trusted_grpc,
             max_key_len,
+            shutdown_delay,
             listener,
             load,
             modes,
@@ -566,6 +572,7 @@ fn main() -> ExitCode {
                 app_token,
                 max_key_len,
                 listeners: listener.options(tollgate_server::ListenerOptions::default().max_body_bytes),
+                shutdown_delay: shutdown_delay.unwrap_or_default(),
                 ..Settings::default()
             };
             settings.envoy.trusted_grpc = trusted_grpc;

@@ -419,7 +419,7 @@ async fn the_redis_store_serves_and_readiness_follows_redis() {
     redis.kill();
     assert_eq!(
         client()
-            .get(server.url("/readyz"))
+            .get(server.url("/readyz?strict=true"))
             .send()
             .await
             .expect("readyz")

@@ -1,6 +1,6 @@
 //! A store that cannot decide is reported loudly: at start-up with its class (wrong password,
 //! a cluster address at a standalone server, the reverse), refused with `--require-store`, and in
-//! `/readyz` with the class in the JSON body. The store's deadline is a flag.
+//! `/readyz` with the class in the JSON body (answering 503 with `strict=true`). The store's deadline is a flag.
 
 mod binary;
 
@@ -140,10 +140,19 @@ async fn a_misconfigured_store_is_reported_at_start_and_in_readyz() {
     // stdout and stderr are read apart, so the report may come before or after the address.
     let line = child.printed("is not usable");
     assert!(line.contains("(auth)") && !line.contains("wrong"), "{line}");
-    let (status, body) = readyz_at(&format!("http://{http}/readyz")).await;
+    let (status, body) = readyz_at(&format!("http://{http}/readyz?strict=true")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(
         (body["ready"].clone(), body["class"].clone()),
+        (false.into(), "auth".into()),
+        "{body}"
+    );
+    // The demo policies fail over to a local limiter, so the default check stays ready and
+    // still names the class.
+    let (status, body) = readyz_at(&format!("http://{http}/readyz")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        (body["store_ready"].clone(), body["class"].clone()),
         (false.into(), "auth".into()),
         "{body}"
     );
@@ -152,7 +161,7 @@ async fn a_misconfigured_store_is_reported_at_start_and_in_readyz() {
     let cluster = RedisCluster::start();
     let url = format!("redis://127.0.0.1:{}", cluster.ports()[0]);
     let server = Server::start(&["--store", &url, "--store-timeout", &timeout]);
-    let (status, body) = readyz(&server).await;
+    let (status, body) = readyz_at(&server.url("/readyz?strict=true")).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert_eq!(body["class"], "cluster", "{body}");
     assert!(

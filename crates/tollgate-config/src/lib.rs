@@ -55,6 +55,8 @@
 //! - [`policy_tests`]: policy tests (`tollgate test`), timed requests and the answers they must
 //!   get, read with the same file and field errors.
 //! - [`routes`]: which policies `tollgate proxy` applies to a request path, and its key.
+//! - `store_failure` (private): [`Limits::fail_closed`], the limits a store failure leaves
+//!   without an answer, which the server's readiness asks about.
 //! - `read` (private): reading one file with a size cap ([`MAX_FILE_BYTES`]) and a timeout
 //!   ([`READ_TIMEOUT`]); a FIFO or a device is refused before it is opened.
 //!
@@ -105,6 +107,7 @@ mod pattern;
 pub mod policy_tests;
 mod read;
 pub mod routes;
+mod store_failure;
 mod unit;
 pub mod yaml;
 

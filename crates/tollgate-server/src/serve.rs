@@ -180,8 +180,10 @@ impl Listeners {
 }
 
 /// Serves the HTTP API and the Envoy rate limit service over `state` on `listeners` until
-/// `shutdown` completes; then both stop accepting, let their open connections finish for up to
-/// the drain timeout, close the rest, and this returns. Both listeners have the timeouts and
+/// `shutdown` completes; then readiness reports the instance as stopping, the listeners keep
+/// accepting for the [shutdown delay](crate::Settings::shutdown_delay) (none by default), and
+/// then both stop accepting, let their open connections finish for up to the drain timeout,
+/// close the rest, and this returns. Both listeners have the timeouts and
 /// limits of `state.settings.listeners` (see [`ListenerOptions`](crate::ListenerOptions)). An error means the settings are
 /// unusable or a server failed, not that a request did.
 ///
@@ -192,22 +194,36 @@ pub async fn run(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    run_until(state, listeners, shutdown, std::future::pending()).await
+}
+
+/// [`run`], where `hurry` completing during the shutdown delay ends the delay: `tollgate serve`
+/// gives it the second SIGTERM or ctrl-c, so an operator at a terminal need not wait it out.
+pub(crate) async fn run_until(
+    state: SharedState,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    hurry: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     metrics::install();
     state.settings.validate()?;
     let options = state.settings.listeners.clone();
+    // Health turns NOT_SERVING as soon as the shutdown starts, before the listeners drain.
+    let health = Health::new(state.store.is_memory()).await;
     // One shutdown stops both servers; each lets its in-flight requests finish. The tasks are
     // aborted if this future is dropped, so no server outlives a caller that gave up on it.
     let (stop, stopped) = watch::channel(false);
-    let signal = AbortOnDrop(tokio::spawn(async move {
-        shutdown.await;
-        let _ = stop.send(true);
-    }));
+    let signal = AbortOnDrop(tokio::spawn(stop_after_delay(
+        Arc::clone(&state),
+        health.clone(),
+        shutdown,
+        hurry,
+        stop,
+    )));
     let when_stopped = |mut stopped: watch::Receiver<bool>| async move {
         // An error means the sender is gone, which happens only once `signal` is: stop then too.
         let _ = stopped.wait_for(|stop| *stop).await;
     };
-    // Health turns NOT_SERVING as soon as the shutdown starts, before the listeners drain.
-    let health = Health::new(state.store.is_memory()).await;
     let _probe = AbortOnDrop(tokio::spawn(health::watch_store(
         health.clone(),
         state.store.clone(),
@@ -276,6 +292,37 @@ pub async fn run(
         served?.context("debug server")?;
     }
     Ok(())
+}
+
+/// Waits for `shutdown`, then reports the instance as stopping (`/readyz` answers `503`, health
+/// turns `NOT_SERVING`) while the listeners still accept and answer, for the shutdown delay (or
+/// until `hurry`), and only then tells the listeners to drain through `stop`.
+///
+/// A load balancer learns that an instance is going away some time after the orchestrator
+/// decided it (a Kubernetes Service's endpoints reach every node's proxy asynchronously); a
+/// listener that closed at once would refuse the connections sent in between. Accepting through
+/// the delay lets them be answered.
+async fn stop_after_delay(
+    state: SharedState,
+    health: Health,
+    shutdown: impl Future<Output = ()>,
+    hurry: impl Future<Output = ()>,
+    stop: watch::Sender<bool>,
+) {
+    shutdown.await;
+    state.begin_stopping();
+    health.stop_serving().await;
+    let delay = state.settings.shutdown_delay;
+    if !delay.is_zero() {
+        println!("tollgate: not ready; still accepting for {delay:?} before draining (--shutdown-delay)");
+        tracing::info!(delay = ?delay, "shutting down: reporting not ready, still accepting");
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = hurry => println!("tollgate: second signal; ending the shutdown delay"),
+        }
+        println!("tollgate: draining open connections");
+    }
+    let _ = stop.send(true);
 }
 
 /// A task that ends when its handle is dropped.
@@ -369,7 +416,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
         tokio::spawn(watch);
     }
     warn_if_open(&options);
-    let shutdown = shutdown_signal();
+    let (shutdown, hurry) = shutdown_signals();
     println!("tollgate: http listening on {}", listeners.http.local_addr()?);
     println!("tollgate: grpc listening on {}", listeners.grpc.local_addr()?);
     if let Some(tls) = &listeners.grpc_tls {
@@ -414,7 +461,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
     if let Some(log) = &decision_log {
         log.install();
     }
-    let served = run(state, listeners, shutdown).await;
+    let served = run_until(state, listeners, shutdown, hurry).await;
     if let Some(stats) = stats {
         let _ = stats_stop.send(());
         let _ = tokio::time::timeout(std::time::Duration::from_secs(3), stats).await;
@@ -431,6 +478,7 @@ pub async fn serve(options: ServeOptions) -> anyhow::Result<()> {
 /// Reloads the gRPC listener's TLS files when they change and on SIGHUP, for as long as the
 /// server runs; the handlers are in place when this returns.
 fn watch_tls(tls: &ServerTls) {
+    metrics::start_at_zero("tollgate_tls_reloads_total", "outcome", &["ok", "failed"]);
     if let Some(watch) = reload::on_tls_change(tls.clone()) {
         tokio::spawn(watch);
     }
@@ -503,35 +551,87 @@ fn beyond_loopback(addr: SocketAddr) -> bool {
 /// future is first polled, so a signal sent once the addresses are printed is never missed (it
 /// would otherwise end the process with the default action).
 pub(crate) fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
-    #[cfg(unix)]
-    let (interrupt, terminate) = {
-        use tokio::signal::unix::{SignalKind, signal};
-        (
-            signal(SignalKind::interrupt()).ok(),
-            signal(SignalKind::terminate()).ok(),
-        )
-    };
+    let mut signals = Signals::install();
     async move {
+        signals.next().await;
+        announce_shutdown();
+    }
+}
+
+/// [`shutdown_signal`], and a second future that completes on the signal after it (the
+/// second SIGTERM or ctrl-c), which `serve` gives [`run_until`] to end the shutdown delay.
+fn shutdown_signals() -> (
+    impl Future<Output = ()> + Send + 'static,
+    impl Future<Output = ()> + Send + 'static,
+) {
+    let mut signals = Signals::install();
+    let (second, seen_second) = tokio::sync::oneshot::channel::<()>();
+    let first = async move {
+        signals.next().await;
+        announce_shutdown();
+        // The handlers stay installed: a second signal must not end the process by default.
+        tokio::spawn(async move {
+            signals.next().await;
+            let _ = second.send(());
+        });
+    };
+    let second = async move {
+        // Dropped unsent (the first never came, or the runtime is ending): never complete.
+        if seen_second.await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    (first, second)
+}
+
+fn announce_shutdown() {
+    println!("tollgate: shutting down; finishing in-flight requests");
+    tracing::info!("shutting down: draining open connections");
+}
+
+/// The process's SIGTERM and ctrl-c (SIGINT) handlers, installed at creation.
+struct Signals {
+    #[cfg(unix)]
+    interrupt: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    terminate: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn install() -> Signals {
         #[cfg(unix)]
         {
-            let wait = |signal: Option<tokio::signal::unix::Signal>| async move {
-                match signal {
-                    Some(mut signal) => {
-                        signal.recv().await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                () = wait(interrupt) => {}
-                () = wait(terminate) => {}
+            use tokio::signal::unix::{SignalKind, signal};
+            Signals {
+                interrupt: signal(SignalKind::interrupt()).ok(),
+                terminate: signal(SignalKind::terminate()).ok(),
             }
+        }
+        #[cfg(not(unix))]
+        Signals {}
+    }
+
+    /// The next SIGTERM or ctrl-c; never, for a signal whose handler could not be installed.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            () = recv(self.interrupt.as_mut()) => {}
+            () = recv(self.terminate.as_mut()) => {}
         }
         #[cfg(not(unix))]
         {
             let _ = tokio::signal::ctrl_c().await;
         }
-        println!("tollgate: shutting down; finishing in-flight requests");
-        tracing::info!("shutting down: draining open connections");
+    }
+}
+
+/// The next delivery of `signal`; never, when it has no handler.
+#[cfg(unix)]
+async fn recv(signal: Option<&mut tokio::signal::unix::Signal>) {
+    match signal {
+        Some(signal) => {
+            signal.recv().await;
+        }
+        None => std::future::pending::<()>().await,
     }
 }

@@ -1,7 +1,8 @@
 //! A sick Redis is visible to operators: while Redis is stalled, every failed check is counted in
 //! `tollgate_store_errors_total` by class (the timeout that opened the breaker and the refusals
 //! of the open breaker alike), the breaker shows in `tollgate_store_breaker_open`, and `/readyz`
-//! answers 503 naming the class; once Redis is back, all of it clears. State Redis lost shows in
+//! names the class (answering 503 with `strict=true`; the fail-open policy keeps the default
+//! check ready); once Redis is back, all of it clears. State Redis lost shows in
 //! `tollgate_store_state_lost_total`, and admissions of a policy with `replicas` that no replica
 //! acknowledged as the `unreplicated` class.
 
@@ -96,18 +97,35 @@ async fn a_stalled_redis_shows_in_metrics_and_readiness_by_class() {
         "the breaker's refusals are counted too: {metrics}"
     );
     assert_eq!(sample(&metrics, &breaker), 1.0, "{metrics}");
-    let (status, body) = call(&state, "GET", "/readyz", None).await;
+    // The strict check follows the store; the default one stays ready, since the policy's
+    // failure mode (fail_open) answers without it.
+    let (status, body) = call(&state, "GET", "/readyz?strict=true", None).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     let body: Value = serde_json::from_str(&body).expect("json");
     assert_eq!(
-        (body["ready"].clone(), body["class"].clone()),
-        (json!(false), json!("timeout"))
+        (
+            body["ready"].clone(),
+            body["store_ready"].clone(),
+            body["class"].clone()
+        ),
+        (json!(false), json!(false), json!("timeout"))
     );
     assert_eq!(body["breakers"], json!([{"node": node, "open": true}]));
+    let (status, body) = call(&state, "GET", "/readyz", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let body: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        (
+            body["ready"].clone(),
+            body["store_ready"].clone(),
+            body["class"].clone()
+        ),
+        (json!(true), json!(false), json!("timeout"))
+    );
     server.thaw();
 
     // Back: ready again, and the breaker closes with the first check after its probe is due.
-    let (status, body) = call(&state, "GET", "/readyz", None).await;
+    let (status, body) = call(&state, "GET", "/readyz?strict=true", None).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let mut closed = false;
     for _ in 0..200 {

@@ -20,7 +20,7 @@
 //! | `GET /v1/overrides/{policy}?limit=&cursor=` | the policy's runtime overrides, a page at a time (admin; see [`overrides`]) |
 //! | `PUT`/`GET`/`DELETE /v1/overrides/{policy}/keys/{key}` | set, read, remove one key's override (admin) |
 //! | `PUT`/`GET`/`DELETE /v1/overrides/{policy}/prefixes/{prefix}` | the same for every key under a prefix (admin) |
-//! | `GET /metrics`, `/healthz`, `/readyz` | Prometheus, liveness, store health: JSON naming the failure class |
+//! | `GET /metrics`, `/healthz`, `/readyz` | Prometheus, liveness, readiness (with the store's health, naming the failure class) |
 //! | `GET /openapi.json` | this API as an OpenAPI 3.1 document (see [`openapi`]) |
 //!
 //! The dashboard (`/dashboard`, its data at `/dashboard/data` behind the same admin token) is

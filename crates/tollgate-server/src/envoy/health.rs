@@ -6,8 +6,9 @@
 //! always answers; a Redis store is pinged every [`PROBE_INTERVAL`] by [`watch_store`] and is
 //! unhealthy from the first failed ping until the next good one, and at start until the first
 //! good one (as upstream, whose Redis component starts unhealthy). On shutdown the status turns
-//! `NOT_SERVING` before the listeners drain, so a load balancer stops sending new calls; then
-//! the open `Watch` streams are ended, so they do not hold the drain open.
+//! `NOT_SERVING` before the listeners drain (at the start of the shutdown delay, when there is
+//! one), so a load balancer stops sending new calls; then, as the drain starts, the open `Watch`
+//! streams are ended, so they do not hold the drain open.
 //!
 //! Being unhealthy does not stop answers: `ShouldRateLimit` keeps deciding with each limit's
 //! failure mode while Redis is away. Health tells the orchestrator, not the callers.
@@ -89,11 +90,17 @@ impl Health {
         self.report(false).await;
     }
 
+    /// Reports `NOT_SERVING` for good, while the service keeps answering health checks: the
+    /// start of a shutdown, during its delay (see [`Settings::shutdown_delay`](crate::Settings)).
+    pub async fn stop_serving(&self) {
+        self.inner.stopping.store(true, Ordering::Release);
+        self.report(false).await;
+    }
+
     /// Reports `NOT_SERVING` for good, then ends the `Watch` streams (each sees `NOT_SERVING`
     /// first), so a graceful shutdown is not held open by health watchers.
     pub async fn shut_down(&self) {
-        self.inner.stopping.store(true, Ordering::Release);
-        self.report(false).await;
+        self.stop_serving().await;
         let _guard = self.inner.updates.lock().await;
         self.inner.cleared.store(true, Ordering::Release);
         let mut reporter = self.inner.reporter.clone();

@@ -59,8 +59,21 @@ pub fn install() -> &'static PrometheusHandle {
                     upkeep.run_upkeep();
                 }
             });
+        start_at_zero("tollgate_config_reloads_total", "outcome", &["ok", "failed"]);
         handle
     })
+}
+
+/// Registers the counter `name` at 0 for each of `values` of `label`, before any event.
+///
+/// An alert on a rare event (a failed reload, a refused connection, a NACKed push) watches the
+/// counter with `increase()`, which sees an event only as a step between two samples: a series
+/// that first appears at 1, with its first event, shows no step, and that event would fire no
+/// alert. Started at 0, the first event is a step like any other.
+pub(crate) fn start_at_zero(name: &'static str, label: &'static str, values: &[&'static str]) {
+    for value in values {
+        metrics::counter!(name, label => *value).increment(0);
+    }
 }
 
 /// Counts one histogram sample; every [`UPKEEP_EVERY`]th drains the buffered ones.

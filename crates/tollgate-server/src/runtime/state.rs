@@ -5,6 +5,8 @@
 //! penalties, failure modes and outcome labels are the engine's, so the doors only translate.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tollgate::Engine;
@@ -45,6 +47,11 @@ pub struct Settings {
     /// protecting a limit, a new key is let through and a charge of it is recorded nowhere
     /// (`recorded: false`).
     pub fallback_max_keys: usize,
+    /// How long a shutdown keeps the listeners accepting and answering, with readiness already
+    /// reporting the instance as stopping, before they drain: time for a load balancer (a
+    /// Kubernetes Service, an Envoy health check) to stop sending new connections, so that none
+    /// is refused. Zero (the default) drains at once. See [`run`](crate::run).
+    pub shutdown_delay: Duration,
 }
 
 impl Default for Settings {
@@ -57,6 +64,7 @@ impl Default for Settings {
             envoy: EnvoySettings::default(),
             load: tollgate_config::LoadOptions::default(),
             fallback_max_keys: tollgate::memory::DEFAULT_MAX_KEYS,
+            shutdown_delay: Duration::ZERO,
         }
     }
 }
@@ -157,6 +165,9 @@ pub struct AppState {
     pub(crate) access: AccessAdmin,
     /// What Envoy requests mean, for every door that takes them (gRPC, `/json`, explain).
     pub planner: tollgate_config::envoy_plan::Planner,
+    /// Set once a shutdown has started (its delay or its drain): readiness answers no from then
+    /// on, whatever the store says.
+    stopping: AtomicBool,
 }
 
 /// The handle handlers receive.
@@ -194,6 +205,7 @@ impl AppState {
             settings,
             access: AccessAdmin::default(),
             planner: tollgate_config::envoy_plan::Planner::default(),
+            stopping: AtomicBool::new(false),
         });
         state.access.apply(state.served());
         state
@@ -204,6 +216,24 @@ impl AppState {
     /// instance added applies here after this.
     pub async fn refresh_access(&self) {
         self.access.refresh(self.served()).await;
+    }
+
+    /// Whether a shutdown has started: `/readyz` answers `503` from then on.
+    ///
+    /// ```
+    /// use tollgate_server::{AnyStore, AppState, Settings};
+    ///
+    /// let state = AppState::new(tollgate_config::demo()?, AnyStore::memory(), Settings::default());
+    /// assert!(!state.is_stopping());
+    /// # Ok::<(), tollgate_config::ConfigError>(())
+    /// ```
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Marks the shutdown as started (see [`is_stopping`](Self::is_stopping)); for good.
+    pub(crate) fn begin_stopping(&self) {
+        self.stopping.store(true, Ordering::Release);
     }
 
     /// What the access lists are compiled from and into.

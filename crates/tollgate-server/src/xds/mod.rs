@@ -214,6 +214,7 @@ fn header(
 /// and reconnects after a backoff whenever the stream ends. `first` is told when the first push
 /// has been answered (applied or refused), for a start that waits for it.
 pub(crate) async fn follow(state: SharedState, options: XdsOptions, mut first: Option<oneshot::Sender<()>>) {
+    metrics::start_at_zero("tollgate_xds_pushes_total", "outcome", &["acked", "nacked"]);
     let mut accepted = String::new();
     let mut attempt = 0u32;
     loop {

@@ -140,6 +140,11 @@ impl DecisionLog {
         gate: Option<Receiver<()>>,
     ) -> Result<DecisionLog, DecisionLogError> {
         options.validate()?;
+        super::metrics::start_at_zero(
+            "tollgate_decision_log_dropped_total",
+            "reason",
+            &["full", "too_long", "io"],
+        );
         let file = RotatingFile::open(&options.path, options.max_file_bytes, options.rotated_files).map_err(
             |source| DecisionLogError::Open {
                 path: options.path.clone(),

@@ -392,6 +392,12 @@ where
     F: FnMut(Guarded<TcpStream>, std::net::SocketAddr, CancellationToken) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    crate::ops::metrics::start_at_zero("tollgate_connections_refused_total", "listener", &[name]);
+    crate::ops::metrics::start_at_zero(
+        "tollgate_connections_refused_per_address_total",
+        "listener",
+        &[name],
+    );
     let slots = Arc::new(Semaphore::new(options.max_connections));
     let per_address = AddressSlots::new(options.max_connections_per_address);
     let deadlines = Deadlines {
