@@ -78,14 +78,17 @@ if [ -z "$valkey_server" ] || ! "$valkey_server" --version >/dev/null 2>&1; then
 fi
 "$valkey_server" --version
 
-# The deploy artefacts' tools (Debian): buildah builds the image, prometheus scrapes a test
-# server for the dashboard's queries, and promtool checks and tests the alert rules.
-if ! command -v buildah >/dev/null || ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then
-    echo "buildah or prometheus not found: installing them (Debian packages buildah, prometheus)"
+# The deploy artefacts' tools (Debian): buildah builds the image (whose root takes this machine's
+# CA certificates), prometheus scrapes a test server for the dashboard's queries, and promtool
+# checks and tests the alert rules.
+if ! command -v buildah >/dev/null || ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null \
+    || [ ! -f /etc/ssl/certs/ca-certificates.crt ]; then
+    echo "buildah, prometheus or CA certificates not found: installing them (Debian packages buildah, prometheus, ca-certificates)"
     sudo=""
     [ "$(id -u)" -eq 0 ] || sudo="sudo"
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends buildah prometheus >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+        buildah prometheus ca-certificates >/dev/null
 fi
 TOLLGATE_PROMETHEUS=$(command -v prometheus)
 export TOLLGATE_PROMETHEUS
