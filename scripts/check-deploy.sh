@@ -86,6 +86,8 @@ start() {
         shift
     done
     shift
+    # The log exists before the server starts, so the wait below never reads a missing file.
+    : > "$log"
     env -i "${image_env[@]}" "${env[@]}" "$chroot" --userspec="$user" "$root" "$@" > "$log" 2>&1 &
     server_pid=$!
     http=""
